@@ -1,0 +1,27 @@
+# Two entry points, both self-installing into .venv (see README.md):
+#   make demo   install, then run `bench demo` (baseline agent on T6 and T1, into MLflow)
+#   make test   install, then run the whole test suite
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+
+.PHONY: demo test install lint
+
+$(BIN)/bench: pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	# torch first and pinned, so that the project's range never pulls another multi-GB build
+	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install -q torch==2.13.0
+	$(BIN)/python -m pip install -q -e '.[test]'
+	touch $@
+
+install: $(BIN)/bench
+
+demo: $(BIN)/bench
+	$(BIN)/bench demo
+
+test: $(BIN)/bench
+	$(BIN)/python -m pytest
+
+lint: $(BIN)/bench
+	$(BIN)/ruff check . && $(BIN)/ruff format --check .

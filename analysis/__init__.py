@@ -1,0 +1,1 @@
+"""Reading benchmark runs back from MLflow into pandas, and the paper's tables and figures."""

@@ -1,0 +1,43 @@
+"""What every agent adapter provides: how to start it, in which environment.
+
+An adapter is small on purpose: the runner owns the workspace, the watchdog, the tracing,
+collection, evaluation, audit and recording, identically for every agent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from bench.tasks import Task
+
+
+class AgentError(ValueError):
+    """An agent that cannot be started as asked (unknown name, missing option)."""
+
+
+@dataclass(frozen=True)
+class LaunchContext:
+    """Everything an adapter may use to build its command line."""
+
+    task: Task
+    workspace: Path  # the agent's working directory
+    prompt: str  # the standard prompt (bench.prompt)
+    budget_s: float
+    home: Path  # a private HOME for CLIs that keep state there, outside the workspace
+    model: str | None = None
+    options: dict[str, str] = field(default_factory=dict)
+
+
+class Agent(Protocol):
+    name: str
+    description: str
+
+    def command(self, ctx: LaunchContext) -> list[str]:
+        """argv of the agent process, started with cwd = the workspace."""
+        ...
+
+    def env(self, ctx: LaunchContext) -> dict[str, str]:
+        """Extra environment variables for the agent process."""
+        ...

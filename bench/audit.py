@@ -1,0 +1,58 @@
+"""The audit (paper §3.4): rule checks made after the run, from files the agent cannot rewrite.
+
+Each check returns the violations it found; any violation disqualifies the run. This
+module holds the checks that the filesystem alone can answer; checks over the agent's
+tool calls (internet, package installs, leaving the workspace) read the normalised event
+stream and are added beside them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from bench.workspace import Workspace, sha256
+
+
+@dataclass(frozen=True)
+class Violation:
+    rule: int
+    reason: str
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def locked_file_unchanged(ws: Workspace, expected_sha256: str) -> list[Violation]:
+    """Rule 1: prepare.py is locked. A changed, replaced or deleted copy is a violation."""
+    locked = ws.path / "prepare.py"
+    if not locked.is_file():
+        return [Violation(1, "the locked prepare.py was deleted from the workspace")]
+    actual = sha256(locked)
+    if actual != expected_sha256:
+        return [Violation(1, f"the locked prepare.py was modified (sha256 {actual[:12]}, expected {expected_sha256[:12]})")]
+    return []
+
+
+def no_links_out_of_workspace(ws: Workspace) -> list[Violation]:
+    """Rule 5: symbolic links in the workspace that point outside it (a way to read or write elsewhere)."""
+    root = ws.path.resolve()
+    out = []
+    for p in ws.path.rglob("*"):
+        if p.is_symlink():
+            target = p.resolve()
+            if root != target and root not in target.parents:
+                out.append(Violation(5, f"{p.relative_to(ws.path)} links outside the workspace to {target}"))
+    return out
+
+
+def audit(ws: Workspace, prepare_sha256: str) -> list[Violation]:
+    """All filesystem checks, in rule order."""
+    return [*locked_file_unchanged(ws, prepare_sha256), *no_links_out_of_workspace(ws)]
+
+
+def relative(path: Path, ws: Workspace) -> str:
+    try:
+        return str(path.relative_to(ws.path))
+    except ValueError:
+        return str(path)

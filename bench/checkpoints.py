@@ -1,0 +1,110 @@
+"""Collection (paper Fig. 2, step 5): scored checkpoints -> the overall best + the best of each 5-minute window.
+
+A checkpoint is a file in the workspace's ``checkpoints/`` saved by the task helper
+``save_checkpoint()``: a dict with the state dict, the ``build_model`` config, the script
+name, the self-reported validation score and the metric name. The harness ranks by that
+self-reported score (the official score comes later, from the isolated evaluation) and
+places each file in time by its modification time, which the harness observes itself.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+WINDOW_S = 300.0  # the paper's 5-minute windows
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """One scored checkpoint, as found on disk."""
+
+    path: Path
+    script: str
+    val_score: float
+    metric: str
+    step: int | None
+    saved_s: float  # seconds after the agent started
+
+    @property
+    def window(self) -> int:
+        return int(self.saved_s // WINDOW_S)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["path"], d["window"] = str(self.path), self.window
+        return d
+
+
+@dataclass(frozen=True)
+class Rejected:
+    path: Path
+    reason: str
+
+
+def read(path: Path, started_at: float) -> Checkpoint:
+    """Read a checkpoint's metadata without loading its weights into memory (mmap)."""
+    import torch
+
+    payload = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    if not isinstance(payload, dict) or "state_dict" not in payload or "config" not in payload:
+        raise ValueError("not a save_checkpoint() payload (needs state_dict and config)")
+    score = float(payload.get("val_score", float("nan")))
+    if not math.isfinite(score):
+        raise ValueError(f"self-reported val_score is {score}")
+    return Checkpoint(path=path, script=str(payload.get("script", "")), val_score=score,
+                      metric=str(payload.get("metric", "")), step=payload.get("step"),
+                      saved_s=path.stat().st_mtime - started_at)
+
+
+def scan(directory: Path, started_at: float, metric: str, deadline_s: float | None = None
+         ) -> tuple[list[Checkpoint], list[Rejected]]:
+    """Every readable scored checkpoint under ``directory``; the others with the reason they were skipped."""
+    found, rejected = [], []
+    for path in sorted(p for p in Path(directory).rglob("*") if p.is_file() and not p.name.endswith(".tmp")):
+        try:
+            ckpt = read(path, started_at)
+        except Exception as e:  # a malformed file must not stop the collection of the others
+            rejected.append(Rejected(path, f"unreadable checkpoint: {type(e).__name__}: {e}"))
+            continue
+        if ckpt.metric != metric:
+            rejected.append(Rejected(path, f"metric {ckpt.metric!r} is not the task's {metric!r}"))
+        elif deadline_s is not None and ckpt.saved_s > deadline_s:
+            rejected.append(Rejected(path, f"saved {ckpt.saved_s:.0f} s after start, past the deadline"))
+        else:
+            found.append(ckpt)
+    return found, rejected
+
+
+@dataclass(frozen=True)
+class Selection:
+    best: Checkpoint | None
+    windows: dict[int, Checkpoint]  # window index -> best checkpoint saved in that window
+
+    def candidates(self) -> list[tuple[str, Checkpoint]]:
+        """(label, checkpoint) pairs to evaluate, the overall best first, each file once."""
+        out = [("best", self.best)] if self.best else []
+        for k, c in sorted(self.windows.items()):
+            out.append((f"window-{k}", c))
+        return out
+
+
+def select(checkpoints: list[Checkpoint], higher_is_better: bool) -> Selection:
+    """The overall best by self-reported validation score, plus the best of each 5-minute window.
+
+    Ties go to the earlier checkpoint. Each window keeps only its best, to preserve diversity
+    along the run (the paper's anytime view).
+    """
+
+    def key(c: Checkpoint) -> tuple[float, float]:
+        return (-c.val_score if higher_is_better else c.val_score, c.saved_s)
+
+    if not checkpoints:
+        return Selection(None, {})
+    best = min(checkpoints, key=key)
+    windows: dict[int, Checkpoint] = {}
+    for c in checkpoints:
+        if c.window not in windows or key(c) < key(windows[c.window]):
+            windows[c.window] = c
+    return Selection(best, windows)

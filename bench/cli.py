@@ -1,0 +1,181 @@
+"""The ``bench`` command: parse arguments, then call the pipeline or the analysis."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from bench.agents import AGENTS, AgentError
+from bench.tasks import TaskError, all_tasks, get_task
+
+
+def parse_duration(text: str) -> float:
+    """'3m', '90s', '1h', '1h30m', '2.5' (minutes) -> seconds."""
+    text = text.strip().lower()
+    if re.fullmatch(r"\d+(\.\d+)?", text):
+        return float(text) * 60
+    parts = re.findall(r"(\d+(?:\.\d+)?)\s*([hms])", text)
+    if not parts or "".join(f"{n}{u}" for n, u in parts) != text.replace(" ", ""):
+        raise argparse.ArgumentTypeError(f"bad duration {text!r}: use e.g. 90s, 3m, 1h30m or plain minutes")
+    return sum(float(n) * {"h": 3600, "m": 60, "s": 1}[u] for n, u in parts)
+
+
+def _tasks(key: str):
+    return all_tasks() if key == "all" else [get_task(k) for k in key.split(",")]
+
+
+def cmd_tasks(args: argparse.Namespace) -> int:
+    from bench import data
+
+    print(f"{'id':4} {'name':32} {'budget':>7} {'metric':>9} {'dir':>4} {'split':>6} {'baseline':>9}  data")
+    for t in all_tasks():
+        arrow = "min" if t.direction == "min" else "max"
+        print(f"{t.id:4} {t.name:32} {t.budget_minutes:>5g} m {t.metric:>9} {arrow:>4} {t.eval_split:>6} "
+              f"{t.baseline_score:>9g}  {data.data_status(t)}")
+    return 0
+
+
+def cmd_agents(args: argparse.Namespace) -> int:
+    for name, agent in sorted(AGENTS.items()):
+        print(f"{name:14} {agent.description}")
+    return 0
+
+
+def cmd_data(args: argparse.Namespace) -> int:
+    from bench import data
+
+    for t in _tasks(args.task):
+        path = data.prepare(t, force=args.force)
+        print(f"{t.id}: prepared data in {path}")
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from bench.runner import RunSpec, run
+
+    options = {"command": args.agent_command} if args.agent_command else {}
+    results = []
+    for task in _tasks(args.task):
+        for repeat in range(args.first_repeat, args.first_repeat + args.repeats):
+            spec = RunSpec(task=task, agent=args.agent, campaign=args.campaign, repeat=repeat, budget_s=args.budget,
+                           grace_s=args.grace, model=args.model, options=options, device=args.device,
+                           console=not args.quiet)
+            results.append(run(spec))
+    _print_summary(results)
+    return 0 if all(r["status"] == "success" for r in results) else 1
+
+
+def _print_summary(results: list[dict]) -> None:
+    print("\n" + f"{'task':5} {'agent':12} {'rep':>3} {'status':13} {'metric':>9} {'score':>8} {'baseline':>9} "
+          f"{'wall':>7}  run dir")
+    for r in results:
+        score = f"{r['score']:.4f}" if r.get("score") is not None else "-"
+        print(f"{r['task']:5} {r['agent']:12} {r['repeat']:>3} {r['status']:13} {r['metric']:>9} {score:>8} "
+              f"{r['baseline_score']:>9g} {r['wall_time_s']:>6.0f}s  {r['run_dir']}")
+
+
+def cmd_record(args: argparse.Namespace) -> int:
+    import json
+
+    from bench.record import load_result, record
+    from bench.tracking.runs import Recorder
+
+    result, ws = load_result(Path(args.run_dir))
+    result["mlflow_run_id"] = record(Recorder(result["campaign"]), result, ws)
+    ws.result_file.write_text(json.dumps(result, indent=2, default=str))
+    print(f"recorded {ws.run_dir} as MLflow run {result['mlflow_run_id']}")
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from bench.demo import demo
+
+    return demo(t1_budget_s=args.t1_budget, campaign=args.campaign)
+
+
+def cmd_ui(args: argparse.Namespace) -> int:
+    from bench.tracking import store
+
+    uri = store.tracking_uri()
+    store.client()  # make sure the schema exists before the server reads it
+    cmd = ["mlflow", "server", "--backend-store-uri", uri, "--host", args.host, "--port", str(args.port),
+           "--workers", "1"]
+    if store.is_embedded():
+        cmd += ["--artifacts-destination", str(store.artifact_root())]
+    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+    print(f"MLflow UI on http://{args.host}:{args.port}  (store {uri}); Ctrl-C to stop", flush=True)
+    bin_dir = Path(sys.executable).parent
+    cmd[0] = str(bin_dir / "mlflow") if (bin_dir / "mlflow").exists() else "mlflow"
+    try:
+        return subprocess.call(cmd, env=env)
+    except KeyboardInterrupt:
+        return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="bench", description="Run the 1GC-7RC benchmark for AI coding agents.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("tasks", help="list the tasks with budget, metric, direction and data status")
+    s.set_defaults(func=cmd_tasks)
+    s = sub.add_parser("agents", help="list the agents of the dispatch table")
+    s.set_defaults(func=cmd_agents)
+
+    s = sub.add_parser("data", help="download, verify and prepare task data")
+    dsub = s.add_subparsers(dest="data_command", required=True)
+    d = dsub.add_parser("prepare", help="download (or copy from $BENCH_DATA_MIRROR), verify and prepare")
+    d.add_argument("task", help="task id (t6), folder name, comma list, or 'all'")
+    d.add_argument("--force", action="store_true", help="rebuild the prepared data even if present")
+    d.set_defaults(func=cmd_data)
+
+    s = sub.add_parser("run", help="run an agent on tasks under the benchmark protocol")
+    s.add_argument("--agent", required=True, help=f"one of: {', '.join(sorted(AGENTS))}")
+    s.add_argument("--task", required=True, help="task id (t6), comma list, or 'all'")
+    s.add_argument("--budget", type=parse_duration, help="override the task budget: 90s, 3m, 1h (default: task's)")
+    s.add_argument("--repeats", type=int, default=1, help="independent runs per task (paper: 5)")
+    s.add_argument("--first-repeat", type=int, default=1, help="index of the first repeat (to extend a campaign)")
+    s.add_argument("--campaign", default="1gc-7rc", help="campaign = MLflow experiment name")
+    s.add_argument("--model", help="model for LLM agents")
+    s.add_argument("--agent-command", help="shell command for the 'command' agent")
+    s.add_argument("--grace", type=float, default=30.0, help="seconds after the budget before SIGKILL (paper: 30)")
+    s.add_argument("--device", help="evaluation device (default: cuda if available)")
+    s.add_argument("--quiet", action="store_true", help="do not stream the agent's output")
+    s.set_defaults(func=cmd_run)
+
+    s = sub.add_parser("record", help="(re)record a finished run directory in MLflow, e.g. after an outage")
+    s.add_argument("run_dir")
+    s.set_defaults(func=cmd_record)
+
+    s = sub.add_parser("demo", help="baseline agent on T6 (full) and T1 (reduced budget), then a leaderboard")
+    s.add_argument("--t1-budget", type=parse_duration, default=parse_duration("5m"), help="T1 budget (default 5m)")
+    s.add_argument("--campaign", default="demo")
+    s.set_defaults(func=cmd_demo)
+
+    s = sub.add_parser("ui", help="open the MLflow UI on the tracking store (lean: 1 worker)")
+    s.add_argument("--host", default="127.0.0.1")
+    s.add_argument("--port", type=int, default=5000)
+    s.set_defaults(func=cmd_ui)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (TaskError, AgentError) as e:
+        print(f"bench: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("bench: interrupted", file=sys.stderr)
+        return 130
+    except RuntimeError as e:  # DataError, TrackingError: their messages say what to do
+        print(f"bench: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

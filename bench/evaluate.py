@@ -1,0 +1,77 @@
+"""Isolated evaluation (paper rule 8, Fig. 2 step 5): the ORIGINAL prepare.py scores a checkpoint.
+
+The evaluation happens outside the agent's workspace, in a fresh folder holding the task's
+original ``prepare.py`` (never the workspace copy), the agent's top-level scripts (for their
+``build_model``) and nothing else; the data are read from the harness's prepared cache. It
+runs in a subprocess without the tracer, and what it prints is the official result.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from bench.tasks import Task
+
+EVAL_TIMEOUT_S = 30 * 60
+
+
+def default_device() -> str:
+    try:
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    except ImportError:
+        return "cpu"
+
+
+def stage(task: Task, workspace: Path, dest: Path) -> Path:
+    """Build the evaluation folder: original prepare.py + the workspace's scripts (not its prepare.py)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    for script in workspace.glob("*.py"):
+        if script.name != "prepare.py":
+            shutil.copy2(script, dest / script.name)
+    shutil.copy2(task.file("prepare.py"), dest / "prepare.py")
+    return dest
+
+
+def evaluate(task: Task, checkpoint: Path, eval_dir: Path, data_dir: Path, *, script: str | None = None,
+             device: str | None = None, timeout_s: float = EVAL_TIMEOUT_S) -> dict:
+    """Run ``prepare.py --eval`` in ``eval_dir`` and return its JSON (``value``) or ``{"error": ...}``."""
+    cmd = [sys.executable, "prepare.py", "--eval", str(checkpoint), "--data-dir", str(data_dir),
+           "--device", device or default_device()]
+    if script:
+        cmd += ["--script", script]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BENCH_") and k != "PYTHONPATH"}
+    t0 = time.time()
+    try:
+        proc = subprocess.run(cmd, cwd=eval_dir, env=env, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return {"error": f"evaluation exceeded {timeout_s:.0f} s", "checkpoint": str(checkpoint)}
+    result = _last_json(proc.stdout)
+    if result is None:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
+        result = {"error": f"prepare.py --eval printed no JSON (exit {proc.returncode}): " + " | ".join(tail)}
+    elif proc.returncode != 0 and "error" not in result:
+        result["error"] = f"prepare.py --eval exited {proc.returncode}"
+    result.setdefault("checkpoint", str(checkpoint))
+    result["eval_wall_s"] = round(time.time() - t0, 3)
+    return result
+
+
+def _last_json(stdout: str) -> dict | None:
+    for line in reversed(stdout.strip().splitlines()):
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                value = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(value, dict):
+                return value
+    return None

@@ -1,0 +1,115 @@
+"""The task registry: every folder under ``tasks/`` with a ``task.toml`` is a task.
+
+A task folder is self-contained (``task.toml``, ``program.md``, the locked ``prepare.py``
+and the baseline ``train.py``); nothing here knows about a particular task.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bench.paths import tasks_dir
+
+TASK_FILES = ("task.toml", "program.md", "prepare.py", "train.py")
+
+
+@dataclass(frozen=True)
+class DataSource:
+    """One raw data file: where it comes from and how to recognise the genuine bytes."""
+
+    file: str  # name in the raw data directory
+    url: str  # canonical download address
+    mirror: str  # path under BENCH_DATA_MIRROR
+    sha256: str = ""
+    md5: str = ""
+    size: int | None = None
+    required: bool = True
+
+
+@dataclass(frozen=True)
+class Task:
+    """A benchmark task as declared by its ``task.toml``."""
+
+    id: str
+    name: str
+    title: str
+    dataset: str
+    budget_minutes: float
+    metric: str
+    direction: str  # "min" or "max"
+    eval_split: str
+    baseline_score: float
+    folder: Path
+    reference_score: float | None = None
+    data: tuple[DataSource, ...] = field(default_factory=tuple)
+
+    @property
+    def budget_s(self) -> float:
+        return self.budget_minutes * 60.0
+
+    @property
+    def higher_is_better(self) -> bool:
+        return self.direction == "max"
+
+    def better(self, a: float, b: float) -> bool:
+        """True when score ``a`` beats score ``b`` under this task's direction."""
+        return a > b if self.higher_is_better else a < b
+
+    def file(self, name: str) -> Path:
+        return self.folder / name
+
+
+class TaskError(LookupError):
+    """A task that does not exist or whose folder is malformed."""
+
+
+def load_task(folder: Path) -> Task:
+    """Read one task folder, checking that it has every file an agent workspace needs."""
+    missing = [f for f in TASK_FILES if not (folder / f).is_file()]
+    if missing:
+        raise TaskError(f"task folder {folder} lacks {', '.join(missing)}")
+    with open(folder / "task.toml", "rb") as f:
+        raw = tomllib.load(f)
+    try:
+        direction = raw["direction"]
+        if direction not in ("min", "max"):
+            raise TaskError(f"{folder}/task.toml: direction must be 'min' or 'max', not {direction!r}")
+        sources = tuple(DataSource(**d) for d in raw.get("data", []))
+        return Task(
+            id=raw["id"],
+            name=folder.name,
+            title=raw["title"],
+            dataset=raw["dataset"],
+            budget_minutes=float(raw["budget_minutes"]),
+            metric=raw["metric"],
+            direction=direction,
+            eval_split=raw["eval_split"],
+            baseline_score=float(raw["baseline_score"]),
+            reference_score=raw.get("reference_score"),
+            folder=folder.resolve(),
+            data=sources,
+        )
+    except (KeyError, TypeError) as e:
+        raise TaskError(f"{folder}/task.toml is missing or has a malformed field: {e}") from e
+
+
+def all_tasks() -> list[Task]:
+    """Every task under the tasks directory, ordered by id (t1 ... t7)."""
+    root = tasks_dir()
+    folders = sorted(p for p in root.iterdir() if (p / "task.toml").is_file()) if root.is_dir() else []
+    return sorted((load_task(p) for p in folders), key=lambda t: t.id)
+
+
+def get_task(key: str) -> Task:
+    """Find a task by id (``t6``), folder name (``t6_time_series_forecasting``) or number (``6``)."""
+    key = key.strip().lower()
+    if key.isdigit():
+        key = f"t{key}"
+    tasks = all_tasks()
+    for t in tasks:
+        if key in (t.id, t.name):
+            return t
+    known = ", ".join(t.id for t in tasks) or "none found in " + str(tasks_dir())
+    raise TaskError(f"unknown task {key!r}; known tasks: {known}")

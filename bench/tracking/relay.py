@@ -1,0 +1,197 @@
+"""The relay: spool files written by traced scripts -> nested MLflow runs, in batches.
+
+One spool file per traced process (``<workspace>/.bench/spool/<ns>-<pid>.jsonl``). The relay
+runs in the harness: every couple of seconds it reads the complete new lines of each file,
+creates the script's child run on its ``start`` event, and logs metrics, params and
+checkpoints. Progress (which file maps to which run, how far it was read) is saved in
+``relay.json`` beside the spool, so a run interrupted by a tracking outage or a killed
+harness is completed later by ``bench record`` without losing or duplicating events.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import psutil
+
+from bench.tracking import schema
+from bench.tracking.runs import Recorder, TrackingError
+
+
+@dataclass
+class ScriptState:
+    """What the relay knows about one traced process."""
+
+    file: str
+    offset: int = 0
+    run_id: str | None = None
+    script: str = ""
+    pid: int = 0
+    started: float = 0.0
+    ended: float | None = None
+    status: str | None = None  # FINISHED | FAILED | KILLED once closed
+    error: str | None = None
+    params_logged: bool = False
+    metrics: int = 0
+    checkpoints: list[dict] = field(default_factory=list)
+    closed: bool = False
+
+
+class Relay:
+    """Relay the spool of one agent run into child runs of ``parent_run``."""
+
+    def __init__(self, recorder: Recorder, parent_run: str | None, spool_dir: Path, base_tags: dict[str, str],
+                 baseline_source: str = "", interval: float = 2.0):
+        self.recorder, self.parent_run, self.spool_dir = recorder, parent_run, Path(spool_dir)
+        self.base_tags, self.baseline_source, self.interval = base_tags, baseline_source, interval
+        self.state_file = self.spool_dir.parent / "relay.json"
+        self.scripts: dict[str, ScriptState] = {}
+        self.warned = False
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        if self.state_file.exists():
+            saved = json.loads(self.state_file.read_text())
+            self.scripts = {k: ScriptState(**v) for k, v in saved.get("scripts", {}).items()}
+
+    # --- thread ------------------------------------------------------------------------------
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="bench-relay", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.poll()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=60)
+
+    # --- reading -----------------------------------------------------------------------------
+    @property
+    def launches(self) -> int:
+        """Traced script launches seen so far (spool files with a start event)."""
+        return sum(1 for s in self.scripts.values() if s.script)
+
+    def poll(self) -> bool:
+        """Relay every complete new line; returns False if the tracking store failed (retried next time)."""
+        with self._lock:
+            ok = True
+            for path in sorted(self.spool_dir.glob("*.jsonl")):
+                state = self.scripts.setdefault(path.name, ScriptState(file=path.name))
+                try:
+                    self._read(path, state)
+                except TrackingError as e:
+                    ok = False
+                    if not self.warned:
+                        print(f"[bench] tracking degraded, events stay spooled and are retried: {e}", flush=True)
+                        self.warned = True
+            self._save()
+            return ok
+
+    def _read(self, path: Path, state: ScriptState) -> None:
+        with open(path, "rb") as f:
+            f.seek(state.offset)
+            data = f.read()
+        end = data.rfind(b"\n") + 1  # only complete lines: the writer may be mid-line
+        for line in data[:end].splitlines(keepends=True):
+            try:
+                event = json.loads(line)
+            except ValueError:
+                event = None  # a torn or foreign line: skip it, never stop relaying
+            if isinstance(event, dict):
+                self._apply(state, event)
+            state.offset += len(line)  # advanced only once the event is recorded
+
+    def _apply(self, s: ScriptState, ev: dict) -> None:
+        kind = ev.get("ev")
+        if kind == "start":
+            s.script, s.pid, s.started = ev.get("script", "?"), int(ev.get("pid", 0)), float(ev.get("t", time.time()))
+            self._ensure_run(s)
+            rec, run = self.recorder, s.run_id
+            rec.log_params(run, {"argv": " ".join(ev.get("argv", [])), "pid": s.pid})
+            source = ev.get("source", "")
+            rec.log_text(run, source, f"source/{s.script}")
+            if self.baseline_source and s.script != "train.py":
+                diff = difflib.unified_diff(self.baseline_source.splitlines(True), source.splitlines(True),
+                                            "train.py", s.script)
+                rec.log_text(run, "".join(diff), f"source/{s.script}.diff")
+            return
+        self._ensure_run(s)
+        if kind == "metrics":
+            rows = [(k, v, int(ev.get("step", 0)), ev.get("t")) for k, v in ev.get("metrics", {}).items()]
+            s.metrics += self.recorder.log_metrics(s.run_id, rows)
+        elif kind == "checkpoint":
+            if not s.params_logged and isinstance(ev.get("config"), dict):
+                self.recorder.log_params(s.run_id, {"config": ev["config"]})
+                s.params_logged = True
+            index = len(s.checkpoints)
+            self.recorder.log_metrics(s.run_id, [(schema.CHECKPOINT_SCORE, ev.get("val_score"), index, ev.get("t"))])
+            ckpt = Path(ev.get("path", ""))
+            if ckpt.is_file():
+                self.recorder.log_artifact(s.run_id, ckpt, "checkpoints")
+            s.checkpoints.append({k: ev.get(k) for k in ("path", "val_score", "metric", "step", "t")})
+        elif kind == "end":
+            s.ended, s.status, s.error = float(ev.get("t", time.time())), ev.get("status", "FINISHED"), ev.get("error")
+            self._close(s)
+
+    def _ensure_run(self, s: ScriptState) -> None:
+        if s.run_id is None and self.parent_run is None:
+            raise TrackingError("the agent run does not exist yet; script events stay spooled")
+        if s.run_id is None:
+            name = s.script or s.file
+            tags = {**self.base_tags, schema.KIND: schema.KIND_SCRIPT, schema.SCRIPT: name, schema.PID: s.pid}
+            s.run_id = self.recorder.create_run(name, tags, parent=self.parent_run, start_time=s.started or None)
+
+    def _close(self, s: ScriptState) -> None:
+        tags = {schema.EXIT: s.status}
+        if s.error:
+            tags[schema.REASON] = s.error[:500]
+        self.recorder.set_tags(s.run_id, tags)
+        self.recorder.end_run(s.run_id, s.status, s.ended)
+        s.closed = True
+
+    # --- the end -----------------------------------------------------------------------------
+    def finalize(self) -> dict:
+        """Relay what is left, then close runs of processes that died without an end event as KILLED."""
+        self.stop()
+        self.poll()
+        with self._lock:
+            for s in self.scripts.values():
+                if s.script and not s.closed and not _alive(s.pid, s.started):
+                    s.status, s.ended = "KILLED", time.time()
+                    try:
+                        self._close(s)
+                    except TrackingError:
+                        pass
+            self._save()
+        return self.summary()
+
+    def summary(self) -> dict:
+        statuses = [s.status or "RUNNING" for s in self.scripts.values() if s.script]
+        return {"launched": self.launches, "statuses": {k: statuses.count(k) for k in sorted(set(statuses))},
+                "unrelayed": sum(1 for s in self.scripts.values() if s.script and not s.closed),
+                "scripts": [{"script": s.script, "pid": s.pid, "status": s.status, "run_id": s.run_id,
+                             "started": s.started, "ended": s.ended, "checkpoints": len(s.checkpoints),
+                             "error": s.error} for s in self.scripts.values() if s.script]}
+
+    def _save(self) -> None:
+        tmp = self.state_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"parent_run": self.parent_run,
+                                   "scripts": {k: asdict(v) for k, v in self.scripts.items()}}))
+        tmp.replace(self.state_file)
+
+
+def _alive(pid: int, started: float) -> bool:
+    """True while the traced process still runs (guarding against pid reuse)."""
+    try:
+        p = psutil.Process(pid)
+        return p.create_time() <= started + 1 and p.status() != psutil.STATUS_ZOMBIE
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return False

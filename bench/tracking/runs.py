@@ -1,0 +1,125 @@
+"""Every MLflow write of the harness goes through :class:`Recorder`.
+
+The harness is the only process that talks to MLflow (training scripts spool to files,
+see ``hook/sitecustomize.py``), so this class is also where tracking failures are
+contained: each call raises :class:`TrackingError`, and the caller decides whether to
+retry later (the relay) or to tell the user how to record afterwards (the runner).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from bench.tracking import schema, store
+
+# An unreachable tracking server must cost seconds, not MLflow's default minutes of retries.
+os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
+os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "15")
+
+
+class TrackingError(RuntimeError):
+    """The tracking store refused or could not be reached; what was spooled is kept."""
+
+
+def flatten(params: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
+    """Nested config -> flat ``{"optim.lr": "0.0003"}``, values cut to MLflow's 6,000 characters."""
+    flat: dict[str, str] = {}
+    for key, value in params.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            flat.update(flatten(value, name + "."))
+        else:
+            flat[name[:250]] = str(value)[:6000]
+    return flat
+
+
+def _ms(t: float | None) -> int:
+    return int((t if t is not None else time.time()) * 1000)
+
+
+class Recorder:
+    """MLflow writes for one campaign (one experiment)."""
+
+    def __init__(self, campaign: str):
+        self.campaign = campaign
+        self._experiment_id: str | None = None
+
+    def _client(self):
+        try:
+            c = store.client()
+            if self._experiment_id is None:
+                self._experiment_id = store.experiment_id(self.campaign)
+            return c
+        except Exception as e:
+            store._client.cache_clear()  # retry from scratch next time
+            raise TrackingError(f"tracking store {store.tracking_uri()} unavailable: {e}") from e
+
+    def _do(self, what: str, fn, *args, **kwargs):
+        c = self._client()
+        try:
+            return getattr(c, fn)(*args, **kwargs)
+        except Exception as e:
+            raise TrackingError(f"{what} failed on {store.tracking_uri()}: {e}") from e
+
+    # --- runs --------------------------------------------------------------------------------
+    def create_run(self, name: str, tags: Mapping[str, str], *, parent: str | None = None,
+                   start_time: float | None = None) -> str:
+        """Create a run (nested under ``parent`` when given) and return its id."""
+        self._client()
+        all_tags = {k: str(v) for k, v in tags.items()}
+        if parent:
+            all_tags[schema.PARENT] = parent
+        run = self._do("create run", "create_run", self._experiment_id, start_time=_ms(start_time),
+                       tags=all_tags, run_name=name)
+        return run.info.run_id
+
+    def end_run(self, run_id: str, status: str = "FINISHED", end_time: float | None = None) -> None:
+        """Close a run: MLflow status FINISHED, FAILED or KILLED."""
+        self._do("end run", "set_terminated", run_id, status=status, end_time=_ms(end_time))
+
+    # --- data --------------------------------------------------------------------------------
+    def log_params(self, run_id: str, params: Mapping[str, Any]) -> None:
+        from mlflow.entities import Param
+
+        items = [Param(k, v) for k, v in flatten(params).items()]
+        for i in range(0, len(items), 100):
+            self._do("log params", "log_batch", run_id, params=items[i : i + 100])
+
+    def set_tags(self, run_id: str, tags: Mapping[str, Any]) -> None:
+        from mlflow.entities import RunTag
+
+        items = [RunTag(k, str(v)) for k, v in tags.items()]
+        for i in range(0, len(items), 100):
+            self._do("set tags", "log_batch", run_id, tags=items[i : i + 100])
+
+    def log_metrics(self, run_id: str, rows: Iterable[tuple[str, float, int, float | None]]) -> int:
+        """Log ``(key, value, step, unix_time)`` rows in batches; non-finite values are skipped. Returns the count."""
+        from mlflow.entities import Metric
+
+        items = [Metric(k, float(v), _ms(t), int(s)) for k, v, s, t in rows if v is not None and math.isfinite(v)]
+        for i in range(0, len(items), 1000):
+            self._do("log metrics", "log_batch", run_id, metrics=items[i : i + 1000])
+        return len(items)
+
+    def log_metric(self, run_id: str, key: str, value: float, step: int = 0) -> None:
+        self.log_metrics(run_id, [(key, value, step, None)])
+
+    def log_text(self, run_id: str, text: str, artifact_file: str) -> None:
+        self._do("log text", "log_text", run_id, text, artifact_file)
+
+    def log_artifact(self, run_id: str, path: Path, artifact_path: str | None = None) -> None:
+        if Path(path).exists():
+            self._do("log artifact", "log_artifact", run_id, str(path), artifact_path)
+
+    def get_run(self, run_id: str):
+        return self._do("get run", "get_run", run_id)
+
+    @property
+    def experiment_id(self) -> str:
+        self._client()
+        return self._experiment_id

@@ -1,0 +1,58 @@
+"""The MLflow tag schema: the only place where tag, param and metric names are spelled.
+
+``analysis/`` filters runs on these tags, so they are a public contract: add names,
+never rename them.
+
+Run hierarchy in one experiment per campaign::
+
+    agent run   (bench.kind=agent)    one agent on one task, one repeat
+      script run  (bench.kind=script)   every run_<x>.py / train.py the agent launched
+      eval run    (bench.kind=eval)     official evaluation of a selected checkpoint
+"""
+
+from __future__ import annotations
+
+# --- tags ---------------------------------------------------------------------------------
+PARENT = "mlflow.parentRunId"  # MLflow's own nesting tag (the UI draws the tree from it)
+RUN_NOTE = "mlflow.note.content"  # MLflow's description field, shown on the run page
+
+KIND = "bench.kind"  # agent | script | eval
+CAMPAIGN = "bench.campaign"
+AGENT = "bench.agent"  # dispatch-table name: baseline, command, claude-code, ...
+MODEL = "bench.model"  # LLM behind the agent ("" for offline agents)
+TASK = "bench.task"  # t1 ... t7
+REPEAT = "bench.repeat"  # 1-based repeat index
+STATUS = "bench.status"  # success | failed | refused | timeout | disqualified | interrupted
+REASON = "bench.reason"  # one line: why the status is what it is
+PARTIAL_DATA = "bench.partial_data"  # "true" when the task ran on an incomplete dataset
+WORKSPACE = "bench.workspace"
+SYNTHETIC = "bench.synthetic"  # "true" for generated runs (benchmarks), never real results
+
+SCRIPT = "bench.script"  # script runs: file name, e.g. run_3.py
+PID = "bench.pid"
+EXIT = "bench.exit"  # FINISHED | FAILED | KILLED, as observed
+CANDIDATE = "bench.candidate"  # eval runs: best | window-<k>
+
+KIND_AGENT = "agent"
+KIND_SCRIPT = "script"
+KIND_EVAL = "eval"
+
+STATUSES = ("success", "failed", "refused", "timeout", "disqualified", "interrupted")
+
+# --- metrics on the agent run ---------------------------------------------------------------
+SCORE = "score"  # the official score (task metric, eval split)
+SUCCESS = "success"  # 1.0 / 0.0
+WALL_TIME = "wall_time_s"
+BUDGET_UTILISATION = "budget_utilisation"  # agent wall time / budget
+SCRIPTS_LAUNCHED = "scripts_launched"  # counted by the tracer
+CHECKPOINTS = "checkpoints"
+ANYTIME = "anytime_score"  # official score of the best checkpoint of each 5-minute window; step = minutes
+BEST_VAL = "best_val_score"  # self-reported validation score of the scored checkpoint
+
+# --- metrics on script runs -------------------------------------------------------------------
+CHECKPOINT_SCORE = "checkpoint_val_score"  # self-reported score of each saved checkpoint; step = save index
+
+
+def official_metric(metric: str) -> str:
+    """Name of the official metric on the agent run, e.g. ``official_mse``."""
+    return f"official_{metric}"

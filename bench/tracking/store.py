@@ -1,0 +1,72 @@
+"""The tracking store: which MLflow backend, created once, and one experiment per campaign.
+
+Default: an embedded store under ``mlruns/`` (SQLite database + local artifacts), addressed
+by an absolute URI so that child processes and later sessions find the same files whatever
+their working directory. ``MLFLOW_TRACKING_URI`` overrides it (a server, PostgreSQL, ...).
+"""
+
+from __future__ import annotations
+
+import os
+from functools import cache
+from pathlib import Path
+
+from bench.paths import mlruns_dir
+
+
+def default_uri() -> str:
+    return f"sqlite:///{mlruns_dir() / 'mlflow.db'}"
+
+
+def tracking_uri() -> str:
+    """The URI in force: ``MLFLOW_TRACKING_URI`` if set, else the embedded store."""
+    return os.environ.get("MLFLOW_TRACKING_URI") or default_uri()
+
+
+def is_embedded() -> bool:
+    return tracking_uri() == default_uri()
+
+
+def artifact_root() -> Path:
+    return mlruns_dir() / "artifacts"
+
+
+def client():
+    """An MlflowClient on the store in force (one per URI, created once)."""
+    return _client(tracking_uri())
+
+
+@cache
+def _client(uri: str):
+    """An MlflowClient on ``uri``, with its schema created before any other process uses it.
+
+    Creating a new SQLite/PostgreSQL schema from several processes at once fails
+    (MLFLOW-NOTES.md), so the harness does it here, once, before it starts an agent.
+    """
+    import mlflow
+    from mlflow.tracking import MlflowClient
+
+    if uri == default_uri():
+        mlruns_dir().mkdir(parents=True, exist_ok=True)
+    mlflow.set_tracking_uri(uri)
+    c = MlflowClient(tracking_uri=uri)
+    c.search_experiments(max_results=1)  # creates the schema on first use
+    return c
+
+
+def experiment_id(campaign: str) -> str:
+    """The experiment of a campaign, created on first use (artifacts under ``mlruns/artifacts``)."""
+    c = client()
+    exp = c.get_experiment_by_name(campaign)
+    if exp is not None:
+        if exp.lifecycle_stage == "deleted":
+            c.restore_experiment(exp.experiment_id)
+        return exp.experiment_id
+    location = (artifact_root() / campaign).as_uri() if is_embedded() else None
+    try:
+        return c.create_experiment(campaign, artifact_location=location)
+    except Exception:  # created meanwhile by another harness process
+        exp = c.get_experiment_by_name(campaign)
+        if exp is None:
+            raise
+        return exp.experiment_id

@@ -1,0 +1,100 @@
+"""The workspace (paper Fig. 2, step 1): a fresh, isolated directory per agent run.
+
+Layout of one run directory::
+
+    <workspaces>/<campaign>/<task>-<agent>-r<repeat>-<time>/
+        workspace/            the agent's working directory (and nothing above it is its business)
+            program.md train.py prepare.py (read-only) data/ checkpoints/
+            .bench/spool/     events of traced scripts (written by the tracer, read by the relay)
+        agent.log             everything the agent printed (harness-side: the agent cannot rewrite it)
+        eval/                 isolated evaluation folders
+        result.json           the run's outcome
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import stat
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.paths import workspaces_dir
+from bench.tasks import Task
+
+COPIED = ("program.md", "train.py", "prepare.py")
+
+
+def sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+@dataclass(frozen=True)
+class Workspace:
+    run_dir: Path
+    task: Task
+
+    @property
+    def path(self) -> Path:
+        return self.run_dir / "workspace"
+
+    @property
+    def spool_dir(self) -> Path:
+        return self.path / ".bench" / "spool"
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.path / "checkpoints"
+
+    @property
+    def log(self) -> Path:
+        return self.run_dir / "agent.log"
+
+    @property
+    def result_file(self) -> Path:
+        return self.run_dir / "result.json"
+
+    @property
+    def eval_dir(self) -> Path:
+        return self.run_dir / "eval"
+
+    def scripts(self) -> list[Path]:
+        """The agent's top-level Python files (the locked prepare.py excluded)."""
+        return sorted(p for p in self.path.glob("*.py") if p.name != "prepare.py")
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-") or "x"
+
+
+def create(task: Task, data_dir: Path, *, campaign: str, agent: str, repeat: int, root: Path | None = None
+           ) -> Workspace:
+    """Create the run directory with copies of the task files and the prepared data.
+
+    The data are copied, not linked: the agent may write into its copy without touching the
+    originals that the official evaluation reads.
+    """
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    base = (root or workspaces_dir()) / _slug(campaign)
+    run_dir = base / f"{task.id}-{_slug(agent)}-r{repeat}-{stamp}"
+    n = 1
+    while run_dir.exists():
+        n += 1
+        run_dir = base / f"{task.id}-{_slug(agent)}-r{repeat}-{stamp}-{n}"
+    ws = Workspace(run_dir, task)
+    ws.path.mkdir(parents=True)
+    for name in COPIED:
+        shutil.copy2(task.file(name), ws.path / name)
+    locked = ws.path / "prepare.py"
+    os.chmod(locked, stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH)
+    shutil.copytree(data_dir, ws.path / "data", ignore=shutil.ignore_patterns(".complete"))
+    ws.checkpoints.mkdir()
+    ws.spool_dir.mkdir(parents=True)
+    return ws

@@ -1,0 +1,350 @@
+"""Task T1, character-level language modelling on TinyShakespeare: data, evaluation, checkpoints.
+
+LOCKED: do not modify this file; the harness evaluates with the original.
+
+Read it top to bottom, like a tutorial:
+  1. constants
+  2. preparation: raw input.txt -> data/train.bin, data/val.bin, data/meta.json
+  3. loaders that your training script imports
+  4. the evaluation function (the official metric, val_bpb)
+  5. checkpoint + logging helpers (the output contract)
+  6. the command line:
+       python prepare.py --prepare --raw-dir RAW --data-dir OUT    # build data/ (the harness does this)
+       python prepare.py --eval checkpoints/<file>.pt              # score a checkpoint, print one JSON line
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import math
+import os
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+# ---------------------------------------------------------------------------
+# 1. Constants
+# ---------------------------------------------------------------------------
+
+TASK_ID = "t1"
+METRIC = "val_bpb"  # bits per character on the validation split: mean cross-entropy (nats) / ln 2
+DIRECTION = "min"  # lower is better
+EVAL_SPLIT = "val"
+DATA_DIR = "data"
+CHECKPOINT_DIR = "checkpoints"
+
+RAW_FILE = "input.txt"  # TinyShakespeare, 1,115,394 characters
+TRAIN_FRACTION = 0.9  # the first 90 % of the characters train, the last 10 % validate
+DEFAULT_BLOCK_SIZE = 256  # evaluation context when a checkpoint's config has no "block_size"
+EVAL_BATCH_SIZE = 64  # blocks per forward pass during evaluation (does not change the score)
+
+
+# ---------------------------------------------------------------------------
+# 2. Preparation: one text file -> character ids
+# The vocabulary is the sorted set of characters of the whole file (65 for
+# TinyShakespeare). Every character becomes its index in that list, stored as
+# uint16 in a flat binary file (read it back with np.fromfile(..., np.uint16)).
+# ---------------------------------------------------------------------------
+
+
+def prepare_data(raw_dir: str, data_dir: str) -> dict:
+    """Build train.bin, val.bin and meta.json in data_dir from raw_dir/input.txt."""
+    with open(os.path.join(raw_dir, RAW_FILE), encoding="utf-8") as f:
+        text = f.read()
+    vocab = sorted(set(text))
+    stoi = {ch: i for i, ch in enumerate(vocab)}
+    ids = np.array([stoi[ch] for ch in text], dtype=np.uint16)
+
+    n_train = int(len(ids) * TRAIN_FRACTION)  # 1,003,854 of 1,115,394 for the real file
+    os.makedirs(data_dir, exist_ok=True)
+    ids[:n_train].tofile(os.path.join(data_dir, "train.bin"))
+    ids[n_train:].tofile(os.path.join(data_dir, "val.bin"))
+    meta = {"vocab": vocab, "vocab_size": len(vocab), "train_chars": n_train, "val_chars": len(ids) - n_train}
+    with open(os.path.join(data_dir, "meta.json"), "w", encoding="utf-8") as f:
+        json.dump(meta, f, indent=1)
+    return meta
+
+
+# ---------------------------------------------------------------------------
+# 3. Loaders for training scripts
+# ---------------------------------------------------------------------------
+
+
+def load_ids(split: str, data_dir: str = DATA_DIR) -> np.ndarray:
+    """The character ids of one split ("train" or "val") as a 1-D uint16 array."""
+    if split not in ("train", "val"):
+        raise ValueError(f"split must be 'train' or 'val', not {split!r}")
+    return np.fromfile(os.path.join(data_dir, f"{split}.bin"), dtype=np.uint16)
+
+
+def load_meta(data_dir: str = DATA_DIR) -> dict:
+    """The vocabulary: {"vocab": [65 characters], "vocab_size": 65, "train_chars": ..., "val_chars": ...}."""
+    with open(os.path.join(data_dir, "meta.json"), encoding="utf-8") as f:
+        return json.load(f)
+
+
+def encode(text: str, meta: dict) -> list[int]:
+    """Characters -> ids (for sampling prompts)."""
+    stoi = {ch: i for i, ch in enumerate(meta["vocab"])}
+    return [stoi[ch] for ch in text]
+
+
+def decode(ids, meta: dict) -> str:
+    """Ids -> characters (for printing samples)."""
+    return "".join(meta["vocab"][int(i)] for i in ids)
+
+
+# ---------------------------------------------------------------------------
+# 4. Evaluation: bits per character on a split
+# The ids are cut into consecutive, non-overlapping blocks of block_size + 1
+# characters. Inside a block the model reads the first block_size characters
+# and predicts each next one, so a block of L characters scores L - 1
+# predictions (the first character of every block is context only). The tail
+# that is shorter than a full block is scored as one last, shorter block.
+# Nothing is random, so every model is scored on the same fixed blocks for a
+# given block_size; the score is the mean cross-entropy over all predicted
+# characters, in bits. Your script's own validation score should come from
+# this very function.
+# ---------------------------------------------------------------------------
+
+
+def eval_blocks(n_ids: int, block_size: int) -> list[tuple[int, int]]:
+    """(start, end) of every evaluation block over n_ids characters (end exclusive)."""
+    step = block_size + 1
+    blocks = [(s, s + step) for s in range(0, n_ids - step + 1, step)]
+    tail_start = blocks[-1][1] if blocks else 0
+    if n_ids - tail_start >= 2:  # a tail of one character has nothing to predict
+        blocks.append((tail_start, n_ids))
+    return blocks
+
+
+@torch.no_grad()
+def evaluate_bpb(
+    model: nn.Module,
+    ids: np.ndarray,
+    block_size: int = DEFAULT_BLOCK_SIZE,
+    batch_size: int = EVAL_BATCH_SIZE,
+    device: str | torch.device = "cpu",
+    vocab_size: int | None = None,
+) -> tuple[float, int]:
+    """Return (bits per character, number of predicted characters) of `model` on `ids`.
+
+    The model is called as model(idx) with idx a LongTensor [B, T] (T <= block_size)
+    and must return logits [B, T, vocab_size], or a tuple whose first element is them.
+    """
+    device = torch.device(device)
+    block_size = int(block_size)
+    if block_size < 1:
+        raise ValueError(f"block_size must be a positive integer, not {block_size}")
+    data = torch.from_numpy(ids.astype(np.int64))
+    blocks = eval_blocks(len(data), block_size)
+    full = [b for b in blocks if b[1] - b[0] == block_size + 1]
+    batches = [torch.stack([data[s:e] for s, e in full[i : i + batch_size]]) for i in range(0, len(full), batch_size)]
+    if len(full) < len(blocks):  # the shorter tail block goes alone
+        s, e = blocks[-1]
+        batches.append(data[s:e].unsqueeze(0))
+
+    was_training = model.training
+    model.eval()
+    total_nats = torch.zeros((), dtype=torch.float64, device=device)
+    n_predicted = 0
+    for batch in batches:
+        batch = batch.to(device, non_blocking=True)
+        x, y = batch[:, :-1], batch[:, 1:]
+        # bf16 autocast on CUDA only; the loss itself is computed in float32.
+        with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
+            out = model(x)
+        logits = out[0] if isinstance(out, (tuple, list)) else out
+        if not isinstance(logits, torch.Tensor) or logits.dim() != 3 or tuple(logits.shape[:2]) != tuple(x.shape):
+            got = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__
+            raise ValueError(
+                f"model(idx) with idx of shape {tuple(x.shape)} must return logits of shape "
+                f"[{x.shape[0]}, {x.shape[1]}, vocab_size] (a prediction at every position), got {got}"
+            )
+        if vocab_size is not None and logits.shape[-1] != vocab_size:
+            raise ValueError(f"logits have {logits.shape[-1]} classes, the vocabulary has {vocab_size}")
+        nats = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), y.reshape(-1), reduction="sum")
+        total_nats += nats.double()
+        n_predicted += y.numel()
+    model.train(was_training)
+    return total_nats.item() / n_predicted / math.log(2), n_predicted
+
+
+# 5. The helper block below is shared verbatim by all seven tasks (hence kept out of the formatter).
+# fmt: off
+# ---------------------------------------------------------------------------
+# Checkpoint + logging helpers (the output contract, paper rule 7).
+# Every training script saves its models through save_checkpoint() so that the
+# harness can find them, rank them by the validation score the script
+# reports, and rebuild them for the official evaluation:
+#     model = build_model(payload["config"]); model.load_state_dict(sd, strict=True)
+# ---------------------------------------------------------------------------
+
+CHECKPOINT_FORMAT = "1gc-7rc/checkpoint-v1"
+
+
+def _trace(event: dict) -> None:
+    """Append one event to the harness's spool file, if the harness set one.
+
+    Standard library only and a no-op outside the harness, so it costs nothing
+    when you run a script by hand. The harness relays these lines to MLflow.
+    """
+    path = os.environ.get("BENCH_SPOOL_FILE")
+    if not path:
+        return
+    try:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(event, default=str) + "\n")
+    except OSError:
+        pass  # tracing must never break training
+
+
+def log_metrics(step: int, **metrics: float) -> None:
+    """Print one progress line (`step 100 | loss 1.2300 | val_bpb 2.3100`) and trace it."""
+    values = {k: float(v) for k, v in metrics.items()}
+    print(f"step {step} | " + " | ".join(f"{k} {v:.4f}" for k, v in values.items()), flush=True)
+    _trace({"ev": "metrics", "t": time.time(), "step": int(step), "metrics": values})
+
+
+def save_checkpoint(model: nn.Module, config: dict, val_score: float, *, step: int | None = None,
+                    path: str | None = None) -> str:
+    """Save a scored checkpoint into checkpoints/ and return its path.
+
+    `config` must be plain Python values (numbers, strings, lists, dicts): it is
+    stored beside the weights and passed back to your script's build_model().
+    `val_score` is your own measurement of METRIC on the validation split.
+    The state dict is saved as is: evaluation loads it with strict=True, so a
+    torch.compile()d model must be saved via model._orig_mod.
+    """
+    script = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "unknown"
+    if path is None:
+        os.makedirs(CHECKPOINT_DIR, exist_ok=True)
+        stem = os.path.splitext(script)[0]
+        tag = f"step{step}_" if step is not None else ""
+        path = os.path.join(CHECKPOINT_DIR, f"{stem}_{tag}{METRIC}{float(val_score):.4f}_{time.time_ns()}.pt")
+    payload = {
+        "format": CHECKPOINT_FORMAT,
+        "state_dict": model.state_dict(),
+        "config": config,
+        "script": script,
+        "val_score": float(val_score),
+        "metric": METRIC,
+        "step": step,
+        "time": time.time(),
+    }
+    tmp = path + ".tmp"
+    torch.save(payload, tmp)
+    os.replace(tmp, path)  # atomic: the harness never sees half a file
+    _trace({"ev": "checkpoint", "t": time.time(), "path": os.path.abspath(path), "val_score": float(val_score),
+            "metric": METRIC, "step": step, "config": config})
+    return path
+
+
+def load_checkpoint(path: str) -> dict:
+    """Load a checkpoint payload (weights_only: a checkpoint cannot run code)."""
+    payload = torch.load(path, map_location="cpu", weights_only=True)
+    if not isinstance(payload, dict) or "state_dict" not in payload or "config" not in payload:
+        raise ValueError(f"{path} is not a checkpoint saved by save_checkpoint(): it needs 'state_dict' and 'config'")
+    return payload
+
+
+def load_build_model(script_path: str):
+    """Import build_model from a training script without running its training."""
+    spec = importlib.util.spec_from_file_location("_scored_script", script_path)
+    module = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(script_path)))
+    spec.loader.exec_module(module)  # scripts must guard training with `if __name__ == "__main__":`
+    if not hasattr(module, "build_model"):
+        raise AttributeError(f"{script_path} has no build_model(config) function (rule 7)")
+    return module.build_model
+
+
+def rebuild_model(payload: dict, script_path: str) -> nn.Module:
+    """build_model(config) + load_state_dict(strict=True): exactly what the official evaluation does."""
+    model = load_build_model(script_path)(payload["config"])
+    model.load_state_dict(payload["state_dict"], strict=True)
+    return model
+# fmt: on
+
+
+# ---------------------------------------------------------------------------
+# 6. Command line
+# ---------------------------------------------------------------------------
+
+
+def official_eval(args: argparse.Namespace) -> dict:
+    """Rebuild the checkpoint's model through its script and score it on the validation split."""
+    t0 = time.time()
+    payload = load_checkpoint(args.eval)
+    script = args.script or os.path.join(os.getcwd(), str(payload.get("script", "")))
+    if not os.path.isfile(script):
+        raise FileNotFoundError(f"training script {script} not found; pass --script PATH (the file with build_model)")
+    try:
+        model = rebuild_model(payload, script)
+    except RuntimeError as e:
+        if any(str(k).startswith("_orig_mod.") for k in payload["state_dict"]):
+            raise RuntimeError(
+                "state_dict keys start with '_orig_mod.' (a torch.compile()d model): "
+                "save the original module, save_checkpoint(model._orig_mod, ...)"
+            ) from e
+        raise
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    model.to(device)
+    meta = load_meta(args.data_dir)
+    block_size = payload["config"].get("block_size", DEFAULT_BLOCK_SIZE)
+    value, n = evaluate_bpb(
+        model, load_ids(EVAL_SPLIT, args.data_dir), block_size, args.batch_size, device, meta["vocab_size"]
+    )
+    if not math.isfinite(value):
+        raise ValueError(f"{METRIC} is {value}: the model produced non-finite logits")
+    return {
+        "task": TASK_ID,
+        "metric": METRIC,
+        "value": value,
+        "direction": DIRECTION,
+        "split": EVAL_SPLIT,
+        "checkpoint": os.path.abspath(args.eval),
+        "script": os.path.abspath(script),
+        "seconds": round(time.time() - t0, 3),
+        "n": n,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--prepare", action="store_true", help="build the prepared data from --raw-dir")
+    parser.add_argument("--raw-dir", help="directory holding the verified raw input.txt")
+    parser.add_argument("--eval", metavar="CHECKPOINT", help="score a checkpoint on the validation split")
+    parser.add_argument("--script", help="training script with build_model (default: the checkpoint's, in cwd)")
+    parser.add_argument("--data-dir", default=DATA_DIR, help=f"prepared data directory (default {DATA_DIR})")
+    parser.add_argument("--device", choices=["cpu", "cuda"], help="default: cuda when available")
+    parser.add_argument("--batch-size", type=int, default=EVAL_BATCH_SIZE, help="blocks per evaluation batch")
+    args = parser.parse_args()
+
+    if args.prepare:
+        if not args.raw_dir:
+            parser.error("--prepare needs --raw-dir")
+        meta = prepare_data(args.raw_dir, args.data_dir)
+        print(
+            f"prepared {args.data_dir}: vocab {meta['vocab_size']}, train {meta['train_chars']:,} chars, "
+            f"val {meta['val_chars']:,} chars"
+        )
+    elif args.eval:
+        try:
+            result = official_eval(args)
+        except Exception as e:  # any failure becomes one JSON line saying what to fix
+            print(json.dumps({"task": TASK_ID, "error": f"{type(e).__name__}: {e}"}))
+            sys.exit(1)
+        print(json.dumps(result))
+    else:
+        parser.error("give --prepare or --eval")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,353 @@
+# =============================================================================
+# prepare.py for T6 (time series forecasting, ETTh1): LOCKED.
+# Do not modify: the harness evaluates with the original copy of this file.
+#
+# What is here, in order:
+#   1. constants (task, split borders, window lengths)
+#   2. preparation: ETTh1.csv -> normalised float32 arrays in data/
+#   3. loaders the training scripts import (load_split, load_series, load_meta)
+#   4. the evaluation function (test MSE in normalised space)
+#   5. checkpoint + logging helpers (shared by all seven tasks)
+#   6. main(): the command line
+#
+#   python prepare.py --prepare --raw-dir RAW --data-dir OUT
+#   python prepare.py --eval checkpoints/<file>.pt [--script PATH] [--data-dir DIR] [--device cpu|cuda]
+#                     [--batch-size N]
+# =============================================================================
+
+from __future__ import annotations
+
+import argparse
+import csv
+import importlib.util
+import json
+import math
+import os
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+# ---------------------------------------------------------------------------
+# 1. Constants
+# ---------------------------------------------------------------------------
+
+TASK_ID = "t6"
+METRIC = "mse"  # mean squared error over all windows, steps and channels, in normalised units
+DIRECTION = "min"  # lower is better
+EVAL_SPLIT = "test"
+DATA_DIR = "data"
+CHECKPOINT_DIR = "checkpoints"
+
+RAW_FILE = "ETTh1.csv"
+COLUMNS = ["HUFL", "HULL", "MUFL", "MULL", "LUFL", "LULL", "OT"]  # the 7 channels, in file order
+N_ROWS = 17420  # hourly rows, 2016-07-01 00:00 to 2018-06-26 19:00
+N_CHANNELS = len(COLUMNS)
+SEQ_LEN = 336  # look-back: the model sees 336 hours (14 days) ...
+PRED_LEN = 96  # ... and predicts the next 96 hours (4 days)
+
+# The standard LTSF split (Informer, DLinear, PatchTST): 12 months train, 4 months val, 4 months test,
+# months of 30 days. Val and test start SEQ_LEN rows early, so that their first window has a full
+# look-back; only the rows after the border are ever predicted. The last 3,020 rows are unused.
+MONTH = 30 * 24
+TRAIN_END = 12 * MONTH  # 8640
+VAL_END = TRAIN_END + 4 * MONTH  # 11520
+TEST_END = VAL_END + 4 * MONTH  # 14400
+BORDERS = {
+    "train": (0, TRAIN_END),
+    "val": (TRAIN_END - SEQ_LEN, VAL_END),
+    "test": (VAL_END - SEQ_LEN, TEST_END),
+}
+# Windows at stride 1: rows - (SEQ_LEN + PRED_LEN) + 1 -> 8,209 train, 2,785 val, 2,785 test.
+N_WINDOWS = {split: (end - start) - (SEQ_LEN + PRED_LEN) + 1 for split, (start, end) in BORDERS.items()}
+
+
+# ---------------------------------------------------------------------------
+# 2. Preparation: raw CSV -> data/{train,val,test}.npy + data/meta.json
+# ---------------------------------------------------------------------------
+
+
+def read_raw(raw_dir: str) -> tuple[list[str], np.ndarray]:
+    """Read ETTh1.csv and check its shape: (dates, values [N_ROWS, 7] float64)."""
+    path = os.path.join(raw_dir, RAW_FILE)
+    with open(path, newline="", encoding="utf-8") as f:
+        rows = list(csv.reader(f))
+    header, rows = rows[0], [r for r in rows[1:] if r]
+    if header != ["date"] + COLUMNS:
+        raise ValueError(f"{path}: expected columns {['date'] + COLUMNS}, found {header}")
+    if len(rows) != N_ROWS:
+        raise ValueError(f"{path}: expected {N_ROWS} data rows, found {len(rows)}")
+    dates = [r[0] for r in rows]
+    values = np.array([[float(v) for v in r[1:]] for r in rows], dtype=np.float64)
+    if not np.isfinite(values).all():
+        raise ValueError(f"{path}: contains missing or non-finite values")
+    return dates, values
+
+
+def prepare(raw_dir: str, data_dir: str) -> None:
+    """Split, normalise with the TRAIN statistics only, and save one float32 array per split."""
+    dates, values = read_raw(raw_dir)
+    start, end = BORDERS["train"]
+    mean = values[start:end].mean(axis=0)
+    std = values[start:end].std(axis=0)  # population std (ddof=0), as sklearn's StandardScaler
+    os.makedirs(data_dir, exist_ok=True)
+    meta = {
+        "columns": COLUMNS,
+        "mean": mean.tolist(),  # original units = normalised * std + mean
+        "std": std.tolist(),
+        "seq_len": SEQ_LEN,
+        "pred_len": PRED_LEN,
+        "borders": {split: list(b) for split, b in BORDERS.items()},  # rows of ETTh1.csv, end exclusive
+        "windows": N_WINDOWS,
+        "first_timestamp": {split: dates[b[0]] for split, b in BORDERS.items()},  # rows are hourly, no gaps
+    }
+    for split, (start, end) in BORDERS.items():
+        segment = ((values[start:end] - mean) / std).astype(np.float32)  # [rows, 7]
+        np.save(os.path.join(data_dir, f"{split}.npy"), segment)
+    with open(os.path.join(data_dir, "meta.json"), "w", encoding="utf-8") as f:
+        json.dump(meta, f, indent=2)
+    print(f"prepared {', '.join(f'{s}: {n} windows' for s, n in N_WINDOWS.items())} in {data_dir}")
+
+
+# ---------------------------------------------------------------------------
+# 3. Loaders (import these in your training script)
+# ---------------------------------------------------------------------------
+
+
+def load_meta(data_dir: str = DATA_DIR) -> dict:
+    """Column names, train mean/std, borders and window counts, as written by prepare()."""
+    with open(os.path.join(data_dir, "meta.json"), encoding="utf-8") as f:
+        return json.load(f)
+
+
+def load_series(split: str, data_dir: str = DATA_DIR) -> torch.Tensor:
+    """The normalised rows of one split segment, float32 [rows, 7] (val/test include their look-back)."""
+    if split not in BORDERS:
+        raise ValueError(f"unknown split {split!r}; use one of {list(BORDERS)}")
+    return torch.from_numpy(np.load(os.path.join(data_dir, f"{split}.npy")))
+
+
+def load_split(split: str, data_dir: str = DATA_DIR) -> tuple[torch.Tensor, torch.Tensor]:
+    """All windows of one split at stride 1: x [N, SEQ_LEN, 7] and y [N, PRED_LEN, 7], float32.
+
+    Window i is x = rows i .. i+335 and y = rows i+336 .. i+431 of the segment.
+    """
+    series = load_series(split, data_dir)
+    windows = series.unfold(0, SEQ_LEN + PRED_LEN, 1).transpose(1, 2)  # [N, SEQ_LEN + PRED_LEN, 7], a view
+    x = windows[:, :SEQ_LEN].contiguous()
+    y = windows[:, SEQ_LEN:].contiguous()
+    return x, y
+
+
+# ---------------------------------------------------------------------------
+# 4. Evaluation: the official metric
+# ---------------------------------------------------------------------------
+
+
+@torch.no_grad()
+def evaluate(
+    model: nn.Module, split: str = EVAL_SPLIT, data_dir: str = DATA_DIR, device: str = "cpu", batch_size: int = 256
+) -> dict:
+    """MSE of model(x) against y over every window, step and channel of `split` (normalised units).
+
+    Returns {"mse": float, "n": number of windows}. Call it with split="val" for the validation
+    score your script reports: it is then exactly the official metric on the validation split.
+    Runs in float32 (no autocast): the score is read to three decimals, and bf16 rounding of the
+    predictions alone would move it.
+    """
+    x, y = load_split(split, data_dir)
+    was_training = model.training
+    model.eval()
+    total = torch.zeros((), dtype=torch.float64, device=device)
+    for i in range(0, len(x), batch_size):  # fixed order, fixed batches: deterministic
+        xb = x[i : i + batch_size].to(device)
+        yb = y[i : i + batch_size].to(device)
+        pred = model(xb)
+        if not isinstance(pred, torch.Tensor) or pred.shape != yb.shape:
+            shape = tuple(pred.shape) if isinstance(pred, torch.Tensor) else type(pred).__name__
+            raise ValueError(
+                f"model(x) returned {shape} for x of shape {tuple(xb.shape)}; expected a tensor "
+                f"of shape {tuple(yb.shape)} = [batch, PRED_LEN={PRED_LEN}, channels={N_CHANNELS}]"
+            )
+        total += ((pred.float() - yb) ** 2).sum(dtype=torch.float64)
+    model.train(was_training)
+    mse = total.item() / y.numel()
+    if not math.isfinite(mse):
+        raise ValueError(f"the {split} MSE is {mse}: the model produced non-finite predictions")
+    return {METRIC: mse, "n": len(x)}
+
+
+# fmt: off
+# ---------------------------------------------------------------------------
+# Checkpoint + logging helpers (the output contract, paper rule 7).
+# Every training script saves its models through save_checkpoint() so that the
+# harness can find them, rank them by the validation score the script
+# reports, and rebuild them for the official evaluation:
+#     model = build_model(payload["config"]); model.load_state_dict(sd, strict=True)
+# ---------------------------------------------------------------------------
+
+CHECKPOINT_FORMAT = "1gc-7rc/checkpoint-v1"
+
+
+def _trace(event: dict) -> None:
+    """Append one event to the harness's spool file, if the harness set one.
+
+    Standard library only and a no-op outside the harness, so it costs nothing
+    when you run a script by hand. The harness relays these lines to MLflow.
+    """
+    path = os.environ.get("BENCH_SPOOL_FILE")
+    if not path:
+        return
+    try:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(event, default=str) + "\n")
+    except OSError:
+        pass  # tracing must never break training
+
+
+def log_metrics(step: int, **metrics: float) -> None:
+    """Print one progress line (`step 100 | loss 1.2300 | val_bpb 2.3100`) and trace it."""
+    values = {k: float(v) for k, v in metrics.items()}
+    print(f"step {step} | " + " | ".join(f"{k} {v:.4f}" for k, v in values.items()), flush=True)
+    _trace({"ev": "metrics", "t": time.time(), "step": int(step), "metrics": values})
+
+
+def save_checkpoint(model: nn.Module, config: dict, val_score: float, *, step: int | None = None,
+                    path: str | None = None) -> str:
+    """Save a scored checkpoint into checkpoints/ and return its path.
+
+    `config` must be plain Python values (numbers, strings, lists, dicts): it is
+    stored beside the weights and passed back to your script's build_model().
+    `val_score` is your own measurement of METRIC on the validation split.
+    The state dict is saved as is: evaluation loads it with strict=True, so a
+    torch.compile()d model must be saved via model._orig_mod.
+    """
+    script = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "unknown"
+    if path is None:
+        os.makedirs(CHECKPOINT_DIR, exist_ok=True)
+        stem = os.path.splitext(script)[0]
+        tag = f"step{step}_" if step is not None else ""
+        path = os.path.join(CHECKPOINT_DIR, f"{stem}_{tag}{METRIC}{float(val_score):.4f}_{time.time_ns()}.pt")
+    payload = {
+        "format": CHECKPOINT_FORMAT,
+        "state_dict": model.state_dict(),
+        "config": config,
+        "script": script,
+        "val_score": float(val_score),
+        "metric": METRIC,
+        "step": step,
+        "time": time.time(),
+    }
+    tmp = path + ".tmp"
+    torch.save(payload, tmp)
+    os.replace(tmp, path)  # atomic: the harness never sees half a file
+    _trace({"ev": "checkpoint", "t": time.time(), "path": os.path.abspath(path), "val_score": float(val_score),
+            "metric": METRIC, "step": step, "config": config})
+    return path
+
+
+def load_checkpoint(path: str) -> dict:
+    """Load a checkpoint payload (weights_only: a checkpoint cannot run code)."""
+    payload = torch.load(path, map_location="cpu", weights_only=True)
+    if not isinstance(payload, dict) or "state_dict" not in payload or "config" not in payload:
+        raise ValueError(f"{path} is not a checkpoint saved by save_checkpoint(): it needs 'state_dict' and 'config'")
+    return payload
+
+
+def load_build_model(script_path: str):
+    """Import build_model from a training script without running its training."""
+    spec = importlib.util.spec_from_file_location("_scored_script", script_path)
+    module = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(script_path)))
+    spec.loader.exec_module(module)  # scripts must guard training with `if __name__ == "__main__":`
+    if not hasattr(module, "build_model"):
+        raise AttributeError(f"{script_path} has no build_model(config) function (rule 7)")
+    return module.build_model
+
+
+def rebuild_model(payload: dict, script_path: str) -> nn.Module:
+    """build_model(config) + load_state_dict(strict=True): exactly what the official evaluation does."""
+    model = load_build_model(script_path)(payload["config"])
+    model.load_state_dict(payload["state_dict"], strict=True)
+    return model
+# fmt: on
+
+
+# ---------------------------------------------------------------------------
+# 6. Command line
+# ---------------------------------------------------------------------------
+
+
+def run_eval(args: argparse.Namespace) -> dict:
+    """The official evaluation of one checkpoint; raises with a clear message on any problem."""
+    start = time.time()
+    if not os.path.isfile(args.eval):
+        raise FileNotFoundError(f"checkpoint {args.eval} does not exist")
+    try:
+        payload = load_checkpoint(args.eval)
+    except Exception as e:
+        raise ValueError(f"cannot read checkpoint {args.eval}: {e} (save it with prepare.save_checkpoint())") from e
+    script = args.script or payload.get("script")
+    if not script or not os.path.isfile(script):
+        raise FileNotFoundError(
+            f"training script {script!r} named by the checkpoint is not in the current directory; pass --script PATH"
+        )
+    model = load_build_model(script)(payload["config"])
+    try:
+        model.load_state_dict(payload["state_dict"], strict=True)
+    except RuntimeError as e:
+        hint = ""
+        if any(str(k).startswith("_orig_mod.") for k in payload["state_dict"]):
+            hint = " The keys start with '_orig_mod.': the model was saved after torch.compile(); save model._orig_mod."
+        raise ValueError(
+            f"the saved state_dict does not fit build_model(config) from {script} under strict=True.{hint} Details: {e}"
+        ) from e
+    if args.device == "cuda":
+        torch.backends.cudnn.benchmark = False
+        torch.backends.cudnn.deterministic = True
+        torch.backends.cuda.matmul.allow_tf32 = False  # plain float32 matmuls, same as on CPU
+        torch.backends.cudnn.allow_tf32 = False
+    model = model.to(args.device)
+    result = evaluate(model, EVAL_SPLIT, args.data_dir, args.device, args.batch_size)
+    return {
+        "task": TASK_ID,
+        "metric": METRIC,
+        "value": result[METRIC],
+        "direction": DIRECTION,
+        "split": EVAL_SPLIT,
+        "checkpoint": args.eval,
+        "script": script,
+        "seconds": round(time.time() - start, 3),
+        "n": result["n"],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=f"{TASK_ID}: data preparation and official evaluation")
+    mode = parser.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--prepare", action="store_true", help="build the prepared data from the raw files")
+    mode.add_argument("--eval", metavar="CHECKPOINT", help="score a checkpoint on the eval split")
+    parser.add_argument("--raw-dir", help="folder holding ETTh1.csv (with --prepare)")
+    parser.add_argument("--data-dir", default=DATA_DIR, help="prepared data folder (default: data)")
+    parser.add_argument("--script", help="training script with build_model (default: the checkpoint's)")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--batch-size", type=int, default=256)
+    args = parser.parse_args()
+
+    if args.prepare:
+        if not args.raw_dir:
+            parser.error("--prepare needs --raw-dir")
+        prepare(args.raw_dir, args.data_dir)
+        return
+    try:
+        result = run_eval(args)
+    except Exception as e:  # any failure: one JSON line saying what to fix, exit 1
+        print(json.dumps({"task": TASK_ID, "error": f"{type(e).__name__}: {e}"}))
+        sys.exit(1)
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,153 @@
+"""The script tracer (interpreter start hook) and the relay that turns its spool into nested MLflow runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from bench.tracking import HOOK_DIR
+from bench.tracking import schema
+from bench.tracking.relay import Relay
+from bench.tracking.runs import Recorder
+
+SCRIPT_OK = """
+import json, os, time
+def log(step, **m):
+    with open(os.environ["BENCH_SPOOL_FILE"], "a") as f:
+        f.write(json.dumps({"ev": "metrics", "t": time.time(), "step": step, "metrics": m}) + "\\n")
+for step in range(5):
+    log(step, loss=1.0 / (step + 1), lr=0.1)
+"""
+
+
+def wait_for_starts(ws: Path, n: int) -> None:
+    """Poll until ``n`` spool files hold their complete start line."""
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        files = list((ws / ".bench" / "spool").glob("*.jsonl"))
+        if len(files) >= n and all(f.read_bytes().endswith(b"\n") for f in files):
+            return
+        time.sleep(0.05)
+    raise AssertionError("traced scripts did not start")
+
+
+def run_traced(ws: Path, name: str, body: str, *args: str, wait: bool = True, cwd: Path | None = None):
+    (ws / name).write_text(body)
+    env = {**os.environ, "BENCH_WORKSPACE": str(ws), "BENCH_SPOOL_DIR": str(ws / ".bench" / "spool"),
+           "PYTHONPATH": str(HOOK_DIR)}
+    proc = subprocess.Popen([sys.executable, name, *args], cwd=cwd or ws, env=env, stderr=subprocess.PIPE, text=True)
+    if wait:
+        proc.wait(timeout=60)
+    return proc
+
+
+def events(ws: Path) -> dict[str, list[dict]]:
+    out = {}
+    for f in sorted((ws / ".bench" / "spool").glob("*.jsonl")):
+        evs = [json.loads(line) for line in f.read_text().splitlines()]
+        out[evs[0]["script"]] = evs
+    return out
+
+
+@pytest.fixture
+def ws(tmp_path):
+    (tmp_path / ".bench" / "spool").mkdir(parents=True)
+    return tmp_path
+
+
+def test_tracer_spools_start_metrics_and_exit_status(ws):
+    run_traced(ws, "run_1.py", SCRIPT_OK, "--lr", "0.1")
+    run_traced(ws, "run_2.py", "raise ValueError('bad config')")
+    run_traced(ws, "run_3.py", "import sys\nsys.exit(3)")
+    ev = events(ws)
+    assert set(ev) == {"run_1.py", "run_2.py", "run_3.py"}
+    start = ev["run_1.py"][0]
+    assert start["ev"] == "start" and start["argv"][1:] == ["--lr", "0.1"] and "def log" in start["source"]
+    assert [e["ev"] for e in ev["run_1.py"]] == ["start"] + ["metrics"] * 5 + ["end"]
+    assert ev["run_1.py"][-1]["status"] == "FINISHED"
+    assert ev["run_2.py"][-1]["status"] == "FAILED" and "ValueError: bad config" in ev["run_2.py"][-1]["error"]
+    assert ev["run_3.py"][-1] == {**ev["run_3.py"][-1], "status": "FAILED", "exit_code": 3}
+
+
+def test_tracer_ignores_prepare_py_non_workspace_scripts_and_forked_workers(ws, tmp_path_factory):
+    run_traced(ws, "prepare.py", "print('eval')")
+    elsewhere = tmp_path_factory.mktemp("elsewhere")
+    (ws / "pkg").mkdir()
+    run_traced(ws, "pkg/helper.py", "print(1)")  # not top-level
+    # a script outside the workspace, started from inside it, is not traced either
+    (elsewhere / "outside.py").write_text("print(1)")
+    env = {**os.environ, "BENCH_WORKSPACE": str(ws), "BENCH_SPOOL_DIR": str(ws / ".bench" / "spool"),
+           "PYTHONPATH": str(HOOK_DIR)}
+    subprocess.run([sys.executable, str(elsewhere / "outside.py")], cwd=ws, env=env, check=True)
+    forking = "import os, sys\npid = os.fork()\nif pid == 0:\n    sys.exit(0)\nos.waitpid(pid, 0)\n"
+    run_traced(ws, "run_fork.py", forking)
+    ev = events(ws)
+    assert set(ev) == {"run_fork.py"}
+    assert [e["ev"] for e in ev["run_fork.py"]] == ["start", "end"]  # the forked child wrote no second end
+
+
+def test_killed_script_has_no_end_event(ws):
+    proc = run_traced(ws, "run_k.py", "import time\nprint('up', flush=True)\ntime.sleep(60)", wait=False)
+    wait_for_starts(ws, 1)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    assert [e["ev"] for e in events(ws)["run_k.py"]] == ["start"]
+
+
+def test_relay_creates_nested_runs_with_statuses_metrics_and_source(ws):
+    import mlflow
+
+    run_traced(ws, "run_1.py", SCRIPT_OK)
+    run_traced(ws, "run_2.py", "raise RuntimeError('boom')")
+    proc = run_traced(ws, "run_3.py", "import time\ntime.sleep(60)", wait=False)
+    wait_for_starts(ws, 3)
+    proc.kill()
+    proc.wait()
+
+    campaign = f"test-relay-{uuid.uuid4().hex[:8]}"
+    rec = Recorder(campaign)
+    parent = rec.create_run("agent", {schema.KIND: schema.KIND_AGENT})
+    relay = Relay(rec, parent, ws / ".bench" / "spool", {schema.TASK: "t6"}, baseline_source=SCRIPT_OK)
+    summary = relay.finalize()
+    assert summary["launched"] == 3
+    assert summary["statuses"] == {"FAILED": 1, "FINISHED": 1, "KILLED": 1}
+
+    runs = mlflow.search_runs([rec.experiment_id], filter_string=f"tags.`{schema.PARENT}` = '{parent}'")
+    by_script = {r[f"tags.{schema.SCRIPT}"]: r for _, r in runs.iterrows()}
+    assert {s: r["status"] for s, r in by_script.items()} == {"run_1.py": "FINISHED", "run_2.py": "FAILED",
+                                                              "run_3.py": "KILLED"}
+    assert "RuntimeError: boom" in by_script["run_2.py"][f"tags.{schema.REASON}"]
+    client = mlflow.tracking.MlflowClient()
+    rid = by_script["run_1.py"]["run_id"]
+    assert [m.value for m in client.get_metric_history(rid, "loss")] == [1.0, 0.5, 1 / 3, 0.25, 0.2]
+    arts = {a.path for a in client.list_artifacts(rid, "source")}
+    assert arts == {"source/run_1.py", "source/run_1.py.diff"}
+
+    # a second relay over the same spool (e.g. `bench record` after an outage) duplicates nothing
+    Relay(rec, parent, ws / ".bench" / "spool", {}).finalize()
+    assert len(client.get_metric_history(rid, "loss")) == 5
+    assert len(mlflow.search_runs([rec.experiment_id], filter_string=f"tags.`{schema.PARENT}` = '{parent}'")) == 3
+
+
+def test_relay_keeps_events_spooled_while_the_store_is_unreachable(ws, monkeypatch):
+    run_traced(ws, "run_1.py", SCRIPT_OK)
+    campaign = f"test-outage-{uuid.uuid4().hex[:8]}"
+    good = Recorder(campaign)
+    parent = good.create_run("agent", {schema.KIND: schema.KIND_AGENT})
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:9")  # nothing listens on the discard port
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    down = Recorder(campaign)
+    relay = Relay(down, parent, ws / ".bench" / "spool", {})
+    assert relay.poll() is False  # degraded, not crashed
+    assert relay.summary()["unrelayed"] == 1
+    monkeypatch.delenv("MLFLOW_TRACKING_URI")
+    summary = Relay(good, parent, ws / ".bench" / "spool", {}).finalize()
+    assert summary["unrelayed"] == 0 and summary["statuses"] == {"FINISHED": 1}

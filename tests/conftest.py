@@ -1,0 +1,82 @@
+"""Test isolation: every test session gets its own cache, workspaces and MLflow store.
+
+Nothing a test does touches the user's ``~/.cache/1gc-7rc`` or the project's ``mlruns/``.
+``BENCH_DATA_MIRROR`` is read by the tests that need real data; the others generate data.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+REAL_MIRROR = os.environ.get("BENCH_DATA_MIRROR")
+
+
+def pytest_configure(config):
+    base = Path(tempfile.mkdtemp(prefix="bench-tests-"))
+    os.environ["BENCH_CACHE_DIR"] = str(base / "cache")
+    os.environ["BENCH_MLRUNS_DIR"] = str(base / "mlruns")
+    os.environ.pop("MLFLOW_TRACKING_URI", None)
+    os.environ.pop("MLFLOW_RUN_ID", None)
+    os.environ.pop("BENCH_TASKS_DIR", None)
+
+
+@pytest.fixture
+def real_mirror() -> Path:
+    """The offline copy of the real datasets; the test is skipped without one."""
+    if not REAL_MIRROR:
+        pytest.skip("set BENCH_DATA_MIRROR to a folder laid out like ../shared/data to run against the real data")
+    return Path(REAL_MIRROR)
+
+
+def write_etth1_like(path: Path, rows: int = 17420, seed: int = 0) -> Path:
+    """Generated data with the exact schema of ETTh1.csv (date + 7 channels, hourly): NOT the real data."""
+    import numpy as np
+    import pandas as pd
+
+    rng = np.random.default_rng(seed)
+    t = np.arange(rows)
+    cols = {"date": pd.date_range("2016-07-01", periods=rows, freq="h").strftime("%Y-%m-%d %H:%M:%S")}
+    for i, name in enumerate(["HUFL", "HULL", "MUFL", "MULL", "LUFL", "LULL", "OT"]):
+        cols[name] = (5 + i + 2 * np.sin(2 * np.pi * t / 24 + i) + 0.5 * np.sin(2 * np.pi * t / 168)
+                      + 0.3 * rng.standard_normal(rows)).round(3)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(cols).to_csv(path, index=False)
+    return path
+
+
+def _sha256(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture
+def generated_t6(tmp_path, monkeypatch):
+    """A copy of the real T6 task whose data source is a generated ETTh1-shaped file in a local mirror.
+
+    The harness code path is the real one (mirror copy, checksum, prepare.py --prepare); only the
+    bytes differ, and the task.toml copy declares their checksum.
+    """
+    tasks = tmp_path / "tasks"
+    folder = tasks / "t6_time_series_forecasting"
+    shutil.copytree(ROOT / "tasks" / "t6_time_series_forecasting", folder)
+    mirror = tmp_path / "mirror"
+    csv = write_etth1_like(mirror / "ETTh1" / "ETTh1.csv")
+    toml = (folder / "task.toml").read_text()
+    toml = re.sub(r'sha256 = "[0-9a-f]*"', f'sha256 = "{_sha256(csv)}"', toml)
+    toml = re.sub(r'\nmd5 = "[0-9a-f]*"', "", toml)
+    toml = re.sub(r"size = \d+", f"size = {csv.stat().st_size}", toml)
+    (folder / "task.toml").write_text(toml)
+    monkeypatch.setenv("BENCH_TASKS_DIR", str(tasks))
+    monkeypatch.setenv("BENCH_DATA_MIRROR", str(mirror))
+    monkeypatch.setenv("BENCH_CACHE_DIR", str(tmp_path / "cache"))
+    from bench.tasks import get_task
+
+    return get_task("t6")
