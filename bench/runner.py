@@ -101,7 +101,7 @@ def run(spec: RunSpec) -> dict:
     watchdog.start()
     interrupted = _wait(proc)
     agent_seconds = time.time() - started
-    watchdog.stop()
+    watchdog.stop(let_grace_finish=not interrupted)
     end_tree(proc.pid, token)  # the session is over: scripts it left running end with it
     streamer.join(timeout=10)
     status.close()

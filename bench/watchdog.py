@@ -48,13 +48,12 @@ def become_subreaper() -> bool:
         return False
     try:
         libc = ctypes.CDLL(None, use_errno=True)  # 36 == PR_SET_CHILD_SUBREAPER
-        if libc.prctl(36, *(ctypes.c_ulong(v) for v in (1, 0, 0, 0))) != 0:
-            log.warning("prctl(PR_SET_CHILD_SUBREAPER) failed: %s", os.strerror(ctypes.get_errno()))
-            return False
+        if libc.prctl(36, *(ctypes.c_ulong(v) for v in (1, 0, 0, 0))) == 0:
+            return True
+        log.warning("prctl(PR_SET_CHILD_SUBREAPER) failed: %s", os.strerror(ctypes.get_errno()))
     except (OSError, AttributeError) as exc:  # no libc / no prctl symbol
         log.warning("prctl unavailable: %s", exc)
-        return False
-    return True
+    return False
 
 
 def find_tree(root_pid: int, token: str | None) -> list[psutil.Process]:
@@ -64,7 +63,8 @@ def find_tree(root_pid: int, token: str | None) -> list[psutil.Process]:
     found: dict[int, psutil.Process] = {}
     with suppress(psutil.Error):
         root = psutil.Process(root_pid)
-        found = {p.pid: p for p in [root, *root.children(recursive=True)]}
+        if token is None or root.environ().get(TOKEN_VAR) == token:  # else the pid was reused: not our agent
+            found = {p.pid: p for p in [root, *root.children(recursive=True)]}
     if token:
         uid = os.getuid()
         for proc in psutil.process_iter(["uids"]):

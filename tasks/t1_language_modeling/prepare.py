@@ -42,7 +42,7 @@ CHECKPOINT_DIR = "checkpoints"
 RAW_FILE = "input.txt"  # TinyShakespeare, 1,115,394 characters
 TRAIN_FRACTION = 0.9  # the first 90 % of the characters train, the last 10 % validate
 DEFAULT_BLOCK_SIZE = 256  # evaluation context when a checkpoint's config has no "block_size"
-EVAL_BATCH_SIZE = 64  # blocks per forward pass during evaluation (does not change the score)
+EVAL_BATCH_SIZE = 64  # blocks per forward pass during evaluation (changes the score only by float rounding)
 
 
 # ---------------------------------------------------------------------------
@@ -55,7 +55,7 @@ EVAL_BATCH_SIZE = 64  # blocks per forward pass during evaluation (does not chan
 
 def prepare_data(raw_dir: str, data_dir: str) -> dict:
     """Build train.bin, val.bin and meta.json in data_dir from raw_dir/input.txt."""
-    with open(os.path.join(raw_dir, RAW_FILE), encoding="utf-8") as f:
+    with open(os.path.join(raw_dir, RAW_FILE), encoding="utf-8", newline="") as f:  # keep the text byte for byte
         text = f.read()
     vocab = sorted(set(text))
     stoi = {ch: i for i, ch in enumerate(vocab)}

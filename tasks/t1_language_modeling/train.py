@@ -4,7 +4,7 @@ Copy this file to run_<x>.py and change what you like: CONFIG, the model, the tr
 Keep the contract: a module-level build_model(config), training only under
 `if __name__ == "__main__":`, and scored checkpoints saved through prepare.save_checkpoint().
 
-    python train.py        # 5 epochs, evaluates val_bpb and saves a checkpoint after every epoch
+    python train.py        # 5 epochs; evaluates val_bpb and saves a checkpoint every 20 steps and every epoch
 """
 
 import math
@@ -36,6 +36,7 @@ CONFIG = {
     "betas": [0.9, 0.95],
     "grad_clip": 1.0,
     "log_every": 10,  # steps between training-loss log lines
+    "eval_every": 20,  # steps between validation + checkpoint (also after every epoch): a run cut short still scores
     "compile": False,  # torch.compile the model (CUDA only); checkpoints still save the plain module
 }
 
@@ -196,13 +197,14 @@ def main(config: dict = CONFIG) -> None:
             if step % config["log_every"] == 0:
                 log_metrics(step, loss=loss_sum.item() / config["log_every"], elapsed_s=time.time() - t0)
                 loss_sum.zero_()
-
-        # After every epoch: the validation score, exactly as the official evaluation computes it,
-        # and a scored checkpoint, so that a run stopped by the time budget still has results.
-        val_bpb, _ = evaluate_bpb(model, val_ids, bs, device=device, vocab_size=config["vocab_size"])
-        log_metrics(step, val_bpb=val_bpb, epoch=epoch + 1, elapsed_s=time.time() - t0)
-        path = save_checkpoint(model, config, val_bpb, step=step)
-        print(f"epoch {epoch + 1}: val_bpb {val_bpb:.4f}, saved {path}", flush=True)
+            last_of_epoch = i == steps_per_epoch - 1
+            if last_of_epoch or step % config["eval_every"] == 0:
+                # The validation score, exactly as the official evaluation computes it, and a scored
+                # checkpoint, so that a run stopped by the time budget still has results.
+                val_bpb, _ = evaluate_bpb(model, val_ids, bs, device=device, vocab_size=config["vocab_size"])
+                log_metrics(step, val_bpb=val_bpb, epoch=epoch + (i + 1) / steps_per_epoch, elapsed_s=time.time() - t0)
+                path = save_checkpoint(model, config, val_bpb, step=step)
+                print(f"step {step}: val_bpb {val_bpb:.4f}, saved {path}", flush=True)
 
 
 if __name__ == "__main__":

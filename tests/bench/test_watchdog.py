@@ -229,7 +229,8 @@ def test_subreaper_adopts_orphans_and_end_tree_reaps_them(tmp_path: Path, token:
         from bench.watchdog import become_subreaper, end_tree
         assert become_subreaper()
         cmd = 'setsid "{sys.executable}" "{sleeper}" "{tmp_path / "orphan.pid"}" & exit 0'
-        proc = subprocess.Popen(["bash", "-c", cmd], start_new_session=True, env={{**os.environ, "{TOKEN_VAR}": "{token}"}})
+        env = {{**os.environ, "{TOKEN_VAR}": "{token}"}}
+        proc = subprocess.Popen(["bash", "-c", cmd], start_new_session=True, env=env)
         proc.wait()
         while not os.path.exists("{tmp_path / "orphan.pid"}"):
             time.sleep(0.05)
