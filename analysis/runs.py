@@ -7,11 +7,17 @@ import pandas as pd
 from bench.tracking import schema, store
 
 AGENT_COLUMNS = {
-    f"tags.{schema.AGENT}": "agent", f"tags.{schema.MODEL}": "model", f"tags.{schema.TASK}": "task",
-    f"tags.{schema.REPEAT}": "repeat", f"tags.{schema.STATUS}": "status", f"tags.{schema.REASON}": "reason",
-    f"metrics.{schema.SCORE}": "score", f"metrics.{schema.WALL_TIME}": "wall_time_s",
+    f"tags.{schema.AGENT}": "agent",
+    f"tags.{schema.MODEL}": "model",
+    f"tags.{schema.TASK}": "task",
+    f"tags.{schema.REPEAT}": "repeat",
+    f"tags.{schema.STATUS}": "status",
+    f"tags.{schema.REASON}": "reason",
+    f"metrics.{schema.SCORE}": "score",
+    f"metrics.{schema.WALL_TIME}": "wall_time_s",
     f"metrics.{schema.BUDGET_UTILISATION}": "budget_utilisation",
-    f"metrics.{schema.SCRIPTS_LAUNCHED}": "scripts_launched", "run_id": "run_id",
+    f"metrics.{schema.SCRIPTS_LAUNCHED}": "scripts_launched",
+    "run_id": "run_id",
 }
 
 

@@ -30,7 +30,9 @@ def locked_file_unchanged(ws: Workspace, expected_sha256: str) -> list[Violation
         return [Violation(1, "the locked prepare.py was deleted from the workspace")]
     actual = sha256(locked)
     if actual != expected_sha256:
-        return [Violation(1, f"the locked prepare.py was modified (sha256 {actual[:12]}, expected {expected_sha256[:12]})")]
+        return [
+            Violation(1, f"the locked prepare.py was modified (sha256 {actual[:12]}, expected {expected_sha256[:12]})")
+        ]
     return []
 
 

@@ -53,13 +53,19 @@ def read(path: Path, started_at: float) -> Checkpoint:
     score = float(payload.get("val_score", float("nan")))
     if not math.isfinite(score):
         raise ValueError(f"self-reported val_score is {score}")
-    return Checkpoint(path=path, script=str(payload.get("script", "")), val_score=score,
-                      metric=str(payload.get("metric", "")), step=payload.get("step"),
-                      saved_s=path.stat().st_mtime - started_at)
+    return Checkpoint(
+        path=path,
+        script=str(payload.get("script", "")),
+        val_score=score,
+        metric=str(payload.get("metric", "")),
+        step=payload.get("step"),
+        saved_s=path.stat().st_mtime - started_at,
+    )
 
 
-def scan(directory: Path, started_at: float, metric: str, deadline_s: float | None = None
-         ) -> tuple[list[Checkpoint], list[Rejected]]:
+def scan(
+    directory: Path, started_at: float, metric: str, deadline_s: float | None = None
+) -> tuple[list[Checkpoint], list[Rejected]]:
     """Every readable scored checkpoint under ``directory``; the others with the reason they were skipped."""
     found, rejected = [], []
     for path in sorted(p for p in Path(directory).rglob("*") if p.is_file() and not p.name.endswith(".tmp")):

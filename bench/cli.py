@@ -34,8 +34,10 @@ def cmd_tasks(args: argparse.Namespace) -> int:
     print(f"{'id':4} {'name':32} {'budget':>7} {'metric':>9} {'dir':>4} {'split':>6} {'baseline':>9}  data")
     for t in all_tasks():
         arrow = "min" if t.direction == "min" else "max"
-        print(f"{t.id:4} {t.name:32} {t.budget_minutes:>5g} m {t.metric:>9} {arrow:>4} {t.eval_split:>6} "
-              f"{t.baseline_score:>9g}  {data.data_status(t)}")
+        print(
+            f"{t.id:4} {t.name:32} {t.budget_minutes:>5g} m {t.metric:>9} {arrow:>4} {t.eval_split:>6} "
+            f"{t.baseline_score:>9g}  {data.data_status(t)}"
+        )
     return 0
 
 
@@ -61,21 +63,34 @@ def cmd_run(args: argparse.Namespace) -> int:
     results = []
     for task in _tasks(args.task):
         for repeat in range(args.first_repeat, args.first_repeat + args.repeats):
-            spec = RunSpec(task=task, agent=args.agent, campaign=args.campaign, repeat=repeat, budget_s=args.budget,
-                           grace_s=args.grace, model=args.model, options=options, device=args.device,
-                           console=not args.quiet)
+            spec = RunSpec(
+                task=task,
+                agent=args.agent,
+                campaign=args.campaign,
+                repeat=repeat,
+                budget_s=args.budget,
+                grace_s=args.grace,
+                model=args.model,
+                options=options,
+                device=args.device,
+                console=not args.quiet,
+            )
             results.append(run(spec))
     _print_summary(results)
     return 0 if all(r["status"] == "success" for r in results) else 1
 
 
 def _print_summary(results: list[dict]) -> None:
-    print("\n" + f"{'task':5} {'agent':12} {'rep':>3} {'status':13} {'metric':>9} {'score':>8} {'baseline':>9} "
-          f"{'wall':>7}  run dir")
+    print(
+        "\n" + f"{'task':5} {'agent':12} {'rep':>3} {'status':13} {'metric':>9} {'score':>8} {'baseline':>9} "
+        f"{'wall':>7}  run dir"
+    )
     for r in results:
         score = f"{r['score']:.4f}" if r.get("score") is not None else "-"
-        print(f"{r['task']:5} {r['agent']:12} {r['repeat']:>3} {r['status']:13} {r['metric']:>9} {score:>8} "
-              f"{r['baseline_score']:>9g} {r['wall_time_s']:>6.0f}s  {r['run_dir']}")
+        print(
+            f"{r['task']:5} {r['agent']:12} {r['repeat']:>3} {r['status']:13} {r['metric']:>9} {score:>8} "
+            f"{r['baseline_score']:>9g} {r['wall_time_s']:>6.0f}s  {r['run_dir']}"
+        )
 
 
 def cmd_record(args: argparse.Namespace) -> int:
@@ -102,8 +117,18 @@ def cmd_ui(args: argparse.Namespace) -> int:
 
     uri = store.tracking_uri()
     store.client()  # make sure the schema exists before the server reads it
-    cmd = ["mlflow", "server", "--backend-store-uri", uri, "--host", args.host, "--port", str(args.port),
-           "--workers", "1"]
+    cmd = [
+        "mlflow",
+        "server",
+        "--backend-store-uri",
+        uri,
+        "--host",
+        args.host,
+        "--port",
+        str(args.port),
+        "--workers",
+        "1",
+    ]
     if store.is_embedded():
         cmd += ["--artifacts-destination", str(store.artifact_root())]
     env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}

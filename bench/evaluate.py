@@ -18,7 +18,9 @@ from pathlib import Path
 
 from bench.tasks import Task
 
-EVAL_TIMEOUT_S = 30 * 60
+# An agent script that trains at import time (no `if __name__ == "__main__":` guard) would hang
+# the evaluation; this bounds it (BENCH_EVAL_TIMEOUT, seconds).
+EVAL_TIMEOUT_S = float(os.environ.get("BENCH_EVAL_TIMEOUT", 15 * 60))
 
 
 def default_device() -> str:
@@ -40,11 +42,27 @@ def stage(task: Task, workspace: Path, dest: Path) -> Path:
     return dest
 
 
-def evaluate(task: Task, checkpoint: Path, eval_dir: Path, data_dir: Path, *, script: str | None = None,
-             device: str | None = None, timeout_s: float = EVAL_TIMEOUT_S) -> dict:
+def evaluate(
+    task: Task,
+    checkpoint: Path,
+    eval_dir: Path,
+    data_dir: Path,
+    *,
+    script: str | None = None,
+    device: str | None = None,
+    timeout_s: float = EVAL_TIMEOUT_S,
+) -> dict:
     """Run ``prepare.py --eval`` in ``eval_dir`` and return its JSON (``value``) or ``{"error": ...}``."""
-    cmd = [sys.executable, "prepare.py", "--eval", str(checkpoint), "--data-dir", str(data_dir),
-           "--device", device or default_device()]
+    cmd = [
+        sys.executable,
+        "prepare.py",
+        "--eval",
+        str(checkpoint),
+        "--data-dir",
+        str(data_dir),
+        "--device",
+        device or default_device(),
+    ]
     if script:
         cmd += ["--script", script]
     env = {k: v for k, v in os.environ.items() if not k.startswith("BENCH_") and k != "PYTHONPATH"}

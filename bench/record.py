@@ -18,9 +18,15 @@ from bench.workspace import Workspace
 
 def record(recorder: Recorder, result: dict, ws: Workspace) -> str:
     """Write everything about the run to MLflow and return the agent run id (raises TrackingError)."""
-    tags = {schema.KIND: schema.KIND_AGENT, schema.CAMPAIGN: result["campaign"], schema.AGENT: result["agent"],
-            schema.MODEL: result.get("model") or "", schema.TASK: result["task"], schema.REPEAT: result["repeat"],
-            schema.WORKSPACE: result["run_dir"]}
+    tags = {
+        schema.KIND: schema.KIND_AGENT,
+        schema.CAMPAIGN: result["campaign"],
+        schema.AGENT: result["agent"],
+        schema.MODEL: result.get("model") or "",
+        schema.TASK: result["task"],
+        schema.REPEAT: result["repeat"],
+        schema.WORKSPACE: result["run_dir"],
+    }
     run_id = result.get("mlflow_run_id")
     if not run_id:
         name = f"{result['task']}-{result['agent']}-r{result['repeat']}"
@@ -28,17 +34,29 @@ def record(recorder: Recorder, result: dict, ws: Workspace) -> str:
     base = {k: tags[k] for k in (schema.CAMPAIGN, schema.AGENT, schema.TASK, schema.REPEAT)}
     scripts = Relay(recorder, run_id, ws.spool_dir, base, (ws.path / "train.py").read_text()).finalize()
 
-    recorder.log_params(run_id, {
-        "agent": result["agent"], "model": result.get("model") or "", "task": result["task"],
-        "repeat": result["repeat"], "budget_minutes": result["budget_s"] / 60, "grace_s": result["grace_s"],
-        "metric": result["metric"], "direction": result["direction"], "eval_split": result["split"],
-        "device": result["device"], "prepare_sha256": result["prepare_sha256"],
-        "agent_argv": " ".join(result["agent_argv"]),
-    })
+    recorder.log_params(
+        run_id,
+        {
+            "agent": result["agent"],
+            "model": result.get("model") or "",
+            "task": result["task"],
+            "repeat": result["repeat"],
+            "budget_minutes": result["budget_s"] / 60,
+            "grace_s": result["grace_s"],
+            "metric": result["metric"],
+            "direction": result["direction"],
+            "eval_split": result["split"],
+            "device": result["device"],
+            "prepare_sha256": result["prepare_sha256"],
+            "agent_argv": " ".join(result["agent_argv"]),
+        },
+    )
     metrics = {
         schema.SUCCESS: 1.0 if result["status"] == "success" else 0.0,
-        schema.WALL_TIME: result["wall_time_s"], schema.BUDGET_UTILISATION: result["budget_utilisation"],
-        schema.SCRIPTS_LAUNCHED: scripts["launched"], schema.CHECKPOINTS: result["checkpoints_found"],
+        schema.WALL_TIME: result["wall_time_s"],
+        schema.BUDGET_UTILISATION: result["budget_utilisation"],
+        schema.SCRIPTS_LAUNCHED: scripts["launched"],
+        schema.CHECKPOINTS: result["checkpoints_found"],
     }
     if result.get("score") is not None:
         metrics[schema.SCORE] = result["score"]
@@ -51,8 +69,14 @@ def record(recorder: Recorder, result: dict, ws: Workspace) -> str:
         recorder.log_artifact(run_id, f)
     for script in ws.scripts():
         recorder.log_artifact(run_id, script, "scripts")
-    recorder.set_tags(run_id, {schema.STATUS: result["status"], schema.REASON: result["reason"][:500],
-                               schema.PARTIAL_DATA: str(bool(result.get("partial_data"))).lower()})
+    recorder.set_tags(
+        run_id,
+        {
+            schema.STATUS: result["status"],
+            schema.REASON: result["reason"][:500],
+            schema.PARTIAL_DATA: str(bool(result.get("partial_data"))).lower(),
+        },
+    )
     mlflow_status = {"success": "FINISHED", "interrupted": "KILLED"}.get(result["status"], "FAILED")
     recorder.end_run(run_id, mlflow_status, result["started_at"] + result["wall_time_s"])
     return run_id

@@ -32,6 +32,7 @@ from bench.tracking.relay import Relay
 from bench.tracking.runs import Recorder, TrackingError
 from bench.watchdog import Watchdog, become_subreaper, end_tree
 
+
 @dataclass
 class RunSpec:
     """What to run: one agent, one task, one repeat."""
@@ -70,25 +71,55 @@ def run(spec: RunSpec) -> dict:
 
     # tracking: the agent run is opened now so that the UI shows it live; failures only degrade
     recorder = Recorder(spec.campaign)
-    tags = {schema.KIND: schema.KIND_AGENT, schema.CAMPAIGN: spec.campaign, schema.AGENT: spec.agent,
-            schema.MODEL: spec.model or "", schema.TASK: task.id, schema.REPEAT: spec.repeat,
-            schema.WORKSPACE: str(ws.run_dir), schema.STATUS: "running"}
+    tags = {
+        schema.KIND: schema.KIND_AGENT,
+        schema.CAMPAIGN: spec.campaign,
+        schema.AGENT: spec.agent,
+        schema.MODEL: spec.model or "",
+        schema.TASK: task.id,
+        schema.REPEAT: spec.repeat,
+        schema.WORKSPACE: str(ws.run_dir),
+        schema.STATUS: "running",
+    }
     parent = _open_agent_run(recorder, f"{task.id}-{spec.agent}-r{spec.repeat}", tags)
-    relay = Relay(recorder, parent, ws.spool_dir, base_tags={schema.CAMPAIGN: spec.campaign, schema.AGENT: spec.agent,
-                                                             schema.TASK: task.id, schema.REPEAT: spec.repeat},
-                  baseline_source=(ws.path / "train.py").read_text())
+    relay = Relay(
+        recorder,
+        parent,
+        ws.spool_dir,
+        base_tags={
+            schema.CAMPAIGN: spec.campaign,
+            schema.AGENT: spec.agent,
+            schema.TASK: task.id,
+            schema.REPEAT: spec.repeat,
+        },
+        baseline_source=(ws.path / "train.py").read_text(),
+    )
     relay.start()
 
     # 2. launch
-    ctx = LaunchContext(task=task, workspace=ws.path, prompt=standard_prompt(task, spec.budget, device),
-                        budget_s=spec.budget, home=ws.run_dir / "home", model=spec.model, options=spec.options)
+    ctx = LaunchContext(
+        task=task,
+        workspace=ws.path,
+        prompt=standard_prompt(task, spec.budget, device),
+        budget_s=spec.budget,
+        home=ws.run_dir / "home",
+        model=spec.model,
+        options=spec.options,
+    )
     argv = agent.command(ctx)
     token = uuid.uuid4().hex
     become_subreaper()
     status = StatusLine(label, enabled=spec.console)
     started = time.time()
-    proc = subprocess.Popen(argv, cwd=ws.path, env=_agent_env(ws, token, agent.env(ctx)), stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(
+        argv,
+        cwd=ws.path,
+        env=_agent_env(ws, token, agent.env(ctx)),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     streamer = threading.Thread(target=_stream, args=(proc, ws.log, status, spec.console), daemon=True)
     streamer.start()
 
@@ -119,18 +150,36 @@ def run(spec: RunSpec) -> dict:
 
     # 7. record
     result = {
-        "task": task.id, "task_name": task.name, "agent": spec.agent, "model": spec.model, "campaign": spec.campaign,
-        "repeat": spec.repeat, "metric": task.metric, "direction": task.direction, "split": task.eval_split,
-        "baseline_score": task.baseline_score, "budget_s": spec.budget, "grace_s": spec.grace_s,
-        "started_at": started, "wall_time_s": round(agent_seconds, 3),
+        "task": task.id,
+        "task_name": task.name,
+        "agent": spec.agent,
+        "model": spec.model,
+        "campaign": spec.campaign,
+        "repeat": spec.repeat,
+        "metric": task.metric,
+        "direction": task.direction,
+        "split": task.eval_split,
+        "baseline_score": task.baseline_score,
+        "budget_s": spec.budget,
+        "grace_s": spec.grace_s,
+        "started_at": started,
+        "wall_time_s": round(agent_seconds, 3),
         "budget_utilisation": round(min(agent_seconds, spec.budget) / spec.budget, 4),
-        "agent_argv": argv, "agent_exit_code": proc.returncode, "timed_out": watchdog.timed_out,
-        "interrupted": interrupted, "device": device, "prepare_sha256": prepare_sha,
+        "agent_argv": argv,
+        "agent_exit_code": proc.returncode,
+        "timed_out": watchdog.timed_out,
+        "interrupted": interrupted,
+        "device": device,
+        "prepare_sha256": prepare_sha,
         "partial_data": data.data_status(task) == "partial",
-        "scripts": scripts, "checkpoints_found": len(found),
+        "scripts": scripts,
+        "checkpoints_found": len(found),
         "rejected_checkpoints": [{"path": str(r.path), "reason": r.reason} for r in rejected],
-        "evaluations": evaluations, "violations": [v.to_dict() for v in violations],
-        "workspace": str(ws.path), "run_dir": str(ws.run_dir), "mlflow_run_id": parent,
+        "evaluations": evaluations,
+        "violations": [v.to_dict() for v in violations],
+        "workspace": str(ws.path),
+        "run_dir": str(ws.run_dir),
+        "mlflow_run_id": parent,
     }
     result.update(_outcome(result, evaluations, violations))
     ws.result_file.write_text(json.dumps(result, indent=2, default=str))
@@ -138,8 +187,11 @@ def run(spec: RunSpec) -> dict:
         result["mlflow_run_id"] = record(recorder, result, ws)
         ws.result_file.write_text(json.dumps(result, indent=2, default=str))
     except TrackingError as e:
-        print(f"[bench] could not record in MLflow ({e}); everything is in {ws.result_file}. "
-              f"Record it later with: bench record {ws.run_dir}", flush=True)
+        print(
+            f"[bench] could not record in MLflow ({e}); everything is in {ws.result_file}. "
+            f"Record it later with: bench record {ws.run_dir}",
+            flush=True,
+        )
     score = f"{result['score']:.4f}" if result.get("score") is not None else "-"
     print(f"[bench] {label}: {result['status']} | {task.metric} {score} | {result['reason']}", flush=True)
     if interrupted:
@@ -159,12 +211,16 @@ def _agent_env(ws: workspace.Workspace, token: str, extra: dict[str, str]) -> di
     """The agent's environment: the tracer on PYTHONPATH, this Python first on PATH, no MLflow run id."""
     env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_RUN_ID", "BENCH_SPOOL_FILE")}
     env.update(extra)
-    env.update({
-        "BENCH_WORKSPACE": str(ws.path), "BENCH_SPOOL_DIR": str(ws.spool_dir), "BENCH_RUN_TOKEN": token,
-        "PYTHONPATH": os.pathsep.join(p for p in (str(HOOK_DIR), env.get("PYTHONPATH", "")) if p),
-        "PATH": os.pathsep.join((str(Path(sys.executable).parent), env.get("PATH", ""))),
-        "PYTHONUNBUFFERED": "1",
-    })
+    env.update(
+        {
+            "BENCH_WORKSPACE": str(ws.path),
+            "BENCH_SPOOL_DIR": str(ws.spool_dir),
+            "BENCH_RUN_TOKEN": token,
+            "PYTHONPATH": os.pathsep.join(p for p in (str(HOOK_DIR), env.get("PYTHONPATH", "")) if p),
+            "PATH": os.pathsep.join((str(Path(sys.executable).parent), env.get("PATH", ""))),
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
     return env
 
 
@@ -196,8 +252,9 @@ def _wait(proc: subprocess.Popen) -> bool:
             signal.signal(signal.SIGTERM, old)
 
 
-def _evaluate(task: Task, ws: workspace.Workspace, selection: checkpoints.Selection, data_dir: Path, device: str,
-              console: bool) -> list[dict]:
+def _evaluate(
+    task: Task, ws: workspace.Workspace, selection: checkpoints.Selection, data_dir: Path, device: str, console: bool
+) -> list[dict]:
     """Official evaluation of each distinct candidate (the overall best first, then each window's best)."""
     done: dict[Path, dict] = {}
     out = []
@@ -218,8 +275,12 @@ def _outcome(result: dict, evaluations: list[dict], violations: list) -> dict:
     if violations:
         return {"status": "disqualified", "score": None, "reason": violations[0].reason}
     if official is not None and "error" not in official and official.get("value") is not None:
-        return {"status": "success", "score": float(official["value"]), "best_val_score": best["val_score"],
-                "reason": f"best checkpoint {Path(best['path']).name} from {best['script']}"}
+        return {
+            "status": "success",
+            "score": float(official["value"]),
+            "best_val_score": best["val_score"],
+            "reason": f"best checkpoint {Path(best['path']).name} from {best['script']}",
+        }
     if result["interrupted"]:
         return {"status": "interrupted", "score": None, "reason": "the harness was interrupted"}
     if official is not None:

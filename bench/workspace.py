@@ -74,8 +74,9 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-") or "x"
 
 
-def create(task: Task, data_dir: Path, *, campaign: str, agent: str, repeat: int, root: Path | None = None
-           ) -> Workspace:
+def create(
+    task: Task, data_dir: Path, *, campaign: str, agent: str, repeat: int, root: Path | None = None
+) -> Workspace:
     """Create the run directory with copies of the task files and the prepared data.
 
     The data are copied, not linked: the agent may write into its copy without touching the

@@ -44,8 +44,13 @@ def write_etth1_like(path: Path, rows: int = 17420, seed: int = 0) -> Path:
     t = np.arange(rows)
     cols = {"date": pd.date_range("2016-07-01", periods=rows, freq="h").strftime("%Y-%m-%d %H:%M:%S")}
     for i, name in enumerate(["HUFL", "HULL", "MUFL", "MULL", "LUFL", "LULL", "OT"]):
-        cols[name] = (5 + i + 2 * np.sin(2 * np.pi * t / 24 + i) + 0.5 * np.sin(2 * np.pi * t / 168)
-                      + 0.3 * rng.standard_normal(rows)).round(3)
+        cols[name] = (
+            5
+            + i
+            + 2 * np.sin(2 * np.pi * t / 24 + i)
+            + 0.5 * np.sin(2 * np.pi * t / 168)
+            + 0.3 * rng.standard_normal(rows)
+        ).round(3)
     path.parent.mkdir(parents=True, exist_ok=True)
     pd.DataFrame(cols).to_csv(path, index=False)
     return path

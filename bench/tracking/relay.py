@@ -45,8 +45,15 @@ class ScriptState:
 class Relay:
     """Relay the spool of one agent run into child runs of ``parent_run``."""
 
-    def __init__(self, recorder: Recorder, parent_run: str | None, spool_dir: Path, base_tags: dict[str, str],
-                 baseline_source: str = "", interval: float = 2.0):
+    def __init__(
+        self,
+        recorder: Recorder,
+        parent_run: str | None,
+        spool_dir: Path,
+        base_tags: dict[str, str],
+        baseline_source: str = "",
+        interval: float = 2.0,
+    ):
         self.recorder, self.parent_run, self.spool_dir = recorder, parent_run, Path(spool_dir)
         self.base_tags, self.baseline_source, self.interval = base_tags, baseline_source, interval
         self.state_file = self.spool_dir.parent / "relay.json"
@@ -119,8 +126,9 @@ class Relay:
             source = ev.get("source", "")
             rec.log_text(run, source, f"source/{s.script}")
             if self.baseline_source and s.script != "train.py":
-                diff = difflib.unified_diff(self.baseline_source.splitlines(True), source.splitlines(True),
-                                            "train.py", s.script)
+                diff = difflib.unified_diff(
+                    self.baseline_source.splitlines(True), source.splitlines(True), "train.py", s.script
+                )
                 rec.log_text(run, "".join(diff), f"source/{s.script}.diff")
             return
         self._ensure_run(s)
@@ -175,16 +183,31 @@ class Relay:
 
     def summary(self) -> dict:
         statuses = [s.status or "RUNNING" for s in self.scripts.values() if s.script]
-        return {"launched": self.launches, "statuses": {k: statuses.count(k) for k in sorted(set(statuses))},
-                "unrelayed": sum(1 for s in self.scripts.values() if s.script and not s.closed),
-                "scripts": [{"script": s.script, "pid": s.pid, "status": s.status, "run_id": s.run_id,
-                             "started": s.started, "ended": s.ended, "checkpoints": len(s.checkpoints),
-                             "error": s.error} for s in self.scripts.values() if s.script]}
+        return {
+            "launched": self.launches,
+            "statuses": {k: statuses.count(k) for k in sorted(set(statuses))},
+            "unrelayed": sum(1 for s in self.scripts.values() if s.script and not s.closed),
+            "scripts": [
+                {
+                    "script": s.script,
+                    "pid": s.pid,
+                    "status": s.status,
+                    "run_id": s.run_id,
+                    "started": s.started,
+                    "ended": s.ended,
+                    "checkpoints": len(s.checkpoints),
+                    "error": s.error,
+                }
+                for s in self.scripts.values()
+                if s.script
+            ],
+        }
 
     def _save(self) -> None:
         tmp = self.state_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"parent_run": self.parent_run,
-                                   "scripts": {k: asdict(v) for k, v in self.scripts.items()}}))
+        tmp.write_text(
+            json.dumps({"parent_run": self.parent_run, "scripts": {k: asdict(v) for k, v in self.scripts.items()}})
+        )
         tmp.replace(self.state_file)
 
 

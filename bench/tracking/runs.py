@@ -67,15 +67,17 @@ class Recorder:
             raise TrackingError(f"{what} failed on {store.tracking_uri()}: {e}") from e
 
     # --- runs --------------------------------------------------------------------------------
-    def create_run(self, name: str, tags: Mapping[str, str], *, parent: str | None = None,
-                   start_time: float | None = None) -> str:
+    def create_run(
+        self, name: str, tags: Mapping[str, str], *, parent: str | None = None, start_time: float | None = None
+    ) -> str:
         """Create a run (nested under ``parent`` when given) and return its id."""
         self._client()
         all_tags = {k: str(v) for k, v in tags.items()}
         if parent:
             all_tags[schema.PARENT] = parent
-        run = self._do("create run", "create_run", self._experiment_id, start_time=_ms(start_time),
-                       tags=all_tags, run_name=name)
+        run = self._do(
+            "create run", "create_run", self._experiment_id, start_time=_ms(start_time), tags=all_tags, run_name=name
+        )
         return run.info.run_id
 
     def end_run(self, run_id: str, status: str = "FINISHED", end_time: float | None = None) -> None:

@@ -101,7 +101,7 @@ def main(config: dict = CONFIG) -> None:
             optimizer.step()
             step += 1
             if step % config["log_every"] == 0:
-                log_metrics(step, loss=loss.item(), epoch=epoch)  # .item() waits for the GPU: only here
+                log_metrics(step, loss=loss.item(), epoch=epoch + 1)  # .item() waits for the GPU: only here
 
         # Validation MSE: the official metric (prepare.evaluate) on the validation split.
         val_mse = evaluate(model, "val", device=device)["mse"]

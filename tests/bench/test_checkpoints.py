@@ -11,13 +11,18 @@ from bench.checkpoints import Checkpoint, scan, select
 
 
 def ck(name: str, score: float, minute: float) -> Checkpoint:
-    return Checkpoint(path=Path(name), script="run_1.py", val_score=score, metric="mse", step=None,
-                      saved_s=minute * 60)
+    return Checkpoint(path=Path(name), script="run_1.py", val_score=score, metric="mse", step=None, saved_s=minute * 60)
 
 
 def test_best_overall_and_best_per_five_minute_window_lower_is_better():
-    cks = [ck("a", 0.50, 1), ck("b", 0.45, 4.9), ck("c", 0.47, 5.0), ck("d", 0.40, 9.5), ck("e", 0.41, 12),
-           ck("f", 0.39, 14.99)]
+    cks = [
+        ck("a", 0.50, 1),
+        ck("b", 0.45, 4.9),
+        ck("c", 0.47, 5.0),
+        ck("d", 0.40, 9.5),
+        ck("e", 0.41, 12),
+        ck("f", 0.39, 14.99),
+    ]
     sel = select(cks, higher_is_better=False)
     assert sel.best.path.name == "f"
     assert {k: c.path.name for k, c in sel.windows.items()} == {0: "b", 1: "d", 2: "f"}
@@ -39,8 +44,19 @@ def test_no_checkpoints_selects_nothing():
 
 
 def _save(path: Path, score: float, metric: str = "mse", mtime: float | None = None) -> None:
-    torch.save({"format": "1gc-7rc/checkpoint-v1", "state_dict": {"w": torch.zeros(2)}, "config": {"d": 2},
-                "script": "run_1.py", "val_score": score, "metric": metric, "step": 1, "time": 0.0}, path)
+    torch.save(
+        {
+            "format": "1gc-7rc/checkpoint-v1",
+            "state_dict": {"w": torch.zeros(2)},
+            "config": {"d": 2},
+            "script": "run_1.py",
+            "val_score": score,
+            "metric": metric,
+            "step": 1,
+            "time": 0.0,
+        },
+        path,
+    )
     if mtime is not None:
         os.utime(path, (mtime, mtime))
 

@@ -48,8 +48,19 @@ def _trace_this_process():
     except OSError:
         source = ""
     os.makedirs(spool_dir, exist_ok=True)
-    emit({"ev": "start", "t": time.time(), "pid": os.getpid(), "ppid": os.getppid(), "script": os.path.basename(path),
-          "argv": list(sys.argv), "cwd": os.getcwd(), "python": sys.executable, "source": source})
+    emit(
+        {
+            "ev": "start",
+            "t": time.time(),
+            "pid": os.getpid(),
+            "ppid": os.getppid(),
+            "script": os.path.basename(path),
+            "argv": list(sys.argv),
+            "cwd": os.getcwd(),
+            "python": sys.executable,
+            "source": source,
+        }
+    )
 
     real_exit, real_hook = sys.exit, sys.excepthook
 
@@ -65,8 +76,15 @@ def _trace_this_process():
 
     def at_exit():
         failed = state["exit_code"] != 0
-        emit({"ev": "end", "t": time.time(), "status": "FAILED" if failed else "FINISHED",
-              "exit_code": state["exit_code"], "error": state["error"]})
+        emit(
+            {
+                "ev": "end",
+                "t": time.time(),
+                "status": "FAILED" if failed else "FINISHED",
+                "exit_code": state["exit_code"],
+                "error": state["error"],
+            }
+        )
 
     sys.exit, sys.excepthook = exit_, excepthook
     atexit.register(at_exit)

@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.tracking import HOOK_DIR
-from bench.tracking import schema
+from bench.tracking import HOOK_DIR, schema
 from bench.tracking.relay import Relay
 from bench.tracking.runs import Recorder
 
@@ -41,8 +40,12 @@ def wait_for_starts(ws: Path, n: int) -> None:
 
 def run_traced(ws: Path, name: str, body: str, *args: str, wait: bool = True, cwd: Path | None = None):
     (ws / name).write_text(body)
-    env = {**os.environ, "BENCH_WORKSPACE": str(ws), "BENCH_SPOOL_DIR": str(ws / ".bench" / "spool"),
-           "PYTHONPATH": str(HOOK_DIR)}
+    env = {
+        **os.environ,
+        "BENCH_WORKSPACE": str(ws),
+        "BENCH_SPOOL_DIR": str(ws / ".bench" / "spool"),
+        "PYTHONPATH": str(HOOK_DIR),
+    }
     proc = subprocess.Popen([sys.executable, name, *args], cwd=cwd or ws, env=env, stderr=subprocess.PIPE, text=True)
     if wait:
         proc.wait(timeout=60)
@@ -84,8 +87,12 @@ def test_tracer_ignores_prepare_py_non_workspace_scripts_and_forked_workers(ws, 
     run_traced(ws, "pkg/helper.py", "print(1)")  # not top-level
     # a script outside the workspace, started from inside it, is not traced either
     (elsewhere / "outside.py").write_text("print(1)")
-    env = {**os.environ, "BENCH_WORKSPACE": str(ws), "BENCH_SPOOL_DIR": str(ws / ".bench" / "spool"),
-           "PYTHONPATH": str(HOOK_DIR)}
+    env = {
+        **os.environ,
+        "BENCH_WORKSPACE": str(ws),
+        "BENCH_SPOOL_DIR": str(ws / ".bench" / "spool"),
+        "PYTHONPATH": str(HOOK_DIR),
+    }
     subprocess.run([sys.executable, str(elsewhere / "outside.py")], cwd=ws, env=env, check=True)
     forking = "import os, sys\npid = os.fork()\nif pid == 0:\n    sys.exit(0)\nos.waitpid(pid, 0)\n"
     run_traced(ws, "run_fork.py", forking)
@@ -122,8 +129,11 @@ def test_relay_creates_nested_runs_with_statuses_metrics_and_source(ws):
 
     runs = mlflow.search_runs([rec.experiment_id], filter_string=f"tags.`{schema.PARENT}` = '{parent}'")
     by_script = {r[f"tags.{schema.SCRIPT}"]: r for _, r in runs.iterrows()}
-    assert {s: r["status"] for s, r in by_script.items()} == {"run_1.py": "FINISHED", "run_2.py": "FAILED",
-                                                              "run_3.py": "KILLED"}
+    assert {s: r["status"] for s, r in by_script.items()} == {
+        "run_1.py": "FINISHED",
+        "run_2.py": "FAILED",
+        "run_3.py": "KILLED",
+    }
     assert "RuntimeError: boom" in by_script["run_2.py"][f"tags.{schema.REASON}"]
     client = mlflow.tracking.MlflowClient()
     rid = by_script["run_1.py"]["run_id"]

@@ -1,0 +1,170 @@
+"""End to end: `bench run` through workspace, launch, watch, collect, evaluate, audit and record.
+
+The task is the real T6 folder with generated ETTh1-shaped data (see conftest.generated_t6), so
+these tests run anywhere; tests/bench/test_runner_mirror.py repeats the baseline on the real file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import uuid
+from pathlib import Path
+
+import mlflow
+import psutil
+import pytest
+
+from bench.cli import main
+from bench.runner import RunSpec, run
+from bench.tracking import schema
+
+
+def campaign() -> str:
+    return f"test-{uuid.uuid4().hex[:8]}"
+
+
+def runs_of(name: str, kind: str):
+    exp = mlflow.get_experiment_by_name(name)
+    return mlflow.search_runs([exp.experiment_id], filter_string=f"tags.`{schema.KIND}` = '{kind}'")
+
+
+def test_bench_run_baseline_t6_end_to_end(generated_t6, capsys):
+    name = campaign()
+    code = main(
+        ["run", "--agent", "baseline", "--task", "t6", "--budget", "3m", "--grace", "5", "--campaign", name, "--quiet"]
+    )
+    out = capsys.readouterr().out
+    assert code == 0, out
+    agents = runs_of(name, schema.KIND_AGENT)
+    assert len(agents) == 1
+    parent = agents.iloc[0]
+    assert parent[f"tags.{schema.STATUS}"] == "success" and parent["status"] == "FINISHED"
+    assert parent[f"tags.{schema.TASK}"] == "t6" and parent[f"tags.{schema.AGENT}"] == "baseline"
+    assert 0.0 < parent[f"metrics.{schema.SCORE}"] < 5.0
+    assert parent[f"metrics.{schema.SCRIPTS_LAUNCHED}"] == 1
+    assert 0 < parent[f"metrics.{schema.BUDGET_UTILISATION}"] < 1
+
+    scripts = runs_of(name, schema.KIND_SCRIPT)
+    assert len(scripts) == 1
+    child = scripts.iloc[0]
+    assert child[f"tags.{schema.PARENT}"] == parent["run_id"] and child["status"] == "FINISHED"
+    client = mlflow.tracking.MlflowClient()
+    epochs = client.get_metric_history(child["run_id"], "val_mse")
+    assert len(epochs) == 5  # one validation per epoch, the baseline's 5 epochs
+    assert len(client.list_artifacts(child["run_id"], "checkpoints")) == 5
+    assert client.get_run(child["run_id"]).data.params["config.kernel_size"] == "25"
+
+    result = json.loads((Path(parent[f"tags.{schema.WORKSPACE}"]) / "result.json").read_text())
+    assert result["status"] == "success" and result["score"] == pytest.approx(parent[f"metrics.{schema.SCORE}"])
+    assert result["evaluations"][0]["official"]["split"] == "test"
+    ws = Path(result["workspace"])
+    assert not os.stat(ws / "prepare.py").st_mode & stat.S_IWUSR  # locked copy is read-only
+    assert len(result["prepare_sha256"]) == 64
+
+
+DETACHED = r"""
+cp train.py run_1.py
+cat >> run_1.py <<'EOF'
+if __name__ == "__main__":  # after training: a script that will not die politely
+    import os, signal, time
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    with open("run_1.pid", "w") as f:
+        f.write(str(os.getpid()))
+    time.sleep(3600)
+EOF
+nohup setsid python run_1.py > run_1.log 2>&1 &
+sleep 3600
+"""
+
+
+def test_budget_ends_detached_scripts_and_keeps_their_checkpoints(generated_t6):
+    name = campaign()
+    result = run(
+        RunSpec(
+            task=generated_t6,
+            agent="command",
+            campaign=name,
+            budget_s=25,
+            grace_s=3,
+            options={"command": DETACHED},
+            console=False,
+        )
+    )
+    assert result["timed_out"] is True
+    pid = int((Path(result["workspace"]) / "run_1.pid").read_text())
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    assert result["status"] == "success", result["reason"]  # the checkpoints it saved before the budget count
+    assert result["scripts"]["statuses"] == {"KILLED": 1}
+    child = runs_of(name, schema.KIND_SCRIPT).iloc[0]
+    assert child["status"] == "KILLED" and child[f"tags.{schema.SCRIPT}"] == "run_1.py"
+    assert child["metrics.val_mse"] > 0  # the metrics it had are kept
+    assert result["budget_utilisation"] == 1.0
+
+
+def test_crashing_agent_without_checkpoint_is_failed_with_reason(generated_t6):
+    result = run(
+        RunSpec(
+            task=generated_t6,
+            agent="command",
+            campaign=campaign(),
+            budget_s=60,
+            grace_s=2,
+            options={"command": "echo 'x = 1/0' > run_1.py && python run_1.py"},
+            console=False,
+        )
+    )
+    assert result["status"] == "failed" and "no scoreable checkpoint" in result["reason"]
+    assert result["scripts"]["statuses"] == {"FAILED": 1}
+    assert "ZeroDivisionError" in result["scripts"]["scripts"][0]["error"]
+
+
+COMPILED_PREFIX = r"""
+cat > run_1.py <<'EOF'
+from prepare import save_checkpoint
+from train import CONFIG, build_model
+if __name__ == "__main__":
+    model = build_model(CONFIG)
+    class Wrapped(__import__("torch").nn.Module):  # what torch.compile's OptimizedModule does to the keys
+        def __init__(self, m):
+            super().__init__()
+            self._orig_mod = m
+    save_checkpoint(Wrapped(model), CONFIG, 0.5)
+EOF
+python run_1.py
+"""
+
+
+def test_checkpoint_with_compile_prefix_fails_strict_official_evaluation(generated_t6):
+    result = run(
+        RunSpec(
+            task=generated_t6,
+            agent="command",
+            campaign=campaign(),
+            budget_s=60,
+            grace_s=2,
+            options={"command": COMPILED_PREFIX},
+            console=False,
+        )
+    )
+    assert result["checkpoints_found"] == 1
+    assert result["status"] == "failed"
+    assert "official evaluation failed" in result["reason"] and "_orig_mod" in result["reason"]
+
+
+def test_modified_locked_file_disqualifies(generated_t6):
+    cmd = "chmod u+w prepare.py && echo '# tweak' >> prepare.py && python train.py"
+    result = run(
+        RunSpec(
+            task=generated_t6,
+            agent="command",
+            campaign=campaign(),
+            budget_s=120,
+            grace_s=2,
+            options={"command": cmd},
+            console=False,
+        )
+    )
+    assert result["status"] == "disqualified" and "prepare.py was modified" in result["reason"]
+    assert result["violations"][0]["rule"] == 1
