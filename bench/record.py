@@ -57,6 +57,7 @@ def record(recorder: Recorder, result: dict, ws: Workspace) -> str:
         schema.BUDGET_UTILISATION: result["budget_utilisation"],
         schema.SCRIPTS_LAUNCHED: scripts["launched"],
         schema.CHECKPOINTS: result["checkpoints_found"],
+        schema.LAUNCHES_OBSERVED: len(result.get("launches_observed", [])),
     }
     if result.get("score") is not None:
         metrics[schema.SCORE] = result["score"]

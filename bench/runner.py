@@ -23,6 +23,7 @@ from pathlib import Path
 from bench import checkpoints, data, evaluate, workspace
 from bench.agents import LaunchContext, get_agent
 from bench.audit import audit
+from bench.launches import LaunchMonitor
 from bench.progress import StatusLine, fmt_s
 from bench.prompt import standard_prompt
 from bench.record import record
@@ -122,6 +123,7 @@ def run(spec: RunSpec) -> dict:
     )
     streamer = threading.Thread(target=_stream, args=(proc, ws.log, status, spec.console), daemon=True)
     streamer.start()
+    launches = LaunchMonitor(proc.pid, token, ws.path).start()
 
     # 3. watch
     def tick(elapsed: float, left: float) -> None:
@@ -133,7 +135,9 @@ def run(spec: RunSpec) -> dict:
     interrupted = _wait(proc)
     agent_seconds = time.time() - started
     watchdog.stop(let_grace_finish=not interrupted)
+    launches.scan()  # a last look before the tree is ended
     end_tree(proc.pid, token)  # the session is over: scripts it left running end with it
+    launches.stop()
     streamer.join(timeout=10)
     status.close()
     scripts = relay.finalize()
@@ -173,6 +177,7 @@ def run(spec: RunSpec) -> dict:
         "prepare_sha256": prepare_sha,
         "partial_data": data.data_status(task) == "partial",
         "scripts": scripts,
+        "launches_observed": [launch.to_dict() for launch in launches.launches.values()],
         "checkpoints_found": len(found),
         "rejected_checkpoints": [{"path": str(r.path), "reason": r.reason} for r in rejected],
         "evaluations": evaluations,

@@ -21,6 +21,9 @@ import psutil
 
 from bench.tracking import schema
 from bench.tracking.runs import Recorder, TrackingError
+from bench.tracking.sysmetrics import Sampler
+
+SYSTEM_EVERY = 5  # polls between system-metric samples (x 2 s: one sample every ~10 s)
 
 
 @dataclass
@@ -38,6 +41,7 @@ class ScriptState:
     error: str | None = None
     params_logged: bool = False
     metrics: int = 0
+    helper_keys: dict[str, list[str]] = field(default_factory=dict)  # step -> keys logged by log_metrics()
     checkpoints: list[dict] = field(default_factory=list)
     closed: bool = False
 
@@ -59,6 +63,8 @@ class Relay:
         self.state_file = self.spool_dir.parent / "relay.json"
         self.scripts: dict[str, ScriptState] = {}
         self.warned = False
+        self.sampler = Sampler()
+        self._polls = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -99,8 +105,22 @@ class Relay:
                     if not self.warned:
                         print(f"[bench] tracking degraded, events stay spooled and are retried: {e}", flush=True)
                         self.warned = True
+            self._polls += 1
+            if ok and self._polls % SYSTEM_EVERY == 0:
+                self._sample_system()
             self._save()
             return ok
+
+    def _sample_system(self) -> None:
+        """CPU, memory (and GPU) of every running traced script, on its run; best effort."""
+        for s in self.scripts.values():
+            if s.run_id and not s.closed and _alive(s.pid, s.started):
+                values = self.sampler.sample(s.pid)
+                step = int(time.time() - s.started)
+                try:
+                    self.recorder.log_metrics(s.run_id, [(k, v, step, None) for k, v in values.items()])
+                except TrackingError:
+                    return
 
     def _read(self, path: Path, state: ScriptState) -> None:
         with open(path, "rb") as f:
@@ -133,11 +153,19 @@ class Relay:
             return
         self._ensure_run(s)
         if kind == "metrics":
-            rows = [(k, v, int(ev.get("step", 0)), ev.get("t")) for k, v in ev.get("metrics", {}).items()]
+            step, values = int(ev.get("step", 0)), dict(ev.get("metrics", {}))
+            if ev.get("src") == "stdout":  # a printed line: skip what log_metrics() already traced exactly
+                values = {k: v for k, v in values.items() if k not in s.helper_keys.get(str(step), ())}
+            else:
+                s.helper_keys[str(step)] = list(values)
+                for old in list(s.helper_keys)[:-64]:  # the printed echo follows within lines; keep a few steps
+                    del s.helper_keys[old]
+            rows = [(k, v, step, ev.get("t")) for k, v in values.items()]
             s.metrics += self.recorder.log_metrics(s.run_id, rows)
         elif kind == "checkpoint":
             if not s.params_logged and isinstance(ev.get("config"), dict):
-                self.recorder.log_params(s.run_id, {"config": ev["config"]})
+                extra = {k: ev[k] for k in ("n_params", "device") if ev.get(k) is not None}
+                self.recorder.log_params(s.run_id, {"config": ev["config"], **extra})
                 s.params_logged = True
             index = len(s.checkpoints)
             self.recorder.log_metrics(s.run_id, [(schema.CHECKPOINT_SCORE, ev.get("val_score"), index, ev.get("t"))])
@@ -178,6 +206,13 @@ class Relay:
                         self._close(s)
                     except TrackingError:
                         pass
+            for s in self.scripts.values():  # tails are final only now: the output tee drains after its script
+                tail = self.spool_dir / (s.file + ".tail")
+                if s.run_id and tail.is_file():
+                    try:
+                        self.recorder.log_text(s.run_id, tail.read_text(errors="replace"), "stdout_tail.txt")
+                    except TrackingError:
+                        break
             self._save()
         return self.summary()
 

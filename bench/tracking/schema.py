@@ -45,6 +45,7 @@ SUCCESS = "success"  # 1.0 / 0.0
 WALL_TIME = "wall_time_s"
 BUDGET_UTILISATION = "budget_utilisation"  # agent wall time / budget
 SCRIPTS_LAUNCHED = "scripts_launched"  # counted by the tracer
+LAUNCHES_OBSERVED = "launches_observed"  # counted independently by process monitoring (bench.launches)
 CHECKPOINTS = "checkpoints"
 ANYTIME = "anytime_score"  # official score of the best checkpoint of each 5-minute window; step = minutes
 BEST_VAL = "best_val_score"  # self-reported validation score of the scored checkpoint

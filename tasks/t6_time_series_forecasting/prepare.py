@@ -208,10 +208,10 @@ def _trace(event: dict) -> None:
 
 
 def log_metrics(step: int, **metrics: float) -> None:
-    """Print one progress line (`step 100 | loss 1.2300 | val_bpb 2.3100`) and trace it."""
+    """Trace one set of metrics at full precision, then print it (`step 100 | loss 1.2300 | val_bpb 2.3100`)."""
     values = {k: float(v) for k, v in metrics.items()}
-    print(f"step {step} | " + " | ".join(f"{k} {v:.4f}" for k, v in values.items()), flush=True)
     _trace({"ev": "metrics", "t": time.time(), "step": int(step), "metrics": values})
+    print(f"step {step} | " + " | ".join(f"{k} {v:.4f}" for k, v in values.items()), flush=True)
 
 
 def save_checkpoint(model: nn.Module, config: dict, val_score: float, *, step: int | None = None,
@@ -244,7 +244,9 @@ def save_checkpoint(model: nn.Module, config: dict, val_score: float, *, step: i
     torch.save(payload, tmp)
     os.replace(tmp, path)  # atomic: the harness never sees half a file
     _trace({"ev": "checkpoint", "t": time.time(), "path": os.path.abspath(path), "val_score": float(val_score),
-            "metric": METRIC, "step": step, "config": config})
+            "metric": METRIC, "step": step, "config": config,
+            "n_params": sum(p.numel() for p in model.parameters()),
+            "device": str(next(model.parameters()).device) if any(True for _ in model.parameters()) else "cpu"})
     return path
 
 

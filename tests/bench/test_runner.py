@@ -168,3 +168,53 @@ def test_modified_locked_file_disqualifies(generated_t6):
     )
     assert result["status"] == "disqualified" and "prepare.py was modified" in result["reason"]
     assert result["violations"][0]["rule"] == 1
+
+
+THREE_SCRIPTS = r"""
+cp train.py run_1.py
+sed 's/"epochs": 5/"epochs": 2/' train.py > run_2.py
+cat > run_3.py <<'EOF'
+from train import CONFIG, build_model
+if __name__ == "__main__":
+    model = build_model(CONFIG)
+    print("step 1 | loss 9.0")
+    raise RuntimeError("diverged")
+EOF
+python run_1.py & python run_3.py & wait
+python run_2.py
+"""
+
+
+def test_every_script_the_agent_launches_becomes_a_nested_run(generated_t6):
+    name = campaign()
+    result = run(
+        RunSpec(
+            task=generated_t6,
+            agent="command",
+            campaign=name,
+            budget_s=240,
+            grace_s=2,
+            options={"command": THREE_SCRIPTS},
+            console=False,
+        )
+    )
+    assert result["status"] == "success", result["reason"]
+    assert result["scripts"]["launched"] == 3 == len(result["launches_observed"])  # tracer and monitor agree
+    parent = runs_of(name, schema.KIND_AGENT).iloc[0]
+    assert parent[f"metrics.{schema.SCRIPTS_LAUNCHED}"] == 3 == parent[f"metrics.{schema.LAUNCHES_OBSERVED}"]
+    children = runs_of(name, schema.KIND_SCRIPT)
+    by = {r[f"tags.{schema.SCRIPT}"]: r for _, r in children.iterrows()}
+    assert {s: r["status"] for s, r in by.items()} == {
+        "run_1.py": "FINISHED",
+        "run_2.py": "FINISHED",
+        "run_3.py": "FAILED",
+    }
+    assert all(r[f"tags.{schema.PARENT}"] == parent["run_id"] for r in by.values())
+    client = mlflow.tracking.MlflowClient()
+    assert len(client.get_metric_history(by["run_1.py"]["run_id"], "val_mse")) == 5
+    assert len(client.get_metric_history(by["run_2.py"]["run_id"], "val_mse")) == 2
+    assert len(client.list_artifacts(by["run_2.py"]["run_id"], "checkpoints")) == 2
+    assert client.get_run(by["run_2.py"]["run_id"]).data.params["config.epochs"] == "2"
+    diff = client.download_artifacts(by["run_2.py"]["run_id"], "source/run_2.py.diff")
+    assert '+    "epochs": 2' in Path(diff).read_text()
+    assert "RuntimeError: diverged" in by["run_3.py"][f"tags.{schema.REASON}"]

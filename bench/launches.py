@@ -1,0 +1,109 @@
+"""An independent launch counter: process monitoring that cross-checks the tracer.
+
+The tracer counts the scripts that announce themselves; this counts the Python processes
+the harness *sees* running a top-level script of the workspace, by polling the agent's
+process tree. The two agree unless a script defeats the tracer (e.g. ``python -S``, a
+scrubbed environment), or lives shorter than the polling interval (default 0.5 s), which
+only the tracer then sees. Both counts are recorded on the agent run.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import psutil
+
+from bench.watchdog import find_tree
+
+# interpreter options that take a separate argument (python -X dev, -W ignore, ...)
+_OPTS_WITH_ARG = {"-X", "-W", "-Q"}
+
+
+@dataclass(frozen=True)
+class Launch:
+    pid: int
+    script: str
+    started: float
+    argv: tuple[str, ...]
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def workspace_script(cmdline: list[str], cwd: str, workspace: Path) -> str | None:
+    """The workspace script a command line runs (``run_1.py``), or None if it is not one.
+
+    Only ``python [options] script.py ...`` where script.py sits at the top level of the
+    workspace counts; ``-c``, ``-m`` and the locked ``prepare.py`` do not (as in the tracer).
+    """
+    if not cmdline or not os.path.basename(cmdline[0]).startswith("python"):
+        return None
+    args = iter(cmdline[1:])
+    for arg in args:
+        if arg in ("-c", "-m"):
+            return None
+        if arg in _OPTS_WITH_ARG:
+            next(args, None)
+            continue
+        if arg.startswith("-"):
+            continue
+        path = Path(arg) if os.path.isabs(arg) else Path(cwd) / arg
+        try:
+            path = path.resolve()
+        except OSError:
+            return None
+        if path.suffix == ".py" and path.parent == workspace.resolve() and path.name != "prepare.py":
+            return path.name
+        return None
+    return None
+
+
+class LaunchMonitor:
+    """Polls the agent's process tree in a daemon thread and remembers every script process it sees."""
+
+    def __init__(self, root_pid: int, token: str | None, workspace: Path, interval: float = 0.5):
+        self.root_pid, self.token, self.workspace, self.interval = root_pid, token, Path(workspace), interval
+        self.launches: dict[tuple[int, float], Launch] = {}
+        self._seen: dict[tuple[int, float], tuple[str, ...]] = {}  # process -> command line last looked at
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="bench-launches", daemon=True)
+
+    def start(self) -> LaunchMonitor:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    @property
+    def count(self) -> int:
+        return len(self.launches)
+
+    def _loop(self) -> None:
+        while True:
+            try:
+                self.scan()
+            except Exception:  # monitoring must never take the run down
+                pass
+            if self._stop.wait(self.interval):
+                return
+
+    def scan(self) -> None:
+        for proc in find_tree(self.root_pid, self.token):
+            try:
+                key = (proc.pid, proc.create_time())
+                if key in self.launches:
+                    continue
+                cmdline = tuple(proc.cmdline())
+                if self._seen.get(key) == cmdline:
+                    continue  # same process, same command line: already judged (a fork may exec later)
+                self._seen[key] = cmdline
+                script = workspace_script(list(cmdline), proc.cwd(), self.workspace)
+            except (psutil.Error, OSError):
+                continue
+            if script:
+                self.launches[key] = Launch(proc.pid, script, key[1], cmdline)
