@@ -161,3 +161,43 @@ def test_relay_keeps_events_spooled_while_the_store_is_unreachable(ws, monkeypat
     monkeypatch.delenv("MLFLOW_TRACKING_URI")
     summary = Relay(good, parent, ws / ".bench" / "spool", {}).finalize()
     assert summary["unrelayed"] == 0 and summary["statuses"] == {"FINISHED": 1}
+
+
+WORKERS = """
+import multiprocessing as mp
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+def square(x):
+    return x * x
+
+if __name__ == "__main__":
+    data = DataLoader(TensorDataset(torch.arange(64.0)), batch_size=8, num_workers=2)  # forked workers
+    total = sum(float(b[0].sum()) for b in data)
+    with mp.get_context("spawn").Pool(2) as pool:  # fresh interpreters: `python -c ...` under the hood
+        total += sum(pool.map(square, range(4)))
+    print(total)
+"""
+
+
+def test_dataloader_and_spawned_workers_are_not_launches(ws):
+    proc = run_traced(ws, "run_w.py", WORKERS)
+    assert proc.returncode == 0, proc.stderr.read()
+    ev = events(ws)
+    assert list(ev) == ["run_w.py"]
+    assert [e["ev"] for e in ev["run_w.py"]] == ["start", "end"] and ev["run_w.py"][-1]["status"] == "FINISHED"
+
+
+COMPILED = """
+import torch
+if __name__ == "__main__":
+    model = torch.compile(torch.nn.Linear(4, 2))  # inductor: may start compile workers
+    print(model(torch.ones(3, 4)).shape)
+"""
+
+
+def test_torch_compiled_script_is_one_launch(ws):
+    proc = run_traced(ws, "run_c.py", COMPILED)
+    assert proc.returncode == 0, proc.stderr.read()
+    ev = events(ws)
+    assert list(ev) == ["run_c.py"] and ev["run_c.py"][-1]["status"] == "FINISHED"
