@@ -176,7 +176,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_record)
 
     s = sub.add_parser("demo", help="baseline agent on T6 (full) and T1 (reduced budget), then a leaderboard")
-    s.add_argument("--t1-budget", type=parse_duration, default=parse_duration("5m"), help="T1 budget (default 5m)")
+    s.add_argument("--t1-budget", type=parse_duration, default=parse_duration("8m"), help="T1 budget (default 8m)")
     s.add_argument("--campaign", default="demo")
     s.set_defaults(func=cmd_demo)
 

@@ -12,7 +12,7 @@ from bench.runner import RunSpec, run
 from bench.tasks import get_task
 
 
-def demo(t1_budget_s: float = 300.0, campaign: str = "demo") -> int:
+def demo(t1_budget_s: float = 480.0, campaign: str = "demo") -> int:
     from analysis.runs import agent_runs, leaderboard
 
     t6, t1 = get_task("t6"), get_task("t1")
