@@ -70,6 +70,7 @@ def record(recorder: Recorder, result: dict, ws: Workspace) -> str:
         recorder.log_artifact(run_id, f)
     for script in ws.scripts():
         recorder.log_artifact(run_id, script, "scripts")
+    recorder.set_tags(run_id, {schema.RUN_NOTE: _note(result, scripts)})
     recorder.set_tags(
         run_id,
         {
@@ -81,6 +82,16 @@ def record(recorder: Recorder, result: dict, ws: Workspace) -> str:
     mlflow_status = {"success": "FINISHED", "interrupted": "KILLED"}.get(result["status"], "FAILED")
     recorder.end_run(run_id, mlflow_status, result["started_at"] + result["wall_time_s"])
     return run_id
+
+
+def _note(result: dict, scripts: dict) -> str:
+    """The run page's description: the outcome in two lines of Markdown."""
+    score = f"{result['score']:.4f}" if result.get("score") is not None else "-"
+    return (
+        f"**{result['status']}**: {result['metric']} {score} on {result['split']} "
+        f"(baseline {result['baseline_score']:g}); {scripts['launched']} scripts launched, "
+        f"{result['wall_time_s'] / 60:.1f} of {result['budget_s'] / 60:g} min used.\n\n{result['reason']}"
+    )
 
 
 def _record_evaluations(recorder: Recorder, run_id: str, result: dict, base: dict) -> None:

@@ -189,18 +189,23 @@ def evaluate_bpb(
 CHECKPOINT_FORMAT = "1gc-7rc/checkpoint-v1"
 
 
+_spool = None  # the open spool file (one line-buffered append per event: microseconds, no MLflow)
+
+
 def _trace(event: dict) -> None:
     """Append one event to the harness's spool file, if the harness set one.
 
     Standard library only and a no-op outside the harness, so it costs nothing
     when you run a script by hand. The harness relays these lines to MLflow.
     """
+    global _spool
     path = os.environ.get("BENCH_SPOOL_FILE")
     if not path:
         return
     try:
-        with open(path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(event, default=str) + "\n")
+        if _spool is None or _spool.name != path:
+            _spool = open(path, "a", buffering=1, encoding="utf-8")
+        _spool.write(json.dumps(event, default=str) + "\n")
     except OSError:
         pass  # tracing must never break training
 

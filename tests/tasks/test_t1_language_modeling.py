@@ -29,7 +29,16 @@ from bench.tasks import load_task
 
 TASK_DIR = Path(__file__).resolve().parents[2] / "tasks" / "t1_language_modeling"
 REAL_VOCAB = "\n !$&',-.3:;?" + string.ascii_uppercase + string.ascii_lowercase  # the 65 characters of input.txt
-TINY = {"block_size": 16, "n_layer": 1, "n_head": 2, "d_model": 32, "batch_size": 8, "epochs": 2, "warmup_steps": 5}
+TINY = {
+    "block_size": 16,
+    "n_layer": 1,
+    "n_head": 2,
+    "d_model": 32,
+    "batch_size": 8,
+    "epochs": 2,
+    "warmup_steps": 5,
+    "eval_every": 10**9,
+}  # validation + checkpoint at the end of each epoch only
 N_FAKE = 6000  # characters: 5400 train, 600 val
 
 
