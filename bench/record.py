@@ -66,10 +66,16 @@ def record(recorder: Recorder, result: dict, ws: Workspace) -> str:
     recorder.log_metrics(run_id, [(k, v, 0, None) for k, v in metrics.items()])
     _record_evaluations(recorder, run_id, result, base)
 
-    for f in (ws.log, ws.result_file):
+    agent_metrics = (result.get("agent_events") or {}).get("metrics") or {}
+    recorder.log_metrics(run_id, [(k, v, 0, None) for k, v in agent_metrics.items() if v is not None])
+    for f in (ws.log, ws.events, ws.result_file):
         recorder.log_artifact(run_id, f)
     for script in ws.scripts():
         recorder.log_artifact(run_id, script, "scripts")
+    extra = ws.path / ".bench" / "artifacts"  # files an agent adapter leaves for its run (e.g. a study summary)
+    for f in sorted(extra.rglob("*")) if extra.is_dir() else []:
+        if f.is_file():
+            recorder.log_artifact(run_id, f, str(Path("agent") / f.parent.relative_to(extra)).rstrip("/."))
     recorder.set_tags(run_id, {schema.RUN_NOTE: _note(result, scripts)})
     recorder.set_tags(
         run_id,

@@ -27,6 +27,7 @@ from bench.launches import LaunchMonitor
 from bench.progress import StatusLine, fmt_s
 from bench.prompt import standard_prompt
 from bench.record import record
+from bench.stream import AgentStream
 from bench.tasks import Task
 from bench.tracking import HOOK_DIR, schema
 from bench.tracking.relay import Relay
@@ -115,14 +116,13 @@ def run(spec: RunSpec) -> dict:
     proc = subprocess.Popen(
         argv,
         cwd=ws.path,
-        env=_agent_env(ws, token, agent.env(ctx)),
+        env=_agent_env(ws, token, agent.env(ctx), spec.budget, started),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )
-    streamer = threading.Thread(target=_stream, args=(proc, ws.log, status, spec.console), daemon=True)
-    streamer.start()
+    stream = AgentStream(proc, ws.log, ws.events, status, spec.console, getattr(agent, "parser_name", None)).start()
     launches = LaunchMonitor(proc.pid, token, ws.path).start()
 
     # 3. watch
@@ -138,7 +138,7 @@ def run(spec: RunSpec) -> dict:
     launches.scan()  # a last look before the tree is ended
     end_tree(proc.pid, token)  # the session is over: scripts it left running end with it
     launches.stop()
-    streamer.join(timeout=10)
+    stream.join(timeout=10)
     status.close()
     scripts = relay.finalize()
 
@@ -173,6 +173,7 @@ def run(spec: RunSpec) -> dict:
         "agent_exit_code": proc.returncode,
         "timed_out": watchdog.timed_out,
         "interrupted": interrupted,
+        "agent_events": stream.summary(),
         "device": device,
         "prepare_sha256": prepare_sha,
         "partial_data": data.data_status(task) == "partial",
@@ -212,7 +213,9 @@ def _open_agent_run(recorder: Recorder, name: str, tags: dict) -> str | None:
         return None
 
 
-def _agent_env(ws: workspace.Workspace, token: str, extra: dict[str, str]) -> dict[str, str]:
+def _agent_env(
+    ws: workspace.Workspace, token: str, extra: dict[str, str], budget_s: float, started_at: float
+) -> dict[str, str]:
     """The agent's environment: the tracer on PYTHONPATH, this Python first on PATH, no MLflow run id."""
     env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_RUN_ID", "BENCH_SPOOL_FILE")}
     env.update(extra)
@@ -221,22 +224,14 @@ def _agent_env(ws: workspace.Workspace, token: str, extra: dict[str, str]) -> di
             "BENCH_WORKSPACE": str(ws.path),
             "BENCH_SPOOL_DIR": str(ws.spool_dir),
             "BENCH_RUN_TOKEN": token,
+            "BENCH_BUDGET_S": str(budget_s),
+            "BENCH_STARTED_AT": str(started_at),
             "PYTHONPATH": os.pathsep.join(p for p in (str(HOOK_DIR), env.get("PYTHONPATH", "")) if p),
             "PATH": os.pathsep.join((str(Path(sys.executable).parent), env.get("PATH", ""))),
             "PYTHONUNBUFFERED": "1",
         }
     )
     return env
-
-
-def _stream(proc: subprocess.Popen, log: Path, status: StatusLine, console: bool) -> None:
-    """Copy the agent's output to the log file and the console, line by line, as it comes."""
-    with open(log, "ab") as f:
-        for raw in iter(proc.stdout.readline, b""):
-            f.write(raw)
-            f.flush()
-            if console:
-                status.print(raw.decode("utf-8", errors="replace").rstrip("\n"))
 
 
 def _wait(proc: subprocess.Popen) -> bool:
@@ -288,9 +283,14 @@ def _outcome(result: dict, evaluations: list[dict], violations: list) -> dict:
         }
     if result["interrupted"]:
         return {"status": "interrupted", "score": None, "reason": "the harness was interrupted"}
+    agent = result.get("agent_events") or {}
+    if agent.get("refused"):
+        return {"status": "refused", "score": None, "reason": "the agent refused to work on the task (over-refusal)"}
     if official is not None:
         return {"status": "failed", "score": None, "reason": f"official evaluation failed: {official['error']}"}
     why = "no scoreable checkpoint in checkpoints/"
+    if agent.get("error"):
+        why += f"; the agent reported an error: {str(agent['error'])[:300]}"
     if result["rejected_checkpoints"]:
         why += f" ({len(result['rejected_checkpoints'])} rejected: {result['rejected_checkpoints'][0]['reason']})"
     return {"status": "timeout" if result["timed_out"] else "failed", "score": None, "reason": why}

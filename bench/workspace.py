@@ -7,6 +7,7 @@ Layout of one run directory::
             program.md train.py prepare.py (read-only) data/ checkpoints/
             .bench/spool/     events of traced scripts (written by the tracer, read by the relay)
         agent.log             everything the agent printed (harness-side: the agent cannot rewrite it)
+        events.jsonl          its output parsed into normalised events (agents with a stream parser)
         eval/                 isolated evaluation folders
         result.json           the run's outcome
 """
@@ -56,6 +57,10 @@ class Workspace:
     @property
     def log(self) -> Path:
         return self.run_dir / "agent.log"
+
+    @property
+    def events(self) -> Path:
+        return self.run_dir / "events.jsonl"
 
     @property
     def result_file(self) -> Path:
