@@ -122,7 +122,9 @@ def run(spec: RunSpec) -> dict:
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )
-    stream = AgentStream(proc, ws.log, ws.events, status, spec.console, getattr(agent, "parser_name", None)).start()
+    stream = AgentStream(
+        proc, ws.log, ws.events, status, spec.console, getattr(agent, "parser_name", None), spec.model
+    ).start()
     launches = LaunchMonitor(proc.pid, token, ws.path).start()
 
     # 3. watch

@@ -39,13 +39,15 @@ class AgentStream:
         status: StatusLine,
         console: bool,
         parser_name: str | None = None,
+        model: str | None = None,
     ):
         self.proc, self.log, self.events_file, self.status, self.console = proc, log, events_file, status, console
         self.parser = self.tally = None
         if parser_name:
-            from bench.events import PARSERS, Tally
+            from bench.events import Tally
+            from bench.parsers import make_parser
 
-            self.parser, self.tally = PARSERS[parser_name](), Tally()
+            self.parser, self.tally = make_parser(parser_name, model=model), Tally()
         self._thread = threading.Thread(target=self._run, name="bench-stream", daemon=True)
 
     def start(self) -> AgentStream:
