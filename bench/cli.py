@@ -41,7 +41,18 @@ def cmd_tasks(args: argparse.Namespace) -> int:
     return 0
 
 
+def _key_value(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key.strip(), value
+
+
 def cmd_agents(args: argparse.Namespace) -> int:
+    if getattr(args, "agents_command", None) == "install":
+        from bench.agents.install import install_main
+
+        return install_main(args.names)
     for name, agent in sorted(AGENTS.items()):
         print(f"{name:14} {agent.description}")
     return 0
@@ -59,7 +70,9 @@ def cmd_data(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     from bench.runner import RunSpec, run
 
-    options = {"command": args.agent_command} if args.agent_command else {}
+    options = dict(args.agent_option or [])
+    if args.agent_command:
+        options["command"] = args.agent_command
     results = []
     for task in _tasks(args.task):
         for repeat in range(args.first_repeat, args.first_repeat + args.repeats):
@@ -147,8 +160,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("tasks", help="list the tasks with budget, metric, direction and data status")
     s.set_defaults(func=cmd_tasks)
-    s = sub.add_parser("agents", help="list the agents of the dispatch table")
+    s = sub.add_parser("agents", help="list the agents of the dispatch table (or install their CLIs)")
     s.set_defaults(func=cmd_agents)
+    asub = s.add_subparsers(dest="agents_command")
+    a = asub.add_parser("install", help="install pinned agent CLIs into the cache (npm / a private venv)")
+    a.add_argument("names", nargs="+", help="claude-code, codex, opencode, gemini, aider, or all")
+    a.set_defaults(func=cmd_agents)
 
     s = sub.add_parser("data", help="download, verify and prepare task data")
     dsub = s.add_subparsers(dest="data_command", required=True)
@@ -166,6 +183,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--campaign", default="1gc-7rc", help="campaign = MLflow experiment name")
     s.add_argument("--model", help="model for LLM agents")
     s.add_argument("--agent-command", help="shell command for the 'command' agent")
+    s.add_argument(
+        "--agent-option",
+        action="append",
+        type=_key_value,
+        metavar="KEY=VALUE",
+        help="adapter option, repeatable: config=agent.toml (generic), bin=/path/to/cli, trials=20 (optuna)",
+    )
     s.add_argument("--grace", type=float, default=30.0, help="seconds after the budget before SIGKILL (paper: 30)")
     s.add_argument("--device", help="evaluation device (default: cuda if available)")
     s.add_argument("--quiet", action="store_true", help="do not stream the agent's output")

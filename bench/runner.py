@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench import checkpoints, data, evaluate, workspace
-from bench.agents import LaunchContext, get_agent
+from bench.agents import LaunchContext, get_agent, parser_of
 from bench.audit import audit
 from bench.launches import LaunchMonitor
 from bench.progress import StatusLine, fmt_s
@@ -122,9 +122,7 @@ def run(spec: RunSpec) -> dict:
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )
-    stream = AgentStream(
-        proc, ws.log, ws.events, status, spec.console, getattr(agent, "parser_name", None), spec.model
-    ).start()
+    stream = AgentStream(proc, ws.log, ws.events, status, spec.console, parser_of(agent, ctx), spec.model).start()
     launches = LaunchMonitor(proc.pid, token, ws.path).start()
 
     # 3. watch
@@ -215,11 +213,15 @@ def _open_agent_run(recorder: Recorder, name: str, tags: dict) -> str | None:
         return None
 
 
+# never inherited by an agent: a run id would make MLflow resume the parent; the tracer's own variables
+_HARNESS_ONLY = ("MLFLOW_RUN_ID", "BENCH_SPOOL_FILE", "BENCH_STDOUT_TRACED", "BENCH_TEE_PIPES", "BENCH_TEE_CLAIMS")
+
+
 def _agent_env(
     ws: workspace.Workspace, token: str, extra: dict[str, str], budget_s: float, started_at: float
 ) -> dict[str, str]:
     """The agent's environment: the tracer on PYTHONPATH, this Python first on PATH, no MLflow run id."""
-    env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_RUN_ID", "BENCH_SPOOL_FILE")}
+    env = {k: v for k, v in os.environ.items() if k not in _HARNESS_ONLY}
     env.update(extra)
     env.update(
         {

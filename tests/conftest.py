@@ -18,13 +18,22 @@ ROOT = Path(__file__).resolve().parents[1]
 REAL_MIRROR = os.environ.get("BENCH_DATA_MIRROR")
 
 
+_SESSION_DIR: Path | None = None
+
+
 def pytest_configure(config):
-    base = Path(tempfile.mkdtemp(prefix="bench-tests-"))
+    global _SESSION_DIR
+    base = _SESSION_DIR = Path(tempfile.mkdtemp(prefix="bench-tests-"))
     os.environ["BENCH_CACHE_DIR"] = str(base / "cache")
     os.environ["BENCH_MLRUNS_DIR"] = str(base / "mlruns")
     os.environ.pop("MLFLOW_TRACKING_URI", None)
     os.environ.pop("MLFLOW_RUN_ID", None)
     os.environ.pop("BENCH_TASKS_DIR", None)
+
+
+def pytest_unconfigure(config):
+    if _SESSION_DIR is not None:
+        shutil.rmtree(_SESSION_DIR, ignore_errors=True)
 
 
 @pytest.fixture

@@ -1,12 +1,34 @@
-"""The dispatch table: agent name -> adapter. A new agent is one entry here."""
+"""The dispatch table: agent name -> adapter. A new agent is one entry here.
+
+Offline agents need no model API (``baseline``, ``command``, ``optuna``); the CLI agents run a
+real coding-agent CLI, installed pinned into the cache on first use (``bench agents install``).
+"""
 
 from __future__ import annotations
 
+from bench.agents.aider import AiderAgent
 from bench.agents.base import Agent, AgentError, LaunchContext
 from bench.agents.baseline import BaselineAgent
+from bench.agents.claude_code import ClaudeCodeAgent
+from bench.agents.codex import CodexAgent
 from bench.agents.command import CommandAgent
+from bench.agents.gemini import GeminiAgent
+from bench.agents.generic import GenericAgent
+from bench.agents.opencode import OpenCodeAgent
 
-AGENTS: dict[str, Agent] = {a.name: a for a in (BaselineAgent(), CommandAgent())}
+AGENTS: dict[str, Agent] = {
+    a.name: a
+    for a in (
+        BaselineAgent(),
+        CommandAgent(),
+        ClaudeCodeAgent(),
+        CodexAgent(),
+        OpenCodeAgent(),
+        GeminiAgent(),
+        AiderAgent(),
+        GenericAgent(),
+    )
+}
 
 
 def get_agent(name: str) -> Agent:
@@ -16,4 +38,11 @@ def get_agent(name: str) -> Agent:
         raise AgentError(f"unknown agent {name!r}; known agents: {', '.join(sorted(AGENTS))}") from None
 
 
-__all__ = ["AGENTS", "Agent", "AgentError", "LaunchContext", "get_agent"]
+def parser_of(agent: Agent, ctx: LaunchContext) -> str | None:
+    """The stream parser of an agent's output for this run (None: print its output as it is)."""
+    if hasattr(agent, "parser_for"):
+        return agent.parser_for(ctx)
+    return getattr(agent, "parser_name", None)
+
+
+__all__ = ["AGENTS", "Agent", "AgentError", "LaunchContext", "get_agent", "parser_of"]

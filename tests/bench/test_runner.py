@@ -65,7 +65,7 @@ def test_bench_run_baseline_t6_end_to_end(generated_t6, capsys):
 
 
 DETACHED = r"""
-cp train.py run_1.py
+sed 's/"epochs": 5/"epochs": 1/' train.py > run_1.py
 cat >> run_1.py <<'EOF'
 if __name__ == "__main__":  # after training: a script that will not die politely
     import os, signal, time
@@ -86,7 +86,7 @@ def test_budget_ends_detached_scripts_and_keeps_their_checkpoints(generated_t6):
             task=generated_t6,
             agent="command",
             campaign=name,
-            budget_s=25,
+            budget_s=45,
             grace_s=3,
             options={"command": DETACHED},
             console=False,

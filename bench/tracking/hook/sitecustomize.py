@@ -8,12 +8,18 @@ FAILED with the exit code or exception). The task's ``save_checkpoint`` / ``log_
 helpers append to the same file through ``BENCH_SPOOL_FILE``. A process killed by a signal
 writes no end event, which the harness reads as KILLED.
 
+The script's stdout and stderr also pass through an output tee (``_bench_tee.py``, a separate small
+process): it copies every byte on unchanged, appends the step metrics it reads in printed lines
+(``step 100 | loss 1.23``) to the same spool with ``"src": "stdout"``, and keeps the last 200 lines in
+``<spool>.tail``. ``BENCH_TRACE_STDOUT=0`` turns it off; ``BENCH_STDOUT_TRACED=1`` tells that it is on.
+
 Standard library only and no MLflow: the script pays a few milliseconds, not the ~2.7 s of
 ``import mlflow`` + ``start_run``; the harness is the only MLflow writer and relays the
 spool in batches, so a slow or absent tracking server never touches the script.
 """
 
 import os
+import stat
 import sys
 
 
@@ -89,6 +95,112 @@ def _trace_this_process():
     sys.exit, sys.excepthook = exit_, excepthook
     atexit.register(at_exit)
     os.register_at_fork(after_in_child=lambda: atexit.unregister(at_exit))  # a forked worker is not a launch
+    if os.environ.get("BENCH_TRACE_STDOUT", "1") != "0":
+        _start_tee(spool)  # registers its exit handshake after at_exit, so it runs first (atexit is LIFO)
+
+
+def _start_tee(spool):
+    """Put the output tee (``_bench_tee.py``) between this process's fds 1, 2 and the files they were.
+
+    The tee is a separate process, started with ``posix_spawn`` (cheap, no ``subprocess`` import) and not
+    waited for: the script goes on at once. It inherits the original fds 1 and 2 and copies every byte to
+    them as it arrives; this process's fds 1 and 2 become pipes to it. ``sys.stdout``/``sys.stderr`` keep
+    their objects and buffering (their fd numbers are unchanged). Children inherit the pipes, so their output
+    is seen too, and the tee outlives this process until the last writer has gone. If anything fails before
+    the fds are switched, the script keeps its original stdout.
+    """
+    import atexit
+
+    if not sys.executable or not hasattr(os, "posix_spawn"):
+        return
+    try:
+        st1, st2 = os.fstat(1), os.fstat(2)
+    except OSError:
+        return  # a closed stdout or stderr stays as it is
+    # Same pipe, terminal or file (2>&1): one pipe keeps the exact order of stdout and stderr lines.
+    merged = (st1.st_dev, st1.st_ino) == (st2.st_dev, st2.st_ino) and (
+        not stat.S_ISREG(st1.st_mode) or os.lseek(1, 0, os.SEEK_CUR) == os.lseek(2, 0, os.SEEK_CUR)
+    )
+    # Output that goes into an enclosing traced script's tee (a sweep running train.py): the lines we read
+    # metrics from are claimed there, so that they count for this script only.
+    outer = os.environ.get("BENCH_TEE_PIPES", "").split(",")
+    upstream = ",".join(str(fd) for fd, st in ((1, st1), (2, st2)) if f"{st.st_dev}:{st.st_ino}" in outer)
+    for stream in (sys.stdout, sys.stderr):
+        if stream is not None:
+            stream.flush()
+    orig_out, orig_err = os.dup(1), os.dup(2)  # not inheritable: only to write there again at exit
+    out_r, out_w = os.pipe()
+    err_r, err_w = (-1, out_w) if merged else os.pipe()
+    ctl_r, ctl_w = os.pipe()
+    ack_r, ack_w = os.pipe()
+    theirs = [fd for fd in (out_r, err_r, ctl_r, ack_w) if fd >= 0]
+    try:
+        for fd in theirs:
+            os.set_inheritable(fd, True)
+        env = dict(os.environ)
+        env.update(
+            BENCH_TEE_FDS=f"{out_r},{err_r},{ctl_r},{ack_w}",
+            BENCH_TEE_HOOK=os.path.dirname(os.path.abspath(__file__)),
+            BENCH_TEE_UPSTREAM=os.environ.get("BENCH_TEE_CLAIMS", "") if upstream else "",
+            BENCH_TEE_UPSTREAM_FDS=upstream,
+        )
+        code = "import os,sys;sys.path.insert(0,os.environ['BENCH_TEE_HOOK']);import _bench_tee;_bench_tee.main()"
+        os.posix_spawn(sys.executable, [sys.executable, "-I", "-S", "-c", code], env)
+    except Exception as e:
+        for fd in {out_w, err_w, ctl_w, ack_r, orig_out, orig_err, *theirs}:
+            os.close(fd)
+        print(f"[bench tracer] output not traced: {e}", file=sys.stderr)
+        return
+    for fd in theirs:
+        os.close(fd)
+    os.dup2(out_w, 1)
+    os.dup2(err_w, 2)
+    for fd in {out_w, err_w}:
+        os.close(fd)
+    pipes = [(st.st_dev, st.st_ino) for st in (os.fstat(1), os.fstat(2))]
+    os.environ.update(
+        BENCH_STDOUT_TRACED="1",
+        BENCH_TEE_PIPES=",".join(f"{dev}:{ino}" for dev, ino in pipes),
+        BENCH_TEE_CLAIMS=spool + ".claims",
+    )
+
+    def handshake():
+        """At exit: flush, let the tee pass on everything written so far, then write to the real fds again.
+
+        Without this, ``python train.py > log; tail log`` could read the log before the tee has copied the
+        last lines. Output after this point (finalizers) goes straight to the original files, still in order.
+        """
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:
+                pass
+        ours = []  # the fds the script has not pointed elsewhere itself
+        for fd, pipe in ((1, pipes[0]), (2, pipes[1])):
+            try:
+                st = os.fstat(fd)
+                if (st.st_dev, st.st_ino) == pipe:
+                    ours.append(fd)
+            except OSError:
+                pass
+        try:
+            import select
+
+            poller = select.poll()
+            poller.register(ack_r, select.POLLIN)
+            if ours and not poller.poll(0):  # an event before we ask: the tee has gone (no SIGPIPE for us)
+                os.write(ctl_w, b"x")
+                poller.poll(5000)  # the answer, EOF if the tee died, or give up waiting
+        except OSError:
+            pass
+        for fd in ours:
+            try:
+                os.dup2((orig_out, orig_err)[fd - 1], fd)
+            except OSError:
+                pass
+
+    atexit.register(handshake)
+    os.register_at_fork(after_in_child=lambda: atexit.unregister(handshake))
 
 
 def _chain_to_shadowed_sitecustomize():
