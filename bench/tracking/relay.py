@@ -127,14 +127,39 @@ class Relay:
             f.seek(state.offset)
             data = f.read()
         end = data.rfind(b"\n") + 1  # only complete lines: the writer may be mid-line
+        rows: list[tuple] = []  # consecutive metric events go to MLflow as one batch
+        pending = 0  # bytes of those events, counted as read once the batch is recorded
         for line in data[:end].splitlines(keepends=True):
             try:
                 event = json.loads(line)
             except ValueError:
                 event = None  # a torn or foreign line: skip it, never stop relaying
+            if isinstance(event, dict) and event.get("ev") == "metrics" and state.run_id is not None:
+                rows += self._metric_rows(state, event)
+                pending += len(line)
+                continue
+            pending = self._flush(state, rows, pending)
             if isinstance(event, dict):
                 self._apply(state, event)
             state.offset += len(line)  # advanced only once the event is recorded
+        self._flush(state, rows, pending)
+
+    def _flush(self, s: ScriptState, rows: list[tuple], pending: int) -> int:
+        if rows:
+            s.metrics += self.recorder.log_metrics(s.run_id, rows)
+            rows.clear()
+        s.offset += pending
+        return 0
+
+    def _metric_rows(self, s: ScriptState, ev: dict) -> list[tuple]:
+        step, values = int(ev.get("step", 0)), dict(ev.get("metrics", {}))
+        if ev.get("src") == "stdout":  # a printed line: skip what log_metrics() already traced exactly
+            values = {k: v for k, v in values.items() if k not in s.helper_keys.get(str(step), ())}
+        else:
+            s.helper_keys[str(step)] = list(values)
+            for old in list(s.helper_keys)[:-64]:  # the printed echo follows within lines; keep a few steps
+                del s.helper_keys[old]
+        return [(k, v, step, ev.get("t")) for k, v in values.items()]
 
     def _apply(self, s: ScriptState, ev: dict) -> None:
         kind = ev.get("ev")
@@ -152,16 +177,8 @@ class Relay:
                 rec.log_text(run, "".join(diff), f"source/{s.script}.diff")
             return
         self._ensure_run(s)
-        if kind == "metrics":
-            step, values = int(ev.get("step", 0)), dict(ev.get("metrics", {}))
-            if ev.get("src") == "stdout":  # a printed line: skip what log_metrics() already traced exactly
-                values = {k: v for k, v in values.items() if k not in s.helper_keys.get(str(step), ())}
-            else:
-                s.helper_keys[str(step)] = list(values)
-                for old in list(s.helper_keys)[:-64]:  # the printed echo follows within lines; keep a few steps
-                    del s.helper_keys[old]
-            rows = [(k, v, step, ev.get("t")) for k, v in values.items()]
-            s.metrics += self.recorder.log_metrics(s.run_id, rows)
+        if kind == "metrics":  # only before the run exists (the batched path in _read covers the rest)
+            s.metrics += self.recorder.log_metrics(s.run_id, self._metric_rows(s, ev))
         elif kind == "checkpoint":
             if not s.params_logged and isinstance(ev.get("config"), dict):
                 extra = {k: ev[k] for k in ("n_params", "device") if ev.get(k) is not None}
