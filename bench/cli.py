@@ -204,6 +204,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--campaign", default="demo")
     s.set_defaults(func=cmd_demo)
 
+    from analysis.report import add_cli as add_report
+    from baselines.cli import add_cli as add_baselines
+
+    add_report(sub)  # bench report
+    add_baselines(sub)  # bench baselines tune | optuna-dashboard
+
     s = sub.add_parser("ui", help="open the MLflow UI on the tracking store (lean: 1 worker)")
     s.add_argument("--host", default="127.0.0.1")
     s.add_argument("--port", type=int, default=5000)

@@ -15,12 +15,14 @@ from bench.agents.command import CommandAgent
 from bench.agents.gemini import GeminiAgent
 from bench.agents.generic import GenericAgent
 from bench.agents.opencode import OpenCodeAgent
+from bench.agents.optuna import OptunaAgent
 
 AGENTS: dict[str, Agent] = {
     a.name: a
     for a in (
         BaselineAgent(),
         CommandAgent(),
+        OptunaAgent(),
         ClaudeCodeAgent(),
         CodexAgent(),
         OpenCodeAgent(),
