@@ -1,51 +1,306 @@
-"""MLflow -> tidy pandas DataFrames, through the tag schema (never by parsing logs)."""
+"""MLflow -> tidy pandas DataFrames, through the tag schema (never by parsing logs or run names).
+
+Three tables, one row per run, joined by ``run_id`` / ``parent_run_id``:
+
+- agent runs: agent, model, task, repeat, status, official score, wall time, budget utilisation,
+  scripts launched, tokens, cost (what the leaderboard and the paper's tables need);
+- script runs: every traced ``run_<x>.py`` with its start and end in minutes into the agent's budget
+  (the timelines);
+- eval runs: every officially evaluated checkpoint with the minute it was saved (the anytime curves).
+
+Each kind is read in one pass: straight from the tracking database when the store is one (the default
+SQLite store, PostgreSQL; :mod:`analysis.sqlstore`, about a second for a campaign of the paper's size),
+else with the MLflow API's paged ``search_runs``; both give the same tables. Metric histories are
+fetched only on demand (:func:`metric_history`), in one query per 900 runs where the store allows it.
+
+Tag, metric and param names come from :mod:`bench.tracking.schema` (and ``bench/record.py`` for the
+eval runs' and params' names), never spelled here twice.
+"""
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
 import pandas as pd
 
 from bench.tracking import schema, store
 
-AGENT_COLUMNS = {
-    f"tags.{schema.AGENT}": "agent",
-    f"tags.{schema.MODEL}": "model",
-    f"tags.{schema.TASK}": "task",
-    f"tags.{schema.REPEAT}": "repeat",
-    f"tags.{schema.STATUS}": "status",
-    f"tags.{schema.REASON}": "reason",
-    f"metrics.{schema.SCORE}": "score",
-    f"metrics.{schema.WALL_TIME}": "wall_time_s",
-    f"metrics.{schema.BUDGET_UTILISATION}": "budget_utilisation",
-    f"metrics.{schema.SCRIPTS_LAUNCHED}": "scripts_launched",
-    "run_id": "run_id",
-}
+# Metrics that LLM agents log on their agent run (absent for offline agents: NaN). schema.py is the
+# owner of run vocabulary; these fall back to their spelling here until it declares them.
+TOKENS_INPUT = getattr(schema, "TOKENS_INPUT", "tokens_input")
+TOKENS_OUTPUT = getattr(schema, "TOKENS_OUTPUT", "tokens_output")
+TOKENS_CACHED = getattr(schema, "TOKENS_CACHED", "tokens_cached")
+COST_USD = getattr(schema, "COST_USD", "cost_usd")
+
+# Metrics that eval runs carry (bench/record.py writes them under these names).
+EVAL_VAL_SCORE = "val_score"
+EVAL_SAVED_MINUTES = "saved_minutes"
+BUDGET_PARAM = "budget_minutes"  # agent-run params written by bench/record.py
+METRIC_PARAM = "metric"
+DIRECTION_PARAM = "direction"
+
+AGENT_COLUMNS = (
+    "run_id experiment agent model task repeat status reason score metric higher_is_better budget_min "
+    "wall_time_s budget_utilisation scripts_launched launches_observed checkpoints best_val_score "
+    "tokens_input tokens_output tokens_cached cost_usd start_time end_time synthetic partial_data"
+).split()
+SCRIPT_COLUMNS = (
+    "run_id parent_run_id experiment agent task repeat script exit reason start_time end_time start_min "
+    "end_min last_val_score"
+).split()
+EVAL_COLUMNS = (
+    "run_id parent_run_id experiment agent task repeat candidate script saved_minutes val_score official_score error"
+).split()
 
 
-def agent_runs(campaign: str) -> pd.DataFrame:
-    """One row per agent run of a campaign: agent, model, task, repeat, status, score, wall time, ..."""
-    import mlflow
+@dataclass
+class RunSet:
+    """The runs of one or more experiments: agent runs and their script and eval child runs."""
 
-    store.client()
-    exp = mlflow.get_experiment_by_name(campaign)
-    if exp is None:
-        return pd.DataFrame(columns=list(AGENT_COLUMNS.values()))
-    df = mlflow.search_runs([exp.experiment_id], filter_string=f"tags.`{schema.KIND}` = '{schema.KIND_AGENT}'")
-    for col in AGENT_COLUMNS:
-        if col not in df:
-            df[col] = None
-    df = df[list(AGENT_COLUMNS)].rename(columns=AGENT_COLUMNS)
-    df["repeat"] = pd.to_numeric(df["repeat"], errors="coerce").astype("Int64")
-    return df.sort_values(["task", "agent", "repeat"]).reset_index(drop=True)
+    agents: pd.DataFrame
+    scripts: pd.DataFrame
+    evals: pd.DataFrame
+
+    @property
+    def empty(self) -> bool:
+        return self.agents.empty
 
 
-def leaderboard(runs: pd.DataFrame, baselines: dict[str, float]) -> pd.DataFrame:
-    """Per agent x task: mean and std of the score over successful runs, and success n/N."""
+def _api_experiments(names: list[str] | None) -> dict[str, str]:
+    c = store.client()
+    if names is None:
+        return {e.experiment_id: e.name for e in c.search_experiments(max_results=50000)}
+    found = (c.get_experiment_by_name(n) for n in names)
+    return {e.experiment_id: e.name for e in found if e is not None and e.lifecycle_stage == "active"}
+
+
+def _api_wide(ids: list[str], kind: str, params: bool = False) -> pd.DataFrame:
+    """The public-API path: every run of ``kind``, paged, flattened like :func:`analysis.sqlstore.wide`."""
+    if not ids:
+        return pd.DataFrame()
+    c, rows, token = store.client(), [], None
+    while True:
+        page = c.search_runs(ids, f"tags.`{schema.KIND}` = '{kind}'", max_results=10000, page_token=token)
+        for run in page:
+            row = {
+                "run_id": run.info.run_id,
+                "experiment_id": str(run.info.experiment_id),
+                "status": run.info.status,
+                "start_time": run.info.start_time,
+                "end_time": run.info.end_time,
+            }
+            row.update({f"t:{k}": v for k, v in run.data.tags.items() if k != schema.RUN_NOTE})
+            row.update({f"m:{k}": v for k, v in run.data.metrics.items()})
+            if params:
+                row.update({f"p:{k}": v for k, v in run.data.params.items()})
+            rows.append(row)
+        token = page.token
+        if not token:
+            return pd.DataFrame(rows)
+
+
+def _source(fast: bool | None):
+    """The SQL engine for the fast path, or None for the API (``fast``: None = when possible)."""
+    if fast is False:
+        return None
+    from analysis import sqlstore
+
+    eng = sqlstore.engine()
+    if eng is None and fast:
+        raise RuntimeError(f"no database behind {store.tracking_uri()}: the fast path needs one")
+    return eng
+
+
+def _read(names: list[str] | None, fast: bool | None, children: bool) -> tuple[dict[str, str], list[pd.DataFrame]]:
+    from analysis import sqlstore
+
+    kinds = [(schema.KIND_AGENT, True)] + ([(schema.KIND_SCRIPT, False), (schema.KIND_EVAL, False)] if children else [])
+    if sqlstore.missing() and not fast:  # no store yet: no runs (MLflow would spend seconds creating one)
+        return {}, [pd.DataFrame() for _ in kinds]
+    eng = _source(fast)
+    if eng is not None:
+        try:
+            exps = sqlstore.experiments(eng, names)
+            return exps, [sqlstore.wide(eng, list(exps), k, p) for k, p in kinds]
+        except Exception as e:  # an unexpected schema: the public API always works
+            if fast:
+                raise
+            print(
+                f"analysis: reading the tracking database directly failed ({e}); using the MLflow API", file=sys.stderr
+            )
+    exps = _api_experiments(names)
+    return exps, [_api_wide(list(exps), k, p) for k, p in kinds]
+
+
+def _col(w: pd.DataFrame, name: str, default=np.nan) -> pd.Series:
+    return (
+        w[name] if name in w else pd.Series(default, index=w.index, dtype=object if isinstance(default, str) else float)
+    )
+
+
+def _num(w: pd.DataFrame, name: str) -> pd.Series:
+    return pd.to_numeric(_col(w, name), errors="coerce").astype(float)
+
+
+def _ms(series: pd.Series) -> pd.Series:
+    return pd.to_numeric(series, errors="coerce").astype(float) / 1000.0
+
+
+def _first_official(w: pd.DataFrame) -> pd.Series:
+    cols = [c for c in w.columns if c.startswith("m:official_")]
+    return w[cols].bfill(axis=1).iloc[:, 0].astype(float) if cols else pd.Series(np.nan, index=w.index)
+
+
+def _agents(w: pd.DataFrame, names: dict[str, str]) -> pd.DataFrame:
+    if w.empty:
+        return pd.DataFrame(columns=AGENT_COLUMNS)
+    t = lambda k, d="": _col(w, f"t:{k}", d).fillna(d)  # noqa: E731
+    score = _num(w, f"m:{schema.SCORE}").fillna(_first_official(w))
+    direction = _col(w, f"p:{DIRECTION_PARAM}", "")
+    return pd.DataFrame(
+        {
+            "run_id": w["run_id"],
+            "experiment": w["experiment_id"].map(names),
+            "agent": t(schema.AGENT),
+            "model": t(schema.MODEL),
+            "task": t(schema.TASK),
+            "repeat": pd.to_numeric(t(schema.REPEAT), errors="coerce"),
+            "status": t(schema.STATUS),
+            "reason": t(schema.REASON),
+            "score": score,
+            "metric": _col(w, f"p:{METRIC_PARAM}", "").fillna(""),
+            "higher_is_better": direction.map({"max": True, "min": False}),
+            "budget_min": _num(w, f"p:{BUDGET_PARAM}"),
+            "wall_time_s": _num(w, f"m:{schema.WALL_TIME}"),
+            "budget_utilisation": _num(w, f"m:{schema.BUDGET_UTILISATION}"),
+            "scripts_launched": _num(w, f"m:{schema.SCRIPTS_LAUNCHED}"),
+            "launches_observed": _num(w, f"m:{schema.LAUNCHES_OBSERVED}"),
+            "checkpoints": _num(w, f"m:{schema.CHECKPOINTS}"),
+            "best_val_score": _num(w, f"m:{schema.BEST_VAL}"),
+            "tokens_input": _num(w, f"m:{TOKENS_INPUT}"),
+            "tokens_output": _num(w, f"m:{TOKENS_OUTPUT}"),
+            "tokens_cached": _num(w, f"m:{TOKENS_CACHED}"),
+            "cost_usd": _num(w, f"m:{COST_USD}"),
+            "start_time": _ms(w["start_time"]),
+            "end_time": _ms(w["end_time"]),
+            "synthetic": t(schema.SYNTHETIC).str.lower() == "true",
+            "partial_data": t(schema.PARTIAL_DATA).str.lower() == "true",
+        }
+    )[AGENT_COLUMNS]
+
+
+def _child(w: pd.DataFrame, names: dict[str, str]) -> dict[str, pd.Series]:
+    t = lambda k: _col(w, f"t:{k}", "").fillna("")  # noqa: E731
+    return {
+        "run_id": w["run_id"],
+        "parent_run_id": t(schema.PARENT),
+        "experiment": w["experiment_id"].map(names),
+        "agent": t(schema.AGENT),
+        "task": t(schema.TASK),
+        "repeat": pd.to_numeric(t(schema.REPEAT), errors="coerce"),
+        "script": t(schema.SCRIPT),
+    }
+
+
+def _scripts(w: pd.DataFrame, names: dict[str, str]) -> pd.DataFrame:
+    if w.empty:
+        return pd.DataFrame(columns=SCRIPT_COLUMNS)
+    exit_ = _col(w, f"t:{schema.EXIT}", "").fillna("")
+    return pd.DataFrame(
+        {
+            **_child(w, names),
+            "exit": exit_.where(exit_ != "", w["status"]),
+            "reason": _col(w, f"t:{schema.REASON}", "").fillna(""),
+            "start_time": _ms(w["start_time"]),
+            "end_time": _ms(w["end_time"]),
+            "last_val_score": _num(w, f"m:{schema.CHECKPOINT_SCORE}"),
+        }
+    ).reindex(columns=SCRIPT_COLUMNS)
+
+
+def _evals(w: pd.DataFrame, names: dict[str, str]) -> pd.DataFrame:
+    if w.empty:
+        return pd.DataFrame(columns=EVAL_COLUMNS)
+    return pd.DataFrame(
+        {
+            **_child(w, names),
+            "candidate": _col(w, f"t:{schema.CANDIDATE}", "").fillna(""),
+            "saved_minutes": _num(w, f"m:{EVAL_SAVED_MINUTES}"),
+            "val_score": _num(w, f"m:{EVAL_VAL_SCORE}"),
+            "official_score": _first_official(w),
+            "error": _col(w, f"t:{schema.REASON}", "").fillna(""),
+        }
+    )[EVAL_COLUMNS]
+
+
+def load(
+    experiments: str | Sequence[str] | None = None, *, include_children: bool = True, fast: bool | None = None
+) -> RunSet:
+    """Agent, script and eval runs of the named experiments (all experiments when None).
+
+    ``fast``: read the tracking database directly (:mod:`analysis.sqlstore`) when there is one (None, the
+    default), always (True), or never (False: the MLflow API only).
+    """
+    names = [experiments] if isinstance(experiments, str) else (list(experiments) if experiments else None)
+    exps, wides = _read(names, fast, include_children)
+    agents = _agents(wides[0], exps)
+    agents["repeat"] = agents["repeat"].astype("Int64")
+    agents = agents.sort_values(["experiment", "task", "agent", "model", "repeat"], kind="stable").reset_index(
+        drop=True
+    )
+    if not include_children:
+        return RunSet(agents, pd.DataFrame(columns=SCRIPT_COLUMNS), pd.DataFrame(columns=EVAL_COLUMNS))
+    scripts, evals = _scripts(wides[1], exps), _evals(wides[2], exps)
+    start = agents.set_index("run_id")["start_time"]
+    parent_start = scripts["parent_run_id"].map(start).astype(float)
+    scripts["start_min"] = (scripts["start_time"].astype(float) - parent_start) / 60.0
+    scripts["end_min"] = (scripts["end_time"].astype(float) - parent_start) / 60.0
+    for df in (scripts, evals):
+        df["repeat"] = pd.to_numeric(df["repeat"], errors="coerce").astype("Int64")
+    scripts = scripts.sort_values(["parent_run_id", "start_time"], kind="stable").reset_index(drop=True)
+    evals = evals.sort_values(["parent_run_id", "saved_minutes"], kind="stable").reset_index(drop=True)
+    return RunSet(agents, scripts, evals)
+
+
+def agent_runs(campaign: str | Sequence[str] | None = None) -> pd.DataFrame:
+    """One row per agent run of a campaign (an MLflow experiment; all experiments when None)."""
+    return load(campaign, include_children=False).agents
+
+
+def metric_history(run_ids: Iterable[str], key: str, fast: bool | None = None) -> pd.DataFrame:
+    """Every logged value of metric ``key`` for the runs: run_id, step, value, time (unix seconds)."""
+    from analysis import sqlstore
+
+    ids = list(dict.fromkeys(run_ids))
+    eng = _source(fast)
+    if eng is not None:
+        try:
+            return sqlstore.history(eng, ids, key)
+        except Exception:
+            if fast:
+                raise
+    c = store.client()
+    rows = [(rid, m.step, m.value, m.timestamp / 1000.0) for rid in ids for m in c.get_metric_history(rid, key)]
+    df = pd.DataFrame(rows, columns=["run_id", "step", "value", "time"])
+    return df.sort_values(["run_id", "time", "step"], kind="stable").reset_index(drop=True)
+
+
+def leaderboard(runs: pd.DataFrame, baselines: dict[str, float] | None = None) -> pd.DataFrame:
+    """Per task x agent: mean and std over successful runs, success n/N, best, and the task baseline.
+
+    The short form that ``bench demo`` prints; :mod:`analysis.leaderboard` has the full one (Agg,
+    Agg-max, supersede rule, published rows).
+    """
+    from analysis.leaderboard import cells
+
+    columns = ["task", "agent", "mean", "std", "success", "best", "baseline"]
     if runs.empty:
-        return pd.DataFrame(columns=["task", "agent", "mean", "std", "success", "baseline"])
-    ok = runs[runs["status"] == "success"]
-    stats = ok.groupby(["task", "agent"])["score"].agg(["mean", "std"])
-    counts = runs.groupby(["task", "agent"]).agg(n=("status", "size"), ok=("status", lambda s: (s == "success").sum()))
-    table = counts.join(stats).reset_index()
-    table["success"] = table["ok"].astype(str) + "/" + table["n"].astype(str)
-    table["baseline"] = table["task"].map(baselines)
-    return table[["task", "agent", "mean", "std", "success", "baseline"]]
+        return pd.DataFrame(columns=columns)
+    table = cells(runs)
+    table["success"] = table["n_success"].astype(int).astype(str) + "/" + table["n_runs"].astype(int).astype(str)
+    table["baseline"] = table["task"].map(baselines or {})
+    table["agent"] = table["entry"]
+    return table.sort_values(["task", "agent"])[columns].reset_index(drop=True)

@@ -112,7 +112,10 @@ def _record_evaluations(recorder: Recorder, run_id: str, result: dict, base: dic
             if "error" in official:
                 tags[schema.REASON] = str(official["error"])[:500]
             eval_run = recorder.create_run(f"eval {Path(e['path']).name}"[:250], tags, parent=run_id)
-            rows = [("val_score", e["val_score"], 0, None), ("saved_minutes", e["saved_s"] / 60, 0, None)]
+            rows = [
+                (schema.EVAL_VAL_SCORE, e["val_score"], 0, None),
+                (schema.EVAL_SAVED_MINUTES, e["saved_s"] / 60, 0, None),
+            ]
             if value is not None:
                 rows.append((schema.official_metric(result["metric"]), value, 0, None))
             recorder.log_metrics(eval_run, rows)

@@ -49,6 +49,18 @@ LAUNCHES_OBSERVED = "launches_observed"  # counted independently by process moni
 CHECKPOINTS = "checkpoints"
 ANYTIME = "anytime_score"  # official score of the best checkpoint of each 5-minute window; step = minutes
 BEST_VAL = "best_val_score"  # self-reported validation score of the scored checkpoint
+# from the agent's parsed event stream (bench.events.Tally.metrics())
+TOOL_CALLS = "tool_calls"
+SHELL_COMMANDS = "shell_commands"
+FILE_WRITES = "file_writes"
+TOKENS_INPUT = "tokens_input"
+TOKENS_OUTPUT = "tokens_output"
+TOKENS_CACHED = "tokens_cached"
+COST_USD = "cost_usd"
+
+# --- eval runs ------------------------------------------------------------------------------
+EVAL_VAL_SCORE = "val_score"  # the checkpoint's self-reported validation score
+EVAL_SAVED_MINUTES = "saved_minutes"  # when it was saved, minutes into the budget
 
 # --- metrics on script runs -------------------------------------------------------------------
 CHECKPOINT_SCORE = "checkpoint_val_score"  # self-reported score of each saved checkpoint; step = save index

@@ -1,0 +1,329 @@
+"""The paper's Figure 3, a budget-utilisation figure, and the views beyond the paper, as matplotlib Figures.
+
+Figures are built with :class:`matplotlib.figure.Figure` directly (no pyplot state), so the report
+renders headless with any backend and a notebook can display them inline. Each ``*_data`` function
+returns the numbers a figure draws, which the report also writes as CSV.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+from matplotlib.collections import LineCollection, PolyCollection
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
+
+from analysis import published as pub
+from analysis.leaderboard import AGENT, Leaderboard
+from analysis.stats import pearson
+
+EXIT_COLORS = {"FINISHED": "#4c9a2a", "FAILED": "#d62728", "KILLED": "#ff7f0e"}
+FAMILY_STYLE = {"proprietary": ("#1f77b4", "o"), "open-source": ("#ff7f0e", "s")}
+
+
+def entry_colors(names) -> dict[str, tuple]:
+    """A stable colour per entry name (tab10, then tab20)."""
+    from matplotlib import colormaps
+
+    names = sorted(set(names), key=str)
+    cmap = colormaps["tab10" if len(names) <= 10 else "tab20"]
+    return {n: cmap(i % cmap.N) for i, n in enumerate(names)}
+
+
+def _style(row) -> tuple[str, str, str]:
+    """(legend group, colour, marker) of a leaderboard entry in scatter plots."""
+    if row.source == pub.PUBLISHED:
+        color, marker = FAMILY_STYLE.get(row.family, ("#7f7f7f", "o"))
+        return f"published: {row.family}", color, marker
+    return f"{row.group}", "#2ca02c", "^"
+
+
+# --- Figure 3 ---------------------------------------------------------------------------------
+def figure3_data(lb: Leaderboard) -> tuple[pd.DataFrame, dict]:
+    """Points (mean scripts per task, Agg) of every agent entry, and the least-squares fit with Pearson r."""
+    s = lb.summary[(lb.summary["kind"] == AGENT) & lb.summary["agg"].notna() & lb.summary["mean_scripts"].notna()]
+    points = s[["source", "entry", "group", "family", "mean_scripts", "agg", "agg_tasks", "of_tasks", "complete"]]
+    points = points.reset_index(drop=True)
+    full = points[points["complete"]]  # an Agg over fewer tasks is not comparable: drawn, not fitted
+    fit = {"n": len(full), "slope": np.nan, "intercept": np.nan, "r": np.nan, "p": np.nan}
+    if len(full) >= 3 and full["mean_scripts"].nunique() > 1:
+        slope, intercept = np.polyfit(full["mean_scripts"], full["agg"], 1)
+        r, p = pearson(full["mean_scripts"], full["agg"])
+        fit.update(slope=float(slope), intercept=float(intercept), r=float(r), p=float(p))
+    return points, fit
+
+
+def figure3(lb: Leaderboard) -> Figure:
+    """Mean training scripts per task vs. Agg, labelled points, dashed fitted line, Pearson r (paper Fig. 3)."""
+    points, fit = figure3_data(lb)
+    fig = Figure(figsize=(6.4, 4.4), layout="constrained")
+    ax = fig.add_subplot()
+    seen = set()
+    for row in points.itertuples():
+        group, color, marker = _style(row)
+        if not row.complete:
+            group += " (not all tasks: not fitted)"
+        ax.scatter(
+            row.mean_scripts,
+            row.agg,
+            s=60,
+            color=color if row.complete else "white",
+            marker=marker,
+            edgecolor=color if not row.complete else "black",
+            linewidth=0.5 if row.complete else 1.5,
+            zorder=3,
+            label=None if group in seen else group,
+        )
+        seen.add(group)
+        label = row.entry if row.complete else f"{row.entry} ({row.agg_tasks}/{row.of_tasks})"
+        ax.annotate(label, (row.mean_scripts, row.agg), xytext=(5, 4), textcoords="offset points", fontsize=8)
+    if np.isfinite(fit["slope"]):
+        xs = np.linspace(points["mean_scripts"].min() - 0.5, points["mean_scripts"].max() + 0.5, 50)
+        ax.plot(
+            xs,
+            fit["slope"] * xs + fit["intercept"],
+            "k--",
+            lw=1,
+            zorder=2,
+            label=f"fit: {fit['slope']:+.4f} Agg/script, Pearson r = {fit['r']:+.2f} (p = {fit['p']:.2f}, "
+            f"n = {fit['n']})",
+        )
+    else:
+        ax.set_title(f"no fit: {fit['n']} entries with all tasks (a line and Pearson r need 3)", fontsize=9)
+    ax.margins(x=0.12, y=0.1)  # room for the labels of the outermost points
+    ax.set_xlabel("Mean training scripts per task")
+    ax.set_ylabel("1GC-7RC Agg score")
+    ax.grid(alpha=0.3)
+    if points.size:
+        ax.legend(fontsize=8, loc="best")
+    return fig
+
+
+# --- budget utilisation -----------------------------------------------------------------------
+def utilisation_figure(lb: Leaderboard) -> Figure:
+    """Per task, the share of the budget each entry used (bars: mean; dots: single runs when known)."""
+    c = lb.cells[(lb.cells["kind"] == AGENT) & lb.cells["utilisation"].notna()]
+    entries = list(dict.fromkeys(zip(c["source"], c["entry"], strict=True)))
+    tasks = [t for t in lb.tasks.index if t in set(c["task"])]
+    fig = Figure(figsize=(max(6.0, 1.1 * len(tasks) + 3), 4.0), layout="constrained")
+    ax = fig.add_subplot()
+    colors = entry_colors(f"{e} [{s}]" for s, e in entries)
+    width = 0.8 / max(1, len(entries))
+    runs = lb.runs.agents if lb.runs is not None else pd.DataFrame(columns=["experiment", "entry", "task"])
+    for i, (source, entry) in enumerate(entries):
+        mine = c[(c["source"] == source) & (c["entry"] == entry)].set_index("task")
+        xs = np.arange(len(tasks)) + (i - (len(entries) - 1) / 2) * width
+        ys = [100 * mine.loc[t, "utilisation"] if t in mine.index else np.nan for t in tasks]
+        name = f"{entry} [{source}]"
+        ax.bar(xs, ys, width, color=colors[name], label=name, alpha=0.85)
+        for x, t in zip(xs, tasks, strict=True):
+            pts = runs[(runs["experiment"] == source) & (runs["entry"] == entry) & (runs["task"] == t)]
+            if len(pts) > 1:
+                jitter = np.linspace(-width / 4, width / 4, len(pts))
+                ax.scatter(x + jitter, 100 * pts["budget_utilisation"], s=8, color="black", zorder=3)
+    ax.axhline(100, color="grey", lw=0.8, ls=":")
+    ax.set_xticks(
+        range(len(tasks)), [f"{lb.tasks.loc[t, 'label']}\n{lb.tasks.loc[t, 'title']}" for t in tasks], fontsize=7
+    )
+    ax.set_ylabel("budget used (%)")
+    ax.set_ylim(0, 110)
+    ax.set_title("Wall-clock budget utilisation per task (bars: mean over runs; dots: single runs)", fontsize=9)
+    if entries:
+        ax.legend(fontsize=7, ncol=min(4, len(entries)), loc="upper left", bbox_to_anchor=(0, -0.18))
+    return fig
+
+
+# --- anytime curves ---------------------------------------------------------------------------
+def _grid(n: int, ncols: int = 4) -> tuple[int, int]:
+    cols = min(max(n, 1), ncols)
+    return math.ceil(max(n, 1) / cols), cols
+
+
+def _steps(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """The vertices of a steps-post line through (x, y): hold each value until the next x."""
+    xs = np.repeat(x, 2)[1:]
+    ys = np.repeat(y, 2)[:-1]
+    return np.column_stack([xs, ys])
+
+
+def anytime_figure(lb: Leaderboard, curves: pd.DataFrame) -> Figure:
+    """Score vs minutes into the budget, one panel per task: official (solid steps) and self-reported (dotted).
+
+    One LineCollection per panel and curve kind (not one artist per run), so 245 runs draw in well under a second.
+    """
+    tasks = [t for t in lb.tasks.index if t in set(curves["task"])]
+    nrows, ncols = _grid(len(tasks))
+    fig = Figure(figsize=(max(4.0 * ncols, 8.0), 3.2 * nrows + 0.9), layout="constrained")
+    colors = entry_colors(curves["entry"])
+    budgets = lb.runs.agents.groupby("task")["budget_min"].max() if lb.runs is not None else pd.Series(dtype=float)
+    for k, task in enumerate(tasks):
+        ax = fig.add_subplot(nrows, ncols, k + 1)
+        t = lb.tasks.loc[task]
+        mine = curves[curves["task"] == task]
+        for kind, width, style, alpha in (("official", 1.4, "solid", 0.8), ("self-reported", 0.9, "dotted", 0.6)):
+            part = mine[mine["curve"] == kind]
+            segments, seg_colors = [], []
+            for _, g in part.groupby("run_id", sort=False):
+                segments.append(_steps(g["minute"].to_numpy(float), g["score"].to_numpy(float)))
+                seg_colors.append(colors[g["entry"].iloc[0]])
+            if segments:
+                ax.add_collection(
+                    LineCollection(segments, colors=seg_colors, linewidths=width, linestyles=style, alpha=alpha)
+                )
+            if kind == "official" and not part.empty:  # the evaluated window checkpoints (not the held end point)
+                pts = part[part.duplicated("run_id", keep="last")]
+                ax.scatter(pts["minute"], pts["score"], s=8, c=[colors[e] for e in pts["entry"]], zorder=3)
+        lo, hi = mine["score"].min(), mine["score"].max()
+        span = max(hi - lo, 1e-9)
+        if lo - 0.5 * span <= t["baseline"] <= hi + 0.5 * span:
+            ax.axhline(t["baseline"], color="grey", ls="--", lw=0.8)
+            note = ""
+        else:
+            note = f" (baseline {t['baseline']:g} off scale)"
+        budget = budgets.get(task, np.nan)
+        right = budget if np.isfinite(budget) else mine["minute"].max()
+        if np.isfinite(budget):
+            ax.axvline(budget, color="black", lw=0.6, ls="-.")
+        ax.set_xlim(0, right * 1.02 if np.isfinite(right) and right > 0 else 1)
+        ax.set_ylim(lo - 0.08 * span, hi + 0.08 * span)
+        ax.set_title(f"{t['label']} {t['title']}{note}", fontsize=9)
+        ax.set_xlabel("minutes into the budget", fontsize=8)
+        ax.set_ylabel(f"{'↑' if t['higher_is_better'] else '↓'} {pub.metric_label(t['metric'])}", fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.grid(alpha=0.3)
+    handles = [Line2D([], [], color=c, lw=2, label=e) for e, c in colors.items()]
+    handles += [
+        Line2D([], [], color="black", lw=1.4, marker="o", ms=3, label="official (best-by-val window checkpoint)"),
+        Line2D([], [], color="black", lw=0.9, ls=":", label="self-reported validation (best so far)"),
+        Line2D([], [], color="grey", lw=0.8, ls="--", label="task baseline"),
+        Line2D([], [], color="black", lw=0.6, ls="-.", label="budget"),
+    ]
+    fig.legend(handles=handles, loc="outside lower center", ncol=min(3, len(handles)), fontsize=7)
+    return fig
+
+
+# --- timelines --------------------------------------------------------------------------------
+def timeline_figure(lb: Leaderboard, tl: pd.DataFrame, max_runs_per_task: int = 40) -> Figure:
+    """Each run a row, each script a bar from launch to end (lanes when parallel), by exit status.
+
+    All bars of a panel are one PolyCollection and all end ticks one LineCollection: thousands of scripts
+    render in a fraction of a second.
+    """
+    tasks = [t for t in lb.tasks.index if t in set(tl["task"])]
+    nrows, ncols = _grid(len(tasks), 4 if len(tasks) > 4 else 2)
+    rows_max = int(tl.groupby("task")["parent_run_id"].nunique().clip(upper=max_runs_per_task).max()) if len(tl) else 1
+    fig = Figure(figsize=(5.0 * ncols, (0.16 * max(rows_max, 3) + 1.2) * nrows + 0.5), layout="constrained")
+    for k, task in enumerate(tasks):
+        ax = fig.add_subplot(nrows, ncols, k + 1)
+        mine = tl[tl["task"] == task]
+        order = mine.drop_duplicates("parent_run_id").sort_values(["entry", "experiment", "repeat"])
+        order = order.head(max_runs_per_task).reset_index(drop=True)
+        row_of = pd.Series(order.index, index=order["parent_run_id"])
+        bars = mine[mine["parent_run_id"].isin(row_of.index)]
+        y = bars["parent_run_id"].map(row_of).to_numpy(float)
+        h = 0.8 / bars["lanes"].to_numpy(float)
+        y0 = y - 0.4 + bars["lane"].to_numpy(float) * h
+        x0 = bars["start_min"].to_numpy(float)
+        x1 = np.maximum(bars["end_min"].to_numpy(float), x0 + 0.05)
+        verts = np.stack(
+            [
+                np.column_stack([x0, y0]),
+                np.column_stack([x0, y0 + 0.92 * h]),
+                np.column_stack([x1, y0 + 0.92 * h]),
+                np.column_stack([x1, y0]),
+            ],
+            axis=1,
+        )
+        ax.add_collection(
+            PolyCollection(
+                verts, facecolors=[EXIT_COLORS.get(e, "#7f7f7f") for e in bars["exit"]], edgecolors="none", alpha=0.85
+            )
+        )
+        ends = order["agent_end_min"].to_numpy(float)
+        ax.add_collection(
+            LineCollection([[(e, i - 0.45), (e, i + 0.45)] for i, e in enumerate(ends)], colors="black", linewidths=1)
+        )
+        budget = mine["budget_min"].max()
+        right = np.nanmax([budget, np.nanmax(x1) if len(x1) else 0, np.nanmax(ends) if len(ends) else 0])
+        if np.isfinite(budget):
+            ax.axvline(budget, color="black", ls="-.", lw=0.7)
+        ax.set_xlim(-0.01 * right, right * 1.02 if right > 0 else 1)
+        ax.set_ylim(len(order) - 0.5, -0.5)
+        if len(order) <= 15:
+            ax.set_yticks(range(len(order)), [f"{r.entry} r{r.repeat}" for r in order.itertuples()], fontsize=6)
+        else:  # one label per entry (text is what costs: hundreds of tick labels take seconds to lay out)
+            first = order.groupby("entry", sort=False).apply(
+                lambda g: (g.index.min(), g.index.max()), include_groups=False
+            )
+            ax.set_yticks([(a + b) / 2 for a, b in first], list(first.index), fontsize=6)
+            for a, _ in list(first)[1:]:
+                ax.axhline(a - 0.5, color="grey", lw=0.5)
+        t = lb.tasks.loc[task]
+        more = mine["parent_run_id"].nunique() - len(order)
+        ax.set_title(
+            f"{t['label']} {t['title']}" + (f" (first {len(order)} runs, {more} more)" if more > 0 else ""), fontsize=9
+        )
+        ax.set_xlabel("minutes into the budget", fontsize=8)
+        ax.tick_params(axis="x", labelsize=7)
+        ax.grid(axis="x", alpha=0.3)
+    handles = [Patch(color=c, label=f"script {k.lower()}") for k, c in EXIT_COLORS.items()]
+    handles += [
+        Line2D([], [], color="black", lw=1, label="agent ended"),
+        Line2D([], [], color="black", lw=0.7, ls="-.", label="budget"),
+    ]
+    fig.legend(handles=handles, loc="outside lower center", ncol=len(handles), fontsize=7)
+    return fig
+
+
+# --- uncertainty ------------------------------------------------------------------------------
+def intervals_figure(intervals: pd.DataFrame) -> Figure:
+    """Agg per entry with its bootstrap 95 % interval (filled: resampled runs; open: parametric)."""
+    d = intervals.sort_values("agg").reset_index(drop=True)
+    fig = Figure(figsize=(6.4, 0.35 * len(d) + 1.4), layout="constrained")
+    ax = fig.add_subplot()
+    for y, r in enumerate(d.itertuples()):
+        filled = r.method == "runs"
+        ax.errorbar(
+            r.agg,
+            y,
+            xerr=[[r.agg - r.lo], [r.hi - r.agg]],
+            fmt="o",
+            color="#1f77b4",
+            capsize=3,
+            mfc="#1f77b4" if filled else "white",
+        )
+    labels = [f"{r.entry} [{r.source}]" + (f" ({r.tasks}/{r.of_tasks} tasks)" if r.tasks < r.of_tasks else "")
+              for r in d.itertuples()]  # fmt: skip
+    ax.set_yticks(range(len(d)), labels, fontsize=7)
+    ax.axvline(0, color="grey", lw=0.8, ls="--")
+    ax.set_xlabel("Agg (Eq. 1) with bootstrap 95 % interval")
+    ax.grid(axis="x", alpha=0.3)
+    ax.set_title("filled: runs resampled; open: parametric from published mean, std, n", fontsize=8)
+    return fig
+
+
+def paired_figure(comparison: dict) -> Figure:
+    """Per task Eq. 1 difference of two entries (positive: the first is better), and the Agg difference with CI."""
+    d, o = comparison["tasks"], comparison["overall"]
+    fig = Figure(figsize=(max(5.0, 0.8 * len(d) + 2.5), 3.6), layout="constrained")
+    ax = fig.add_subplot()
+    colors = ["#2ca02c" if v > 0 else "#d62728" for v in d["diff"]]
+    ax.bar(range(len(d)), d["diff"], color=colors)
+    if np.isfinite(o["diff"]):
+        ax.errorbar(
+            len(d) + 0.5,
+            o["diff"],
+            yerr=[[o["diff"] - o["diff_lo"]], [o["diff_hi"] - o["diff"]]],
+            fmt="D",
+            color="black",
+            capsize=4,
+        )
+    ax.set_xticks(list(range(len(d))) + [len(d) + 0.5], list(d["label"]) + ["Agg"], fontsize=8)
+    ax.axhline(0, color="grey", lw=0.8)
+    ax.set_ylabel("Δ baseline-relative improvement")
+    ax.set_title(f"{comparison['a']} minus {comparison['b']} (Agg: bootstrap 95 % CI)", fontsize=9)
+    ax.grid(axis="y", alpha=0.3)
+    return fig

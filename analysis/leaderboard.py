@@ -1,0 +1,259 @@
+"""The leaderboard: per agent x task statistics, Agg and Agg-max (paper Eq. 1), and the supersede rule.
+
+Everything is built from *cells*: one row per leaderboard entry and task, whether the entry comes
+from MLflow (an experiment's runs of one agent and model), from the paper (``source="published"``)
+or from the tuned baselines (``source="calibration"``). An entry is identified by ``(source, entry)``.
+
+Paper rules implemented here (Section 3.1 and Table 4/5/6 captions):
+
+- mean and std over the *successful* runs only; success is n/N of all runs;
+- best of N is the best successful run under the task's direction;
+- Agg = mean over tasks of the baseline-relative improvement of the mean (Eq. 1), with the Table 2
+  baselines; Agg-max the same with the best run. An entry that lacks a task (or whose runs on it all
+  failed) gets its Agg over the tasks it has, and ``agg_tasks`` says how many;
+- an entry evaluated over more runs supersedes one with fewer for the same agent, model and task:
+  the fewer-runs cell keeps its numbers (a published row still reproduces the paper) but is marked
+  ``superseded_by`` and does not compete for best-in-column.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from analysis import published as pub
+from analysis.runs import RunSet
+
+CELL_COLUMNS = (
+    "source kind group entry agent model family task n_runs n_success mean std best mean_scripts "
+    "mean_scripts_all budget_min wall_min utilisation tokens_input tokens_output tokens_cached cost_usd "
+    "synthetic detail"
+).split()
+AGENT = "agent"
+
+
+def relative(score, baseline, higher_is_better):
+    """Eq. 1's per-task term: (s - b) / b when higher is better, (b - s) / b when lower is better."""
+    score, baseline = np.asarray(score, dtype=float), np.asarray(baseline, dtype=float)
+    sign = np.where(np.asarray(higher_is_better, dtype=bool), 1.0, -1.0)
+    return sign * (score - baseline) / baseline
+
+
+def identity(agent: str, model: str) -> str:
+    """What makes two entries 'the same agent' for the supersede rule: dispatch name and model."""
+    return f"{agent}|{pub.model_key(model)}"
+
+
+def entry_labels(agents: pd.DataFrame) -> pd.Series:
+    """Display name of each agent run's entry: the paper's name for a published CLI + model, else agent (model)."""
+    known = {identity(r.agent_name, r.model): r.agent for r in pub.published_agents().itertuples()}
+    labels = [
+        known.get(identity(a, m)) or (f"{a} ({m})" if m else a)
+        for a, m in zip(agents["agent"].fillna(""), agents["model"].fillna(""), strict=True)
+    ]
+    return pd.Series(labels, index=agents.index, dtype=object)
+
+
+def _direction(runs: pd.DataFrame, tasks: pd.DataFrame) -> pd.Series:
+    known = runs["task"].map(tasks["higher_is_better"]) if not tasks.empty else pd.Series(np.nan, index=runs.index)
+    return known.fillna(runs["higher_is_better"]).fillna(True).astype(bool)
+
+
+def cells(runs: pd.DataFrame, tasks: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Agent runs (from :func:`analysis.runs.load`) -> one cell per (experiment, agent, model, task)."""
+    if runs.empty:
+        return pd.DataFrame(columns=CELL_COLUMNS)
+    tasks = pub.tasks() if tasks is None else tasks
+    df = runs.copy()
+    df["entry"] = entry_labels(df)
+    df["ok"] = df["status"] == "success"
+    df["higher"] = _direction(df, tasks)
+    df["signed"] = np.where(df["higher"], 1.0, -1.0) * df["score"].astype(float)
+    good = df[df["ok"] & df["score"].notna()]
+    keys = ["experiment", "agent", "model", "entry", "task"]
+    base = df.groupby(keys, sort=False).agg(
+        n_runs=("run_id", "size"),
+        n_success=("ok", "sum"),
+        mean_scripts_all=("scripts_launched", "mean"),
+        budget_min=("budget_min", "mean"),
+        wall_min=("wall_time_s", lambda s: s.mean() / 60.0),
+        utilisation=("budget_utilisation", "mean"),
+        tokens_input=("tokens_input", "mean"),
+        tokens_output=("tokens_output", "mean"),
+        tokens_cached=("tokens_cached", "mean"),
+        cost_usd=("cost_usd", "mean"),
+        synthetic=("synthetic", "any"),
+        higher=("higher", "first"),
+    )
+    stats = good.groupby(keys, sort=False).agg(
+        mean=("score", "mean"),
+        std=("score", "std"),
+        signed_best=("signed", "max"),
+        mean_scripts=("scripts_launched", "mean"),
+    )
+    out = base.join(stats).reset_index()
+    out["best"] = np.where(out["higher"], 1.0, -1.0) * out["signed_best"]
+    out["source"] = out["experiment"]
+    out["kind"] = AGENT
+    out["group"] = "MLflow: " + out["experiment"] + np.where(out["synthetic"], " [synthetic]", "")
+    out["family"] = ""
+    out["detail"] = ""
+    return out.reindex(columns=CELL_COLUMNS)
+
+
+def supersede(table: pd.DataFrame) -> pd.DataFrame:
+    """Mark cells that an entry with more runs (same agent, model and task) supersedes (Section 3.1)."""
+    table = table.copy()
+    table["superseded_by"] = ""
+    agents = table[table["kind"] == AGENT]
+    ident = [identity(a, m) for a, m in zip(agents["agent"].fillna(""), agents["model"].fillna(""), strict=True)]
+    for _, group in agents.groupby([pd.Series(ident, index=agents.index), agents["task"]]):
+        if len(group) < 2:
+            continue
+        most = group["n_runs"].max()
+        winners = ", ".join(group.loc[group["n_runs"] == most, "source"].astype(str).unique())
+        table.loc[group.index[group["n_runs"] < most], "superseded_by"] = winners
+    return table
+
+
+def with_baselines(table: pd.DataFrame, tasks: pd.DataFrame) -> pd.DataFrame:
+    """Add the task's baseline and direction, and the Eq. 1 terms of the mean and of the best run."""
+    table = table.copy()
+    table["baseline"] = table["task"].map(tasks["baseline"]).astype(float)
+    paper = table["task"].map(tasks["paper_baseline"]).astype(float)
+    table["baseline"] = table["baseline"].where(table["source"] != pub.PUBLISHED, paper)  # the paper's Agg: Table 2
+    table["higher_is_better"] = table["task"].map(tasks["higher_is_better"]).fillna(True).astype(bool)
+    table["rel_mean"] = relative(table["mean"], table["baseline"], table["higher_is_better"])
+    table["rel_best"] = relative(table["best"], table["baseline"], table["higher_is_better"])
+    return table
+
+
+def summary(table: pd.DataFrame) -> pd.DataFrame:
+    """One row per entry: Agg, Agg-max, runs, success, scripts, utilisation, tokens, cost; ranked by Agg."""
+    if table.empty:
+        return pd.DataFrame()
+    keys = ["source", "entry"]
+    g = table.groupby(keys, sort=False)
+    out = g.agg(
+        kind=("kind", "first"),
+        group=("group", "first"),
+        agent=("agent", "first"),
+        model=("model", "first"),
+        family=("family", "first"),
+        tasks=("task", "size"),
+        agg_tasks=("rel_mean", "count"),
+        runs=("n_runs", "sum"),
+        successes=("n_success", "sum"),
+        agg=("rel_mean", "mean"),
+        agg_max=("rel_best", "mean"),
+        mean_scripts=("mean_scripts", "mean"),
+        utilisation=("utilisation", "mean"),
+        wall_min=("wall_min", "mean"),
+        tokens_input=("tokens_input", "mean"),
+        tokens_output=("tokens_output", "mean"),
+        cost_usd=("cost_usd", "mean"),
+        superseded=("superseded_by", lambda s: int((s != "").sum())),
+        synthetic=("synthetic", "any"),
+    ).reset_index()
+    out["success_rate"] = out["successes"] / out["runs"]
+    out["of_tasks"] = table.loc[table["baseline"].notna(), "task"].nunique()  # tasks where Eq. 1 is defined
+    out["complete"] = out["agg_tasks"] == out["of_tasks"]  # Eq. 1 averages over all T tasks: only then ranked
+    ranked = (out["kind"] == AGENT) & out["complete"]
+    out["rank"] = out["agg"].where(ranked).rank(ascending=False, method="min").astype("Int64")
+    out = out.sort_values("agg", ascending=False, na_position="last", kind="stable")
+    return out.sort_values("rank", na_position="last", kind="stable").reset_index(drop=True)
+
+
+@dataclass
+class Leaderboard:
+    """Everything the tables and figures are drawn from."""
+
+    tasks: pd.DataFrame  # metadata of the tasks present (index: t1 ...)
+    cells: pd.DataFrame  # one row per entry and task, with baselines, Eq. 1 terms and superseded_by
+    summary: pd.DataFrame  # one row per entry
+    runs: RunSet | None = None  # the MLflow runs behind the new entries (None: published only)
+    _cells: dict = field(default_factory=dict, init=False, repr=False)  # (source, entry, task) -> row
+    _scores: dict = field(default_factory=dict, init=False, repr=False)  # (source, entry, task) -> successful scores
+
+    def entries(self, kind: str | None = AGENT) -> pd.DataFrame:
+        """The entries in display order (published in paper order, calibration, then MLflow by experiment)."""
+        first = self.cells.drop_duplicates(["source", "entry"])
+        return first[first["kind"] == kind] if kind else first
+
+    def cell(self, source: str, entry: str, task: str) -> pd.Series | None:
+        """The cell of an entry on a task (None when the entry did not run it)."""
+        if not self._cells:
+            self._cells.update({(r["source"], r["entry"], r["task"]): r for _, r in self.cells.iterrows()})
+        return self._cells.get((source, entry, task))
+
+    def run_scores(self, source: str, entry: str, task: str) -> np.ndarray | None:
+        """The successful runs' scores of an MLflow entry on a task (None for published and calibration rows)."""
+        if not self._scores and self.runs is not None and not self.runs.agents.empty:
+            ok = self.runs.agents[(self.runs.agents["status"] == "success") & self.runs.agents["score"].notna()]
+            for key, g in ok.groupby(["experiment", "entry", "task"]):
+                self._scores[key] = g["score"].to_numpy(dtype=float)
+        return self._scores.get((source, entry, task))
+
+    def find(self, name: str) -> tuple[str, str]:
+        """An entry by its label, ``source:label``, or ``label [source]``; raises KeyError if unknown or ambiguous."""
+        e = self.entries(None)[["source", "entry"]].drop_duplicates()
+        for source, entry in e.itertuples(index=False):
+            if name in (f"{source}:{entry}", f"{entry} [{source}]"):
+                return source, entry
+        hits = e[e["entry"] == name]
+        if len(hits) != 1:
+            known = ", ".join(f"{s}:{n}" for s, n in e.itertuples(index=False))
+            raise KeyError(f"{'ambiguous' if len(hits) else 'unknown'} entry {name!r}; entries: {known}")
+        return tuple(hits.iloc[0])
+
+
+def build(
+    runs: RunSet | pd.DataFrame | None = None,
+    *,
+    published: bool = False,
+    calibration: bool = True,
+    calibration_dir=None,
+    registry: bool = True,
+) -> Leaderboard:
+    """The leaderboard of MLflow runs, with the published rows and the Optuna-tuned row when asked/present.
+
+    ``calibration``: add the Optuna-tuned row from ``calibration_dir`` (default ``baselines/results/``) when
+    it holds results; ``registry``: task metadata from the installed ``task.toml`` files over the paper's.
+    """
+    tasks = pub.tasks(registry=registry)
+    runset = runs if isinstance(runs, RunSet) else None
+    agents = runs.agents if isinstance(runs, RunSet) else runs
+    if runset is not None:
+        runset.agents["entry"] = (
+            entry_labels(runset.agents) if not runset.agents.empty else pd.Series(dtype=object)
+        )  # curves and the bootstrap group runs by entry
+    parts = []
+    if published:
+        parts.append(pub.published_cells())
+    tuned = pub.calibration_cells(calibration_dir) if calibration else pd.DataFrame()
+    if not tuned.empty:
+        parts.append(tuned)
+    if agents is not None and not agents.empty:
+        parts.append(cells(agents, tasks))
+        extra = agents.loc[~agents["task"].isin(tasks.index)].drop_duplicates("task")
+        for r in extra.itertuples():  # a task the registry and the paper do not know: no baseline, no Agg term
+            tasks.loc[r.task] = {
+                "label": r.task.upper(),
+                "title": r.task,
+                "metric": r.metric,
+                "baseline": np.nan,
+                "higher_is_better": bool(r.higher_is_better),
+                "reference": np.nan,
+                "reference_source": "",
+                "budget_min": r.budget_min,
+                "paper_baseline": np.nan,
+            }
+    parts = [p.reindex(columns=CELL_COLUMNS) for p in parts if not p.empty]
+    table = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=CELL_COLUMNS)
+    table = with_baselines(supersede(table), tasks)
+    on_board = table.loc[table["kind"] == AGENT, "task"] if (table["kind"] == AGENT).any() else table["task"]
+    present = [t for t in tasks.index if t in set(on_board)]  # the agents' tasks (the tuned row gives context only)
+    table = table[table["task"].isin(present)].reset_index(drop=True)
+    return Leaderboard(tasks=tasks.loc[present], cells=table, summary=summary(table), runs=runset)

@@ -1,0 +1,271 @@
+"""``bench report``: every table and figure, from MLflow (and the published numbers), into one folder.
+
+Output (``report/`` by default)::
+
+    index.md                     the leaderboard, links to everything, figures inline, what each shows
+    leaderboard.{md,tex,csv}     entries ranked by Agg with bootstrap 95 % interval, Agg-max, success, cost
+    cells.csv                    the long form: one row per entry and task with every statistic
+    table4/5/6/8.{md,tex,csv}    the paper's layouts
+    paired.{md,tex,csv}          paired comparison of two entries (the top two by Agg, or --compare A B)
+    figure3.{png,pdf,csv}        mean scripts per task vs Agg with fitted line and Pearson r
+    utilisation.{png,pdf}        budget utilisation per task
+    anytime.{png,pdf,csv}        score vs minutes into the budget per run (official and self-reported)
+    timeline.{png,pdf,csv}       script launches within the budget per run
+    agg_intervals.{png,pdf,csv}  Agg with bootstrap 95 % intervals
+    paired.{png,pdf}
+
+``add_cli`` plugs the sub-command into ``bench``'s parser; ``python -m analysis.report`` runs it alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pandas as pd
+
+from analysis import curves, figures, stats, tables
+from analysis import published as pub
+from analysis.leaderboard import AGENT, Leaderboard, build
+from analysis.render import to_markdown, write
+from analysis.runs import load
+
+FIGURE_NOTES = {
+    "figure3": "Paper Figure 3: each agent entry's mean number of training scripts per task (x) against its Agg "
+    "(y), with the least-squares line (dashed) and Pearson r. A negative slope: more launches, lower Agg.",
+    "utilisation": "Share of the wall-clock budget each entry used per task (bars: mean over runs; dots: single "
+    "runs). The paper's Table 8 as a figure, for every entry with timing.",
+    "anytime": "Per task, each run's score against minutes into the budget. Solid steps: the official score of the "
+    "checkpoint the harness would have submitted had the budget ended then (window checkpoints); dotted: the best "
+    "validation score the run's scripts had reported so far (child-run metrics).",
+    "timeline": "Per task, one row per agent run: every script it launched as a bar from launch to end (stacked "
+    "in lanes when scripts ran in parallel), green finished, red failed, orange killed; black tick: the agent ended.",
+    "agg_intervals": "Agg per entry with its bootstrap 95 % interval (runs resampled per task; published rows "
+    "parametric from mean, std, n): overlapping intervals mean the ranking is not settled.",
+    "paired": "Paired comparison: per task difference of the two entries' Eq. 1 terms (green: the first is better), "
+    "and the Agg difference with its bootstrap 95 % interval.",
+}
+
+
+def _save(fig, folder: Path, name: str) -> list[Path]:
+    paths = [folder / f"{name}.png", folder / f"{name}.pdf"]
+    width, height = fig.get_size_inches()
+    fig.savefig(paths[0], dpi=130 if width * height < 120 else 100)  # big panels: fewer pixels, same content
+    fig.set_layout_engine("none")  # the layout is solved: the PDF reuses it instead of solving it again
+    fig.savefig(paths[1])
+    return paths
+
+
+class ReportError(LookupError):
+    """Nothing to report, or an entry that does not exist: a message for the user, not a traceback."""
+
+
+def _pair(lb: Leaderboard, compare: list[str] | None) -> tuple[str, str] | None:
+    if compare:
+        try:
+            lb.find(compare[0]), lb.find(compare[1])
+        except KeyError as e:
+            raise ReportError(f"--compare: {e.args[0]}") from e
+        return compare[0], compare[1]
+    agents = lb.summary[(lb.summary["kind"] == AGENT) & lb.summary["agg"].notna()]
+    ranked = agents[agents["complete"]]
+    top = (ranked if len(ranked) >= 2 else agents).head(2)
+    if len(top) < 2:
+        return None
+    return tuple(f"{r.source}:{r.entry}" for r in top.itertuples())
+
+
+def write_report(
+    out: Path,
+    experiments: list[str] | None = None,
+    *,
+    published: bool = False,
+    calibration_dir: Path | None = None,
+    compare: list[str] | None = None,
+    n_boot: int = 2000,
+) -> dict[str, list[Path]]:
+    """Load, compute and write everything; returns the written files by artefact name."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    runs = load(experiments)
+    lb = build(runs, published=published, calibration_dir=calibration_dir)
+    if not (lb.cells["kind"] == AGENT).any():  # the Optuna-tuned row alone is no leaderboard
+        raise ReportError(
+            "no agent runs in the selected experiments"
+            + ("" if published else "; add --published for the paper's rows")
+        )
+    written: dict[str, list[Path]] = {}
+    intervals = stats.bootstrap_agg(lb, n_boot=n_boot)
+    pair = _pair(lb, compare)
+    comparison = stats.compare(lb, *pair, n_boot=n_boot) if pair else None
+
+    for t in (
+        tables.leaderboard_table(lb, intervals),
+        tables.table4(lb),
+        tables.table5(lb),
+        tables.table6(lb),
+        tables.table8(lb),
+    ) + ((tables.paired_table(comparison),) if comparison else ()):
+        written[t.name] = list(write(t, out).values())
+    lb.cells.to_csv(out / "cells.csv", index=False, float_format="%.6g")
+    written["cells"] = [out / "cells.csv"]
+
+    points, fit = figures.figure3_data(lb)
+    points.assign(**{f"fit_{k}": v for k, v in fit.items()}).to_csv(out / "figure3.csv", index=False)
+    intervals.to_csv(out / "agg_intervals.csv", index=False, float_format="%.6g")
+    jobs: list[tuple[str, Callable]] = []  # (name, figure maker)
+    if not runs.empty:
+        tl = curves.timeline(runs)
+        if not tl.empty:
+            tl.to_csv(out / "timeline.csv", index=False, float_format="%.6g")
+            jobs.append(("timeline", lambda: figures.timeline_figure(lb, tl)))
+        any_curves = curves.anytime(runs, lb.tasks)
+        if not any_curves.empty:
+            any_curves.to_csv(out / "anytime.csv", index=False, float_format="%.6g")
+            jobs.append(("anytime", lambda: figures.anytime_figure(lb, any_curves)))
+    jobs += [("utilisation", lambda: figures.utilisation_figure(lb)), ("figure3", lambda: figures.figure3(lb)),
+             ("agg_intervals", lambda: figures.intervals_figure(intervals))]  # fmt: skip
+    if comparison:
+        jobs.append(("paired", lambda: figures.paired_figure(comparison)))
+    for name, make in jobs:  # (drawing in forked workers was slower on a busy 2-core machine: measured)
+        paths = _save(make(), out, name) + [p for p in [out / f"{name}.csv"] if p.exists()]
+        written[name] = list(dict.fromkeys(written.get(name, []) + paths))
+    (out / "index.md").write_text(_index(lb, runs, experiments, published, fit, comparison, written, intervals))
+    return written
+
+
+def _index(lb, runs, experiments, published, fit, comparison, written, intervals) -> str:
+    """The report's front page: what went in, the leaderboard, and every file with what it shows."""
+    exps = sorted(set(runs.agents["experiment"])) if not runs.empty else []
+    lines = [
+        "# 1GC-7RC report",
+        "",
+        f"Generated {datetime.now(UTC):%Y-%m-%d %H:%M UTC}. MLflow experiments: "
+        + (", ".join(f"`{e}`" for e in exps) or "none")
+        + f" ({len(runs.agents)} agent runs, {len(runs.scripts)} script runs, {len(runs.evals)} eval runs)"
+        + (f"; published rows from {pub.PAPER}" if published else "")
+        + (
+            "; Optuna-tuned calibration row from `baselines/results/`"
+            if (lb.cells["source"] == pub.CALIBRATION).any()
+            else ""
+        )
+        + ".",
+        "",
+    ]
+    if experiments and set(experiments) - set(exps):
+        lines += [
+            f"Experiments without agent runs (or unknown): {', '.join(sorted(set(experiments) - set(exps)))}.",
+            "",
+        ]
+    if lb.cells["synthetic"].fillna(False).astype(bool).any():
+        lines += ["**Contains synthetic runs (generated for benchmarks, not results).**", ""]
+    lines += [to_markdown(tables.leaderboard_table(lb, intervals)), "## Tables", ""]
+    titles = {
+        "table4": "Table 4: mean ± std, Agg",
+        "table5": "Table 5: success and scripts launched",
+        "table6": "Table 6: best of N, Agg-max",
+        "table8": "Table 8: budget utilisation",
+        "leaderboard": "Leaderboard",
+        "paired": "Paired comparison",
+        "cells": "All cells (long form)",
+    }
+    for name, title in titles.items():
+        files = [p for p in written.get(name, []) if p.suffix in (".md", ".tex", ".csv")]
+        if files:
+            lines.append(f"- {title}: " + ", ".join(f"[{p.suffix[1:]}]({p.name})" for p in files))
+    lines += ["", "## Figures", ""]
+    for name, note in FIGURE_NOTES.items():
+        files = [p for p in written.get(name, []) if p.suffix in (".png", ".pdf", ".csv")]
+        if not files:
+            lines += [
+                f"### {name}",
+                "",
+                "Not drawn: no data (it needs MLflow runs with script or eval child runs).",
+                "",
+            ]
+            continue
+        extra = ""
+        if name == "figure3":
+            extra = (
+                f" Fit: slope {fit['slope']:+.4f} Agg per script, Pearson r = {fit['r']:+.2f} (p = {fit['p']:.3f},"
+                f" n = {fit['n']})."
+                if pd.notna(fit["slope"])
+                else f" No fit: {fit['n']} point(s)."
+            )
+        if name == "paired" and comparison:
+            extra = f" Entries: {comparison['a']} vs {comparison['b']}."
+        lines += [
+            f"### {name}",
+            "",
+            note + extra,
+            "",
+            f"![{name}]({name}.png)",
+            "",
+            "Files: " + ", ".join(f"[{p.suffix[1:]}]({p.name})" for p in files),
+            "",
+        ]
+    return "\n".join(lines)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    """``bench report``: write the report, print where it is."""
+    started = time.perf_counter()
+    try:
+        written = write_report(
+            Path(args.out),
+            args.experiment,
+            published=args.published,
+            calibration_dir=args.calibration_dir,
+            compare=args.compare,
+        )
+    except ReportError as e:
+        print(f"bench report: {e}", file=sys.stderr)
+        return 1
+    n = sum(len(v) for v in written.values())
+    print(
+        f"report: {n} files in {Path(args.out).resolve()} ({time.perf_counter() - started:.1f} s); "
+        f"start with {Path(args.out) / 'index.md'}"
+    )
+    return 0
+
+
+def add_cli(subparsers) -> argparse.ArgumentParser:
+    """Add the ``report`` sub-command to ``bench``'s sub-parsers (``set_defaults(func=cmd_report)``)."""
+    s = subparsers.add_parser("report", help="leaderboard, the paper's tables and figures, anytime curves, timelines")
+    s.add_argument(
+        "--experiment",
+        action="append",
+        metavar="NAME",
+        help="MLflow experiment (campaign) to report; repeat for several (default: all with agent runs)",
+    )
+    s.add_argument("--out", default="report", help="output folder (default: ./report)")
+    s.add_argument("--published", action="store_true", help="add the paper's published rows")
+    s.add_argument(
+        "--compare",
+        nargs=2,
+        metavar=("A", "B"),
+        help="entries for the paired comparison, e.g. 'Opus 4.7' 'mine:baseline' (default: top two)",
+    )
+    s.add_argument(
+        "--calibration-dir",
+        type=Path,
+        default=None,
+        help="tuned-baseline results for the Optuna-tuned row (default: baselines/results)",
+    )
+    s.set_defaults(func=cmd_report)
+    return s
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m analysis.report")
+    add_cli(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["report", *(sys.argv[1:] if argv is None else argv)])
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

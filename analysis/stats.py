@@ -1,0 +1,212 @@
+"""Uncertainty beyond the paper: bootstrap intervals for Agg and a paired comparison of two entries.
+
+With 5 runs per task, two agents' Agg values that differ in the third decimal may not differ at all;
+the paper reports mean ± std per task but no interval for Agg. Here:
+
+- :func:`bootstrap_agg` resamples each task's successful runs with replacement (independently per
+  task), recomputes the task means and Eq. 1, and reports the percentile interval. Published rows have
+  no per-run scores, so they are drawn parametrically (normal with the published mean and std, n =
+  successful runs), and the ``method`` column says so.
+- :func:`compare` pairs two entries by task (both ran the same tasks): per-task Eq. 1 terms and their
+  difference, a Welch test per task from mean/std/n, a bootstrap interval for the Agg difference, and
+  a Wilcoxon signed-rank test over tasks.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from analysis.leaderboard import Leaderboard, relative
+
+Sample = np.ndarray | tuple[float, float, int]  # per-run scores, or (mean, std, n) when only those are known
+
+
+# --- tests (scipy.special only: scipy.stats costs most of a second to import, a report's whole budget) ----------
+def _t_two_sided(t: float, df: float) -> float:
+    from scipy.special import stdtr
+
+    return float(2 * stdtr(df, -abs(t))) if np.isfinite(t) else 0.0
+
+
+def pearson(x, y) -> tuple[float, float]:
+    """Pearson r and its two-sided p-value (t test with n - 2 degrees of freedom), as ``scipy.stats.pearsonr``."""
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    n = len(x)
+    if n < 3 or x.std() == 0 or y.std() == 0:
+        return np.nan, np.nan
+    r = float(np.clip(np.corrcoef(x, y)[0, 1], -1.0, 1.0))
+    t = r * np.sqrt((n - 2) / (1 - r * r)) if abs(r) < 1 else np.inf
+    return r, _t_two_sided(t, n - 2)
+
+
+def welch_p(m1: float, s1: float, n1: float, m2: float, s2: float, n2: float) -> float:
+    """Two-sided Welch t-test p-value from summary statistics (NaN when it is undefined)."""
+    if min(n1, n2) < 2 or not (np.isfinite(s1) and np.isfinite(s2)) or s1 == s2 == 0:
+        return np.nan
+    v1, v2 = s1 * s1 / n1, s2 * s2 / n2
+    df = (v1 + v2) ** 2 / (v1 * v1 / (n1 - 1) + v2 * v2 / (n2 - 1))
+    return _t_two_sided((m1 - m2) / np.sqrt(v1 + v2), df)
+
+
+def wilcoxon_p(diff) -> float:
+    """Two-sided Wilcoxon signed-rank p-value, exact (the sign-flip distribution of the rank sum, by counting).
+
+    Zero differences are dropped (scipy's default); tied magnitudes get average ranks, and the exact
+    distribution is counted on those ranks (doubled to integers), so ties need no approximation.
+    """
+    d = np.asarray(diff, dtype=float)
+    d = d[np.abs(d) > 1e-12]
+    n = len(d)
+    if n < 2:
+        return np.nan
+    magnitude = np.abs(d)
+    ranks = np.empty(n)
+    ranks[magnitude.argsort(kind="stable")] = np.arange(1, n + 1)
+    for value in np.unique(magnitude):  # average ranks of ties
+        tied = magnitude == value
+        ranks[tied] = ranks[tied].mean()
+    doubled = np.rint(2 * ranks).astype(int)
+    counts = np.zeros(doubled.sum() + 1)
+    counts[0] = 1.0
+    for r in doubled:  # each rank is either in the positive sum or not
+        counts[r:] = counts[r:] + counts[:-r].copy()
+    prob = counts / counts.sum()
+    w = int(doubled[d > 0].sum())
+    return float(min(1.0, 2 * min(prob[: w + 1].sum(), prob[w:].sum())))
+
+
+def task_samples(lb: Leaderboard, source: str, entry: str, column: str = "mean") -> dict[str, Sample]:
+    """What to resample per task: the successful runs' scores when the runs are at hand, else mean/std/n."""
+    c = lb.cells[(lb.cells["source"] == source) & (lb.cells["entry"] == entry) & lb.cells["rel_mean"].notna()]
+    out: dict[str, Sample] = {}
+    for r in c.itertuples():
+        scores = lb.run_scores(source, entry, r.task)
+        if scores is not None and len(scores):
+            out[r.task] = scores
+        else:
+            out[r.task] = (float(r.mean), float(r.std) if pd.notna(r.std) else np.nan, int(r.n_success))
+    return out
+
+
+def _draw_means(rng: np.random.Generator, sample: Sample, n_boot: int) -> np.ndarray:
+    """n_boot bootstrap means of one task's score."""
+    if isinstance(sample, np.ndarray):
+        if len(sample) < 2:
+            return np.full(n_boot, sample.mean())
+        return sample[rng.integers(0, len(sample), (n_boot, len(sample)))].mean(axis=1)
+    mean, std, n = sample
+    if n < 2 or not np.isfinite(std) or std == 0:
+        return np.full(n_boot, mean)
+    return rng.normal(mean, std / np.sqrt(n), n_boot)
+
+
+def _method(samples: dict[str, Sample]) -> str:
+    kinds = {"runs" if isinstance(s, np.ndarray) else "parametric (mean, std, n)" for s in samples.values()}
+    return kinds.pop() if len(kinds) == 1 else "mixed"
+
+
+def _agg_draws(lb: Leaderboard, source: str, entry: str, tasks: list[str], rng, n_boot: int) -> np.ndarray:
+    samples = task_samples(lb, source, entry)
+    rows = []
+    for task in tasks:
+        t = lb.tasks.loc[task]
+        rows.append(relative(_draw_means(rng, samples[task], n_boot), t["baseline"], t["higher_is_better"]))
+    return np.mean(rows, axis=0)
+
+
+def bootstrap_agg(lb: Leaderboard, n_boot: int = 2000, seed: int = 0, level: float = 0.95) -> pd.DataFrame:
+    """Per agent entry: Agg and its bootstrap percentile interval (``lo``, ``hi``), with the method used."""
+    rng = np.random.default_rng(seed)
+    alpha = (1 - level) / 2
+    rows = []
+    for e in lb.summary[lb.summary["kind"] == "agent"].itertuples():
+        samples = task_samples(lb, e.source, e.entry)
+        if not samples:
+            continue
+        draws = _agg_draws(lb, e.source, e.entry, list(samples), rng, n_boot)
+        rows.append(
+            {
+                "source": e.source,
+                "entry": e.entry,
+                "agg": e.agg,
+                "lo": np.quantile(draws, alpha),
+                "hi": np.quantile(draws, 1 - alpha),
+                "method": _method(samples),
+                "n_boot": n_boot,
+                "tasks": len(samples),
+                "of_tasks": e.of_tasks,
+            }
+        )
+    return pd.DataFrame(rows, columns=["source", "entry", "agg", "lo", "hi", "method", "n_boot", "tasks", "of_tasks"])
+
+
+def compare(lb: Leaderboard, a: str, b: str, n_boot: int = 2000, seed: int = 0) -> dict:
+    """Paired comparison of two entries (names as :meth:`Leaderboard.find` takes them) over their common tasks."""
+    (sa, ea), (sb, eb) = lb.find(a), lb.find(b)
+    ca = lb.cells[(lb.cells["source"] == sa) & (lb.cells["entry"] == ea)].set_index("task")
+    cb = lb.cells[(lb.cells["source"] == sb) & (lb.cells["entry"] == eb)].set_index("task")
+    common = [t for t in lb.tasks.index if t in ca.index and t in cb.index]
+    common = [t for t in common if pd.notna(ca.loc[t, "rel_mean"]) and pd.notna(cb.loc[t, "rel_mean"])]
+    rows = []
+    for t in common:
+        x, y = ca.loc[t], cb.loc[t]
+        p = welch_p(x["mean"], x["std"], x["n_success"], y["mean"], y["std"], y["n_success"])
+        rows.append(
+            {
+                "task": t,
+                "label": lb.tasks.loc[t, "label"],
+                "mean_a": x["mean"],
+                "mean_b": y["mean"],
+                "std_a": x["std"],
+                "std_b": y["std"],
+                "n_a": x["n_success"],
+                "n_b": y["n_success"],
+                "rel_a": x["rel_mean"],
+                "rel_b": y["rel_mean"],
+                "diff": x["rel_mean"] - y["rel_mean"],
+                "p_welch": p,
+            }
+        )
+    per_task = pd.DataFrame(
+        rows,
+        columns=[
+            "task",
+            "label",
+            "mean_a",
+            "mean_b",
+            "std_a",
+            "std_b",
+            "n_a",
+            "n_b",
+            "rel_a",
+            "rel_b",
+            "diff",
+            "p_welch",
+        ],
+    )
+    diff = per_task["diff"].to_numpy(dtype=float)
+    overall = {
+        "n_tasks": len(common),
+        "agg_a": np.nan,
+        "agg_b": np.nan,
+        "diff": np.nan,
+        "diff_lo": np.nan,
+        "diff_hi": np.nan,
+        "p_wilcoxon": np.nan,
+        "wins_a": int((diff > 1e-12).sum()),
+        "wins_b": int((diff < -1e-12).sum()),
+    }
+    overall["ties"] = len(common) - overall["wins_a"] - overall["wins_b"]
+    if common:
+        rng = np.random.default_rng(seed)
+        draws = _agg_draws(lb, sa, ea, common, rng, n_boot) - _agg_draws(lb, sb, eb, common, rng, n_boot)
+        overall.update(
+            agg_a=per_task["rel_a"].mean(),
+            agg_b=per_task["rel_b"].mean(),
+            diff=diff.mean(),
+            diff_lo=np.quantile(draws, 0.025),
+            diff_hi=np.quantile(draws, 0.975),
+        )
+    overall["p_wilcoxon"] = wilcoxon_p(diff)
+    return {"a": f"{ea} [{sa}]", "b": f"{eb} [{sb}]", "tasks": per_task, "overall": overall}
