@@ -105,7 +105,8 @@ def main() -> None:
     lp, lt = min(loops[False]), min(loops[True])
     print(
         f"per step  untraced {1000 * lp / args.steps:6.3f} ms | traced {1000 * lt / args.steps:6.3f} ms | "
-        f"overhead {100 * (lt - lp) / lp:+5.2f} %  (target < 1 %; {args.steps} steps x 3 metrics, best of {args.repeats})"
+        f"overhead {100 * (lt - lp) / lp:+5.2f} %  (target < 1 %; {args.steps} steps x 3 metrics, "
+        f"best of {args.repeats})"
     )
 
     # 3. every metric in MLflow
