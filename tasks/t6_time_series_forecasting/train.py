@@ -9,6 +9,7 @@ DLinear splits the look-back window into a trend (a moving average) and a season
 maps each part to the horizon with one linear layer over time, and adds the two forecasts.
 """
 
+import math
 import time
 
 import torch
@@ -23,6 +24,10 @@ CONFIG = {
     "lr": 1e-3,
     "batch_size": 128,
     "epochs": 5,
+    "weight_decay": 0.0,  # L2 penalty of Adam (decoupled with "adamw")
+    "optimizer": "adam",  # "adam" | "adamw"
+    "loss": "mse",  # training loss: "mse" | "l1" | "huber"
+    "lr_schedule": "constant",  # "constant" | "cosine" (per step, to 0) | "halving" (lr / 2 each epoch, as in DLinear)
     "seed": 2021,
     "log_every": 16,  # steps between progress lines (each one costs a host sync)
 }
@@ -65,6 +70,19 @@ def build_model(config: dict) -> nn.Module:
     return DLinear(config["seq_len"], config["pred_len"], config["kernel_size"])
 
 
+LOSSES = {"mse": F.mse_loss, "l1": F.l1_loss, "huber": F.huber_loss}
+
+
+def lr_at(step: int, epoch: int, total_steps: int, config: dict) -> float:
+    """The learning rate of a step under config["lr_schedule"] ("constant" leaves the optimizer alone)."""
+    schedule = config.get("lr_schedule", "constant")
+    if schedule == "halving":
+        return config["lr"] * 0.5**epoch
+    if schedule == "cosine":
+        return config["lr"] * 0.5 * (1.0 + math.cos(math.pi * step / max(1, total_steps)))
+    return config["lr"]
+
+
 def main(config: dict = CONFIG) -> None:
     torch.manual_seed(config["seed"])
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -80,7 +98,11 @@ def main(config: dict = CONFIG) -> None:
     steps_per_epoch = n // batch_size  # the last incomplete batch is dropped (as in the official DLinear code)
 
     model = build_model(config).to(device)
-    optimizer = torch.optim.Adam(model.parameters(), lr=config["lr"])
+    optimizer_class = torch.optim.AdamW if config.get("optimizer", "adam") == "adamw" else torch.optim.Adam
+    optimizer = optimizer_class(model.parameters(), lr=config["lr"], weight_decay=config.get("weight_decay", 0.0))
+    loss_fn = LOSSES[config.get("loss", "mse")]
+    schedule = config.get("lr_schedule", "constant")
+    total_steps = steps_per_epoch * config["epochs"]
     print(
         f"DLinear: {sum(p.numel() for p in model.parameters()):,} parameters, {n:,} training windows, "
         f"{steps_per_epoch} steps/epoch on {device}",
@@ -95,7 +117,10 @@ def main(config: dict = CONFIG) -> None:
         order = torch.randperm(n, device=device)  # reshuffle every epoch
         for i in range(steps_per_epoch):
             idx = order[i * batch_size : (i + 1) * batch_size]
-            loss = F.mse_loss(model(x_train[idx]), y_train[idx])
+            if schedule != "constant":
+                for group in optimizer.param_groups:
+                    group["lr"] = lr_at(step, epoch, total_steps, config)
+            loss = loss_fn(model(x_train[idx]), y_train[idx])
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()

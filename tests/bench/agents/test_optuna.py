@@ -1,0 +1,99 @@
+"""The ``optuna`` agent: its adapter, and one end-to-end run under the benchmark protocol.
+
+The end-to-end run is ``bench baselines tune`` on T6 with generated data (conftest.generated_t6): the agent
+runs inside the normal workspace, watchdog, tracer, collection, evaluation and audit; its trials are traced
+child runs (pruned ones marked), the study summary is on the agent run, the results file has the keys
+``bench report`` reads, and the study is in the SQLite storage.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import uuid
+from pathlib import Path
+
+import mlflow
+import optuna
+import pytest
+
+from bench.agents import AGENTS, AgentError, LaunchContext
+from bench.agents.optuna import OptunaAgent
+from bench.paths import ROOT
+from bench.tracking import schema
+
+
+def ctx(task, options=None) -> LaunchContext:
+    return LaunchContext(
+        task=task, workspace=Path("/ws"), prompt="", budget_s=60, home=Path("/h"), options=options or {}
+    )
+
+
+def test_command_passes_the_options_and_refuses_unknown_ones(generated_t6):
+    agent = OptunaAgent()
+    argv = agent.command(ctx(generated_t6, {"trials": "5", "seed": "1", "storage": "sqlite:///x.db", "max_epochs": ""}))
+    assert argv == [sys.executable, "-m", "baselines.agent", "--task", "t6", "--trials", "5", "--seed", "1",
+                    "--storage", "sqlite:///x.db"]  # fmt: skip
+    assert agent.command(ctx(generated_t6, {"prune_after": "1"}))[-2:] == ["--prune-after", "1"]
+    with pytest.raises(AgentError, match="does not know"):
+        agent.command(ctx(generated_t6, {"trails": "5"}))
+
+
+def test_env_makes_the_driver_importable(generated_t6, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", "/somewhere")
+    assert OptunaAgent().env(ctx(generated_t6))["PYTHONPATH"].split(os.pathsep) == [str(ROOT), "/somewhere"]
+
+
+@pytest.mark.slow
+def test_optuna_agent_end_to_end_through_tune(generated_t6, tmp_path):
+    from baselines.tune import RESULT_KEYS, tune
+
+    campaign = f"test-optuna-{uuid.uuid4().hex[:8]}"
+    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
+    out = tmp_path / "t6.json"
+    tuned = tune(
+        "t6",
+        budget_s=90,
+        trials=4,
+        storage=storage,
+        campaign=campaign,
+        out=out,
+        console=False,
+        grace_s=5,
+        options={"max_epochs": "4", "prune_after": "1"},
+    )
+    assert tuned["status"] == "success" and out.is_file()
+    assert "optuna" in AGENTS  # tune() registers the agent when the dispatch table does not have it yet
+    written = json.loads(out.read_text())
+    assert set(RESULT_KEYS) <= set(written) and written["task"] == "t6" and written["direction"] == "min"
+    assert written["trials"] >= 3 and written["pruned"] >= 1, written["states"]
+    assert 0 < written["official_score"] < 5 and written["val_score"] > 0
+    assert written["config"]["seq_len"] == 336 and written["storage"] == storage
+    assert "CPU" in written["hardware"] or "CUDA" in written["hardware"]
+
+    exp = mlflow.get_experiment_by_name(campaign)
+    runs = mlflow.search_runs([exp.experiment_id])
+    agent_run = runs[runs[f"tags.{schema.KIND}"] == schema.KIND_AGENT].iloc[0]
+    assert agent_run["run_id"] == written["mlflow_run_id"] and agent_run[f"tags.{schema.AGENT}"] == "optuna"
+    assert agent_run[f"metrics.{schema.SCORE}"] == pytest.approx(written["official_score"])
+
+    scripts = runs[runs[f"tags.{schema.KIND}"] == schema.KIND_SCRIPT]
+    assert len(scripts) == written["trials"]
+    assert (scripts[f"tags.{schema.PARENT}"] == agent_run["run_id"]).all()
+    assert sorted(scripts[f"tags.{schema.SCRIPT}"]) == [f"run_{k}.py" for k in range(1, written["trials"] + 1)]
+    pruned = scripts[scripts["metrics.optuna_pruned"] == 1.0]
+    assert len(pruned) == written["pruned"]
+    assert (pruned[f"tags.{schema.EXIT}"] == "KILLED").all() and (pruned["status"] == "KILLED").all()
+    assert pruned[f"tags.{schema.REASON}"].str.contains("pruned by optuna").all()
+
+    client = mlflow.tracking.MlflowClient()
+    artifacts = {a.path for a in client.list_artifacts(agent_run["run_id"], "agent")}
+    for name in ("study.json", "trials.csv", "best_params.json", "best_config.json", "optimization_history.png"):
+        assert f"agent/{name}" in artifacts, artifacts
+    diff = client.download_artifacts(scripts.iloc[0]["run_id"], "source")
+    assert any(p.endswith(".diff") for p in os.listdir(diff))  # run_<k>.py against train.py: the config change
+
+    study = optuna.load_study(study_name=written["study_name"], storage=storage)
+    assert len(study.trials) == written["trials"]
+    assert sum(t.state.name == "PRUNED" for t in study.trials) == written["pruned"]
