@@ -49,6 +49,9 @@ print("RESULT " + json.dumps({"loop_s": elapsed}), file=sys.stderr)
 """
 
 
+NO_TEE = False
+
+
 def env_for(ws: Path, traced: bool) -> dict[str, str]:
     from bench.tracking import HOOK_DIR
 
@@ -58,6 +61,8 @@ def env_for(ws: Path, traced: bool) -> dict[str, str]:
         env.update(
             {"BENCH_WORKSPACE": str(ws), "BENCH_SPOOL_DIR": str(ws / ".bench" / "spool"), "PYTHONPATH": str(HOOK_DIR)}
         )
+        if NO_TEE:
+            env["BENCH_TRACE_STDOUT"] = "0"
     return env
 
 
@@ -72,7 +77,10 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--steps", type=int, default=1000)
     ap.add_argument("--repeats", type=int, default=5, help="alternating loop runs per variant (best is kept)")
+    ap.add_argument("--no-tee", action="store_true", help="trace without the stdout tee (its share of the cost)")
     args = ap.parse_args()
+    global NO_TEE
+    NO_TEE = args.no_tee
     ws = Path(tempfile.mkdtemp(prefix="tracer-bench-"))
     (ws / ".bench" / "spool").mkdir(parents=True)
     shutil.copy(ROOT / "tasks" / "t6_time_series_forecasting" / "prepare.py", ws / "prepare.py")
