@@ -99,7 +99,8 @@ class Parser:
             return []
 
     def on_json(self, obj: dict) -> list[Event]:
-        raise NotImplementedError
+        """One JSON event of the CLI -> normalised events; every JSON-speaking parser overrides this."""
+        return []
 
     def finish(self) -> list[Event]:
         """A final event from the last assistant text when the CLI printed none (killed, or none in its format)."""
