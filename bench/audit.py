@@ -9,7 +9,6 @@ stream and are added beside them.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 from bench.workspace import Workspace, sha256
 
@@ -51,10 +50,3 @@ def no_links_out_of_workspace(ws: Workspace) -> list[Violation]:
 def audit(ws: Workspace, prepare_sha256: str) -> list[Violation]:
     """All filesystem checks, in rule order."""
     return [*locked_file_unchanged(ws, prepare_sha256), *no_links_out_of_workspace(ws)]
-
-
-def relative(path: Path, ws: Workspace) -> str:
-    try:
-        return str(path.relative_to(ws.path))
-    except ValueError:
-        return str(path)
