@@ -22,17 +22,16 @@ class Violation:
         return asdict(self)
 
 
-def locked_file_unchanged(ws: Workspace, expected_sha256: str) -> list[Violation]:
-    """Rule 1: prepare.py is locked. A changed, replaced or deleted copy is a violation."""
-    locked = ws.path / "prepare.py"
-    if not locked.is_file():
-        return [Violation(1, "the locked prepare.py was deleted from the workspace")]
-    actual = sha256(locked)
-    if actual != expected_sha256:
-        return [
-            Violation(1, f"the locked prepare.py was modified (sha256 {actual[:12]}, expected {expected_sha256[:12]})")
-        ]
-    return []
+def locked_files_unchanged(ws: Workspace, expected: dict[str, str]) -> list[Violation]:
+    """Rule 1: prepare.py (and any other locked file) is locked. A changed, replaced or deleted copy is a violation."""
+    out = []
+    for name, want in expected.items():
+        locked = ws.path / name
+        if not locked.is_file():
+            out.append(Violation(1, f"the locked {name} was deleted from the workspace"))
+        elif (actual := sha256(locked)) != want:
+            out.append(Violation(1, f"the locked {name} was modified (sha256 {actual[:12]}, expected {want[:12]})"))
+    return out
 
 
 def no_links_out_of_workspace(ws: Workspace) -> list[Violation]:
@@ -47,6 +46,6 @@ def no_links_out_of_workspace(ws: Workspace) -> list[Violation]:
     return out
 
 
-def audit(ws: Workspace, prepare_sha256: str) -> list[Violation]:
-    """All filesystem checks, in rule order."""
-    return [*locked_file_unchanged(ws, prepare_sha256), *no_links_out_of_workspace(ws)]
+def audit(ws: Workspace, locked_sha256: dict[str, str]) -> list[Violation]:
+    """All filesystem checks, in rule order; ``locked_sha256`` maps each locked file to its hash at the start."""
+    return [*locked_files_unchanged(ws, locked_sha256), *no_links_out_of_workspace(ws)]

@@ -29,16 +29,25 @@ def _tasks(key: str):
 
 
 def cmd_tasks(args: argparse.Namespace) -> int:
-    from bench import data
+    from bench import data, weights
 
-    print(f"{'id':4} {'name':32} {'budget':>7} {'metric':>9} {'dir':>4} {'split':>6} {'baseline':>9}  data")
+    print(f"{'id':4} {'name':28} {'budget':>7} {'metric':>9} {'dir':>4} {'split':>6} {'baseline':>9}  data")
     for t in all_tasks():
-        arrow = "min" if t.direction == "min" else "max"
+        status = data.data_status(t)
+        if t.weights:
+            n = sum(weights.installed(w) is not None for w in t.weights)
+            status += f"; weights {n}/{len(t.weights)} installed"
         print(
-            f"{t.id:4} {t.name:32} {t.budget_minutes:>5g} m {t.metric:>9} {arrow:>4} {t.eval_split:>6} "
-            f"{t.baseline_score:>9g}  {data.data_status(t)}"
+            f"{t.id:4} {t.name:28} {t.budget_minutes:>5g} m {t.metric:>9} {t.direction:>4} {t.eval_split:>6} "
+            f"{t.baseline_score:>9g}  {status}"
         )
     return 0
+
+
+def cmd_weights(args: argparse.Namespace) -> int:
+    from bench import weights
+
+    return weights.main(args.files if args.weights_command == "install" else [])
 
 
 def _key_value(text: str) -> tuple[str, str]:
@@ -87,6 +96,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 options=options,
                 device=args.device,
                 console=not args.quiet,
+                no_weights=args.no_weights,
             )
             results.append(run(spec))
     _print_summary(results)
@@ -174,6 +184,13 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--force", action="store_true", help="rebuild the prepared data even if present")
     d.set_defaults(func=cmd_data)
 
+    s = sub.add_parser("weights", help="pretrained weights the tasks provide (T3's DINOv3): status, install")
+    s.set_defaults(func=cmd_weights, weights_command=None)
+    wsub = s.add_subparsers(dest="weights_command")
+    w = wsub.add_parser("install", help="check user-downloaded files (hash + strict load) and install them")
+    w.add_argument("files", nargs="+", help="the official DINOv3 .pth files (names as released)")
+    w.set_defaults(func=cmd_weights)
+
     s = sub.add_parser("run", help="run an agent on tasks under the benchmark protocol")
     s.add_argument("--agent", required=True, help=f"one of: {', '.join(sorted(AGENTS))}")
     s.add_argument("--task", required=True, help="task id (t6), comma list, or 'all'")
@@ -193,6 +210,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--grace", type=float, default=30.0, help="seconds after the budget before SIGKILL (paper: 30)")
     s.add_argument("--device", help="evaluation device (default: cuda if available)")
     s.add_argument("--quiet", action="store_true", help="do not stream the agent's output")
+    s.add_argument("--no-weights", action="store_true", help="run T3 without its pretrained weights (marked partial)")
     s.set_defaults(func=cmd_run)
 
     s = sub.add_parser("record", help="(re)record a finished run directory in MLflow, e.g. after an outage")

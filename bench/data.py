@@ -154,6 +154,91 @@ def fetch(source: DataSource, dest_dir: Path, *, mirror: Path | None = None, pro
     return target
 
 
+def fetch_tree(source: DataSource, dest_dir: Path, *, mirror: Path | None = None) -> Path:
+    """Copy a folder of files listed in ``source.manifest`` from the mirror into ``dest_dir/source.file``.
+
+    The manifest is checked against ``manifest_sha256`` and every file against the manifest; the folder appears
+    (renamed from a temporary one) only once complete, so a later run never trusts half a copy.
+    """
+    target = dest_dir / source.file
+    if mirror is None:
+        raise DataError(f"{source.file}: a folder of files that only a data mirror provides; set BENCH_DATA_MIRROR")
+    listing = DataSource(f".{source.file}.manifest", "", source.manifest, sha256=source.manifest_sha256)
+    manifest = fetch(listing, dest_dir, mirror=mirror, progress=False)
+    if (target / MARKER).is_file() and (target / MARKER).read_text().strip() == source.manifest_sha256:
+        return target
+    entries = [line.split(maxsplit=1) for line in manifest.read_text().splitlines() if line.strip()]
+    bad = [e for e in entries if len(e) != 2 or e[1].startswith("/") or ".." in Path(e[1]).parts]
+    if bad:
+        raise DataError(f"{source.file}: the manifest {mirror / source.manifest} has malformed lines: {bad[:3]}")
+    tmp = Path(tempfile.mkdtemp(prefix=f".{source.file}.", suffix=".part", dir=dest_dir))
+    try:
+        for digest, rel in entries:
+            rel = rel.lstrip("*")  # sha256sum's binary-mode marker
+            part = DataSource(Path(rel).name, "", f"{source.mirror}/{rel}", sha256=digest)
+            fetch(part, tmp / Path(rel).parent, mirror=mirror, progress=False)
+        (tmp / MARKER).write_text(source.manifest_sha256 + "\n")
+        if target.exists():
+            shutil.rmtree(target)
+        os.replace(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return target
+
+
+def _present(task: Task, source: DataSource) -> bool:
+    """Whether a raw source is on disk (by size, or a folder's completion marker); ``fetch`` does the hashing."""
+    path = raw_dir(task) / source.file
+    if source.manifest:
+        return (path / MARKER).is_file()
+    return path.is_file() and (source.size is None or path.stat().st_size == source.size)
+
+
+def fetch_sources(task: Task, *, mirror: Path | None = None, progress: bool = True) -> tuple[list[str], list[str]]:
+    """Fetch every raw source of a task; returns (files replaced by a partial substitute, optional files absent).
+
+    A file that cannot be fetched is replaced by its declared substitutes (``substitute_for``), e.g. the mirror's
+    subset of TinyImageNet; a run on such data says so in result.json and MLflow.
+    """
+    raw, substituted, absent = raw_dir(task), [], []
+
+    def get(source: DataSource) -> None:
+        if source.manifest:
+            fetch_tree(source, raw, mirror=mirror)
+        else:
+            fetch(source, raw, mirror=mirror, progress=progress)
+
+    for source in task.data:
+        if source.substitute_for:
+            continue
+        try:
+            get(source)
+            continue
+        except DataError as e:
+            subs = [s for s in task.data if s.substitute_for == source.file]
+            if not subs:
+                if source.required:
+                    raise
+                absent.append(source.file)
+                print(f"warning: optional source skipped: {e}", file=sys.stderr)
+                continue
+            try:
+                for sub in subs:
+                    try:
+                        get(sub)
+                    except DataError:
+                        if sub.required:
+                            raise
+                        absent.append(sub.file)
+            except DataError as e2:
+                raise DataError(f"{e}\nIts partial substitute could not be fetched either: {e2}") from e2
+            names = ", ".join(s.file for s in subs)
+            print(f"warning: {source.file} unavailable; using its PARTIAL substitute ({names})", file=sys.stderr)
+            substituted.append(source.file)
+    return substituted, absent
+
+
 def _expected_marker(task: Task) -> dict[str, object]:
     """The marker fields that must match for prepared data to be reused (everything except the time)."""
     return {
@@ -169,24 +254,48 @@ def is_prepared(task: Task) -> bool:
         marker = json.loads((prepared_dir(task) / MARKER).read_text())
     except (OSError, ValueError):
         return False
-    return isinstance(marker, dict) and all(marker.get(k) == v for k, v in _expected_marker(task).items())
+    if not isinstance(marker, dict) or any(marker.get(k) != v for k, v in _expected_marker(task).items()):
+        return False
+    by_name = {s.file: s for s in task.data}  # a full file obtained since the partial build: rebuild from it
+    return not any(name in by_name and _present(task, by_name[name]) for name in marker.get("substituted", []))
+
+
+def partial_notes(task: Task) -> list[str]:
+    """How the prepared data falls short of the full official data (empty when complete, or not prepared).
+
+    The task's ``prepare.py`` describes it in ``meta.json["partial_data"]``; the fetch adds what it knows.
+    """
+    folder = prepared_dir(task)
+    try:
+        marker = json.loads((folder / MARKER).read_text())
+    except (OSError, ValueError):
+        return []
+    try:
+        notes = list(json.loads((folder / "meta.json").read_text()).get("partial_data", []))
+    except (OSError, ValueError, AttributeError):
+        notes = []
+    if marker.get("substituted") and not notes:
+        notes.append(f"built from partial substitutes of {', '.join(marker['substituted'])}")
+    return [str(n) for n in notes]
 
 
 def data_status(task: Task) -> str:
-    """A one-word state for ``bench tasks``: prepared, raw, partial (optional sources absent) or missing.
+    """A short state for ``bench tasks``: prepared, raw or missing, with "(partial)" when the data are incomplete.
 
     Raw files are checked by presence and size only: hashing GBs for a listing is slow, and ``fetch`` verifies.
     """
     if is_prepared(task):
-        return "prepared"
-
-    def present(s: DataSource) -> bool:
-        path = raw_dir(task) / s.file
-        return path.is_file() and (s.size is None or path.stat().st_size == s.size)
-
-    if not all(present(s) for s in task.data if s.required):
-        return "missing"
-    return "raw" if all(present(s) for s in task.data) else "partial"
+        return "prepared (partial)" if partial_notes(task) else "prepared"
+    partial = False
+    for source in (s for s in task.data if not s.substitute_for):
+        if _present(task, source):
+            continue
+        subs = [x for x in task.data if x.substitute_for == source.file]
+        if subs and all(_present(task, x) for x in subs if x.required):
+            partial = True
+        elif source.required:
+            return "missing"
+    return "raw (partial)" if partial else "raw"
 
 
 def _run_prepare(task: Task, raw: Path, out: Path) -> None:
@@ -213,16 +322,8 @@ def prepare(task: Task, *, force: bool = False, progress: bool = True) -> Path:
     final = prepared_dir(task)
     if not force and is_prepared(task):
         return final
-    raw, mirror = raw_dir(task), mirror_root()
-    absent: list[str] = []
-    for source in task.data:
-        try:
-            fetch(source, raw, mirror=mirror, progress=progress)
-        except DataError as e:
-            if source.required:
-                raise
-            absent.append(source.file)
-            print(f"warning: optional source skipped: {e}", file=sys.stderr)
+    raw = raw_dir(task)
+    substituted, absent = fetch_sources(task, mirror=mirror_root(), progress=progress)
     raw.mkdir(parents=True, exist_ok=True)
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{task.name}.", suffix=".tmp", dir=final.parent))
@@ -230,7 +331,7 @@ def prepare(task: Task, *, force: bool = False, progress: bool = True) -> Path:
     try:
         _run_prepare(task, raw, tmp)
         now = datetime.now(UTC).isoformat(timespec="seconds")
-        marker = {**_expected_marker(task), "absent_optional": absent, "prepared_at": now}
+        marker = {**_expected_marker(task), "substituted": substituted, "absent_optional": absent, "prepared_at": now}
         (tmp / MARKER).write_text(json.dumps(marker, indent=2) + "\n")
         if final.exists():  # rename() cannot replace a non-empty folder: move the old one aside first
             old = final.with_name(f".{task.name}.old-{os.getpid()}")

@@ -33,12 +33,13 @@ def default_device() -> str:
 
 
 def stage(task: Task, workspace: Path, dest: Path) -> Path:
-    """Build the evaluation folder: original prepare.py + the workspace's scripts (not its prepare.py)."""
+    """Build the evaluation folder: the original locked files + the workspace's scripts (not its locked copies)."""
     dest.mkdir(parents=True, exist_ok=True)
     for script in workspace.glob("*.py"):
-        if script.name != "prepare.py":
+        if script.name not in task.locked_files:
             shutil.copy2(script, dest / script.name)
-    shutil.copy2(task.file("prepare.py"), dest / "prepare.py")
+    for name in task.locked_files:
+        shutil.copy2(task.file(name), dest / name)
     return dest
 
 

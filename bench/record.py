@@ -83,6 +83,7 @@ def record(recorder: Recorder, result: dict, ws: Workspace) -> str:
             schema.STATUS: result["status"],
             schema.REASON: result["reason"][:500],
             schema.PARTIAL_DATA: str(bool(result.get("partial_data"))).lower(),
+            schema.PARTIAL_NOTES: "\n".join(result.get("partial_data_notes") or [])[:5000],
         },
     )
     mlflow_status = {"success": "FINISHED", "interrupted": "KILLED"}.get(result["status"], "FAILED")
@@ -93,10 +94,12 @@ def record(recorder: Recorder, result: dict, ws: Workspace) -> str:
 def _note(result: dict, scripts: dict) -> str:
     """The run page's description: the outcome in two lines of Markdown."""
     score = f"{result['score']:.4f}" if result.get("score") is not None else "-"
+    notes = result.get("partial_data_notes") or []
+    partial = "\n\n**Partial data** (not comparable with the paper): " + "; ".join(notes) if notes else ""
     return (
         f"**{result['status']}**: {result['metric']} {score} on {result['split']} "
         f"(baseline {result['baseline_score']:g}); {scripts['launched']} scripts launched, "
-        f"{result['wall_time_s'] / 60:.1f} of {result['budget_s'] / 60:g} min used.\n\n{result['reason']}"
+        f"{result['wall_time_s'] / 60:.1f} of {result['budget_s'] / 60:g} min used.\n\n{result['reason']}{partial}"
     )
 
 

@@ -20,7 +20,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench import checkpoints, data, evaluate, workspace
+from bench import checkpoints, data, evaluate, weights, workspace
 from bench.agents import LaunchContext, get_agent, parser_of
 from bench.audit import audit
 from bench.launches import LaunchMonitor
@@ -49,6 +49,7 @@ class RunSpec:
     options: dict[str, str] = field(default_factory=dict)
     device: str | None = None
     console: bool = True
+    no_weights: bool = False  # run a task that provides pretrained weights without them (marked partial)
 
     @property
     def budget(self) -> float:
@@ -64,10 +65,16 @@ def run(spec: RunSpec) -> dict:
     task, agent = spec.task, get_agent(spec.agent)
     device = spec.device or evaluate.default_device()
     data_dir = data.prepare(task, progress=spec.console)
+    weight_files = [] if spec.no_weights else weights.for_task(task)  # raises with instructions when missing
+    partial_notes = data.partial_notes(task)
+    if spec.no_weights and task.weights:
+        partial_notes.append("the pretrained weights were not provided (--no-weights)")
 
     # 1. workspace
-    ws = workspace.create(task, data_dir, campaign=spec.campaign, agent=spec.agent, repeat=spec.repeat)
-    prepare_sha = workspace.sha256(ws.path / "prepare.py")
+    ws = workspace.create(
+        task, data_dir, campaign=spec.campaign, agent=spec.agent, repeat=spec.repeat, weights=weight_files
+    )
+    locked_sha = ws.locked_hashes()
     label = f"{task.id} {spec.agent} r{spec.repeat}"
     print(f"[bench] {label}: workspace {ws.path} (budget {fmt_s(spec.budget)})", flush=True)
 
@@ -82,6 +89,7 @@ def run(spec: RunSpec) -> dict:
         schema.REPEAT: spec.repeat,
         schema.WORKSPACE: str(ws.run_dir),
         schema.STATUS: "running",
+        schema.PARTIAL_DATA: str(bool(partial_notes)).lower(),
     }
     parent = _open_agent_run(recorder, f"{task.id}-{spec.agent}-r{spec.repeat}", tags)
     relay = Relay(
@@ -150,7 +158,7 @@ def run(spec: RunSpec) -> dict:
     evaluations = _evaluate(task, ws, selection, data_dir, device, spec.console)
 
     # 6. audit
-    violations = audit(ws, prepare_sha)
+    violations = audit(ws, locked_sha)
 
     # 7. record
     result = {
@@ -175,8 +183,10 @@ def run(spec: RunSpec) -> dict:
         "interrupted": interrupted,
         "agent_events": stream.summary(),
         "device": device,
-        "prepare_sha256": prepare_sha,
-        "partial_data": data.data_status(task) == "partial",
+        "prepare_sha256": locked_sha["prepare.py"],
+        "locked_sha256": locked_sha,
+        "partial_data": bool(partial_notes),
+        "partial_data_notes": partial_notes,
         "scripts": scripts,
         "launches_observed": [launch.to_dict() for launch in launches.launches.values()],
         "checkpoints_found": len(found),

@@ -26,6 +26,26 @@ class DataSource:
     md5: str = ""
     size: int | None = None
     required: bool = True
+    # A partial copy (e.g. the mirror's subset) fetched only when the full file named here cannot be.
+    substitute_for: str = ""
+    # A folder of files instead of one file: a sha256sum-format list under the mirror, paths relative to
+    # ``mirror``, whose own checksum is ``manifest_sha256``. Every listed file is copied and verified.
+    manifest: str = ""
+    manifest_sha256: str = ""
+
+
+@dataclass(frozen=True)
+class Weights:
+    """A pretrained-weights file the harness places in the workspace's ``weights/`` (T3's DINOv3 backbones).
+
+    The files are gated downloads, so the user installs them (``bench weights install``); ``sha256_prefix``
+    is the hash in the official file name, which torch.hub checks the same way.
+    """
+
+    file: str
+    sha256_prefix: str
+    description: str = ""
+    source: str = ""  # where a user gets the file
 
 
 @dataclass(frozen=True)
@@ -44,6 +64,13 @@ class Task:
     folder: Path
     reference_score: float | None = None
     data: tuple[DataSource, ...] = field(default_factory=tuple)
+    extra_locked: tuple[str, ...] = ()  # locked files besides prepare.py (T3's dinov3.py)
+    weights: tuple[Weights, ...] = ()
+
+    @property
+    def locked_files(self) -> tuple[str, ...]:
+        """The files an agent must not change; the official evaluation uses the task's originals."""
+        return ("prepare.py", *self.extra_locked)
 
     @property
     def budget_s(self) -> float:
@@ -72,11 +99,19 @@ def load_task(folder: Path) -> Task:
         raise TaskError(f"task folder {folder} lacks {', '.join(missing)}")
     with open(folder / "task.toml", "rb") as f:
         raw = tomllib.load(f)
+    extra = tuple(raw.get("extra_locked", ()))
+    missing = [f for f in extra if not (folder / f).is_file()]
+    if missing:
+        raise TaskError(f"{folder}/task.toml names extra_locked files that do not exist: {', '.join(missing)}")
     try:
         direction = raw["direction"]
         if direction not in ("min", "max"):
             raise TaskError(f"{folder}/task.toml: direction must be 'min' or 'max', not {direction!r}")
         sources = tuple(DataSource(**d) for d in raw.get("data", []))
+        names = {s.file for s in sources}
+        orphans = [s.file for s in sources if s.substitute_for and s.substitute_for not in names]
+        if orphans:
+            raise TaskError(f"{folder}/task.toml: substitute_for names no [[data]] file (in {', '.join(orphans)})")
         return Task(
             id=raw["id"],
             name=folder.name,
@@ -90,6 +125,8 @@ def load_task(folder: Path) -> Task:
             reference_score=raw.get("reference_score"),
             folder=folder.resolve(),
             data=sources,
+            extra_locked=extra,
+            weights=tuple(Weights(**w) for w in raw.get("weights", [])),
         )
     except (KeyError, TypeError) as e:
         raise TaskError(f"{folder}/task.toml is missing or has a malformed field: {e}") from e

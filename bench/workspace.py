@@ -26,7 +26,8 @@ from pathlib import Path
 from bench.paths import workspaces_dir
 from bench.tasks import Task
 
-COPIED = ("program.md", "train.py", "prepare.py")
+COPIED = ("program.md", "train.py")  # plus the task's locked files (prepare.py, ...), made read-only
+READ_ONLY = stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH
 
 
 def sha256(path: Path) -> str:
@@ -71,8 +72,12 @@ class Workspace:
         return self.run_dir / "eval"
 
     def scripts(self) -> list[Path]:
-        """The agent's top-level Python files (the locked prepare.py excluded)."""
-        return sorted(p for p in self.path.glob("*.py") if p.name != "prepare.py")
+        """The agent's top-level Python files (the locked files excluded)."""
+        return sorted(p for p in self.path.glob("*.py") if p.name not in self.task.locked_files)
+
+    def locked_hashes(self) -> dict[str, str]:
+        """sha256 of each locked file as it is in the workspace now (rule 1 compares them after the run)."""
+        return {name: sha256(self.path / name) for name in self.task.locked_files if (self.path / name).is_file()}
 
 
 def _slug(text: str) -> str:
@@ -80,12 +85,19 @@ def _slug(text: str) -> str:
 
 
 def create(
-    task: Task, data_dir: Path, *, campaign: str, agent: str, repeat: int, root: Path | None = None
+    task: Task,
+    data_dir: Path,
+    *,
+    campaign: str,
+    agent: str,
+    repeat: int,
+    root: Path | None = None,
+    weights: list[Path] | None = None,
 ) -> Workspace:
-    """Create the run directory with copies of the task files and the prepared data.
+    """Create the run directory with copies of the task files, the prepared data and any pretrained weights.
 
-    The data are copied, not linked: the agent may write into its copy without touching the
-    originals that the official evaluation reads.
+    Everything is copied, not linked: the agent may write into its copy without touching the
+    originals that the official evaluation reads, and no link points out of the workspace (rule 5).
     """
     stamp = time.strftime("%Y%m%d-%H%M%S")
     base = (root or workspaces_dir()) / _slug(campaign)
@@ -98,8 +110,14 @@ def create(
     ws.path.mkdir(parents=True)
     for name in COPIED:
         shutil.copy2(task.file(name), ws.path / name)
-    locked = ws.path / "prepare.py"
-    os.chmod(locked, stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH)
+    for name in task.locked_files:
+        shutil.copy2(task.file(name), ws.path / name)
+        os.chmod(ws.path / name, READ_ONLY)
+    if weights:
+        (ws.path / "weights").mkdir()
+        for path in weights:
+            shutil.copy2(path, ws.path / "weights" / path.name)
+            os.chmod(ws.path / "weights" / path.name, READ_ONLY)
     shutil.copytree(data_dir, ws.path / "data", ignore=shutil.ignore_patterns(".complete"))
     ws.checkpoints.mkdir()
     ws.spool_dir.mkdir(parents=True)

@@ -25,6 +25,7 @@ REPEAT = "bench.repeat"  # 1-based repeat index
 STATUS = "bench.status"  # success | failed | refused | timeout | disqualified | interrupted
 REASON = "bench.reason"  # one line: why the status is what it is
 PARTIAL_DATA = "bench.partial_data"  # "true" when the task ran on an incomplete dataset
+PARTIAL_NOTES = "bench.partial_notes"  # how the data fell short (one note per line), when partial
 WORKSPACE = "bench.workspace"
 SYNTHETIC = "bench.synthetic"  # "true" for generated runs (benchmarks), never real results
 

@@ -18,8 +18,19 @@ from pathlib import Path
 
 import pytest
 
-from bench.data import DataError, data_status, fetch, is_prepared, mirror_root, prepare, prepared_dir, raw_dir
-from bench.tasks import DataSource, Task, get_task
+from bench.data import (
+    DataError,
+    data_status,
+    fetch,
+    fetch_tree,
+    is_prepared,
+    mirror_root,
+    partial_notes,
+    prepare,
+    prepared_dir,
+    raw_dir,
+)
+from bench.tasks import DataSource, Task, TaskError, get_task
 
 PAYLOAD = b"date,value\n" + b"".join(f"2020-01-{d:02d},{d * 1.5}\n".encode() for d in range(1, 29))
 SHA256 = hashlib.sha256(PAYLOAD).hexdigest()
@@ -285,11 +296,11 @@ def test_failing_rebuild_keeps_the_previous_data(env: Path) -> None:
     assert not is_prepared(task)  # built by another prepare.py: not trusted
 
 
-def test_missing_optional_source_is_partial_and_skipped(env: Path) -> None:
+def test_missing_optional_source_is_skipped(env: Path) -> None:
     optional = '\n[[data]]\nfile = "extra.csv"\nurl = "https://example.invalid/extra.csv"\nmirror = "toy/extra.csv"\n'
     task = make_task(env, PREPARE_OK, extra_data=optional + "required = false\n")
     fetch(task.data[0], raw_dir(task), mirror=mirror_root(), progress=False)
-    assert data_status(task) == "partial"
+    assert data_status(task) == "raw"  # an optional file is not needed: the data are not partial without it
     out = prepare(task, progress=False)
     assert json.loads((out / ".complete").read_text())["absent_optional"] == ["extra.csv"]
     assert data_status(task) == "prepared"
@@ -325,3 +336,85 @@ def test_real_mirror_etth1(tmp_path: Path) -> None:
     assert hashlib.sha256(data).hexdigest() == source.sha256
     assert hashlib.md5(data).hexdigest() == source.md5
     assert fetch(source, tmp_path, mirror=mirror, progress=False) == path  # verifies in place, no copy
+
+
+# --- partial substitutes and manifest folders --------------------------------------------------------------
+
+PREPARE_EITHER = """
+import argparse, json, pathlib, shutil
+p = argparse.ArgumentParser()
+p.add_argument("--prepare", action="store_true")
+p.add_argument("--raw-dir", required=True)
+p.add_argument("--data-dir", required=True)
+a = p.parse_args()
+raw, out = pathlib.Path(a.raw_dir), pathlib.Path(a.data_dir)
+full = (raw / "full.csv").is_file()
+shutil.copy(raw / ("full.csv" if full else "series.csv"), out / "series.csv")
+notes = [] if full else ["only the January rows (mirror subset)"]
+(out / "meta.json").write_text(json.dumps({"partial_data": notes}))
+"""
+
+
+def substitute_task(root: Path, subs: str) -> Task:
+    """A task whose full file is absent from the mirror; ``subs`` declares its partial substitutes."""
+    folder = root / "tasks" / "t9_toy"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "task.toml").write_text(
+        'id = "t9"\ntitle = "Toy"\ndataset = "toy"\nbudget_minutes = 1\nmetric = "mse"\ndirection = "min"\n'
+        'eval_split = "test"\nbaseline_score = 1.0\n\n'
+        '[[data]]\nfile = "full.csv"\nurl = ""\nmirror = "toy/full.csv"\nsha256 = "' + "0" * 64 + '"\n' + subs
+    )
+    (folder / "prepare.py").write_text(PREPARE_EITHER)
+    (folder / "program.md").write_text("# toy\n")
+    (folder / "train.py").write_text("print('train')\n")
+    return get_task("t9")
+
+
+SUBSTITUTE = f'\n[[data]]\nfile = "series.csv"\nurl = ""\nmirror = "toy/series.csv"\nsha256 = "{SHA256}"\n'
+
+
+def test_substitute_is_used_when_the_full_file_is_unavailable(env: Path) -> None:
+    task = substitute_task(env, SUBSTITUTE + 'substitute_for = "full.csv"\n')
+    assert data_status(task) == "missing"
+    out = prepare(task, progress=False)
+    assert (out / "series.csv").read_bytes() == PAYLOAD
+    assert json.loads((out / ".complete").read_text())["substituted"] == ["full.csv"]
+    assert partial_notes(task) == ["only the January rows (mirror subset)"]
+    assert data_status(task) == "prepared (partial)"
+    # the full file obtained later (e.g. downloaded by hand) makes the partial build stale
+    (raw_dir(task) / "full.csv").write_bytes(b"x")
+    assert not is_prepared(task)
+
+
+def test_failing_substitute_reports_both_problems(env: Path) -> None:
+    bad = SUBSTITUTE.replace('"toy/series.csv"', '"toy/absent.csv"') + 'substitute_for = "full.csv"\n'
+    task = substitute_task(env, bad)
+    with pytest.raises(DataError) as err:
+        prepare(task, progress=False)
+    assert "full.csv" in str(err.value) and "partial substitute could not be fetched either" in str(err.value)
+    assert not prepared_dir(task).exists()
+
+
+def test_substitute_of_an_unknown_file_is_rejected(env: Path) -> None:
+    with pytest.raises(TaskError, match="substitute_for names no"):
+        substitute_task(env, SUBSTITUTE + 'substitute_for = "nope.zip"\n')
+
+
+def test_manifest_folder_is_copied_verified_and_atomic(tmp_path: Path, mirror: Path) -> None:
+    (mirror / "toy" / "imgs" / "a").mkdir(parents=True)
+    (mirror / "toy" / "imgs" / "a" / "1.jpg").write_bytes(b"one")
+    (mirror / "toy" / "imgs" / "2.png").write_bytes(b"two")
+    lines = [f"{hashlib.sha256(b'one').hexdigest()}  a/1.jpg", f"{hashlib.sha256(b'two').hexdigest()}  2.png"]
+    (mirror / "toy" / "MANIFEST.sha256").write_text("\n".join(lines) + "\n")
+    digest = hashlib.sha256((mirror / "toy" / "MANIFEST.sha256").read_bytes()).hexdigest()
+    source = DataSource("sample", "", "toy/imgs", manifest="toy/MANIFEST.sha256", manifest_sha256=digest)
+    out = fetch_tree(source, tmp_path / "raw", mirror=mirror)
+    assert (out / "a" / "1.jpg").read_bytes() == b"one" and (out / "2.png").read_bytes() == b"two"
+    assert fetch_tree(source, tmp_path / "raw", mirror=mirror) == out  # complete: reused
+
+    (mirror / "toy" / "imgs" / "2.png").write_bytes(b"tampered")
+    with pytest.raises(DataError, match="does not verify"):
+        fetch_tree(source, tmp_path / "raw2", mirror=mirror)
+    assert names(tmp_path / "raw2") == [".sample.manifest"]  # no half-copied folder
+    with pytest.raises(DataError, match="set BENCH_DATA_MIRROR"):
+        fetch_tree(source, tmp_path / "raw3", mirror=None)
