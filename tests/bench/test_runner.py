@@ -218,3 +218,25 @@ def test_every_script_the_agent_launches_becomes_a_nested_run(generated_t6):
     diff = client.download_artifacts(by["run_2.py"]["run_id"], "source/run_2.py.diff")
     assert '+    "epochs": 2' in Path(diff).read_text()
     assert "RuntimeError: diverged" in by["run_3.py"][f"tags.{schema.REASON}"]
+
+
+def test_run_on_a_partial_substitute_says_so_in_result_and_mlflow(generated_t6):
+    """The full file is unavailable, a declared partial copy is used: the run is marked, not hidden."""
+    toml = generated_t6.folder / "task.toml"
+    text = toml.read_text()
+    substitute = text[text.index("[[data]]") :].replace('file = "ETTh1.csv"', 'file = "ETTh1-part.csv"')
+    text = text.replace('mirror = "ETTh1/ETTh1.csv"', 'mirror = "ETTh1/full-copy-absent.csv"')
+    toml.write_text(text + "\n" + substitute + 'substitute_for = "ETTh1.csv"\n')
+    prepare_py = generated_t6.folder / "prepare.py"  # T6's prepare reads ETTh1.csv: let it read the substitute
+    prepare_py.write_text(prepare_py.read_text().replace('RAW_FILE = "ETTh1.csv"', 'RAW_FILE = "ETTh1-part.csv"'))
+    from bench.tasks import get_task
+
+    name = campaign()
+    result = run(RunSpec(task=get_task("t6"), agent="baseline", campaign=name, budget_s=120, grace_s=5, console=False))
+    assert result["status"] == "success"
+    assert result["partial_data"] is True
+    assert result["partial_data_notes"] == ["built from partial substitutes of ETTh1.csv"]
+    parent = runs_of(name, schema.KIND_AGENT).iloc[0]
+    assert parent[f"tags.{schema.PARTIAL_DATA}"] == "true"
+    assert "ETTh1.csv" in parent[f"tags.{schema.PARTIAL_NOTES}"]
+    assert "Partial data" in parent[f"tags.{schema.RUN_NOTE}"]
