@@ -29,7 +29,7 @@ from analysis.runs import RunSet
 CELL_COLUMNS = (
     "source kind group entry agent model family task n_runs n_success mean std best mean_scripts "
     "mean_scripts_all budget_min wall_min utilisation tokens_input tokens_output tokens_cached cost_usd "
-    "synthetic detail"
+    "synthetic partial_data detail"
 ).split()
 AGENT = "agent"
 
@@ -69,6 +69,7 @@ def cells(runs: pd.DataFrame, tasks: pd.DataFrame | None = None) -> pd.DataFrame
     df = runs.copy()
     df["entry"] = entry_labels(df)
     df["ok"] = df["status"] == "success"
+    df["partial_data"] = df["partial_data"] if "partial_data" in df else False  # frames built by hand may lack it
     df["higher"] = _direction(df, tasks)
     df["signed"] = np.where(df["higher"], 1.0, -1.0) * df["score"].astype(float)
     good = df[df["ok"] & df["score"].notna()]
@@ -85,6 +86,7 @@ def cells(runs: pd.DataFrame, tasks: pd.DataFrame | None = None) -> pd.DataFrame
         tokens_cached=("tokens_cached", "mean"),
         cost_usd=("cost_usd", "mean"),
         synthetic=("synthetic", "any"),
+        partial_data=("partial_data", "any"),
         higher=("higher", "first"),
     )
     stats = good.groupby(keys, sort=False).agg(

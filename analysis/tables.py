@@ -359,4 +359,15 @@ def _notes(lb: Leaderboard) -> list[str]:
         notes.append(f"Published rows: the paper's numbers ({pub.PAPER}), Agg recomputed with Eq. 1.")
     if lb.cells["synthetic"].fillna(False).astype(bool).any():
         notes.append("Rows marked [synthetic] are generated runs (benchmarks), not results.")
+    notes += partial_data_notes(lb)
     return notes
+
+
+def partial_data_notes(lb) -> list[str]:
+    """Cells scored on incomplete data (a mirror subset, missing weights): not comparable with the paper."""
+    partial = lb.cells[lb.cells["partial_data"].fillna(False).astype(bool)]
+    return [
+        f"{r.entry} [{r.source}] on {r.task.upper()} ran on PARTIAL data (see the runs' bench.partial_notes): "
+        "not comparable with the paper's numbers."
+        for r in partial.itertuples()
+    ]

@@ -63,6 +63,8 @@ def generate(
                     schema.TASK: task,
                     schema.REPEAT: r,
                     schema.SYNTHETIC: "true",
+                    # the first agent's second task ran on a mirror subset (as T2/T3 do without the full data)
+                    schema.PARTIAL_DATA: str(a == 0 and task == TASKS[1][0]).lower(),
                 }
                 run = rec.create_run(f"{task}-{agent}-r{r}", tags, start_time=t0)
                 rec.log_params(
