@@ -1,0 +1,408 @@
+"""Task T2 (TinyImageNet): preparation from the zip, loaders, augmentation, top-1 accuracy, baseline, --eval.
+
+Runs on a GENERATED zip with the exact layout of the real archive (tiny-imagenet-200/wnids.txt, words.txt,
+train/<wnid>/images/<wnid>_<k>.JPEG, train/<wnid>/<wnid>_boxes.txt, val/images/val_<k>.JPEG and
+val/val_annotations.txt) but only 2 training and 1 validation image per class, of random pixels: NOT the real
+data, and no score on it means anything. The test marked `mirror` prepares the real subset zip from
+BENCH_DATA_MIRROR.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib
+import io
+import json
+import math
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+from PIL import Image
+from sklearn.metrics import accuracy_score
+
+from bench.tasks import load_task
+
+TASK_DIR = Path(__file__).resolve().parents[2] / "tasks" / "t2_image_classification"
+SUBSET_ZIP = "tiny-imagenet-200-subset.zip"
+FULL_ZIP = "tiny-imagenet-200.zip"
+# A tiny network and schedule: 400 generated training images / 16 = 25 steps an epoch, stopped after 30 steps.
+TINY = {
+    "width": 8,
+    "blocks_per_stage": [1, 1, 1, 1],
+    "batch_size": 16,
+    "epochs": 2,
+    "max_steps": 30,
+    "eval_every": 10,
+    "log_every": 5,
+    "eval_batch_size": 64,
+}
+
+
+def jpeg(pixels: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    Image.fromarray(pixels).save(buf, format="JPEG", quality=90)
+    return buf.getvalue()
+
+
+def write_tiny_imagenet_like(
+    path: Path,
+    train_per_class: int = 2,
+    val_per_class: int = 1,
+    n_classes: int = 200,
+    seed: int = 0,
+    bad_val_wnid: bool = False,
+    odd_size: bool = False,
+) -> dict:
+    """A GENERATED zip with the layout of tiny-imagenet-200.zip (NOT the real data).
+
+    wnids.txt lists the classes in a shuffled (unsorted) order; the first training image of the first listed
+    class is greyscale, as a few real ones are. Returns {"wnids": sorted wnids, "train"/"val": [(member, wnid)]}.
+    """
+    rng = np.random.default_rng(seed)
+    wnids = [f"n{1000000 + 7919 * i:08d}" for i in range(n_classes)]
+    listed = [wnids[i] for i in rng.permutation(n_classes)]
+    root = "tiny-imagenet-200/"
+    train, val = [], []
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr(root + "wnids.txt", "".join(w + "\n" for w in listed))
+        words = ["n00001740\tentity"] + [f"{w}\tgenerated class {i}, thing {i}" for i, w in enumerate(wnids)]
+        zf.writestr(root + "words.txt", "\n".join(words) + "\n")
+        for c, w in enumerate(listed):
+            boxes = []
+            for k in range(train_per_class):
+                member = f"{root}train/{w}/images/{w}_{k}.JPEG"
+                if c == 0 and k == 0:
+                    pixels = rng.integers(0, 256, (64, 64), dtype=np.uint8)  # greyscale ("L") JPEG
+                else:
+                    size = 56 if odd_size and c == 1 else 64
+                    pixels = rng.integers(0, 256, (size, size, 3), dtype=np.uint8)
+                zf.writestr(member, jpeg(pixels))
+                boxes.append(f"{w}_{k}.JPEG\t0\t0\t63\t63")
+                train.append((member, w))
+            zf.writestr(f"{root}train/{w}/{w}_boxes.txt", "\n".join(boxes) + "\n")
+        labels = [w for w in wnids for _ in range(val_per_class)]
+        labels = [labels[i] for i in rng.permutation(len(labels))]
+        lines = []
+        for k, w in enumerate(labels):
+            member = f"{root}val/images/val_{k}.JPEG"
+            zf.writestr(member, jpeg(rng.integers(0, 256, (64, 64, 3), dtype=np.uint8)))
+            lines.append(f"val_{k}.JPEG\t{'n99999999' if bad_val_wnid and k == 3 else w}\t0\t0\t63\t63")
+            val.append((member, w))
+        zf.writestr(root + "val/val_annotations.txt", "\n".join(lines) + "\n")
+    return {"wnids": sorted(wnids), "train": train, "val": val}
+
+
+def run_prepare(workspace: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "prepare.py", *args], cwd=workspace, capture_output=True, text=True, timeout=300
+    )
+
+
+def last_json(proc: subprocess.CompletedProcess) -> dict:
+    lines = proc.stdout.strip().splitlines()
+    assert lines, f"no stdout; stderr: {proc.stderr[-2000:]}"
+    return json.loads(lines[-1])
+
+
+@contextlib.contextmanager
+def task_modules(workspace: Path):
+    """Import the workspace's prepare.py and train.py as `prepare` / `train`, and forget them afterwards."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(workspace)
+        mp.syspath_prepend(str(workspace))
+        mp.setattr(sys, "argv", ["train.py"])  # save_checkpoint() names checkpoints after sys.argv[0]
+        mp.setattr(sys, "dont_write_bytecode", True)  # leave no __pycache__ in the task folder
+        for name in ("prepare", "train"):
+            mp.delitem(sys.modules, name, raising=False)
+        try:
+            yield importlib.import_module("prepare"), importlib.import_module("train")
+        finally:
+            for name in ("prepare", "train"):
+                sys.modules.pop(name, None)
+
+
+def copy_task(dest: Path) -> Path:
+    shutil.copytree(TASK_DIR, dest, ignore=shutil.ignore_patterns("data", "checkpoints", "__pycache__"))
+    return dest
+
+
+@pytest.fixture(scope="module")
+def fake(tmp_path_factory) -> dict:
+    """A copy of the task folder with data/ prepared (by the CLI) from a generated subset-named zip."""
+    root = tmp_path_factory.mktemp("t2")
+    ws = copy_task(root / "ws")
+    (root / "raw").mkdir()
+    index = write_tiny_imagenet_like(root / "raw" / SUBSET_ZIP)
+    proc = run_prepare(ws, "--prepare", "--raw-dir", str(root / "raw"), "--data-dir", "data")
+    assert proc.returncode == 0, proc.stderr
+    return {"ws": ws, "raw": root / "raw", "index": index, "stdout": proc.stdout}
+
+
+@pytest.fixture(scope="module")
+def trained(fake) -> dict:
+    """Train the baseline with a tiny config for 30 steps on the CPU; returns its log and checkpoint paths."""
+    out = io.StringIO()
+    with task_modules(fake["ws"]) as (_, train), contextlib.redirect_stdout(out):
+        train.main(dict(train.CONFIG, **TINY))
+    return {"log": out.getvalue(), "checkpoints": sorted((fake["ws"] / "checkpoints").glob("*.pt"))}
+
+
+def test_task_toml_loads():
+    task = load_task(TASK_DIR)
+    assert (task.id, task.metric, task.direction, task.eval_split) == ("t2", "top1_acc", "max", "val")
+    assert (task.budget_minutes, task.baseline_score, task.reference_score) == (120, 0.343, 0.627)
+    full, subset = task.data
+    assert (full.file, full.url, full.mirror) == (
+        FULL_ZIP,
+        "http://cs231n.stanford.edu/tiny-imagenet-200.zip",
+        "tiny-imagenet-200/tiny-imagenet-200.zip",
+    )
+    assert (full.md5, full.size, full.substitute_for) == ("90528d7ca1a48142e341f4ef8d21d0de", 248100043, "")
+    assert (subset.file, subset.url, subset.mirror, subset.substitute_for) == (
+        SUBSET_ZIP,
+        "",
+        "tiny-imagenet-200/tiny-imagenet-200-subset.zip",
+        FULL_ZIP,
+    )
+    assert subset.sha256 == "3c4ac57fb435df8177c1a08af550879506aeedce877234544e4c57ab780d199e"
+    assert (subset.md5, subset.size) == ("6a3101af5e6e0215f448a555c63a952e", 61416863)
+
+
+def test_prepare_decodes_every_image_in_order_with_sorted_labels(fake, tmp_path):
+    data, index = fake["ws"] / "data", fake["index"]
+    meta = json.loads((data / "meta.json").read_text(encoding="utf-8"))
+    assert meta["classes"] == index["wnids"] and len(meta["classes"]) == 200  # sorted, not wnids.txt's order
+    assert meta["words"][0] == "generated class 0, thing 0" and meta["source"] == SUBSET_ZIP
+    assert meta["counts"] == {"train": 400, "val": 200} and meta["train_per_class"] == [2] * 200
+    assert (meta["mean"], meta["std"]) == ([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])
+    assert meta["partial_data"] == [
+        f"train: 400 of 100,000 images (2 of 500 per class, from {SUBSET_ZIP})",
+        f"val: 200 of 10,000 images (from {SUBSET_ZIP})",
+    ]
+    assert "partial data: train: 400 of 100,000" in fake["stdout"]
+    label = {w: i for i, w in enumerate(index["wnids"])}
+    with zipfile.ZipFile(fake["raw"] / SUBSET_ZIP) as zf:
+        for split in ("train", "val"):
+            x, y = np.load(data / f"{split}_x.npy"), np.load(data / f"{split}_y.npy")
+            members = index[split]
+            if split == "train":  # class by class in sorted-wnid order, then by image number
+                members = sorted(members, key=lambda m: (label[m[1]], m[0]))
+            assert x.dtype == np.uint8 and x.shape == (len(members), 3, 64, 64)
+            assert y.dtype == np.int64 and y.tolist() == [label[w] for _, w in members]
+            for i in (0, 1, 2, len(members) - 1):
+                with Image.open(io.BytesIO(zf.read(members[i][0]))) as img:
+                    want = np.asarray(img.convert("RGB")).transpose(2, 0, 1)
+                np.testing.assert_array_equal(x[i], want)
+    grey_member = index["train"][0][0]  # the generated greyscale JPEG
+    x = np.load(data / "train_x.npy")
+    i = [m for m, _ in sorted(index["train"], key=lambda m: (label[m[1]], m[0]))].index(grey_member)
+    assert (x[i, 0] == x[i, 1]).all() and (x[i, 1] == x[i, 2]).all()  # greyscale -> three equal channels
+    # Deterministic: preparing again gives the same bytes.
+    with task_modules(fake["ws"]) as (prepare, _), contextlib.redirect_stdout(io.StringIO()):
+        prepare.prepare(str(fake["raw"]), str(tmp_path / "again"))
+        assert prepare._natural_key("n1_10.JPEG") > prepare._natural_key("n1_9.JPEG")
+    for name in ("train_x.npy", "train_y.npy", "val_x.npy", "val_y.npy", "meta.json"):
+        assert (tmp_path / "again" / name).read_bytes() == (data / name).read_bytes(), name
+
+
+def test_prepare_rejects_bad_archives(tmp_path):
+    with task_modules(TASK_DIR) as (prepare, _), contextlib.redirect_stdout(io.StringIO()):
+        out = str(tmp_path / "out")
+        (tmp_path / "empty").mkdir()
+        with pytest.raises(FileNotFoundError, match="holds neither tiny-imagenet-200.zip nor"):
+            prepare.prepare(str(tmp_path / "empty"), out)
+        cases = {
+            "few": ({"n_classes": 199}, "must list 200 distinct wnids"),
+            "annotation": ({"bad_val_wnid": True}, "line 4 names no wnid"),
+            "size": ({"odd_size": True}, "is 56x56, not 64x64"),
+        }
+        for name, (kwargs, message) in cases.items():
+            (tmp_path / name).mkdir()
+            write_tiny_imagenet_like(tmp_path / name / SUBSET_ZIP, train_per_class=1, **kwargs)
+            with pytest.raises(ValueError, match=message):
+                prepare.prepare(str(tmp_path / name), out)
+
+
+def test_official_zip_is_preferred_and_checked_strictly(tmp_path):
+    """With both zips present, the official one is used, and it must hold the official counts."""
+    ws = copy_task(tmp_path / "ws")
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    write_tiny_imagenet_like(raw / SUBSET_ZIP, train_per_class=1)
+    write_tiny_imagenet_like(raw / FULL_ZIP, train_per_class=1)
+    proc = run_prepare(ws, "--prepare", "--raw-dir", str(raw), "--data-dir", "data")
+    assert proc.returncode != 0
+    assert "expected 500 training images per class in the official archive, found 1 to 1" in proc.stderr
+    assert not (ws / "data" / "meta.json").exists()
+
+
+def test_normalize_uses_imagenet_statistics():
+    with task_modules(TASK_DIR) as (prepare, _):
+        x = torch.randint(0, 256, (2, 3, 5, 5), dtype=torch.uint8)
+        want = (x.double() / 255 - torch.tensor(prepare.MEAN).view(1, 3, 1, 1).double()) / torch.tensor(
+            prepare.STD
+        ).view(1, 3, 1, 1).double()
+        got = prepare.normalize(x)
+        assert got.dtype == torch.float32
+        torch.testing.assert_close(got.double(), want, atol=1e-6, rtol=0)
+        torch.testing.assert_close(prepare.normalize(x.float() / 255), got)  # floats in 0..1 give the same
+
+
+class Fixed(nn.Module):
+    """Logits from a fixed random linear map of the mean colour, or a constant class."""
+
+    def __init__(self, constant: int | None = None, classes: int = 200, value: float = 0.0):
+        super().__init__()
+        self.constant, self.classes, self.value = constant, classes, value
+        self.proj = nn.Linear(3, classes)
+
+    def forward(self, x):
+        if self.constant is not None:
+            out = torch.full((x.shape[0], self.classes), self.value)
+            out[:, self.constant] = 1.0
+            return out
+        return self.proj(x.mean(dim=(2, 3)))
+
+
+def test_metric_matches_sklearn_and_hand_counts(fake):
+    torch.manual_seed(0)
+    with task_modules(fake["ws"]) as (prepare, _):
+        _, y = prepare.load_split("val")
+        model = Fixed()
+        pred = prepare.predict(model, "val")
+        assert pred.dtype == torch.int64 and pred.shape == y.shape
+        result = prepare.evaluate(model, "val")
+        assert result["n"] == 200 and result["top1_acc"] == accuracy_score(y.numpy(), pred.numpy())
+        assert prepare.evaluate(model, "val", batch_size=7) == result  # batching does not change the score
+        # A constant prediction of class 5 is right exactly on the val images of class 5 (1 of 200 here).
+        assert prepare.evaluate(Fixed(constant=5), "val")["top1_acc"] == (y == 5).sum().item() / 200 == 0.005
+        train = prepare.evaluate(Fixed(constant=5), "train")
+        assert train == {"top1_acc": 2 / 400, "n": 400}
+        with pytest.raises(ValueError, match=r"expected logits of shape \(256, 200\)"):
+            prepare.evaluate(Fixed(constant=0, classes=10), "train")
+        with pytest.raises(ValueError, match="non-finite"):
+            prepare.evaluate(Fixed(constant=0, value=float("nan")), "val")
+        assert model.training  # evaluate() restores the training mode
+
+
+def test_augmentation_crops_flips_and_jitters():
+    torch.manual_seed(0)
+    with task_modules(TASK_DIR) as (_, train):
+        x = torch.randint(0, 256, (6, 3, 64, 64), dtype=torch.uint8)
+        padded = torch.nn.functional.pad(x, (8, 8, 8, 8))
+        crops = train.random_crop(x, 8)
+        assert crops.shape == x.shape and crops.dtype == torch.uint8
+        for i in range(len(x)):  # every crop is one 64 x 64 window of its zero-padded image
+            windows = [padded[i, :, a : a + 64, b : b + 64] for a in range(17) for b in range(17)]
+            assert any(torch.equal(crops[i], w) for w in windows)
+        assert torch.equal(train.random_crop(x, 0), x)
+        plain = dict(train.CONFIG, crop_padding=0, flip=False, jitter=0.0)
+        assert torch.equal(train.augment(x, plain), x.float() / 255)
+        flipped = train.augment(x, dict(plain, flip=True))
+        assert all(torch.equal(f, x[i] / 255) or torch.equal(f, x[i].flip(2) / 255) for i, f in enumerate(flipped))
+        jittered = train.augment(x, dict(plain, jitter=0.4))
+        assert jittered.min() >= 0 and jittered.max() <= 1 and not torch.equal(jittered, x.float() / 255)
+        grey = train.colour_jitter(x[:, :1].float().expand(-1, 3, -1, -1) / 255, 0.4)
+        torch.testing.assert_close(grey[:, 0], grey[:, 2])  # saturation cannot colour a grey image
+
+
+def test_model_is_a_four_stage_resnet():
+    with task_modules(TASK_DIR) as (_, train):
+        model = train.build_model(train.CONFIG)
+        assert sum(p.numel() for p in model.parameters()) == 11_271_432  # ResNet-18 layout, 200-way head
+        widths = [m.conv2.out_channels for m in model.stages if isinstance(m, train.BasicBlock)]
+        assert widths == [64, 64, 128, 128, 256, 256, 512, 512]
+        assert model(torch.randn(2, 3, 64, 64)).shape == (2, 200)
+        tiny = train.build_model(dict(train.CONFIG, **TINY))
+        assert tiny.head.in_features == 64 and tiny(torch.randn(1, 3, 64, 64)).shape == (1, 200)
+
+
+def test_baseline_trains_logs_and_checkpoints(trained):
+    log = trained["log"]
+    assert "note: partial data: train: 400 of 100,000 images" in log
+    assert "25 steps per epoch, 30 steps" in log and "step 5 | loss " in log
+    assert log.count("val_top1_acc") == 4  # steps 10, 20, 25 (end of epoch 1) and 30 (max_steps)
+    assert len(trained["checkpoints"]) == 4
+    assert all(p.name.startswith("train_step") for p in trained["checkpoints"])
+    assert "done: 30 steps" in log
+
+
+def test_eval_cli_scores_checkpoint(fake, trained):
+    ws = fake["ws"]
+    ckpt = max(trained["checkpoints"], key=lambda p: torch.load(p, weights_only=True)["step"])
+    proc = run_prepare(ws, "--eval", str(ckpt.relative_to(ws)), "--device", "cpu")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    result = last_json(proc)
+    assert {k: result[k] for k in ("task", "metric", "direction", "split", "n")} == {
+        "task": "t2",
+        "metric": "top1_acc",
+        "direction": "max",
+        "split": "val",
+        "n": 200,
+    }
+    assert math.isfinite(result["value"]) and 0 <= result["value"] <= 1
+    with task_modules(ws) as (prepare, _):
+        payload = prepare.load_checkpoint(str(ckpt))
+        assert payload["step"] == 30 and payload["config"]["width"] == 8
+        model = prepare.rebuild_model(payload, "train.py")
+        assert result["value"] == prepare.evaluate(model, "val")["top1_acc"] == payload["val_score"]
+        _, y = prepare.load_split("val")
+        assert result["value"] == accuracy_score(y.numpy(), prepare.predict(model, "val").numpy())
+
+
+def test_eval_errors_are_json(fake, trained):
+    ws = fake["ws"]
+    ckpt = trained["checkpoints"][-1]
+    payload = torch.load(ckpt, weights_only=True)
+    payload["state_dict"] = {"_orig_mod." + k: v for k, v in payload["state_dict"].items()}
+    torch.save(payload, ws / "compiled.ckpt")
+    (ws / "garbage.pt").write_bytes(b"not a checkpoint")
+    (ws / "no_model.py").write_text("CONFIG = {}\n", encoding="utf-8")
+    cases = [
+        (["--eval", "missing.pt"], "does not exist"),
+        (["--eval", "garbage.pt"], "cannot read checkpoint"),
+        (["--eval", "compiled.ckpt"], "_orig_mod."),
+        (["--eval", str(ckpt.relative_to(ws)), "--script", "no_model.py"], "no build_model"),
+        (["--eval", str(ckpt.relative_to(ws)), "--data-dir", "nowhere"], "no prepared data"),
+    ]
+    for args, message in cases:
+        proc = run_prepare(ws, *args, "--device", "cpu")
+        assert proc.returncode == 1, (args, proc.stdout, proc.stderr)
+        result = last_json(proc)
+        assert result["task"] == "t2" and message in result["error"] and "value" not in result, (args, result)
+
+
+@pytest.mark.mirror
+def test_real_subset_zip_prepares_20k_train_10k_val(real_mirror, tmp_path):
+    raw_zip = real_mirror / "tiny-imagenet-200" / SUBSET_ZIP
+    source = load_task(TASK_DIR).data[1]
+    blob = raw_zip.read_bytes()
+    assert len(blob) == source.size and hashlib.sha256(blob).hexdigest() == source.sha256
+    assert hashlib.md5(blob).hexdigest() == source.md5
+    del blob
+    (tmp_path / "raw").mkdir()
+    (tmp_path / "raw" / SUBSET_ZIP).symlink_to(raw_zip)
+    with task_modules(TASK_DIR) as (prepare, _):
+        prepare.prepare(str(tmp_path / "raw"), str(tmp_path / "data"))
+        meta = prepare.load_meta(str(tmp_path / "data"))
+        x, y = prepare.load_split("train", str(tmp_path / "data"))
+        xv, yv = prepare.load_split("val", str(tmp_path / "data"))
+    assert meta["counts"] == {"train": 20000, "val": 10000} and meta["train_per_class"] == [100] * 200
+    assert meta["partial_data"] == [f"train: 20,000 of 100,000 images (100 of 500 per class, from {SUBSET_ZIP})"]
+    wnids = (real_mirror / "tiny-imagenet-200" / "wnids.txt").read_text().split()
+    assert meta["classes"] == sorted(wnids) and len(meta["classes"]) == 200
+    assert x.shape == (20000, 3, 64, 64) and xv.shape == (10000, 3, 64, 64) and x.dtype == xv.dtype == torch.uint8
+    assert torch.equal(torch.bincount(y), torch.full((200,), 100)) and torch.equal(
+        y, torch.arange(200).repeat_interleave(100)
+    )
+    assert torch.equal(torch.bincount(yv), torch.full((200,), 50))
+    assert yv[0].item() == meta["classes"].index("n03444034")  # val_0.JPEG in val_annotations.txt
+    assert meta["words"][meta["classes"].index("n01443537")] == "goldfish, Carassius auratus"
