@@ -1,0 +1,421 @@
+# =============================================================================
+# prepare.py for T5 (tabular prediction, Forest Cover Type): LOCKED.
+# Do not modify: the harness evaluates with the original copy of this file.
+#
+# What is here, in order:
+#   1. constants (task, columns, split seed and fractions)
+#   2. preparation: covtype.data.gz -> stratified 80/10/10 split, standardised float32 arrays in data/
+#   3. loaders the training scripts import (load_split, load_meta)
+#   4. the evaluation function (accuracy on the held-out test split)
+#   5. checkpoint + logging helpers (shared by all seven tasks)
+#   6. main(): the command line
+#
+#   python prepare.py --prepare --raw-dir RAW --data-dir OUT
+#   python prepare.py --eval checkpoints/<file>.pt [--script PATH] [--data-dir DIR] [--device cpu|cuda]
+#                     [--batch-size N]
+# =============================================================================
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+# ---------------------------------------------------------------------------
+# 1. Constants
+# ---------------------------------------------------------------------------
+
+TASK_ID = "t5"
+METRIC = "accuracy"  # fraction of rows whose highest logit is the true cover type
+DIRECTION = "max"  # higher is better
+EVAL_SPLIT = "test"
+DATA_DIR = "data"
+CHECKPOINT_DIR = "checkpoints"
+
+RAW_FILE = "covtype.data.gz"  # UCI covtype.data, gzip: no header, 55 comma-separated integers a row
+URL = "https://archive.ics.uci.edu/ml/machine-learning-databases/covtype/covtype.data.gz"
+N_ROWS = 581012  # the official file
+CONTINUOUS = [
+    "Elevation",  # metres
+    "Aspect",  # degrees azimuth
+    "Slope",  # degrees
+    "Horizontal_Distance_To_Hydrology",  # metres
+    "Vertical_Distance_To_Hydrology",
+    "Horizontal_Distance_To_Roadways",
+    "Hillshade_9am",  # 0..255
+    "Hillshade_Noon",
+    "Hillshade_3pm",
+    "Horizontal_Distance_To_Fire_Points",
+]
+WILDERNESS = [f"Wilderness_Area{i}" for i in range(1, 5)]  # one-hot: exactly one 1 per row
+SOIL = [f"Soil_Type{i}" for i in range(1, 41)]  # one-hot: exactly one 1 per row
+FEATURES = CONTINUOUS + WILDERNESS + SOIL  # the 54 columns of x, in file order
+N_CONTINUOUS = len(CONTINUOUS)  # 10: only these are standardised
+N_FEATURES = len(FEATURES)  # 54
+CLASSES = [  # the last column of the file holds 1..7; stored here as 0..6 (class i = CLASSES[i])
+    "Spruce/Fir",
+    "Lodgepole Pine",
+    "Ponderosa Pine",
+    "Cottonwood/Willow",
+    "Aspen",
+    "Douglas-fir",
+    "Krummholz",
+]
+N_CLASSES = len(CLASSES)
+
+# Stratified 80/10/10 split: scikit-learn's train_test_split(stratify=label, random_state=SPLIT_SEED) twice,
+# first 20% of all rows off the training set, then that 20% halved into val and test. On the official file:
+# train 464,809 rows, val 58,101, test 58,102.
+SPLIT_SEED = 42
+HOLDOUT_FRACTION = 0.2
+SPLITS = ("train", "val", "test")
+
+
+# ---------------------------------------------------------------------------
+# 2. Preparation: covtype.data.gz -> data/{train,val,test}_{x,y}.npy + data/meta.json
+# ---------------------------------------------------------------------------
+
+
+def read_raw(raw_dir: str) -> np.ndarray:
+    """Read covtype.data.gz and check its schema; returns the int64 table [rows, 55]."""
+    import pandas as pd
+
+    path = os.path.join(raw_dir, RAW_FILE)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{path} does not exist: download {URL} into {raw_dir} (or let the harness fetch it)")
+    try:
+        table = pd.read_csv(path, header=None, compression="gzip").to_numpy()
+    except Exception as e:  # not gzip, ragged rows, ...
+        raise ValueError(f"{path}: cannot be read as a gzip CSV of integers: {e}") from e
+    if table.ndim != 2 or table.shape[1] != N_FEATURES + 1:
+        raise ValueError(f"{path}: expected {N_FEATURES + 1} columns (54 features + class), found {table.shape[1]}")
+    if table.dtype.kind not in "iu":
+        raise ValueError(f"{path}: every value must be an integer (found {table.dtype}: missing or decimal values?)")
+    table = table.astype(np.int64)
+    labels = table[:, -1]
+    if not np.isin(labels, np.arange(1, N_CLASSES + 1)).all():
+        raise ValueError(f"{path}: the class column must hold 1..{N_CLASSES}; found {sorted(set(labels.tolist()))}")
+    for name, cols in (("wilderness", slice(10, 14)), ("soil", slice(14, 54))):
+        group = table[:, cols]
+        if not np.isin(group, (0, 1)).all() or not (group.sum(axis=1) == 1).all():
+            bad = int(np.flatnonzero(~np.isin(group, (0, 1)).all(axis=1) | (group.sum(axis=1) != 1))[0])
+            raise ValueError(f"{path}: row {bad + 1}: the {name} columns must be one-hot (one 1, all others 0)")
+    return table
+
+
+def split_rows(labels: np.ndarray) -> dict[str, np.ndarray]:
+    """The row numbers (into the file) of each split: stratified 80/10/10, fixed seed, deterministic."""
+    from sklearn.model_selection import train_test_split
+
+    rows = np.arange(len(labels))
+    try:
+        train, rest = train_test_split(rows, test_size=HOLDOUT_FRACTION, stratify=labels, random_state=SPLIT_SEED)
+        val, test = train_test_split(rest, test_size=0.5, stratify=labels[rest], random_state=SPLIT_SEED)
+    except ValueError as e:  # a class too rare to appear in every split
+        raise ValueError(f"cannot split the rows into train/val/test stratified by class: {e}") from e
+    return {"train": train, "val": val, "test": test}
+
+
+def prepare(raw_dir: str, data_dir: str) -> None:
+    """Split, standardise the 10 continuous columns with TRAIN statistics, save float32 x and int64 y per split."""
+    from sklearn.preprocessing import StandardScaler
+
+    start = time.time()
+    table = read_raw(raw_dir)
+    x_all = table[:, :N_FEATURES].astype(np.float64)
+    y_all = table[:, -1] - 1  # classes 1..7 -> 0..6
+    rows = split_rows(y_all)
+    scaler = StandardScaler().fit(x_all[rows["train"], :N_CONTINUOUS])  # mean and population std of TRAIN rows
+    os.makedirs(data_dir, exist_ok=True)
+    counts, class_counts = {}, {}
+    for split in SPLITS:
+        x = x_all[rows[split]]
+        x[:, :N_CONTINUOUS] = scaler.transform(x[:, :N_CONTINUOUS])  # the 44 binary columns stay 0/1
+        y = y_all[rows[split]]
+        np.save(os.path.join(data_dir, f"{split}_x.npy"), x.astype(np.float32))
+        np.save(os.path.join(data_dir, f"{split}_y.npy"), y)
+        counts[split] = len(y)
+        class_counts[split] = np.bincount(y, minlength=N_CLASSES).tolist()
+    notes = []  # one line per way these data fall short of the official file
+    if len(table) != N_ROWS:
+        notes.append(f"{RAW_FILE}: {len(table):,} of {N_ROWS:,} rows (not the official file; splits are smaller)")
+    meta = {
+        "features": FEATURES,  # x column j = FEATURES[j]
+        "n_continuous": N_CONTINUOUS,  # columns 0..9 are standardised, 10..53 are 0/1 indicators
+        "classes": CLASSES,  # y = i means CLASSES[i]
+        "mean": scaler.mean_.tolist(),  # original units = x[:, :10] * std + mean
+        "std": scaler.scale_.tolist(),
+        "counts": counts,
+        "class_counts": class_counts,
+        "split": f"train_test_split(stratify=y, random_state={SPLIT_SEED}): 80% train, then the rest halved",
+        "partial_data": notes,
+    }
+    with open(os.path.join(data_dir, "meta.json"), "w", encoding="utf-8") as f:
+        json.dump(meta, f, indent=2)
+    print(
+        f"prepared {', '.join(f'{s}: {n:,} rows' for s, n in counts.items())} in {time.time() - start:.1f} s "
+        f"into {data_dir}" + "".join(f"\n  partial data: {n}" for n in notes)
+    )
+
+
+# ---------------------------------------------------------------------------
+# 3. Loaders (import these in your training script)
+# ---------------------------------------------------------------------------
+
+
+def load_meta(data_dir: str = DATA_DIR) -> dict:
+    """Feature and class names, the train mean/std, split sizes and partial_data notes, as written by prepare()."""
+    with open(os.path.join(data_dir, "meta.json"), encoding="utf-8") as f:
+        return json.load(f)
+
+
+def load_split(split: str, data_dir: str = DATA_DIR) -> tuple[torch.Tensor, torch.Tensor]:
+    """All rows of one split: x float32 [N, 54] (columns 0..9 standardised, 10..53 are 0/1) and y int64 [N] (0..6)."""
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; use one of {list(SPLITS)}")
+    x = np.load(os.path.join(data_dir, f"{split}_x.npy"))
+    y = np.load(os.path.join(data_dir, f"{split}_y.npy"))
+    return torch.from_numpy(x), torch.from_numpy(y)
+
+
+# ---------------------------------------------------------------------------
+# 4. Evaluation: the official metric
+# ---------------------------------------------------------------------------
+
+
+@torch.no_grad()
+def predict(
+    model: nn.Module, split: str = EVAL_SPLIT, data_dir: str = DATA_DIR, device: str = "cpu", batch_size: int = 4096
+) -> torch.Tensor:
+    """The predicted class (argmax of the logits) of every row of `split`, int64 [N] on the CPU.
+
+    Runs model(x) under model.eval() in plain float32 (no autocast, no TF32), in a fixed order.
+    """
+    x, _ = load_split(split, data_dir)
+    was_training = model.training
+    model.eval()
+    tf32 = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    preds = []
+    try:
+        with torch.autocast(device_type=torch.device(device).type, enabled=False):
+            for i in range(0, len(x), batch_size):  # fixed order, fixed batches: deterministic
+                xb = x[i : i + batch_size].to(device)
+                logits = model(xb)
+                if not isinstance(logits, torch.Tensor) or logits.shape != (len(xb), N_CLASSES):
+                    shape = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__
+                    raise ValueError(
+                        f"model(x) returned {shape} for x of shape {tuple(xb.shape)}; expected logits of shape "
+                        f"{(len(xb), N_CLASSES)} = [batch, N_CLASSES={N_CLASSES}]"
+                    )
+                if not torch.isfinite(logits).all():
+                    raise ValueError(f"the model produced non-finite logits on the {split} rows")
+                preds.append(logits.argmax(dim=1).cpu())
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
+        model.train(was_training)
+    return torch.cat(preds)
+
+
+def evaluate(
+    model: nn.Module, split: str = EVAL_SPLIT, data_dir: str = DATA_DIR, device: str = "cpu", batch_size: int = 4096
+) -> dict:
+    """Accuracy of the model on every row of `split`: {"accuracy": float, "n": number of rows}.
+
+    Call it with split="val" for the validation score your script reports: it is then exactly the official
+    metric on the validation split. Same value as sklearn's accuracy_score(y, predict()).
+    """
+    pred = predict(model, split, data_dir, device, batch_size)
+    _, y = load_split(split, data_dir)
+    correct = int((pred == y).sum())
+    return {METRIC: correct / len(y), "n": len(y)}
+
+
+# 5. The helper block below is shared verbatim by all seven tasks (hence kept out of the formatter).
+# fmt: off
+# ---------------------------------------------------------------------------
+# Checkpoint + logging helpers (the output contract, paper rule 7).
+# Every training script saves its models through save_checkpoint() so that the
+# harness can find them, rank them by the validation score the script
+# reports, and rebuild them for the official evaluation:
+#     model = build_model(payload["config"]); model.load_state_dict(sd, strict=True)
+# ---------------------------------------------------------------------------
+
+CHECKPOINT_FORMAT = "1gc-7rc/checkpoint-v1"
+
+
+_spool = None  # the open spool file (one line-buffered append per event: microseconds, no MLflow)
+
+
+def _trace(event: dict) -> None:
+    """Append one event to the harness's spool file, if the harness set one.
+
+    Standard library only and a no-op outside the harness, so it costs nothing
+    when you run a script by hand. The harness relays these lines to MLflow.
+    """
+    global _spool
+    path = os.environ.get("BENCH_SPOOL_FILE")
+    if not path:
+        return
+    try:
+        if _spool is None or _spool.name != path:
+            _spool = open(path, "a", buffering=1, encoding="utf-8")
+        _spool.write(json.dumps(event, default=str) + "\n")
+    except OSError:
+        pass  # tracing must never break training
+
+
+def log_metrics(step: int, **metrics: float) -> None:
+    """Trace one set of metrics at full precision, then print it (`step 100 | loss 1.2300 | val_bpb 2.3100`)."""
+    values = {k: float(v) for k, v in metrics.items()}
+    _trace({"ev": "metrics", "t": time.time(), "step": int(step), "metrics": values})
+    print(f"step {step} | " + " | ".join(f"{k} {v:.4f}" for k, v in values.items()), flush=True)
+
+
+def save_checkpoint(model: nn.Module, config: dict, val_score: float, *, step: int | None = None,
+                    path: str | None = None) -> str:
+    """Save a scored checkpoint into checkpoints/ and return its path.
+
+    `config` must be plain Python values (numbers, strings, lists, dicts): it is
+    stored beside the weights and passed back to your script's build_model().
+    `val_score` is your own measurement of METRIC on the validation split.
+    The state dict is saved as is: evaluation loads it with strict=True, so a
+    torch.compile()d model must be saved via model._orig_mod.
+    """
+    script = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "unknown"
+    if path is None:
+        os.makedirs(CHECKPOINT_DIR, exist_ok=True)
+        stem = os.path.splitext(script)[0]
+        tag = f"step{step}_" if step is not None else ""
+        path = os.path.join(CHECKPOINT_DIR, f"{stem}_{tag}{METRIC}{float(val_score):.4f}_{time.time_ns()}.pt")
+    payload = {
+        "format": CHECKPOINT_FORMAT,
+        "state_dict": model.state_dict(),
+        "config": config,
+        "script": script,
+        "val_score": float(val_score),
+        "metric": METRIC,
+        "step": step,
+        "time": time.time(),
+    }
+    tmp = path + ".tmp"
+    torch.save(payload, tmp)
+    os.replace(tmp, path)  # atomic: the harness never sees half a file
+    _trace({"ev": "checkpoint", "t": time.time(), "path": os.path.abspath(path), "val_score": float(val_score),
+            "metric": METRIC, "step": step, "config": config,
+            "n_params": sum(p.numel() for p in model.parameters()),
+            "device": str(next(model.parameters()).device) if any(True for _ in model.parameters()) else "cpu"})
+    return path
+
+
+def load_checkpoint(path: str) -> dict:
+    """Load a checkpoint payload (weights_only: a checkpoint cannot run code)."""
+    payload = torch.load(path, map_location="cpu", weights_only=True)
+    if not isinstance(payload, dict) or "state_dict" not in payload or "config" not in payload:
+        raise ValueError(f"{path} is not a checkpoint saved by save_checkpoint(): it needs 'state_dict' and 'config'")
+    return payload
+
+
+def load_build_model(script_path: str):
+    """Import build_model from a training script without running its training."""
+    spec = importlib.util.spec_from_file_location("_scored_script", script_path)
+    module = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(script_path)))
+    spec.loader.exec_module(module)  # scripts must guard training with `if __name__ == "__main__":`
+    if not hasattr(module, "build_model"):
+        raise AttributeError(f"{script_path} has no build_model(config) function (rule 7)")
+    return module.build_model
+
+
+def rebuild_model(payload: dict, script_path: str) -> nn.Module:
+    """build_model(config) + load_state_dict(strict=True): exactly what the official evaluation does."""
+    model = load_build_model(script_path)(payload["config"])
+    model.load_state_dict(payload["state_dict"], strict=True)
+    return model
+# fmt: on
+
+
+# ---------------------------------------------------------------------------
+# 6. Command line
+# ---------------------------------------------------------------------------
+
+
+def run_eval(args: argparse.Namespace) -> dict:
+    """The official evaluation of one checkpoint; raises with a clear message on any problem."""
+    start = time.time()
+    if not os.path.isfile(args.eval):
+        raise FileNotFoundError(f"checkpoint {args.eval} does not exist")
+    try:
+        payload = load_checkpoint(args.eval)
+    except Exception as e:
+        raise ValueError(f"cannot read checkpoint {args.eval}: {e} (save it with prepare.save_checkpoint())") from e
+    script = args.script or payload.get("script")
+    if not script or not os.path.isfile(script):
+        named = f"--script names {args.script!r}" if args.script else f"the checkpoint names {payload.get('script')!r}"
+        raise FileNotFoundError(f"training script not found: {named}; pass --script PATH to the script that saved it")
+    if not os.path.isfile(os.path.join(args.data_dir, f"{EVAL_SPLIT}_x.npy")):
+        raise FileNotFoundError(
+            f"no prepared data in {args.data_dir!r}: run `python prepare.py --prepare` first or pass --data-dir"
+        )
+    model = load_build_model(script)(payload["config"])
+    try:
+        model.load_state_dict(payload["state_dict"], strict=True)
+    except RuntimeError as e:
+        hint = ""
+        if any(str(k).startswith("_orig_mod.") for k in payload["state_dict"]):
+            hint = " The keys start with '_orig_mod.': the model was saved after torch.compile(); save model._orig_mod."
+        raise ValueError(
+            f"the saved state_dict does not fit build_model(config) from {script} under strict=True.{hint} Details: {e}"
+        ) from e
+    if args.device == "cuda":
+        torch.backends.cudnn.benchmark = False
+        torch.backends.cudnn.deterministic = True
+    model = model.to(args.device)
+    result = evaluate(model, EVAL_SPLIT, args.data_dir, args.device, args.batch_size)
+    return {
+        "task": TASK_ID,
+        "metric": METRIC,
+        "value": result[METRIC],
+        "direction": DIRECTION,
+        "split": EVAL_SPLIT,
+        "checkpoint": args.eval,
+        "script": script,
+        "seconds": round(time.time() - start, 3),
+        "n": result["n"],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=f"{TASK_ID}: data preparation and official evaluation")
+    mode = parser.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--prepare", action="store_true", help="build the prepared data from the raw files")
+    mode.add_argument("--eval", metavar="CHECKPOINT", help="score a checkpoint on the eval split")
+    parser.add_argument("--raw-dir", help=f"folder holding {RAW_FILE} (with --prepare)")
+    parser.add_argument("--data-dir", default=DATA_DIR, help="prepared data folder (default: data)")
+    parser.add_argument("--script", help="training script with build_model (default: the checkpoint's)")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--batch-size", type=int, default=4096)
+    args = parser.parse_args()
+
+    if args.prepare:
+        if not args.raw_dir:
+            parser.error("--prepare needs --raw-dir")
+        prepare(args.raw_dir, args.data_dir)
+        return
+    try:
+        result = run_eval(args)
+    except Exception as e:  # any failure: one JSON line saying what to fix, exit 1
+        print(json.dumps({"task": TASK_ID, "error": f"{type(e).__name__}: {e}"}))
+        sys.exit(1)
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

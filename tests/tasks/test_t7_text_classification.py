@@ -1,0 +1,381 @@
+"""Task T7 (AG News, character level): CSV reading, the character encoding, the accuracy metric, the char-CNN
+baseline and prepare.py --eval.
+
+Runs on GENERATED train.csv / test.csv files with the exact schema of AG News's (no header; quoted class 1..4,
+title, description; `""` for a quote, backslashes in the text): a few hundred rows whose class shows in a few
+words. They are not the real data, and no score on them means anything. The test marked `mirror` prepares the
+REAL test.csv from BENCH_DATA_MIRROR (the real train.csv is not in the mirror: a generated one stands beside it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import hashlib
+import importlib
+import io
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+from sklearn.metrics import accuracy_score
+
+from bench.tasks import load_task
+
+TASK_DIR = Path(__file__).resolve().parents[2] / "tasks" / "t7_text_classification"
+WORDS = [  # generated texts: a class shows in these words
+    ["minister", "election", "embassy", "troops", "parliament"],
+    ["coach", "season", "goal", "playoffs", "striker"],
+    ["shares", "profit", "market", "bank", "earnings"],
+    ["software", "internet", "chip", "space", "browser"],
+]
+# The first line of the generated test.csv, as it stands in the file: "" is a quote; the backslashes are kept.
+ESCAPED_LINE = '"2","Coach says ""we won""","Line one\\Line two \\\\ tickets \\$5, caf\u00e9 \u20ac3"\n'
+ESCAPED_TEXT = 'Coach says "we won" Line one\\Line two \\\\ tickets \\$5, caf\u00e9 \u20ac3'
+FULL_TINY = {"batch_size": 4, "max_steps": 2, "log_every": 1, "eval_batch_size": 64}  # the full-size network
+NARROW = {"embed_dim": 16, "channels": 32, "fc_dim": 64, "batch_size": 32, "epochs": 2, "log_every": 2}
+
+
+def generated_rows(n_per_class: int, seed: int) -> list[list[str]]:
+    """GENERATED AG News-like rows (NOT the real data): [class 1..4, title, description], classes interleaved."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for i in range(n_per_class):
+        for label, words in enumerate(WORDS):
+            a, b, c = rng.choice(words, size=3)
+            title = f"{a.title()} news: {b} update {i}"
+            desc = f"AP - Reports on the {a} and the {c} today.\\More on {b} later ({rng.integers(1000)})."
+            rows.append([str(label + 1), title, desc])
+    return rows
+
+
+def write_csv(path: Path, rows: list[list[str]]) -> Path:
+    """Write rows as AG News does: every field quoted, inner quotes doubled, one line per row."""
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        csv.writer(f, quoting=csv.QUOTE_ALL, lineterminator="\n").writerows(rows)
+    return path
+
+
+def write_raw(raw: Path, train_per_class: int = 60, test_per_class: int = 10) -> None:
+    """A generated train.csv (240 rows) and test.csv (40 rows, the first one ESCAPED_LINE)."""
+    raw.mkdir(parents=True, exist_ok=True)
+    write_csv(raw / "train.csv", generated_rows(train_per_class, seed=0))
+    test = generated_rows(test_per_class, seed=1)
+    del test[1]  # a class-2 row: ESCAPED_LINE (class 2) comes first instead
+    write_csv(raw / "test.csv", test)
+    (raw / "test.csv").write_text(ESCAPED_LINE + (raw / "test.csv").read_text(encoding="utf-8"), encoding="utf-8")
+
+
+def hand_codes(text: str) -> np.ndarray:
+    """The documented encoding, written out plainly: ASCII 1..127 kept, anything else 26, zero-padded to 1,014."""
+    codes = [ord(ch) if 1 <= ord(ch) <= 127 else 26 for ch in text[:1014]]
+    return np.array(codes + [0] * (1014 - len(codes)), dtype=np.uint8)
+
+
+def run_prepare(workspace: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "prepare.py", *args], cwd=workspace, capture_output=True, text=True, timeout=300
+    )
+
+
+def last_json(proc: subprocess.CompletedProcess) -> dict:
+    lines = proc.stdout.strip().splitlines()
+    assert lines, f"no stdout; stderr: {proc.stderr[-2000:]}"
+    return json.loads(lines[-1])
+
+
+@contextlib.contextmanager
+def task_modules(workspace: Path):
+    """Import the workspace's prepare.py and train.py as `prepare` / `train`, and forget them afterwards."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(workspace)
+        mp.syspath_prepend(str(workspace))
+        mp.setattr(sys, "argv", ["train.py"])  # save_checkpoint() names checkpoints after sys.argv[0]
+        mp.setattr(sys, "dont_write_bytecode", True)  # leave no __pycache__ in the task folder
+        for name in ("prepare", "train"):
+            mp.delitem(sys.modules, name, raising=False)
+        try:
+            yield importlib.import_module("prepare"), importlib.import_module("train")
+        finally:
+            for name in ("prepare", "train"):
+                sys.modules.pop(name, None)
+
+
+def copy_task(dest: Path) -> Path:
+    shutil.copytree(TASK_DIR, dest, ignore=shutil.ignore_patterns("data", "checkpoints", "__pycache__"))
+    return dest
+
+
+@pytest.fixture(scope="module")
+def fake(tmp_path_factory) -> dict:
+    """A copy of the task folder with data/ prepared from generated train.csv and test.csv."""
+    root = tmp_path_factory.mktemp("t7")
+    ws = copy_task(root / "ws")
+    write_raw(root / "raw")
+    proc = run_prepare(ws, "--prepare", "--raw-dir", str(root / "raw"), "--data-dir", "data")
+    assert proc.returncode == 0, proc.stderr
+    return {"ws": ws, "raw": root / "raw", "log": proc.stdout}
+
+
+@pytest.fixture(scope="module")
+def trained(fake) -> dict:
+    """Train the full-size baseline for 2 steps of batch 4 on CPU; returns its log and checkpoint paths."""
+    out = io.StringIO()
+    with task_modules(fake["ws"]) as (_, train), contextlib.redirect_stdout(out):
+        train.main(dict(train.CONFIG, **FULL_TINY))
+    return {"log": out.getvalue(), "checkpoints": sorted((fake["ws"] / "checkpoints").glob("*.pt"))}
+
+
+def test_task_toml_loads():
+    task = load_task(TASK_DIR)
+    assert (task.id, task.metric, task.direction, task.eval_split) == ("t7", "accuracy", "max", "test")
+    assert (task.budget_minutes, task.baseline_score, task.reference_score) == (40, 0.793, 0.905)
+    train, test = task.data
+    base = "https://raw.githubusercontent.com/mhjabreel/CharCnn_Keras/master/data/ag_news_csv/"
+    assert (train.file, train.url, train.mirror, train.md5) == (
+        "train.csv",
+        base + "train.csv",
+        "ag_news_csv/train.csv",
+        "b1a00f826fdfbd249f79597b59e1dc12",
+    )
+    assert (test.file, test.url, test.mirror, test.size) == (
+        "test.csv",
+        base + "test.csv",
+        "ag_news_csv/test.csv",
+        1857427,
+    )
+    assert test.sha256 == "521465c2428ed7f02f8d6db6ffdd4b5447c1c701962353eb2c40d548c3c85699"
+    assert test.md5 == "d52ea96a97a2d943681189a97654912d"
+
+
+def test_encoding_by_hand():
+    with task_modules(TASK_DIR) as (prepare, _):
+        got = prepare.encode('Caf\u00e9 \\$5 "ok"\\\\x\n\x00\U0001f600!')
+        want = [67, 97, 102, 26, 32, 92, 36, 53, 32, 34, 111, 107, 34, 92, 92, 120, 10, 26, 26, 33]
+        assert got.dtype == np.uint8 and got.shape == (1014,)
+        assert got[:20].tolist() == want and not got[20:].any()  # one code per character, then zero padding
+        long = prepare.encode("ab" * 600)
+        assert long.tolist() == [97, 98] * 507  # cut at 1,014 characters, no padding
+        assert not prepare.encode("").any()
+
+
+def test_prepare_reads_quotes_and_backslashes(fake):
+    data = fake["ws"] / "data"
+    meta = json.loads((data / "meta.json").read_text(encoding="utf-8"))
+    assert meta["classes"] == ["World", "Sports", "Business", "Sci/Tech"]
+    assert meta["counts"] == {"train": 240, "test": 40}
+    assert meta["class_counts"] == {"train": [60] * 4, "test": [10] * 4}
+    assert meta["max_len"] == 1014 and meta["truncated"] == {"train": 0, "test": 0}
+    assert meta["partial_data"] == [
+        "train.csv: 240 of 120,000 samples (not the official file)",
+        "test.csv: 40 of 7,600 samples (not the official file)",
+    ]
+    assert "partial data: train.csv: 240 of 120,000 samples" in fake["log"]
+    x, y = np.load(data / "test_x.npy"), np.load(data / "test_y.npy")
+    assert x.dtype == np.uint8 and x.shape == (40, 1014) and y.dtype == np.int64
+    assert y[0] == 1 and np.array_equal(x[0], hand_codes(ESCAPED_TEXT))  # label 2 -> 1
+    assert x[0][:20].tobytes() == b'Coach says "we won" '  # the doubled quotes are undone
+    assert (x[0] == 92).sum() == 4 and (x[0] == 26).sum() == 2  # 4 backslashes kept; e-acute and euro -> SUB
+    with open(fake["raw"] / "train.csv", newline="", encoding="utf-8") as f:
+        rows = list(csv.reader(f))
+    train_x, train_y = np.load(data / "train_x.npy"), np.load(data / "train_y.npy")
+    assert train_x.shape == (240, 1014) and train_y.tolist() == [int(r[0]) - 1 for r in rows]
+    for i in (0, 1, 239):
+        assert np.array_equal(train_x[i], hand_codes(rows[i][1] + " " + rows[i][2]))  # title + " " + description
+
+
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ('"1","only a title"\n', "has 2 fields; expected 3"),
+        ('"5","A title","A description"\n', "the class must be 1..4"),
+        ("", "holds no samples"),
+    ],
+)
+def test_prepare_rejects_bad_csv(tmp_path, line, message):
+    write_raw(tmp_path / "raw", train_per_class=2, test_per_class=1)
+    with open(tmp_path / "raw" / "test.csv", "a", encoding="utf-8") as f:
+        f.write(line)
+    if not line:
+        (tmp_path / "raw" / "test.csv").write_text("", encoding="utf-8")
+    with task_modules(TASK_DIR) as (prepare, _), pytest.raises(ValueError, match=message):
+        prepare.prepare(str(tmp_path / "raw"), str(tmp_path / "data"))
+    assert not (tmp_path / "data").exists()  # both files are checked before anything is written
+
+
+def test_prepare_cli_fails_clearly_without_train_csv(tmp_path):
+    ws = copy_task(tmp_path / "ws")
+    write_raw(tmp_path / "raw", train_per_class=2, test_per_class=1)
+    (tmp_path / "raw" / "train.csv").unlink()
+    proc = run_prepare(ws, "--prepare", "--raw-dir", str(tmp_path / "raw"), "--data-dir", "data")
+    assert proc.returncode != 0 and "train.csv does not exist" in proc.stderr and "CharCnn_Keras" in proc.stderr
+
+
+def test_loaders(fake):
+    with task_modules(fake["ws"]) as (prepare, _):
+        x, y = prepare.load_split("train")
+        assert x.shape == (240, 1014) and x.dtype == torch.uint8 and y.dtype == torch.int64
+        assert prepare.load_meta()["counts"]["test"] == 40
+        with pytest.raises(ValueError, match="unknown split"):
+            prepare.load_split("val")
+
+
+class CharCount(nn.Module):
+    """An untrained, cheap classifier: class = (number of 'e' characters) mod 4."""
+
+    def forward(self, x):
+        return nn.functional.one_hot((x == ord("e")).sum(dim=1) % 4, 4).float()
+
+
+def test_accuracy_matches_sklearn(fake):
+    with task_modules(fake["ws"]) as (prepare, _):
+        x, y = prepare.load_split("test")
+        pred = prepare.predict(CharCount(), "test", batch_size=7)
+        assert pred.dtype == torch.int64 and torch.equal(pred, CharCount()(x.long()).argmax(1))
+        for batch_size in (7, 256):
+            result = prepare.evaluate(CharCount(), "test", batch_size=batch_size)
+            assert result["n"] == 40 and result["accuracy"] == accuracy_score(y.numpy(), pred.numpy())
+        assert prepare.evaluate(Constant(2), "test")["accuracy"] == 10 / 40  # 10 samples of class 2 (Business)
+        with pytest.raises(ValueError, match="expected logits of shape"):
+            prepare.evaluate(Constant(2, classes=5), "test")
+        with pytest.raises(ValueError, match="non-finite"):
+            prepare.evaluate(Constant(2, value=float("nan")), "test")
+
+
+class Constant(nn.Module):
+    """Always predicts one class (logits of the right shape)."""
+
+    def __init__(self, label: int, classes: int = 4, value: float = 1.0):
+        super().__init__()
+        self.label, self.classes, self.value = label, classes, value
+
+    def forward(self, x):
+        assert x.dtype == torch.int64 and x.shape[1] == 1014  # the forward contract: int64 codes
+        out = torch.zeros(len(x), self.classes)
+        out[:, self.label] = self.value
+        return out
+
+
+def test_baseline_architecture():
+    with task_modules(TASK_DIR) as (_, train):
+        model = train.build_model(train.CONFIG)
+        convs = [m for m in model.modules() if isinstance(m, nn.Conv1d)]
+        assert [(m.in_channels, m.out_channels, m.kernel_size[0]) for m in convs] == [
+            (128, 256, 7),
+            (256, 256, 7),
+            (256, 256, 3),
+            (256, 256, 3),
+            (256, 256, 3),
+            (256, 256, 3),
+        ]
+        assert model.features(torch.zeros(1, 128, 1014)).shape == (1, 256, 34)  # 1014 -> 34 positions
+        linears = [(m.in_features, m.out_features) for m in model.modules() if isinstance(m, nn.Linear)]
+        assert linears == [(34 * 256, 1024), (1024, 1024), (1024, 4)]
+        assert [m.p for m in model.modules() if isinstance(m, nn.Dropout)] == [0.5, 0.5]
+        assert (model.embed.num_embeddings, model.embed.embedding_dim, model.embed.padding_idx) == (128, 128, 0)
+        assert model(torch.randint(0, 128, (2, 1014))).shape == (2, 4)
+        assert (train.CONFIG["batch_size"], train.CONFIG["epochs"], train.CONFIG["lr"]) == (512, 5, 1e-3)
+
+
+def test_baseline_trains_logs_and_checkpoints(trained):
+    log = trained["log"]
+    assert "11.46 M parameters" in log and "step 1 | loss " in log and "step 2 | loss " in log
+    assert "note: partial data: train.csv: 240 of 120,000 samples" in log
+    assert log.count("val_accuracy") == 1 and len(trained["checkpoints"]) == 1  # max_steps reached: one validation
+    assert trained["checkpoints"][0].name.startswith("train_step2_accuracy")
+
+
+def test_narrow_baseline_checkpoints_every_epoch(fake, tmp_path):
+    ws = copy_task(tmp_path / "ws")
+    shutil.copytree(fake["ws"] / "data", ws / "data")
+    out = io.StringIO()
+    with task_modules(ws) as (_, train), contextlib.redirect_stdout(out):
+        train.main(dict(train.CONFIG, **NARROW))
+    assert out.getvalue().count("val_accuracy") == 2  # 7 steps an epoch, 2 epochs: one validation each
+    assert len(list((ws / "checkpoints").glob("train_step*.pt"))) == 2
+
+
+def test_eval_cli_scores_checkpoint(fake, trained):
+    ws, ckpt = fake["ws"], trained["checkpoints"][-1]
+    proc = run_prepare(ws, "--eval", str(ckpt.relative_to(ws)), "--device", "cpu")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    result = last_json(proc)
+    assert {k: result[k] for k in ("task", "metric", "direction", "split", "n")} == {
+        "task": "t7",
+        "metric": "accuracy",
+        "direction": "max",
+        "split": "test",
+        "n": 40,
+    }
+    assert math.isfinite(result["value"]) and 0 <= result["value"] <= 1
+    assert os.path.basename(result["script"]) == "train.py" and result["seconds"] >= 0
+    with task_modules(ws) as (prepare, _):
+        payload = prepare.load_checkpoint(str(ckpt))
+        model = prepare.rebuild_model(payload, "train.py")
+        pred = prepare.predict(model, "test")
+        _, y = prepare.load_split("test")
+        assert result["value"] == accuracy_score(y.numpy(), pred.numpy())
+        assert payload["val_score"] == prepare.evaluate(model, "test", batch_size=64)["accuracy"]  # as train.py
+
+
+def test_eval_errors_are_one_json_line(fake, trained):
+    ws = fake["ws"]
+    payload = torch.load(trained["checkpoints"][-1], weights_only=True)
+    payload["state_dict"] = {"_orig_mod." + k: v for k, v in payload["state_dict"].items()}
+    torch.save(payload, ws / "compiled.pt")
+    (ws / "garbage.pt").write_bytes(b"not a checkpoint")
+    (ws / "run_nobuild.py").write_text("CONFIG = {}\n", encoding="utf-8")
+    cases = [
+        (["--eval", "checkpoints/missing.pt"], "does not exist"),
+        (["--eval", "garbage.pt"], "cannot read checkpoint"),
+        (["--eval", "compiled.pt"], "_orig_mod."),
+        (["--eval", str(trained["checkpoints"][-1]), "--script", "run_nobuild.py"], "no build_model"),
+        (["--eval", str(trained["checkpoints"][-1]), "--data-dir", "nowhere"], "no prepared data"),
+    ]
+    for args, message in cases:
+        proc = run_prepare(ws, *args, "--device", "cpu")
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        result = last_json(proc)
+        assert result["task"] == "t7" and message in result["error"] and "value" not in result
+
+
+@pytest.mark.mirror
+def test_real_test_csv(real_mirror, tmp_path):
+    """The REAL test.csv (7,600 samples) beside a generated train.csv: counts, encoding of known rows, the metric."""
+    real = real_mirror / "ag_news_csv" / "test.csv"
+    source = load_task(TASK_DIR).data[1]
+    blob = real.read_bytes()
+    assert len(blob) == source.size and hashlib.sha256(blob).hexdigest() == source.sha256
+    assert hashlib.md5(blob).hexdigest() == source.md5
+    write_raw(tmp_path / "raw", train_per_class=5, test_per_class=1)
+    shutil.copy(real, tmp_path / "raw" / "test.csv")
+    ws = copy_task(tmp_path / "ws")
+    proc = run_prepare(ws, "--prepare", "--raw-dir", str(tmp_path / "raw"), "--data-dir", "data")
+    assert proc.returncode == 0, proc.stderr
+    meta = json.loads((ws / "data" / "meta.json").read_text(encoding="utf-8"))
+    assert meta["counts"]["test"] == 7600 and meta["class_counts"]["test"] == [1900] * 4
+    assert meta["truncated"]["test"] == 0
+    assert meta["partial_data"] == ["train.csv: 20 of 120,000 samples (not the official file)"]  # test.csv is full
+    x, y = np.load(ws / "data" / "test_x.npy"), np.load(ws / "data" / "test_y.npy")
+    assert x.shape == (7600, 1014) and y[:3].tolist() == [2, 3, 3]  # the file's first labels: 3, 4, 4
+    first = (
+        "Fears for T N pension after talks Unions representing workers at Turner   Newall say they are "
+        "'disappointed' after talks with stricken parent firm Federal Mogul."
+    )
+    assert np.array_equal(x[0], hand_codes(first))
+    second = x[1].tobytes().rstrip(b"\0").decode("ascii")
+    assert second.startswith("The Race is On: Second Private Team Sets Launch Date for Human Spaceflight (SPACE.com) ")
+    assert "A second\\team of rocketeers competing for the  #36;10 million" in second  # backslash and entity kept
+    assert (x > 0).sum(axis=1).max() == 892 and not (x == 26).any()  # the file is plain ASCII
+    with task_modules(ws) as (prepare, _):
+        pred = prepare.predict(CharCount(), "test", batch_size=1000)
+        assert prepare.evaluate(CharCount(), "test")["accuracy"] == accuracy_score(y, pred.numpy())
+        assert prepare.evaluate(Constant(0), "test") == {"accuracy": 0.25, "n": 7600}
