@@ -34,19 +34,37 @@ def find_config(source: str) -> ast.Dict:
 
 
 def module_constants(source: str) -> dict[str, Any]:
-    """Module-level ``NAME = <literal>`` assignments (e.g. ``SEQ_LEN = 336`` in prepare.py)."""
+    """Module-level ``NAME = <literal>`` assignments (e.g. ``SEQ_LEN = 336`` in prepare.py).
+
+    ``NAME = len(OTHER)`` of an earlier literal counts too (``N_CLASSES = len(CLASSES)``): nothing is executed.
+    """
     out: dict[str, Any] = {}
     for node in ast.parse(source).body:
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            value = node.value
+            if (
+                isinstance(value, ast.Call)
+                and isinstance(value.func, ast.Name)
+                and value.func.id == "len"
+                and len(value.args) == 1
+                and isinstance(value.args[0], ast.Name)
+                and value.args[0].id in out
+            ):
+                out[node.targets[0].id] = len(out[value.args[0].id])
+                continue
             try:
-                out[node.targets[0].id] = ast.literal_eval(node.value)
+                out[node.targets[0].id] = ast.literal_eval(value)
             except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
                 pass
     return out
 
 
 def read_config(source: str, constants: dict[str, Any] | None = None) -> dict[str, Any]:
-    """CONFIG's values: literals, and names resolved through ``constants`` (e.g. ``SEQ_LEN`` from prepare.py)."""
+    """CONFIG's values: literals, and names resolved through ``constants`` (e.g. ``SEQ_LEN`` from prepare.py).
+
+    An entry computed by code (``"pretrained": weights_path("convnext_tiny")``) is left out: it is not a knob
+    a search can set, and rewriting the other entries leaves it as written.
+    """
     names = {**(constants or {}), **module_constants(source)}
     node = find_config(source)
     out = {}
@@ -56,8 +74,6 @@ def read_config(source: str, constants: dict[str, Any] | None = None) -> dict[st
         except ValueError:
             if isinstance(value, ast.Name) and value.id in names:
                 out[key.value] = names[value.id]
-            else:
-                raise ConfigError(f"CONFIG[{key.value!r}] is not a literal: {ast.unparse(value)}") from None
     return out
 
 

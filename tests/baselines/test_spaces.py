@@ -86,3 +86,20 @@ def test_epochs_that_fit():
     assert epochs_that_fit(10, 30) == 0
     assert epochs_that_fit(-5, 30) == 0
     assert epochs_that_fit(100, 0) == 0
+
+
+@pytest.mark.parametrize("task", ["t2", "t3", "t4", "t5", "t7"])
+def test_each_table2_space_tunes_the_real_baseline_config(task):
+    """The space reads the task's actual train.py: it must find the Table 2 knobs there and write back valid code."""
+    (folder,) = [p.name for p in (ROOT / "tasks").iterdir() if p.name.startswith(f"{task}_")]
+    base = base_config(folder)
+    space = get_space(task)
+    (first,) = space.first(base)
+    assert {"lr", "batch_size", "epochs"} <= set(first)  # the baseline's own values are tried first
+    for overrides in sample(space, base, n=4):
+        assert set(overrides) <= set(base) and {"lr", "batch_size", "epochs"} <= set(overrides)
+        source = rewrite_config((ROOT / "tasks" / folder / "train.py").read_text(), overrides)
+        assert read_config(source, module_constants((ROOT / "tasks" / folder / "prepare.py").read_text())) == {
+            **base,
+            **overrides,
+        }
