@@ -1,0 +1,575 @@
+# =============================================================================
+# prepare.py for T3 (semantic segmentation, Pascal VOC 2012): LOCKED.
+# Do not modify: the harness evaluates with the original copy of this file.
+#
+# What is here, in order:
+#   1. constants (task, classes, image size, normalisation)
+#   2. preparation: the VOC tar (or the data mirror's partial substitutes) -> 224 x 224 uint8 arrays in data/
+#   3. loaders the training scripts import (load_split, load_meta, normalize)
+#   4. the evaluation function (mIoU from a confusion matrix over the whole split)
+#   5. checkpoint + logging helpers (shared by all seven tasks)
+#   6. main(): the command line
+#
+#   python prepare.py --prepare --raw-dir RAW --data-dir OUT
+#   python prepare.py --eval checkpoints/<file>.pt [--script PATH] [--data-dir DIR] [--device cpu|cuda]
+#                     [--batch-size N]
+#   python prepare.py --check-weights weights/<file>.pth     (does a DINOv3 file load? one JSON line)
+# =============================================================================
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import io
+import json
+import os
+import re
+import sys
+import tarfile
+import time
+import zipfile
+
+import numpy as np
+import torch
+import torch.nn as nn
+from PIL import Image
+
+# ---------------------------------------------------------------------------
+# 1. Constants
+# ---------------------------------------------------------------------------
+
+TASK_ID = "t3"
+METRIC = "miou"  # mean intersection-over-union over the classes, from one confusion matrix of the whole val split
+DIRECTION = "max"  # higher is better
+EVAL_SPLIT = "val"  # VOC's test labels are not public: the 1,449 val images are the benchmark (paper rule 9)
+DATA_DIR = "data"
+CHECKPOINT_DIR = "checkpoints"
+WEIGHTS_DIR = "weights"  # the DINOv3 backbone files, placed there by the harness (see dinov3.py)
+
+FULL_TAR = "VOCtrainval_11-May-2012.tar"  # the official archive (host.robots.ox.ac.uk), 2.0 GB
+TAR_ROOT = "VOCdevkit/VOC2012/"  # every member of the archive lies under this folder
+# The data mirror's PARTIAL substitutes, used when the tar cannot be fetched: the two official lists, the label PNGs
+# of all 2,913 segmentation images, and the JPEGs of a 48-image sample (26 train, 22 val) in VOC's own layout.
+LIST_FILES = {"train": "train.txt", "val": "val.txt"}
+LABELS_ZIP = "VOC2012_SegmentationClass_trainval2913.zip"
+SAMPLE_DIR = "VOC2012-sample"  # SAMPLE_DIR/JPEGImages/<id>.jpg (and SegmentationClass/<id>.png)
+
+CLASSES = (
+    "background", "aeroplane", "bicycle", "bird", "boat", "bottle", "bus", "car", "cat", "chair", "cow",
+    "diningtable", "dog", "horse", "motorbike", "person", "pottedplant", "sheep", "sofa", "train", "tvmonitor",
+)  # fmt: skip
+N_CLASSES = len(CLASSES)  # 21: background + 20 object classes
+IGNORE_INDEX = 255  # VOC's "void" label: object borders and ambiguous pixels, left out of loss and metric
+IMAGE_SIZE = 224  # every image and mask is resized to 224 x 224 (paper section 3.2)
+N_IMAGES = {"train": 1464, "val": 1449}  # official ImageSets/Segmentation/{train,val}.txt
+MEAN = (0.485, 0.456, 0.406)  # ImageNet channel statistics (RGB, on pixel values / 255), as DINOv3 expects:
+STD = (0.229, 0.224, 0.225)  # the model sees (x / 255 - MEAN) / STD
+SPLITS = ("train", "val")
+VOC_ID = re.compile(r"\d{4}_\d{6}")  # e.g. 2007_000032
+VALID_LABELS = np.array([*range(N_CLASSES), IGNORE_INDEX])
+
+
+# ---------------------------------------------------------------------------
+# 2. Preparation: raw files -> data/{train,val}_{x,y}.npy + data/meta.json
+# Images and masks are read straight from the archive (no extraction). A label PNG is a palette ("P") image
+# whose palette INDICES are the class ids (0-20, 255 = void); its colours are only for display. Every image is
+# resized to 224 x 224 with Pillow's bilinear filter (antialiased when shrinking; the aspect ratio is not
+# kept) and its mask with nearest neighbour, so the masks keep exact class ids. The official metric is computed
+# on these 224 x 224 masks. Images keep the order of the official lists (sorted ids).
+# ---------------------------------------------------------------------------
+
+
+def read_ids(text: str, where: str) -> list[str]:
+    """The ids of an ImageSets list (one per line), checked."""
+    ids = [line.strip() for line in text.splitlines() if line.strip()]
+    bad = [i for i in ids if not VOC_ID.fullmatch(i)]
+    if not ids or bad:
+        found = f"e.g. {bad[0]!r}" if bad else "no ids"
+        raise ValueError(f"{where}: not a VOC id list ({found}; expected one id like 2007_000032 per line)")
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"{where}: lists an id more than once")
+    return ids
+
+
+def decode_pair(jpeg: bytes, png: bytes, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """One image and its mask at IMAGE_SIZE: RGB uint8 [224, 224, 3] (bilinear), labels uint8 [224, 224] (nearest)."""
+    with Image.open(io.BytesIO(jpeg)) as img:
+        img = img.convert("RGB")
+        size = img.size
+        image = np.asarray(img.resize((IMAGE_SIZE, IMAGE_SIZE), Image.Resampling.BILINEAR))
+    with Image.open(io.BytesIO(png)) as label:
+        if label.mode not in ("P", "L"):
+            raise ValueError(
+                f"{name}: the label PNG is a mode {label.mode!r} image, not a palette ('P') image: its pixels are "
+                "colours, not class indices. Use VOC's SegmentationClass PNGs as released"
+            )
+        if label.size != size:
+            raise ValueError(
+                f"{name}: the image is {size[0]}x{size[1]} but its label is {label.size[0]}x{label.size[1]}"
+            )
+        mask = np.asarray(label)  # palette indices = class ids
+    bad = np.setdiff1d(np.unique(mask), VALID_LABELS)
+    if bad.size:
+        raise ValueError(
+            f"{name}: label values {bad.tolist()} are neither classes 0-{N_CLASSES - 1} nor {IGNORE_INDEX}"
+        )
+    mask = np.asarray(Image.fromarray(mask).resize((IMAGE_SIZE, IMAGE_SIZE), Image.Resampling.NEAREST))
+    return image, mask
+
+
+class TarSource:
+    """The official archive, read in place: random access into the uncompressed tar, member by member."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.name = os.path.basename(path)
+        try:
+            self.tar = tarfile.open(path, "r:")  # uncompressed: members are found by their headers, not unpacked
+        except tarfile.TarError as e:
+            raise ValueError(f"{path} is not a readable tar ({e}): the download is damaged, fetch it again") from e
+        self.members = {m.name: m for m in self.tar.getmembers() if m.isfile()}
+        self.lists = {
+            s: read_ids(self.read(f"ImageSets/Segmentation/{s}.txt").decode(), f"{path}: {s}.txt") for s in SPLITS
+        }
+
+    def read(self, rel: str) -> bytes:
+        member = self.members.get(TAR_ROOT + rel)
+        if member is None:
+            raise ValueError(f"{self.path}: no {TAR_ROOT}{rel}; is this the VOC2012 trainval tar ({FULL_TAR})?")
+        return self.tar.extractfile(member).read()
+
+    def has_image(self, voc_id: str) -> bool:
+        return True  # the full archive must hold every listed image: read() says which one it lacks
+
+    def pair(self, voc_id: str) -> tuple[bytes, bytes]:
+        return self.read(f"JPEGImages/{voc_id}.jpg"), self.read(f"SegmentationClass/{voc_id}.png")
+
+    def close(self) -> None:
+        self.tar.close()
+
+
+class SubstituteSource:
+    """The mirror's partial copy: the official lists, every label PNG (zip) and the JPEGs of a small sample."""
+
+    def __init__(self, raw_dir: str):
+        self.name = f"{LABELS_ZIP} + {SAMPLE_DIR}/JPEGImages (partial substitute of {FULL_TAR})"
+        self.lists = {}
+        for split, file in LIST_FILES.items():
+            with open(os.path.join(raw_dir, file), encoding="utf-8") as f:
+                self.lists[split] = read_ids(f.read(), os.path.join(raw_dir, file))
+        self.zip = zipfile.ZipFile(os.path.join(raw_dir, LABELS_ZIP))
+        self.labels = {}
+        for member in self.zip.namelist():  # VOCdevkit/VOC2012/SegmentationClass/<id>.png
+            parts = member.split("/")
+            if len(parts) >= 2 and parts[-2] == "SegmentationClass" and parts[-1].endswith(".png"):
+                self.labels[parts[-1][:-4]] = member
+        missing = [i for s in SPLITS for i in self.lists[s] if i not in self.labels]
+        if missing:
+            raise ValueError(
+                f"{LABELS_ZIP} has no SegmentationClass/<id>.png for {len(missing)} listed ids (e.g. {missing[0]})"
+            )
+        self.jpeg_dir = os.path.join(raw_dir, SAMPLE_DIR, "JPEGImages")
+        if not os.path.isdir(self.jpeg_dir):
+            raise FileNotFoundError(f"no folder {self.jpeg_dir}: the sample's JPEGs are missing")
+
+    def has_image(self, voc_id: str) -> bool:
+        return os.path.isfile(os.path.join(self.jpeg_dir, f"{voc_id}.jpg"))
+
+    def pair(self, voc_id: str) -> tuple[bytes, bytes]:
+        with open(os.path.join(self.jpeg_dir, f"{voc_id}.jpg"), "rb") as f:
+            return f.read(), self.zip.read(self.labels[voc_id])
+
+    def close(self) -> None:
+        self.zip.close()
+
+
+def open_source(raw_dir: str) -> TarSource | SubstituteSource:
+    """The official tar if present, else the mirror's substitutes; a clear error when neither is complete."""
+    tar = os.path.join(raw_dir, FULL_TAR)
+    if os.path.isfile(tar):
+        return TarSource(tar)
+    needed = [*LIST_FILES.values(), LABELS_ZIP, SAMPLE_DIR]
+    missing = [n for n in needed if not os.path.exists(os.path.join(raw_dir, n))]
+    if missing:
+        raise FileNotFoundError(
+            f"{raw_dir} holds neither {FULL_TAR} nor the mirror's partial substitutes (missing: {', '.join(missing)}): "
+            f"download http://host.robots.ox.ac.uk/pascal/VOC/voc2012/{FULL_TAR} into it (or let the harness fetch it)"
+        )
+    return SubstituteSource(raw_dir)
+
+
+def prepare(raw_dir: str, data_dir: str) -> None:
+    """Decode both splits at 224 x 224 and save images, masks and meta.json; describe any shortfall in partial_data."""
+    start = time.time()
+    source = open_source(raw_dir)
+    notes = []  # one line per way these data fall short of the official VOC 2012 segmentation splits
+    ids, arrays = {}, {}
+    try:
+        both = set(source.lists["train"]) & set(source.lists["val"])
+        if both:
+            raise ValueError(f"{len(both)} ids are in both train.txt and val.txt (e.g. {sorted(both)[0]})")
+        for split in SPLITS:
+            listed = source.lists[split]
+            ids[split] = [i for i in listed if source.has_image(i)]
+            if not ids[split]:
+                raise ValueError(f"none of the {len(listed)} {split} ids has its JPEG in {raw_dir}")
+            x = np.empty((len(ids[split]), IMAGE_SIZE, IMAGE_SIZE, 3), dtype=np.uint8)
+            y = np.empty((len(ids[split]), IMAGE_SIZE, IMAGE_SIZE), dtype=np.uint8)
+            for k, voc_id in enumerate(ids[split]):
+                x[k], y[k] = decode_pair(*source.pair(voc_id), name=f"{split} image {voc_id}")
+            arrays[split] = (x, y)
+            if len(listed) != N_IMAGES[split]:
+                notes.append(f"{split}: the list names {len(listed):,} ids, not the official {N_IMAGES[split]:,}")
+            if len(ids[split]) < len(listed):
+                note = (
+                    f"{split}: {len(ids[split]):,} of {len(listed):,} images (only those whose JPEG is in the data "
+                    f"mirror's sample; the full split needs {FULL_TAR})"
+                )
+                if split == EVAL_SPLIT:
+                    note += ": the val mIoU covers these images only, not comparable with the paper's scores"
+                notes.append(note)
+    finally:
+        source.close()
+    os.makedirs(data_dir, exist_ok=True)
+    for split, (x, y) in arrays.items():
+        np.save(os.path.join(data_dir, f"{split}_x.npy"), x)
+        np.save(os.path.join(data_dir, f"{split}_y.npy"), y)
+    pixels = {s: np.bincount(y.ravel(), minlength=256) for s, (_, y) in arrays.items()}
+    meta = {
+        "classes": list(CLASSES),  # class i = classes[i]; 0 is background
+        "ignore_index": IGNORE_INDEX,
+        "image_size": IMAGE_SIZE,
+        "counts": {s: len(ids[s]) for s in SPLITS},
+        "ids": ids,  # row i of <split>_x.npy is image ids[split][i]
+        "class_pixels": {s: p[:N_CLASSES].tolist() for s, p in pixels.items()},
+        "ignore_pixels": {s: int(p[IGNORE_INDEX]) for s, p in pixels.items()},
+        "layout": "x: uint8 [N, 224, 224, 3] RGB (load_split: [N, 3, 224, 224]); y: uint8 [N, 224, 224], 0-20 or 255",
+        "resize": "images: Pillow bilinear to 224 x 224 (aspect ratio not kept); masks: nearest neighbour to 224 x 224",
+        "mean": list(MEAN),
+        "std": list(STD),
+        "source": source.name,
+        "partial_data": notes,
+    }
+    with open(os.path.join(data_dir, "meta.json"), "w", encoding="utf-8") as f:
+        json.dump(meta, f, indent=2)
+    print(
+        f"prepared {len(ids['train']):,} train and {len(ids['val']):,} val images from {source.name} "
+        f"in {time.time() - start:.1f} s into {data_dir}" + "".join(f"\n  partial data: {n}" for n in notes)
+    )
+
+
+# ---------------------------------------------------------------------------
+# 3. Loaders (import these in your training script)
+# ---------------------------------------------------------------------------
+
+
+def load_meta(data_dir: str = DATA_DIR) -> dict:
+    """Classes, counts, ids, pixel counts per class, normalisation and partial_data notes, as written by prepare()."""
+    with open(os.path.join(data_dir, "meta.json"), encoding="utf-8") as f:
+        return json.load(f)
+
+
+def load_split(split: str, data_dir: str = DATA_DIR) -> tuple[torch.Tensor, torch.Tensor]:
+    """All images and masks of one split: x uint8 [N, 3, 224, 224] (RGB, 0..255), y uint8 [N, 224, 224].
+
+    y holds class ids 0-20 and IGNORE_INDEX (255) for void pixels: use y.long() with
+    F.cross_entropy(..., ignore_index=IGNORE_INDEX). Pass the images through normalize() before the model.
+    """
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; use one of {list(SPLITS)}")
+    x = torch.from_numpy(np.load(os.path.join(data_dir, f"{split}_x.npy"))).permute(0, 3, 1, 2).contiguous()
+    y = torch.from_numpy(np.load(os.path.join(data_dir, f"{split}_y.npy")))
+    return x, y
+
+
+def normalize(x: torch.Tensor) -> torch.Tensor:
+    """Images -> model inputs on x's device: float32 (x / 255 - MEAN) / STD, per RGB channel.
+
+    x is [B, 3, H, W], either uint8 (0..255, as load_split gives it) or floating point already scaled to 0..1.
+    """
+    x = x.float() / 255.0 if x.dtype == torch.uint8 else x.float()
+    if x.device not in _STATS:  # made once per device: a copy to the GPU at every step would wait for the GPU
+        _STATS[x.device] = tuple(torch.tensor(v, device=x.device).view(1, 3, 1, 1) for v in (MEAN, STD))
+    mean, std = _STATS[x.device]
+    return (x - mean) / std
+
+
+_STATS: dict = {}  # device -> (mean, std) tensors for normalize()
+
+
+# ---------------------------------------------------------------------------
+# 4. Evaluation: the official metric
+# mIoU is computed the standard way (as mmsegmentation and the VOC devkit): ONE 21 x 21 confusion matrix is
+# accumulated over every labelled pixel of the whole split (pixels labelled 255 are left out, whatever the
+# prediction), then IoU_c = TP_c / (TP_c + FP_c + FN_c) for each class c, and mIoU = the mean of IoU_c over the
+# classes whose union TP + FP + FN is > 0. A class absent from the ground truth but predicted somewhere counts
+# with IoU 0; a class neither present nor predicted is left out. Not a mean of per-image IoUs.
+# ---------------------------------------------------------------------------
+
+
+def confusion_matrix(pred: torch.Tensor, target: torch.Tensor, num_classes: int = N_CLASSES) -> torch.Tensor:
+    """cm[t, p] = number of pixels of true class t predicted as p, over the pixels whose target is not 255. int64."""
+    valid = target != IGNORE_INDEX
+    t = target[valid].long()
+    p = pred[valid].long()
+    if t.numel() and (int(t.max()) >= num_classes or int(p.max()) >= num_classes or int(p.min()) < 0):
+        raise ValueError(f"targets and predictions must be class ids 0-{num_classes - 1} (or {IGNORE_INDEX} targets)")
+    return torch.bincount(t * num_classes + p, minlength=num_classes**2).view(num_classes, num_classes)
+
+
+def iou_from_confusion(cm: torch.Tensor) -> tuple[float, list[float | None]]:
+    """(mIoU, IoU per class) from a confusion matrix; a class with an empty union has IoU None and is not averaged."""
+    cm = cm.to(torch.float64).cpu()
+    inter = cm.diag()
+    union = cm.sum(dim=0) + cm.sum(dim=1) - inter
+    ious = [float(i / u) if u > 0 else None for i, u in zip(inter.tolist(), union.tolist(), strict=True)]
+    present = [v for v in ious if v is not None]
+    if not present:
+        raise ValueError("the split has no labelled pixel: mIoU is undefined")
+    return sum(present) / len(present), ious
+
+
+def _logits_batches(model: nn.Module, x: torch.Tensor, device: str, batch_size: int):
+    """Yield (start, predicted classes uint8 [B, H, W] on device) for fixed batches of x, in float32."""
+    was_training = model.training
+    model.eval()
+    tf32 = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    try:
+        with torch.no_grad(), torch.autocast(device_type=torch.device(device).type, enabled=False):
+            for i in range(0, len(x), batch_size):  # fixed order, fixed batches: deterministic
+                xb = normalize(x[i : i + batch_size].to(device))
+                logits = model(xb)
+                want = (len(xb), N_CLASSES, *xb.shape[2:])
+                if not isinstance(logits, torch.Tensor) or tuple(logits.shape) != want:
+                    shape = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__
+                    raise ValueError(
+                        f"model(x) returned {shape} for x of shape {tuple(xb.shape)}; expected logits of shape "
+                        f"{want} = [batch, N_CLASSES={N_CLASSES}, H, W] (upsample the logits to the input size)"
+                    )
+                if not torch.isfinite(logits).all():
+                    raise ValueError("the model produced non-finite logits")
+                yield i, logits.argmax(dim=1).to(torch.uint8)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
+        model.train(was_training)
+
+
+def predict(
+    model: nn.Module, split: str = EVAL_SPLIT, data_dir: str = DATA_DIR, device: str = "cpu", batch_size: int = 32
+) -> torch.Tensor:
+    """The predicted class of every pixel of `split` (argmax of the logits), uint8 [N, 224, 224] on the CPU.
+
+    Runs model(normalize(x)) under model.eval() and torch.no_grad() in plain float32 (no autocast, no TF32).
+    """
+    x, _ = load_split(split, data_dir)
+    return torch.cat([pred.cpu() for _, pred in _logits_batches(model, x, device, batch_size)])
+
+
+def evaluate(
+    model: nn.Module, split: str = EVAL_SPLIT, data_dir: str = DATA_DIR, device: str = "cpu", batch_size: int = 32
+) -> dict:
+    """mIoU of the model on every image of `split`: {"miou": float, "n": images, "iou": [IoU or None per class]}.
+
+    Call it with split="val" for the validation score your script reports: that is exactly the official metric
+    (this task is scored on the validation images).
+    """
+    x, y = load_split(split, data_dir)
+    cm = torch.zeros(N_CLASSES, N_CLASSES, dtype=torch.int64, device=device)
+    for i, pred in _logits_batches(model, x, device, batch_size):
+        cm += confusion_matrix(pred, y[i : i + len(pred)].to(device))
+    miou, ious = iou_from_confusion(cm)
+    return {METRIC: miou, "n": len(x), "iou": ious}
+
+
+# 5. The helper block below is shared verbatim by all seven tasks (hence kept out of the formatter).
+# fmt: off
+# ---------------------------------------------------------------------------
+# Checkpoint + logging helpers (the output contract, paper rule 7).
+# Every training script saves its models through save_checkpoint() so that the
+# harness can find them, rank them by the validation score the script
+# reports, and rebuild them for the official evaluation:
+#     model = build_model(payload["config"]); model.load_state_dict(sd, strict=True)
+# ---------------------------------------------------------------------------
+
+CHECKPOINT_FORMAT = "1gc-7rc/checkpoint-v1"
+
+
+_spool = None  # the open spool file (one line-buffered append per event: microseconds, no MLflow)
+
+
+def _trace(event: dict) -> None:
+    """Append one event to the harness's spool file, if the harness set one.
+
+    Standard library only and a no-op outside the harness, so it costs nothing
+    when you run a script by hand. The harness relays these lines to MLflow.
+    """
+    global _spool
+    path = os.environ.get("BENCH_SPOOL_FILE")
+    if not path:
+        return
+    try:
+        if _spool is None or _spool.name != path:
+            _spool = open(path, "a", buffering=1, encoding="utf-8")
+        _spool.write(json.dumps(event, default=str) + "\n")
+    except OSError:
+        pass  # tracing must never break training
+
+
+def log_metrics(step: int, **metrics: float) -> None:
+    """Trace one set of metrics at full precision, then print it (`step 100 | loss 1.2300 | val_bpb 2.3100`)."""
+    values = {k: float(v) for k, v in metrics.items()}
+    _trace({"ev": "metrics", "t": time.time(), "step": int(step), "metrics": values})
+    print(f"step {step} | " + " | ".join(f"{k} {v:.4f}" for k, v in values.items()), flush=True)
+
+
+def save_checkpoint(model: nn.Module, config: dict, val_score: float, *, step: int | None = None,
+                    path: str | None = None) -> str:
+    """Save a scored checkpoint into checkpoints/ and return its path.
+
+    `config` must be plain Python values (numbers, strings, lists, dicts): it is
+    stored beside the weights and passed back to your script's build_model().
+    `val_score` is your own measurement of METRIC on the validation split.
+    The state dict is saved as is: evaluation loads it with strict=True, so a
+    torch.compile()d model must be saved via model._orig_mod.
+    """
+    script = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "unknown"
+    if path is None:
+        os.makedirs(CHECKPOINT_DIR, exist_ok=True)
+        stem = os.path.splitext(script)[0]
+        tag = f"step{step}_" if step is not None else ""
+        path = os.path.join(CHECKPOINT_DIR, f"{stem}_{tag}{METRIC}{float(val_score):.4f}_{time.time_ns()}.pt")
+    payload = {
+        "format": CHECKPOINT_FORMAT,
+        "state_dict": model.state_dict(),
+        "config": config,
+        "script": script,
+        "val_score": float(val_score),
+        "metric": METRIC,
+        "step": step,
+        "time": time.time(),
+    }
+    tmp = path + ".tmp"
+    torch.save(payload, tmp)
+    os.replace(tmp, path)  # atomic: the harness never sees half a file
+    _trace({"ev": "checkpoint", "t": time.time(), "path": os.path.abspath(path), "val_score": float(val_score),
+            "metric": METRIC, "step": step, "config": config,
+            "n_params": sum(p.numel() for p in model.parameters()),
+            "device": str(next(model.parameters()).device) if any(True for _ in model.parameters()) else "cpu"})
+    return path
+
+
+def load_checkpoint(path: str) -> dict:
+    """Load a checkpoint payload (weights_only: a checkpoint cannot run code)."""
+    payload = torch.load(path, map_location="cpu", weights_only=True)
+    if not isinstance(payload, dict) or "state_dict" not in payload or "config" not in payload:
+        raise ValueError(f"{path} is not a checkpoint saved by save_checkpoint(): it needs 'state_dict' and 'config'")
+    return payload
+
+
+def load_build_model(script_path: str):
+    """Import build_model from a training script without running its training."""
+    spec = importlib.util.spec_from_file_location("_scored_script", script_path)
+    module = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(script_path)))
+    spec.loader.exec_module(module)  # scripts must guard training with `if __name__ == "__main__":`
+    if not hasattr(module, "build_model"):
+        raise AttributeError(f"{script_path} has no build_model(config) function (rule 7)")
+    return module.build_model
+
+
+def rebuild_model(payload: dict, script_path: str) -> nn.Module:
+    """build_model(config) + load_state_dict(strict=True): exactly what the official evaluation does."""
+    model = load_build_model(script_path)(payload["config"])
+    model.load_state_dict(payload["state_dict"], strict=True)
+    return model
+# fmt: on
+
+
+# ---------------------------------------------------------------------------
+# 6. Command line
+# ---------------------------------------------------------------------------
+
+
+def run_eval(args: argparse.Namespace) -> dict:
+    """The official evaluation of one checkpoint; raises with a clear message on any problem."""
+    start = time.time()
+    if not os.path.isfile(args.eval):
+        raise FileNotFoundError(f"checkpoint {args.eval} does not exist")
+    try:
+        payload = load_checkpoint(args.eval)
+    except Exception as e:
+        raise ValueError(f"cannot read checkpoint {args.eval}: {e} (save it with prepare.save_checkpoint())") from e
+    script = args.script or payload.get("script")
+    if not script or not os.path.isfile(script):
+        named = f"--script names {args.script!r}" if args.script else f"the checkpoint names {payload.get('script')!r}"
+        raise FileNotFoundError(f"training script not found: {named}; pass --script PATH to the script that saved it")
+    if not os.path.isfile(os.path.join(args.data_dir, f"{EVAL_SPLIT}_x.npy")):
+        raise FileNotFoundError(
+            f"no prepared data in {args.data_dir!r}: run `python prepare.py --prepare` first or pass --data-dir"
+        )
+    model = load_build_model(script)(payload["config"])
+    try:
+        model.load_state_dict(payload["state_dict"], strict=True)
+    except RuntimeError as e:
+        hint = ""
+        if any(str(k).startswith("_orig_mod.") for k in payload["state_dict"]):
+            hint = " The keys start with '_orig_mod.': the model was saved after torch.compile(); save model._orig_mod."
+        raise ValueError(
+            f"the saved state_dict does not fit build_model(config) from {script} under strict=True.{hint} Details: {e}"
+        ) from e
+    if args.device == "cuda":
+        torch.backends.cudnn.benchmark = False
+        torch.backends.cudnn.deterministic = True
+    model = model.to(args.device)
+    result = evaluate(model, EVAL_SPLIT, args.data_dir, args.device, args.batch_size)
+    return {
+        "task": TASK_ID,
+        "metric": METRIC,
+        "value": result[METRIC],
+        "direction": DIRECTION,
+        "split": EVAL_SPLIT,
+        "checkpoint": args.eval,
+        "script": script,
+        "seconds": round(time.time() - start, 3),
+        "n": result["n"],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=f"{TASK_ID}: data preparation and official evaluation")
+    mode = parser.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--prepare", action="store_true", help="build the prepared data from the raw files")
+    mode.add_argument("--eval", metavar="CHECKPOINT", help="score a checkpoint on the eval split")
+    mode.add_argument("--check-weights", metavar="PATH", help="check that a DINOv3 weights file loads (dinov3.py)")
+    parser.add_argument("--raw-dir", help=f"folder holding {FULL_TAR} or its partial substitutes (with --prepare)")
+    parser.add_argument("--data-dir", default=DATA_DIR, help="prepared data folder (default: data)")
+    parser.add_argument("--script", help="training script with build_model (default: the checkpoint's)")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--batch-size", type=int, default=32)
+    args = parser.parse_args()
+
+    if args.prepare:
+        if not args.raw_dir:
+            parser.error("--prepare needs --raw-dir")
+        prepare(args.raw_dir, args.data_dir)
+        return
+    if args.check_weights:
+        try:
+            from dinov3 import check_weights  # the locked backbone definitions beside this file
+
+            print(json.dumps(check_weights(args.check_weights)))
+        except Exception as e:
+            print(json.dumps({"error": f"{type(e).__name__}: {e}"}))
+            sys.exit(1)
+        return
+    try:
+        result = run_eval(args)
+    except Exception as e:  # any failure: one JSON line saying what to fix, exit 1
+        print(json.dumps({"task": TASK_ID, "error": f"{type(e).__name__}: {e}"}))
+        sys.exit(1)
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,742 @@
+"""Task T3 (Pascal VOC 2012): preparation (tar and substitutes), loaders, mIoU, augmentation, the DINOv3 backbones,
+the baseline, --eval and --check-weights.
+
+Runs on GENERATED data with the exact layout of the real files: a VOC-like tar (VOCdevkit/VOC2012/ImageSets/
+Segmentation/{train,val}.txt, JPEGImages/<id>.jpg of random sizes, SegmentationClass/<id>.png palette PNGs with
+the VOC palette and 255 borders) of 6 train and 4 val ids, and the mirror's substitutes (lists, label zip, sample
+folder) built the same way. The images are noise with a coloured rectangle: NOT the real data, and no score on them
+means anything. The weight files are GENERATED too: state dicts of randomly initialised backbones saved under the
+official file names, not DINOv3. The test marked `mirror` prepares the real substitutes from BENCH_DATA_MIRROR.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import io
+import json
+import math
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+from PIL import Image
+from sklearn.metrics import confusion_matrix as sk_confusion_matrix
+
+from bench.tasks import load_task
+
+ROOT = Path(__file__).resolve().parents[2]
+TASK_DIR = ROOT / "tasks" / "t3_semantic_segmentation"
+NOTES = ROOT.parent / "shared" / "docs" / "DINOV3-NOTES.md"  # the layout notes (Appendix A/B), where present
+FULL_TAR = "VOCtrainval_11-May-2012.tar"
+LABELS_ZIP = "VOC2012_SegmentationClass_trainval2913.zip"
+CONVNEXT_FILE = "dinov3_convnext_tiny_pretrain_lvd1689m-21b726bb.pth"
+VIT_FILE = "dinov3_vits16_pretrain_lvd1689m-08c60483.pth"
+TRAIN_IDS = ["2007_000032", "2007_000039", "2007_000063", "2007_000068", "2007_000121", "2007_000170"]
+VAL_IDS = ["2007_000033", "2007_000042", "2007_000061", "2007_000123"]
+# One step of batch 2 on the CPU (ConvNeXt-T at 224 costs seconds here), then the validation on 4 images.
+TINY = {"batch_size": 2, "epochs": 1, "max_steps": 1, "log_every": 1, "eval_batch_size": 4}
+
+
+# ---------------------------------------------------------------------------
+# Generated VOC-like files
+# ---------------------------------------------------------------------------
+
+
+def voc_palette() -> list[int]:
+    """The standard VOC colour map (class 1 = (128, 0, 0), ...), as the devkit's labelcolormap builds it."""
+    palette = []
+    for i in range(256):
+        r = g = b = 0
+        c = i
+        for j in range(8):
+            r |= ((c >> 0) & 1) << (7 - j)
+            g |= ((c >> 1) & 1) << (7 - j)
+            b |= ((c >> 2) & 1) << (7 - j)
+            c >>= 3
+        palette += [r, g, b]
+    return palette
+
+
+def png(mask: np.ndarray, mode: str = "P") -> bytes:
+    """A label PNG: a palette image whose indices are the class ids (mode "RGB": the colours instead, a bad file)."""
+    img = Image.fromarray(mask)
+    img.putpalette(voc_palette())  # "L" -> "P", indices kept
+    if mode == "RGB":
+        img = img.convert("RGB")
+    buf = io.BytesIO()
+    img.save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def jpeg(pixels: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    Image.fromarray(pixels).save(buf, format="JPEG", quality=90)
+    return buf.getvalue()
+
+
+def make_pair(rng: np.random.Generator, label: int) -> tuple[bytes, bytes]:
+    """A GENERATED image of random size (noise + a rectangle) and its mask: background 0, the rectangle = `label`,
+    a 2-pixel 255 ("void") border around it, as VOC draws object borders."""
+    h, w = (int(v) for v in rng.integers(60, 180, size=2))
+    mask = np.zeros((h, w), dtype=np.uint8)
+    top, left = h // 4, w // 5
+    mask[top - 2 : 3 * h // 4 + 2, left - 2 : 4 * w // 5 + 2] = 255
+    mask[top : 3 * h // 4, left : 4 * w // 5] = label
+    pixels = rng.integers(0, 120, (h, w, 3), dtype=np.uint8)
+    pixels[mask == label] += np.array([100, 60, 20], dtype=np.uint8) * (label % 2 + 1) // 2
+    return jpeg(pixels), png(mask)
+
+
+def make_pairs(ids: list[str], seed: int = 0) -> dict[str, tuple[bytes, bytes]]:
+    rng = np.random.default_rng(seed)
+    return {i: make_pair(rng, 1 + k % 20) for k, i in enumerate(ids)}
+
+
+def add_file(tar: tarfile.TarFile, name: str, data: bytes) -> None:
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    tar.addfile(info, io.BytesIO(data))
+
+
+def write_voc_tar(path: Path, train: list[str], val: list[str], pairs: dict, drop_png: str | None = None) -> None:
+    """A GENERATED tar with the layout of VOCtrainval_11-May-2012.tar (plus an unlisted image and annotations)."""
+    root = "VOCdevkit/VOC2012/"
+    with tarfile.open(path, "w") as tar:
+        add_file(tar, root + "Annotations/2007_000027.xml", b"<annotation></annotation>\n")
+        add_file(tar, root + "JPEGImages/2007_000027.jpg", pairs[next(iter(pairs))][0])  # a detection-only image
+        for split, ids in (("train", train), ("val", val), ("trainval", sorted(train + val))):
+            add_file(tar, f"{root}ImageSets/Segmentation/{split}.txt", "".join(i + "\n" for i in ids).encode())
+        for voc_id in sorted(set(train + val)):
+            add_file(tar, f"{root}JPEGImages/{voc_id}.jpg", pairs[voc_id][0])
+            if voc_id != drop_png:
+                add_file(tar, f"{root}SegmentationClass/{voc_id}.png", pairs[voc_id][1])
+
+
+def write_substitutes(raw: Path, train: list[str], val: list[str], pairs: dict, with_jpeg: set[str]) -> None:
+    """The mirror's partial copy, GENERATED: lists, a zip of every label PNG, and a sample folder of some JPEGs."""
+    raw.mkdir(parents=True, exist_ok=True)
+    (raw / "train.txt").write_text("".join(i + "\n" for i in train))
+    (raw / "val.txt").write_text("".join(i + "\n" for i in val))
+    with zipfile.ZipFile(raw / LABELS_ZIP, "w", zipfile.ZIP_STORED) as zf:
+        for voc_id in sorted(train + val):
+            zf.writestr(f"VOCdevkit/VOC2012/SegmentationClass/{voc_id}.png", pairs[voc_id][1])
+    for voc_id in with_jpeg:
+        for sub, blob in (("JPEGImages", pairs[voc_id][0]), ("SegmentationClass", pairs[voc_id][1])):
+            (raw / "VOC2012-sample" / sub).mkdir(parents=True, exist_ok=True)
+            (raw / "VOC2012-sample" / sub / f"{voc_id}.{'jpg' if sub == 'JPEGImages' else 'png'}").write_bytes(blob)
+
+
+def expected_pair(pair: tuple[bytes, bytes]) -> tuple[np.ndarray, np.ndarray]:
+    """What preparation must store: bilinear 224 x 224 RGB image, nearest-neighbour 224 x 224 palette indices."""
+    image = np.array(Image.open(io.BytesIO(pair[0])).convert("RGB").resize((224, 224), Image.Resampling.BILINEAR))
+    mask = np.array(Image.open(io.BytesIO(pair[1])).resize((224, 224), Image.Resampling.NEAREST))
+    return image, mask
+
+
+# ---------------------------------------------------------------------------
+# Helpers and fixtures
+# ---------------------------------------------------------------------------
+
+
+def run_prepare(workspace: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "prepare.py", *args], cwd=workspace, capture_output=True, text=True, timeout=300
+    )
+
+
+def last_json(proc: subprocess.CompletedProcess) -> dict:
+    lines = proc.stdout.strip().splitlines()
+    assert lines, f"no stdout; stderr: {proc.stderr[-2000:]}"
+    return json.loads(lines[-1])
+
+
+MODULES = ("prepare", "train", "dinov3")
+
+
+@contextlib.contextmanager
+def task_modules(workspace: Path):
+    """Import the workspace's prepare.py and train.py (and dinov3.py) as modules, and forget them afterwards."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(workspace)
+        mp.syspath_prepend(str(workspace))
+        mp.setattr(sys, "argv", ["train.py"])  # save_checkpoint() names checkpoints after sys.argv[0]
+        mp.setattr(sys, "dont_write_bytecode", True)  # leave no __pycache__ in the task folder
+        for name in MODULES:
+            mp.delitem(sys.modules, name, raising=False)
+        try:
+            yield importlib.import_module("prepare"), importlib.import_module("train")
+        finally:
+            for name in MODULES:
+                sys.modules.pop(name, None)
+
+
+def copy_task(dest: Path) -> Path:
+    shutil.copytree(TASK_DIR, dest, ignore=shutil.ignore_patterns("data", "checkpoints", "weights", "__pycache__"))
+    return dest
+
+
+@pytest.fixture(scope="module")
+def dinov3():
+    """The task's dinov3.py as a module."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.syspath_prepend(str(TASK_DIR))
+        mp.setattr(sys, "dont_write_bytecode", True)
+        mp.delitem(sys.modules, "dinov3", raising=False)
+        module = importlib.import_module("dinov3")
+    sys.modules.pop("dinov3", None)
+    return module
+
+
+@pytest.fixture(scope="module")
+def backbones(dinov3) -> dict:
+    """Randomly initialised backbones (seeded), in eval mode."""
+    torch.manual_seed(0)
+    return {"convnext": dinov3.convnext_tiny().eval(), "vit": dinov3.vit_small().eval()}
+
+
+@pytest.fixture(scope="module")
+def fake(tmp_path_factory, backbones) -> dict:
+    """A copy of the task folder with data/ prepared (by the CLI) from a generated VOC tar, and GENERATED weight
+    files (random-init state dicts under the official names) in weights/."""
+    root = tmp_path_factory.mktemp("t3")
+    ws = copy_task(root / "ws")
+    (root / "raw").mkdir()
+    pairs = make_pairs(TRAIN_IDS + VAL_IDS)
+    write_voc_tar(root / "raw" / FULL_TAR, TRAIN_IDS, VAL_IDS, pairs)
+    proc = run_prepare(ws, "--prepare", "--raw-dir", str(root / "raw"), "--data-dir", "data")
+    assert proc.returncode == 0, proc.stderr
+    (ws / "weights").mkdir()
+    torch.save(backbones["convnext"].state_dict(), ws / "weights" / CONVNEXT_FILE)
+    torch.save(backbones["vit"].state_dict(), ws / "weights" / VIT_FILE)
+    return {"ws": ws, "raw": root / "raw", "pairs": pairs, "stdout": proc.stdout}
+
+
+@pytest.fixture(scope="module")
+def trained(fake) -> dict:
+    """Train the baseline for one step of batch 2 on the CPU, from the generated ConvNeXt file; log + checkpoints."""
+    out = io.StringIO()
+    with task_modules(fake["ws"]) as (_, train), contextlib.redirect_stdout(out):
+        train.main(dict(train.CONFIG, **TINY))
+    return {"log": out.getvalue(), "checkpoints": sorted((fake["ws"] / "checkpoints").glob("*.pt"))}
+
+
+# ---------------------------------------------------------------------------
+# task.toml and preparation
+# ---------------------------------------------------------------------------
+
+
+def test_task_toml_loads():
+    task = load_task(TASK_DIR)
+    assert (task.id, task.metric, task.direction, task.eval_split) == ("t3", "miou", "max", "val")
+    assert (task.budget_minutes, task.baseline_score, task.reference_score) == (80, 0.660, None)
+    assert task.locked_files == ("prepare.py", "dinov3.py")
+    assert [(w.file, w.sha256_prefix) for w in task.weights] == [(CONVNEXT_FILE, "21b726bb"), (VIT_FILE, "08c60483")]
+    full, labels, train_list, val_list, sample = task.data
+    assert (full.file, full.url, full.mirror, full.md5, full.size) == (
+        FULL_TAR,
+        "http://host.robots.ox.ac.uk/pascal/VOC/voc2012/VOCtrainval_11-May-2012.tar",
+        "voc2012/VOCtrainval_11-May-2012.tar",
+        "6cd6e144f989b92b3379bac3b3de84fd",
+        1999639040,
+    )
+    assert all(s.substitute_for == FULL_TAR and s.url == "" for s in (labels, train_list, val_list, sample))
+    assert (labels.file, labels.mirror, labels.size, labels.md5) == (
+        LABELS_ZIP,
+        "voc2012/VOC2012_SegmentationClass_trainval2913.zip",
+        9728053,
+        "2ed09a4cde874d2687ec2496d1fbeb4b",
+    )
+    assert labels.sha256 == "f3942ef5d0d0442c2c1f5323d219547e835e49a2510aa4aa4a47df4c72a6ef1d"
+    assert (train_list.file, train_list.size, val_list.file, val_list.size) == ("train.txt", 17568, "val.txt", 17388)
+    assert train_list.sha256 == "aa623bd2c8ce4443a8aaae51c524c0eb165e8e44caf6aa9e3ad33d7b75a3ef20"
+    assert val_list.mirror == "voc2012/VOCdevkit/VOC2012/ImageSets/Segmentation/val.txt"
+    assert val_list.sha256 == "cdc1326d12f69ce5153aa5da04a4d8783e146868d42d19f82f44e74b97ac907d"
+    assert (sample.file, sample.mirror, sample.manifest) == (
+        "VOC2012-sample",
+        "voc2012/VOCdevkit/VOC2012",
+        "voc2012/MANIFEST.sha256",
+    )
+    assert sample.manifest_sha256 == "cff03c6d134a3f9f0778a02387511f64d5fa412a8660bdfb76e4f8dcbf5637ed"
+
+
+def test_prepare_from_tar_resizes_in_list_order(fake, tmp_path):
+    data, pairs = fake["ws"] / "data", fake["pairs"]
+    meta = json.loads((data / "meta.json").read_text(encoding="utf-8"))
+    assert meta["classes"][0] == "background" and meta["classes"][20] == "tvmonitor" and len(meta["classes"]) == 21
+    assert (meta["ignore_index"], meta["image_size"], meta["source"]) == (255, 224, FULL_TAR)
+    assert meta["counts"] == {"train": 6, "val": 4} and meta["ids"] == {"train": TRAIN_IDS, "val": VAL_IDS}
+    assert meta["partial_data"] == [  # a full tar whose lists are short (generated): said, not hidden
+        "train: the list names 6 ids, not the official 1,464",
+        "val: the list names 4 ids, not the official 1,449",
+    ]
+    assert "partial data: train: the list names 6 ids" in fake["stdout"]
+    for split, ids in (("train", TRAIN_IDS), ("val", VAL_IDS)):
+        x, y = np.load(data / f"{split}_x.npy"), np.load(data / f"{split}_y.npy")
+        assert x.dtype == y.dtype == np.uint8 and x.shape == (len(ids), 224, 224, 3) and y.shape == (len(ids), 224, 224)
+        for k, voc_id in enumerate(ids):
+            image, mask = expected_pair(pairs[voc_id])
+            np.testing.assert_array_equal(x[k], image)
+            np.testing.assert_array_equal(y[k], mask)
+            assert set(np.unique(y[k]).tolist()) == {0, 255, 1 + (TRAIN_IDS + VAL_IDS).index(voc_id) % 20}
+        counts = np.bincount(y.ravel(), minlength=256)
+        assert meta["class_pixels"][split] == counts[:21].tolist() and meta["ignore_pixels"][split] == counts[255]
+    # Deterministic: preparing again gives the same bytes.
+    with task_modules(fake["ws"]) as (prepare, _), contextlib.redirect_stdout(io.StringIO()):
+        prepare.prepare(str(fake["raw"]), str(tmp_path / "again"))
+    for name in ("train_x.npy", "train_y.npy", "val_x.npy", "val_y.npy", "meta.json"):
+        assert (tmp_path / "again" / name).read_bytes() == (data / name).read_bytes(), name
+
+
+def test_prepare_from_substitutes_keeps_the_ids_with_a_jpeg(tmp_path):
+    """Without the tar: the lists, the label zip and the sample's JPEGs; only ids with a JPEG are kept."""
+    train, val = TRAIN_IDS[:5], VAL_IDS
+    pairs = make_pairs(train + val, seed=1)
+    with_jpeg = {train[0], train[2], train[4], val[1], val[3]}
+    write_substitutes(tmp_path / "raw", train, val, pairs, with_jpeg)
+    with task_modules(TASK_DIR) as (prepare, _), contextlib.redirect_stdout(io.StringIO()) as out:
+        prepare.prepare(str(tmp_path / "raw"), str(tmp_path / "data"))
+        meta = prepare.load_meta(str(tmp_path / "data"))
+        x, y = prepare.load_split("val", str(tmp_path / "data"))
+        assert meta["ids"] == {"train": [train[0], train[2], train[4]], "val": [val[1], val[3]]}
+        assert meta["source"].startswith(LABELS_ZIP) and "partial substitute" in meta["source"]
+        assert meta["partial_data"] == [
+            "train: the list names 5 ids, not the official 1,464",
+            "train: 3 of 5 images (only those whose JPEG is in the data mirror's sample; the full split needs "
+            f"{FULL_TAR})",
+            "val: the list names 4 ids, not the official 1,449",
+            "val: 2 of 4 images (only those whose JPEG is in the data mirror's sample; the full split needs "
+            f"{FULL_TAR}): the val mIoU covers these images only, not comparable with the paper's scores",
+        ]
+        assert "partial data: val: 2 of 4 images" in out.getvalue()
+        for k, voc_id in enumerate(meta["ids"]["val"]):
+            image, mask = expected_pair(pairs[voc_id])
+            assert torch.equal(x[k], torch.from_numpy(image).permute(2, 0, 1)) and torch.equal(
+                y[k], torch.from_numpy(mask)
+            )
+        # With the tar present as well, the tar is used.
+        write_voc_tar(tmp_path / "raw" / FULL_TAR, train, val, pairs)
+        prepare.prepare(str(tmp_path / "raw"), str(tmp_path / "data2"))
+        assert prepare.load_meta(str(tmp_path / "data2"))["counts"] == {"train": 5, "val": 4}
+
+
+def test_prepare_rejects_bad_raw_data(tmp_path):
+    ids = [TRAIN_IDS[0], VAL_IDS[0]]
+    pairs = make_pairs(ids)
+    rgb_mask = png(np.zeros((80, 100), dtype=np.uint8), mode="RGB")
+    bad_value = np.zeros((80, 100), dtype=np.uint8)
+    bad_value[5, 5] = 21
+    cases = {
+        "value": ({VAL_IDS[0]: (jpeg(np.zeros((80, 100, 3), np.uint8)), png(bad_value))}, None, "label values [21]"),
+        "rgb": ({VAL_IDS[0]: (jpeg(np.zeros((80, 100, 3), np.uint8)), rgb_mask)}, None, "not a palette"),
+        "size": ({VAL_IDS[0]: (jpeg(np.zeros((90, 100, 3), np.uint8)), png(bad_value * 0))}, None, "100x90 but its"),
+        "missing": ({}, VAL_IDS[0], f"no VOCdevkit/VOC2012/SegmentationClass/{VAL_IDS[0]}.png"),
+    }
+    with task_modules(TASK_DIR) as (prepare, _), contextlib.redirect_stdout(io.StringIO()):
+        (tmp_path / "empty").mkdir()
+        with pytest.raises(FileNotFoundError, match=f"holds neither {FULL_TAR} nor the mirror's partial substitutes"):
+            prepare.prepare(str(tmp_path / "empty"), str(tmp_path / "out"))
+        for name, (override, drop, message) in cases.items():
+            (tmp_path / name).mkdir()
+            write_voc_tar(tmp_path / name / FULL_TAR, ids[:1], ids[1:], {**pairs, **override}, drop_png=drop)
+            with pytest.raises(ValueError, match=re.escape(message)):
+                prepare.prepare(str(tmp_path / name), str(tmp_path / "out"))
+        (tmp_path / "overlap").mkdir()
+        write_voc_tar(tmp_path / "overlap" / FULL_TAR, ids, ids[1:], pairs)
+        with pytest.raises(ValueError, match="in both train.txt and val.txt"):
+            prepare.prepare(str(tmp_path / "overlap"), str(tmp_path / "out"))
+    assert not (tmp_path / "out").exists()  # nothing written on failure
+    ws = copy_task(tmp_path / "ws")
+    proc = run_prepare(ws, "--prepare", "--raw-dir", str(tmp_path / "rgb"), "--data-dir", "data")
+    assert proc.returncode != 0 and "not a palette ('P') image" in proc.stderr
+
+
+def test_loaders_and_normalize(fake):
+    with task_modules(fake["ws"]) as (prepare, _):
+        x, y = prepare.load_split("train")
+        assert x.dtype == y.dtype == torch.uint8 and x.shape == (6, 3, 224, 224) and y.shape == (6, 224, 224)
+        assert x.is_contiguous() and torch.equal(x, torch.from_numpy(np.load("data/train_x.npy")).permute(0, 3, 1, 2))
+        with pytest.raises(ValueError, match="unknown split"):
+            prepare.load_split("test")
+        mean = torch.tensor(prepare.MEAN).view(1, 3, 1, 1).double()
+        std = torch.tensor(prepare.STD).view(1, 3, 1, 1).double()
+        got = prepare.normalize(x[:2])
+        assert got.dtype == torch.float32
+        torch.testing.assert_close(got.double(), (x[:2].double() / 255 - mean) / std, atol=1e-6, rtol=0)
+        torch.testing.assert_close(prepare.normalize(x[:2].float() / 255), got)
+
+
+# ---------------------------------------------------------------------------
+# The metric
+# ---------------------------------------------------------------------------
+
+
+def test_miou_hand_computed_with_ignored_pixels():
+    with task_modules(TASK_DIR) as (prepare, _):
+        target = torch.tensor([[0, 0, 1, 255, 1, 255]], dtype=torch.uint8)
+        pred = torch.tensor([[0, 1, 1, 2, 2, 7]], dtype=torch.uint8)  # predictions on 255 pixels do not count
+        cm = prepare.confusion_matrix(pred, target)
+        assert cm.dtype == torch.int64 and cm.shape == (21, 21) and cm.sum() == 4
+        assert (cm[0, 0], cm[0, 1], cm[1, 1], cm[1, 2]) == (1, 1, 1, 1)
+        miou, ious = prepare.iou_from_confusion(cm)
+        # IoU = TP / (TP + FP + FN): class 0: 1 / (1 + 1 + 0); class 1: 1 / (1 + 1 + 1); class 2 (predicted, absent): 0.
+        assert ious[:3] == [0.5, 1 / 3, 0.0] and ious[3:] == [None] * 18  # 7 was only predicted on a void pixel
+        assert miou == pytest.approx((0.5 + 1 / 3 + 0.0) / 3, rel=1e-15)
+        perfect, _ = prepare.iou_from_confusion(prepare.confusion_matrix(target.clamp(max=20), target))
+        assert perfect == 1.0
+        with pytest.raises(ValueError, match="no labelled pixel"):
+            prepare.iou_from_confusion(prepare.confusion_matrix(pred, torch.full_like(target, 255)))
+
+
+def sklearn_miou(pred: np.ndarray, target: np.ndarray) -> float:
+    """The same rule computed independently: sklearn's confusion matrix over the non-void pixels."""
+    valid = target != 255
+    cm = sk_confusion_matrix(target[valid], pred[valid], labels=list(range(21))).astype(np.float64)
+    inter = np.diag(cm)
+    union = cm.sum(axis=0) + cm.sum(axis=1) - inter
+    return float(np.mean(inter[union > 0] / union[union > 0]))
+
+
+class PixelRule(nn.Module):
+    """Logits from a fixed rule on the pixels (class = a quantised red channel), or a constant / bad output."""
+
+    def __init__(self, bad: str | None = None):
+        super().__init__()
+        self.bad = bad
+
+    def forward(self, x):
+        cls = ((x[:, 0] + 2.2) * 2).long().clamp(0, 20)  # normalised red -> 0..20
+        logits = torch.nn.functional.one_hot(cls, 21).permute(0, 3, 1, 2).float()
+        if self.bad == "small":
+            return logits[:, :, ::2, ::2]
+        if self.bad == "nan":
+            return logits * float("nan")
+        return logits
+
+
+def test_miou_matches_sklearn(fake):
+    rng = np.random.default_rng(0)
+    with task_modules(fake["ws"]) as (prepare, _):
+        for _ in range(3):  # random predictions against random targets with void pixels
+            target = rng.integers(0, 21, (3, 17, 19)).astype(np.uint8)
+            target[rng.random(target.shape) < 0.2] = 255
+            pred = rng.integers(0, 12, target.shape).astype(np.uint8)
+            cm = prepare.confusion_matrix(torch.from_numpy(pred), torch.from_numpy(target))
+            assert prepare.iou_from_confusion(cm)[0] == pytest.approx(sklearn_miou(pred, target), rel=1e-12)
+        model = PixelRule()
+        result = prepare.evaluate(model, "val")
+        pred = prepare.predict(model, "val")
+        _, y = prepare.load_split("val")
+        assert pred.dtype == torch.uint8 and pred.shape == y.shape == (4, 224, 224)
+        assert result["n"] == 4 and len(result["iou"]) == 21
+        assert result["miou"] == pytest.approx(sklearn_miou(pred.numpy(), y.numpy()), rel=1e-12)
+        assert prepare.evaluate(model, "val", batch_size=3) == result  # batching does not change the score
+        with pytest.raises(ValueError, match=r"expected logits of shape \(4, 21, 224, 224\)"):
+            prepare.evaluate(PixelRule(bad="small"), "val")
+        with pytest.raises(ValueError, match="non-finite"):
+            prepare.evaluate(PixelRule(bad="nan"), "val")
+        assert model.training  # evaluate() restores the training mode
+
+
+# ---------------------------------------------------------------------------
+# Augmentation and the baseline model
+# ---------------------------------------------------------------------------
+
+
+def test_augmentation_changes_masks_only_by_flips():
+    torch.manual_seed(0)
+    with task_modules(TASK_DIR) as (_, train):
+        x = torch.randint(0, 256, (8, 3, 32, 32), dtype=torch.uint8)
+        y = torch.randint(0, 21, (8, 32, 32), dtype=torch.uint8)
+        y[:, :3] = 255
+        plain = dict(train.CONFIG, flip=False, jitter=0.0)
+        xa, ya = train.augment(x, y, plain)
+        assert torch.equal(xa, x.float() / 255) and torch.equal(ya, y)
+        xa, ya = train.augment(x, y, dict(plain, jitter=0.4))  # photometric: the image changes, the mask never
+        assert torch.equal(ya, y) and ya.dtype == torch.uint8
+        assert xa.min() >= 0 and xa.max() <= 1 and not torch.equal(xa, x.float() / 255)
+        xa, ya = train.augment(x, y, dict(plain, flip=True, jitter=0.4))
+        flipped = [torch.equal(ya[i], y[i].flip(1)) for i in range(8)]
+        assert all(f or torch.equal(ya[i], y[i]) for i, f in enumerate(flipped)) and 0 < sum(flipped) < 8
+        xf, yf = train.augment(x, y, dict(plain, flip=True))  # one draw flips an image and its mask together
+        for i in range(8):
+            assert torch.equal(xf[i], x[i].flip(2).float() / 255) == torch.equal(yf[i], y[i].flip(1))
+        grey = train.colour_jitter(x[:, :1].float().expand(-1, 3, -1, -1) / 255, 0.4)
+        torch.testing.assert_close(grey[:, 0], grey[:, 2])  # saturation cannot colour a grey image
+
+
+def test_build_model_is_convnext_plus_fpn(fake):
+    with task_modules(fake["ws"]) as (_, train):
+        model = train.build_model(train.CONFIG)  # no weights read here (the evaluation has no weights/)
+        assert sum(p.numel() for p in model.backbone.parameters()) == 27_820_128
+        assert sum(p.numel() for p in model.decoder.parameters()) == 1_368_469
+        assert [m.out_channels for m in model.decoder.lateral] == [128] * 4
+        model.eval()
+        with torch.no_grad():
+            assert model(torch.randn(2, 3, 64, 96)).shape == (2, 21, 64, 96)  # logits at the input size
+
+
+# ---------------------------------------------------------------------------
+# The DINOv3 backbones
+# ---------------------------------------------------------------------------
+
+
+def convnext_expected_keys() -> list[tuple[str, tuple]]:
+    """ConvNeXt-Tiny's official state dict (the notes' Appendix A), built from its rules."""
+    dims, depths = [96, 192, 384, 768], [3, 3, 9, 3]
+    keys = [("downsample_layers.0.0.weight", (96, 3, 4, 4)), ("downsample_layers.0.0.bias", (96,))]
+    keys += [("downsample_layers.0.1.weight", (96,)), ("downsample_layers.0.1.bias", (96,))]
+    for i in (1, 2, 3):
+        keys += [(f"downsample_layers.{i}.0.weight", (dims[i - 1],)), (f"downsample_layers.{i}.0.bias", (dims[i - 1],))]
+        keys += [(f"downsample_layers.{i}.1.weight", (dims[i], dims[i - 1], 2, 2))]
+        keys += [(f"downsample_layers.{i}.1.bias", (dims[i],))]
+    for i, (d, n) in enumerate(zip(dims, depths, strict=True)):
+        for j in range(n):
+            p = f"stages.{i}.{j}."
+            keys += [(p + "gamma", (d,)), (p + "dwconv.weight", (d, 1, 7, 7)), (p + "dwconv.bias", (d,))]
+            keys += [(p + "norm.weight", (d,)), (p + "norm.bias", (d,))]
+            keys += [(p + "pwconv1.weight", (4 * d, d)), (p + "pwconv1.bias", (4 * d,))]
+            keys += [(p + "pwconv2.weight", (d, 4 * d)), (p + "pwconv2.bias", (d,))]
+    return keys + [(f"{n}.{w}", (768,)) for n in ("norm", "norms.3") for w in ("weight", "bias")]
+
+
+def vit_expected_keys() -> list[tuple[str, tuple]]:
+    """ViT-S/16's official state dict (the notes' Appendix B), built from its rules."""
+    keys = [("cls_token", (1, 1, 384)), ("storage_tokens", (1, 4, 384)), ("mask_token", (1, 384))]
+    keys += [("patch_embed.proj.weight", (384, 3, 16, 16)), ("patch_embed.proj.bias", (384,))]
+    keys += [("rope_embed.periods", (16,))]
+    for b in range(12):
+        p = f"blocks.{b}."
+        keys += [(p + "norm1.weight", (384,)), (p + "norm1.bias", (384,)), (p + "attn.qkv.weight", (1152, 384))]
+        keys += [(p + "attn.qkv.bias", (1152,)), (p + "attn.qkv.bias_mask", (1152,))]
+        keys += [(p + "attn.proj.weight", (384, 384)), (p + "attn.proj.bias", (384,)), (p + "ls1.gamma", (384,))]
+        keys += [(p + "norm2.weight", (384,)), (p + "norm2.bias", (384,))]
+        keys += [(p + "mlp.fc1.weight", (1536, 384)), (p + "mlp.fc1.bias", (1536,))]
+        keys += [(p + "mlp.fc2.weight", (384, 1536)), (p + "mlp.fc2.bias", (384,)), (p + "ls2.gamma", (384,))]
+    return keys + [("norm.weight", (384,)), ("norm.bias", (384,))]
+
+
+def layout(module: nn.Module) -> list[tuple[str, tuple]]:
+    return [(k, tuple(v.shape)) for k, v in module.state_dict().items()]
+
+
+def test_convnext_tiny_has_the_official_layout(backbones):
+    model = backbones["convnext"]
+    assert layout(model) == convnext_expected_keys() and len(layout(model)) == 182
+    assert sum(p.numel() for p in model.parameters()) == 27_820_128  # unique parameters (norm counted once)
+    assert model.norms[3] is model.norm and all(isinstance(m, nn.Identity) for m in model.norms[:3])
+    sd = model.state_dict()
+    assert torch.equal(sd["norm.weight"], sd["norms.3.weight"]) and not list(model.buffers())
+    assert torch.all(sd["stages.2.4.gamma"] == 1e-6)
+
+
+def test_vit_small_has_the_official_layout(backbones):
+    model = backbones["vit"]
+    assert layout(model) == vit_expected_keys() and len(layout(model)) == 188
+    assert sum(p.numel() for p in model.parameters()) == 21_601_152
+    sd = model.state_dict()
+    torch.testing.assert_close(sd["rope_embed.periods"], 100.0 ** (torch.arange(16) / 16), rtol=1e-6, atol=0)
+    mask = sd["blocks.0.attn.qkv.bias_mask"]
+    assert mask[:384].eq(1).all() and mask[384:768].eq(0).all() and mask[768:].eq(1).all()  # no bias on the keys
+    assert torch.all(sd["blocks.3.ls2.gamma"] == 1e-5) and model.norm.eps == 1e-5 and torch.all(sd["mask_token"] == 0)
+
+
+@pytest.mark.skipif(not NOTES.is_file(), reason="the DINOv3 layout notes (shared/docs) are not in this checkout")
+def test_state_dicts_equal_the_notes_appendices(backbones):
+    text = NOTES.read_text(encoding="utf-8")
+    appendix_a, appendix_b = text.split("## Appendix A")[1].split("## Appendix B")
+    pattern = re.compile(r"^(\S+) \(([\d, ]+)\) float32$", re.M)
+
+    def parse(section: str) -> list[tuple[str, tuple]]:
+        return [(m[1], tuple(int(v) for v in m[2].replace(" ", "").split(",") if v)) for m in pattern.finditer(section)]
+
+    assert layout(backbones["convnext"]) == parse(appendix_a)
+    assert layout(backbones["vit"]) == parse(appendix_b)
+
+
+def test_feature_shapes_at_224_and_512(backbones):
+    with torch.no_grad():
+        for side in (224, 512):
+            x = torch.randn(1, 3, side, side)
+            maps = backbones["convnext"].stage_outputs(x)
+            assert [tuple(m.shape) for m in maps] == [
+                (1, 96 * 2**i, side // 4 // 2**i, side // 4 // 2**i) for i in range(4)
+            ]
+            vit = backbones["vit"].get_intermediate_layers(x, n=[2, 5, 8, 11], reshape=True, norm=True)
+            assert [tuple(m.shape) for m in vit] == [(1, 384, side // 16, side // 16)] * 4
+            if side == 224:
+                tokens = backbones["convnext"].get_intermediate_layers(x, n=[3], return_class_token=True)
+                torch.testing.assert_close(tokens[0][0], maps[3].flatten(2).transpose(1, 2))  # the same normed map
+                assert tokens[0][1].shape == (1, 768)
+                feats = backbones["vit"].forward_features(x)
+                assert feats["x_norm_patchtokens"].shape == (1, 196, 384) and feats["x_storage_tokens"].shape == (
+                    1,
+                    4,
+                    384,
+                )
+                torch.testing.assert_close(feats["x_norm_patchtokens"], vit[3].flatten(2).transpose(1, 2))
+
+
+def test_layer_norm_rope_and_masked_bias(dinov3):
+    torch.manual_seed(0)
+    ln = dinov3.LayerNorm(8, eps=1e-6, data_format="channels_first")
+    nn.init.normal_(ln.weight)
+    nn.init.normal_(ln.bias)
+    x = torch.randn(2, 8, 5, 3, dtype=torch.float64)
+    u = x.mean(1, keepdim=True)
+    s = (x - u).pow(2).mean(1, keepdim=True)
+    want = ln.weight.double()[:, None, None] * (x - u) / torch.sqrt(s + 1e-6) + ln.bias.double()[:, None, None]
+    torch.testing.assert_close(ln(x.float()).double(), want, atol=1e-5, rtol=1e-5)
+    # RoPE: patch (row 1, column 2) of a 3 x 4 grid has coordinates ((1.5 / 3) * 2 - 1, (2.5 / 4) * 2 - 1) = (0, 0.25).
+    rope = dinov3.RopePositionEmbedding(384, 6).eval()
+    sin, cos = rope(H=3, W=4)
+    assert sin.shape == cos.shape == (12, 64)
+    angles = 2 * math.pi * torch.cat([torch.zeros(16), 0.25 / rope.periods]).repeat(2)
+    torch.testing.assert_close(sin[1 * 4 + 2], torch.sin(angles))
+    torch.testing.assert_close(cos[1 * 4 + 2], torch.cos(angles))
+    # Rotations keep norms, and q.k after rotation depends only on the offset between the two patches.
+    q, k = torch.randn(64, dtype=torch.float64), torch.randn(64, dtype=torch.float64)
+    sin, cos = (t.double() for t in rope(H=4, W=4))
+    rq, rk = dinov3.rope_apply(q.expand(16, -1), sin, cos), dinov3.rope_apply(k.expand(16, -1), sin, cos)
+    torch.testing.assert_close(rq.norm(dim=1), q.norm().expand(16))
+    torch.testing.assert_close(rq[0] @ rk[5], rq[10] @ rk[15])  # (0,0)-(1,1) and (2,2)-(3,3)
+    # The key third of the qkv bias is masked out.
+    qkv = dinov3.LinearKMaskedBias(4, 12)
+    nn.init.ones_(qkv.bias)
+    nn.init.zeros_(qkv.weight)
+    assert qkv(torch.zeros(1, 4)).tolist() == [[1.0] * 4 + [0.0] * 4 + [1.0] * 4]
+
+
+def test_load_backbone_weights_is_strict_and_explains(dinov3, backbones, fake, tmp_path):
+    weights = fake["ws"] / "weights"
+    model = backbones["vit"]  # the file holds its own state dict; the failing loads below change nothing
+    assert dinov3.load_backbone_weights(model, str(weights / VIT_FILE)) is model
+    with pytest.raises(FileNotFoundError, match=r"not provided to this run.*bench weights install.*= None"):
+        dinov3.load_backbone_weights(model, str(tmp_path / VIT_FILE))
+    renamed = {k.replace("storage_tokens", "reg_token"): v for k, v in model.state_dict().items()}
+    renamed.pop("mask_token")
+    torch.save(renamed, tmp_path / "renamed.pth")
+    with pytest.raises(
+        ValueError, match=r"2 missing \(e\.g\. storage_tokens, mask_token\); 1 unexpected \(e\.g\. reg_token\)"
+    ):
+        dinov3.load_backbone_weights(model, str(tmp_path / "renamed.pth"))
+    torch.save({"model": {"w": torch.ones(1)}}, tmp_path / "wrapped.pth")
+    with pytest.raises(ValueError, match="not a flat state dict"):
+        dinov3.load_backbone_weights(model, str(tmp_path / "wrapped.pth"))
+    assert dinov3.check_weights(str(weights / CONVNEXT_FILE)) == {
+        "ok": True,
+        "arch": "convnext_tiny",
+        "n_params": 27_820_128,
+        "file": CONVNEXT_FILE,
+    }
+    bad = tmp_path / CONVNEXT_FILE  # the official name, but a converted-looking file
+    torch.save({"stem.0.weight": torch.zeros(96, 3, 4, 4), "norm.weight": torch.ones(768)}, bad)
+    with pytest.raises(ValueError, match=r"181 missing .*; 1 unexpected \(e\.g\. stem\.0\.weight\).*bench weights"):
+        dinov3.check_weights(str(bad))
+
+
+def test_check_weights_cli(fake, tmp_path):
+    """What `bench weights install` runs: one JSON line, exit 0 when the file loads, 1 with an error otherwise."""
+    ws = fake["ws"]
+    proc = run_prepare(ws, "--check-weights", str(ws / "weights" / VIT_FILE))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert last_json(proc) == {"ok": True, "arch": "vit_small", "n_params": 21_601_152, "file": VIT_FILE}
+    proc = run_prepare(ws, "--check-weights", str(tmp_path / CONVNEXT_FILE))
+    assert proc.returncode == 1 and "not found: the pretrained DINOv3 weights" in last_json(proc)["error"]
+
+
+# ---------------------------------------------------------------------------
+# The baseline run, --eval
+# ---------------------------------------------------------------------------
+
+
+def test_baseline_trains_logs_and_checkpoints(trained):
+    log = trained["log"]
+    assert f"encoder initialised from weights/{CONVNEXT_FILE}" in log
+    assert "note: partial data: train: the list names 6 ids" in log
+    assert "6 training images, 3 steps per epoch, 1 steps" in log and "step 1 | loss " in log
+    assert log.count("val_miou") == 1 and "done: 1 steps" in log
+    (ckpt,) = trained["checkpoints"]
+    assert ckpt.name.startswith("train_step1_miou")
+
+
+def test_missing_weights_are_a_clear_error(fake):
+    with task_modules(fake["ws"]) as (_, train), contextlib.redirect_stdout(io.StringIO()):
+        with pytest.raises(FileNotFoundError, match=r"weights/absent\.pth not found: the pretrained DINOv3 weights"):
+            train.main(dict(train.CONFIG, **TINY, pretrained="weights/absent.pth"))
+
+
+def test_eval_cli_scores_checkpoint(fake, trained):
+    ws = fake["ws"]
+    (ckpt,) = trained["checkpoints"]
+    proc = run_prepare(ws, "--eval", str(ckpt.relative_to(ws)), "--device", "cpu")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    result = last_json(proc)
+    assert {k: result[k] for k in ("task", "metric", "direction", "split", "n")} == {
+        "task": "t3",
+        "metric": "miou",
+        "direction": "max",
+        "split": "val",
+        "n": 4,
+    }
+    assert 0 <= result["value"] <= 1 and result["script"] == "train.py"
+    payload = torch.load(ckpt, weights_only=True)
+    assert payload["step"] == 1 and payload["config"]["pretrained"] == f"weights/{CONVNEXT_FILE}"
+    assert result["value"] == payload["val_score"]  # = prepare.evaluate(model, "val")["miou"] in the training run
+
+
+def test_eval_errors_are_json(fake, trained):
+    ws = fake["ws"]
+    (ckpt,) = trained["checkpoints"]
+    (ws / "garbage.pt").write_bytes(b"not a checkpoint")
+    (ws / "no_model.py").write_text("CONFIG = {}\n", encoding="utf-8")
+    cases = [
+        (["--eval", "missing.pt"], "does not exist"),
+        (["--eval", "garbage.pt"], "cannot read checkpoint"),
+        (["--eval", str(ckpt.relative_to(ws)), "--script", "no_model.py"], "no build_model"),
+    ]
+    for args, message in cases:
+        proc = run_prepare(ws, *args, "--device", "cpu")
+        assert proc.returncode == 1, (args, proc.stdout, proc.stderr)
+        result = last_json(proc)
+        assert result["task"] == "t3" and message in result["error"] and "value" not in result, (args, result)
+
+
+# ---------------------------------------------------------------------------
+# The real substitutes, through the harness's fetch (mirror) and prepare
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.mirror
+def test_real_substitutes_prepare_26_train_22_val(real_mirror):
+    from bench import data
+
+    task = load_task(TASK_DIR)
+    folder = data.prepare(task, progress=False)  # the tar is not in the mirror: its substitutes are fetched
+    marker = json.loads((folder / ".complete").read_text())
+    assert marker["substituted"] == [FULL_TAR]
+    meta = json.loads((folder / "meta.json").read_text())
+    assert meta["counts"] == {"train": 26, "val": 22}
+    notes = meta["partial_data"]
+    assert (
+        len(notes) == 2 and notes[0].startswith("train: 26 of 1,464 images") and notes[1].startswith("val: 22 of 1,449")
+    )
+    assert data.partial_notes(task) == notes
+    lists = real_mirror / "voc2012" / "VOCdevkit" / "VOC2012" / "ImageSets" / "Segmentation"
+    for split in ("train", "val"):
+        listed = (lists / f"{split}.txt").read_text().split()
+        assert len(listed) == {"train": 1464, "val": 1449}[split]
+        assert meta["ids"][split] == [i for i in listed if i in set(meta["ids"][split])]  # in list order
+        x, y = np.load(folder / f"{split}_x.npy"), np.load(folder / f"{split}_y.npy")
+        assert x.shape == (meta["counts"][split], 224, 224, 3) and y.shape == (meta["counts"][split], 224, 224)
+        assert set(np.unique(y).tolist()) <= set(range(21)) | {255} and (y == 255).any() and (y > 0).any()
+    assert meta["ids"]["train"][0] == "2007_000032"  # aeroplane, person and void borders
+    assert set(np.unique(np.load(folder / "train_y.npy")[0]).tolist()) == {0, 1, 15, 255}
