@@ -47,7 +47,9 @@ def cmd_tasks(args: argparse.Namespace) -> int:
 def cmd_weights(args: argparse.Namespace) -> int:
     from bench import weights
 
-    return weights.main(args.files if args.weights_command == "install" else [])
+    if args.weights_command == "install":
+        return weights.main(args.files, hash_check=not args.no_hash_check)
+    return weights.main([])
 
 
 def _key_value(text: str) -> tuple[str, str]:
@@ -189,6 +191,7 @@ def build_parser() -> argparse.ArgumentParser:
     wsub = s.add_subparsers(dest="weights_command")
     w = wsub.add_parser("install", help="check user-downloaded files (hash + strict load) and install them")
     w.add_argument("files", nargs="+", help="the official DINOv3 .pth files (names as released)")
+    w.add_argument("--no-hash-check", action="store_true", help="skip the file-name hash check (keys still checked)")
     w.set_defaults(func=cmd_weights)
 
     s = sub.add_parser("run", help="run an agent on tasks under the benchmark protocol")
