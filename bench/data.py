@@ -223,18 +223,19 @@ def fetch_sources(task: Task, *, mirror: Path | None = None, progress: bool = Tr
                 absent.append(source.file)
                 print(f"warning: optional source skipped: {e}", file=sys.stderr)
                 continue
+            used = []
             try:
                 for sub in subs:
                     try:
                         get(sub)
+                        used.append(sub.file)
                     except DataError:
                         if sub.required:
                             raise
                         absent.append(sub.file)
             except DataError as e2:
                 raise DataError(f"{e}\nIts partial substitute could not be fetched either: {e2}") from e2
-            names = ", ".join(s.file for s in subs)
-            print(f"warning: {source.file} unavailable; using its PARTIAL substitute ({names})", file=sys.stderr)
+            print(f"warning: {source.file} unavailable; using its PARTIAL substitute ({', '.join(used)})", file=sys.stderr)
             substituted.append(source.file)
     return substituted, absent
 

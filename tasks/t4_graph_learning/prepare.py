@@ -1,0 +1,757 @@
+# =============================================================================
+# prepare.py for T4 (graph learning, ogbg-molhiv): LOCKED.
+# Do not modify: the harness evaluates with the original copy of this file.
+#
+# What is here, in order:
+#   1. constants (task, OGB's atom and bond feature lists, counts, checksums)
+#   2. preparation: SMILES -> OGB molecular graphs (RDKit) + the scaffold split, as arrays in data/
+#   3. loaders the training scripts import (load_split -> GraphSet, collate_graphs, load_meta)
+#   4. the evaluation function (ROC-AUC on the test molecules)
+#   5. checkpoint + logging helpers (shared by all seven tasks)
+#   6. main(): the command line
+#
+#   python prepare.py --prepare --raw-dir RAW --data-dir OUT
+#   python prepare.py --eval checkpoints/<file>.pt [--script PATH] [--data-dir DIR] [--device cpu|cuda]
+#                     [--batch-size N]
+# =============================================================================
+
+from __future__ import annotations
+
+import argparse
+import csv
+import gzip
+import hashlib
+import importlib.util
+import io
+import json
+import os
+import sys
+import time
+import zipfile
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+# ---------------------------------------------------------------------------
+# 1. Constants
+# ---------------------------------------------------------------------------
+
+TASK_ID = "t4"
+METRIC = "auroc"  # area under the ROC curve of the per-molecule scores (sklearn's roc_auc_score, as OGB's Evaluator)
+DIRECTION = "max"  # higher is better
+EVAL_SPLIT = "test"
+DATA_DIR = "data"
+CHECKPOINT_DIR = "checkpoints"
+
+ZIP_FILE = "hiv.zip"  # OGB's archive: hiv/mapping/mol.csv.gz, hiv/split/scaffold/*.csv.gz, hiv/raw/*.csv.gz
+MOL_FILE = "mol.csv.gz"  # header HIV_active,smiles,mol_id; one molecule per row, in OGB's graph order
+SPLITS = ("train", "valid", "test")  # OGB's names; "val" is accepted for "valid"
+MOL_COLUMNS = ["HIV_active", "smiles", "mol_id"]
+N_GRAPHS = 41127  # the official counts: 41,127 molecules, 1,443 of them active (label 1)
+N_POSITIVE = 1443
+OFFICIAL_SPLIT_SIZES = {"train": 32901, "valid": 4113, "test": 4113}
+# sha256 of OGB's files (Git-LFS pointers of an extracted copy; see shared/data/SOURCES.md). The harness checks
+# loose files itself; members of hiv.zip are checked here. A mismatch is reported in meta.json, not fatal.
+KNOWN_SHA256 = {
+    "mol.csv.gz": "306c4ad8d54fc6cd40c71da4d0561fdcc73e1188662e6992bae0dda8f65bf6d0",
+    "train.csv.gz": "9f1e46e77897b3de3d19452cbd47c312e2844a0ec664c1c9dc897c10d12e42f0",
+    "valid.csv.gz": "eaf4d6b4630f9e689d2b203669674d0dc309673319e8ac32daa9e9ca90e2e1fa",
+    "test.csv.gz": "27485729d83edd6f47eb3b8daff69fdb32c9df6b36b17204ef87f8dc1a30eab1",
+}
+
+# OGB's feature vocabularies (ogb.utils.features.allowable_features), same lists, same order. A feature is the
+# index of the value in its list; a value not in the list maps to the last entry ("misc"), as OGB's safe_index.
+ALLOWABLE = {
+    "atomic_num": list(range(1, 119)) + ["misc"],  # index = Z - 1
+    "chirality": ["CHI_UNSPECIFIED", "CHI_TETRAHEDRAL_CW", "CHI_TETRAHEDRAL_CCW", "CHI_OTHER", "misc"],
+    "degree": list(range(11)) + ["misc"],  # total degree, hydrogens included
+    "formal_charge": list(range(-5, 6)) + ["misc"],
+    "num_hs": list(range(9)) + ["misc"],  # total number of hydrogens
+    "num_radical_e": list(range(5)) + ["misc"],
+    "hybridization": ["SP", "SP2", "SP3", "SP3D", "SP3D2", "misc"],
+    "is_aromatic": [False, True],
+    "is_in_ring": [False, True],
+    "bond_type": ["SINGLE", "DOUBLE", "TRIPLE", "AROMATIC", "misc"],
+    "bond_stereo": ["STEREONONE", "STEREOZ", "STEREOE", "STEREOCIS", "STEREOTRANS", "STEREOANY"],
+    "is_conjugated": [False, True],
+}
+ATOM_FEATURES = ["atomic_num", "chirality", "degree", "formal_charge", "num_hs", "num_radical_e", "hybridization",
+                 "is_aromatic", "is_in_ring"]  # fmt: skip
+BOND_FEATURES = ["bond_type", "bond_stereo", "is_conjugated"]
+ATOM_FEATURE_DIMS = [len(ALLOWABLE[k]) for k in ATOM_FEATURES]  # [119, 5, 12, 12, 10, 6, 6, 2, 2]
+BOND_FEATURE_DIMS = [len(ALLOWABLE[k]) for k in BOND_FEATURES]  # [5, 6, 2]
+_INDEX = {k: {v: i for i, v in enumerate(values)} for k, values in ALLOWABLE.items()}
+
+
+# ---------------------------------------------------------------------------
+# 2. Preparation: SMILES -> graphs (OGB's smiles2graph) + split -> data/*.npy + data/meta.json
+# The features are computed here with RDKit from the SMILES of mol.csv.gz, whichever source is present, so that
+# there is one code path. When hiv.zip also holds OGB's pre-featurised raw/ files, they are compared with ours.
+# ---------------------------------------------------------------------------
+
+
+def _feature(name: str, value) -> int:
+    table = _INDEX[name]
+    return table.get(value, len(table) - 1)
+
+
+def parse_smiles(smiles: str):
+    """RDKit molecule of a SMILES: (mol, sanitized). 7 molecules of ogbg-molhiv fail RDKit's valence checks (Al, B,
+    Ge with 'too many' bonds); they are kept, as in OGB, parsed without those checks but otherwise sanitised."""
+    from rdkit import Chem
+
+    mol = Chem.MolFromSmiles(smiles)
+    if mol is not None:
+        return mol, True
+    mol = Chem.MolFromSmiles(smiles, sanitize=False)
+    if mol is None:
+        raise ValueError(f"RDKit cannot parse the SMILES {smiles!r}")
+    mol.UpdatePropertyCache(strict=False)
+    flags = Chem.SanitizeFlags.SANITIZE_ALL ^ Chem.SanitizeFlags.SANITIZE_PROPERTIES
+    Chem.SanitizeMol(mol, flags, catchErrors=True)  # rings, aromaticity, conjugation, hybridisation
+    return mol, False
+
+
+def mol_to_graph(mol) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """OGB's smiles2graph: atom features [n, 9], edge_index [2, 2 * bonds] (each bond in both directions,
+    (i, j) then (j, i)) and bond features [2 * bonds, 3]."""
+    x = [
+        [
+            _feature("atomic_num", a.GetAtomicNum()),
+            _feature("chirality", str(a.GetChiralTag())),
+            _feature("degree", a.GetTotalDegree()),
+            _feature("formal_charge", a.GetFormalCharge()),
+            _feature("num_hs", a.GetTotalNumHs()),
+            _feature("num_radical_e", a.GetNumRadicalElectrons()),
+            _feature("hybridization", str(a.GetHybridization())),
+            _feature("is_aromatic", a.GetIsAromatic()),
+            _feature("is_in_ring", a.IsInRing()),
+        ]
+        for a in mol.GetAtoms()
+    ]
+    edges, feats = [], []
+    for b in mol.GetBonds():
+        i, j = b.GetBeginAtomIdx(), b.GetEndAtomIdx()
+        f = [
+            _feature("bond_type", str(b.GetBondType())),
+            _feature("bond_stereo", str(b.GetStereo())),
+            _feature("is_conjugated", b.GetIsConjugated()),
+        ]
+        edges += [(i, j), (j, i)]
+        feats += [f, f]
+    edge_index = np.array(edges, dtype=np.int64).reshape(-1, 2).T
+    return np.array(x, dtype=np.uint8).reshape(-1, 9), edge_index, np.array(feats, dtype=np.uint8).reshape(-1, 3)
+
+
+def scaffold_of(mol) -> str:
+    """Bemis-Murcko scaffold SMILES with chirality ('' for a molecule without rings), as OGB's split used."""
+    from rdkit import Chem
+    from rdkit.Chem.Scaffolds import MurckoScaffold
+
+    try:
+        return MurckoScaffold.MurckoScaffoldSmiles(mol=mol, includeChirality=True)
+    except Exception:  # the few molecules that fail valence checks: the same scaffold, without those checks
+        core = Chem.MurckoDecompose(mol)
+        core.UpdatePropertyCache(strict=False)
+        return Chem.MolToSmiles(core, isomericSmiles=True)
+
+
+def scaffold_split(scaffolds: list[str], fractions=(0.8, 0.1, 0.1)) -> dict[str, np.ndarray]:
+    """OGB's scaffold split (Hu et al. 2019, pretrain-gnns `scaffold_split`): group the molecules by scaffold, order
+    the groups by (size, first index) DEscending, and fill train up to 80 %, valid up to 90 %, the rest is test.
+    A group never straddles two splits. Deterministic: no randomness anywhere."""
+    groups: dict[str, list[int]] = {}
+    for i, s in enumerate(scaffolds):
+        groups.setdefault(s, []).append(i)
+    ordered = sorted(groups.values(), key=lambda g: (len(g), g[0]), reverse=True)
+    train_cut, valid_cut = fractions[0] * len(scaffolds), (fractions[0] + fractions[1]) * len(scaffolds)
+    out: dict[str, list[int]] = {s: [] for s in SPLITS}
+    for g in ordered:
+        if len(out["train"]) + len(g) <= train_cut:
+            out["train"] += g
+        elif len(out["train"]) + len(out["valid"]) + len(g) <= valid_cut:
+            out["valid"] += g
+        else:
+            out["test"] += g
+    return {s: np.array(v, dtype=np.int64) for s, v in out.items()}
+
+
+def _int_table(blob: bytes, name: str, ndmin: int) -> np.ndarray:
+    """A headerless gzipped CSV of integers (OGB's split and raw files)."""
+    try:
+        return np.loadtxt(
+            io.StringIO(gzip.decompress(blob).decode("ascii")), delimiter=",", dtype=np.int64, ndmin=ndmin
+        )
+    except (OSError, ValueError, EOFError) as e:
+        raise ValueError(f"{name}: not a gzipped CSV of integers ({e})") from e
+
+
+def read_sources(raw_dir: str) -> dict:
+    """The raw bytes: {"source", "mol", "splits" (or None), "raw" (OGB's raw/ files, or {}), "checksums"}.
+
+    hiv.zip wins when present (members under hiv/ or at the top); else mol.csv.gz and, optionally, all three of
+    train/valid/test.csv.gz (OGB's split/scaffold files) in raw_dir.
+    """
+    zpath, files = os.path.join(raw_dir, ZIP_FILE), [f"{s}.csv.gz" for s in SPLITS]
+    if os.path.isfile(zpath):
+        with zipfile.ZipFile(zpath) as zf:
+            names = set(zf.namelist())
+            prefix = "hiv/" if f"hiv/mapping/{MOL_FILE}" in names else ""
+            if f"{prefix}mapping/{MOL_FILE}" not in names:
+                raise ValueError(f"{zpath}: no hiv/mapping/{MOL_FILE}; is this OGB's ogbg-molhiv archive?")
+            members = {f: f"{prefix}split/scaffold/{f}" for f in files}
+            found = {f: zf.read(m) for f, m in members.items() if m in names}
+            raw = {n[len(prefix) + 4 :]: zf.read(n) for n in names if n.startswith(prefix + "raw/") and n[-3:] == ".gz"}
+            mol = zf.read(f"{prefix}mapping/{MOL_FILE}")
+        source = ZIP_FILE
+    else:
+        path = os.path.join(raw_dir, MOL_FILE)
+        if not os.path.isfile(path):
+            raise FileNotFoundError(
+                f"{raw_dir} holds neither {ZIP_FILE} nor {MOL_FILE}: download "
+                f"https://snap.stanford.edu/ogb/data/graphproppred/csv_mol_download/{ZIP_FILE} into it "
+                "(or let the harness fetch the data)"
+            )
+        with open(path, "rb") as f:
+            mol = f.read()
+        found, raw, source = {}, {}, MOL_FILE
+        for f in files:
+            if os.path.isfile(os.path.join(raw_dir, f)):
+                with open(os.path.join(raw_dir, f), "rb") as fh:
+                    found[f] = fh.read()
+    if found and len(found) != len(files):
+        raise ValueError(f"{raw_dir}: the split files come as a set; found {sorted(found)}, expected all of {files}")
+    blobs = {MOL_FILE: mol, **found}
+    checksums = {f: hashlib.sha256(b).hexdigest() == KNOWN_SHA256[f] for f, b in blobs.items()}
+    return {"source": source, "mol": mol, "splits": found or None, "raw": raw, "checksums": checksums}
+
+
+def read_molecules(blob: bytes) -> tuple[list[str], np.ndarray]:
+    """mol.csv.gz -> (SMILES list, labels uint8 [G])."""
+    try:
+        rows = list(csv.reader(io.StringIO(gzip.decompress(blob).decode("utf-8"))))
+    except (OSError, EOFError, UnicodeDecodeError) as e:
+        raise ValueError(f"{MOL_FILE}: not a gzipped UTF-8 CSV ({e})") from e
+    if not rows or rows[0] != MOL_COLUMNS:
+        raise ValueError(f"{MOL_FILE}: expected columns {MOL_COLUMNS}, found {rows[0] if rows else 'an empty file'}")
+    rows = [r for r in rows[1:] if r]
+    if not rows:
+        raise ValueError(f"{MOL_FILE}: holds a header but no molecules")
+    bad = [n for n, r in enumerate(rows, 2) if len(r) != 3 or r[0] not in ("0", "1") or not r[1]]
+    if bad:
+        raise ValueError(f"{MOL_FILE}: line {bad[0]} is not 'label (0 or 1),smiles,mol_id': {rows[bad[0] - 2]}")
+    return [r[1] for r in rows], np.array([int(r[0]) for r in rows], dtype=np.uint8)
+
+
+def featurize(smiles: list[str], scaffolds: bool) -> dict:
+    """Graphs of all molecules, concatenated; plus their scaffolds when asked for (the fallback split)."""
+    from rdkit import RDLogger
+
+    RDLogger.DisableLog("rdApp.*")  # the 7 valence failures would print a warning each
+    xs, eis, eas, unsanitized, scafs = [], [], [], [], []
+    for i, s in enumerate(smiles):
+        try:
+            mol, ok = parse_smiles(s)
+        except ValueError as e:
+            raise ValueError(f"{MOL_FILE}: molecule {i} (line {i + 2}): {e}") from e
+        x, ei, ea = mol_to_graph(mol)
+        xs.append(x)
+        eis.append(ei)
+        eas.append(ea)
+        if not ok:
+            unsanitized.append(i)
+        if scaffolds:
+            scafs.append(scaffold_of(mol))
+    return {
+        "node_feat": np.concatenate(xs),
+        "edge_index": np.concatenate(eis, axis=1),  # node indices local to each graph
+        "edge_feat": np.concatenate(eas),
+        "num_nodes": np.array([len(x) for x in xs], dtype=np.int64),
+        "num_edges": np.array([len(e) for e in eas], dtype=np.int64),  # directed edges = 2 x bonds
+        "unsanitized": unsanitized,
+        "scaffolds": scafs,
+    }
+
+
+def compare_with_ogb_raw(g: dict, labels: np.ndarray, raw: dict) -> dict | None:
+    """Compare our graphs with OGB's pre-featurised raw/ files (if the archive has them): graphs that differ."""
+    need = ["num-node-list.csv.gz", "num-edge-list.csv.gz", "node-feat.csv.gz", "edge-feat.csv.gz", "edge.csv.gz"]
+    if not all(n in raw for n in need):
+        return None
+    t = {n: _int_table(raw[n], f"raw/{n}", 1 if "list" in n else 2) for n in need}
+    nn_raw, nb_raw = t["num-node-list.csv.gz"], t["num-edge-list.csv.gz"]  # bonds: OGB stores each once
+    G = len(g["num_nodes"])
+    rows = [len(t[n]) for n in ("node-feat.csv.gz", "edge-feat.csv.gz", "edge.csv.gz")]
+    if len(nn_raw) != G or len(nb_raw) != G or rows != [nn_raw.sum(), nb_raw.sum(), nb_raw.sum()]:
+        return {"graphs": G, "differ": G, "reason": "the raw/ files do not describe the same number of graphs"}
+    same = (nn_raw == g["num_nodes"]) & (2 * nb_raw == g["num_edges"])
+    node_ok = np.repeat(same, g["num_nodes"]), np.repeat(same, nn_raw)
+    bond_ok = np.repeat(same, g["num_edges"] // 2), np.repeat(same, nb_raw)
+    # bonds as unordered atom pairs: the check does not depend on which end OGB stored first
+    ours = (
+        g["node_feat"][node_ok[0]],
+        g["edge_feat"][::2][bond_ok[0]],
+        np.sort(g["edge_index"][:, ::2].T, 1)[bond_ok[0]],
+    )
+    theirs = (
+        t["node-feat.csv.gz"][node_ok[1]],
+        t["edge-feat.csv.gz"][bond_ok[1]],
+        np.sort(t["edge.csv.gz"], 1)[bond_ok[1]],
+    )
+    bad_graphs = set(np.flatnonzero(~same).tolist())
+    for a, b, counts in zip(ours, theirs, (g["num_nodes"], g["num_edges"] // 2, g["num_edges"] // 2), strict=True):
+        if a.shape != b.shape:
+            return {"graphs": G, "differ": G, "reason": "the raw/ files have other columns"}
+        owner = np.repeat(np.arange(len(same)), counts)[np.repeat(same, counts)]
+        bad_graphs |= set(owner[(a != b).any(axis=1)].tolist())
+    result = {"graphs": G, "differ": len(bad_graphs), "first": sorted(bad_graphs)[:10]}
+    if "graph-label.csv.gz" in raw:
+        result["labels_differ"] = int((_int_table(raw["graph-label.csv.gz"], "raw/graph-label", 1) != labels).sum())
+    return result
+
+
+def read_official_split(blobs: dict, n: int) -> dict[str, np.ndarray]:
+    split = {s: _int_table(blobs[f"{s}.csv.gz"], f"{s}.csv.gz", 1) for s in SPLITS}
+    every = np.concatenate(list(split.values()))
+    if len(every) and (every.min() < 0 or every.max() >= n):
+        raise ValueError(f"the split files name molecules outside 0..{n - 1}: are they from another dataset?")
+    if len(np.unique(every)) != len(every):
+        raise ValueError("the split files overlap or repeat molecules")
+    return split
+
+
+def prepare(raw_dir: str, data_dir: str) -> None:
+    """Featurise every molecule, split, and save the arrays and meta.json; describe any shortfall in partial_data."""
+    start = time.time()
+    src = read_sources(raw_dir)
+    smiles, labels = read_molecules(src["mol"])
+    official = src["splits"] is not None
+    g = featurize(smiles, scaffolds=not official)
+    split = read_official_split(src["splits"], len(smiles)) if official else scaffold_split(g["scaffolds"])
+    raw_check = compare_with_ogb_raw(g, labels, src["raw"])
+
+    notes = []  # one line per way these data differ from OGB's official ogbg-molhiv
+    if len(smiles) != N_GRAPHS or int(labels.sum()) != N_POSITIVE:
+        notes.append(f"molecules: {len(smiles):,} ({int(labels.sum()):,} active), not {N_GRAPHS:,} ({N_POSITIVE:,})")
+    for f, ok in src["checksums"].items():
+        if not ok:
+            where = f" in {ZIP_FILE}" if src["source"] == ZIP_FILE else ""
+            notes.append(f"{f}{where} differs from OGB's file (sha256 {KNOWN_SHA256[f][:12]}...)")
+    if not official:
+        sizes = "/".join(f"{len(split[s]):,}" for s in SPLITS)
+        notes.append(
+            "split: the official split files (split/scaffold/*.csv.gz) were absent; recomputed with OGB's "
+            f"scaffold-split procedure (RDKit Murcko scaffolds, 80/10/10): train/valid/test {sizes}, the "
+            "membership may differ from the official split"
+        )
+    if raw_check and raw_check["differ"]:
+        notes.append(f"features: {raw_check['differ']:,} graphs differ from OGB's pre-featurised raw/ files")
+
+    os.makedirs(data_dir, exist_ok=True)
+    for name in ("node_feat", "edge_index", "edge_feat", "num_nodes", "num_edges"):
+        np.save(os.path.join(data_dir, f"{name}.npy"), g[name])
+    np.save(os.path.join(data_dir, "labels.npy"), labels)
+    for s in SPLITS:
+        np.save(os.path.join(data_dir, f"split_{s}.npy"), split[s])
+    from rdkit import __version__ as rdkit_version
+
+    meta = {
+        "graphs": len(smiles),
+        "nodes": int(g["num_nodes"].sum()),
+        "edges": int(g["num_edges"].sum()),  # directed: every bond twice
+        "counts": {s: len(split[s]) for s in SPLITS},
+        "positives": {s: int(labels[split[s]].sum()) for s in SPLITS},
+        "split": "official" if official else "scaffold-fallback",
+        "atom_features": ATOM_FEATURES,
+        "atom_feature_dims": ATOM_FEATURE_DIMS,
+        "bond_features": BOND_FEATURES,
+        "bond_feature_dims": BOND_FEATURE_DIMS,
+        "source": src["source"],
+        "sha256_verified": src["checksums"],
+        "rdkit": rdkit_version,
+        "unsanitized": g["unsanitized"],  # molecules that fail RDKit's valence checks (kept)
+        "ogb_raw_check": raw_check,  # None when the archive's raw/ files were not available
+        "partial_data": notes,
+    }
+    with open(os.path.join(data_dir, "meta.json"), "w", encoding="utf-8") as f:
+        json.dump(meta, f, indent=2)
+    print(
+        f"prepared {len(smiles):,} graphs ({meta['split']} split: "
+        + ", ".join(f"{s} {n:,}" for s, n in meta["counts"].items())
+        + f") from {src['source']} in {time.time() - start:.1f} s into {data_dir}"
+        + "".join(f"\n  partial data: {n}" for n in notes)
+    )
+
+
+# ---------------------------------------------------------------------------
+# 3. Loaders (import these in your training script)
+# ---------------------------------------------------------------------------
+
+
+def load_meta(data_dir: str = DATA_DIR) -> dict:
+    """Counts, feature names and dims, split kind, partial_data notes, as written by prepare()."""
+    with open(os.path.join(data_dir, "meta.json"), encoding="utf-8") as f:
+        return json.load(f)
+
+
+@dataclass
+class GraphBatch:
+    """A mini-batch of graphs as one big disconnected graph: what model(batch) receives (no labels)."""
+
+    x: torch.Tensor  # [N, 9] int64 atom features: indices into the lists of ATOM_FEATURES
+    edge_index: torch.Tensor  # [2, E] int64: edge k goes from node edge_index[0, k] to node edge_index[1, k]
+    edge_attr: torch.Tensor  # [E, 3] int64 bond features: indices into the lists of BOND_FEATURES
+    batch: torch.Tensor  # [N] int64: the graph (0 .. num_graphs - 1) each node belongs to
+    num_graphs: int
+
+    def to(self, device, non_blocking: bool = False) -> GraphBatch:
+        t = (self.x, self.edge_index, self.edge_attr, self.batch)
+        return GraphBatch(*(v.to(device, non_blocking=non_blocking) for v in t), self.num_graphs)
+
+
+def collate_graphs(graphs: list[dict]) -> tuple[GraphBatch, torch.Tensor]:
+    """Batch single graphs (dicts as GraphSet[i] gives them): concatenate the node and edge features, shift each
+    graph's edge indices by the number of nodes before it, and record each node's graph. Returns (batch, y)."""
+    offsets = np.cumsum([0] + [g["num_nodes"] for g in graphs])
+    batch = GraphBatch(
+        x=torch.cat([g["x"] for g in graphs]),
+        edge_index=torch.cat([g["edge_index"] + int(o) for g, o in zip(graphs, offsets, strict=False)], dim=1),
+        edge_attr=torch.cat([g["edge_attr"] for g in graphs]),
+        batch=torch.cat([torch.full((g["num_nodes"],), i, dtype=torch.long) for i, g in enumerate(graphs)]),
+        num_graphs=len(graphs),
+    )
+    return batch, torch.tensor([float(g["y"]) for g in graphs], dtype=torch.float32)
+
+
+class GraphSet:
+    """Graphs stored back to back: x [N, 9], edge_index [2, E] (node indices LOCAL to each graph), edge_attr [E, 3]
+    (all int64), y [G] float32, num_nodes / num_edges [G] int64. Move it to the GPU once with .to("cuda");
+    batch(idx) then gathers a mini-batch there with a few vectorised ops (no Python loop over graphs)."""
+
+    def __init__(self, x, edge_index, edge_attr, y, num_nodes, num_edges, counts_cpu=None):
+        self.x, self.edge_index, self.edge_attr, self.y = x, edge_index, edge_attr, y
+        self.num_nodes, self.num_edges = num_nodes, num_edges
+        zero = num_nodes.new_zeros(1)
+        self.node_ptr = torch.cat([zero, num_nodes.cumsum(0)])  # graph i owns nodes node_ptr[i] .. node_ptr[i+1]-1
+        self.edge_ptr = torch.cat([zero, num_edges.cumsum(0)])
+        # CPU copies of the counts: batch() sizes its outputs from them, so it never waits for the GPU.
+        self._counts = counts_cpu if counts_cpu is not None else (num_nodes.cpu(), num_edges.cpu())
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+    @property
+    def device(self) -> torch.device:
+        return self.x.device
+
+    def to(self, device) -> GraphSet:
+        t = (self.x, self.edge_index, self.edge_attr, self.y, self.num_nodes, self.num_edges)
+        return GraphSet(*(v.to(device) for v in t), counts_cpu=self._counts)
+
+    def __getitem__(self, i: int) -> dict:
+        """One graph: {"x", "edge_index" (local), "edge_attr", "y", "num_nodes"}."""
+        n0, n1, e0, e1 = self.node_ptr[i], self.node_ptr[i + 1], self.edge_ptr[i], self.edge_ptr[i + 1]
+        return {"x": self.x[n0:n1], "edge_index": self.edge_index[:, e0:e1], "edge_attr": self.edge_attr[e0:e1],
+                "y": self.y[i], "num_nodes": int(n1 - n0)}  # fmt: skip
+
+    def _gather(self, idx):
+        """Node and edge ids of the graphs idx (in that order), each node's and edge's position in idx, and the
+        first new node index of each graph. idx on the CPU costs no host-device sync (on the GPU: one)."""
+        idx = torch.as_tensor(idx, dtype=torch.long)
+        idx_cpu = idx.cpu()
+        total_n, total_e = int(self._counts[0][idx_cpu].sum()), int(self._counts[1][idx_cpu].sum())
+        idx = idx.to(self.device, non_blocking=True)
+        nn_, ne_ = self.num_nodes[idx], self.num_edges[idx]
+        pos = torch.arange(len(idx), device=self.device)
+        node_graph = torch.repeat_interleave(pos, nn_, output_size=total_n)
+        edge_graph = torch.repeat_interleave(pos, ne_, output_size=total_e)
+        node_start, edge_start = nn_.cumsum(0) - nn_, ne_.cumsum(0) - ne_  # where each graph starts in the output
+        node_ids = self.node_ptr[idx][node_graph] + torch.arange(total_n, device=self.device) - node_start[node_graph]
+        edge_ids = self.edge_ptr[idx][edge_graph] + torch.arange(total_e, device=self.device) - edge_start[edge_graph]
+        return idx, node_ids, edge_ids, node_graph, edge_graph, node_start
+
+    def batch(self, idx) -> tuple[GraphBatch, torch.Tensor]:
+        """The graphs idx as one GraphBatch (edge indices shifted, as collate_graphs does) and their labels y."""
+        idx, node_ids, edge_ids, node_graph, edge_graph, node_start = self._gather(idx)
+        edge_index = self.edge_index[:, edge_ids] + node_start[edge_graph]
+        batch = GraphBatch(self.x[node_ids], edge_index, self.edge_attr[edge_ids], node_graph, len(idx))
+        return batch, self.y[idx]
+
+    def subset(self, idx) -> GraphSet:
+        """A new GraphSet holding the graphs idx, in that order."""
+        idx, node_ids, edge_ids, _, _, _ = self._gather(idx)
+        counts = tuple(c[idx.cpu()] for c in self._counts)
+        t = (self.x[node_ids], self.edge_index[:, edge_ids], self.edge_attr[edge_ids], self.y[idx])
+        return GraphSet(*t, self.num_nodes[idx], self.num_edges[idx], counts_cpu=counts)
+
+
+def _split_name(split: str) -> str:
+    split = "valid" if split == "val" else split
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; use one of {list(SPLITS)}")
+    return split
+
+
+def load_all(data_dir: str = DATA_DIR) -> GraphSet:
+    """All graphs, in OGB's order (row i of mol.csv.gz), as a CPU GraphSet."""
+
+    def arr(name: str) -> torch.Tensor:
+        return torch.from_numpy(np.load(os.path.join(data_dir, f"{name}.npy")))
+
+    y = arr("labels").float()
+    return GraphSet(arr("node_feat").long(), arr("edge_index").long(), arr("edge_feat").long(), y,
+                    arr("num_nodes"), arr("num_edges"))  # fmt: skip
+
+
+def split_indices(split: str, data_dir: str = DATA_DIR) -> torch.Tensor:
+    """Graph indices (into load_all()) of one split, int64."""
+    return torch.from_numpy(np.load(os.path.join(data_dir, f"split_{_split_name(split)}.npy")))
+
+
+def load_split(split: str, data_dir: str = DATA_DIR) -> GraphSet:
+    """The graphs of one split ("train", "valid" (or "val"), "test") as a CPU GraphSet, in the split file's order."""
+    idx = split_indices(split, data_dir)
+    return load_all(data_dir).subset(idx)
+
+
+# ---------------------------------------------------------------------------
+# 4. Evaluation: the official metric
+# ---------------------------------------------------------------------------
+
+
+@torch.no_grad()
+def predict(
+    model: nn.Module, split: str = EVAL_SPLIT, data_dir: str = DATA_DIR, device: str = "cpu", batch_size: int = 256
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(scores, labels) of every graph of `split`: one float32 score per graph, CPU tensors [G].
+
+    Runs model(batch) under model.eval() in plain float32 (no autocast, no TF32), in a fixed order and fixed batches.
+    """
+    data = load_split(split, data_dir)
+    was_training = model.training
+    model.eval()
+    tf32 = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    scores = []
+    try:
+        with torch.autocast(device_type=torch.device(device).type, enabled=False):
+            for i in range(0, len(data), batch_size):
+                batch, _ = data.batch(torch.arange(i, min(i + batch_size, len(data))))
+                out = model(batch.to(device))
+                B = batch.num_graphs
+                if not isinstance(out, torch.Tensor) or tuple(out.shape) not in ((B,), (B, 1)):
+                    shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+                    raise ValueError(
+                        f"model(batch) returned {shape} for a batch of {B} graphs; expected one score per graph, "
+                        f"a tensor of shape ({B},) or ({B}, 1)"
+                    )
+                scores.append(out.float().reshape(-1).cpu())
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
+        model.train(was_training)
+    scores = torch.cat(scores)
+    if not torch.isfinite(scores).all():
+        raise ValueError(f"the model produced non-finite scores on the {split} graphs")
+    return scores, data.y
+
+
+def evaluate(
+    model: nn.Module, split: str = EVAL_SPLIT, data_dir: str = DATA_DIR, device: str = "cpu", batch_size: int = 256
+) -> dict:
+    """ROC-AUC of the model's scores on `split`: {"auroc": float, "n": number of graphs}.
+
+    Call it with split="valid" for the validation score your script reports: that is exactly the official metric
+    on the validation split. The value is sklearn's roc_auc_score(labels, scores), as OGB's Evaluator computes it;
+    any score that ranks the molecules (logit or probability of being active) gives the same AUROC.
+    """
+    from sklearn.metrics import roc_auc_score
+
+    scores, y = predict(model, split, data_dir, device, batch_size)
+    if len(torch.unique(y)) < 2:
+        raise ValueError(f"the {split} split holds only one class: the ROC-AUC is undefined")
+    return {METRIC: float(roc_auc_score(y.numpy(), scores.numpy())), "n": len(y)}
+
+
+# 5. The helper block below is shared verbatim by all seven tasks (hence kept out of the formatter).
+# fmt: off
+# ---------------------------------------------------------------------------
+# Checkpoint + logging helpers (the output contract, paper rule 7).
+# Every training script saves its models through save_checkpoint() so that the
+# harness can find them, rank them by the validation score the script
+# reports, and rebuild them for the official evaluation:
+#     model = build_model(payload["config"]); model.load_state_dict(sd, strict=True)
+# ---------------------------------------------------------------------------
+
+CHECKPOINT_FORMAT = "1gc-7rc/checkpoint-v1"
+
+
+_spool = None  # the open spool file (one line-buffered append per event: microseconds, no MLflow)
+
+
+def _trace(event: dict) -> None:
+    """Append one event to the harness's spool file, if the harness set one.
+
+    Standard library only and a no-op outside the harness, so it costs nothing
+    when you run a script by hand. The harness relays these lines to MLflow.
+    """
+    global _spool
+    path = os.environ.get("BENCH_SPOOL_FILE")
+    if not path:
+        return
+    try:
+        if _spool is None or _spool.name != path:
+            _spool = open(path, "a", buffering=1, encoding="utf-8")
+        _spool.write(json.dumps(event, default=str) + "\n")
+    except OSError:
+        pass  # tracing must never break training
+
+
+def log_metrics(step: int, **metrics: float) -> None:
+    """Trace one set of metrics at full precision, then print it (`step 100 | loss 1.2300 | val_bpb 2.3100`)."""
+    values = {k: float(v) for k, v in metrics.items()}
+    _trace({"ev": "metrics", "t": time.time(), "step": int(step), "metrics": values})
+    print(f"step {step} | " + " | ".join(f"{k} {v:.4f}" for k, v in values.items()), flush=True)
+
+
+def save_checkpoint(model: nn.Module, config: dict, val_score: float, *, step: int | None = None,
+                    path: str | None = None) -> str:
+    """Save a scored checkpoint into checkpoints/ and return its path.
+
+    `config` must be plain Python values (numbers, strings, lists, dicts): it is
+    stored beside the weights and passed back to your script's build_model().
+    `val_score` is your own measurement of METRIC on the validation split.
+    The state dict is saved as is: evaluation loads it with strict=True, so a
+    torch.compile()d model must be saved via model._orig_mod.
+    """
+    script = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "unknown"
+    if path is None:
+        os.makedirs(CHECKPOINT_DIR, exist_ok=True)
+        stem = os.path.splitext(script)[0]
+        tag = f"step{step}_" if step is not None else ""
+        path = os.path.join(CHECKPOINT_DIR, f"{stem}_{tag}{METRIC}{float(val_score):.4f}_{time.time_ns()}.pt")
+    payload = {
+        "format": CHECKPOINT_FORMAT,
+        "state_dict": model.state_dict(),
+        "config": config,
+        "script": script,
+        "val_score": float(val_score),
+        "metric": METRIC,
+        "step": step,
+        "time": time.time(),
+    }
+    tmp = path + ".tmp"
+    torch.save(payload, tmp)
+    os.replace(tmp, path)  # atomic: the harness never sees half a file
+    _trace({"ev": "checkpoint", "t": time.time(), "path": os.path.abspath(path), "val_score": float(val_score),
+            "metric": METRIC, "step": step, "config": config,
+            "n_params": sum(p.numel() for p in model.parameters()),
+            "device": str(next(model.parameters()).device) if any(True for _ in model.parameters()) else "cpu"})
+    return path
+
+
+def load_checkpoint(path: str) -> dict:
+    """Load a checkpoint payload (weights_only: a checkpoint cannot run code)."""
+    payload = torch.load(path, map_location="cpu", weights_only=True)
+    if not isinstance(payload, dict) or "state_dict" not in payload or "config" not in payload:
+        raise ValueError(f"{path} is not a checkpoint saved by save_checkpoint(): it needs 'state_dict' and 'config'")
+    return payload
+
+
+def load_build_model(script_path: str):
+    """Import build_model from a training script without running its training."""
+    spec = importlib.util.spec_from_file_location("_scored_script", script_path)
+    module = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(script_path)))
+    spec.loader.exec_module(module)  # scripts must guard training with `if __name__ == "__main__":`
+    if not hasattr(module, "build_model"):
+        raise AttributeError(f"{script_path} has no build_model(config) function (rule 7)")
+    return module.build_model
+
+
+def rebuild_model(payload: dict, script_path: str) -> nn.Module:
+    """build_model(config) + load_state_dict(strict=True): exactly what the official evaluation does."""
+    model = load_build_model(script_path)(payload["config"])
+    model.load_state_dict(payload["state_dict"], strict=True)
+    return model
+# fmt: on
+
+
+# ---------------------------------------------------------------------------
+# 6. Command line
+# ---------------------------------------------------------------------------
+
+
+def run_eval(args: argparse.Namespace) -> dict:
+    """The official evaluation of one checkpoint; raises with a clear message on any problem."""
+    start = time.time()
+    if not os.path.isfile(args.eval):
+        raise FileNotFoundError(f"checkpoint {args.eval} does not exist")
+    try:
+        payload = load_checkpoint(args.eval)
+    except Exception as e:
+        raise ValueError(f"cannot read checkpoint {args.eval}: {e} (save it with prepare.save_checkpoint())") from e
+    script = args.script or payload.get("script")
+    if not script or not os.path.isfile(script):
+        named = f"--script names {args.script!r}" if args.script else f"the checkpoint names {payload.get('script')!r}"
+        raise FileNotFoundError(f"training script not found: {named}; pass --script PATH to the script that saved it")
+    if not os.path.isfile(os.path.join(args.data_dir, f"split_{EVAL_SPLIT}.npy")):
+        raise FileNotFoundError(
+            f"no prepared data in {args.data_dir!r}: run `python prepare.py --prepare` first or pass --data-dir"
+        )
+    model = load_build_model(script)(payload["config"])
+    try:
+        model.load_state_dict(payload["state_dict"], strict=True)
+    except RuntimeError as e:
+        hint = ""
+        if any(str(k).startswith("_orig_mod.") for k in payload["state_dict"]):
+            hint = " The keys start with '_orig_mod.': the model was saved after torch.compile(); save model._orig_mod."
+        raise ValueError(
+            f"the saved state_dict does not fit build_model(config) from {script} under strict=True.{hint} Details: {e}"
+        ) from e
+    if args.device == "cuda":
+        torch.backends.cudnn.benchmark = False
+        torch.backends.cudnn.deterministic = True
+    model = model.to(args.device)
+    result = evaluate(model, EVAL_SPLIT, args.data_dir, args.device, args.batch_size)
+    return {
+        "task": TASK_ID,
+        "metric": METRIC,
+        "value": result[METRIC],
+        "direction": DIRECTION,
+        "split": EVAL_SPLIT,
+        "checkpoint": args.eval,
+        "script": script,
+        "seconds": round(time.time() - start, 3),
+        "n": result["n"],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=f"{TASK_ID}: data preparation and official evaluation")
+    mode = parser.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--prepare", action="store_true", help="build the prepared data from the raw files")
+    mode.add_argument("--eval", metavar="CHECKPOINT", help="score a checkpoint on the eval split")
+    parser.add_argument("--raw-dir", help=f"folder holding {ZIP_FILE}, or {MOL_FILE} [+ split files] (with --prepare)")
+    parser.add_argument("--data-dir", default=DATA_DIR, help="prepared data folder (default: data)")
+    parser.add_argument("--script", help="training script with build_model (default: the checkpoint's)")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--batch-size", type=int, default=256)
+    args = parser.parse_args()
+
+    if args.prepare:
+        if not args.raw_dir:
+            parser.error("--prepare needs --raw-dir")
+        prepare(args.raw_dir, args.data_dir)
+        return
+    try:
+        result = run_eval(args)
+    except Exception as e:  # any failure: one JSON line saying what to fix, exit 1
+        print(json.dumps({"task": TASK_ID, "error": f"{type(e).__name__}: {e}"}))
+        sys.exit(1)
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,512 @@
+"""Task T4 (ogbg-molhiv): featurisation as OGB's smiles2graph, the official and the fallback scaffold split,
+hiv.zip, the GraphSet / collate_graphs batching, the AUROC metric, the GIN baseline and prepare.py --eval.
+
+Runs on GENERATED raw files with the exact schema of OGB's (mol.csv.gz: header HIV_active,smiles,mol_id; split
+files: a gzipped column of graph indices; hiv.zip laid out as hiv/mapping, hiv/split/scaffold, hiv/raw): 60
+ordinary molecules with made-up labels, NOT the real data, and no score on them means anything. The test marked
+`mirror` featurises the real mol.csv.gz (all 41,127 molecules) from BENCH_DATA_MIRROR.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import gzip
+import hashlib
+import importlib
+import io
+import json
+import math
+import shutil
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+from sklearn.metrics import roc_auc_score
+
+from bench.tasks import load_task
+
+TASK_DIR = Path(__file__).resolve().parents[2] / "tasks" / "t4_graph_learning"
+SPLITS = ("train", "valid", "test")
+TINY = {"epochs": 2, "batch_size": 16, "log_every": 2}  # 3 steps an epoch on the 48 generated training graphs
+
+# 60 ordinary molecules (a few share a scaffold; acyclic ones share the empty scaffold), with stereo bonds and
+# centres, a salt without bonds, and one molecule of the real file that fails RDKit's valence checks (index 59).
+SMILES = [
+    "CCO", "c1ccccc1O", "CC(=O)O", "CCN(CC)CC", "c1ccncc1", "CC(C)O", "OC(=O)c1ccccc1", "Nc1ccccc1",
+    "CC(=O)Nc1ccc(O)cc1", "COc1ccccc1", "C1CCCCC1", "C1CCOC1", "c1ccc2ccccc2c1", "Clc1ccccc1", "CC(C)(C)O",
+    "C=CC=O", "CC#N", "O=C1CCCCC1", "c1ccsc1", "c1cc[nH]c1", "CCOC(=O)C", "CN1CCCC1", "OCC(O)CO", "C[C@@H](N)C(=O)O",
+    "NC(=O)c1ccccc1", "Cc1ccccc1", "Oc1ccc(Cl)cc1", "Cc1ccncc1", "Oc1ccc2ccccc2c1", "CC1CCCCC1", "OC1CCOC1",
+    "Cl[C@H](/C=C/C)Br", "C/C=C\\C", "Brc1ccccc1", "c1ccc(-c2ccccc2)cc1", "Cc1ccc(-c2ccccc2)cc1", "O=C(O)C1CCCCC1",
+    "c1ccc2[nH]ccc2c1", "Cc1ccc2[nH]ccc2c1", "C1CCNCC1", "CC1CCNCC1", "O=c1cc[nH]c(=O)[nH]1", "Cc1c[nH]c(=O)[nH]c1=O",
+    "CCCCCC", "CCCCO", "c1ccoc1", "Cc1ccco1", "N#Cc1ccccc1", "O=[N+]([O-])c1ccccc1", "CS(=O)(=O)c1ccccc1",
+    "C1CC1", "CC1CC1", "c1cnc2ccccc2c1", "Cc1cnc2ccccc2c1", "FC(F)(F)c1ccccc1", "[Na+].[Cl-]", "OCCN1CCOCC1",
+    "C1COCCN1", "Nc1ncnc2[nH]cnc12", "Cc1ccc([B-2]2(c3ccc(C)cc3)=NCCO2)cc1",
+]  # fmt: skip
+LABELS = [1 if i % 4 == 0 else 0 for i in range(len(SMILES))]  # 15 active, in every split
+SPLIT = {"train": list(range(48)), "valid": list(range(48, 54)), "test": list(range(54, 60))}  # generated
+
+
+def gz(text: str) -> bytes:
+    return gzip.compress(text.encode("utf-8"), mtime=0)
+
+
+def mol_csv(smiles=SMILES, labels=LABELS) -> bytes:
+    """GENERATED mapping/mol.csv.gz: OGB's header and layout (empty mol_id), made-up labels."""
+    out = io.StringIO()
+    w = csv.writer(out, lineterminator="\n")
+    w.writerow(["HIV_active", "smiles", "mol_id"])
+    w.writerows([y, s, ""] for y, s in zip(labels, smiles, strict=True))
+    return gz(out.getvalue())
+
+
+def split_csv(indices) -> bytes:
+    """GENERATED split/scaffold/<split>.csv.gz: one graph index per line, no header (as OGB's)."""
+    return gz("".join(f"{i}\n" for i in indices))
+
+
+def write_raw(raw: Path, splits: bool = True) -> Path:
+    raw.mkdir(parents=True, exist_ok=True)
+    (raw / "mol.csv.gz").write_bytes(mol_csv())
+    if splits:
+        for s in SPLITS:
+            (raw / f"{s}.csv.gz").write_bytes(split_csv(SPLIT[s]))
+    return raw
+
+
+def run_prepare(workspace: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "prepare.py", *args], cwd=workspace, capture_output=True, text=True, timeout=300
+    )
+
+
+def last_json(proc: subprocess.CompletedProcess) -> dict:
+    lines = proc.stdout.strip().splitlines()
+    assert lines, f"no stdout; stderr: {proc.stderr[-2000:]}"
+    return json.loads(lines[-1])
+
+
+@contextlib.contextmanager
+def task_modules(workspace: Path):
+    """Import the workspace's prepare.py and train.py as `prepare` / `train`, and forget them afterwards."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(workspace)
+        mp.syspath_prepend(str(workspace))
+        mp.setattr(sys, "argv", ["train.py"])  # save_checkpoint() names checkpoints after sys.argv[0]
+        mp.setattr(sys, "dont_write_bytecode", True)  # leave no __pycache__ in the task folder
+        for name in ("prepare", "train"):
+            mp.delitem(sys.modules, name, raising=False)
+        try:
+            yield importlib.import_module("prepare"), importlib.import_module("train")
+        finally:
+            for name in ("prepare", "train"):
+                sys.modules.pop(name, None)
+
+
+def copy_task(dest: Path) -> Path:
+    shutil.copytree(TASK_DIR, dest, ignore=shutil.ignore_patterns("data", "checkpoints", "__pycache__"))
+    return dest
+
+
+def arrays(data: Path) -> dict:
+    return {p.stem: np.load(p) for p in sorted(data.glob("*.npy"))}
+
+
+@pytest.fixture(scope="module")
+def fake(tmp_path_factory) -> dict:
+    """A copy of the task folder with data/ prepared (command line) from generated mol.csv.gz + split files."""
+    root = tmp_path_factory.mktemp("t4")
+    ws = copy_task(root / "ws")
+    raw = write_raw(root / "raw")
+    proc = run_prepare(ws, "--prepare", "--raw-dir", str(raw), "--data-dir", "data")
+    assert proc.returncode == 0, proc.stderr
+    return {"ws": ws, "raw": raw, "log": proc.stdout}
+
+
+@pytest.fixture(scope="module")
+def trained(fake) -> dict:
+    """Train the baseline with a tiny config for two epochs; returns its log and checkpoint paths."""
+    out = io.StringIO()
+    with task_modules(fake["ws"]) as (_, train), contextlib.redirect_stdout(out):
+        train.main(dict(train.CONFIG, **TINY))
+    return {"log": out.getvalue(), "checkpoints": sorted((fake["ws"] / "checkpoints").glob("*.pt"))}
+
+
+def test_task_toml_loads():
+    task = load_task(TASK_DIR)
+    assert (task.id, task.metric, task.direction, task.eval_split) == ("t4", "auroc", "max", "test")
+    assert (task.budget_minutes, task.baseline_score, task.reference_score) == (60, 0.706, 0.848)
+    full, mol, *splits = task.data
+    assert (full.file, full.mirror, full.sha256, full.size, full.required) == (
+        "hiv.zip",
+        "ogbg_molhiv/hiv.zip",
+        "",
+        None,
+        True,
+    )
+    assert full.url == "https://snap.stanford.edu/ogb/data/graphproppred/csv_mol_download/hiv.zip"
+    assert (mol.file, mol.url, mol.mirror, mol.substitute_for, mol.required) == (
+        "mol.csv.gz",
+        "",
+        "ogbg_molhiv/mapping/mol.csv.gz",
+        "hiv.zip",
+        True,
+    )
+    assert (mol.sha256, mol.md5, mol.size) == (
+        "306c4ad8d54fc6cd40c71da4d0561fdcc73e1188662e6992bae0dda8f65bf6d0",
+        "40d5a50e59b469e4275c715d99462d6a",
+        404655,
+    )
+    assert [(s.file, s.mirror, s.size, s.required, s.substitute_for) for s in splits] == [
+        ("train.csv.gz", "ogbg_molhiv/split/scaffold/train.csv.gz", 73605, False, "hiv.zip"),
+        ("valid.csv.gz", "ogbg_molhiv/split/scaffold/valid.csv.gz", 9254, False, "hiv.zip"),
+        ("test.csv.gz", "ogbg_molhiv/split/scaffold/test.csv.gz", 9503, False, "hiv.zip"),
+    ]
+    with task_modules(TASK_DIR) as (prepare, _):
+        assert {s.file: s.sha256 for s in (mol, *splits)} == prepare.KNOWN_SHA256
+
+
+def test_featurisation_matches_ogb_smiles2graph():
+    """Hand-checked graphs, and the examples in the comments of ogb/utils/features.py."""
+    with task_modules(TASK_DIR) as (prepare, _):
+        assert prepare.ATOM_FEATURE_DIMS == [119, 5, 12, 12, 10, 6, 6, 2, 2]
+        assert prepare.BOND_FEATURE_DIMS == [5, 6, 2]
+
+        def graph(smiles):
+            mol, sanitized = prepare.parse_smiles(smiles)
+            return (*prepare.mol_to_graph(mol), sanitized)
+
+        # ethanol: C (Z=6 -> 5), degree counts the hydrogens, formal charge 0 -> index 5, SP3 -> 2
+        x, ei, ea, ok = graph("CCO")
+        assert ok and x.dtype == np.uint8 and ei.dtype == np.int64
+        assert x.tolist() == [[5, 0, 4, 5, 3, 0, 2, 0, 0], [5, 0, 4, 5, 2, 0, 2, 0, 0], [7, 0, 2, 5, 1, 0, 2, 0, 0]]
+        assert ei.tolist() == [[0, 1, 1, 2], [1, 0, 2, 1]]  # every bond in both directions, (i, j) then (j, i)
+        assert ea.tolist() == [[0, 0, 0]] * 4  # single, no stereo, not conjugated
+        # OGB's own examples: the chiral carbon and the E double bond of Cl[C@H](/C=C/C)Br
+        x, ei, ea, _ = graph("Cl[C@H](/C=C/C)Br")
+        assert x[1].tolist() == [5, 2, 4, 5, 1, 0, 2, 0, 0]
+        assert ea[2 * 2].tolist() == [1, 2, 0] and ea[2 * 2 + 1].tolist() == [1, 2, 0]  # bond 2, both directions
+        # phenol: aromatic atoms and bonds (type index 3, conjugated), ring membership
+        x, ei, ea, _ = graph("c1ccccc1O")
+        assert x[0].tolist() == [5, 0, 3, 5, 1, 0, 1, 1, 1] and x[6].tolist() == [7, 0, 2, 5, 1, 0, 1, 0, 0]
+        assert ea[0].tolist() == [3, 0, 1] and ei.shape == (2, 14)
+        # a salt: two atoms, no bond; Na+ charge +1 -> index 6, hybridisation S -> misc (5)
+        x, ei, ea, _ = graph("[Na+].[Cl-]")
+        assert x.tolist() == [[10, 0, 0, 6, 0, 0, 5, 0, 0], [16, 0, 0, 4, 0, 0, 2, 0, 0]]
+        assert ei.shape == (2, 0) and ea.shape == (0, 3)
+        # a molecule of the real file that fails RDKit's valence checks: kept, still aromatic and in rings
+        x, ei, ea, ok = graph(SMILES[59])
+        assert not ok and x.shape == (19, 9) and ei.shape == (2, 42)
+        assert x[5].tolist() == [4, 0, 4, 3, 0, 0, 2, 0, 1]  # boron (Z=5), 4 bonds, charge -2, SP3, in a ring
+        assert x[1].tolist() == [5, 0, 3, 5, 0, 0, 1, 1, 1]  # an aromatic carbon: aromaticity was perceived
+        with pytest.raises(ValueError, match="cannot parse"):
+            prepare.parse_smiles("C1CC(")
+
+
+def test_prepare_with_official_split_files(fake):
+    data = fake["ws"] / "data"
+    meta = json.loads((data / "meta.json").read_text(encoding="utf-8"))
+    assert meta["split"] == "official" and meta["source"] == "mol.csv.gz" and meta["graphs"] == 60
+    assert meta["counts"] == {"train": 48, "valid": 6, "test": 6}
+    assert meta["positives"] == {"train": 12, "valid": 2, "test": 1}
+    assert meta["unsanitized"] == [59] and meta["ogb_raw_check"] is None
+    assert meta["sha256_verified"] == {"mol.csv.gz": False, "train.csv.gz": False, "valid.csv.gz": False,
+                                       "test.csv.gz": False}  # fmt: skip
+    notes = meta["partial_data"]  # generated files: fewer molecules, and not OGB's bytes; but the split is given
+    assert notes[0] == "molecules: 60 (15 active), not 41,127 (1,443)" and len(notes) == 5
+    assert all("differs from OGB's file" in n for n in notes[1:]) and "partial data: molecules" in fake["log"]
+    a = arrays(data)
+    assert a["node_feat"].dtype == a["edge_feat"].dtype == a["labels"].dtype == np.uint8
+    assert a["node_feat"].shape == (meta["nodes"], 9) and a["edge_feat"].shape == (meta["edges"], 3)
+    assert a["edge_index"].shape == (2, meta["edges"]) and a["num_edges"].sum() == meta["edges"]
+    assert a["labels"].tolist() == LABELS and {s: a[f"split_{s}"].tolist() for s in SPLITS} == SPLIT
+    with task_modules(fake["ws"]) as (prepare, _):
+        for i in (0, 31, 55, 59):
+            mol, _ = prepare.parse_smiles(SMILES[i])
+            x, ei, ea = prepare.mol_to_graph(mol)
+            g = prepare.load_all()[i]
+            assert torch.equal(g["x"], torch.from_numpy(x).long()) and torch.equal(
+                g["edge_index"], torch.from_numpy(ei)
+            )
+            assert torch.equal(g["edge_attr"], torch.from_numpy(ea).long()) and g["y"] == LABELS[i]
+        test = prepare.load_split("test")
+        assert len(test) == 6 and test.x.dtype == test.edge_attr.dtype == torch.int64 and test.y.dtype == torch.float32
+        assert test.y.tolist() == [LABELS[i] for i in SPLIT["test"]]
+        assert torch.equal(test[0]["x"], prepare.load_all()[54]["x"])  # graphs in the split file's order
+        assert len(prepare.load_split("val")) == 6  # "val" is an alias of OGB's "valid"
+
+
+def test_scaffold_split_orders_groups_as_ogb():
+    """Groups by (size, first index) descending; a group never straddles two splits; 80 / 10 / 10 cut-offs."""
+    with task_modules(TASK_DIR) as (prepare, _):
+        split = prepare.scaffold_split(["a", "b", "a", "c", "b", "d", "a", "e", "f", "g"])
+    assert {s: v.tolist() for s, v in split.items()} == {
+        "train": [0, 2, 6, 1, 4, 9, 8, 7],  # a (3), b (2), then the singletons from the LAST one: g, f, e
+        "valid": [5],  # d: 8 + 1 <= 9
+        "test": [3],  # c: would make 10 > 9
+    }
+
+
+def test_fallback_split_is_deterministic_and_separates_scaffolds(tmp_path):
+    raw = write_raw(tmp_path / "raw", splits=False)
+    with task_modules(TASK_DIR) as (prepare, _):
+        prepare.prepare(str(raw), str(tmp_path / "a"))
+        prepare.prepare(str(raw), str(tmp_path / "b"))
+        meta = prepare.load_meta(str(tmp_path / "a"))
+        scaffolds = [prepare.scaffold_of(prepare.parse_smiles(s)[0]) for s in SMILES]
+    a, b = arrays(tmp_path / "a"), arrays(tmp_path / "b")
+    assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+    assert (tmp_path / "a" / "meta.json").read_bytes() == (tmp_path / "b" / "meta.json").read_bytes()
+    parts = [a[f"split_{s}"].tolist() for s in SPLITS]
+    assert sorted(sum(parts, [])) == list(range(60))
+    assert [len(p) for p in parts] == [48, 6, 6] and meta["counts"] == {"train": 48, "valid": 6, "test": 6}
+    owners = [{scaffolds[i] for i in p} for p in parts]
+    assert not (owners[0] & owners[1] or owners[0] & owners[2] or owners[1] & owners[2])
+    assert "" in owners[0]  # the acyclic molecules: the largest group, first into train
+    assert meta["split"] == "scaffold-fallback"
+    assert meta["partial_data"][-1].startswith("split: the official split files (split/scaffold/*.csv.gz) were absent")
+
+
+def ogb_raw_files(g: dict, labels) -> dict:
+    """GENERATED hiv/raw/*.csv.gz in OGB's layout (each bond once, local node indices) from prepared arrays."""
+
+    def table(rows) -> bytes:
+        return gz("".join(",".join(str(int(v)) for v in np.atleast_1d(r)) + "\n" for r in rows))
+
+    return {
+        "num-node-list.csv.gz": table(g["num_nodes"]),
+        "num-edge-list.csv.gz": table(g["num_edges"] // 2),
+        "node-feat.csv.gz": table(g["node_feat"]),
+        "edge-feat.csv.gz": table(g["edge_feat"][::2]),
+        "edge.csv.gz": table(g["edge_index"][:, ::2].T[:, ::-1]),  # stored (j, i): the check ignores orientation
+        "graph-label.csv.gz": table(labels),
+    }
+
+
+def test_hiv_zip_is_read_and_checked_against_ogb_raw_features(fake, tmp_path):
+    ref = arrays(fake["ws"] / "data")
+    raw_files = ogb_raw_files(ref, LABELS)
+    for prefix, tamper in (("hiv/", False), ("", True)):
+        raw = tmp_path / f"raw{int(tamper)}"
+        raw.mkdir()
+        members = {"mapping/mol.csv.gz": mol_csv(), **{f"raw/{k}": v for k, v in raw_files.items()}}
+        members.update({f"split/scaffold/{s}.csv.gz": split_csv(SPLIT[s]) for s in SPLITS})
+        if tamper:  # one atom of graph 3 gets another atomic number
+            feats = ref["node_feat"].copy()
+            feats[ref["num_nodes"][:3].sum(), 0] += 1
+            members["raw/node-feat.csv.gz"] = ogb_raw_files({**ref, "node_feat": feats}, LABELS)["node-feat.csv.gz"]
+        with zipfile.ZipFile(raw / "hiv.zip", "w") as zf:
+            for name, blob in members.items():
+                zf.writestr(prefix + name, blob)
+        (raw / "mol.csv.gz").write_bytes(b"ignored when hiv.zip is present")
+        with task_modules(TASK_DIR) as (prepare, _):
+            prepare.prepare(str(raw), str(tmp_path / f"data{int(tamper)}"))
+            meta = prepare.load_meta(str(tmp_path / f"data{int(tamper)}"))
+        got = arrays(tmp_path / f"data{int(tamper)}")
+        assert got.keys() == ref.keys() and all(np.array_equal(got[k], ref[k]) for k in ref)
+        assert meta["source"] == "hiv.zip" and meta["split"] == "official"
+        check = meta["ogb_raw_check"]
+        assert (check["graphs"], check["differ"], check["labels_differ"]) == (60, int(tamper), 0)
+        assert (check["first"] == [3]) == tamper
+        assert any(n.startswith("features: 1 graphs differ") for n in meta["partial_data"]) == tamper
+
+
+def test_prepare_rejects_bad_raw_data(fake, tmp_path):
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "mol.csv.gz").write_bytes(gz("label,smiles\n1,CCO\n"))
+    proc = run_prepare(fake["ws"], "--prepare", "--raw-dir", str(bad), "--data-dir", str(tmp_path / "out"))
+    assert proc.returncode != 0 and "expected columns ['HIV_active', 'smiles', 'mol_id']" in proc.stderr
+    with task_modules(TASK_DIR) as (prepare, _):
+        out = str(tmp_path / "out")
+        with pytest.raises(FileNotFoundError, match="neither hiv.zip nor mol.csv.gz"):
+            prepare.prepare(str(tmp_path), out)
+        (bad / "mol.csv.gz").write_bytes(mol_csv(["CCO", "C1CC(", "CC"], [0, 1, 0]))
+        with pytest.raises(ValueError, match=r"molecule 1 \(line 3\).*cannot parse"):
+            prepare.prepare(str(bad), out)
+        (bad / "mol.csv.gz").write_bytes(mol_csv(["CCO", "CC"], [0, 2]))
+        with pytest.raises(ValueError, match="line 3 is not 'label"):
+            prepare.prepare(str(bad), out)
+        write_raw(bad)
+        (bad / "test.csv.gz").unlink()
+        with pytest.raises(ValueError, match="come as a set"):
+            prepare.prepare(str(bad), out)
+        (bad / "test.csv.gz").write_bytes(split_csv([54, 55, 60]))
+        with pytest.raises(ValueError, match="outside 0..59"):
+            prepare.prepare(str(bad), out)
+        (bad / "test.csv.gz").write_bytes(split_csv([53, 54]))
+        with pytest.raises(ValueError, match="overlap"):
+            prepare.prepare(str(bad), out)
+        with zipfile.ZipFile(bad / "hiv.zip", "w") as zf:
+            zf.writestr("hiv/README", "not the dataset")
+        with pytest.raises(ValueError, match="no hiv/mapping/mol.csv.gz"):
+            prepare.prepare(str(bad), out)
+
+
+def test_graphset_batch_equals_collate_graphs(fake):
+    with task_modules(fake["ws"]) as (prepare, _):
+        train = prepare.load_split("train")
+        idx = [5, 0, 17, 3, 47]
+        fast, y_fast = train.batch(torch.tensor(idx))
+        slow, y_slow = prepare.collate_graphs([train[i] for i in idx])
+    for name in ("x", "edge_index", "edge_attr", "batch"):
+        assert torch.equal(getattr(fast, name), getattr(slow, name)), name
+    assert fast.num_graphs == slow.num_graphs == 5 and torch.equal(y_fast, y_slow)
+    assert y_fast.tolist() == [LABELS[i] for i in idx]
+    sizes = [train[i]["num_nodes"] for i in idx]
+    assert torch.bincount(fast.batch).tolist() == sizes and fast.x.shape == (sum(sizes), 9)
+    # every edge joins two nodes of the same graph, and graph k's nodes start after those of graphs 0..k-1
+    assert torch.equal(fast.batch[fast.edge_index[0]], fast.batch[fast.edge_index[1]])
+    first = np.cumsum([0] + sizes[:-1])
+    for k, i in enumerate(idx):
+        own = fast.edge_index[:, fast.batch[fast.edge_index[0]] == k] - int(first[k])
+        assert torch.equal(own, train[i]["edge_index"])
+
+
+class AtomCount(nn.Module):
+    """Scores a molecule by its number of atoms (ties included): a model with a known output."""
+
+    def __init__(self, shape: str = "flat", value: float | None = None):
+        super().__init__()
+        self.shape, self.value = shape, value
+
+    def forward(self, batch):
+        score = torch.zeros(batch.num_graphs).index_add_(0, batch.batch, torch.ones(len(batch.batch)))
+        if self.value is not None:
+            score = torch.full_like(score, self.value)
+        return {"flat": score, "column": score[:, None], "wide": score[:, None].repeat(1, 2)}[self.shape]
+
+
+def test_metric_matches_sklearn(fake, tmp_path):
+    with task_modules(fake["ws"]) as (prepare, _):
+        for split in ("valid", "test", "train"):
+            graphs = prepare.load_split(split)
+            want = roc_auc_score(graphs.y.numpy(), graphs.num_nodes.numpy())
+            for batch_size, shape in ((256, "flat"), (1, "column"), (4, "flat")):
+                result = prepare.evaluate(AtomCount(shape), split, batch_size=batch_size)
+                assert result == {"auroc": want, "n": len(graphs)}
+        # by hand: valid holds graphs 48..53 with 9, 10, 3, 4, 10, 11 atoms, active 48 (9) and 52 (10); of the
+        # 8 active/inactive pairs the active one wins 2 (9 > 3, 4) + 2.5 (10 > 3, 4; a tie with 10 counts half)
+        assert prepare.load_split("valid").num_nodes.tolist() == [9, 10, 3, 4, 10, 11]
+        assert prepare.evaluate(AtomCount(), "valid")["auroc"] == pytest.approx(4.5 / 8, abs=1e-15)
+        with pytest.raises(ValueError, match=r"expected one score per graph, a tensor of shape \(6,\) or \(6, 1\)"):
+            prepare.evaluate(AtomCount("wide"), "test")
+        with pytest.raises(ValueError, match="non-finite"):
+            prepare.evaluate(AtomCount(value=float("nan")), "test")
+        data = tmp_path / "data"
+        shutil.copytree(fake["ws"] / "data", data)
+        np.save(data / "split_test.npy", np.array([1, 2, 3]))  # inactive molecules only
+        with pytest.raises(ValueError, match="only one class"):
+            prepare.evaluate(AtomCount(), "test", str(data))
+
+
+def test_gin_layer_is_the_ogb_formula_and_the_model_scores_graphs():
+    with task_modules(TASK_DIR) as (prepare, train):
+        config = dict(train.CONFIG, hidden=8, emb_dim=4)
+        conv = train.GINConv(config).eval()
+        nn.init.constant_(conv.eps, 0.25)
+        h = torch.randn(4, 8)
+        edge_index = torch.tensor([[0, 1, 1, 2, 3, 2], [1, 0, 2, 1, 2, 3]])
+        edge_attr = torch.randint(0, 2, (6, 3))
+        e = conv.bond_encoder(edge_attr)
+        want = torch.stack([(1.25 * h[i] + sum(torch.relu(h[s] + e[k]) for k, (s, d) in
+                             enumerate(edge_index.T.tolist()) if d == i)) for i in range(4)])  # fmt: skip
+        torch.testing.assert_close(conv(h, edge_index, edge_attr), conv.mlp(want), rtol=1e-5, atol=1e-5)
+        model = train.build_model(train.CONFIG).eval()
+        assert sum(p.numel() for p in model.parameters()) > 1_000_000
+        assert [m.num_embeddings for m in model.atom_encoder.embeddings] == prepare.ATOM_FEATURE_DIMS
+        assert model.atom_encoder.proj.in_features == 64 and model.atom_encoder.proj.out_features == 300
+        zeros = torch.zeros
+        graphs = [{"x": zeros(n, 9).long(), "edge_index": torch.tensor([[0], [n - 1]]), "edge_attr": zeros(1, 3).long(),
+                   "y": 0.0, "num_nodes": n} for n in (2, 3, 5)]  # fmt: skip
+        batch, _ = prepare.collate_graphs(graphs)
+        assert model(batch).shape == (3,)
+
+
+def test_baseline_trains_logs_and_checkpoints(trained):
+    log = trained["log"]
+    assert "step 2 | loss " in log and "3 steps/epoch on cpu" in log
+    assert log.count("val_auroc") == 2  # one validation line per epoch
+    assert len(trained["checkpoints"]) == 2  # one checkpoint per epoch
+    assert all(p.name.startswith("train_step") for p in trained["checkpoints"])
+
+
+def test_eval_cli_scores_checkpoint(fake, trained):
+    ws, ckpt = fake["ws"], trained["checkpoints"][-1]
+    proc = run_prepare(ws, "--eval", str(ckpt.relative_to(ws)), "--device", "cpu")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    result = last_json(proc)
+    assert {k: result[k] for k in ("task", "metric", "direction", "split", "n")} == {
+        "task": "t4",
+        "metric": "auroc",
+        "direction": "max",
+        "split": "test",
+        "n": 6,
+    }
+    assert math.isfinite(result["value"]) and 0 <= result["value"] <= 1
+    with task_modules(ws) as (prepare, _):
+        payload = prepare.load_checkpoint(str(ckpt))
+        model = prepare.rebuild_model(payload, "train.py")
+        assert result["value"] == prepare.evaluate(model, "test")["auroc"]
+        assert payload["val_score"] == pytest.approx(prepare.evaluate(model, "valid")["auroc"], abs=1e-12)
+        scores, y = prepare.predict(model, "test")
+        assert result["value"] == roc_auc_score(y.numpy(), scores.numpy())
+
+
+def test_eval_errors_are_json(fake, trained):
+    ws, ckpt = fake["ws"], trained["checkpoints"][-1]
+    payload = torch.load(ckpt, weights_only=True)
+    payload["state_dict"] = {"_orig_mod." + k: v for k, v in payload["state_dict"].items()}
+    torch.save(payload, ws / "compiled.ckpt")
+    (ws / "garbage.pt").write_bytes(b"not a checkpoint")
+    (ws / "no_model.py").write_text("CONFIG = {}\n", encoding="utf-8")
+    cases = [
+        (["--eval", "missing.pt"], "does not exist"),
+        (["--eval", "garbage.pt"], "cannot read checkpoint"),
+        (["--eval", "compiled.ckpt"], "_orig_mod."),
+        (["--eval", str(ckpt.relative_to(ws)), "--script", "no_model.py"], "no build_model"),
+        (["--eval", str(ckpt.relative_to(ws)), "--data-dir", "nowhere"], "no prepared data"),
+    ]
+    for args, message in cases:
+        proc = run_prepare(ws, *args, "--device", "cpu")
+        assert proc.returncode == 1, (args, proc.stdout, proc.stderr)
+        result = last_json(proc)
+        assert result["task"] == "t4" and message in result["error"] and "value" not in result, (args, result)
+
+
+@pytest.mark.mirror
+def test_real_mol_csv_featurises_all_41127_molecules(real_mirror, tmp_path):
+    """The real mol.csv.gz (no official split files in the mirror): all molecules, OGB's counts, the fallback split."""
+    src = real_mirror / "ogbg_molhiv" / "mapping" / "mol.csv.gz"
+    source = load_task(TASK_DIR).data[1]
+    blob = src.read_bytes()
+    assert len(blob) == source.size and hashlib.sha256(blob).hexdigest() == source.sha256
+    assert hashlib.md5(blob).hexdigest() == source.md5
+    (tmp_path / "raw").mkdir()
+    (tmp_path / "raw" / "mol.csv.gz").symlink_to(src)
+    data = tmp_path / "data"
+    with task_modules(TASK_DIR) as (prepare, _):
+        start = time.time()
+        prepare.prepare(str(tmp_path / "raw"), str(data))
+        print(f"prepared the real ogbg-molhiv in {time.time() - start:.1f} s")
+        meta = prepare.load_meta(str(data))
+        test = prepare.load_split("test", str(data))
+    a = arrays(data)
+    assert meta["graphs"] == 41127 and len(a["num_nodes"]) == 41127
+    assert np.bincount(a["labels"]).tolist() == [39684, 1443]
+    assert a["node_feat"].shape == (meta["nodes"], 9) and a["edge_feat"].shape == (meta["edges"], 3)
+    assert meta["nodes"] == 1049163 and meta["edges"] == 2259376  # 25.5 atoms, 27.5 bonds a molecule (OGB)
+    assert (a["node_feat"].max(axis=0) < np.array(prepare.ATOM_FEATURE_DIMS)).all()
+    assert (a["edge_feat"].max(axis=0) < np.array(prepare.BOND_FEATURE_DIMS)).all()
+    assert meta["unsanitized"] == [137, 987, 12882, 18293, 30784, 30785, 35728]  # kept, as OGB does
+    assert meta["split"] == "scaffold-fallback" and meta["sha256_verified"] == {"mol.csv.gz": True}
+    assert meta["counts"] == {"train": 32901, "valid": 4113, "test": 4113}  # the official sizes
+    assert sorted(np.concatenate([a[f"split_{s}"] for s in SPLITS]).tolist()) == list(range(41127))
+    assert len(meta["partial_data"]) == 1 and meta["partial_data"][0].startswith("split: the official split files")
+    assert len(test) == 4113 and int(test.y.sum()) == meta["positives"]["test"] > 0
