@@ -235,7 +235,8 @@ def fetch_sources(task: Task, *, mirror: Path | None = None, progress: bool = Tr
                         absent.append(sub.file)
             except DataError as e2:
                 raise DataError(f"{e}\nIts partial substitute could not be fetched either: {e2}") from e2
-            print(f"warning: {source.file} unavailable; using its PARTIAL substitute ({', '.join(used)})", file=sys.stderr)
+            note = f"warning: {source.file} unavailable; using its PARTIAL substitute ({', '.join(used)})"
+            print(note, file=sys.stderr)
             substituted.append(source.file)
     return substituted, absent
 
