@@ -12,12 +12,14 @@ official file names, not DINOv3. The test marked `mirror` prepares the real subs
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import importlib
 import io
 import json
 import math
 import re
 import shutil
+import stat
 import subprocess
 import sys
 import tarfile
@@ -740,3 +742,68 @@ def test_real_substitutes_prepare_26_train_22_val(real_mirror):
         assert set(np.unique(y).tolist()) <= set(range(21)) | {255} and (y == 255).any() and (y > 0).any()
     assert meta["ids"]["train"][0] == "2007_000032"  # aeroplane, person and void borders
     assert set(np.unique(np.load(folder / "train_y.npy")[0]).tolist()) == {0, 1, 15, 255}
+
+
+# ---------------------------------------------------------------------------
+# The whole harness on T3: data through the mirror, installed weights in the workspace, locked dinov3.py
+# ---------------------------------------------------------------------------
+
+
+def test_bench_run_provides_weights_locks_dinov3_and_scores(fake, tmp_path, monkeypatch):
+    """`bench run` on a copy of T3 whose task.toml declares GENERATED data and weights (their checksums rewritten)."""
+    import re
+
+    from bench import weights
+    from bench.runner import RunSpec, run
+    from bench.tasks import get_task
+
+    folder = copy_task(tmp_path / "tasks" / TASK_DIR.name)
+    mirror = tmp_path / "mirror" / "voc2012"
+    mirror.mkdir(parents=True)
+    shutil.copy(fake["raw"] / FULL_TAR, mirror / FULL_TAR)
+    toml = (folder / "task.toml").read_text()
+    tar = (mirror / FULL_TAR).read_bytes()
+    full = toml.index(f'file = "{FULL_TAR}"')
+    head, tail = toml[:full], toml[full:]
+    tail = re.sub(r'md5 = "[0-9a-f]+"', f'sha256 = "{hashlib.sha256(tar).hexdigest()}"', tail, count=1)
+    tail = re.sub(r"size = \d+", f"size = {len(tar)}", tail, count=1)
+    for name in (CONVNEXT_FILE, VIT_FILE):
+        digest = hashlib.sha256((fake["ws"] / "weights" / name).read_bytes()).hexdigest()
+        head = re.sub(rf'(file = "{name}"\nsha256_prefix = )"[0-9a-f]+"', rf'\1"{digest[:8]}"', head)
+    (folder / "task.toml").write_text(head + tail)
+    monkeypatch.setenv("BENCH_TASKS_DIR", str(tmp_path / "tasks"))
+    monkeypatch.setenv("BENCH_DATA_MIRROR", str(tmp_path / "mirror"))
+    monkeypatch.setenv("BENCH_CACHE_DIR", str(tmp_path / "cache"))
+    task = get_task("t3")
+    with pytest.raises(weights.WeightsError, match="bench weights install"):
+        weights.for_task(task)
+    for name in (CONVNEXT_FILE, VIT_FILE):
+        weights.install(fake["ws"] / "weights" / name)  # hash prefix + strict load into dinov3.py's modules
+
+    edits = {
+        '"batch_size": 16': '"batch_size": 2',
+        '"epochs": 15': '"epochs": 1',
+        '"max_steps": None': '"max_steps": 1',
+    }
+    tiny = "; ".join(f"s/{a}/{b}/" for a, b in edits.items())  # the agent's run_1.py: one step of batch 2
+    command = f"sed '{tiny}' train.py > run_1.py && python run_1.py"
+    spec = RunSpec(
+        task=task,
+        agent="command",
+        campaign="t3-e2e",
+        budget_s=600,
+        grace_s=5,
+        console=False,
+        options={"command": command},
+    )
+    result = run(spec)
+    assert result["status"] == "success", result["reason"]
+    assert 0.0 <= result["score"] <= 1.0 and result["metric"] == "miou"
+    assert result["locked_sha256"].keys() == {"prepare.py", "dinov3.py"} and not result["violations"]
+    assert result["partial_data"] is True  # a 6/4-image tar is not the official 1,464/1,449
+    ws = Path(result["workspace"])
+    for name in (CONVNEXT_FILE, VIT_FILE):
+        assert (ws / "weights" / name).read_bytes() == (fake["ws"] / "weights" / name).read_bytes()
+        assert not (ws / "weights" / name).stat().st_mode & stat.S_IWUSR  # read-only copies, not links
+    eval_dirs = sorted((Path(result["run_dir"]) / "eval").iterdir())
+    assert eval_dirs and all((d / "dinov3.py").read_bytes() == (folder / "dinov3.py").read_bytes() for d in eval_dirs)
