@@ -39,7 +39,7 @@ def cmd_tasks(args: argparse.Namespace) -> int:
             status += f"; weights {n}/{len(t.weights)} installed"
         print(
             f"{t.id:4} {t.name:28} {t.budget_minutes:>5g} m {t.metric:>9} {t.direction:>4} {t.eval_split:>6} "
-            f"{t.baseline_score:>9g}  {status}"
+            f"{t.baseline_score:>9.3f}  {status}"
         )
     return 0
 
