@@ -264,6 +264,8 @@ def featurize(smiles: list[str], scaffolds: bool) -> dict:
             unsanitized.append(i)
         if scaffolds:
             scafs.append(scaffold_of(mol))
+        if (i + 1) % 10000 == 0 or i + 1 == len(smiles):  # RDKit takes ~1 ms a molecule: show progress
+            print(f"featurised {i + 1:,} of {len(smiles):,} molecules", file=sys.stderr, flush=True)
     return {
         "node_feat": np.concatenate(xs),
         "edge_index": np.concatenate(eis, axis=1),  # node indices local to each graph
