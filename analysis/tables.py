@@ -365,7 +365,7 @@ def _notes(lb: Leaderboard) -> list[str]:
 
 def partial_data_notes(lb) -> list[str]:
     """Cells scored on incomplete data (a mirror subset, missing weights): not comparable with the paper."""
-    partial = lb.cells[lb.cells["partial_data"].fillna(False).astype(bool)]
+    partial = lb.cells[lb.cells["partial_data"].eq(True)]
     return [
         f"{r.entry} [{r.source}] on {r.task.upper()} ran on PARTIAL data (see the runs' bench.partial_notes): "
         "not comparable with the paper's numbers."

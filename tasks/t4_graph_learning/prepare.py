@@ -3,8 +3,8 @@
 # Do not modify: the harness evaluates with the original copy of this file.
 #
 # What is here, in order:
-#   1. constants (task, OGB's atom and bond feature lists, counts, checksums)
-#   2. preparation: SMILES -> OGB molecular graphs (RDKit) + the scaffold split, as arrays in data/
+#   1. constants (task, counts, checksums; OGB's feature lists are in molecules.py, also locked)
+#   2. preparation: OGB's files -> molecular graphs (molecules.py, with RDKit) + the split, as arrays in data/
 #   3. loaders the training scripts import (load_split -> GraphSet, collate_graphs, load_meta)
 #   4. the evaluation function (ROC-AUC on the test molecules)
 #   5. checkpoint + logging helpers (shared by all seven tasks)
@@ -34,6 +34,20 @@ import numpy as np
 import torch
 import torch.nn as nn
 
+# OGB's featurisation lives in molecules.py beside this file (locked too). Training scripts import the feature
+# vocabulary sizes from here: `from prepare import ATOM_FEATURE_DIMS, BOND_FEATURE_DIMS`.
+from molecules import (
+    ALLOWABLE,  # noqa: F401  (re-exported: OGB's feature lists)
+    ATOM_FEATURE_DIMS,
+    ATOM_FEATURES,
+    BOND_FEATURE_DIMS,
+    BOND_FEATURES,
+    compare_with_ogb_raw,
+    featurize,
+    int_table,
+    scaffold_split,
+)
+
 # ---------------------------------------------------------------------------
 # 1. Constants
 # ---------------------------------------------------------------------------
@@ -61,131 +75,12 @@ KNOWN_SHA256 = {
     "test.csv.gz": "27485729d83edd6f47eb3b8daff69fdb32c9df6b36b17204ef87f8dc1a30eab1",
 }
 
-# OGB's feature vocabularies (ogb.utils.features.allowable_features), same lists, same order. A feature is the
-# index of the value in its list; a value not in the list maps to the last entry ("misc"), as OGB's safe_index.
-ALLOWABLE = {
-    "atomic_num": list(range(1, 119)) + ["misc"],  # index = Z - 1
-    "chirality": ["CHI_UNSPECIFIED", "CHI_TETRAHEDRAL_CW", "CHI_TETRAHEDRAL_CCW", "CHI_OTHER", "misc"],
-    "degree": list(range(11)) + ["misc"],  # total degree, hydrogens included
-    "formal_charge": list(range(-5, 6)) + ["misc"],
-    "num_hs": list(range(9)) + ["misc"],  # total number of hydrogens
-    "num_radical_e": list(range(5)) + ["misc"],
-    "hybridization": ["SP", "SP2", "SP3", "SP3D", "SP3D2", "misc"],
-    "is_aromatic": [False, True],
-    "is_in_ring": [False, True],
-    "bond_type": ["SINGLE", "DOUBLE", "TRIPLE", "AROMATIC", "misc"],
-    "bond_stereo": ["STEREONONE", "STEREOZ", "STEREOE", "STEREOCIS", "STEREOTRANS", "STEREOANY"],
-    "is_conjugated": [False, True],
-}
-ATOM_FEATURES = ["atomic_num", "chirality", "degree", "formal_charge", "num_hs", "num_radical_e", "hybridization",
-                 "is_aromatic", "is_in_ring"]  # fmt: skip
-BOND_FEATURES = ["bond_type", "bond_stereo", "is_conjugated"]
-ATOM_FEATURE_DIMS = [len(ALLOWABLE[k]) for k in ATOM_FEATURES]  # [119, 5, 12, 12, 10, 6, 6, 2, 2]
-BOND_FEATURE_DIMS = [len(ALLOWABLE[k]) for k in BOND_FEATURES]  # [5, 6, 2]
-_INDEX = {k: {v: i for i, v in enumerate(values)} for k, values in ALLOWABLE.items()}
-
 
 # ---------------------------------------------------------------------------
 # 2. Preparation: SMILES -> graphs (OGB's smiles2graph) + split -> data/*.npy + data/meta.json
-# The features are computed here with RDKit from the SMILES of mol.csv.gz, whichever source is present, so that
-# there is one code path. When hiv.zip also holds OGB's pre-featurised raw/ files, they are compared with ours.
+# The features are computed (molecules.py, RDKit) from the SMILES of mol.csv.gz, whichever source is present, so
+# that there is one code path. When hiv.zip also holds OGB's pre-featurised raw/ files, they are compared with ours.
 # ---------------------------------------------------------------------------
-
-
-def _feature(name: str, value) -> int:
-    table = _INDEX[name]
-    return table.get(value, len(table) - 1)
-
-
-def parse_smiles(smiles: str):
-    """RDKit molecule of a SMILES: (mol, sanitized). 7 molecules of ogbg-molhiv fail RDKit's valence checks (Al, B,
-    Ge with 'too many' bonds); they are kept, as in OGB, parsed without those checks but otherwise sanitised."""
-    from rdkit import Chem
-
-    mol = Chem.MolFromSmiles(smiles)
-    if mol is not None:
-        return mol, True
-    mol = Chem.MolFromSmiles(smiles, sanitize=False)
-    if mol is None:
-        raise ValueError(f"RDKit cannot parse the SMILES {smiles!r}")
-    mol.UpdatePropertyCache(strict=False)
-    flags = Chem.SanitizeFlags.SANITIZE_ALL ^ Chem.SanitizeFlags.SANITIZE_PROPERTIES
-    Chem.SanitizeMol(mol, flags, catchErrors=True)  # rings, aromaticity, conjugation, hybridisation
-    return mol, False
-
-
-def mol_to_graph(mol) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """OGB's smiles2graph: atom features [n, 9], edge_index [2, 2 * bonds] (each bond in both directions,
-    (i, j) then (j, i)) and bond features [2 * bonds, 3]."""
-    x = [
-        [
-            _feature("atomic_num", a.GetAtomicNum()),
-            _feature("chirality", str(a.GetChiralTag())),
-            _feature("degree", a.GetTotalDegree()),
-            _feature("formal_charge", a.GetFormalCharge()),
-            _feature("num_hs", a.GetTotalNumHs()),
-            _feature("num_radical_e", a.GetNumRadicalElectrons()),
-            _feature("hybridization", str(a.GetHybridization())),
-            _feature("is_aromatic", a.GetIsAromatic()),
-            _feature("is_in_ring", a.IsInRing()),
-        ]
-        for a in mol.GetAtoms()
-    ]
-    edges, feats = [], []
-    for b in mol.GetBonds():
-        i, j = b.GetBeginAtomIdx(), b.GetEndAtomIdx()
-        f = [
-            _feature("bond_type", str(b.GetBondType())),
-            _feature("bond_stereo", str(b.GetStereo())),
-            _feature("is_conjugated", b.GetIsConjugated()),
-        ]
-        edges += [(i, j), (j, i)]
-        feats += [f, f]
-    edge_index = np.array(edges, dtype=np.int64).reshape(-1, 2).T
-    return np.array(x, dtype=np.uint8).reshape(-1, 9), edge_index, np.array(feats, dtype=np.uint8).reshape(-1, 3)
-
-
-def scaffold_of(mol) -> str:
-    """Bemis-Murcko scaffold SMILES with chirality ('' for a molecule without rings), as OGB's split used."""
-    from rdkit import Chem
-    from rdkit.Chem.Scaffolds import MurckoScaffold
-
-    try:
-        return MurckoScaffold.MurckoScaffoldSmiles(mol=mol, includeChirality=True)
-    except Exception:  # the few molecules that fail valence checks: the same scaffold, without those checks
-        core = Chem.MurckoDecompose(mol)
-        core.UpdatePropertyCache(strict=False)
-        return Chem.MolToSmiles(core, isomericSmiles=True)
-
-
-def scaffold_split(scaffolds: list[str], fractions=(0.8, 0.1, 0.1)) -> dict[str, np.ndarray]:
-    """OGB's scaffold split (Hu et al. 2019, pretrain-gnns `scaffold_split`): group the molecules by scaffold, order
-    the groups by (size, first index) DEscending, and fill train up to 80 %, valid up to 90 %, the rest is test.
-    A group never straddles two splits. Deterministic: no randomness anywhere."""
-    groups: dict[str, list[int]] = {}
-    for i, s in enumerate(scaffolds):
-        groups.setdefault(s, []).append(i)
-    ordered = sorted(groups.values(), key=lambda g: (len(g), g[0]), reverse=True)
-    train_cut, valid_cut = fractions[0] * len(scaffolds), (fractions[0] + fractions[1]) * len(scaffolds)
-    out: dict[str, list[int]] = {s: [] for s in SPLITS}
-    for g in ordered:
-        if len(out["train"]) + len(g) <= train_cut:
-            out["train"] += g
-        elif len(out["train"]) + len(out["valid"]) + len(g) <= valid_cut:
-            out["valid"] += g
-        else:
-            out["test"] += g
-    return {s: np.array(v, dtype=np.int64) for s, v in out.items()}
-
-
-def _int_table(blob: bytes, name: str, ndmin: int) -> np.ndarray:
-    """A headerless gzipped CSV of integers (OGB's split and raw files)."""
-    try:
-        return np.loadtxt(
-            io.StringIO(gzip.decompress(blob).decode("ascii")), delimiter=",", dtype=np.int64, ndmin=ndmin
-        )
-    except (OSError, ValueError, EOFError) as e:
-        raise ValueError(f"{name}: not a gzipped CSV of integers ({e})") from e
 
 
 def read_sources(raw_dir: str) -> dict:
@@ -245,77 +140,8 @@ def read_molecules(blob: bytes) -> tuple[list[str], np.ndarray]:
     return [r[1] for r in rows], np.array([int(r[0]) for r in rows], dtype=np.uint8)
 
 
-def featurize(smiles: list[str], scaffolds: bool) -> dict:
-    """Graphs of all molecules, concatenated; plus their scaffolds when asked for (the fallback split)."""
-    from rdkit import RDLogger
-
-    RDLogger.DisableLog("rdApp.*")  # the 7 valence failures would print a warning each
-    xs, eis, eas, unsanitized, scafs = [], [], [], [], []
-    for i, s in enumerate(smiles):
-        try:
-            mol, ok = parse_smiles(s)
-        except ValueError as e:
-            raise ValueError(f"{MOL_FILE}: molecule {i} (line {i + 2}): {e}") from e
-        x, ei, ea = mol_to_graph(mol)
-        xs.append(x)
-        eis.append(ei)
-        eas.append(ea)
-        if not ok:
-            unsanitized.append(i)
-        if scaffolds:
-            scafs.append(scaffold_of(mol))
-        if (i + 1) % 10000 == 0 or i + 1 == len(smiles):  # RDKit takes ~1 ms a molecule: show progress
-            print(f"featurised {i + 1:,} of {len(smiles):,} molecules", file=sys.stderr, flush=True)
-    return {
-        "node_feat": np.concatenate(xs),
-        "edge_index": np.concatenate(eis, axis=1),  # node indices local to each graph
-        "edge_feat": np.concatenate(eas),
-        "num_nodes": np.array([len(x) for x in xs], dtype=np.int64),
-        "num_edges": np.array([len(e) for e in eas], dtype=np.int64),  # directed edges = 2 x bonds
-        "unsanitized": unsanitized,
-        "scaffolds": scafs,
-    }
-
-
-def compare_with_ogb_raw(g: dict, labels: np.ndarray, raw: dict) -> dict | None:
-    """Compare our graphs with OGB's pre-featurised raw/ files (if the archive has them): graphs that differ."""
-    need = ["num-node-list.csv.gz", "num-edge-list.csv.gz", "node-feat.csv.gz", "edge-feat.csv.gz", "edge.csv.gz"]
-    if not all(n in raw for n in need):
-        return None
-    t = {n: _int_table(raw[n], f"raw/{n}", 1 if "list" in n else 2) for n in need}
-    nn_raw, nb_raw = t["num-node-list.csv.gz"], t["num-edge-list.csv.gz"]  # bonds: OGB stores each once
-    G = len(g["num_nodes"])
-    rows = [len(t[n]) for n in ("node-feat.csv.gz", "edge-feat.csv.gz", "edge.csv.gz")]
-    if len(nn_raw) != G or len(nb_raw) != G or rows != [nn_raw.sum(), nb_raw.sum(), nb_raw.sum()]:
-        return {"graphs": G, "differ": G, "reason": "the raw/ files do not describe the same number of graphs"}
-    same = (nn_raw == g["num_nodes"]) & (2 * nb_raw == g["num_edges"])
-    node_ok = np.repeat(same, g["num_nodes"]), np.repeat(same, nn_raw)
-    bond_ok = np.repeat(same, g["num_edges"] // 2), np.repeat(same, nb_raw)
-    # bonds as unordered atom pairs: the check does not depend on which end OGB stored first
-    ours = (
-        g["node_feat"][node_ok[0]],
-        g["edge_feat"][::2][bond_ok[0]],
-        np.sort(g["edge_index"][:, ::2].T, 1)[bond_ok[0]],
-    )
-    theirs = (
-        t["node-feat.csv.gz"][node_ok[1]],
-        t["edge-feat.csv.gz"][bond_ok[1]],
-        np.sort(t["edge.csv.gz"], 1)[bond_ok[1]],
-    )
-    bad_graphs = set(np.flatnonzero(~same).tolist())
-    for a, b, counts in zip(ours, theirs, (g["num_nodes"], g["num_edges"] // 2, g["num_edges"] // 2), strict=True):
-        if a.shape != b.shape:
-            return {"graphs": G, "differ": G, "reason": "the raw/ files have other columns"}
-        owner = np.repeat(np.arange(len(same)), counts)[np.repeat(same, counts)]
-        bad_graphs |= set(owner[(a != b).any(axis=1)].tolist())
-    result = {"graphs": G, "differ": len(bad_graphs), "first": sorted(bad_graphs)[:10]}
-    if "graph-label.csv.gz" in raw:
-        result["labels_differ"] = int((_int_table(raw["graph-label.csv.gz"], "raw/graph-label", 1) != labels).sum())
-    return result
-
-
 def read_official_split(blobs: dict, n: int) -> dict[str, np.ndarray]:
-    split = {s: _int_table(blobs[f"{s}.csv.gz"], f"{s}.csv.gz", 1) for s in SPLITS}
+    split = {s: int_table(blobs[f"{s}.csv.gz"], f"{s}.csv.gz", 1) for s in SPLITS}
     every = np.concatenate(list(split.values()))
     if len(every) and (every.min() < 0 or every.max() >= n):
         raise ValueError(f"the split files name molecules outside 0..{n - 1}: are they from another dataset?")
@@ -330,7 +156,10 @@ def prepare(raw_dir: str, data_dir: str) -> None:
     src = read_sources(raw_dir)
     smiles, labels = read_molecules(src["mol"])
     official = src["splits"] is not None
-    g = featurize(smiles, scaffolds=not official)
+    try:
+        g = featurize(smiles, scaffolds=not official)
+    except ValueError as e:  # a SMILES that RDKit cannot parse at all
+        raise ValueError(f"{MOL_FILE}: {e}") from e
     split = read_official_split(src["splits"], len(smiles)) if official else scaffold_split(g["scaffolds"])
     raw_check = compare_with_ogb_raw(g, labels, src["raw"])
 

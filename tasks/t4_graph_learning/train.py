@@ -74,7 +74,8 @@ class GINConv(nn.Module):
     def forward(self, h: torch.Tensor, edge_index: torch.Tensor, edge_attr: torch.Tensor) -> torch.Tensor:
         src, dst = edge_index
         messages = F.relu(h[src] + self.bond_encoder(edge_attr)).float()  # one message per directed edge
-        # Sum the messages arriving at each node (scatter-add), in float32 even under bf16 autocast.
+        # Sum the messages arriving at each node (scatter-add), in float32 even under bf16 autocast. On CUDA the
+        # additions run as atomics in no fixed order, so two runs can differ in the last bits (not bit-reproducible).
         aggregated = torch.zeros(h.shape[0], messages.shape[1], device=h.device).index_add_(0, dst, messages)
         return self.mlp((1 + self.eps) * h.float() + aggregated)
 

@@ -135,7 +135,7 @@ def test_synthetic_runs_are_marked_and_windows_make_anytime_steps(synthetic_stor
     c = curves.official_anytime(runs, lb.tasks)
     assert c.groupby("run_id").size().eq(4).all()  # 3 windows + the held end point
     assert "[synthetic]" in render.to_markdown(tables.table4(lb))
-    partial = lb.cells.loc[lb.cells["partial_data"].fillna(False).astype(bool), ["entry", "task"]]
+    partial = lb.cells.loc[lb.cells["partial_data"].eq(True), ["entry", "task"]]
     assert partial.values.tolist() == [["synthetic-a (synth-model-1)", "t2"]]  # marked, and only where it happened
     (note,) = tables.partial_data_notes(lb)
     assert "PARTIAL data" in note and "not comparable" in note

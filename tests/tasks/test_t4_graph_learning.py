@@ -34,6 +34,7 @@ from bench.tasks import load_task
 
 TASK_DIR = Path(__file__).resolve().parents[2] / "tasks" / "t4_graph_learning"
 SPLITS = ("train", "valid", "test")
+MODULES = ("prepare", "molecules", "train")  # the task's modules, imported afresh from each workspace
 TINY = {"epochs": 2, "batch_size": 16, "log_every": 2}  # 3 steps an epoch on the 48 generated training graphs
 
 # 60 ordinary molecules (a few share a scaffold; acyclic ones share the empty scaffold), with stereo bonds and
@@ -100,13 +101,18 @@ def task_modules(workspace: Path):
         mp.syspath_prepend(str(workspace))
         mp.setattr(sys, "argv", ["train.py"])  # save_checkpoint() names checkpoints after sys.argv[0]
         mp.setattr(sys, "dont_write_bytecode", True)  # leave no __pycache__ in the task folder
-        for name in ("prepare", "train"):
+        for name in MODULES:
             mp.delitem(sys.modules, name, raising=False)
         try:
             yield importlib.import_module("prepare"), importlib.import_module("train")
         finally:
-            for name in ("prepare", "train"):
+            for name in MODULES:
                 sys.modules.pop(name, None)
+
+
+def molecules_module():
+    """The locked molecules.py of the task folder (OGB's featurisation), as `molecules`."""
+    return sys.modules["molecules"]
 
 
 def copy_task(dest: Path) -> Path:
@@ -142,6 +148,7 @@ def test_task_toml_loads():
     task = load_task(TASK_DIR)
     assert (task.id, task.metric, task.direction, task.eval_split) == ("t4", "auroc", "max", "test")
     assert (task.budget_minutes, task.baseline_score, task.reference_score) == (60, 0.706, 0.848)
+    assert task.locked_files == ("prepare.py", "molecules.py")  # both read-only in the workspace, staged for eval
     full, mol, *splits = task.data
     assert (full.file, full.mirror, full.sha256, full.size, full.required) == (
         "hiv.zip",
@@ -175,12 +182,13 @@ def test_task_toml_loads():
 def test_featurisation_matches_ogb_smiles2graph():
     """Hand-checked graphs, and the examples in the comments of ogb/utils/features.py."""
     with task_modules(TASK_DIR) as (prepare, _):
-        assert prepare.ATOM_FEATURE_DIMS == [119, 5, 12, 12, 10, 6, 6, 2, 2]
-        assert prepare.BOND_FEATURE_DIMS == [5, 6, 2]
+        mols = molecules_module()
+        assert prepare.ATOM_FEATURE_DIMS == mols.ATOM_FEATURE_DIMS == [119, 5, 12, 12, 10, 6, 6, 2, 2]
+        assert prepare.BOND_FEATURE_DIMS == mols.BOND_FEATURE_DIMS == [5, 6, 2]
 
         def graph(smiles):
-            mol, sanitized = prepare.parse_smiles(smiles)
-            return (*prepare.mol_to_graph(mol), sanitized)
+            mol, sanitized = mols.parse_smiles(smiles)
+            return (*mols.mol_to_graph(mol), sanitized)
 
         # ethanol: C (Z=6 -> 5), degree counts the hydrogens, formal charge 0 -> index 5, SP3 -> 2
         x, ei, ea, ok = graph("CCO")
@@ -206,7 +214,7 @@ def test_featurisation_matches_ogb_smiles2graph():
         assert x[5].tolist() == [4, 0, 4, 3, 0, 0, 2, 0, 1]  # boron (Z=5), 4 bonds, charge -2, SP3, in a ring
         assert x[1].tolist() == [5, 0, 3, 5, 0, 0, 1, 1, 1]  # an aromatic carbon: aromaticity was perceived
         with pytest.raises(ValueError, match="cannot parse"):
-            prepare.parse_smiles("C1CC(")
+            mols.parse_smiles("C1CC(")
 
 
 def test_prepare_with_official_split_files(fake):
@@ -227,9 +235,10 @@ def test_prepare_with_official_split_files(fake):
     assert a["edge_index"].shape == (2, meta["edges"]) and a["num_edges"].sum() == meta["edges"]
     assert a["labels"].tolist() == LABELS and {s: a[f"split_{s}"].tolist() for s in SPLITS} == SPLIT
     with task_modules(fake["ws"]) as (prepare, _):
+        mols = molecules_module()
         for i in (0, 31, 55, 59):
-            mol, _ = prepare.parse_smiles(SMILES[i])
-            x, ei, ea = prepare.mol_to_graph(mol)
+            mol, _ = mols.parse_smiles(SMILES[i])
+            x, ei, ea = mols.mol_to_graph(mol)
             g = prepare.load_all()[i]
             assert torch.equal(g["x"], torch.from_numpy(x).long()) and torch.equal(
                 g["edge_index"], torch.from_numpy(ei)
@@ -244,8 +253,8 @@ def test_prepare_with_official_split_files(fake):
 
 def test_scaffold_split_orders_groups_as_ogb():
     """Groups by (size, first index) descending; a group never straddles two splits; 80 / 10 / 10 cut-offs."""
-    with task_modules(TASK_DIR) as (prepare, _):
-        split = prepare.scaffold_split(["a", "b", "a", "c", "b", "d", "a", "e", "f", "g"])
+    with task_modules(TASK_DIR):
+        split = molecules_module().scaffold_split(["a", "b", "a", "c", "b", "d", "a", "e", "f", "g"])
     assert {s: v.tolist() for s, v in split.items()} == {
         "train": [0, 2, 6, 1, 4, 9, 8, 7],  # a (3), b (2), then the singletons from the LAST one: g, f, e
         "valid": [5],  # d: 8 + 1 <= 9
@@ -259,7 +268,8 @@ def test_fallback_split_is_deterministic_and_separates_scaffolds(tmp_path):
         prepare.prepare(str(raw), str(tmp_path / "a"))
         prepare.prepare(str(raw), str(tmp_path / "b"))
         meta = prepare.load_meta(str(tmp_path / "a"))
-        scaffolds = [prepare.scaffold_of(prepare.parse_smiles(s)[0]) for s in SMILES]
+        mols = molecules_module()
+        scaffolds = [mols.scaffold_of(mols.parse_smiles(s)[0]) for s in SMILES]
     a, b = arrays(tmp_path / "a"), arrays(tmp_path / "b")
     assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
     assert (tmp_path / "a" / "meta.json").read_bytes() == (tmp_path / "b" / "meta.json").read_bytes()
@@ -328,7 +338,7 @@ def test_prepare_rejects_bad_raw_data(fake, tmp_path):
         with pytest.raises(FileNotFoundError, match="neither hiv.zip nor mol.csv.gz"):
             prepare.prepare(str(tmp_path), out)
         (bad / "mol.csv.gz").write_bytes(mol_csv(["CCO", "C1CC(", "CC"], [0, 1, 0]))
-        with pytest.raises(ValueError, match=r"molecule 1 \(line 3\).*cannot parse"):
+        with pytest.raises(ValueError, match=r"mol.csv.gz: molecule 1 \(line 3\).*cannot parse"):
             prepare.prepare(str(bad), out)
         (bad / "mol.csv.gz").write_bytes(mol_csv(["CCO", "CC"], [0, 2]))
         with pytest.raises(ValueError, match="line 3 is not 'label"):
