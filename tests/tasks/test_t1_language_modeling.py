@@ -8,16 +8,12 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import importlib
 import io
 import json
 import math
 import os
 import random
-import shutil
 import string
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +22,7 @@ import torch
 import torch.nn as nn
 
 from bench.tasks import load_task
+from tests.tasks.taskfolder import copy_task, last_json, run_prepare, task_modules
 
 TASK_DIR = Path(__file__).resolve().parents[2] / "tasks" / "t1_language_modeling"
 REAL_VOCAB = "\n !$&',-.3:;?" + string.ascii_uppercase + string.ascii_lowercase  # the 65 characters of input.txt
@@ -53,36 +50,12 @@ def fake_shakespeare(n_chars: int = N_FAKE, seed: int = 0) -> str:
     return ("\n".join(lines) + "\n")[:n_chars]
 
 
-def run_prepare(workspace: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "prepare.py", *args], cwd=workspace, capture_output=True, text=True, timeout=300
-    )
-
-
-def last_json(proc: subprocess.CompletedProcess) -> dict:
-    lines = proc.stdout.strip().splitlines()
-    assert lines, f"no stdout; stderr: {proc.stderr[-2000:]}"
-    return json.loads(lines[-1])
-
-
-@contextlib.contextmanager
-def task_modules(workspace: Path):
-    """Import the workspace's prepare.py and train.py as `prepare` / `train`, and forget them afterwards."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.chdir(workspace)
-        mp.syspath_prepend(str(workspace))
-        mp.setattr(sys, "argv", ["train.py"])  # save_checkpoint() names checkpoints after sys.argv[0]
-        for name in ("prepare", "train"):
-            mp.delitem(sys.modules, name, raising=False)
-        yield importlib.import_module("prepare"), importlib.import_module("train")
-
-
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory) -> Path:
     """A copy of the task folder with data/ prepared from a fake input.txt."""
     root = tmp_path_factory.mktemp("t1")
     ws = root / "ws"
-    shutil.copytree(TASK_DIR, ws, ignore=shutil.ignore_patterns("data", "checkpoints", "__pycache__"))
+    copy_task(TASK_DIR, ws)
     (root / "raw").mkdir()
     (root / "raw" / "input.txt").write_text(fake_shakespeare(), encoding="utf-8")
     proc = run_prepare(ws, "--prepare", "--raw-dir", str(root / "raw"), "--data-dir", "data")
@@ -219,7 +192,7 @@ def test_real_data_prepares_and_untrained_model_scores_log2_65(tmp_path):
     raw = mirror_file()
     assert hashlib.sha256(raw.read_bytes()).hexdigest() == load_task(TASK_DIR).data[0].sha256
     ws = tmp_path / "ws"
-    shutil.copytree(TASK_DIR, ws, ignore=shutil.ignore_patterns("data", "checkpoints", "__pycache__"))
+    copy_task(TASK_DIR, ws)
     proc = run_prepare(ws, "--prepare", "--raw-dir", str(raw.parent), "--data-dir", "data")
     assert proc.returncode == 0, proc.stderr
     with task_modules(ws) as (prepare, train):

@@ -11,13 +11,9 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import importlib
 import io
 import json
 import math
-import shutil
-import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
@@ -29,6 +25,7 @@ from PIL import Image
 from sklearn.metrics import accuracy_score
 
 from bench.tasks import load_task
+from tests.tasks.taskfolder import copy_task, last_json, run_prepare, task_modules
 
 TASK_DIR = Path(__file__).resolve().parents[2] / "tasks" / "t2_image_classification"
 SUBSET_ZIP = "tiny-imagenet-200-subset.zip"
@@ -100,45 +97,11 @@ def write_tiny_imagenet_like(
     return {"wnids": sorted(wnids), "train": train, "val": val}
 
 
-def run_prepare(workspace: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "prepare.py", *args], cwd=workspace, capture_output=True, text=True, timeout=300
-    )
-
-
-def last_json(proc: subprocess.CompletedProcess) -> dict:
-    lines = proc.stdout.strip().splitlines()
-    assert lines, f"no stdout; stderr: {proc.stderr[-2000:]}"
-    return json.loads(lines[-1])
-
-
-@contextlib.contextmanager
-def task_modules(workspace: Path):
-    """Import the workspace's prepare.py and train.py as `prepare` / `train`, and forget them afterwards."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.chdir(workspace)
-        mp.syspath_prepend(str(workspace))
-        mp.setattr(sys, "argv", ["train.py"])  # save_checkpoint() names checkpoints after sys.argv[0]
-        mp.setattr(sys, "dont_write_bytecode", True)  # leave no __pycache__ in the task folder
-        for name in ("prepare", "train"):
-            mp.delitem(sys.modules, name, raising=False)
-        try:
-            yield importlib.import_module("prepare"), importlib.import_module("train")
-        finally:
-            for name in ("prepare", "train"):
-                sys.modules.pop(name, None)
-
-
-def copy_task(dest: Path) -> Path:
-    shutil.copytree(TASK_DIR, dest, ignore=shutil.ignore_patterns("data", "checkpoints", "__pycache__"))
-    return dest
-
-
 @pytest.fixture(scope="module")
 def fake(tmp_path_factory) -> dict:
     """A copy of the task folder with data/ prepared (by the CLI) from a generated subset-named zip."""
     root = tmp_path_factory.mktemp("t2")
-    ws = copy_task(root / "ws")
+    ws = copy_task(TASK_DIR, root / "ws")
     (root / "raw").mkdir()
     index = write_tiny_imagenet_like(root / "raw" / SUBSET_ZIP)
     proc = run_prepare(ws, "--prepare", "--raw-dir", str(root / "raw"), "--data-dir", "data")
@@ -233,7 +196,7 @@ def test_prepare_rejects_bad_archives(tmp_path):
 
 def test_official_zip_is_preferred_and_checked_strictly(tmp_path):
     """With both zips present, the official one is used, and it must hold the official counts."""
-    ws = copy_task(tmp_path / "ws")
+    ws = copy_task(TASK_DIR, tmp_path / "ws")
     raw = tmp_path / "raw"
     raw.mkdir()
     write_tiny_imagenet_like(raw / SUBSET_ZIP, train_per_class=1)

@@ -20,7 +20,6 @@ import math
 import re
 import shutil
 import stat
-import subprocess
 import sys
 import tarfile
 import zipfile
@@ -34,6 +33,7 @@ from PIL import Image
 from sklearn.metrics import confusion_matrix as sk_confusion_matrix
 
 from bench.tasks import load_task
+from tests.tasks.taskfolder import copy_task, last_json, run_prepare, task_modules
 
 ROOT = Path(__file__).resolve().parents[2]
 TASK_DIR = ROOT / "tasks" / "t3_semantic_segmentation"
@@ -149,43 +149,6 @@ def expected_pair(pair: tuple[bytes, bytes]) -> tuple[np.ndarray, np.ndarray]:
 # ---------------------------------------------------------------------------
 
 
-def run_prepare(workspace: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "prepare.py", *args], cwd=workspace, capture_output=True, text=True, timeout=300
-    )
-
-
-def last_json(proc: subprocess.CompletedProcess) -> dict:
-    lines = proc.stdout.strip().splitlines()
-    assert lines, f"no stdout; stderr: {proc.stderr[-2000:]}"
-    return json.loads(lines[-1])
-
-
-MODULES = ("prepare", "train", "dinov3")
-
-
-@contextlib.contextmanager
-def task_modules(workspace: Path):
-    """Import the workspace's prepare.py and train.py (and dinov3.py) as modules, and forget them afterwards."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.chdir(workspace)
-        mp.syspath_prepend(str(workspace))
-        mp.setattr(sys, "argv", ["train.py"])  # save_checkpoint() names checkpoints after sys.argv[0]
-        mp.setattr(sys, "dont_write_bytecode", True)  # leave no __pycache__ in the task folder
-        for name in MODULES:
-            mp.delitem(sys.modules, name, raising=False)
-        try:
-            yield importlib.import_module("prepare"), importlib.import_module("train")
-        finally:
-            for name in MODULES:
-                sys.modules.pop(name, None)
-
-
-def copy_task(dest: Path) -> Path:
-    shutil.copytree(TASK_DIR, dest, ignore=shutil.ignore_patterns("data", "checkpoints", "weights", "__pycache__"))
-    return dest
-
-
 @pytest.fixture(scope="module")
 def dinov3():
     """The task's dinov3.py as a module."""
@@ -210,7 +173,7 @@ def fake(tmp_path_factory, backbones) -> dict:
     """A copy of the task folder with data/ prepared (by the CLI) from a generated VOC tar, and GENERATED weight
     files (random-init state dicts under the official names) in weights/."""
     root = tmp_path_factory.mktemp("t3")
-    ws = copy_task(root / "ws")
+    ws = copy_task(TASK_DIR, root / "ws")
     (root / "raw").mkdir()
     pairs = make_pairs(TRAIN_IDS + VAL_IDS)
     write_voc_tar(root / "raw" / FULL_TAR, TRAIN_IDS, VAL_IDS, pairs)
@@ -356,7 +319,7 @@ def test_prepare_rejects_bad_raw_data(tmp_path):
         with pytest.raises(ValueError, match="in both train.txt and val.txt"):
             prepare.prepare(str(tmp_path / "overlap"), str(tmp_path / "out"))
     assert not (tmp_path / "out").exists()  # nothing written on failure
-    ws = copy_task(tmp_path / "ws")
+    ws = copy_task(TASK_DIR, tmp_path / "ws")
     proc = run_prepare(ws, "--prepare", "--raw-dir", str(tmp_path / "rgb"), "--data-dir", "data")
     assert proc.returncode != 0 and "not a palette ('P') image" in proc.stderr
 
@@ -757,7 +720,7 @@ def test_bench_run_provides_weights_locks_dinov3_and_scores(fake, tmp_path, monk
     from bench.runner import RunSpec, run
     from bench.tasks import get_task
 
-    folder = copy_task(tmp_path / "tasks" / TASK_DIR.name)
+    folder = copy_task(TASK_DIR, tmp_path / "tasks" / TASK_DIR.name)
     mirror = tmp_path / "mirror" / "voc2012"
     mirror.mkdir(parents=True)
     shutil.copy(fake["raw"] / FULL_TAR, mirror / FULL_TAR)

@@ -13,12 +13,10 @@ import contextlib
 import csv
 import gzip
 import hashlib
-import importlib
 import io
 import json
 import math
 import shutil
-import subprocess
 import sys
 import time
 import zipfile
@@ -31,10 +29,10 @@ import torch.nn as nn
 from sklearn.metrics import roc_auc_score
 
 from bench.tasks import load_task
+from tests.tasks.taskfolder import copy_task, last_json, run_prepare, task_modules
 
 TASK_DIR = Path(__file__).resolve().parents[2] / "tasks" / "t4_graph_learning"
 SPLITS = ("train", "valid", "test")
-MODULES = ("prepare", "molecules", "train")  # the task's modules, imported afresh from each workspace
 TINY = {"epochs": 2, "batch_size": 16, "log_every": 2}  # 3 steps an epoch on the 48 generated training graphs
 
 # 60 ordinary molecules (a few share a scaffold; acyclic ones share the empty scaffold), with stereo bonds and
@@ -81,43 +79,9 @@ def write_raw(raw: Path, splits: bool = True) -> Path:
     return raw
 
 
-def run_prepare(workspace: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "prepare.py", *args], cwd=workspace, capture_output=True, text=True, timeout=300
-    )
-
-
-def last_json(proc: subprocess.CompletedProcess) -> dict:
-    lines = proc.stdout.strip().splitlines()
-    assert lines, f"no stdout; stderr: {proc.stderr[-2000:]}"
-    return json.loads(lines[-1])
-
-
-@contextlib.contextmanager
-def task_modules(workspace: Path):
-    """Import the workspace's prepare.py and train.py as `prepare` / `train`, and forget them afterwards."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.chdir(workspace)
-        mp.syspath_prepend(str(workspace))
-        mp.setattr(sys, "argv", ["train.py"])  # save_checkpoint() names checkpoints after sys.argv[0]
-        mp.setattr(sys, "dont_write_bytecode", True)  # leave no __pycache__ in the task folder
-        for name in MODULES:
-            mp.delitem(sys.modules, name, raising=False)
-        try:
-            yield importlib.import_module("prepare"), importlib.import_module("train")
-        finally:
-            for name in MODULES:
-                sys.modules.pop(name, None)
-
-
 def molecules_module():
     """The locked molecules.py of the task folder (OGB's featurisation), as `molecules`."""
     return sys.modules["molecules"]
-
-
-def copy_task(dest: Path) -> Path:
-    shutil.copytree(TASK_DIR, dest, ignore=shutil.ignore_patterns("data", "checkpoints", "__pycache__"))
-    return dest
 
 
 def arrays(data: Path) -> dict:
@@ -128,7 +92,7 @@ def arrays(data: Path) -> dict:
 def fake(tmp_path_factory) -> dict:
     """A copy of the task folder with data/ prepared (command line) from generated mol.csv.gz + split files."""
     root = tmp_path_factory.mktemp("t4")
-    ws = copy_task(root / "ws")
+    ws = copy_task(TASK_DIR, root / "ws")
     raw = write_raw(root / "raw")
     proc = run_prepare(ws, "--prepare", "--raw-dir", str(raw), "--data-dir", "data")
     assert proc.returncode == 0, proc.stderr

@@ -11,14 +11,10 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import importlib
 import io
 import json
 import math
 import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +25,7 @@ from sklearn.metrics import accuracy_score
 from sklearn.model_selection import train_test_split
 
 from bench.tasks import load_task
+from tests.tasks.taskfolder import copy_task, last_json, run_prepare, task_modules
 
 TASK_DIR = Path(__file__).resolve().parents[2] / "tasks" / "t5_tabular_prediction"
 ROWS = 3000  # generated rows: 2,400 train, 300 val, 300 test
@@ -63,40 +60,6 @@ def write_covtype(path: Path, table: np.ndarray) -> Path:
     return path
 
 
-def run_prepare(workspace: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "prepare.py", *args], cwd=workspace, capture_output=True, text=True, timeout=300
-    )
-
-
-def last_json(proc: subprocess.CompletedProcess) -> dict:
-    lines = proc.stdout.strip().splitlines()
-    assert lines, f"no stdout; stderr: {proc.stderr[-2000:]}"
-    return json.loads(lines[-1])
-
-
-@contextlib.contextmanager
-def task_modules(workspace: Path):
-    """Import the workspace's prepare.py and train.py as `prepare` / `train`, and forget them afterwards."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.chdir(workspace)
-        mp.syspath_prepend(str(workspace))
-        mp.setattr(sys, "argv", ["train.py"])  # save_checkpoint() names checkpoints after sys.argv[0]
-        mp.setattr(sys, "dont_write_bytecode", True)  # leave no __pycache__ in the task folder
-        for name in ("prepare", "train"):
-            mp.delitem(sys.modules, name, raising=False)
-        try:
-            yield importlib.import_module("prepare"), importlib.import_module("train")
-        finally:
-            for name in ("prepare", "train"):
-                sys.modules.pop(name, None)
-
-
-def copy_task(dest: Path) -> Path:
-    shutil.copytree(TASK_DIR, dest, ignore=shutil.ignore_patterns("data", "checkpoints", "__pycache__"))
-    return dest
-
-
 def expected_split(labels: np.ndarray) -> dict[str, np.ndarray]:
     """The documented split, recomputed here: train_test_split(stratify, random_state=42) twice."""
     rows = np.arange(len(labels))
@@ -109,7 +72,7 @@ def expected_split(labels: np.ndarray) -> dict[str, np.ndarray]:
 def fake(tmp_path_factory) -> dict:
     """A copy of the task folder with data/ prepared from a generated covtype.data.gz."""
     root = tmp_path_factory.mktemp("t5")
-    ws = copy_task(root / "ws")
+    ws = copy_task(TASK_DIR, root / "ws")
     (root / "raw").mkdir()
     table = make_covtype_like()
     write_covtype(root / "raw" / "covtype.data.gz", table)
@@ -205,7 +168,7 @@ def test_prepare_rejects_bad_raw_data(tmp_path, damage, message):
 
 
 def test_prepare_cli_fails_clearly_without_the_file(tmp_path):
-    ws = copy_task(tmp_path / "ws")
+    ws = copy_task(TASK_DIR, tmp_path / "ws")
     (tmp_path / "raw").mkdir()
     proc = run_prepare(ws, "--prepare", "--raw-dir", str(tmp_path / "raw"), "--data-dir", "data")
     assert proc.returncode != 0 and "covtype.data.gz does not exist" in proc.stderr
@@ -322,7 +285,7 @@ def test_real_file_splits_464809_58101_58102(real_mirror, tmp_path):
         pytest.skip(f"the data mirror has no {raw} (the real file is not in the shared mirror)")
     source = load_task(TASK_DIR).data[0]
     assert hashlib.sha256(raw.read_bytes()).hexdigest() == source.sha256
-    ws = copy_task(tmp_path / "ws")
+    ws = copy_task(TASK_DIR, tmp_path / "ws")
     proc = run_prepare(ws, "--prepare", "--raw-dir", str(raw.parent), "--data-dir", "data")
     assert proc.returncode == 0, proc.stderr
     meta = json.loads((ws / "data" / "meta.json").read_text(encoding="utf-8"))

@@ -9,14 +9,10 @@ from __future__ import annotations
 import contextlib
 import csv
 import hashlib
-import importlib
 import io
 import json
 import math
 import os
-import shutil
-import subprocess
-import sys
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -26,6 +22,7 @@ import torch
 import torch.nn as nn
 
 from bench.tasks import load_task
+from tests.tasks.taskfolder import copy_task, last_json, run_prepare, task_modules
 
 TASK_DIR = Path(__file__).resolve().parents[2] / "tasks" / "t6_time_series_forecasting"
 COLUMNS = ["HUFL", "HULL", "MUFL", "MULL", "LUFL", "LULL", "OT"]
@@ -49,45 +46,11 @@ def write_fake_etth1(path: Path, seed: int = 0) -> np.ndarray:
     return values
 
 
-def run_prepare(workspace: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "prepare.py", *args], cwd=workspace, capture_output=True, text=True, timeout=300
-    )
-
-
-def last_json(proc: subprocess.CompletedProcess) -> dict:
-    lines = proc.stdout.strip().splitlines()
-    assert lines, f"no stdout; stderr: {proc.stderr[-2000:]}"
-    return json.loads(lines[-1])
-
-
-@contextlib.contextmanager
-def task_modules(workspace: Path):
-    """Import the workspace's prepare.py and train.py as `prepare` / `train`, and forget them afterwards."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.chdir(workspace)
-        mp.syspath_prepend(str(workspace))
-        mp.setattr(sys, "argv", ["train.py"])  # save_checkpoint() names checkpoints after sys.argv[0]
-        mp.setattr(sys, "dont_write_bytecode", True)  # leave no __pycache__ in the task folder
-        for name in ("prepare", "train"):
-            mp.delitem(sys.modules, name, raising=False)
-        try:
-            yield importlib.import_module("prepare"), importlib.import_module("train")
-        finally:
-            for name in ("prepare", "train"):
-                sys.modules.pop(name, None)
-
-
-def copy_task(dest: Path) -> Path:
-    shutil.copytree(TASK_DIR, dest, ignore=shutil.ignore_patterns("data", "checkpoints", "__pycache__"))
-    return dest
-
-
 @pytest.fixture(scope="module")
 def fake(tmp_path_factory) -> dict:
     """A copy of the task folder with data/ prepared from a generated ETTh1.csv."""
     root = tmp_path_factory.mktemp("t6")
-    ws = copy_task(root / "ws")
+    ws = copy_task(TASK_DIR, root / "ws")
     (root / "raw").mkdir()
     values = write_fake_etth1(root / "raw" / "ETTh1.csv")
     proc = run_prepare(ws, "--prepare", "--raw-dir", str(root / "raw"), "--data-dir", "data")
@@ -134,7 +97,7 @@ def test_prepare_normalises_with_train_statistics(fake):
 
 
 def test_prepare_rejects_wrong_schema(tmp_path):
-    ws = copy_task(tmp_path / "ws")
+    ws = copy_task(TASK_DIR, tmp_path / "ws")
     (tmp_path / "raw").mkdir()
     (tmp_path / "raw" / "ETTh1.csv").write_text("date,HUFL,OT\n2016-07-01 00:00:00,1.0,2.0\n", encoding="utf-8")
     proc = run_prepare(ws, "--prepare", "--raw-dir", str(tmp_path / "raw"), "--data-dir", "data")
@@ -253,7 +216,7 @@ def test_real_data_split_and_window_counts(tmp_path):
     blob = raw.read_bytes()
     assert len(blob) == source.size and hashlib.sha256(blob).hexdigest() == source.sha256
     assert hashlib.md5(blob).hexdigest() == source.md5
-    ws = copy_task(tmp_path / "ws")
+    ws = copy_task(TASK_DIR, tmp_path / "ws")
     proc = run_prepare(ws, "--prepare", "--raw-dir", str(raw.parent), "--data-dir", "data")
     assert proc.returncode == 0, proc.stderr
     with task_modules(ws) as (prepare, _):

@@ -12,14 +12,11 @@ from __future__ import annotations
 import contextlib
 import csv
 import hashlib
-import importlib
 import io
 import json
 import math
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +26,7 @@ import torch.nn as nn
 from sklearn.metrics import accuracy_score
 
 from bench.tasks import load_task
+from tests.tasks.taskfolder import copy_task, last_json, run_prepare, task_modules
 
 TASK_DIR = Path(__file__).resolve().parents[2] / "tasks" / "t7_text_classification"
 WORDS = [  # generated texts: a class shows in these words
@@ -80,45 +78,11 @@ def hand_codes(text: str) -> np.ndarray:
     return np.array(codes + [0] * (1014 - len(codes)), dtype=np.uint8)
 
 
-def run_prepare(workspace: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "prepare.py", *args], cwd=workspace, capture_output=True, text=True, timeout=300
-    )
-
-
-def last_json(proc: subprocess.CompletedProcess) -> dict:
-    lines = proc.stdout.strip().splitlines()
-    assert lines, f"no stdout; stderr: {proc.stderr[-2000:]}"
-    return json.loads(lines[-1])
-
-
-@contextlib.contextmanager
-def task_modules(workspace: Path):
-    """Import the workspace's prepare.py and train.py as `prepare` / `train`, and forget them afterwards."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.chdir(workspace)
-        mp.syspath_prepend(str(workspace))
-        mp.setattr(sys, "argv", ["train.py"])  # save_checkpoint() names checkpoints after sys.argv[0]
-        mp.setattr(sys, "dont_write_bytecode", True)  # leave no __pycache__ in the task folder
-        for name in ("prepare", "train"):
-            mp.delitem(sys.modules, name, raising=False)
-        try:
-            yield importlib.import_module("prepare"), importlib.import_module("train")
-        finally:
-            for name in ("prepare", "train"):
-                sys.modules.pop(name, None)
-
-
-def copy_task(dest: Path) -> Path:
-    shutil.copytree(TASK_DIR, dest, ignore=shutil.ignore_patterns("data", "checkpoints", "__pycache__"))
-    return dest
-
-
 @pytest.fixture(scope="module")
 def fake(tmp_path_factory) -> dict:
     """A copy of the task folder with data/ prepared from generated train.csv and test.csv."""
     root = tmp_path_factory.mktemp("t7")
-    ws = copy_task(root / "ws")
+    ws = copy_task(TASK_DIR, root / "ws")
     write_raw(root / "raw")
     proc = run_prepare(ws, "--prepare", "--raw-dir", str(root / "raw"), "--data-dir", "data")
     assert proc.returncode == 0, proc.stderr
@@ -212,7 +176,7 @@ def test_prepare_rejects_bad_csv(tmp_path, line, message):
 
 
 def test_prepare_cli_fails_clearly_without_train_csv(tmp_path):
-    ws = copy_task(tmp_path / "ws")
+    ws = copy_task(TASK_DIR, tmp_path / "ws")
     write_raw(tmp_path / "raw", train_per_class=2, test_per_class=1)
     (tmp_path / "raw" / "train.csv").unlink()
     proc = run_prepare(ws, "--prepare", "--raw-dir", str(tmp_path / "raw"), "--data-dir", "data")
@@ -294,7 +258,7 @@ def test_baseline_trains_logs_and_checkpoints(trained):
 
 
 def test_narrow_baseline_checkpoints_every_epoch(fake, tmp_path):
-    ws = copy_task(tmp_path / "ws")
+    ws = copy_task(TASK_DIR, tmp_path / "ws")
     shutil.copytree(fake["ws"] / "data", ws / "data")
     out = io.StringIO()
     with task_modules(ws) as (_, train), contextlib.redirect_stdout(out):
@@ -357,7 +321,7 @@ def test_real_test_csv(real_mirror, tmp_path):
     assert hashlib.md5(blob).hexdigest() == source.md5
     write_raw(tmp_path / "raw", train_per_class=5, test_per_class=1)
     shutil.copy(real, tmp_path / "raw" / "test.csv")
-    ws = copy_task(tmp_path / "ws")
+    ws = copy_task(TASK_DIR, tmp_path / "ws")
     proc = run_prepare(ws, "--prepare", "--raw-dir", str(tmp_path / "raw"), "--data-dir", "data")
     assert proc.returncode == 0, proc.stderr
     meta = json.loads((ws / "data" / "meta.json").read_text(encoding="utf-8"))
