@@ -8,7 +8,7 @@
 #   3. the scaffold split (Bemis-Murcko scaffolds, as OGB made its official split)
 #   4. featurize() for the whole file, and the check against OGB's own pre-featurised files
 # prepare.py calls these once, when the data are prepared; training scripts only need the *_FEATURE_DIMS,
-# which prepare.py re-exports. RDKit is imported only here, and only when a function needs it.
+# which prepare.py re-exports. RDKit is imported inside the functions that need it, so importing this file is cheap.
 # =============================================================================
 
 from __future__ import annotations
