@@ -16,11 +16,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-
-def _duration(text: str) -> float:
-    from bench.cli import parse_duration  # lazily: bench.cli imports this module
-
-    return parse_duration(text)
+from bench.durations import parse_duration
+from bench.pipeline.workspace import OPTUNA_JOURNAL
 
 
 def add_cli(subparsers, *, dashboard_alias: bool = True) -> None:
@@ -33,7 +30,7 @@ def add_cli(subparsers, *, dashboard_alias: bool = True) -> None:
         help="tune a task's baseline with the optuna agent under the benchmark protocol; writes baselines/results/",
     )
     t.add_argument("--task", required=True, help="task id (t6)")
-    t.add_argument("--budget", type=_duration, help="wall-clock budget: 15m, 1h (default: the task's)")
+    t.add_argument("--budget", type=parse_duration, help="wall-clock budget: 15m, 1h (default: the task's)")
     t.add_argument("--trials", type=int, help="at most this many trials (default: as many as the budget holds)")
     t.add_argument("--storage", help="Optuna storage URL (default: sqlite:///<mlruns>/optuna.db)")
     t.add_argument("--campaign", default="baselines", help="MLflow experiment (default: baselines)")
@@ -122,12 +119,12 @@ def resolve_storage(spec: str | None) -> str:
     path = Path(spec).expanduser()
     if path.is_dir():
         for candidate in (
-            path / "workspace" / ".bench" / "optuna" / "study.journal",
-            path / ".bench" / "optuna" / "study.journal",
+            path / "workspace" / OPTUNA_JOURNAL,
+            path / OPTUNA_JOURNAL,
         ):
             if candidate.is_file():
                 return str(candidate)
-        found = sorted(path.rglob("study.journal"))
+        found = sorted(path.rglob(OPTUNA_JOURNAL.name))
         if found:
             return str(found[0])
         raise FileNotFoundError(f"no Optuna journal (study.journal) under {path}")

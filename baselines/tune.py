@@ -19,6 +19,8 @@ import time
 from pathlib import Path
 
 from bench.paths import mlruns_dir
+from bench.pipeline.workspace import ARTIFACTS
+from bench.result import RunResult
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 RESULT_KEYS = (  # what `bench report` reads; more keys may follow them
@@ -75,14 +77,6 @@ def load_results(results_dir: Path | None = None) -> dict[str, dict]:
     return out
 
 
-def register_agent() -> None:
-    """Make sure the dispatch table has the ``optuna`` agent (a no-op once bench/agents registers it)."""
-    from bench.agents import AGENTS
-    from bench.agents.optuna import OptunaAgent
-
-    AGENTS.setdefault("optuna", OptunaAgent())
-
-
 def tune(
     task_key: str,
     *,
@@ -102,7 +96,6 @@ def tune(
     from bench.runner import RunSpec, run
     from bench.tasks import get_task
 
-    register_agent()
     task = get_task(task_key)
     storage = storage or default_storage()
     if storage.startswith("sqlite:///"):
@@ -132,43 +125,42 @@ def tune(
     return tuned
 
 
-def summarise(result: dict, *, storage: str, study: str, seed: int) -> dict:
-    """The results file's content from a finished optuna agent run (its result.json and study summary)."""
-    workspace = Path(result["workspace"])
-    summary_file = workspace / ".bench" / "artifacts" / "study.json"
+def summarise(result: RunResult, *, storage: str, study: str, seed: int) -> dict:
+    """The results file's content from a finished optuna agent run (its result and study summary)."""
+    summary_file = Path(result.workspace) / ARTIFACTS / "study.json"
     summary = json.loads(summary_file.read_text()) if summary_file.is_file() else {}
-    best = next((e for e in result.get("evaluations", []) if e["candidate"] == "best"), None)
+    best = result.best
     records = {r["script"]: r for r in summary.get("trial_records", [])}
-    record = records.get(best["script"]) if best else None
+    record = records.get(best.script) if best else None
     config = dict(record["config"]) if record else {}
     states = summary.get("states", {})
     return {
-        "task": result["task"],
-        "metric": result["metric"],
-        "direction": result["direction"],
+        "task": result.task,
+        "metric": result.metric,
+        "direction": str(result.direction),
         "config": config,
-        "val_score": best["val_score"] if best else None,
-        "official_score": result.get("score"),
-        "trials": summary.get("trials", result.get("scripts", {}).get("launched", 0)),
+        "val_score": best.val_score if best else None,
+        "official_score": result.score,
+        "trials": summary.get("trials", result.scripts.get("launched", 0)),
         "pruned": states.get("PRUNED", 0),
-        "budget_s": result["budget_s"],
+        "budget_s": result.budget_s,
         "hardware": hardware(),
-        "date": time.strftime("%Y-%m-%d", time.localtime(result["started_at"])),
-        "mlflow_run_id": result.get("mlflow_run_id"),
+        "date": time.strftime("%Y-%m-%d", time.localtime(result.started_at)),
+        "mlflow_run_id": result.mlflow_run_id,
         "storage": storage,
         # more detail for people (bench report reads only the keys above)
         "study_name": study,
         "seed": seed,
-        "split": result["split"],
-        "paper_baseline_score": result["baseline_score"],
-        "status": result["status"],
-        "campaign": result["campaign"],
+        "split": result.split,
+        "paper_baseline_score": result.baseline_score,
+        "status": result.status,
+        "campaign": result.campaign,
         "best_trial": record["number"] if record else None,
-        "script": best["script"] if best else None,
+        "script": best.script if best else None,
         "params": record["params"] if record else {},
         "states": states,
-        "wall_time_s": result["wall_time_s"],
-        "eval_device": result.get("device"),
+        "wall_time_s": result.wall_time_s,
+        "eval_device": result.device,
         "stop_reason": summary.get("stop_reason", ""),
-        "run_dir": result["run_dir"],
+        "run_dir": result.run_dir,
     }

@@ -4,24 +4,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
 
 from bench.agents import AGENTS, AgentError
+from bench.durations import parse_duration
+from bench.result import ResultError, RunResult
 from bench.tasks import TaskError, all_tasks, get_task
-
-
-def parse_duration(text: str) -> float:
-    """'3m', '90s', '1h', '1h30m', '2.5' (minutes) -> seconds."""
-    text = text.strip().lower()
-    if re.fullmatch(r"\d+(\.\d+)?", text):
-        return float(text) * 60
-    parts = re.findall(r"(\d+(?:\.\d+)?)\s*([hms])", text)
-    if not parts or "".join(f"{n}{u}" for n, u in parts) != text.replace(" ", ""):
-        raise argparse.ArgumentTypeError(f"bad duration {text!r}: use e.g. 90s, 3m, 1h30m or plain minutes")
-    return sum(float(n) * {"h": 3600, "m": 60, "s": 1}[u] for n, u in parts)
 
 
 def _tasks(key: str):
@@ -29,7 +19,7 @@ def _tasks(key: str):
 
 
 def cmd_tasks(args: argparse.Namespace) -> int:
-    from bench import data, weights
+    from bench.tasks import data, weights
 
     print(f"{'id':4} {'name':28} {'budget':>7} {'metric':>9} {'dir':>4} {'split':>6} {'baseline':>9}  data")
     for t in all_tasks():
@@ -45,7 +35,7 @@ def cmd_tasks(args: argparse.Namespace) -> int:
 
 
 def cmd_weights(args: argparse.Namespace) -> int:
-    from bench import weights
+    from bench.tasks import weights
 
     if args.weights_command == "install":
         return weights.main(args.files, hash_check=not args.no_hash_check)
@@ -70,7 +60,7 @@ def cmd_agents(args: argparse.Namespace) -> int:
 
 
 def cmd_data(args: argparse.Namespace) -> int:
-    from bench import data
+    from bench.tasks import data
 
     for t in _tasks(args.task):
         path = data.prepare(t, force=args.force)
@@ -102,32 +92,30 @@ def cmd_run(args: argparse.Namespace) -> int:
             )
             results.append(run(spec))
     _print_summary(results)
-    return 0 if all(r["status"] == "success" for r in results) else 1
+    return 0 if all(r.status == "success" for r in results) else 1
 
 
-def _print_summary(results: list[dict]) -> None:
+def _print_summary(results: list[RunResult]) -> None:
     print(
         "\n" + f"{'task':5} {'agent':12} {'rep':>3} {'status':13} {'metric':>9} {'score':>8} {'baseline':>9} "
         f"{'wall':>7}  run dir"
     )
     for r in results:
-        score = f"{r['score']:.4f}" if r.get("score") is not None else "-"
+        score = f"{r.score:.4f}" if r.score is not None else "-"
         print(
-            f"{r['task']:5} {r['agent']:12} {r['repeat']:>3} {r['status']:13} {r['metric']:>9} {score:>8} "
-            f"{r['baseline_score']:>9g} {r['wall_time_s']:>6.0f}s  {r['run_dir']}"
+            f"{r.task:5} {r.agent:12} {r.repeat:>3} {r.status:13} {r.metric:>9} {score:>8} "
+            f"{r.baseline_score:>9g} {r.wall_time_s:>6.0f}s  {r.run_dir}"
         )
 
 
 def cmd_record(args: argparse.Namespace) -> int:
-    import json
+    from bench.pipeline.record import load_run, record
+    from bench.tracking.recorder import Recorder
 
-    from bench.record import load_result, record
-    from bench.tracking.runs import Recorder
-
-    result, ws = load_result(Path(args.run_dir))
-    result["mlflow_run_id"] = record(Recorder(result["campaign"]), result, ws)
-    ws.result_file.write_text(json.dumps(result, indent=2, default=str))
-    print(f"recorded {ws.run_dir} as MLflow run {result['mlflow_run_id']}")
+    result, ws = load_run(Path(args.run_dir))
+    result.mlflow_run_id = record(Recorder(result.campaign), result, ws)
+    result.write()
+    print(f"recorded {ws.run_dir} as MLflow run {result.mlflow_run_id}")
     return 0
 
 
@@ -248,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("bench: interrupted", file=sys.stderr)
         return 130
-    except RuntimeError as e:  # DataError, TrackingError: their messages say what to do
+    except (RuntimeError, ResultError) as e:  # DataError, TrackingError, a bad result.json: the message says what to do
         print(f"bench: {e}", file=sys.stderr)
         return 1
 

@@ -7,7 +7,7 @@ leaderboard read back from MLflow and how to open the MLflow UI.
 
 from __future__ import annotations
 
-from bench.progress import fmt_s
+from bench.durations import fmt_s
 from bench.runner import RunSpec, run
 from bench.tasks import get_task
 
@@ -33,4 +33,4 @@ def demo(t1_budget_s: float = 480.0, campaign: str = "demo") -> int:
     print(table.to_string(index=False, float_format=lambda v: f"{v:.4f}") if not table.empty else "(no runs)")
     print(f"\nOpen the MLflow UI:  bench ui   (then http://127.0.0.1:5000, experiment {campaign!r};")
     print("each agent run has its training scripts nested under it)")
-    return 0 if all(r["status"] == "success" for r in results) else 1
+    return 0 if all(r.status == "success" for r in results) else 1

@@ -11,12 +11,7 @@ import threading
 import time
 from typing import TextIO
 
-
-def fmt_s(seconds: float) -> str:
-    seconds = max(0, int(seconds))
-    h, rem = divmod(seconds, 3600)
-    m, s = divmod(rem, 60)
-    return f"{h}:{m:02d}:{s:02d}" if h else f"{m:02d}:{s:02d}"
+from bench.durations import fmt_s
 
 
 class StatusLine:

@@ -23,7 +23,7 @@ class LaunchContext:
 
     task: Task
     workspace: Path  # the agent's working directory
-    prompt: str  # the standard prompt (bench.prompt)
+    prompt: str  # the standard prompt (bench.agents.prompt)
     budget_s: float
     home: Path  # a private HOME for CLIs that keep state there, outside the workspace
     model: str | None = None

@@ -20,7 +20,7 @@ from pathlib import Path
 import psutil
 
 from bench.tracking import schema
-from bench.tracking.runs import Recorder, TrackingError
+from bench.tracking.recorder import Recorder, TrackingError
 from bench.tracking.sysmetrics import Sampler
 
 SYSTEM_EVERY = 5  # polls between system-metric samples (x 2 s: one sample every ~10 s)

@@ -40,17 +40,31 @@ KIND_EVAL = "eval"
 
 STATUSES = ("success", "failed", "refused", "timeout", "disqualified", "interrupted")
 
+# --- params on the agent run ------------------------------------------------------------------
+PARAM_AGENT = "agent"
+PARAM_MODEL = "model"
+PARAM_TASK = "task"
+PARAM_REPEAT = "repeat"
+PARAM_BUDGET_MINUTES = "budget_minutes"
+PARAM_GRACE_S = "grace_s"
+PARAM_METRIC = "metric"  # the task's metric name (mse, val_bpb, ...)
+PARAM_DIRECTION = "direction"  # min | max
+PARAM_EVAL_SPLIT = "eval_split"
+PARAM_DEVICE = "device"  # the evaluation device
+PARAM_PREPARE_SHA256 = "prepare_sha256"
+PARAM_AGENT_ARGV = "agent_argv"
+
 # --- metrics on the agent run ---------------------------------------------------------------
 SCORE = "score"  # the official score (task metric, eval split)
 SUCCESS = "success"  # 1.0 / 0.0
 WALL_TIME = "wall_time_s"
 BUDGET_UTILISATION = "budget_utilisation"  # agent wall time / budget
 SCRIPTS_LAUNCHED = "scripts_launched"  # counted by the tracer
-LAUNCHES_OBSERVED = "launches_observed"  # counted independently by process monitoring (bench.launches)
+LAUNCHES_OBSERVED = "launches_observed"  # counted independently by process monitoring (bench.pipeline.launch_monitor)
 CHECKPOINTS = "checkpoints"
 ANYTIME = "anytime_score"  # official score of the best checkpoint of each 5-minute window; step = minutes
 BEST_VAL = "best_val_score"  # self-reported validation score of the scored checkpoint
-# from the agent's parsed event stream (bench.events.Tally.metrics())
+# from the agent's parsed event stream (bench.agents.events.Tally.metrics())
 TOOL_CALLS = "tool_calls"
 SHELL_COMMANDS = "shell_commands"
 FILE_WRITES = "file_writes"
@@ -70,3 +84,13 @@ CHECKPOINT_SCORE = "checkpoint_val_score"  # self-reported score of each saved c
 def official_metric(metric: str) -> str:
     """Name of the official metric on the agent run, e.g. ``official_mse``."""
     return f"official_{metric}"
+
+
+def run_tags(campaign: str, agent: str, task: str, repeat: int) -> dict[str, str]:
+    """The tags every run of one agent run carries (agent, script and eval runs alike): what analysis groups by."""
+    return {CAMPAIGN: campaign, AGENT: agent, TASK: task, REPEAT: str(repeat)}
+
+
+def agent_run_tags(campaign: str, agent: str, model: str | None, task: str, repeat: int, run_dir: str) -> dict:
+    """The tags of an agent run, set when it is created (status and reason follow at the end)."""
+    return {KIND: KIND_AGENT, **run_tags(campaign, agent, task, repeat), MODEL: model or "", WORKSPACE: run_dir}

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from bench.tracking import schema
-from bench.tracking.runs import Recorder
+from bench.tracking.recorder import Recorder
 
 # (task, metric, direction, baseline, budget minutes): the paper's Table 2
 TASKS = [

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+from pathlib import Path
 
 import pytest
 
 from baselines import cli
 from baselines.tune import RESULT_KEYS, RESULTS_DIR, default_storage, hardware, load_results, summarise
+from bench.result import Official, RunResult
 
 
 def parser() -> argparse.ArgumentParser:
@@ -72,26 +75,17 @@ def test_summarise_picks_the_evaluated_checkpoints_trial(tmp_path):
         ],
     }
     (ws / ".bench" / "artifacts" / "study.json").write_text(json.dumps(study))
-    result = {
-        "task": "t6",
-        "metric": "mse",
-        "direction": "min",
-        "split": "test",
-        "baseline_score": 0.384,
-        "budget_s": 600.0,
-        "started_at": 1_800_000_000.0,
-        "wall_time_s": 590.0,
-        "status": "success",
-        "campaign": "baselines",
-        "score": 0.371,
-        "mlflow_run_id": "abc",
-        "run_dir": str(tmp_path / "run"),
-        "workspace": str(ws),
-        "evaluations": [
-            {"candidate": "best", "script": "run_2.py", "val_score": 0.649},
-            {"candidate": "window-0", "script": "run_1.py", "val_score": 0.659},
-        ],
-    }
+    # a real result.json (tests/bench/fixtures/results), turned into an optuna run that scored run_2.py's checkpoint
+    v1 = RunResult.load(Path(__file__).parents[1] / "bench" / "fixtures" / "results" / "v1_t6_baseline.json")
+    best, window = (
+        dataclasses.replace(v1.evaluations[0], candidate=c, script=script, val_score=val, official=Official(0.371))
+        for c, script, val in (("best", "run_2.py", 0.649), ("window-0", "run_1.py", 0.659))
+    )
+    outcome = dataclasses.replace(v1.outcome, score=0.371, best_val_score=0.649)
+    result = dataclasses.replace(
+        v1, workspace=str(ws), run_dir=str(tmp_path / "run"), evaluations=[best, window], outcome=outcome,
+        mlflow_run_id="abc", budget_s=600.0,
+    )  # fmt: skip
     out = summarise(result, storage="sqlite:///x.db", study="s", seed=0)
     assert set(RESULT_KEYS) <= set(out)
     assert out["config"] == {"lr": 3e-3} and out["best_trial"] == 1 and out["val_score"] == 0.649

@@ -57,11 +57,11 @@ def test_bench_run_baseline_t6_end_to_end(generated_t6, capsys):
     assert client.get_run(child["run_id"]).data.params["config.kernel_size"] == "25"
 
     result = json.loads((Path(parent[f"tags.{schema.WORKSPACE}"]) / "result.json").read_text())
-    assert result["status"] == "success" and result["score"] == pytest.approx(parent[f"metrics.{schema.SCORE}"])
-    assert result["evaluations"][0]["official"]["split"] == "test"
-    ws = Path(result["workspace"])
+    assert result.status == "success" and result.score == pytest.approx(parent[f"metrics.{schema.SCORE}"])
+    assert result.evaluations[0].official.raw["split"] == "test"
+    ws = Path(result.workspace)
     assert not os.stat(ws / "prepare.py").st_mode & stat.S_IWUSR  # locked copy is read-only
-    assert len(result["prepare_sha256"]) == 64
+    assert len(result.audit.locked_sha256["prepare.py"]) == 64
 
 
 DETACHED = r"""
@@ -92,15 +92,15 @@ def test_budget_ends_detached_scripts_and_keeps_their_checkpoints(generated_t6):
             console=False,
         )
     )
-    assert result["timed_out"] is True
-    pid = int((Path(result["workspace"]) / "run_1.pid").read_text())
+    assert result.timed_out is True
+    pid = int((Path(result.workspace) / "run_1.pid").read_text())
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    assert result["status"] == "success", result["reason"]  # the checkpoints it saved before the budget count
-    assert result["scripts"]["statuses"] == {"KILLED": 1}
+    assert result.status == "success", result.reason  # the checkpoints it saved before the budget count
+    assert result.scripts["statuses"] == {"KILLED": 1}
     child = runs_of(name, schema.KIND_SCRIPT).iloc[0]
     assert child["status"] == "KILLED" and child[f"tags.{schema.SCRIPT}"] == "run_1.py"
     assert child["metrics.val_mse"] > 0  # the metrics it had are kept
-    assert result["budget_utilisation"] == 1.0
+    assert result.budget_utilisation == 1.0
 
 
 def test_crashing_agent_without_checkpoint_is_failed_with_reason(generated_t6):
@@ -115,9 +115,9 @@ def test_crashing_agent_without_checkpoint_is_failed_with_reason(generated_t6):
             console=False,
         )
     )
-    assert result["status"] == "failed" and "no scoreable checkpoint" in result["reason"]
-    assert result["scripts"]["statuses"] == {"FAILED": 1}
-    assert "ZeroDivisionError" in result["scripts"]["scripts"][0]["error"]
+    assert result.status == "failed" and "no scoreable checkpoint" in result.reason
+    assert result.scripts["statuses"] == {"FAILED": 1}
+    assert "ZeroDivisionError" in result.scripts["scripts"][0]["error"]
 
 
 COMPILED_PREFIX = r"""
@@ -148,9 +148,9 @@ def test_checkpoint_with_compile_prefix_fails_strict_official_evaluation(generat
             console=False,
         )
     )
-    assert result["checkpoints_found"] == 1
-    assert result["status"] == "failed"
-    assert "official evaluation failed" in result["reason"] and "_orig_mod" in result["reason"]
+    assert result.checkpoints_found == 1
+    assert result.status == "failed"
+    assert "official evaluation failed" in result.reason and "_orig_mod" in result.reason
 
 
 def test_modified_locked_file_disqualifies(generated_t6):
@@ -166,8 +166,8 @@ def test_modified_locked_file_disqualifies(generated_t6):
             console=False,
         )
     )
-    assert result["status"] == "disqualified" and "prepare.py was modified" in result["reason"]
-    assert result["violations"][0]["rule"] == 1
+    assert result.status == "disqualified" and "prepare.py was modified" in result.reason
+    assert result.violations[0].rule == 1
 
 
 THREE_SCRIPTS = r"""
@@ -198,8 +198,8 @@ def test_every_script_the_agent_launches_becomes_a_nested_run(generated_t6):
             console=False,
         )
     )
-    assert result["status"] == "success", result["reason"]
-    assert result["scripts"]["launched"] == 3 == len(result["launches_observed"])  # tracer and monitor agree
+    assert result.status == "success", result.reason
+    assert result.scripts["launched"] == 3 == len(result.launches_observed)  # tracer and monitor agree
     parent = runs_of(name, schema.KIND_AGENT).iloc[0]
     assert parent[f"metrics.{schema.SCRIPTS_LAUNCHED}"] == 3 == parent[f"metrics.{schema.LAUNCHES_OBSERVED}"]
     children = runs_of(name, schema.KIND_SCRIPT)
@@ -233,9 +233,9 @@ def test_run_on_a_partial_substitute_says_so_in_result_and_mlflow(generated_t6):
 
     name = campaign()
     result = run(RunSpec(task=get_task("t6"), agent="baseline", campaign=name, budget_s=120, grace_s=5, console=False))
-    assert result["status"] == "success"
-    assert result["partial_data"] is True
-    assert result["partial_data_notes"] == ["built from partial substitutes of ETTh1.csv"]
+    assert result.status == "success"
+    assert result.partial_data is True
+    assert result.partial_data_notes == ["built from partial substitutes of ETTh1.csv"]
     parent = runs_of(name, schema.KIND_AGENT).iloc[0]
     assert parent[f"tags.{schema.PARTIAL_DATA}"] == "true"
     assert "ETTh1.csv" in parent[f"tags.{schema.PARTIAL_NOTES}"]

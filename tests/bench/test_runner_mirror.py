@@ -25,7 +25,7 @@ def test_t6_baseline_reproduces_the_paper_score_on_the_real_data(real_mirror, mo
             console=False,
         )
     )
-    assert result["status"] == "success", result["reason"]
-    assert result["partial_data"] is False
+    assert result.status == "success", result.reason
+    assert result.partial_data is False
     # paper Table 2: 0.384; a plain DLinear's seed-to-seed spread here is about +-0.005
-    assert result["score"] == pytest.approx(0.384, abs=0.010)
+    assert result.score == pytest.approx(0.384, abs=0.010)

@@ -124,7 +124,7 @@ def main() -> None:
 
     from bench.tracking import schema
     from bench.tracking.relay import Relay
-    from bench.tracking.runs import Recorder
+    from bench.tracking.recorder import Recorder
 
     rec = Recorder("tracer-benchmark")
     parent = rec.create_run("benchmark", {schema.KIND: schema.KIND_AGENT, schema.SYNTHETIC: "true"})

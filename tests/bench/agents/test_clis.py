@@ -115,23 +115,23 @@ def test_cli_completes_the_scripted_trajectory(agent, generated_t6, monkeypatch)
         )
         result = run(spec)
     log = "\n".join(llm.summary())
-    ws = Path(result["workspace"])
+    ws = Path(result.workspace)
     assert (ws / "run_1.py").read_text().strip() == run1.strip(), log
-    assert result["scripts"]["launched"] >= 1, log
-    assert result["checkpoints_found"] >= 1, log
-    assert result["status"] == "success", (result["reason"], log)
-    assert not result["timed_out"] and result["wall_time_s"] < spec.budget
+    assert result.scripts["launched"] >= 1, log
+    assert result.checkpoints_found >= 1, log
+    assert result.status == "success", (result.reason, log)
+    assert not result.timed_out and result.wall_time_s < spec.budget
     tools = [r.reply.get("tool") for r in llm.turns()]
     if case.write_tool:
         assert case.write_tool in tools and case.shell_tool in tools, log
-    home = Path(result["run_dir"]) / "home"
+    home = Path(result.run_dir) / "home"
     assert home.is_dir() and home not in ws.parents  # the CLI's state stays out of the workspace
     # the CLI's own event stream, parsed live: tool calls and tokens, on the agent run in MLflow
-    events = [json.loads(line) for line in (Path(result["run_dir"]) / "events.jsonl").read_text().splitlines()]
+    events = [json.loads(line) for line in (Path(result.run_dir) / "events.jsonl").read_text().splitlines()]
     writes = [e for e in events if e["kind"] == "tool_call" and e["tool"] in ("write", "edit")]
     assert any((e["target"] or "").endswith("run_1.py") for e in writes), events
     assert any(e["kind"] == "tool_call" and e["tool"] == "shell" and "run_1.py" in (e["target"] or "") for e in events)
-    agent_metrics = mlflow.tracking.MlflowClient().get_run(result["mlflow_run_id"]).data.metrics
+    agent_metrics = mlflow.tracking.MlflowClient().get_run(result.mlflow_run_id).data.metrics
     assert agent_metrics["tokens_input"] > 0 and agent_metrics["tokens_output"] > 0, agent_metrics
     assert agent_metrics["tool_calls"] >= 2 and agent_metrics["file_writes"] >= 1, agent_metrics
 
@@ -154,9 +154,9 @@ def test_cli_ends_when_the_api_answers_400(agent, generated_t6, monkeypatch):
         result = run(spec)
     assert llm.calls(), "the CLI never reached the mock"
     assert all(r.status == 400 for r in llm.calls() if r.api != "models")
-    assert result["status"] == "failed", result["reason"]
-    assert not (Path(result["workspace"]) / "run_1.py").exists()
-    assert result["wall_time_s"] < spec.budget and not result["timed_out"]
+    assert result.status == "failed", result.reason
+    assert not (Path(result.workspace) / "run_1.py").exists()
+    assert result.wall_time_s < spec.budget and not result.timed_out
 
 
 @pytest.mark.slow
@@ -176,9 +176,9 @@ def test_cli_ends_when_the_connection_is_refused(agent, generated_t6, monkeypatc
         campaign=campaign(),
     )
     result = run(spec)
-    assert result["status"] != "success"
-    assert not (Path(result["workspace"]) / "run_1.py").exists()
-    assert result["wall_time_s"] <= spec.budget + spec.grace_s + 5  # by itself, or ended by the watchdog
+    assert result.status != "success"
+    assert not (Path(result.workspace) / "run_1.py").exists()
+    assert result.wall_time_s <= spec.budget + spec.grace_s + 5  # by itself, or ended by the watchdog
 
 
 GENERIC_CODEX = """
@@ -215,9 +215,9 @@ def test_generic_agent_runs_a_cli_described_in_toml(generated_t6, cli_dir, monke
             options={"config": str(config)},
         )
         result = run(spec)
-    assert result["status"] == "success", (result["reason"], llm.summary())
-    assert result["agent_argv"][0].endswith("/codex") and "gpt-5.5" in result["agent_argv"]
-    assert (Path(result["workspace"]) / "run_1.py").is_file()
+    assert result.status == "success", (result.reason, llm.summary())
+    assert result.agent_argv[0].endswith("/codex") and "gpt-5.5" in result.agent_argv
+    assert (Path(result.workspace) / "run_1.py").is_file()
 
 
 # --- the adapters' command lines and environments (fast: no CLI is started) ---------------------------------

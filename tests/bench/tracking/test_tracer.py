@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from bench.tracking import HOOK_DIR, schema
+from bench.tracking.recorder import Recorder
 from bench.tracking.relay import Relay
-from bench.tracking.runs import Recorder
 
 SCRIPT_OK = """
 import json, os, time

@@ -2,8 +2,8 @@
 
 Every line the agent prints goes unchanged to ``agent.log`` (harness-side: the agent cannot
 rewrite it). When the agent's adapter names a stream parser (``parser_name``), each line is
-also parsed into normalised events (``bench.events``): appended to ``events.jsonl``,
-counted in a :class:`~bench.events.Tally` that feeds the live status line, and shown on the
+also parsed into normalised events (``bench.agents.events``): appended to ``events.jsonl``,
+counted in a :class:`~bench.agents.events.Tally` that feeds the live status line, and shown on the
 console as one short line per event instead of the CLI's raw JSON.
 """
 
@@ -44,8 +44,8 @@ class AgentStream:
         self.proc, self.log, self.events_file, self.status, self.console = proc, log, events_file, status, console
         self.parser = self.tally = None
         if parser_name:
-            from bench.events import Tally
-            from bench.parsers import make_parser
+            from bench.agents.events import Tally
+            from bench.agents.parsers import make_parser
 
             self.parser, self.tally = make_parser(parser_name, model=model), Tally()
         self._thread = threading.Thread(target=self._run, name="bench-stream", daemon=True)

@@ -1,25 +1,16 @@
-"""The audit (paper §3.4): rule checks made after the run, from files the agent cannot rewrite.
+"""Audit (pipeline step 6; paper §3.4): rule checks made after the run, from files the agent cannot rewrite.
 
-Each check returns the violations it found; any violation disqualifies the run. This
-module holds the checks that the filesystem alone can answer; checks over the agent's
-tool calls (internet, package installs, leaving the workspace) read the normalised event
-stream and are added beside them.
+Each check returns the violations it found; any violation disqualifies the run. Today the checks are
+the ones the filesystem alone can answer: rule 1 (the locked files are unchanged) and rule 5 (no link
+leads out of the workspace). The other rules are not audited yet; the event stream (``events.jsonl``)
+that would answer some of them is recorded with every run.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-
-from bench.workspace import Workspace, sha256
-
-
-@dataclass(frozen=True)
-class Violation:
-    rule: int
-    reason: str
-
-    def to_dict(self) -> dict:
-        return asdict(self)
+from bench.checksums import sha256
+from bench.pipeline.workspace import Workspace
+from bench.result import Audit, Violation
 
 
 def locked_files_unchanged(ws: Workspace, expected: dict[str, str]) -> list[Violation]:
@@ -46,6 +37,7 @@ def no_links_out_of_workspace(ws: Workspace) -> list[Violation]:
     return out
 
 
-def audit(ws: Workspace, locked_sha256: dict[str, str]) -> list[Violation]:
-    """All filesystem checks, in rule order; ``locked_sha256`` maps each locked file to its hash at the start."""
-    return [*locked_files_unchanged(ws, locked_sha256), *no_links_out_of_workspace(ws)]
+def audit(ws: Workspace, locked_sha256: dict[str, str]) -> Audit:
+    """All checks, in rule order; ``locked_sha256`` maps each locked file to its hash at the start."""
+    violations = [*locked_files_unchanged(ws, locked_sha256), *no_links_out_of_workspace(ws)]
+    return Audit(locked_sha256=dict(locked_sha256), violations=tuple(violations))

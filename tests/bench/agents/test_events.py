@@ -1,4 +1,4 @@
-"""bench.events and bench.pricing against real event streams of the five agent CLIs.
+"""bench.agents.events and bench.agents.pricing against real event streams of the five agent CLIs.
 
 The streams come from ``../shared/agent-streams`` next to the repository root when it exists, else from
 the copy in ``tests/bench/fixtures/agent-streams`` (see its PROVENANCE.md): one short task each, write
@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from bench import pricing
-from bench.events import METRICS, REFUSAL_PATTERNS, Event, Tally
-from bench.parsers import (
+from bench.agents import pricing
+from bench.agents.events import METRICS, REFUSAL_PATTERNS, Event, Tally
+from bench.agents.parsers import (
     PARSERS,
     AiderParser,
     ClaudeCodeParser,
@@ -26,9 +26,11 @@ from bench.parsers import (
     unwrap_shell,
 )
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SHARED = ROOT.parent / "shared" / "agent-streams"
-STREAMS = SHARED if (SHARED / "claude_stream.jsonl").is_file() else Path(__file__).parent / "fixtures" / "agent-streams"
+STREAMS = (
+    SHARED if (SHARED / "claude_stream.jsonl").is_file() else Path(__file__).parents[1] / "fixtures" / "agent-streams"
+)
 WS = "/home/user/ws"
 ANSWER = "Done. I created run_1.py and ran it; it printed hello."
 
@@ -256,12 +258,12 @@ def test_make_parser_and_line_endings(tmp_path):
 
 
 def test_runner_stream_reads_a_cli_live(tmp_path):
-    """bench.stream.AgentStream, as the runner drives it: a process prints a stream, the parser tallies it."""
+    """bench.agents.stream.AgentStream, as the runner drives it: a process prints a stream, the parser tallies it."""
     import subprocess
     import sys
 
+    from bench.agents.stream import AgentStream
     from bench.progress import StatusLine
-    from bench.stream import AgentStream
 
     src = STREAMS / "claude_stream.jsonl"
     code = (

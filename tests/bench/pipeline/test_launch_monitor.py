@@ -6,7 +6,7 @@ import subprocess
 import sys
 import time
 
-from bench.launches import LaunchMonitor, workspace_script
+from bench.pipeline.launch_monitor import LaunchMonitor, workspace_script
 
 
 def test_workspace_script_recognises_python_launches_of_top_level_scripts(tmp_path):

@@ -1,4 +1,4 @@
-"""Tests for bench.data: fetching and verifying raw files, and building prepared data atomically.
+"""Tests for bench.tasks.data: fetching and verifying raw files, and building prepared data atomically.
 
 Everything runs offline against a folder mirror or a local HTTP server on 127.0.0.1, except the one
 test marked ``mirror``, which needs the real data files through ``BENCH_DATA_MIRROR``.
@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.data import (
+from bench.tasks import DataSource, Task, TaskError, get_task
+from bench.tasks.data import (
     DataError,
     data_status,
     fetch,
@@ -30,7 +31,6 @@ from bench.data import (
     prepared_dir,
     raw_dir,
 )
-from bench.tasks import DataSource, Task, TaskError, get_task
 
 PAYLOAD = b"date,value\n" + b"".join(f"2020-01-{d:02d},{d * 1.5}\n".encode() for d in range(1, 29))
 SHA256 = hashlib.sha256(PAYLOAD).hexdigest()

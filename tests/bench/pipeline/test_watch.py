@@ -1,4 +1,4 @@
-"""Tests of bench.watchdog with real processes.
+"""Tests of bench.pipeline.watch and bench.processes with real processes.
 
 Written for a loaded 2-core CI machine: budgets of 1-2 s, generous deadlines, polling instead of fixed sleeps,
 and no assertion on how long anything took except "stop() returns within seconds".
@@ -20,10 +20,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-from bench import watchdog
-from bench.watchdog import TOKEN_VAR, Watchdog, end_tree, find_tree
+from bench import processes
+from bench.pipeline.watch import Watchdog
+from bench.processes import TOKEN_VAR, end_tree, find_tree
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 DEADLINE_S = 60.0
 
 # Writes its pid atomically to argv[1], then sleeps forever; with argv[2] == "ignore" it ignores SIGTERM.
@@ -226,7 +227,7 @@ def test_subreaper_adopts_orphans_and_end_tree_reaps_them(tmp_path: Path, token:
         f"""
         import os, subprocess, sys, time
         import psutil
-        from bench.watchdog import become_subreaper, end_tree
+        from bench.processes import become_subreaper, end_tree
         assert become_subreaper()
         cmd = 'setsid "{sys.executable}" "{sleeper}" "{tmp_path / "orphan.pid"}" & exit 0'
         env = {{**os.environ, "{TOKEN_VAR}": "{token}"}}
@@ -249,5 +250,5 @@ def test_subreaper_adopts_orphans_and_end_tree_reaps_them(tmp_path: Path, token:
 
 
 def test_become_subreaper_off_linux(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(watchdog.sys, "platform", "darwin")
-    assert watchdog.become_subreaper() is False
+    monkeypatch.setattr(processes.sys, "platform", "darwin")
+    assert processes.become_subreaper() is False

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import psutil
 
-from bench.watchdog import find_tree
+from bench.processes import find_tree
 
 # interpreter options that take a separate argument (python -X dev, -W ignore, ...)
 _OPTS_WITH_ARG = {"-X", "-W", "-Q"}

@@ -1,4 +1,4 @@
-"""The workspace (paper Fig. 2, step 1): a fresh, isolated directory per agent run.
+"""Workspace (pipeline step 1): a fresh, isolated directory per agent run.
 
 Layout of one run directory::
 
@@ -6,6 +6,8 @@ Layout of one run directory::
         workspace/            the agent's working directory (and nothing above it is its business)
             program.md train.py prepare.py (read-only) data/ checkpoints/
             .bench/spool/     events of traced scripts (written by the tracer, read by the relay)
+            .bench/artifacts/ files an agent adapter leaves for its MLflow run (the optuna agent's study summary)
+            .bench/optuna/    the optuna agent's default study journal
         agent.log             everything the agent printed (harness-side: the agent cannot rewrite it)
         events.jsonl          its output parsed into normalised events (agents with a stream parser)
         eval/                 isolated evaluation folders
@@ -14,7 +16,6 @@ Layout of one run directory::
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import shutil
@@ -23,23 +24,24 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.checksums import sha256
 from bench.paths import workspaces_dir
 from bench.tasks import Task
+
+# Paths inside the workspace that the harness, the tracer and the optuna agent agree on (the optuna agent runs
+# inside the workspace and imports these names rather than spelling them again).
+SPOOL = Path(".bench") / "spool"
+ARTIFACTS = Path(".bench") / "artifacts"
+OPTUNA_JOURNAL = Path(".bench") / "optuna" / "study.journal"
 
 COPIED = ("program.md", "train.py")  # plus the task's locked files (prepare.py, ...), made read-only
 READ_ONLY = stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH
 
 
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 @dataclass(frozen=True)
 class Workspace:
+    """One run directory: the agent's ``workspace/`` and, beside it, the files only the harness writes."""
+
     run_dir: Path
     task: Task
 
@@ -49,7 +51,11 @@ class Workspace:
 
     @property
     def spool_dir(self) -> Path:
-        return self.path / ".bench" / "spool"
+        return self.path / SPOOL
+
+    @property
+    def artifacts_dir(self) -> Path:
+        return self.path / ARTIFACTS
 
     @property
     def checkpoints(self) -> Path:

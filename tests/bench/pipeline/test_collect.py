@@ -7,7 +7,8 @@ from pathlib import Path
 
 import torch
 
-from bench.checkpoints import Checkpoint, scan, select
+from bench.pipeline.collect import Checkpoint, scan, select
+from bench.tasks import Direction
 
 
 def ck(name: str, score: float, minute: float) -> Checkpoint:
@@ -23,7 +24,7 @@ def test_best_overall_and_best_per_five_minute_window_lower_is_better():
         ck("e", 0.41, 12),
         ck("f", 0.39, 14.99),
     ]
-    sel = select(cks, higher_is_better=False)
+    sel = select(cks, Direction.MIN)
     assert sel.best.path.name == "f"
     assert {k: c.path.name for k, c in sel.windows.items()} == {0: "b", 1: "d", 2: "f"}
     labels = [label for label, _ in sel.candidates()]
@@ -32,14 +33,14 @@ def test_best_overall_and_best_per_five_minute_window_lower_is_better():
 
 def test_higher_is_better_and_ties_go_to_the_earlier_checkpoint():
     cks = [ck("late", 0.8, 3), ck("early", 0.8, 1), ck("low", 0.2, 2), ck("w3", 0.6, 16)]
-    sel = select(cks, higher_is_better=True)
+    sel = select(cks, Direction.MAX)
     assert sel.best.path.name == "early"
     assert sel.windows[0].path.name == "early" and sel.windows[3].path.name == "w3"
     assert 1 not in sel.windows and 2 not in sel.windows
 
 
 def test_no_checkpoints_selects_nothing():
-    sel = select([], higher_is_better=True)
+    sel = select([], Direction.MAX)
     assert sel.best is None and sel.candidates() == []
 
 

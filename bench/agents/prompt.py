@@ -6,8 +6,6 @@ budget and the machine are filled in.
 
 from __future__ import annotations
 
-from bench.tasks import Task
-
 PREAMBLE = (
     "Important context before you start: every file in this working directory (program.md, prepare.py, "
     "train.py, data/ and anything else the harness placed here) was created for you by the benchmark harness "
@@ -28,6 +26,6 @@ PROMPT = (
 )
 
 
-def standard_prompt(task: Task, budget_s: float, device: str) -> str:
+def standard_prompt(budget_s: float, device: str) -> str:
     """Preamble + instruction, as one string."""
     return PREAMBLE + "\n\n" + PROMPT.format(minutes=budget_s / 60.0, device=device)

@@ -11,7 +11,6 @@ rather than in the middle of an agent's run.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -20,8 +19,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+from bench.checksums import sha256
 from bench.paths import cache_dir
-from bench.tasks import Task, Weights, all_tasks
+from bench.tasks.registry import Task, Weights, all_tasks
 
 
 class WeightsError(RuntimeError):
@@ -54,14 +54,6 @@ def for_task(task: Task) -> list[Path]:
     return [weights_dir() / w.file for w in task.weights]
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def _match(path: Path) -> tuple[Task, Weights]:
     for task in all_tasks():
         for w in task.weights:
@@ -77,7 +69,7 @@ def check(path: Path, task: Task, w: Weights, *, hash_check: bool = True) -> dic
     ``hash_check=False`` skips the first check only: torch.hub's naming convention says the name carries a
     sha256 prefix, but DINOv3's own loader does not verify it, so a genuine file could in principle differ.
     """
-    digest = _sha256(path)
+    digest = sha256(path)
     if hash_check and not digest.startswith(w.sha256_prefix):
         raise WeightsError(
             f"{path}: sha256 {digest[:16]}... does not start with {w.sha256_prefix}, the hash in the official "

@@ -9,7 +9,6 @@ dataset) into a temporary folder renamed into place only when complete, so a cra
 from __future__ import annotations
 
 import collections
-import hashlib
 import http.client
 import json
 import os
@@ -25,10 +24,10 @@ from typing import BinaryIO
 
 from tqdm import tqdm
 
+from bench.checksums import CHUNK, Digest, digest_file, sha256
 from bench.paths import cache_dir
-from bench.tasks import DataSource, Task
+from bench.tasks.registry import DataSource, Task
 
-CHUNK = 1 << 20  # 1 MB: large enough to be fast, small enough to keep memory flat on multi-GB archives
 TIMEOUT_S = 60.0  # per socket operation, not for the whole download
 USER_AGENT = "1gc-7rc-bench/0.1 (benchmark data fetcher; python-urllib)"
 MARKER = ".complete"
@@ -54,35 +53,11 @@ def prepared_dir(task: Task) -> Path:
     return cache_dir() / "prepared" / task.name
 
 
-class _Digest:
-    """Size, sha256 and md5 computed in one pass, so verification never re-reads a multi-GB file."""
-
-    def __init__(self) -> None:
-        self.sha256 = hashlib.sha256()
-        self.md5 = hashlib.md5(usedforsecurity=False)  # an identity check against published sums, not security
-        self.size = 0
-
-    def update(self, chunk: bytes) -> None:
-        self.sha256.update(chunk)
-        self.md5.update(chunk)
-        self.size += len(chunk)
-
-    def mismatches(self, source: DataSource) -> list[str]:
-        """One 'what: expected X, got Y' entry per declared property that the bytes do not match."""
-        want = {"size": source.size, "sha256": source.sha256.lower(), "md5": source.md5.lower()}
-        got = {"size": self.size, "sha256": self.sha256.hexdigest(), "md5": self.md5.hexdigest()}
-        return [f"{k}: expected {v}, got {got[k]}" for k, v in want.items() if v not in (None, "") and v != got[k]]
+def _mismatches(digest: Digest, source: DataSource) -> list[str]:
+    return digest.mismatches(size=source.size, sha256=source.sha256, md5=source.md5)
 
 
-def _hash_file(path: Path) -> _Digest:
-    digest = _Digest()
-    with open(path, "rb") as f:
-        while chunk := f.read(CHUNK):
-            digest.update(chunk)
-    return digest
-
-
-def _stream(src: BinaryIO, out: BinaryIO, digest: _Digest, source: DataSource, label: str, show: bool) -> None:
+def _stream(src: BinaryIO, out: BinaryIO, digest: Digest, source: DataSource, label: str, show: bool) -> None:
     """Copy ``src`` to ``out`` while hashing; stop early once more bytes than the declared size arrive."""
     bar = show and sys.stderr.isatty()  # a bar in a log file is thousands of lines: print one line there instead
     if show and not bar:
@@ -116,7 +91,7 @@ def fetch(source: DataSource, dest_dir: Path, *, mirror: Path | None = None, pro
     if target.is_file():
         size = target.stat().st_size  # a wrong size is known without hashing a multi-GB file
         bad = [f"size: expected {source.size}, got {size}"] if source.size not in (None, size) else []
-        bad = bad or _hash_file(target).mismatches(source)
+        bad = bad or _mismatches(digest_file(target), source)
         if not bad:
             return target
         stale = f" (the existing {target} failed verification: {'; '.join(bad)})"
@@ -132,7 +107,7 @@ def fetch(source: DataSource, dest_dir: Path, *, mirror: Path | None = None, pro
     fd, tmp_name = tempfile.mkstemp(prefix=f".{source.file}.", suffix=".part", dir=dest_dir)
     tmp = Path(tmp_name)
     try:
-        digest = _Digest()
+        digest = Digest()
         try:
             with os.fdopen(fd, "wb") as out, _open(origin, mirror is not None) as src:
                 _stream(src, out, digest, source, origin, progress)
@@ -141,7 +116,7 @@ def fetch(source: DataSource, dest_dir: Path, *, mirror: Path | None = None, pro
         except (urllib.error.URLError, http.client.HTTPException, OSError) as e:
             reason = getattr(e, "reason", e)
             raise DataError(f"{source.file}: could not read {origin}: {reason}{stale}; {todo}") from e
-        bad = digest.mismatches(source)
+        bad = _mismatches(digest, source)
         if bad:
             raise DataError(
                 f"{source.file}: the copy from {origin} does not verify ({'; '.join(bad)}). The file at {origin} "
@@ -245,7 +220,7 @@ def _expected_marker(task: Task) -> dict[str, object]:
     """The marker fields that must match for prepared data to be reused (everything except the time)."""
     return {
         "task": task.id,
-        "prepare_sha256": _hash_file(task.file("prepare.py")).sha256.hexdigest(),
+        "prepare_sha256": sha256(task.file("prepare.py")),
         "sources": {s.file: {"sha256": s.sha256, "md5": s.md5, "size": s.size} for s in task.data},
     }
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.paths import tasks_dir
+from bench.tasks.direction import Direction
 
 TASK_FILES = ("task.toml", "program.md", "prepare.py", "train.py")
 
@@ -58,7 +59,7 @@ class Task:
     dataset: str
     budget_minutes: float
     metric: str
-    direction: str  # "min" or "max"
+    direction: Direction  # which way the metric improves (a str enum: "min" or "max")
     eval_split: str
     baseline_score: float
     folder: Path
@@ -78,11 +79,7 @@ class Task:
 
     @property
     def higher_is_better(self) -> bool:
-        return self.direction == "max"
-
-    def better(self, a: float, b: float) -> bool:
-        """True when score ``a`` beats score ``b`` under this task's direction."""
-        return a > b if self.higher_is_better else a < b
+        return self.direction.higher_is_better
 
     def file(self, name: str) -> Path:
         return self.folder / name
@@ -107,6 +104,7 @@ def load_task(folder: Path) -> Task:
         direction = raw["direction"]
         if direction not in ("min", "max"):
             raise TaskError(f"{folder}/task.toml: direction must be 'min' or 'max', not {direction!r}")
+        direction = Direction(direction)
         sources = tuple(DataSource(**d) for d in raw.get("data", []))
         names = {s.file for s in sources}
         orphans = [s.file for s in sources if s.substitute_for and s.substitute_for not in names]

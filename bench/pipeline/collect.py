@@ -1,4 +1,4 @@
-"""Collection (paper Fig. 2, step 5): scored checkpoints -> the overall best + the best of each 5-minute window.
+"""Collect (paper Fig. 2, step 4): scored checkpoints -> the overall best + the best of each 5-minute window.
 
 A checkpoint is a file in the workspace's ``checkpoints/`` saved by the task helper
 ``save_checkpoint()``: a dict with the state dict, the ``build_model`` config, the script
@@ -12,6 +12,8 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from bench.tasks import Direction
 
 WINDOW_S = 300.0  # the paper's 5-minute windows
 
@@ -96,7 +98,7 @@ class Selection:
         return out
 
 
-def select(checkpoints: list[Checkpoint], higher_is_better: bool) -> Selection:
+def select(checkpoints: list[Checkpoint], direction: Direction) -> Selection:
     """The overall best by self-reported validation score, plus the best of each 5-minute window.
 
     Ties go to the earlier checkpoint. Each window keeps only its best, to preserve diversity
@@ -104,7 +106,7 @@ def select(checkpoints: list[Checkpoint], higher_is_better: bool) -> Selection:
     """
 
     def key(c: Checkpoint) -> tuple[float, float]:
-        return (-c.val_score if higher_is_better else c.val_score, c.saved_s)
+        return (direction.rank_key(c.val_score), c.saved_s)
 
     if not checkpoints:
         return Selection(None, {})
@@ -114,3 +116,18 @@ def select(checkpoints: list[Checkpoint], higher_is_better: bool) -> Selection:
         if c.window not in windows or key(c) < key(windows[c.window]):
             windows[c.window] = c
     return Selection(best, windows)
+
+
+@dataclass(frozen=True)
+class Collected:
+    """What the collect step found: the candidates to evaluate, and every file it could not use (with why)."""
+
+    found: list[Checkpoint]
+    rejected: list[Rejected]
+    selection: Selection
+
+
+def collect(directory: Path, started_at: float, metric: str, direction: Direction, deadline_s: float) -> Collected:
+    """Scan ``directory`` for scored checkpoints saved before ``deadline_s`` and select the candidates."""
+    found, rejected = scan(directory, started_at, metric, deadline_s=deadline_s)
+    return Collected(found, rejected, select(found, direction))

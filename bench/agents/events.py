@@ -1,11 +1,11 @@
 """Normalised agent events: one model for what every coding-agent CLI prints, and a tally of a run.
 
-A parser per CLI (:mod:`bench.parsers`) turns stdout, one line at a time, into :class:`Event` objects
+A parser per CLI (:mod:`bench.agents.parsers`) turns stdout, one line at a time, into :class:`Event` objects
 (``feed(line)``, then ``finish()`` at end of stream); :class:`Tally` counts them for the live status
 line, the run's metrics and its status (API error, over-refusal). Usage events carry increments; a
 ``final`` event with tokens or cost carries run totals, which replace the increments. ``tokens_input``
 counts every prompt token, cached ones included; ``tokens_cached`` is the part read from the prompt
-cache (:mod:`bench.pricing`). Parsers never raise on unknown or malformed lines.
+cache (:mod:`bench.agents.pricing`). Parsers never raise on unknown or malformed lines.
 """
 
 from __future__ import annotations

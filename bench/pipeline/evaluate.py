@@ -1,4 +1,4 @@
-"""Isolated evaluation (paper rule 8, Fig. 2 step 5): the ORIGINAL prepare.py scores a checkpoint.
+"""Evaluate (pipeline step 5; paper rule 8): the ORIGINAL prepare.py scores each candidate checkpoint.
 
 The evaluation happens outside the agent's workspace, in a fresh folder holding the task's
 original ``prepare.py`` (never the workspace copy), the agent's top-level scripts (for their
@@ -16,6 +16,9 @@ import sys
 import time
 from pathlib import Path
 
+from bench.pipeline.collect import Selection
+from bench.pipeline.workspace import Workspace
+from bench.result import Evaluation, Official
 from bench.tasks import Task
 
 # An agent script that trains at import time (no `if __name__ == "__main__":` guard) would hang
@@ -52,8 +55,8 @@ def evaluate(
     script: str | None = None,
     device: str | None = None,
     timeout_s: float = EVAL_TIMEOUT_S,
-) -> dict:
-    """Run ``prepare.py --eval`` in ``eval_dir`` and return its JSON (``value``) or ``{"error": ...}``."""
+) -> Official:
+    """Run ``prepare.py --eval`` in ``eval_dir``: its JSON as an :class:`Official` score, or why there is none."""
     cmd = [
         sys.executable,
         "prepare.py",
@@ -71,7 +74,7 @@ def evaluate(
     try:
         proc = subprocess.run(cmd, cwd=eval_dir, env=env, capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        return {"error": f"evaluation exceeded {timeout_s:.0f} s", "checkpoint": str(checkpoint)}
+        return Official.from_dict({"error": f"evaluation exceeded {timeout_s:.0f} s", "checkpoint": str(checkpoint)})
     result = _last_json(proc.stdout)
     if result is None:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
@@ -80,7 +83,23 @@ def evaluate(
         result["error"] = f"prepare.py --eval exited {proc.returncode}"
     result.setdefault("checkpoint", str(checkpoint))
     result["eval_wall_s"] = round(time.time() - t0, 3)
-    return result
+    return Official.from_dict(result)
+
+
+def evaluate_candidates(
+    ws: Workspace, selection: Selection, data_dir: Path, device: str, console: bool = True
+) -> list[Evaluation]:
+    """Official evaluation of each distinct candidate (the overall best first, then each window's best)."""
+    done: dict[Path, Official] = {}
+    out = []
+    for label, ckpt in selection.candidates():
+        if ckpt.path not in done:
+            eval_dir = stage(ws.task, ws.path, ws.eval_dir / f"{len(done):02d}-{ckpt.path.stem}"[:120])
+            if console:
+                print(f"[bench] evaluating {label}: {ckpt.path.name} (val {ckpt.val_score:.4f})", flush=True)
+            done[ckpt.path] = evaluate(ws.task, ckpt.path, eval_dir, data_dir, device=device)
+        out.append(Evaluation(candidate=label, official=done[ckpt.path], **ckpt.to_dict()))
+    return out
 
 
 def _last_json(stdout: str) -> dict | None:

@@ -1,8 +1,8 @@
-"""Stream parsers: one per coding-agent CLI, each turning its stdout into :class:`bench.events.Event` objects.
+"""Stream parsers: one per coding-agent CLI, each turning its stdout into :class:`bench.agents.events.Event` objects.
 
 ``feed(line)`` for every line the CLI prints, then ``finish()`` at end of stream. Parsers never raise
 on unknown or malformed lines (a CLI upgrade must not take a run down); ``make_parser`` builds the
-parser of a run, with the model so that runs whose CLI reports no cost are priced (:mod:`bench.pricing`).
+parser of a run, with the model so that runs whose CLI reports no cost are priced (:mod:`bench.agents.pricing`).
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from bench import pricing
-from bench.events import Event
+from bench.agents import pricing
+from bench.agents.events import Event
 
 _TOOL_NAMES = {  # tool names, lower case without "_", of the five CLIs
     "shell": {"bash", "shell", "runshellcommand", "commandexecution", "execcommand", "localshell", "execute"},

@@ -1,0 +1,55 @@
+"""File checksums, computed in one place: the data fetcher, the weights installer and the rule-1 audit
+all ask the same question ("are these the bytes we expect?") and must answer it the same way."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+CHUNK = 1 << 20  # 1 MB: large enough to be fast, small enough to keep memory flat on multi-GB archives
+
+
+class Digest:
+    """Size, sha256 and md5 computed in one pass, so verification never re-reads a multi-GB file."""
+
+    def __init__(self) -> None:
+        self._sha256 = hashlib.sha256()
+        self._md5 = hashlib.md5(usedforsecurity=False)  # an identity check against published sums, not security
+        self.size = 0
+
+    def update(self, chunk: bytes) -> None:
+        self._sha256.update(chunk)
+        self._md5.update(chunk)
+        self.size += len(chunk)
+
+    @property
+    def sha256(self) -> str:
+        return self._sha256.hexdigest()
+
+    @property
+    def md5(self) -> str:
+        return self._md5.hexdigest()
+
+    def mismatches(self, size: int | None = None, sha256: str = "", md5: str = "") -> list[str]:
+        """One 'what: expected X, got Y' entry per declared property (empty = not declared) the bytes do not match."""
+        want = {"size": size, "sha256": sha256.lower(), "md5": md5.lower()}
+        got = {"size": self.size, "sha256": self.sha256, "md5": self.md5}
+        return [f"{k}: expected {v}, got {got[k]}" for k, v in want.items() if v not in (None, "") and v != got[k]]
+
+
+def digest_file(path: Path) -> Digest:
+    """The :class:`Digest` of a file on disk."""
+    digest = Digest()
+    with open(path, "rb") as f:
+        while chunk := f.read(CHUNK):
+            digest.update(chunk)
+    return digest
+
+
+def sha256(path: Path) -> str:
+    """Hex sha256 of a file."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(CHUNK):
+            h.update(chunk)
+    return h.hexdigest()

@@ -1,0 +1,102 @@
+"""Launch (paper Fig. 2, step 2): start the agent in its workspace, with the standard prompt, watched from birth.
+
+The agent gets its own session (so its whole tree can be ended), a run token in its environment (so
+processes that leave the session are still found, :mod:`bench.processes`), the script tracer on its
+``PYTHONPATH`` and nothing of the harness's own tracking variables. From the first byte its output goes
+to ``agent.log`` and, through the adapter's stream parser, to ``events.jsonl`` and the status line; an
+independent monitor counts the scripts its process tree runs.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.agents import Agent, LaunchContext, parser_of
+from bench.agents.prompt import standard_prompt
+from bench.agents.stream import AgentStream
+from bench.pipeline.launch_monitor import LaunchMonitor
+from bench.pipeline.workspace import Workspace
+from bench.processes import TOKEN_VAR, become_subreaper
+from bench.progress import StatusLine
+from bench.tracking import HOOK_DIR
+
+# never inherited by an agent: a run id would make MLflow resume the parent; the tracer's own variables
+HARNESS_ONLY = ("MLFLOW_RUN_ID", "BENCH_SPOOL_FILE", "BENCH_STDOUT_TRACED", "BENCH_TEE_PIPES", "BENCH_TEE_CLAIMS")
+
+
+@dataclass
+class LaunchedAgent:
+    """The running agent and the threads that watch its output and its process tree."""
+
+    proc: subprocess.Popen
+    argv: list[str]
+    token: str  # BENCH_RUN_TOKEN: marks every process of this run
+    started_at: float  # time.time() at the launch; checkpoint times and the budget count from here
+    stream: AgentStream
+    monitor: LaunchMonitor
+    status: StatusLine
+
+
+def agent_env(ws: Workspace, token: str, extra: dict[str, str], budget_s: float, started_at: float) -> dict[str, str]:
+    """The agent's environment: the tracer on PYTHONPATH, this Python first on PATH, no MLflow run id."""
+    env = {k: v for k, v in os.environ.items() if k not in HARNESS_ONLY}
+    env.update(extra)
+    env.update(
+        {
+            "BENCH_WORKSPACE": str(ws.path),
+            "BENCH_SPOOL_DIR": str(ws.spool_dir),
+            TOKEN_VAR: token,
+            "BENCH_BUDGET_S": str(budget_s),
+            "BENCH_STARTED_AT": str(started_at),
+            "PYTHONPATH": os.pathsep.join(p for p in (str(HOOK_DIR), env.get("PYTHONPATH", "")) if p),
+            "PATH": os.pathsep.join((str(Path(sys.executable).parent), env.get("PATH", ""))),
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
+    return env
+
+
+def launch(
+    agent: Agent,
+    ws: Workspace,
+    *,
+    budget_s: float,
+    device: str,
+    label: str,
+    model: str | None = None,
+    options: dict[str, str] | None = None,
+    console: bool = True,
+) -> LaunchedAgent:
+    """Start ``agent`` in ``ws`` with the standard prompt; returns at once, the agent runs on."""
+    ctx = LaunchContext(
+        task=ws.task,
+        workspace=ws.path,
+        prompt=standard_prompt(budget_s, device),
+        budget_s=budget_s,
+        home=ws.run_dir / "home",
+        model=model,
+        options=dict(options or {}),
+    )
+    argv = agent.command(ctx)
+    token = uuid.uuid4().hex
+    become_subreaper()
+    status = StatusLine(label, enabled=console)
+    started = time.time()
+    proc = subprocess.Popen(
+        argv,
+        cwd=ws.path,
+        env=agent_env(ws, token, agent.env(ctx), budget_s, started),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    stream = AgentStream(proc, ws.log, ws.events, status, console, parser_of(agent, ctx), model).start()
+    monitor = LaunchMonitor(proc.pid, token, ws.path).start()
+    return LaunchedAgent(proc, argv, token, started, stream, monitor, status)

@@ -1,0 +1,157 @@
+"""Record (pipeline step 7): a finished run's result.json and files -> its MLflow agent run.
+
+``result.json`` is written first (:meth:`~bench.result.RunResult.write`), so a tracking outage loses
+nothing. The MLflow side works from files only (``result.json``, the spool, the log, the scripts), so a
+run whose tracking failed is recorded later, unchanged, by ``bench record RUN_DIR``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from bench.pipeline.workspace import Workspace
+from bench.result import RunResult
+from bench.tasks import get_task
+from bench.tracking import schema
+from bench.tracking.recorder import Recorder, TrackingError
+from bench.tracking.relay import Relay
+
+
+def open_agent_run(recorder: Recorder, name: str, tags: dict[str, str]) -> str | None:
+    """Create the agent run at the start, so the UI shows it live; None (and one line) if tracking is down."""
+    try:
+        return recorder.create_run(name, tags)
+    except TrackingError as e:
+        print(f"[bench] tracking unavailable, the run goes on and is recorded at the end: {e}", flush=True)
+        return None
+
+
+def save(result: RunResult, recorder: Recorder, ws: Workspace) -> RunResult:
+    """Write result.json, then record it in MLflow; an unreachable store only costs a message saying what to do."""
+    result.write()
+    try:
+        result.mlflow_run_id = record(recorder, result, ws)
+        result.write()
+    except TrackingError as e:
+        print(
+            f"[bench] could not record in MLflow ({e}); everything is in {result.result_file}. "
+            f"Record it later with: bench record {ws.run_dir}",
+            flush=True,
+        )
+    return result
+
+
+def record(recorder: Recorder, result: RunResult, ws: Workspace) -> str:
+    """Write everything about the run to MLflow and return the agent run id (raises TrackingError)."""
+    run_id = result.mlflow_run_id
+    if not run_id:
+        tags = schema.agent_run_tags(
+            result.campaign, result.agent, result.model, result.task, result.repeat, result.run_dir
+        )
+        run_id = recorder.create_run(result.label, tags, start_time=result.started_at)
+    base = schema.run_tags(result.campaign, result.agent, result.task, result.repeat)
+    scripts = Relay(recorder, run_id, ws.spool_dir, base, (ws.path / "train.py").read_text()).finalize()
+
+    recorder.log_params(
+        run_id,
+        {
+            schema.PARAM_AGENT: result.agent,
+            schema.PARAM_MODEL: result.model or "",
+            schema.PARAM_TASK: result.task,
+            schema.PARAM_REPEAT: result.repeat,
+            schema.PARAM_BUDGET_MINUTES: result.budget_s / 60,
+            schema.PARAM_GRACE_S: result.grace_s,
+            schema.PARAM_METRIC: result.metric,
+            schema.PARAM_DIRECTION: str(result.direction),
+            schema.PARAM_EVAL_SPLIT: result.split,
+            schema.PARAM_DEVICE: result.device,
+            schema.PARAM_PREPARE_SHA256: result.audit.locked_sha256.get("prepare.py", ""),
+            schema.PARAM_AGENT_ARGV: " ".join(result.agent_argv),
+        },
+    )
+    metrics = {
+        schema.SUCCESS: 1.0 if result.status == "success" else 0.0,
+        schema.WALL_TIME: result.wall_time_s,
+        schema.BUDGET_UTILISATION: result.budget_utilisation,
+        schema.SCRIPTS_LAUNCHED: scripts["launched"],
+        schema.CHECKPOINTS: result.checkpoints_found,
+        schema.LAUNCHES_OBSERVED: len(result.launches_observed),
+    }
+    if result.score is not None:
+        metrics[schema.SCORE] = result.score
+        metrics[schema.official_metric(result.metric)] = result.score
+        metrics[schema.BEST_VAL] = result.outcome.best_val_score
+    recorder.log_metrics(run_id, [(k, v, 0, None) for k, v in metrics.items()])
+    _record_evaluations(recorder, run_id, result, base)
+
+    agent_metrics = result.agent_events.get("metrics") or {}
+    recorder.log_metrics(run_id, [(k, v, 0, None) for k, v in agent_metrics.items() if v is not None])
+    for f in (ws.log, ws.events, ws.result_file):
+        recorder.log_artifact(run_id, f)
+    for script in ws.scripts():
+        recorder.log_artifact(run_id, script, "scripts")
+    extra = ws.artifacts_dir  # files an agent adapter leaves for its run (e.g. the optuna agent's study summary)
+    for f in sorted(extra.rglob("*")) if extra.is_dir() else []:
+        if f.is_file():
+            recorder.log_artifact(run_id, f, str(Path("agent") / f.parent.relative_to(extra)).rstrip("/."))
+    recorder.set_tags(
+        run_id,
+        {
+            schema.RUN_NOTE: _note(result, scripts),
+            schema.STATUS: result.status,
+            schema.REASON: result.reason[:500],
+            schema.PARTIAL_DATA: str(result.partial_data).lower(),
+            schema.PARTIAL_NOTES: "\n".join(result.partial_data_notes)[:5000],
+        },
+    )
+    mlflow_status = {"success": "FINISHED", "interrupted": "KILLED"}.get(result.status, "FAILED")
+    recorder.end_run(run_id, mlflow_status, result.started_at + result.wall_time_s)
+    return run_id
+
+
+def _note(result: RunResult, scripts: dict) -> str:
+    """The run page's description: the outcome in two lines of Markdown."""
+    score = f"{result.score:.4f}" if result.score is not None else "-"
+    notes = result.partial_data_notes
+    partial = "\n\n**Partial data** (not comparable with the paper): " + "; ".join(notes) if notes else ""
+    return (
+        f"**{result.status}**: {result.metric} {score} on {result.split} "
+        f"(baseline {result.baseline_score:g}); {scripts['launched']} scripts launched, "
+        f"{result.wall_time_s / 60:.1f} of {result.budget_s / 60:g} min used.\n\n{result.reason}{partial}"
+    )
+
+
+def _record_evaluations(recorder: Recorder, run_id: str, result: RunResult, base: dict) -> None:
+    """One eval child run per evaluated checkpoint; the anytime curve as a metric series on the agent run."""
+    seen: dict[str, str] = {}
+    anytime = []
+    for e in result.evaluations:
+        official = e.official
+        if e.path not in seen:
+            tags = {**base, schema.KIND: schema.KIND_EVAL, schema.CANDIDATE: e.candidate, schema.SCRIPT: e.script}
+            if not official.ok:
+                tags[schema.REASON] = official.why_not[:500]
+            eval_run = recorder.create_run(f"eval {Path(e.path).name}"[:250], tags, parent=run_id)
+            rows = [
+                (schema.EVAL_VAL_SCORE, e.val_score, 0, None),
+                (schema.EVAL_SAVED_MINUTES, e.saved_s / 60, 0, None),
+            ]
+            if official.value is not None:
+                rows.append((schema.official_metric(result.metric), official.value, 0, None))
+            recorder.log_metrics(eval_run, rows)
+            recorder.log_text(eval_run, json.dumps(official.to_dict(), indent=2), "official.json")
+            recorder.end_run(eval_run, "FINISHED" if official.ok else "FAILED")
+            seen[e.path] = eval_run
+        else:
+            recorder.set_tags(seen[e.path], {schema.CANDIDATE: "best," + e.candidate})
+        if e.candidate.startswith("window-") and official.ok and math.isfinite(official.value):
+            anytime.append((schema.ANYTIME, official.value, int(math.ceil(e.saved_s / 60)), None))
+    recorder.log_metrics(run_id, anytime)
+
+
+def load_run(run_dir: Path) -> tuple[RunResult, Workspace]:
+    """Read a run directory back (for ``bench record``)."""
+    result = RunResult.load(Path(run_dir))
+    return result, Workspace(Path(run_dir), get_task(result.task))

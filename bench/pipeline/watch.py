@@ -1,0 +1,179 @@
+"""Watch (paper Fig. 2, step 3): the hard wall-clock budget of one agent run, with a grace period.
+
+At the budget the whole tree (:mod:`bench.processes`) gets SIGTERM so that scripts can finish writing a
+checkpoint; at budget + grace the survivors get SIGKILL. Decision: the agent's session *is* the run, so when the
+agent exits before the budget the runner calls :func:`~bench.processes.end_tree` too and scripts it left behind
+are ended (they would hold the GPU of the next run and write checkpoints after scoring). Runner sketch::
+
+    proc = subprocess.Popen(cmd, start_new_session=True, env={**env, "BENCH_RUN_TOKEN": token})
+    wd = Watchdog(proc, budget_s, token=token, on_tick=show_status).start()
+    proc.wait()
+    wd.stop()  # after a timeout this lets the grace play out (it ends early once the tree is empty)
+    end_tree(proc.pid, token)
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from subprocess import Popen
+
+from bench.pipeline.launch import LaunchedAgent
+from bench.processes import end_tree, find_tree, running, signal_tree
+
+log = logging.getLogger(__name__)
+
+Tick = Callable[[float, float], None]  # on_tick(elapsed_s, left_s)
+
+
+class Watchdog:
+    """Daemon thread enforcing ``budget_s`` on one agent run: SIGTERM at the budget, SIGKILL after ``grace_s``.
+
+    A thread (not SIGALRM) so that it works while the main thread blocks in ``proc.wait()``, a daemon so that it
+    never keeps the interpreter alive. Nothing raises out of it: failures are logged and it keeps enforcing."""
+
+    tick_s: float = 1.0  # period of on_tick and of the checks; tests may lower it on the instance before start()
+
+    def __init__(
+        self, proc: Popen, budget_s: float, *, token: str | None, grace_s: float = 30.0, on_tick: Tick | None = None
+    ) -> None:
+        self.proc, self.budget_s, self.grace_s, self.token = proc, float(budget_s), float(grace_s), token
+        self.on_tick = on_tick
+        self.budget_expired_at: float | None = None  # time.time() stamps, for logs; deadlines use time.monotonic
+        self.killed_at: float | None = None
+        self.killed_pids: list[int] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()  # ends the thread before the budget
+        self._cancel = threading.Event()  # ends it at any point, grace included
+        self._t0: float | None = None
+        self._t_end: float | None = None
+        self._thread = threading.Thread(target=self._run, name=f"watchdog-{proc.pid}", daemon=True)
+
+    def start(self) -> Watchdog:
+        """Start the clock and the thread; returns self for chaining."""
+        with self._lock:
+            self._t0 = time.monotonic()
+        self._thread.start()
+        return self
+
+    @property
+    def timed_out(self) -> bool:
+        """Whether the budget expired (the tree got SIGTERM)."""
+        with self._lock:
+            return self.budget_expired_at is not None
+
+    @property
+    def elapsed_s(self) -> float:
+        """Seconds since start(), frozen once the watchdog has finished."""
+        with self._lock:
+            if self._t0 is None:
+                return 0.0
+            return (self._t_end if self._t_end is not None else time.monotonic()) - self._t0
+
+    def stop(self, *, let_grace_finish: bool = True, timeout: float | None = None) -> None:
+        """End the thread; before the budget this returns at once.
+
+        After the budget, by default the grace period plays out (ending early once the tree is empty): scripts were
+        promised ``grace_s`` to write a checkpoint, and the agent exiting on SIGTERM must not cut that short.
+        ``let_grace_finish=False`` cancels at once (e.g. on Ctrl-C); the caller then owns the cleanup."""
+        self._stop.set()
+        if not let_grace_finish:
+            self._cancel.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        while not self._cancel.is_set():
+            try:
+                if self._step():
+                    break
+            except Exception:  # the watchdog must survive anything and keep enforcing the budget
+                log.warning("watchdog of pid %s: unexpected error", self.proc.pid, exc_info=True)
+            # before the budget stop() ends the thread; after it only a cancel does (the grace is owed to scripts)
+            expired = self.timed_out
+            pause = min(self.tick_s, max(0.01, self.budget_s + (self.grace_s if expired else 0.0) - self.elapsed_s))
+            if (self._cancel if expired else self._stop).wait(pause):
+                break
+        with self._lock:
+            self._t_end = time.monotonic()
+
+    def _step(self) -> bool:
+        """One tick: act on the deadline that passed and report progress; True when the watchdog is done."""
+        elapsed, pid = self.elapsed_s, self.proc.pid
+        if not self.timed_out:
+            if self.proc.poll() is not None:
+                return True  # the agent exited by itself; the runner ends leftovers with end_tree
+            if elapsed >= self.budget_s:
+                with self._lock:
+                    self.budget_expired_at = time.time()
+                log.warning("budget of %.0f s expired for pid %s: SIGTERM to the tree", self.budget_s, pid)
+                signal_tree(pid, find_tree(pid, self.token), signal.SIGTERM)
+        elif elapsed >= self.budget_s + self.grace_s:
+            pids = end_tree(pid, self.token, term_timeout=0.0)  # SIGTERM went out at the budget already
+            with self._lock:
+                self.killed_at, self.killed_pids = time.time(), pids
+            log.warning("grace of %.0f s over for pid %s: ended %s", self.grace_s, pid, pids)
+            return True
+        elif not any(running(p) for p in find_tree(pid, self.token)):
+            return True  # everything exited within the grace period
+        if self.on_tick is not None:
+            try:
+                self.on_tick(elapsed, max(0.0, self.budget_s - elapsed))
+            except Exception:  # a broken status line must not stop the watchdog: report once, then drop it
+                log.warning("on_tick callback failed; no more ticks", exc_info=True)
+                self.on_tick = None
+        return False
+
+
+class _Interrupted(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class Watched:
+    """How the agent's time ended."""
+
+    wall_time_s: float  # from the launch to the agent's exit (or its end by the watchdog)
+    exit_code: int | None
+    timed_out: bool  # the budget expired and the tree got SIGTERM
+    interrupted: bool  # Ctrl-C or SIGTERM to the harness
+
+
+def watch(agent: LaunchedAgent, budget_s: float, grace_s: float, on_tick: Tick | None = None) -> Watched:
+    """Wait for the agent under the budget, then end everything the run left behind and drain its output.
+
+    A Ctrl-C or SIGTERM to the harness ends the agent early; the run goes on to collect and record
+    what it produced (the caller re-raises KeyboardInterrupt at the very end).
+    """
+    watchdog = Watchdog(agent.proc, budget_s, grace_s=grace_s, token=agent.token, on_tick=on_tick).start()
+    interrupted = _wait(agent.proc)
+    seconds = time.time() - agent.started_at
+    watchdog.stop(let_grace_finish=not interrupted)
+    agent.monitor.scan()  # a last look before the tree is ended
+    end_tree(agent.proc.pid, agent.token)  # the session is over: scripts it left running end with it
+    agent.monitor.stop()
+    agent.stream.join(timeout=10)
+    agent.status.close()
+    return Watched(round(seconds, 3), agent.proc.returncode, watchdog.timed_out, interrupted)
+
+
+def _wait(proc: Popen) -> bool:
+    """Wait for the agent; a Ctrl-C or SIGTERM to the harness ends the wait early. Returns True if interrupted."""
+
+    def on_term(signum, frame):
+        raise _Interrupted
+
+    old = signal.signal(signal.SIGTERM, on_term) if threading.current_thread() is threading.main_thread() else None
+    try:
+        proc.wait()
+        return False
+    except (KeyboardInterrupt, _Interrupted):
+        print("\n[bench] interrupted: ending the agent, then collecting and recording what it produced", flush=True)
+        return True
+    finally:
+        if old is not None:
+            signal.signal(signal.SIGTERM, old)

@@ -1,0 +1,69 @@
+"""Which way a metric improves: the one place where "better" is decided.
+
+A task's ``direction`` is ``max`` (accuracy, AUROC, mIoU) or ``min`` (MSE, bits per byte). The
+checkpoint selection, the Optuna agent, the leaderboard's relative improvement (paper Eq. 1) and
+the tables all ask this object instead of comparing numbers by hand.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from enum import StrEnum
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+class Direction(StrEnum):
+    """``Direction("min")`` / ``Direction("max")``; also accepts the paper's ``lower`` / ``higher``."""
+
+    MIN = "min"
+    MAX = "max"
+
+    @classmethod
+    def _missing_(cls, value: object) -> Direction | None:
+        aliases = {"lower": cls.MIN, "minimize": cls.MIN, "higher": cls.MAX, "maximize": cls.MAX}
+        return aliases.get(str(value).strip().lower())
+
+    @classmethod
+    def of(cls, higher_is_better: bool) -> Direction:
+        return cls.MAX if higher_is_better else cls.MIN
+
+    @property
+    def higher_is_better(self) -> bool:
+        return self is Direction.MAX
+
+    @property
+    def sign(self) -> float:
+        """+1 where higher is better, -1 where lower is: ``sign * score`` always grows with quality."""
+        return 1.0 if self.higher_is_better else -1.0
+
+    @property
+    def optuna(self) -> str:
+        """Optuna's spelling (``create_study(direction=...)``)."""
+        return "maximize" if self.higher_is_better else "minimize"
+
+    @property
+    def arrow(self) -> str:
+        """↑ or ↓, for table headers and axis labels."""
+        return "↑" if self.higher_is_better else "↓"
+
+    def better(self, a: float, b: float | None) -> bool:
+        """True when ``a`` strictly beats ``b`` (anything beats None; NaN beats nothing)."""
+        if not math.isfinite(a):
+            return False
+        return b is None or (a > b if self.higher_is_better else a < b)
+
+    def rank_key(self, score: float) -> float:
+        """Sort key that puts the best score first (ascending sort)."""
+        return -score if self.higher_is_better else score
+
+    def best(self, items: Iterable[T], key: Callable[[T], float]) -> T | None:
+        """The best item by ``key`` (the first of equals); None when there is none."""
+        items = list(items)
+        return min(items, key=lambda x: self.rank_key(key(x))) if items else None
+
+    def relative(self, score: float, baseline: float) -> float:
+        """The paper's Eq. 1 term: (s - b) / b where higher is better, (b - s) / b where lower is."""
+        return self.sign * (score - baseline) / baseline
