@@ -67,7 +67,7 @@ def find_tree(root_pid: int, token: str | None) -> list[psutil.Process]:
 def running(proc: psutil.Process) -> bool:
     """Alive and not a zombie: a zombie has ended, it only waits for its parent to collect the status."""
     try:
-        return proc.isrunning() and proc.status() != psutil.STATUS_ZOMBIE
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
 

@@ -19,9 +19,12 @@ the harness judges the run by its checkpoints, not the exit code.
 from __future__ import annotations
 
 import os
+import re
 
 from bench.agents.base import LaunchContext
+from bench.agents.events import Event
 from bench.agents.install import cli_binary, home_env
+from bench.agents.parsing import Parser, result_event, usage_event
 
 DEFAULT_MODEL = "openai/gpt-5.5"
 READ_ONLY = ("program.md", "train.py")
@@ -67,3 +70,88 @@ class AiderAgent:
             }
         )
         return env
+
+
+_AIDER_TOKENS = re.compile(
+    r"^Tokens: (?P<sent>[\d.]+[kM]?) sent(?:, (?P<write>[\d.]+[kM]?) cache write)?(?:, (?P<hit>[\d.]+[kM]?) cache "
+    r"hit)?, (?P<recv>[\d.]+[kM]?) received\.(?: Cost: \$(?P<cost>[\d.]+) message, \$[\d.]+ session\.)?"
+)
+_AIDER_PROMPT = re.compile(r"^(?P<q>.*?)\? \(Y\)es/\(N\)o[^\]]*\]: ?(?P<rest>.*)$")
+_AIDER_CHROME = re.compile(
+    r"^(?:Aider v\d|(?:Main |Weak |Editor )?[Mm]odel: |Git repo: |Repo-map: |Added .* to the chat|Analytics |"
+    r"Cur working dir|Warning|Note: |https?://|HTTPSConnectionPool|Use /help|Newer aider version|Can't initialize)"
+)
+_AIDER_API_ERROR = re.compile(
+    r"^(?:litellm\.\w+|\w*(?:APIConnection|Authentication|RateLimit|BadRequest|NotFound|ServiceUnavailable|"
+    r"InternalServer|APIError|Timeout)Error)\b|^The API provider "
+)
+
+
+def _aider_count(s: str | None) -> int:
+    """Aider's rounded counts: "950", "1.2k", "12k", "1.5M"."""
+    try:
+        return round(float(s.rstrip("kM")) * {"k": 1_000, "M": 1_000_000}.get(s[-1], 1)) if s else 0
+    except ValueError:
+        return 0
+
+
+class AiderParser(Parser):
+    """Aider prints text: the reply, "Tokens: ..." after it, then "Applied edit to X" and "Running CMD" + output."""
+
+    def __init__(self, model: str | None = None):
+        super().__init__(model)
+        self._buf: list[str] = []  # reply text since the last token report
+        self._new_files: set[str] = set()
+        self._running: Event | None = None  # the shell command whose output is being printed
+        self._output: list[str] = []
+
+    def feed(self, line: str) -> list[Event]:
+        s, out = line.rstrip("\r\n"), []
+        if m := _AIDER_PROMPT.match(s):  # a question; with stdin not a tty, the next output goes on the same line
+            out += self._end_command()
+            if m["q"].endswith("Create new file") and any(x.strip() for x in self._buf):
+                self._new_files.add(next(x.strip() for x in reversed(self._buf) if x.strip()))
+            self._buf, s = [], m["rest"]  # the lines before it named what is confirmed: not reply text
+            if s.strip().lower() in ("", "y", "n", "yes", "no", "d", "a", "s"):  # an echoed answer (--yes-always)
+                return out
+        if self._running is not None and not (s.startswith("Running ") or _AIDER_TOKENS.match(s)):
+            self._output.append(s)
+            return out
+        self._buf = [] if s.startswith("Aider v") else self._buf  # what came before the banner: start-up warnings
+        if (model := re.match(r"^(?:Main )?[Mm]odel: (\S+)", s)) and not self.model:
+            self.model = model[1]
+        if tokens := _AIDER_TOKENS.match(s):
+            out += self._end_command() + self.finish_text() + [self._tokens(tokens)]
+        elif s.startswith("Applied edit to "):
+            path = s.removeprefix("Applied edit to ").strip()
+            call = Event("tool_call", "write" if path in self._new_files else "edit", path)
+            out += [call, result_event(call, s, False, None)]
+        elif s.startswith("Running "):
+            out += self._end_command()
+            self._running = Event("tool_call", "shell", s.removeprefix("Running ").strip())
+            out.append(self._running)
+        elif "SEARCH/REPLACE block" in s and "failed to match" in s or s.startswith("The LLM did not conform"):
+            out.append(Event("tool_result", "edit", None, s, is_error=True))
+        elif _AIDER_API_ERROR.match(s):
+            out += self.message(s, is_error=True)
+        elif not _AIDER_CHROME.match(s):
+            self._buf.append(s)
+        return out
+
+    def _tokens(self, m: re.Match) -> Event:
+        cached = _aider_count(m["hit"])
+        tin, tout = _aider_count(m["sent"]) + _aider_count(m["write"]) + cached, _aider_count(m["recv"])
+        return usage_event("usage", tin, tout, cached, float(m["cost"]) if m["cost"] else self.cost(tin, tout, cached))
+
+    def _end_command(self) -> list[Event]:
+        if self._running is None:
+            return []
+        (prev, done), self._running, self._output = (self._running, self._output), None, []
+        return [result_event(prev, "\n".join(done), False, None)]
+
+    def finish_text(self) -> list[Event]:
+        text, self._buf = "\n".join(self._buf).strip(), []
+        return self.message(text)
+
+    def finish(self) -> list[Event]:
+        return self._end_command() + self.finish_text() + super().finish()

@@ -11,9 +11,12 @@ has its own private HOME. Claude Code refuses ``--dangerously-skip-permissions``
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from bench.agents.base import LaunchContext
+from bench.agents.events import Event
 from bench.agents.install import cli_binary, home_env
+from bench.agents.parsing import Parser, count, result_event, tool_events, usage_event
 
 DEFAULT_MODEL = "claude-opus-4-7"
 
@@ -48,3 +51,38 @@ class ClaudeCodeAgent:
         if hasattr(os, "geteuid") and os.geteuid() == 0:
             env["IS_SANDBOX"] = "1"
         return env
+
+
+class ClaudeCodeParser(Parser):
+    """``claude -p --output-format stream-json --verbose``: run totals and cost on the final ``result`` event."""
+
+    def on_json(self, o: dict) -> list[Event]:
+        t, msg, out = o.get("type"), o.get("message") or {}, []
+        if t == "system" and o.get("subtype") == "init":
+            self.model = self.model or o.get("model")
+        elif t == "assistant":  # one event per content block; the usage is repeated on each
+            for b in msg.get("content") or []:
+                if b.get("type") == "tool_use":
+                    out += self._calls.setdefault(b.get("id"), tool_events(b.get("name"), b.get("input"), o))
+                elif b.get("type") == "text":
+                    out += self.message(b.get("text"), o, is_error=bool(o.get("error")))
+            if msg.get("usage") and (msg.get("id") is None or msg.get("id") not in self._seen):
+                self._seen.add(msg.get("id"))  # per API call; its output_tokens are provisional
+                out.append(self._tokens("usage", msg["usage"], None, o))
+        elif t == "user" and isinstance(msg.get("content"), list):
+            for b in msg["content"]:
+                if b.get("type") == "tool_result":
+                    calls = self._calls.pop(b.get("tool_use_id"), [None])
+                    out += [result_event(c, b.get("content"), bool(b.get("is_error")), o) for c in calls]
+        elif t == "result":  # an API error says subtype "success" with is_error true
+            ev, self.done = self._tokens("final", o.get("usage"), o.get("total_cost_usd"), o), True
+            ev.is_error = bool(o.get("is_error")) or o.get("subtype", "success") != "success"
+            ev.text = o.get("result") or "; ".join(map(str, o.get("errors") or [])) or o.get("subtype")
+            out.append(ev)
+        return out
+
+    def _tokens(self, kind: str, u: Any, cost: Any, raw: dict) -> Event:
+        cached, tout = count(u, "cache_read_input_tokens"), count(u, "output_tokens")
+        tin = count(u, "input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
+        cost = float(cost) if isinstance(cost, int | float) else self.cost(tin, tout, cached)
+        return usage_event(kind, tin, tout, cached, cost, raw)

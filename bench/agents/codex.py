@@ -21,7 +21,9 @@ import json
 import os
 
 from bench.agents.base import LaunchContext
+from bench.agents.events import Event
 from bench.agents.install import cli_binary, home_env
+from bench.agents.parsing import Parser, count, error_text, result_event, tool_events, usage_event
 
 DEFAULT_MODEL = "gpt-5.5"
 PROVIDER = "bench"
@@ -73,3 +75,45 @@ class CodexAgent:
         if os.environ.get("OPENAI_API_KEY") and not os.environ.get("CODEX_API_KEY"):
             env["CODEX_API_KEY"] = os.environ["OPENAI_API_KEY"]
         return env
+
+
+class CodexParser(Parser):
+    """``codex exec --json``: items started and completed; usage on ``turn.completed``; no cost, no model name."""
+
+    def on_json(self, o: dict) -> list[Event]:
+        t, item = o.get("type"), o.get("item") or {}
+        it, iid = item.get("type"), item.get("id")
+        if t in ("item.started", "item.updated", "item.completed") and it in self._KINDS:
+            out = [] if iid in self._calls else self._calls.setdefault(iid, self._item_calls(item, o))
+            if t == "item.completed":  # some items come only completed
+                err = item.get("status") in ("failed", "declined") or item.get("exit_code") not in (None, 0)
+                text = item.get("aggregated_output") or error_text(item.get("error"))
+                out = out + [result_event(c, text, err, o) for c in self._calls.pop(iid)]
+            return out
+        if t == "item.completed" and it in ("agent_message", "error"):
+            return self.message(item.get("text") or item.get("message"), o, is_error=it == "error")
+        if t == "error":  # also "Reconnecting... n/5" while the API is unreachable
+            return self.message(o.get("message") or "error", o, is_error=True)
+        if t == "turn.failed":
+            self.done = True
+            return [Event("final", text=error_text(o.get("error"), "turn failed"), is_error=True, raw=o)]
+        if t == "turn.completed":  # input_tokens include the cached ones (OpenAI)
+            u, self.done = o.get("usage"), True
+            tin, tout, cached = count(u, "input_tokens"), count(u, "output_tokens"), count(u, "cached_input_tokens")
+            return [
+                usage_event("usage", tin, tout, cached, self.cost(tin, tout, cached), o),
+                Event("final", text=self.last_text),
+            ]
+        return []
+
+    _KINDS = ("command_execution", "file_change", "mcp_tool_call", "web_search")
+
+    @staticmethod
+    def _item_calls(item: dict, raw: dict) -> list[Event]:
+        if item["type"] == "command_execution":
+            return tool_events("shell", {"command": item.get("command")}, raw)
+        if item["type"] == "file_change":
+            kinds = [("write" if c.get("kind") == "add" else "edit", c.get("path")) for c in item.get("changes") or []]
+            return [Event("tool_call", tool, path, raw=raw) for tool, path in kinds]
+        name = f"{item.get('server')}.{item.get('tool')}" if item["type"] == "mcp_tool_call" else item["type"]
+        return [Event("tool_call", "other", name, raw=raw)]

@@ -12,8 +12,11 @@ from __future__ import annotations
 
 import json
 
+from bench.agents import pricing
 from bench.agents.base import LaunchContext
+from bench.agents.events import Event
 from bench.agents.install import cli_binary, home_env
+from bench.agents.parsing import Parser, count, error_text, result_event, tool_events, usage_event
 
 DEFAULT_MODEL = "gemini-2.5-pro"
 
@@ -50,3 +53,50 @@ class GeminiAgent:
         settings.parent.mkdir(parents=True, exist_ok=True)
         settings.write_text(json.dumps(SETTINGS, indent=2))
         return env
+
+
+class GeminiParser(Parser):
+    """``gemini -o stream-json``: assistant text comes in deltas (joined here); totals on ``result``; no cost."""
+
+    def __init__(self, model: str | None = None):
+        super().__init__(model)
+        self._buf: list[str] = []
+
+    def on_json(self, o: dict) -> list[Event]:
+        t = o.get("type")
+        if t == "message" and o.get("role") == "assistant":
+            self._buf.append(str(o.get("content") or ""))
+            return [] if o.get("delta") else self.finish_text()
+        out = self.finish_text()
+        if t == "init":
+            self.model = self.model or o.get("model")
+        elif t == "tool_use":
+            out += self._calls.setdefault(o.get("tool_id"), tool_events(o.get("tool_name"), o.get("parameters"), o))
+        elif t == "tool_result":
+            err = o.get("status") != "success"
+            text = error_text(o.get("error")) if err else o.get("output")
+            out += [result_event(c, text, err, o) for c in self._calls.pop(o.get("tool_id"), [None])]
+        elif t == "error":  # severity "warning" (e.g. a loop detected) is not an error
+            out += self.message(o.get("message") or "error", o, is_error=o.get("severity", "error") == "error")
+        elif t == "result":
+            s, err, self.done = o.get("stats") or {}, o.get("status") != "success", True
+            ev = usage_event("final", count(s, "input_tokens"), count(s, "output_tokens"), count(s, "cached"), None, o)
+            ev.is_error, ev.text = err, error_text(o.get("error"), "error") if err else self.last_text
+            ev.cost_usd = self._cost(s)
+            out.append(ev)
+        return out
+
+    def _cost(self, s: dict) -> float | None:
+        """Per model where the stats name a known one (the CLI may route to several), else at the run's model."""
+        total = 0.0
+        for name, m in [(n, m) for n, m in (s.get("models") or {}).items() if isinstance(m, dict)] or [(None, s)]:
+            counts = (count(m, "input_tokens"), count(m, "output_tokens"), count(m, "cached"))
+            c = pricing.cost(name, *counts)
+            if (c := self.cost(*counts) if c is None else c) is None:
+                return None
+            total += c
+        return round(total, 6)
+
+    def finish_text(self) -> list[Event]:
+        text, self._buf = "".join(self._buf), []
+        return self.message(text)

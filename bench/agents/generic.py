@@ -18,14 +18,18 @@ Only these are replaced, so JSON or braces elsewhere in a command stay as they a
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
 import tomllib
 from pathlib import Path
+from typing import Any
 
 from bench.agents.base import AgentError, LaunchContext
+from bench.agents.events import Event
 from bench.agents.install import ensure_cli, home_env
+from bench.agents.parsing import Parser, error_text, result_event, tool_kind, unwrap_shell, usage_event
 
 PLACEHOLDER = re.compile(r"\{(prompt|model|workspace|home|budget_s|env:[A-Za-z_]\w*|bin:[a-z][\w-]*)\}")
 
@@ -85,3 +89,77 @@ class GenericAgent:
         env = home_env(ctx.home) if cfg.get("private_home", True) else {}
         env.update({k: expand(str(v), ctx, model) for k, v in (cfg.get("env") or {}).items()})
         return env
+
+
+# Generic: each field is a dotted path ("usage.input_tokens", "content.0.text") or alternatives "a|b".
+GENERIC_DEFAULTS: dict[str, Any] = {
+    "type": "type|event",
+    "kinds": {"tool_call": "tool_use|tool_call", "tool_result": "tool_result", "message": "message|text"}
+    | {"usage": "usage", "final": "result|final"},  # Event kind <- the type values that mean it
+    "tool": "tool|tool_name|name",
+    "command": "command|input.command|args.command|parameters.command",
+    "path": "path|file_path|input.file_path|input.path|args.path|parameters.file_path",
+    "text": "text|content|message",
+    "tokens_input": "usage.input_tokens|tokens_input",
+    "tokens_output": "usage.output_tokens|tokens_output",
+    "tokens_cached": "usage.cached_input_tokens|tokens_cached",
+    "cost": "cost_usd|total_cost_usd|cost",
+    "error": "error.message|error",
+    "tools": {},  # extra tool names -> shell/write/edit/read/other
+}
+
+
+def get_path(obj: Any, path: str | list[str] | None) -> Any:
+    """JSONPath-like lookup: "a.b.0.c" (a leading "$." is allowed); "a|b" or a list: the first found."""
+    for p in path.split("|") if isinstance(path, str) else path or []:
+        cur = obj
+        for key in p.removeprefix("$.").split("."):
+            if isinstance(cur, list) and key.isdigit() and int(key) < len(cur):
+                cur = cur[int(key)]
+            else:
+                cur = cur.get(key) if isinstance(cur, dict) else None
+        if cur is not None:
+            return cur
+    return None
+
+
+class GenericParser(Parser):
+    """JSON lines of a CLI without a parser of its own, read through a mapping (keys of GENERIC_DEFAULTS).
+    A final event's tokens and cost are run totals; a tool_result belongs to the last tool_call."""
+
+    def __init__(self, mapping: dict | None = None, model: str | None = None):
+        super().__init__(model)
+        self.mapping = m = {**GENERIC_DEFAULTS, **(mapping or {})}
+        self._kind = {v: k for k, vs in m["kinds"].items() for v in (vs.split("|") if isinstance(vs, str) else vs)}
+
+    @classmethod
+    def from_file(cls, path: str | Path, model: str | None = None) -> GenericParser:
+        """The mapping from a .json or .toml file (an agent's config): at its top level or in a "parser" table."""
+        import tomllib
+
+        text = Path(path).read_text(encoding="utf-8")
+        data = json.loads(text) if str(path).endswith(".json") else tomllib.loads(text)
+        return cls(next((data[k] for k in ("parser_mapping", "parser") if isinstance(data.get(k), dict)), data), model)
+
+    def on_json(self, o: dict) -> list[Event]:
+        m, kind = self.mapping, self._kind.get(str(get_path(o, self.mapping["type"])))
+        error = error_text(get_path(o, m["error"])) if get_path(o, m["error"]) not in (None, False) else None
+        if kind == "tool_call":
+            name = get_path(o, m["tool"])
+            tool = m["tools"].get(name) or tool_kind(name)
+            target = name if tool == "other" else get_path(o, m["command" if tool == "shell" else "path"])
+            target = unwrap_shell(target) if tool == "shell" and target is not None else target
+            self._calls["last"] = [Event("tool_call", tool, target, raw=o)]
+            return self._calls["last"]
+        text = get_path(o, m["text"]) if isinstance(get_path(o, m["text"]), str) else None
+        if kind == "tool_result":
+            return [result_event(self._calls.pop("last", [None])[0], text, bool(error), o)]
+        if kind in (None, "message"):
+            return self.message(error, o, is_error=True) if error else self.message(text, o) if kind else []
+        tin, tout, cached = (int(get_path(o, m[k]) or 0) for k in ("tokens_input", "tokens_output", "tokens_cached"))
+        cost = get_path(o, m["cost"])
+        ev = usage_event(kind, tin, tout, cached, float(cost) if isinstance(cost, int | float) else None, o)
+        ev.cost_usd = ev.cost_usd if ev.cost_usd is not None else self.cost(tin, tout, cached)
+        ev.text, ev.is_error = error or text or (self.last_text if kind == "final" else None), bool(error)
+        self.done = self.done or kind == "final"
+        return [ev]

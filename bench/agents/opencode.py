@@ -18,7 +18,9 @@ import json
 import os
 
 from bench.agents.base import AgentError, LaunchContext
+from bench.agents.events import Event
 from bench.agents.install import cli_binary, home_env
+from bench.agents.parsing import Parser, count, error_text, result_event, tool_events, usage_event
 
 DEFAULT_MODEL = "openrouter/moonshotai/kimi-k2.6"
 CUSTOM = "bench"
@@ -74,3 +76,30 @@ class OpenCodeAgent:
             }
         )
         return env
+
+
+class OpenCodeParser(Parser):
+    """``opencode run --format json``: a tool event printed once, when it ends; tokens and cost per step."""
+
+    def on_json(self, o: dict) -> list[Event]:
+        t, part = o.get("type"), o.get("part") or {}
+        if t == "tool_use":
+            state = part.get("state") or {}
+            files = (state.get("metadata") or {}).get("files") if part.get("tool") == "apply_patch" else None
+            calls = [
+                Event("tool_call", "write" if f.get("type") == "add" else "edit", f.get("filePath"))
+                for f in files or []
+            ]
+            calls = calls or tool_events(part.get("tool"), state.get("input"), o)  # (apply_patch: absolute paths)
+            err = state.get("status") == "error"
+            return calls + [result_event(c, state.get("error") if err else state.get("output"), err, o) for c in calls]
+        if t == "text":
+            return self.message(part.get("text"), o)
+        if t == "step_finish":  # its input excludes cache reads and writes, its output excludes reasoning
+            tok = part.get("tokens") or {}
+            cached, tout = count(tok.get("cache"), "read"), count(tok, "output", "reasoning")
+            tin = count(tok, "input") + count(tok.get("cache"), "read", "write")
+            cost = part.get("cost") if isinstance(part.get("cost"), int | float) else None
+            cost = cost or self.cost(tin, tout, cached)  # 0 means "no price configured", not free
+            return [usage_event("usage", tin, tout, cached, cost, o)]
+        return self.message(error_text(o.get("error"), "error"), o, is_error=True) if t == "error" else []

@@ -1,4 +1,4 @@
-"""The agent's output, live (paper Fig. 2, step 3): to the log, to the console, and parsed into events.
+"""The agent's output, live (paper §3.3 step 3; part of the launch step): to the log, the console, as events.
 
 Every line the agent prints goes unchanged to ``agent.log`` (harness-side: the agent cannot
 rewrite it). When the agent's adapter names a stream parser (``parser_name``), each line is

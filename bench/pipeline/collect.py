@@ -1,4 +1,4 @@
-"""Collect (paper Fig. 2, step 4): scored checkpoints -> the overall best + the best of each 5-minute window.
+"""Collect (pipeline step 4; paper §3.3 step 5): scored checkpoints -> the best + the best of each 5-minute window.
 
 A checkpoint is a file in the workspace's ``checkpoints/`` saved by the task helper
 ``save_checkpoint()``: a dict with the state dict, the ``build_model`` config, the script

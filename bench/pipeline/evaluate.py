@@ -1,4 +1,4 @@
-"""Evaluate (pipeline step 5; paper rule 8): the ORIGINAL prepare.py scores each candidate checkpoint.
+"""Evaluate (pipeline step 5; paper §3.3 step 5 and rule 8): the ORIGINAL prepare.py scores each candidate checkpoint.
 
 The evaluation happens outside the agent's workspace, in a fresh folder holding the task's
 original ``prepare.py`` (never the workspace copy), the agent's top-level scripts (for their

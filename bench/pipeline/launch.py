@@ -1,4 +1,4 @@
-"""Launch (paper Fig. 2, step 2): start the agent in its workspace, with the standard prompt, watched from birth.
+"""Launch (pipeline step 2; paper §3.3 step 2): start the agent in its workspace with the standard prompt.
 
 The agent gets its own session (so its whole tree can be ended), a run token in its environment (so
 processes that leave the session are still found, :mod:`bench.processes`), the script tracer on its

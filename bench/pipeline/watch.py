@@ -1,4 +1,4 @@
-"""Watch (paper Fig. 2, step 3): the hard wall-clock budget of one agent run, with a grace period.
+"""Watch (pipeline step 3; paper §3.3 step 4): the hard wall-clock budget of one agent run, with a grace period.
 
 At the budget the whole tree (:mod:`bench.processes`) gets SIGTERM so that scripts can finish writing a
 checkpoint; at budget + grace the survivors get SIGKILL. Decision: the agent's session *is* the run, so when the

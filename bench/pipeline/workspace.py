@@ -1,4 +1,4 @@
-"""Workspace (pipeline step 1): a fresh, isolated directory per agent run.
+"""Workspace (pipeline step 1; paper §3.3 step 1): a fresh, isolated directory per agent run.
 
 Layout of one run directory::
 

@@ -1,4 +1,4 @@
-"""Every MLflow write of the harness goes through :class:`Recorder`.
+"""Every MLflow write of the harness goes through :class:`Recorder` (names come from :mod:`~bench.tracking.schema`).
 
 The harness is the only process that talks to MLflow (training scripts spool to files,
 see ``hook/sitecustomize.py``), so this class is also where tracking failures are
@@ -107,9 +107,6 @@ class Recorder:
         for i in range(0, len(items), 1000):
             self._do("log metrics", "log_batch", run_id, metrics=items[i : i + 1000])
         return len(items)
-
-    def log_metric(self, run_id: str, key: str, value: float, step: int = 0) -> None:
-        self.log_metrics(run_id, [(key, value, step, None)])
 
     def log_text(self, run_id: str, text: str, artifact_file: str) -> None:
         self._do("log text", "log_text", run_id, text, artifact_file)

@@ -40,8 +40,9 @@ def client():
 def _client(uri: str):
     """An MlflowClient on ``uri``, with its schema created before any other process uses it.
 
-    Creating a new SQLite/PostgreSQL schema from several processes at once fails
-    (MLFLOW-NOTES.md), so the harness does it here, once, before it starts an agent.
+    Several processes creating a new SQLite/PostgreSQL schema at once fail (duplicate tables on SQLite,
+    a UniqueViolation on PostgreSQL; measured with MLflow 3.17), so the harness does it here, once,
+    before it starts an agent.
     """
     import mlflow
     from mlflow.tracking import MlflowClient

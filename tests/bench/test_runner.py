@@ -17,6 +17,7 @@ import psutil
 import pytest
 
 from bench.cli import main
+from bench.result import RunResult
 from bench.runner import RunSpec, run
 from bench.tracking import schema
 
@@ -56,7 +57,9 @@ def test_bench_run_baseline_t6_end_to_end(generated_t6, capsys):
     assert len(client.list_artifacts(child["run_id"], "checkpoints")) == 5
     assert client.get_run(child["run_id"]).data.params["config.kernel_size"] == "25"
 
-    result = json.loads((Path(parent[f"tags.{schema.WORKSPACE}"]) / "result.json").read_text())
+    result_file = Path(parent[f"tags.{schema.WORKSPACE}"]) / "result.json"
+    assert json.loads(result_file.read_text())["schema_version"] == 2
+    result = RunResult.load(result_file)
     assert result.status == "success" and result.score == pytest.approx(parent[f"metrics.{schema.SCORE}"])
     assert result.evaluations[0].official.raw["split"] == "test"
     ws = Path(result.workspace)

@@ -15,6 +15,8 @@ import pytest
 
 from bench.tracking import HOOK_DIR
 
+# the tee imports its line parser from the hook folder, as it does when sitecustomize starts it
+sys.path.insert(0, str(HOOK_DIR))
 _spec = importlib.util.spec_from_file_location("_bench_tee", HOOK_DIR / "_bench_tee.py")
 tee = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(tee)
