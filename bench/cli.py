@@ -114,7 +114,7 @@ def cmd_record(args: argparse.Namespace) -> int:
 
     result, ws = load_run(Path(args.run_dir))
     result.mlflow_run_id = record(Recorder(result.campaign), result, ws)
-    result.write()
+    result.write(ws.result_file)
     print(f"recorded {ws.run_dir} as MLflow run {result.mlflow_run_id}")
     return 0
 

@@ -243,3 +243,40 @@ def test_run_on_a_partial_substitute_says_so_in_result_and_mlflow(generated_t6):
     assert parent[f"tags.{schema.PARTIAL_DATA}"] == "true"
     assert "ETTh1.csv" in parent[f"tags.{schema.PARTIAL_NOTES}"]
     assert "Partial data" in parent[f"tags.{schema.RUN_NOTE}"]
+
+
+ONE_EPOCH = 'sed \'s/"epochs": 5/"epochs": 1/\' train.py > run_1.py && python run_1.py'
+
+
+def test_a_tracking_outage_loses_nothing_and_bench_record_finishes_later(generated_t6, tmp_path, monkeypatch, capsys):
+    """The store is down for the whole run: result.json has everything; `bench record` (from another folder,
+    as after copying a run directory off a cluster node) puts the agent run and its script run in MLflow."""
+    import shutil
+
+    from bench.tracking import store
+
+    name = campaign()
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:9")  # nothing listens on the discard port
+    spec = RunSpec(generated_t6, "command", campaign=name, budget_s=180, grace_s=5, console=False)
+    spec.options = {"command": ONE_EPOCH}
+    result = run(spec)
+    assert result.status == "success", result.reason
+    assert result.mlflow_run_id is None and "bench record" in capsys.readouterr().out
+    on_disk = RunResult.load(result.run_dir)
+    assert on_disk.score == result.score and on_disk.scripts["launched"] == 1
+
+    moved = tmp_path / "copied-run"
+    shutil.move(result.run_dir, moved)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI")
+    store._client.cache_clear()
+    assert main(["record", str(moved)]) == 0
+    recorded = RunResult.load(moved)
+    assert recorded.mlflow_run_id and recorded.score == result.score
+    (agent_run,) = runs_of(name, schema.KIND_AGENT).itertuples()
+    assert agent_run.run_id == recorded.mlflow_run_id
+    agents = runs_of(name, schema.KIND_AGENT)
+    assert agents.iloc[0][f"metrics.{schema.SCORE}"] == pytest.approx(result.score)
+    assert agents.iloc[0][f"tags.{schema.STATUS}"] == "success"
+    scripts = runs_of(name, schema.KIND_SCRIPT)
+    assert list(scripts[f"tags.{schema.SCRIPT}"]) == ["run_1.py"] and scripts.iloc[0]["status"] == "FINISHED"
+    assert len(mlflow.tracking.MlflowClient().get_metric_history(scripts.iloc[0]["run_id"], "val_mse")) == 1
