@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import outcome
-from bench.result import SCHEMA_VERSION, Audit, Evaluation, Official, ResultError, RunResult, Violation
+from bench.result import SCHEMA_VERSION, ResultError, RunResult
 from bench.tasks import Direction
 
 V1 = Path(__file__).parent / "fixtures" / "results" / "v1_t6_baseline.json"
@@ -42,41 +41,6 @@ def test_round_trip_writes_the_current_version(tmp_path: Path) -> None:
     again = RunResult.load(tmp_path)  # a run directory works too
     assert again == r
     assert [p.name for p in tmp_path.iterdir()] == ["result.json"]  # the temporary file was renamed away
-
-
-def test_an_evaluation_with_a_null_value_and_no_error_is_a_failure_not_a_crash() -> None:
-    # prepare.py --eval printed {"value": null}: the old dict code raised KeyError('error') here
-    official = Official.from_dict({"task": "t6", "value": None})
-    assert not official.ok and official.why_not == "prepare.py --eval printed no score"
-    best = Evaluation("best", "/x/ck.pt", "run_1.py", 0.5, "mse", 3, 10.0, 0, official)
-    decided = outcome.decide([best], Audit(), interrupted=False, timed_out=False, agent_events={}, rejected=[])
-    assert (decided.status, decided.score) == ("failed", None)
-    assert decided.reason == "official evaluation failed: prepare.py --eval printed no score"
-
-
-@pytest.mark.parametrize(
-    ("raw", "ok"),
-    [({"value": 0.3}, True), ({"value": float("nan")}, False), ({"value": "0.3x"}, False), ({"error": "boom"}, False)],
-)
-def test_official_ok_needs_a_finite_number_and_no_error(raw: dict, ok: bool) -> None:
-    assert Official.from_dict(raw).ok is ok
-
-
-def test_outcome_order_violation_beats_a_score_and_refusal_needs_no_checkpoint() -> None:
-    good = Evaluation("best", "/x/ck.pt", "run_1.py", 0.5, "mse", 3, 10.0, 0, Official(0.4))
-    broken = Audit({"prepare.py": "a"}, (Violation(1, "the locked prepare.py was modified"),))
-    kw = {"interrupted": False, "timed_out": False, "rejected": []}
-    assert outcome.decide([good], broken, agent_events={}, **kw).status == "disqualified"
-    assert outcome.decide([good], Audit(), agent_events={"refused": True}, **kw).status == "success"
-    assert outcome.decide([], Audit(), agent_events={"refused": True}, **kw).status == "refused"
-    timeout = outcome.decide([], Audit(), agent_events={}, interrupted=False, timed_out=True, rejected=[])
-    assert timeout.status == "timeout" and timeout.reason == "no scoreable checkpoint in checkpoints/"
-    rejected = [{"path": "/x/a.pt", "reason": "unreadable checkpoint"}]
-    failed = outcome.decide([], Audit(), agent_events={"error": "429"}, interrupted=False, timed_out=False,
-                            rejected=rejected)  # fmt: skip
-    assert failed.reason == (
-        "no scoreable checkpoint in checkpoints/; the agent reported an error: 429 (1 rejected: unreadable checkpoint)"
-    )
 
 
 def test_a_newer_schema_or_broken_file_says_what_to_do(tmp_path: Path) -> None:
