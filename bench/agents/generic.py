@@ -4,7 +4,7 @@
 
     command = ["mycli", "run", "--json", "--model", "{model}", "{prompt}"]  # or one string, split like a shell
     model = "my-default-model"   # when --model is not given
-    parser = "claude-code"       # a stream parser of bench.agents.events for its stdout (omit: plain log)
+    parser = "claude-code"       # a stream parser of bench.agents.parsers for its stdout (omit: plain log)
     private_home = true          # HOME and XDG dirs in the run's private home (the default)
 
     [env]
