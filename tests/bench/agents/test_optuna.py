@@ -3,7 +3,8 @@
 The end-to-end run is ``bench baselines tune`` on T6 with generated data (conftest.generated_t6): the agent
 runs inside the normal workspace, watchdog, tracer, collection, evaluation and audit; its trials are traced
 child runs (pruned ones marked), the study summary is on the agent run, the results file has the keys
-``bench report`` reads, and the study is in the SQLite storage.
+``bench report`` reads, the validation scores were read from the trials' traces, and the study is in the
+SQLite storage.
 """
 
 from __future__ import annotations
@@ -91,6 +92,12 @@ def test_optuna_agent_end_to_end_through_tune(generated_t6, tmp_path):
     artifacts = {a.path for a in client.list_artifacts(agent_run["run_id"], "agent")}
     for name in ("study.json", "trials.csv", "best_params.json", "best_config.json", "optimization_history.png"):
         assert f"agent/{name}" in artifacts, artifacts
+    # the validation scores were read from the trials' traces, each once (the output tee's echoes of the printed
+    # lines are in the same spool files and are not counted again)
+    study_json = json.loads(Path(client.download_artifacts(agent_run["run_id"], "agent/study.json")).read_text())
+    complete = [r for r in study_json["trial_records"] if r["state"] == "COMPLETE"]
+    assert complete and all(r["reports"] == r["epochs"] == r["progress_epochs"] for r in complete), complete
+    assert all(r["seconds_per_epoch"] and r["startup_s"] is not None for r in complete)
     diff = client.download_artifacts(scripts.iloc[0]["run_id"], "source")
     assert any(p.endswith(".diff") for p in os.listdir(diff))  # run_<k>.py against train.py: the config change
 
