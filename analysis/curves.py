@@ -6,9 +6,12 @@ per run, both as "score vs minutes into the budget":
 - official: the score the harness would have submitted had the budget ended at minute m, i.e. the
   official score of the best-by-validation checkpoint saved by m. It is exact at the granularity of the
   5-minute windows, because the harness officially evaluates the best checkpoint of every window (the
-  eval child runs, with ``saved_minutes``);
+  eval child runs, with the minute each checkpoint was saved);
 - self-reported: the best validation score the agent's scripts had reported by minute m (every
-  checkpoint of every script run, from the child runs' ``checkpoint_val_score`` history).
+  checkpoint of every script run, from the child runs' ``schema.CHECKPOINT_SCORE`` history).
+
+"Best" is :class:`bench.tasks.Direction`'s: scores are multiplied by the task's sign, and a checkpoint
+takes over only when it strictly beats the best before it (ties keep the earlier one, as the harness does).
 
 The timeline puts each script run of an agent run on the budget's time axis, in lanes when scripts ran
 in parallel, coloured by how it ended.
@@ -19,7 +22,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from analysis.leaderboard import higher_is_better
 from analysis.runs import RunSet, metric_history
+from bench.tasks.direction import signs
 from bench.tracking import schema
 
 CURVE_COLUMNS = ["run_id", "experiment", "entry", "task", "repeat", "minute", "score", "curve"]
@@ -28,17 +33,23 @@ CURVE_COLUMNS = ["run_id", "experiment", "entry", "task", "repeat", "minute", "s
 def _agent_info(rs: RunSet, tasks: pd.DataFrame) -> pd.DataFrame:
     a = rs.agents.set_index("run_id")
     info = a[["experiment", "entry", "task", "repeat", "start_time", "wall_time_s", "budget_min"]].copy()
-    known = info["task"].map(tasks["higher_is_better"]) if not tasks.empty else np.nan
-    info["sign"] = np.where(pd.Series(known, index=info.index).fillna(a["higher_is_better"]).fillna(True), 1.0, -1.0)
+    info["sign"] = signs(higher_is_better(a, tasks))  # sign * score grows with quality
     info["end_min"] = np.minimum(info["wall_time_s"] / 60.0, info["budget_min"].fillna(np.inf))
     return info
 
 
 def _running_best(df: pd.DataFrame, key: str, value: str, carry: str) -> pd.DataFrame:
-    """Per ``key``, in time order: the value of ``carry`` at the running best of the signed ``value``."""
+    """Per ``key``, in time order: the value of ``carry`` at the running best of the signed ``value``.
+
+    A value takes over only when it strictly beats the best before it, and NaN never does: the rule of
+    :meth:`Direction.better <bench.tasks.Direction.better>`, so that on a tie the earlier checkpoint stays
+    the best, as in the harness's selection (:func:`bench.pipeline.collect.select`).
+    """
     df = df.sort_values([key, "minute"], kind="stable").copy()
-    df["best"] = df.groupby(key, sort=False)[value].cummax()
-    new_best = df[value] >= df["best"]
+    by = df[key]
+    best = df.groupby(key, sort=False)[value].cummax().groupby(by, sort=False).ffill()
+    before = best.groupby(by, sort=False).shift()  # the best strictly before each row (NaN: none yet)
+    new_best = df[value].notna() & (before.isna() | (df[value] > before))
     df["out"] = df[carry].where(new_best)
     df["out"] = df.groupby(key, sort=False)["out"].ffill()
     return df

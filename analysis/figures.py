@@ -19,6 +19,7 @@ from matplotlib.patches import Patch
 from analysis import published as pub
 from analysis.leaderboard import AGENT, Leaderboard
 from analysis.stats import pearson
+from bench.tasks.direction import Direction
 
 EXIT_COLORS = {"FINISHED": "#4c9a2a", "FAILED": "#d62728", "KILLED": "#ff7f0e"}
 FAMILY_STYLE = {"proprietary": ("#1f77b4", "o"), "open-source": ("#ff7f0e", "s")}
@@ -191,7 +192,8 @@ def anytime_figure(lb: Leaderboard, curves: pd.DataFrame) -> Figure:
         ax.set_ylim(lo - 0.08 * span, hi + 0.08 * span)
         ax.set_title(f"{t['label']} {t['title']}{note}", fontsize=9)
         ax.set_xlabel("minutes into the budget", fontsize=8)
-        ax.set_ylabel(f"{'↑' if t['higher_is_better'] else '↓'} {pub.metric_label(t['metric'])}", fontsize=8)
+        arrow = Direction.of(bool(t["higher_is_better"])).arrow
+        ax.set_ylabel(f"{arrow} {pub.metric_label(t['metric'])}", fontsize=8)
         ax.tick_params(labelsize=7)
         ax.grid(alpha=0.3)
     handles = [Line2D([], [], color=c, lw=2, label=e) for e, c in colors.items()]

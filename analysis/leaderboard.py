@@ -7,7 +7,8 @@ or from the tuned baselines (``source="calibration"``). An entry is identified b
 Paper rules implemented here (Section 3.1 and Table 4/5/6 captions):
 
 - mean and std over the *successful* runs only; success is n/N of all runs;
-- best of N is the best successful run under the task's direction;
+- best of N is the best successful run under the task's direction (:class:`bench.tasks.Direction`
+  decides which way is better, here and in Eq. 1);
 - Agg = mean over tasks of the baseline-relative improvement of the mean (Eq. 1), with the Table 2
   baselines; Agg-max the same with the best run. An entry that lacks a task (or whose runs on it all
   failed) gets its Agg over the tasks it has, and ``agg_tasks`` says how many;
@@ -25,6 +26,7 @@ import pandas as pd
 
 from analysis import published as pub
 from analysis.runs import RunSet
+from bench.tasks.direction import Direction, relative, signs
 
 CELL_COLUMNS = (
     "source kind group entry agent model family task n_runs n_success mean std best mean_scripts "
@@ -32,13 +34,7 @@ CELL_COLUMNS = (
     "synthetic partial_data detail"
 ).split()
 AGENT = "agent"
-
-
-def relative(score, baseline, higher_is_better):
-    """Eq. 1's per-task term: (s - b) / b when higher is better, (b - s) / b when lower is better."""
-    score, baseline = np.asarray(score, dtype=float), np.asarray(baseline, dtype=float)
-    sign = np.where(np.asarray(higher_is_better, dtype=bool), 1.0, -1.0)
-    return sign * (score - baseline) / baseline
+AGG_DIRECTION = Direction.MAX  # Eq. 1's terms (and Agg) grow with quality, whatever each task's direction
 
 
 def identity(agent: str, model: str) -> str:
@@ -56,9 +52,10 @@ def entry_labels(agents: pd.DataFrame) -> pd.Series:
     return pd.Series(labels, index=agents.index, dtype=object)
 
 
-def _direction(runs: pd.DataFrame, tasks: pd.DataFrame) -> pd.Series:
+def higher_is_better(runs: pd.DataFrame, tasks: pd.DataFrame) -> pd.Series:
+    """Each agent run's direction: its task's metadata, else the run's own param, else higher is better."""
     known = runs["task"].map(tasks["higher_is_better"]) if not tasks.empty else pd.Series(np.nan, index=runs.index)
-    return known.fillna(runs["higher_is_better"]).fillna(True).astype(bool)
+    return known.astype(object).fillna(runs["higher_is_better"].astype(object)).fillna(True).astype(bool)
 
 
 def cells(runs: pd.DataFrame, tasks: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -70,8 +67,8 @@ def cells(runs: pd.DataFrame, tasks: pd.DataFrame | None = None) -> pd.DataFrame
     df["entry"] = entry_labels(df)
     df["ok"] = df["status"] == "success"
     df["partial_data"] = df["partial_data"] if "partial_data" in df else False  # frames built by hand may lack it
-    df["higher"] = _direction(df, tasks)
-    df["signed"] = np.where(df["higher"], 1.0, -1.0) * df["score"].astype(float)
+    df["higher"] = higher_is_better(df, tasks)
+    df["signed"] = signs(df["higher"]) * df["score"].astype(float)  # grows with quality: its max is the best run
     good = df[df["ok"] & df["score"].notna()]
     keys = ["experiment", "agent", "model", "entry", "task"]
     base = df.groupby(keys, sort=False).agg(
@@ -96,13 +93,29 @@ def cells(runs: pd.DataFrame, tasks: pd.DataFrame | None = None) -> pd.DataFrame
         mean_scripts=("scripts_launched", "mean"),
     )
     out = base.join(stats).reset_index()
-    out["best"] = np.where(out["higher"], 1.0, -1.0) * out["signed_best"]
+    out["best"] = signs(out["higher"]) * out["signed_best"]
     out["source"] = out["experiment"]
     out["kind"] = AGENT
     out["group"] = "MLflow: " + out["experiment"] + np.where(out["synthetic"], " [synthetic]", "")
     out["family"] = ""
     out["detail"] = ""
     return out.reindex(columns=CELL_COLUMNS)
+
+
+def short_table(runs: pd.DataFrame, baselines: dict[str, float] | None = None) -> pd.DataFrame:
+    """Per task x agent: mean and std over successful runs, success n/N, best, and the task baseline.
+
+    The short form that ``bench demo`` prints, from :func:`analysis.runs.agent_runs`; :func:`build` makes
+    the full one (Agg, Agg-max, supersede rule, published rows).
+    """
+    columns = ["task", "agent", "mean", "std", "success", "best", "baseline"]
+    if runs.empty:
+        return pd.DataFrame(columns=columns)
+    table = cells(runs)
+    table["success"] = table["n_success"].astype(int).astype(str) + "/" + table["n_runs"].astype(int).astype(str)
+    table["baseline"] = table["task"].map(baselines or {})
+    table["agent"] = table["entry"]
+    return table.sort_values(["task", "agent"])[columns].reset_index(drop=True)
 
 
 def supersede(table: pd.DataFrame) -> pd.DataFrame:

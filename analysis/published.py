@@ -16,6 +16,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from bench.tasks.direction import Direction
+
 DATA = Path(__file__).resolve().parent / "data" / "published"
 PAPER = "arXiv:2605.17046v2"
 CALIBRATION_DIR = Path(__file__).resolve().parents[1] / "baselines" / "results"
@@ -48,7 +50,7 @@ def published_tasks() -> pd.DataFrame:
             "label": t["task"].str.upper().values,
             "title": t["domain"].values,
             "metric": t["metric"].values,
-            "higher_is_better": (t["direction"] == "higher").values,
+            "higher_is_better": [Direction(d).higher_is_better for d in t["direction"]],  # "higher" / "lower"
             "baseline": t["baseline_score"].astype(float).values,
             "paper_baseline": t["baseline_score"].astype(float).values,  # Table 2: what published rows' Agg uses
             "reference": t["reference_score"].astype(float).values,
@@ -174,10 +176,3 @@ def calibration_cells(directory: Path | None = None) -> pd.DataFrame:
             }
         )
     return pd.DataFrame(rows)
-
-
-def published_utilisation() -> pd.DataFrame:
-    """Table 8 as printed (GPT 5.5 only): agent, task, budget_min, used_min, utilisation_pct."""
-    u = _csv("codex_budget_utilisation.csv").copy()
-    u["task"] = u["task"].str.lower()
-    return u

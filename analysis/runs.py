@@ -13,8 +13,10 @@ SQLite store, PostgreSQL; :mod:`analysis.sqlstore`, about a second for a campaig
 else with the MLflow API's paged ``search_runs``; both give the same tables. Metric histories are
 fetched only on demand (:func:`metric_history`), in one query per 900 runs where the store allows it.
 
-Tag, metric and param names come from :mod:`bench.tracking.schema` (and ``bench/record.py`` for the
-eval runs' and params' names), never spelled here twice.
+Every tag, param and metric name read from MLflow comes from :mod:`bench.tracking.schema`, never spelled
+here (a column that carries a metric is named like it, e.g. ``tokens_input``); the direction param is read
+through :class:`bench.tasks.Direction`. The leaderboard built on these tables is :mod:`analysis.leaderboard`
+(imports point one way: it uses this module, never the reverse).
 """
 
 from __future__ import annotations
@@ -26,21 +28,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from bench.tasks.direction import Direction
 from bench.tracking import schema, store
-
-# Metrics that LLM agents log on their agent run (absent for offline agents: NaN). schema.py is the
-# owner of run vocabulary; these fall back to their spelling here until it declares them.
-TOKENS_INPUT = getattr(schema, "TOKENS_INPUT", "tokens_input")
-TOKENS_OUTPUT = getattr(schema, "TOKENS_OUTPUT", "tokens_output")
-TOKENS_CACHED = getattr(schema, "TOKENS_CACHED", "tokens_cached")
-COST_USD = getattr(schema, "COST_USD", "cost_usd")
-
-# Metrics that eval runs carry (bench/record.py writes them under these names).
-EVAL_VAL_SCORE = "val_score"
-EVAL_SAVED_MINUTES = "saved_minutes"
-BUDGET_PARAM = "budget_minutes"  # agent-run params written by bench/record.py
-METRIC_PARAM = "metric"
-DIRECTION_PARAM = "direction"
 
 AGENT_COLUMNS = (
     "run_id experiment agent model task repeat status reason score metric higher_is_better budget_min "
@@ -150,8 +139,18 @@ def _ms(series: pd.Series) -> pd.Series:
 
 
 def _first_official(w: pd.DataFrame) -> pd.Series:
-    cols = [c for c in w.columns if c.startswith("m:official_")]
+    """The run's ``official_<metric>`` value (a run logs one: its task's)."""
+    prefix = f"m:{schema.official_metric('')}"
+    cols = [c for c in w.columns if c.startswith(prefix)]
     return w[cols].bfill(axis=1).iloc[:, 0].astype(float) if cols else pd.Series(np.nan, index=w.index)
+
+
+def _higher_is_better(value) -> bool | float:
+    """The direction param as ``higher_is_better``; NaN where it is missing or not a direction (the task decides)."""
+    try:
+        return Direction(value).higher_is_better
+    except ValueError:
+        return np.nan
 
 
 def _agents(w: pd.DataFrame, names: dict[str, str]) -> pd.DataFrame:
@@ -159,7 +158,6 @@ def _agents(w: pd.DataFrame, names: dict[str, str]) -> pd.DataFrame:
         return pd.DataFrame(columns=AGENT_COLUMNS)
     t = lambda k, d="": _col(w, f"t:{k}", d).fillna(d)  # noqa: E731
     score = _num(w, f"m:{schema.SCORE}").fillna(_first_official(w))
-    direction = _col(w, f"p:{DIRECTION_PARAM}", "")
     return pd.DataFrame(
         {
             "run_id": w["run_id"],
@@ -171,19 +169,19 @@ def _agents(w: pd.DataFrame, names: dict[str, str]) -> pd.DataFrame:
             "status": t(schema.STATUS),
             "reason": t(schema.REASON),
             "score": score,
-            "metric": _col(w, f"p:{METRIC_PARAM}", "").fillna(""),
-            "higher_is_better": direction.map({"max": True, "min": False}),
-            "budget_min": _num(w, f"p:{BUDGET_PARAM}"),
+            "metric": _col(w, f"p:{schema.PARAM_METRIC}", "").fillna(""),
+            "higher_is_better": _col(w, f"p:{schema.PARAM_DIRECTION}", "").map(_higher_is_better),
+            "budget_min": _num(w, f"p:{schema.PARAM_BUDGET_MINUTES}"),
             "wall_time_s": _num(w, f"m:{schema.WALL_TIME}"),
             "budget_utilisation": _num(w, f"m:{schema.BUDGET_UTILISATION}"),
             "scripts_launched": _num(w, f"m:{schema.SCRIPTS_LAUNCHED}"),
             "launches_observed": _num(w, f"m:{schema.LAUNCHES_OBSERVED}"),
             "checkpoints": _num(w, f"m:{schema.CHECKPOINTS}"),
             "best_val_score": _num(w, f"m:{schema.BEST_VAL}"),
-            "tokens_input": _num(w, f"m:{TOKENS_INPUT}"),
-            "tokens_output": _num(w, f"m:{TOKENS_OUTPUT}"),
-            "tokens_cached": _num(w, f"m:{TOKENS_CACHED}"),
-            "cost_usd": _num(w, f"m:{COST_USD}"),
+            "tokens_input": _num(w, f"m:{schema.TOKENS_INPUT}"),
+            "tokens_output": _num(w, f"m:{schema.TOKENS_OUTPUT}"),
+            "tokens_cached": _num(w, f"m:{schema.TOKENS_CACHED}"),
+            "cost_usd": _num(w, f"m:{schema.COST_USD}"),
             "start_time": _ms(w["start_time"]),
             "end_time": _ms(w["end_time"]),
             "synthetic": t(schema.SYNTHETIC).str.lower() == "true",
@@ -228,8 +226,8 @@ def _evals(w: pd.DataFrame, names: dict[str, str]) -> pd.DataFrame:
         {
             **_child(w, names),
             "candidate": _col(w, f"t:{schema.CANDIDATE}", "").fillna(""),
-            "saved_minutes": _num(w, f"m:{EVAL_SAVED_MINUTES}"),
-            "val_score": _num(w, f"m:{EVAL_VAL_SCORE}"),
+            "saved_minutes": _num(w, f"m:{schema.EVAL_SAVED_MINUTES}"),
+            "val_score": _num(w, f"m:{schema.EVAL_VAL_SCORE}"),
             "official_score": _first_official(w),
             "error": _col(w, f"t:{schema.REASON}", "").fillna(""),
         }
@@ -286,21 +284,3 @@ def metric_history(run_ids: Iterable[str], key: str, fast: bool | None = None) -
     rows = [(rid, m.step, m.value, m.timestamp / 1000.0) for rid in ids for m in c.get_metric_history(rid, key)]
     df = pd.DataFrame(rows, columns=["run_id", "step", "value", "time"])
     return df.sort_values(["run_id", "time", "step"], kind="stable").reset_index(drop=True)
-
-
-def leaderboard(runs: pd.DataFrame, baselines: dict[str, float] | None = None) -> pd.DataFrame:
-    """Per task x agent: mean and std over successful runs, success n/N, best, and the task baseline.
-
-    The short form that ``bench demo`` prints; :mod:`analysis.leaderboard` has the full one (Agg,
-    Agg-max, supersede rule, published rows).
-    """
-    from analysis.leaderboard import cells
-
-    columns = ["task", "agent", "mean", "std", "success", "best", "baseline"]
-    if runs.empty:
-        return pd.DataFrame(columns=columns)
-    table = cells(runs)
-    table["success"] = table["n_success"].astype(int).astype(str) + "/" + table["n_runs"].astype(int).astype(str)
-    table["baseline"] = table["task"].map(baselines or {})
-    table["agent"] = table["entry"]
-    return table.sort_values(["task", "agent"])[columns].reset_index(drop=True)

@@ -73,7 +73,7 @@ _KIND_JOIN = """
 
 
 def wide(eng, experiment_ids: list[str], kind: str, params: bool = False) -> pd.DataFrame:
-    """Runs of one ``bench.kind``: run_id, experiment_id, status, start/end (ms), then ``t:``/``m:``/``p:`` columns."""
+    """Runs of one ``schema.KIND``: run_id, experiment_id, status, start/end (ms), then ``t:``/``m:``/``p:`` columns."""
     ids = [int(i) if str(i).isdigit() else i for i in experiment_ids]
     args = {"kind_key": schema.KIND, "kind": kind, "ids": ids}
     runs = _read(

@@ -17,7 +17,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analysis.leaderboard import Leaderboard, relative
+from analysis.leaderboard import Leaderboard
+from bench.tasks.direction import Direction
 
 Sample = np.ndarray | tuple[float, float, int]  # per-run scores, or (mean, std, n) when only those are known
 
@@ -111,7 +112,8 @@ def _agg_draws(lb: Leaderboard, source: str, entry: str, tasks: list[str], rng, 
     rows = []
     for task in tasks:
         t = lb.tasks.loc[task]
-        rows.append(relative(_draw_means(rng, samples[task], n_boot), t["baseline"], t["higher_is_better"]))
+        direction = Direction.of(bool(t["higher_is_better"]))
+        rows.append(direction.relative(_draw_means(rng, samples[task], n_boot), t["baseline"]))
     return np.mean(rows, axis=0)
 
 

@@ -15,8 +15,10 @@ import numpy as np
 import pandas as pd
 
 from analysis import published as pub
-from analysis.leaderboard import AGENT, Leaderboard
+from analysis.leaderboard import AGENT, AGG_DIRECTION, Leaderboard
 from analysis.render import Cell, Row, Table
+from bench.tasks.direction import Direction
+from bench.tracking import schema
 
 NA = "N/A"
 
@@ -36,7 +38,7 @@ def _headers(lb: Leaderboard, last: str | None, last_sub: str | None) -> tuple[l
     cols, subs = [], []
     for task, t in lb.tasks.iterrows():
         cols.append(f"Task {task[1:]}" if task[1:].isdigit() else t["label"])
-        subs.append(("↑ " if t["higher_is_better"] else "↓ ") + pub.metric_label(t["metric"]))
+        subs.append(f"{Direction.of(bool(t['higher_is_better'])).arrow} {pub.metric_label(t['metric'])}")
     if last:
         cols.append(last)
         subs.append(last_sub or "")
@@ -49,17 +51,19 @@ def _best(lb: Leaderboard, column: str, decimals: int) -> set[tuple[str, str, st
     marks = set()
     for task, group in c.groupby("task"):
         values = group[column].round(decimals)
-        top = values.max() if bool(lb.tasks.loc[task, "higher_is_better"]) else values.min()
+        top = Direction.of(bool(lb.tasks.loc[task, "higher_is_better"])).best(values, key=float)
         marks |= {(r.source, r.entry, task) for r in group[values == top].itertuples()}
     return marks
 
 
 def _best_summary(lb: Leaderboard, column: str, decimals: int = 3) -> set[tuple[str, str]]:
+    """(source, entry) of the highest Agg / Agg-max among the ranked entries (Eq. 1: higher is better)."""
     s = lb.summary[(lb.summary["kind"] == AGENT) & lb.summary["complete"] & lb.summary[column].notna()]
     if s.empty:
         return set()
     values = s[column].round(decimals)
-    return {(r.source, r.entry) for r in s[values == values.max()].itertuples()}
+    top = AGG_DIRECTION.best(values, key=float)
+    return {(r.source, r.entry) for r in s[values == top].itertuples()}
 
 
 def _agg_cell(lb: Leaderboard, source: str, entry: str, column: str, best: set) -> Cell:
@@ -136,7 +140,7 @@ def _tidy(lb: Leaderboard, column: str, bold: set, agg_column: str) -> pd.DataFr
 def table4(lb: Leaderboard) -> Table:
     """Table 4: mean ± std over successful runs, best mean in bold, success < 100 % flagged, Agg."""
     bold, best_agg = _best(lb, "mean", 4), _best_summary(lb, "agg")
-    cols, subs = _headers(lb, "1GC-7RC", "↑ Agg")
+    cols, subs = _headers(lb, "1GC-7RC", f"{AGG_DIRECTION.arrow} Agg")
     t = Table(
         "table4",
         "Table 4",
@@ -158,7 +162,7 @@ def table4(lb: Leaderboard) -> Table:
 def table6(lb: Leaderboard) -> Table:
     """Table 6: best single run (best of N), best in bold, success < 100 % flagged, Agg-max."""
     bold, best_agg = _best(lb, "best", 4), _best_summary(lb, "agg_max")
-    cols, subs = _headers(lb, "1GC-7RC", "↑ Agg-max")
+    cols, subs = _headers(lb, "1GC-7RC", f"{AGG_DIRECTION.arrow} Agg-max")
     t = Table(
         "table6",
         "Table 6",
@@ -367,7 +371,7 @@ def partial_data_notes(lb) -> list[str]:
     """Cells scored on incomplete data (a mirror subset, missing weights): not comparable with the paper."""
     partial = lb.cells[lb.cells["partial_data"].eq(True)]
     return [
-        f"{r.entry} [{r.source}] on {r.task.upper()} ran on PARTIAL data (see the runs' bench.partial_notes): "
+        f"{r.entry} [{r.source}] on {r.task.upper()} ran on PARTIAL data (see the runs' {schema.PARTIAL_NOTES}): "
         "not comparable with the paper's numbers."
         for r in partial.itertuples()
     ]

@@ -13,7 +13,8 @@ from bench.tasks import get_task
 
 
 def demo(t1_budget_s: float = 480.0, campaign: str = "demo") -> int:
-    from analysis.runs import agent_runs, leaderboard
+    from analysis.leaderboard import short_table
+    from analysis.runs import agent_runs
 
     t6, t1 = get_task("t6"), get_task("t1")
     print(
@@ -28,7 +29,7 @@ def demo(t1_budget_s: float = 480.0, campaign: str = "demo") -> int:
     ]
 
     runs = agent_runs(campaign)
-    table = leaderboard(runs, {t.id: t.baseline_score for t in (t1, t6)})
+    table = short_table(runs, {t.id: t.baseline_score for t in (t1, t6)})
     print(f"\n== leaderboard (campaign {campaign!r}, from MLflow) ==")
     print(table.to_string(index=False, float_format=lambda v: f"{v:.4f}") if not table.empty else "(no runs)")
     print(f"\nOpen the MLflow UI:  bench ui   (then http://127.0.0.1:5000, experiment {campaign!r};")

@@ -14,9 +14,20 @@ import re
 import time
 from dataclasses import dataclass, field, fields
 
+from bench.tracking import schema
+
 KINDS = ("tool_call", "tool_result", "message", "usage", "final")
 TOOLS = ("shell", "write", "edit", "read", "other")
-METRICS = "tool_calls shell_commands file_writes file_reads tokens_input tokens_output tokens_cached".split()
+# the agent-run metrics a Tally gives (names from the tag schema), besides COST_USD
+METRICS = (
+    schema.TOOL_CALLS,
+    schema.SHELL_COMMANDS,
+    schema.FILE_WRITES,
+    schema.FILE_READS,
+    schema.TOKENS_INPUT,
+    schema.TOKENS_OUTPUT,
+    schema.TOKENS_CACHED,
+)
 
 
 @dataclass
@@ -96,7 +107,9 @@ class Tally:
     def metrics(self) -> dict[str, float]:
         """The agent metrics of the run; cost_usd is None when no cost is known."""
         cost = None if self.cost_usd is None else round(self.cost_usd, 6)
-        return {**{k: float(getattr(self, k)) for k in METRICS}, "cost_usd": cost}
+        counts = (self.tool_calls, self.shell_commands, self.file_writes, self.file_reads)
+        counts += (self.tokens_input, self.tokens_output, self.tokens_cached)
+        return {**{k: float(v) for k, v in zip(METRICS, counts, strict=True)}, schema.COST_USD: cost}
 
     def status_fields(self) -> dict[str, str]:
         """Short strings for the live status line: {"tools": "12", "tokens": "35.2k", "cost": "$0.41"}."""

@@ -2,7 +2,8 @@
 
 A task's ``direction`` is ``max`` (accuracy, AUROC, mIoU) or ``min`` (MSE, bits per byte). The
 checkpoint selection, the Optuna agent, the leaderboard's relative improvement (paper Eq. 1) and
-the tables all ask this object instead of comparing numbers by hand.
+the tables all ask this object instead of comparing numbers by hand; :func:`signs` and
+:func:`relative` are its element-wise forms for DataFrame columns (``analysis/``).
 """
 
 from __future__ import annotations
@@ -10,7 +11,10 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable
 from enum import StrEnum
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
+
+if TYPE_CHECKING:
+    import numpy as np
 
 T = TypeVar("T")
 
@@ -67,3 +71,29 @@ class Direction(StrEnum):
     def relative(self, score: float, baseline: float) -> float:
         """The paper's Eq. 1 term: (s - b) / b where higher is better, (b - s) / b where lower is."""
         return self.sign * (score - baseline) / baseline
+
+
+# --- element-wise forms, for columns of scores with one direction per row (analysis/) ---------------
+# numpy is imported inside these two functions, so that importing bench.tasks does not import it.
+def signs(higher_is_better: Iterable[bool]) -> np.ndarray:
+    """``Direction.of(h).sign`` for each ``h``: ``signs(h) * scores`` grows with quality, row by row."""
+    import numpy as np
+
+    return np.array([Direction.of(bool(h)).sign for h in higher_is_better], dtype=float)
+
+
+def relative(scores, baselines, higher_is_better) -> np.ndarray:
+    """``Direction.of(h).relative(s, b)`` element by element: Eq. 1's term, each row with its own direction.
+
+    Arrays of one length, or scalars that broadcast against them; NaN in, NaN out.
+    """
+    import numpy as np
+
+    s, b, h = np.broadcast_arrays(
+        np.asarray(scores, dtype=float), np.asarray(baselines, dtype=float), np.asarray(higher_is_better, dtype=bool)
+    )
+    out = np.full(s.shape, np.nan)
+    for direction in Direction:
+        rows = h == direction.higher_is_better
+        out[rows] = direction.relative(s[rows], b[rows])
+    return out

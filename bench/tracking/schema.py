@@ -68,6 +68,7 @@ BEST_VAL = "best_val_score"  # self-reported validation score of the scored chec
 TOOL_CALLS = "tool_calls"
 SHELL_COMMANDS = "shell_commands"
 FILE_WRITES = "file_writes"
+FILE_READS = "file_reads"
 TOKENS_INPUT = "tokens_input"
 TOKENS_OUTPUT = "tokens_output"
 TOKENS_CACHED = "tokens_cached"

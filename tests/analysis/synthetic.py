@@ -70,13 +70,13 @@ def generate(
                 rec.log_params(
                     run,
                     {
-                        "agent": agent,
-                        "model": model,
-                        "task": task,
-                        "repeat": r,
-                        "budget_minutes": budget,
-                        "metric": metric,
-                        "direction": direction,
+                        schema.PARAM_AGENT: agent,
+                        schema.PARAM_MODEL: model,
+                        schema.PARAM_TASK: task,
+                        schema.PARAM_REPEAT: r,
+                        schema.PARAM_BUDGET_MINUTES: budget,
+                        schema.PARAM_METRIC: metric,
+                        schema.PARAM_DIRECTION: direction,
                     },
                 )
                 base_tags = {
@@ -97,9 +97,9 @@ def generate(
                     schema.BUDGET_UTILISATION: min(wall, budget * 60) / (budget * 60),
                     schema.SCRIPTS_LAUNCHED: n_scripts,
                     schema.LAUNCHES_OBSERVED: n_scripts,
-                    "tokens_input": 2e5 * (1 + a),
-                    "tokens_output": 2e4 * (1 + a),
-                    "cost_usd": 0.5 * (1 + a),
+                    schema.TOKENS_INPUT: 2e5 * (1 + a),
+                    schema.TOKENS_OUTPUT: 2e4 * (1 + a),
+                    schema.COST_USD: 0.5 * (1 + a),
                 }
                 if not failed:
                     metrics.update({schema.SCORE: score, schema.official_metric(metric): score})
@@ -156,8 +156,8 @@ def _evals(rec, parent, tags, metric, wall, n, base, score, sign, rng) -> list[t
         rec.log_metrics(
             run,
             [
-                ("val_score", val, 0, None),
-                ("saved_minutes", minute, 0, None),
+                (schema.EVAL_VAL_SCORE, val, 0, None),
+                (schema.EVAL_SAVED_MINUTES, minute, 0, None),
                 (schema.official_metric(metric), official, 0, None),
             ],
         )

@@ -15,7 +15,7 @@ import pytest
 from matplotlib.image import imread
 
 from analysis import curves, figures, leaderboard, render, report, tables
-from analysis.runs import AGENT_COLUMNS, agent_runs, load, metric_history
+from analysis.runs import AGENT_COLUMNS, RunSet, agent_runs, load, metric_history
 from bench.tracking import schema
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -143,24 +143,62 @@ def test_synthetic_runs_are_marked_and_windows_make_anytime_steps(synthetic_stor
     assert set(tl["exit"]) >= {"FINISHED", "FAILED"}
 
 
-def test_every_figure_draws_from_the_synthetic_store(synthetic_store, tmp_path):
+def test_every_figure_draws_from_the_synthetic_store(synthetic_store):
+    """Each figure draws what the store holds, counted from how conftest generated it (not from the figure code).
+
+    synthetic.generate(agents=2, tasks=2, repeats=3, scripts=4, evals=3, fail_every=5): agents a and b on
+    t1 (val_bpb, lower) and t2 (top1_acc, higher), 3 repeats each; run n (0-based, a before b, t1 before t2)
+    fails when n % 5 == 4, so a/t2/r2 and b/t2/r1 failed and every t1 run succeeded; agent a launches 4
+    scripts per run, b 3 (every script of a failed run fails); the published rows are the paper's 7 agents,
+    of which only GPT 5.5 has budget utilisation (Table 8).
+    """
+    from matplotlib.collections import LineCollection, PathCollection, PolyCollection
+    from matplotlib.colors import to_hex
+
     from analysis import stats
 
     runs = load(synthetic_store)
     lb = leaderboard.build(runs, published=True)
     iv = stats.bootstrap_agg(lb, n_boot=200)
     assert set(iv["method"]) == {"runs", "parametric (mean, std, n)"}
-    made = [
-        figures.figure3(lb),
-        figures.utilisation_figure(lb),
-        figures.anytime_figure(lb, curves.anytime(runs, lb.tasks)),
-        figures.timeline_figure(lb, curves.timeline(runs)),
-        figures.intervals_figure(iv),
-        figures.paired_figure(stats.compare(lb, f"{synthetic_store}:synthetic-a (synth-model-1)", "Opus 4.7")),
-    ]
-    for k, fig in enumerate(made):
-        fig.savefig(tmp_path / f"{k}.png")
-        assert (tmp_path / f"{k}.png").stat().st_size > 5000
+
+    # Figure 3: one point per entry (7 published + 2), x = mean scripts per task (a: 4, b: 3; GPT 5.5: 48/7)
+    ax = figures.figure3(lb).axes[0]
+    xs = sorted(float(c.get_offsets()[0][0]) for c in ax.collections)
+    assert len(xs) == 9 and xs[:2] == [3.0, 4.0] and 48 / 7 in [pytest.approx(x) for x in xs]
+    assert len(ax.lines) == 1  # the fitted line (7 entries have all tasks)
+
+    # utilisation: a finite bar per entry x task it ran (GPT 5.5: 7, a: 2, b: 2), dots where > 1 run (2 x 2, 3 each)
+    ax = figures.utilisation_figure(lb).axes[0]
+    assert sum(np.isfinite(p.get_height()) for p in ax.patches) == 11
+    assert [len(c.get_offsets()) for c in ax.collections] == [3, 3, 3, 3]
+
+    # anytime: a panel per task with runs; one official and one self-reported line per successful run
+    # (t1: 6, t2: 4), a dot per evaluated window (3 per run), and the direction in the axis label
+    panels = figures.anytime_figure(lb, curves.anytime(runs, lb.tasks)).axes
+    assert [a.get_ylabel() for a in panels] == ["↓ bpb", "↑ Acc"]
+    for a, n_ok in zip(panels, (6, 4), strict=True):
+        lines = [len(c.get_segments()) for c in a.collections if isinstance(c, LineCollection)]
+        dots = [len(c.get_offsets()) for c in a.collections if isinstance(c, PathCollection)]
+        assert lines == [n_ok, n_ok] and dots == [3 * n_ok]
+
+    # timeline: a bar per script (each task: 3 x 4 + 3 x 3 = 21), an end tick per run (6), red = failed
+    # (t1: none; t2: the 4 + 3 scripts of the two failed runs)
+    for a, n_failed in zip(figures.timeline_figure(lb, curves.timeline(runs)).axes, (0, 7), strict=True):
+        (bars,) = [c for c in a.collections if isinstance(c, PolyCollection)]
+        (ends,) = [c for c in a.collections if isinstance(c, LineCollection)]
+        assert len(bars.get_paths()) == 21 and len(ends.get_segments()) == 6
+        assert sum(to_hex(c) == figures.EXIT_COLORS["FAILED"] for c in bars.get_facecolors()) == n_failed
+
+    # intervals: one interval per entry, the new ones labelled with the 2 of 7 tasks their Agg covers
+    ax = figures.intervals_figure(iv).axes[0]
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    assert len(ax.containers) == 9 and len(labels) == 9
+    assert f"synthetic-a (synth-model-1) [{synthetic_store}] (2/7 tasks)" in labels
+
+    # paired: one bar per common task (t1, t2) and the Agg difference with its interval
+    ax = figures.paired_figure(stats.compare(lb, f"{synthetic_store}:synthetic-a (synth-model-1)", "Opus 4.7")).axes[0]
+    assert len(ax.patches) == 2 and [t.get_text() for t in ax.get_xticklabels()] == ["T1", "T2", "Agg"]
 
 
 def test_cli_plugs_into_bench_and_reports_errors(tmp_path, capsys):
@@ -188,3 +226,50 @@ def test_a_task_without_baseline_is_shown_but_not_in_agg():
     s = lb.summary.set_index("entry").loc["a"]
     assert (s["agg_tasks"], s["of_tasks"], s["rank"]) == (1, 1, 1)
     assert "Task 99 ↑ f1" in render.to_markdown(tables.table4(lb))
+
+
+def _agent_rows(task: str, scores: list[float], higher: bool) -> list[dict]:
+    """Hand-made agent runs of agent ``a`` on one task (NaN score: a failed run)."""
+    return [{"run_id": f"{task}-{i}", "experiment": "x", "agent": "a", "model": "", "task": task, "repeat": i + 1,
+             "status": "failed" if np.isnan(s) else "success", "score": s, "higher_is_better": higher,
+             "budget_min": 40.0, "wall_time_s": 600.0, "budget_utilisation": 0.25, "scripts_launched": 1.0,
+             "synthetic": False, "metric": "m", "tokens_input": np.nan, "tokens_output": np.nan,
+             "tokens_cached": np.nan, "cost_usd": np.nan, "start_time": 0.0} for i, s in enumerate(scores)]  # fmt: skip
+
+
+def test_short_table_takes_the_best_run_in_the_task_direction():
+    """``bench demo``'s table: on t6 (MSE, lower is better) the best of 0.40 and 0.38 is 0.38; on t7 (accuracy) 0.82."""
+    runs = pd.DataFrame(_agent_rows("t6", [0.40, 0.38, np.nan], False) + _agent_rows("t7", [0.80, 0.82], True))
+    table = leaderboard.short_table(runs, {"t6": 0.384}).set_index("task")
+    assert list(table.columns) == ["agent", "mean", "std", "success", "best", "baseline"]
+    assert table.loc["t6", "best"] == pytest.approx(0.38) and table.loc["t7", "best"] == pytest.approx(0.82)
+    assert table.loc["t6", "mean"] == pytest.approx(0.39) and table.loc["t6", "std"] == pytest.approx(0.01 * 2**0.5)
+    assert list(table["success"]) == ["2/3", "2/2"] and list(table["agent"]) == ["a", "a"]
+    assert table.loc["t6", "baseline"] == 0.384 and np.isnan(table.loc["t7", "baseline"])
+    assert leaderboard.short_table(runs.iloc[:0]).empty
+
+
+def test_official_anytime_keeps_the_earlier_checkpoint_on_a_tie_and_follows_the_direction():
+    """What the harness would have submitted by each minute: the best by validation, ties to the earlier one.
+
+    t6 (lower is better): validation 0.40, 0.40 (a tie: the first stays), then 0.38 -> officials 0.41, 0.41, 0.385.
+    t7 (higher is better): validation 0.50, 0.60, 0.55 (worse: the 0.60 one stays) -> 0.51, 0.61, 0.61.
+    """
+    agents = pd.DataFrame(_agent_rows("t6", [0.385], False) + _agent_rows("t7", [0.61], True))
+    agents["entry"], agents["wall_time_s"] = "a", 1200.0  # the runs end at minute 20
+    evals = pd.DataFrame(
+        {
+            "parent_run_id": ["t6-0"] * 3 + ["t7-0"] * 3,
+            "saved_minutes": [5.0, 10.0, 15.0] * 2,
+            "val_score": [0.40, 0.40, 0.38, 0.50, 0.60, 0.55],
+            "official_score": [0.41, 0.39, 0.385, 0.51, 0.61, 0.57],
+        }
+    )
+    rs = RunSet(agents, pd.DataFrame(columns=["run_id", "parent_run_id"]), evals)
+    c = curves.official_anytime(rs, pd.DataFrame(columns=["higher_is_better"]))  # no task metadata: the runs' own
+    by = c.groupby("run_id")
+    assert by["score"].apply(list).to_dict() == {
+        "t6-0": pytest.approx([0.41, 0.41, 0.385, 0.385]),  # the last value held to the end of the run
+        "t7-0": pytest.approx([0.51, 0.61, 0.61, 0.61]),
+    }
+    assert by["minute"].apply(list).to_dict() == {"t6-0": [5.0, 10.0, 15.0, 20.0], "t7-0": [5.0, 10.0, 15.0, 20.0]}

@@ -35,6 +35,12 @@ WS = "/home/user/ws"
 ANSWER = "Done. I created run_1.py and ran it; it printed hello."
 
 
+def usd(dollars: float):
+    """A cost worked out by hand from the rows of bench/agents/pricing.py (USD per 1M tokens, hence the e-6),
+    compared to the micro-dollar: pricing.cost rounds to 6 decimals."""
+    return pytest.approx(dollars, abs=1e-6)
+
+
 def run(parser, lines) -> tuple[list[Event], Tally]:
     """Feed lines one by one as the runner does (with their newline), then finish; tally everything."""
     events = [ev for line in lines for ev in parser.feed(line)] + parser.finish()
@@ -101,7 +107,8 @@ def test_codex_stream_cost_is_computed_from_tokens():
     assert [ev.text for ev in events if ev.kind == "tool_result"][1] == "hello\n"
     assert tally.final.text == ANSWER and tally.messages == [ANSWER]
     assert (tally.tokens_input, tally.tokens_output, tally.tokens_cached) == (3900, 75, 0)
-    assert tally.cost_usd is not None and tally.cost_usd == pytest.approx(pricing.cost("gpt-5.5", 3900, 75, 0))
+    # gpt-5.5 row: $1.75 input, $14.00 output per 1M tokens
+    assert tally.cost_usd == usd(3900 * 1.75e-6 + 75 * 14.00e-6)  # 0.007875
     assert_clean(events, tally)
     # no model given (the stream names none): no cost rather than a wrong one
     _, tally = stream("codex_stream.jsonl", CodexParser())
@@ -135,7 +142,7 @@ def test_opencode_streams(name, write_target, cost):
 
 def test_opencode_zero_cost_is_computed_when_the_model_is_known():
     _, tally = stream("opencode_stream_chat.jsonl", OpenCodeParser(model="openrouter/moonshotai/kimi-k2.6"))
-    assert tally.cost_usd == pytest.approx(pricing.cost("kimi-k2.6", 3900, 75, 0))
+    assert tally.cost_usd == usd(3900 * 0.60e-6 + 75 * 2.50e-6)  # kimi-k2.6 row: $0.60 in, $2.50 out; 0.0025275
 
 
 def test_gemini_stream_cost_from_the_init_model():
@@ -146,7 +153,7 @@ def test_gemini_stream_cost_from_the_init_model():
     assert tally.final.text == ANSWER
     assert (tally.tokens_input, tally.tokens_output, tally.tokens_cached) == (3900, 75, 0)
     # stats name the server's model "mock" (unknown): priced as the init event's gemini-2.5-pro
-    assert tally.cost_usd == pytest.approx(pricing.cost("gemini-2.5-pro", 3900, 75, 0))
+    assert tally.cost_usd == usd(3900 * 1.25e-6 + 75 * 10.00e-6)  # gemini-2.5-pro row: $1.25 in, $10 out; 0.005625
     assert_clean(events, tally)
 
 
@@ -192,7 +199,8 @@ def test_aider_cost_cache_edits_and_failures():
     usage = [ev for ev in events if ev.kind == "usage"]
     assert (usage[0].tokens_input, usage[0].tokens_cached, usage[0].tokens_output) == (15600, 2500, 310)
     assert usage[0].cost_usd == 0.05
-    assert usage[1].cost_usd == pytest.approx(pricing.cost("claude-sonnet-4-5", 950, 20, 0))  # no cost printed
+    # no cost printed: claude-sonnet-4-5 row, $3.00 input, $15.00 output per 1M tokens
+    assert usage[1].cost_usd == usd(950 * 3.00e-6 + 20 * 15.00e-6)  # 0.00315
     assert calls(events) == [("edit", "train.py")]
     assert [ev.is_error for ev in events if ev.kind == "tool_result"] == [False, True]
     assert tally.messages == ["I will edit train.py."] and tally.error is None  # a failed edit is not an API error
@@ -209,8 +217,11 @@ def test_gemini_prices_each_routed_model():
         },
     }
     _, tally = run(GeminiParser(), [json.dumps({"type": "result", "status": "success", "stats": stats})])
-    expected = pricing.cost("gemini-2.5-pro", 10000, 500, 1000) + pricing.cost("gemini-2.5-flash-lite", 1000, 100, 0)
-    assert tally.cost_usd == pytest.approx(expected)
+    # gemini-2.5-pro row ($1.25 input, $0.125 cached input, $10 output per 1M): 9000 uncached + 1000 cached in, 500 out;
+    # gemini-2.5-flash-lite row ($0.10 input, $0.40 output): 1000 in, 100 out
+    pro = 9000 * 1.25e-6 + 1000 * 0.125e-6 + 500 * 10.00e-6  # 0.016375
+    lite = 1000 * 0.10e-6 + 100 * 0.40e-6  # 0.00014
+    assert tally.cost_usd == usd(pro + lite)  # 0.016515
     assert (tally.tokens_input, tally.tokens_output, tally.tokens_cached) == (11000, 600, 1000)
 
 
@@ -228,9 +239,8 @@ def test_aider_without_banner_and_with_echoed_answers():
     events, tally = run(AiderParser(model="gpt-5.5"), lines)
     assert calls(events) == [("write", "run_2.py"), ("shell", "python run_2.py")]
     assert [ev.text for ev in events if ev.kind == "tool_result"] == ["Applied edit to run_2.py", "step 1 loss 2.3"]
-    assert tally.messages == ["Writing the script."] and tally.cost_usd == pytest.approx(
-        pricing.cost("gpt-5.5", 500, 10)
-    )
+    assert tally.messages == ["Writing the script."]
+    assert tally.cost_usd == usd(500 * 1.75e-6 + 10 * 14.00e-6)  # gpt-5.5 row: $1.75 in, $14 out; 0.001015
 
 
 def test_opencode_failed_tool_and_codex_items_seen_only_completed():
@@ -447,7 +457,9 @@ def test_claude_counts_each_api_call_once():
     events, tally = run(ClaudeCodeParser(model="claude-opus-4-7"), lines)
     assert [ev.kind for ev in events] == ["message", "usage", "tool_call", "final"]
     assert (tally.tokens_input, tally.tokens_cached, tally.file_reads) == (1000, 900, 1)
-    assert tally.cost_usd == pytest.approx(pricing.cost("claude-opus-4-7", 1000, 5, 900))  # live estimate
+    # live estimate, claude-opus-4-7 row ($5.00 input, $0.50 cached input, $25.00 output per 1M tokens):
+    # 100 uncached + 900 cached input tokens, 5 output tokens
+    assert tally.cost_usd == usd(100 * 5.00e-6 + 900 * 0.50e-6 + 5 * 25.00e-6)  # 0.001075
 
 
 def test_tool_classification():
