@@ -110,10 +110,10 @@ def _print_summary(results: list[RunResult]) -> None:
 
 def cmd_record(args: argparse.Namespace) -> int:
     from bench.pipeline.record import load_run, record
-    from bench.tracking.recorder import Recorder
+    from bench.tracking.writer import MlflowWriter
 
     result, ws = load_run(Path(args.run_dir))
-    result.mlflow_run_id = record(Recorder(result.campaign), result, ws)
+    result.mlflow_run_id = record(MlflowWriter(result.campaign), result, ws)
     result.write(ws.result_file)
     print(f"recorded {ws.run_dir} as MLflow run {result.mlflow_run_id}")
     return 0

@@ -1,6 +1,6 @@
 """The result of one agent run: a typed, versioned record, written to ``result.json`` before MLflow is touched.
 
-Everything that reads a run back (the recorder, ``bench record``, ``bench run``'s summary, the baseline tuner,
+Everything that reads a run back (the record step, ``bench record``, ``bench run``'s summary, the baseline tuner,
 the tests) goes through :class:`RunResult`, never through string keys of a dict, so a field that is missing
 or ``null`` is handled once, here. ``result.json`` carries ``schema_version``; files written before it existed
 (version 1: one flat dict, no version key) are read by :meth:`RunResult.from_dict` too.

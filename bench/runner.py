@@ -19,8 +19,8 @@ from bench.pipeline import audit, collect, evaluate, launch, record, watch, work
 from bench.result import Audit, Evaluation, RunResult
 from bench.tasks import Task, data, weights
 from bench.tracking import schema
-from bench.tracking.recorder import Recorder
 from bench.tracking.relay import Relay
+from bench.tracking.writer import MlflowWriter
 
 
 @dataclass
@@ -59,7 +59,7 @@ def run(spec: RunSpec) -> RunResult:
     )
     locked_sha = ws.locked_hashes()
     print(f"[bench] {spec.label}: workspace {ws.path} (budget {fmt_s(spec.budget)})", flush=True)
-    recorder, relay = _track_live(spec, ws)
+    writer, relay = _track_live(spec, ws)
 
     agent = launch.launch(  # 2
         get_agent(spec.agent),
@@ -78,7 +78,7 @@ def run(spec: RunSpec) -> RunResult:
     evaluations = evaluate.evaluate_candidates(ws, collected.selection, data_dir, device, spec.console)  # 5
     audited = audit.audit(ws, locked_sha)  # 6
     result = _result(spec, ws, device, agent, watched, scripts, collected, evaluations, audited, relay.parent_run)
-    record.save(result, recorder, ws)  # 7
+    record.save(result, writer, ws)  # 7
 
     score = f"{result.score:.4f}" if result.score is not None else "-"
     print(f"[bench] {spec.label}: {result.status} | {task.metric} {score} | {result.reason}", flush=True)
@@ -164,16 +164,16 @@ def _result(
     )
 
 
-def _track_live(spec: RunSpec, ws: workspace.Workspace) -> tuple[Recorder, Relay]:
+def _track_live(spec: RunSpec, ws: workspace.Workspace) -> tuple[MlflowWriter, Relay]:
     """Open the agent run now (the UI shows it live) and start relaying the scripts' spool; failures only degrade."""
-    recorder = Recorder(spec.campaign)
+    writer = MlflowWriter(spec.campaign)
     tags = {
         **schema.agent_run_tags(spec.campaign, spec.agent, spec.model, spec.task.id, spec.repeat, str(ws.run_dir)),
         schema.STATUS: "running",
         schema.PARTIAL_DATA: str(bool(_partial_notes(spec))).lower(),
     }
-    parent = record.open_agent_run(recorder, spec.label, tags)
+    parent = record.open_agent_run(writer, spec.label, tags)
     base = schema.run_tags(spec.campaign, spec.agent, spec.task.id, spec.repeat)
-    relay = Relay(recorder, parent, ws.spool_dir, base_tags=base, baseline_source=(ws.path / "train.py").read_text())
+    relay = Relay(writer, parent, ws.spool_dir, base_tags=base, baseline_source=(ws.path / "train.py").read_text())
     relay.start()
-    return recorder, relay
+    return writer, relay

@@ -15,24 +15,24 @@ from bench.pipeline.workspace import Workspace
 from bench.result import RunResult
 from bench.tasks import get_task
 from bench.tracking import schema
-from bench.tracking.recorder import Recorder, TrackingError
 from bench.tracking.relay import Relay
+from bench.tracking.writer import MlflowWriter, TrackingError
 
 
-def open_agent_run(recorder: Recorder, name: str, tags: dict[str, str]) -> str | None:
+def open_agent_run(writer: MlflowWriter, name: str, tags: dict[str, str]) -> str | None:
     """Create the agent run at the start, so the UI shows it live; None (and one line) if tracking is down."""
     try:
-        return recorder.create_run(name, tags)
+        return writer.create_run(name, tags)
     except TrackingError as e:
         print(f"[bench] tracking unavailable, the run goes on and is recorded at the end: {e}", flush=True)
         return None
 
 
-def save(result: RunResult, recorder: Recorder, ws: Workspace) -> RunResult:
+def save(result: RunResult, writer: MlflowWriter, ws: Workspace) -> RunResult:
     """Write result.json, then record it in MLflow; an unreachable store only costs a message saying what to do."""
     result.write()
     try:
-        result.mlflow_run_id = record(recorder, result, ws)
+        result.mlflow_run_id = record(writer, result, ws)
         result.write()
     except TrackingError as e:
         print(
@@ -43,18 +43,18 @@ def save(result: RunResult, recorder: Recorder, ws: Workspace) -> RunResult:
     return result
 
 
-def record(recorder: Recorder, result: RunResult, ws: Workspace) -> str:
+def record(writer: MlflowWriter, result: RunResult, ws: Workspace) -> str:
     """Write everything about the run to MLflow and return the agent run id (raises TrackingError)."""
     run_id = result.mlflow_run_id
     if not run_id:
         tags = schema.agent_run_tags(
             result.campaign, result.agent, result.model, result.task, result.repeat, result.run_dir
         )
-        run_id = recorder.create_run(result.label, tags, start_time=result.started_at)
+        run_id = writer.create_run(result.label, tags, start_time=result.started_at)
     base = schema.run_tags(result.campaign, result.agent, result.task, result.repeat)
-    scripts = Relay(recorder, run_id, ws.spool_dir, base, (ws.path / "train.py").read_text()).finalize()
+    scripts = Relay(writer, run_id, ws.spool_dir, base, (ws.path / "train.py").read_text()).finalize()
 
-    recorder.log_params(
+    writer.log_params(
         run_id,
         {
             schema.PARAM_AGENT: result.agent,
@@ -83,20 +83,20 @@ def record(recorder: Recorder, result: RunResult, ws: Workspace) -> str:
         metrics[schema.SCORE] = result.score
         metrics[schema.official_metric(result.metric)] = result.score
         metrics[schema.BEST_VAL] = result.outcome.best_val_score
-    recorder.log_metrics(run_id, [(k, v, 0, None) for k, v in metrics.items()])
-    _record_evaluations(recorder, run_id, result, base)
+    writer.log_metrics(run_id, [(k, v, 0, None) for k, v in metrics.items()])
+    _record_evaluations(writer, run_id, result, base)
 
     agent_metrics = result.agent_events.get("metrics") or {}
-    recorder.log_metrics(run_id, [(k, v, 0, None) for k, v in agent_metrics.items() if v is not None])
+    writer.log_metrics(run_id, [(k, v, 0, None) for k, v in agent_metrics.items() if v is not None])
     for f in (ws.log, ws.events, ws.result_file):
-        recorder.log_artifact(run_id, f)
+        writer.log_artifact(run_id, f)
     for script in ws.scripts():
-        recorder.log_artifact(run_id, script, "scripts")
+        writer.log_artifact(run_id, script, "scripts")
     extra = ws.artifacts_dir  # files an agent adapter leaves for its run (e.g. the optuna agent's study summary)
     for f in sorted(extra.rglob("*")) if extra.is_dir() else []:
         if f.is_file():
-            recorder.log_artifact(run_id, f, str(Path("agent") / f.parent.relative_to(extra)).rstrip("/."))
-    recorder.set_tags(
+            writer.log_artifact(run_id, f, str(Path("agent") / f.parent.relative_to(extra)).rstrip("/."))
+    writer.set_tags(
         run_id,
         {
             schema.RUN_NOTE: _note(result, scripts),
@@ -107,7 +107,7 @@ def record(recorder: Recorder, result: RunResult, ws: Workspace) -> str:
         },
     )
     mlflow_status = {"success": "FINISHED", "interrupted": "KILLED"}.get(result.status, "FAILED")
-    recorder.end_run(run_id, mlflow_status, result.started_at + result.wall_time_s)
+    writer.end_run(run_id, mlflow_status, result.started_at + result.wall_time_s)
     return run_id
 
 
@@ -123,7 +123,7 @@ def _note(result: RunResult, scripts: dict) -> str:
     )
 
 
-def _record_evaluations(recorder: Recorder, run_id: str, result: RunResult, base: dict) -> None:
+def _record_evaluations(writer: MlflowWriter, run_id: str, result: RunResult, base: dict) -> None:
     """One eval child run per evaluated checkpoint; the anytime curve as a metric series on the agent run."""
     seen: dict[str, str] = {}
     anytime = []
@@ -133,22 +133,22 @@ def _record_evaluations(recorder: Recorder, run_id: str, result: RunResult, base
             tags = {**base, schema.KIND: schema.KIND_EVAL, schema.CANDIDATE: e.candidate, schema.SCRIPT: e.script}
             if not official.ok:
                 tags[schema.REASON] = official.why_not[:500]
-            eval_run = recorder.create_run(f"eval {Path(e.path).name}"[:250], tags, parent=run_id)
+            eval_run = writer.create_run(f"eval {Path(e.path).name}"[:250], tags, parent=run_id)
             rows = [
                 (schema.EVAL_VAL_SCORE, e.val_score, 0, None),
                 (schema.EVAL_SAVED_MINUTES, e.saved_s / 60, 0, None),
             ]
             if official.value is not None:
                 rows.append((schema.official_metric(result.metric), official.value, 0, None))
-            recorder.log_metrics(eval_run, rows)
-            recorder.log_text(eval_run, json.dumps(official.to_dict(), indent=2), "official.json")
-            recorder.end_run(eval_run, "FINISHED" if official.ok else "FAILED")
+            writer.log_metrics(eval_run, rows)
+            writer.log_text(eval_run, json.dumps(official.to_dict(), indent=2), "official.json")
+            writer.end_run(eval_run, "FINISHED" if official.ok else "FAILED")
             seen[e.path] = eval_run
         else:
-            recorder.set_tags(seen[e.path], {schema.CANDIDATE: "best," + e.candidate})
+            writer.set_tags(seen[e.path], {schema.CANDIDATE: "best," + e.candidate})
         if e.candidate.startswith("window-") and official.ok and math.isfinite(official.value):
             anytime.append((schema.ANYTIME, official.value, int(math.ceil(e.saved_s / 60)), None))
-    recorder.log_metrics(run_id, anytime)
+    writer.log_metrics(run_id, anytime)
 
 
 def load_run(run_dir: Path) -> tuple[RunResult, Workspace]:

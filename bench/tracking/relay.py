@@ -20,8 +20,8 @@ from pathlib import Path
 import psutil
 
 from bench.tracking import schema
-from bench.tracking.recorder import Recorder, TrackingError
 from bench.tracking.sysmetrics import Sampler
+from bench.tracking.writer import MlflowWriter, TrackingError
 
 SYSTEM_EVERY = 5  # polls between system-metric samples (x 2 s: one sample every ~10 s)
 
@@ -51,14 +51,14 @@ class Relay:
 
     def __init__(
         self,
-        recorder: Recorder,
+        writer: MlflowWriter,
         parent_run: str | None,
         spool_dir: Path,
         base_tags: dict[str, str],
         baseline_source: str = "",
         interval: float = 2.0,
     ):
-        self.recorder, self.parent_run, self.spool_dir = recorder, parent_run, Path(spool_dir)
+        self.writer, self.parent_run, self.spool_dir = writer, parent_run, Path(spool_dir)
         self.base_tags, self.baseline_source, self.interval = base_tags, baseline_source, interval
         self.state_file = self.spool_dir.parent / "relay.json"
         self.scripts: dict[str, ScriptState] = {}
@@ -118,7 +118,7 @@ class Relay:
                 values = self.sampler.sample(s.pid)
                 step = int(time.time() - s.started)
                 try:
-                    self.recorder.log_metrics(s.run_id, [(k, v, step, None) for k, v in values.items()])
+                    self.writer.log_metrics(s.run_id, [(k, v, step, None) for k, v in values.items()])
                 except TrackingError:
                     return
 
@@ -146,7 +146,7 @@ class Relay:
 
     def _flush(self, s: ScriptState, rows: list[tuple], pending: int) -> int:
         if rows:
-            s.metrics += self.recorder.log_metrics(s.run_id, rows)
+            s.metrics += self.writer.log_metrics(s.run_id, rows)
             rows.clear()
         s.offset += pending
         return 0
@@ -166,7 +166,7 @@ class Relay:
         if kind == "start":
             s.script, s.pid, s.started = ev.get("script", "?"), int(ev.get("pid", 0)), float(ev.get("t", time.time()))
             self._ensure_run(s)
-            rec, run = self.recorder, s.run_id
+            rec, run = self.writer, s.run_id
             rec.log_params(run, {"argv": " ".join(ev.get("argv", [])), "pid": s.pid})
             source = ev.get("source", "")
             rec.log_text(run, source, f"source/{s.script}")
@@ -178,17 +178,17 @@ class Relay:
             return
         self._ensure_run(s)
         if kind == "metrics":  # only before the run exists (the batched path in _read covers the rest)
-            s.metrics += self.recorder.log_metrics(s.run_id, self._metric_rows(s, ev))
+            s.metrics += self.writer.log_metrics(s.run_id, self._metric_rows(s, ev))
         elif kind == "checkpoint":
             if not s.params_logged and isinstance(ev.get("config"), dict):
                 extra = {k: ev[k] for k in ("n_params", "device") if ev.get(k) is not None}
-                self.recorder.log_params(s.run_id, {"config": ev["config"], **extra})
+                self.writer.log_params(s.run_id, {"config": ev["config"], **extra})
                 s.params_logged = True
             index = len(s.checkpoints)
-            self.recorder.log_metrics(s.run_id, [(schema.CHECKPOINT_SCORE, ev.get("val_score"), index, ev.get("t"))])
+            self.writer.log_metrics(s.run_id, [(schema.CHECKPOINT_SCORE, ev.get("val_score"), index, ev.get("t"))])
             ckpt = Path(ev.get("path", ""))
             if ckpt.is_file():
-                self.recorder.log_artifact(s.run_id, ckpt, "checkpoints")
+                self.writer.log_artifact(s.run_id, ckpt, "checkpoints")
             s.checkpoints.append({k: ev.get(k) for k in ("path", "val_score", "metric", "step", "t")})
         elif kind == "end":
             s.ended, s.status, s.error = float(ev.get("t", time.time())), ev.get("status", "FINISHED"), ev.get("error")
@@ -200,14 +200,14 @@ class Relay:
         if s.run_id is None:
             name = s.script or s.file
             tags = {**self.base_tags, schema.KIND: schema.KIND_SCRIPT, schema.SCRIPT: name, schema.PID: s.pid}
-            s.run_id = self.recorder.create_run(name, tags, parent=self.parent_run, start_time=s.started or None)
+            s.run_id = self.writer.create_run(name, tags, parent=self.parent_run, start_time=s.started or None)
 
     def _close(self, s: ScriptState) -> None:
         tags = {schema.EXIT: s.status}
         if s.error:
             tags[schema.REASON] = s.error[:500]
-        self.recorder.set_tags(s.run_id, tags)
-        self.recorder.end_run(s.run_id, s.status, s.ended)
+        self.writer.set_tags(s.run_id, tags)
+        self.writer.end_run(s.run_id, s.status, s.ended)
         s.closed = True
 
     # --- the end -----------------------------------------------------------------------------
@@ -227,7 +227,7 @@ class Relay:
                 tail = self.spool_dir / (s.file + ".tail")
                 if s.run_id and tail.is_file():
                     try:
-                        self.recorder.log_text(s.run_id, tail.read_text(errors="replace"), "stdout_tail.txt")
+                        self.writer.log_text(s.run_id, tail.read_text(errors="replace"), "stdout_tail.txt")
                     except TrackingError:
                         break
             self._save()

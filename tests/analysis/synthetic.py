@@ -1,4 +1,4 @@
-"""A generated MLflow store shaped like a real campaign, written through the harness's own Recorder.
+"""A generated MLflow store shaped like a real campaign, written through the harness's own MlflowWriter.
 
 Every run carries ``bench.synthetic=true``: these are fixtures and benchmark loads, never results.
 Used by ``tests/benchmarks/report_speed.py`` (245 agent runs x 12 scripts, the paper's campaign size)
@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from bench.tracking import schema
-from bench.tracking.recorder import Recorder
+from bench.tracking.writer import MlflowWriter
 
 # (task, metric, direction, baseline, budget minutes): the paper's Table 2
 TASKS = [
@@ -41,7 +41,7 @@ def generate(
     Figure 3's fit has something to find); every ``fail_every``-th run fails without a score.
     """
     rng = np.random.default_rng(seed)
-    rec = Recorder(campaign)
+    rec = MlflowWriter(campaign)
     counts = {"agent": 0, "script": 0, "eval": 0}
     t0 = start
     for a in range(agents):

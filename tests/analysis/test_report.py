@@ -1,7 +1,7 @@
 """From MLflow: the loader, the leaderboard, curves, timelines and ``bench report`` on real and synthetic stores.
 
 ``real_store`` is made by real ``bench run``s (baseline x1; command x3, the third crashing) on T6 with
-generated data; ``synthetic_store`` is generated through the Recorder (several windows, parallel scripts).
+generated data; ``synthetic_store`` is generated through the MlflowWriter (several windows, parallel scripts).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
     python tests/benchmarks/report_speed.py [--store DIR] [--repeat 3] [--published]
 
 1. A fresh embedded MLflow store (in a temporary folder, or ``--store DIR`` to keep and reuse it) gets
-   one synthetic campaign through the harness's Recorder: 7 agents x 7 tasks x 5 repeats = 245 agent
+   one synthetic campaign through the harness's MlflowWriter: 7 agents x 7 tasks x 5 repeats = 245 agent
    runs, 12 script runs each on average (2,940), 3 eval runs per successful run, every run tagged
    ``bench.synthetic=true``.
 2. ``bench report`` (or ``python -m analysis.report`` where the CLI is not wired yet) runs on it as a

@@ -124,9 +124,9 @@ def main() -> None:
 
     from bench.tracking import schema
     from bench.tracking.relay import Relay
-    from bench.tracking.recorder import Recorder
+    from bench.tracking.writer import MlflowWriter
 
-    rec = Recorder("tracer-benchmark")
+    rec = MlflowWriter("tracer-benchmark")
     parent = rec.create_run("benchmark", {schema.KIND: schema.KIND_AGENT, schema.SYNTHETIC: "true"})
     t0 = time.perf_counter()
     summary = Relay(rec, parent, ws / ".bench" / "spool", {schema.SYNTHETIC: "true"}).finalize()

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from bench.tracking import HOOK_DIR, schema
-from bench.tracking.recorder import Recorder
 from bench.tracking.relay import Relay
+from bench.tracking.writer import MlflowWriter
 
 SCRIPT_OK = """
 import json, os, time
@@ -120,7 +120,7 @@ def test_relay_creates_nested_runs_with_statuses_metrics_and_source(ws):
     proc.wait()
 
     campaign = f"test-relay-{uuid.uuid4().hex[:8]}"
-    rec = Recorder(campaign)
+    rec = MlflowWriter(campaign)
     parent = rec.create_run("agent", {schema.KIND: schema.KIND_AGENT})
     relay = Relay(rec, parent, ws / ".bench" / "spool", {schema.TASK: "t6"}, baseline_source=SCRIPT_OK)
     summary = relay.finalize()
@@ -150,11 +150,11 @@ def test_relay_creates_nested_runs_with_statuses_metrics_and_source(ws):
 def test_relay_keeps_events_spooled_while_the_store_is_unreachable(ws, monkeypatch):
     run_traced(ws, "run_1.py", SCRIPT_OK)
     campaign = f"test-outage-{uuid.uuid4().hex[:8]}"
-    good = Recorder(campaign)
+    good = MlflowWriter(campaign)
     parent = good.create_run("agent", {schema.KIND: schema.KIND_AGENT})
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:9")  # nothing listens on the discard port
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
-    down = Recorder(campaign)
+    down = MlflowWriter(campaign)
     relay = Relay(down, parent, ws / ".bench" / "spool", {})
     assert relay.poll() is False  # degraded, not crashed
     assert relay.summary()["unrelayed"] == 1

@@ -1,9 +1,9 @@
-"""Every MLflow write of the harness goes through :class:`Recorder` (names come from :mod:`~bench.tracking.schema`).
+"""Every MLflow write of the harness goes through :class:`MlflowWriter` (names come from :mod:`~bench.tracking.schema`).
 
 The harness is the only process that talks to MLflow (training scripts spool to files,
 see ``hook/sitecustomize.py``), so this class is also where tracking failures are
 contained: each call raises :class:`TrackingError`, and the caller decides whether to
-retry later (the relay) or to tell the user how to record afterwards (the runner).
+retry later (the relay) or to tell the user how to record afterwards (:func:`bench.pipeline.record.save`).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def _ms(t: float | None) -> int:
     return int((t if t is not None else time.time()) * 1000)
 
 
-class Recorder:
+class MlflowWriter:
     """MLflow writes for one campaign (one experiment)."""
 
     def __init__(self, campaign: str):
