@@ -55,3 +55,10 @@ def test_a_newer_schema_or_broken_file_says_what_to_do(tmp_path: Path) -> None:
         RunResult.load(tmp_path / "nowhere")
     with pytest.raises(ResultError, match="unknown run status"):
         dataclasses.replace(RunResult.load(V1).outcome, status="great")
+
+
+def test_bench_record_on_a_folder_without_a_result_says_so(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    from bench.cli import main
+
+    assert main(["record", str(tmp_path)]) == 1
+    assert "no result.json" in capsys.readouterr().err
