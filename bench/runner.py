@@ -50,7 +50,8 @@ class RunSpec:
 
 def run(spec: RunSpec) -> RunResult:
     """workspace -> launch -> watch -> collect -> evaluate -> audit -> record; returns the result (also on disk)."""
-    task, device = spec.task, spec.device or evaluate.default_device()
+    task, adapter = spec.task, get_agent(spec.agent)  # an unknown agent stops here, before anything is created
+    device = spec.device or evaluate.default_device()
     data_dir = data.prepare(task, progress=spec.console)
     weight_files = [] if spec.no_weights else weights.for_task(task)  # raises with instructions when missing
 
@@ -62,7 +63,7 @@ def run(spec: RunSpec) -> RunResult:
     writer, relay = _track_live(spec, ws)
 
     agent = launch.launch(  # 2
-        get_agent(spec.agent),
+        adapter,
         ws,
         budget_s=spec.budget,
         device=device,
