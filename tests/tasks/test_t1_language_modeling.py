@@ -1,75 +1,41 @@
 """Task T1 (TinyShakespeare): preparation, the val_bpb metric, the baseline and prepare.py --eval.
 
-Runs on a small fake input.txt with the real 65-character vocabulary; the tests marked
-`mirror` use the real file from BENCH_DATA_MIRROR.
+Runs on a small fake input.txt with the real 65-character vocabulary (tests/tasks/smalldata.py); the tests marked
+`mirror` use the real file from BENCH_DATA_MIRROR. What every task promises (the checkpoint payload, the --eval JSON,
+strict loading, errors as JSON, val_score = the evaluator's score) is checked in test_conformance.py.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import io
 import json
 import math
 import os
-import random
-import string
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 from bench.tasks import load_task
+from tests.tasks.smalldata import REAL_VOCAB
 from tests.tasks.taskfolder import copy_task, last_json, run_prepare, task_modules
 
 TASK_DIR = Path(__file__).resolve().parents[2] / "tasks" / "t1_language_modeling"
-REAL_VOCAB = "\n !$&',-.3:;?" + string.ascii_uppercase + string.ascii_lowercase  # the 65 characters of input.txt
-TINY = {
-    "block_size": 16,
-    "n_layer": 1,
-    "n_head": 2,
-    "d_model": 32,
-    "batch_size": 8,
-    "epochs": 2,
-    "warmup_steps": 5,
-    "eval_every": 10**9,
-}  # validation + checkpoint at the end of each epoch only
-N_FAKE = 6000  # characters: 5400 train, 600 val
-
-
-def fake_shakespeare(n_chars: int = N_FAKE, seed: int = 0) -> str:
-    """Play-like text that uses every character of the real vocabulary (first line) and nothing else."""
-    rng = random.Random(seed)
-    lines = [REAL_VOCAB.replace("\n", "")]
-    while sum(len(line) + 1 for line in lines) < n_chars:
-        speaker = rng.choice(["FIRST CITIZEN", "MENENIUS", "ROMEO", "JULIET", "KING RICHARD III"])
-        words = ["".join(rng.choices(string.ascii_lowercase, k=rng.randint(1, 8))) for _ in range(rng.randint(3, 12))]
-        lines += [f"{speaker}:", " ".join(words) + rng.choice([".", ",", "!", "?", ";", ":", "'", " - &3$"]), ""]
-    return ("\n".join(lines) + "\n")[:n_chars]
 
 
 @pytest.fixture(scope="module")
-def workspace(tmp_path_factory) -> Path:
-    """A copy of the task folder with data/ prepared from a fake input.txt."""
-    root = tmp_path_factory.mktemp("t1")
-    ws = root / "ws"
-    copy_task(TASK_DIR, ws)
-    (root / "raw").mkdir()
-    (root / "raw" / "input.txt").write_text(fake_shakespeare(), encoding="utf-8")
-    proc = run_prepare(ws, "--prepare", "--raw-dir", str(root / "raw"), "--data-dir", "data")
-    assert proc.returncode == 0, proc.stderr
-    return ws
+def workspace(small) -> Path:
+    """A copy of the task folder with data/ prepared from a fake input.txt (made once per session)."""
+    return small.prepared(TASK_DIR.name)["ws"]
 
 
 @pytest.fixture(scope="module")
-def trained(workspace) -> dict:
-    """Train the baseline with a tiny config for two epochs; returns its log and checkpoint paths."""
-    out = io.StringIO()
-    with task_modules(workspace) as (_, train), contextlib.redirect_stdout(out):
-        train.main(dict(train.CONFIG, **TINY))
-    return {"log": out.getvalue(), "checkpoints": sorted((workspace / "checkpoints").glob("*.pt"))}
+def trained(small) -> dict:
+    """The baseline trained with a tiny config for two epochs (once per session): its log and checkpoint paths."""
+    return small.trained(TASK_DIR.name)
 
 
 def test_task_toml_loads():
@@ -81,8 +47,8 @@ def test_task_toml_loads():
     assert src.sha256 == "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
 
 
-def test_prepare_writes_uint16_splits(workspace):
-    text = fake_shakespeare()
+def test_prepare_writes_uint16_splits(small, workspace):
+    text = small.prepared(TASK_DIR.name)["text"]
     meta = json.loads((workspace / "data" / "meta.json").read_text(encoding="utf-8"))
     assert "".join(meta["vocab"]) == REAL_VOCAB and meta["vocab_size"] == 65
     train = np.fromfile(workspace / "data" / "train.bin", dtype=np.uint16)
@@ -139,45 +105,32 @@ def test_metric_rejects_wrong_output_shape(workspace):
 def test_baseline_trains_logs_and_checkpoints(trained):
     log = trained["log"]
     assert "step 10 | loss " in log
-    assert log.count("val_bpb") >= 2  # one validation line per epoch
+    assert log.count(" | val_bpb ") == 2  # one validation line per epoch (log_metrics), and no other
     assert len(trained["checkpoints"]) == 2  # one checkpoint per epoch
     assert all(p.name.startswith("train_step") for p in trained["checkpoints"])
 
 
-def test_eval_cli_scores_checkpoint(workspace, trained):
-    ckpt = trained["checkpoints"][-1]
-    proc = run_prepare(workspace, "--eval", str(ckpt.relative_to(workspace)), "--device", "cpu")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    result = last_json(proc)
-    assert {k: result[k] for k in ("task", "metric", "direction", "split")} == {
-        "task": "t1",
-        "metric": "val_bpb",
-        "direction": "min",
-        "split": "val",
-    }
-    assert math.isfinite(result["value"]) and 0 < result["value"] < math.log2(65) + 1
-    assert result["n"] == 35 * 16 + 4  # 600 val ids: 35 blocks of 17, then a tail of 5
-    assert os.path.basename(result["script"]) == "train.py" and result["seconds"] >= 0
-    payload = torch.load(ckpt, weights_only=True)
-    assert result["value"] == pytest.approx(payload["val_score"], abs=1e-5)  # same function as train.py's
-
-
-def test_eval_rejects_compiled_state_dict(workspace, trained):
-    payload = torch.load(trained["checkpoints"][-1], weights_only=True)
-    payload["state_dict"] = {"_orig_mod." + k: v for k, v in payload["state_dict"].items()}
-    bad = workspace / "compiled.ckpt"
-    torch.save(payload, bad)
-    proc = run_prepare(workspace, "--eval", str(bad), "--device", "cpu")
-    assert proc.returncode == 1
-    result = last_json(proc)
-    assert result["task"] == "t1" and "_orig_mod." in result["error"] and "value" not in result
-
-
-def test_script_without_build_model_is_rejected(workspace):
-    (workspace / "run_nobuild.py").write_text("CONFIG = {}\n", encoding="utf-8")
-    with task_modules(workspace) as (prepare, _):
-        with pytest.raises(AttributeError, match="build_model"):
-            prepare.load_build_model(str(workspace / "run_nobuild.py"))
+def test_official_score_is_the_bpb_of_every_val_block_by_hand(small, workspace):
+    """The --eval value of the trained baseline, recomputed here: the 600 val ids cut into 35 blocks of 17 and a
+    tail of 5, each block predicting all but its first id; the mean cross-entropy over those 564 ids, in bits."""
+    run = small.official(TASK_DIR.name)
+    result = last_json(run["proc"])
+    assert result["n"] == 35 * 16 + 4
+    payload = torch.load(run["checkpoint"], weights_only=True)
+    with task_modules(workspace) as (_, train):
+        model = train.build_model(payload["config"])
+    model.load_state_dict(payload["state_dict"])
+    model.eval()
+    ids = torch.from_numpy(np.fromfile(workspace / "data" / "val.bin", dtype=np.uint16).astype(np.int64))
+    nats, count = 0.0, 0
+    with torch.no_grad():
+        for start in range(0, len(ids), 17):
+            block = ids[start : start + 17]
+            logits = model(block[None, :-1])[0]
+            nats += F.cross_entropy(logits.double(), block[1:], reduction="sum").item()
+            count += len(block) - 1
+    assert (count, len(block)) == (564, 5)
+    assert result["value"] == pytest.approx(nats / count / math.log(2), rel=1e-6)  # float32 logits, ~8 ulps
 
 
 def mirror_file() -> Path:

@@ -3,8 +3,9 @@
 Runs on a GENERATED zip with the exact layout of the real archive (tiny-imagenet-200/wnids.txt, words.txt,
 train/<wnid>/images/<wnid>_<k>.JPEG, train/<wnid>/<wnid>_boxes.txt, val/images/val_<k>.JPEG and
 val/val_annotations.txt) but only 2 training and 1 validation image per class, of random pixels: NOT the real
-data, and no score on it means anything. The test marked `mirror` prepares the real subset zip from
-BENCH_DATA_MIRROR.
+data, and no score on it means anything (made in tests/tasks/smalldata.py). The test marked `mirror` prepares the
+real subset zip from BENCH_DATA_MIRROR. What every task promises (the checkpoint payload, the --eval JSON, strict
+loading, errors as JSON, val_score = the evaluator's score) is checked in test_conformance.py.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ import contextlib
 import hashlib
 import io
 import json
-import math
 import zipfile
 from pathlib import Path
 
@@ -25,97 +25,25 @@ from PIL import Image
 from sklearn.metrics import accuracy_score
 
 from bench.tasks import load_task
+from tests.tasks.smalldata import FULL_ZIP, SUBSET_ZIP, write_tiny_imagenet_like
+from tests.tasks.smalldata import T2_TINY as TINY
 from tests.tasks.taskfolder import copy_task, last_json, run_prepare, task_modules
 
 TASK_DIR = Path(__file__).resolve().parents[2] / "tasks" / "t2_image_classification"
-SUBSET_ZIP = "tiny-imagenet-200-subset.zip"
-FULL_ZIP = "tiny-imagenet-200.zip"
-# A tiny network and schedule: 400 generated training images / 16 = 25 steps an epoch, stopped after 30 steps.
-TINY = {
-    "width": 8,
-    "blocks_per_stage": [1, 1, 1, 1],
-    "batch_size": 16,
-    "epochs": 2,
-    "max_steps": 30,
-    "eval_every": 10,
-    "log_every": 5,
-    "eval_batch_size": 64,
-}
-
-
-def jpeg(pixels: np.ndarray) -> bytes:
-    buf = io.BytesIO()
-    Image.fromarray(pixels).save(buf, format="JPEG", quality=90)
-    return buf.getvalue()
-
-
-def write_tiny_imagenet_like(
-    path: Path,
-    train_per_class: int = 2,
-    val_per_class: int = 1,
-    n_classes: int = 200,
-    seed: int = 0,
-    bad_val_wnid: bool = False,
-    odd_size: bool = False,
-) -> dict:
-    """A GENERATED zip with the layout of tiny-imagenet-200.zip (NOT the real data).
-
-    wnids.txt lists the classes in a shuffled (unsorted) order; the first training image of the first listed
-    class is greyscale, as a few real ones are. Returns {"wnids": sorted wnids, "train"/"val": [(member, wnid)]}.
-    """
-    rng = np.random.default_rng(seed)
-    wnids = [f"n{1000000 + 7919 * i:08d}" for i in range(n_classes)]
-    listed = [wnids[i] for i in rng.permutation(n_classes)]
-    root = "tiny-imagenet-200/"
-    train, val = [], []
-    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
-        zf.writestr(root + "wnids.txt", "".join(w + "\n" for w in listed))
-        words = ["n00001740\tentity"] + [f"{w}\tgenerated class {i}, thing {i}" for i, w in enumerate(wnids)]
-        zf.writestr(root + "words.txt", "\n".join(words) + "\n")
-        for c, w in enumerate(listed):
-            boxes = []
-            for k in range(train_per_class):
-                member = f"{root}train/{w}/images/{w}_{k}.JPEG"
-                if c == 0 and k == 0:
-                    pixels = rng.integers(0, 256, (64, 64), dtype=np.uint8)  # greyscale ("L") JPEG
-                else:
-                    size = 56 if odd_size and c == 1 else 64
-                    pixels = rng.integers(0, 256, (size, size, 3), dtype=np.uint8)
-                zf.writestr(member, jpeg(pixels))
-                boxes.append(f"{w}_{k}.JPEG\t0\t0\t63\t63")
-                train.append((member, w))
-            zf.writestr(f"{root}train/{w}/{w}_boxes.txt", "\n".join(boxes) + "\n")
-        labels = [w for w in wnids for _ in range(val_per_class)]
-        labels = [labels[i] for i in rng.permutation(len(labels))]
-        lines = []
-        for k, w in enumerate(labels):
-            member = f"{root}val/images/val_{k}.JPEG"
-            zf.writestr(member, jpeg(rng.integers(0, 256, (64, 64, 3), dtype=np.uint8)))
-            lines.append(f"val_{k}.JPEG\t{'n99999999' if bad_val_wnid and k == 3 else w}\t0\t0\t63\t63")
-            val.append((member, w))
-        zf.writestr(root + "val/val_annotations.txt", "\n".join(lines) + "\n")
-    return {"wnids": sorted(wnids), "train": train, "val": val}
+IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)  # the published RGB statistics
 
 
 @pytest.fixture(scope="module")
-def fake(tmp_path_factory) -> dict:
-    """A copy of the task folder with data/ prepared (by the CLI) from a generated subset-named zip."""
-    root = tmp_path_factory.mktemp("t2")
-    ws = copy_task(TASK_DIR, root / "ws")
-    (root / "raw").mkdir()
-    index = write_tiny_imagenet_like(root / "raw" / SUBSET_ZIP)
-    proc = run_prepare(ws, "--prepare", "--raw-dir", str(root / "raw"), "--data-dir", "data")
-    assert proc.returncode == 0, proc.stderr
-    return {"ws": ws, "raw": root / "raw", "index": index, "stdout": proc.stdout}
+def fake(small) -> dict:
+    """A copy of the task folder with data/ prepared (by the CLI) from a generated subset-named zip (once per
+    session): {"ws", "raw", "index" (what the zip holds), "stdout" (of --prepare)}."""
+    return small.prepared(TASK_DIR.name)
 
 
 @pytest.fixture(scope="module")
-def trained(fake) -> dict:
-    """Train the baseline with a tiny config for 30 steps on the CPU; returns its log and checkpoint paths."""
-    out = io.StringIO()
-    with task_modules(fake["ws"]) as (_, train), contextlib.redirect_stdout(out):
-        train.main(dict(train.CONFIG, **TINY))
-    return {"log": out.getvalue(), "checkpoints": sorted((fake["ws"] / "checkpoints").glob("*.pt"))}
+def trained(small) -> dict:
+    """The baseline trained with a tiny config for 30 steps on the CPU (once per session): log and checkpoints."""
+    return small.trained(TASK_DIR.name)
 
 
 def test_task_toml_loads():
@@ -145,7 +73,7 @@ def test_prepare_decodes_every_image_in_order_with_sorted_labels(fake, tmp_path)
     assert meta["classes"] == index["wnids"] and len(meta["classes"]) == 200  # sorted, not wnids.txt's order
     assert meta["words"][0] == "generated class 0, thing 0" and meta["source"] == SUBSET_ZIP
     assert meta["counts"] == {"train": 400, "val": 200} and meta["train_per_class"] == [2] * 200
-    assert (meta["mean"], meta["std"]) == ([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])
+    assert (meta["mean"], meta["std"]) == (list(IMAGENET_MEAN), list(IMAGENET_STD))
     assert meta["partial_data"] == [
         f"train: 400 of 100,000 images (2 of 500 per class, from {SUBSET_ZIP})",
         f"val: 200 of 10,000 images (from {SUBSET_ZIP})",
@@ -202,7 +130,7 @@ def test_official_zip_is_preferred_and_checked_strictly(tmp_path):
     write_tiny_imagenet_like(raw / SUBSET_ZIP, train_per_class=1)
     write_tiny_imagenet_like(raw / FULL_ZIP, train_per_class=1)
     proc = run_prepare(ws, "--prepare", "--raw-dir", str(raw), "--data-dir", "data")
-    assert proc.returncode != 0
+    assert proc.returncode == 1
     assert "expected 500 training images per class in the official archive, found 1 to 1" in proc.stderr
     assert not (ws / "data" / "meta.json").exists()
 
@@ -210,9 +138,8 @@ def test_official_zip_is_preferred_and_checked_strictly(tmp_path):
 def test_normalize_uses_imagenet_statistics():
     with task_modules(TASK_DIR) as (prepare, _):
         x = torch.randint(0, 256, (2, 3, 5, 5), dtype=torch.uint8)
-        want = (x.double() / 255 - torch.tensor(prepare.MEAN).view(1, 3, 1, 1).double()) / torch.tensor(
-            prepare.STD
-        ).view(1, 3, 1, 1).double()
+        mean, std = (torch.tensor(v, dtype=torch.float64).view(1, 3, 1, 1) for v in (IMAGENET_MEAN, IMAGENET_STD))
+        want = (x.double() / 255 - mean) / std
         got = prepare.normalize(x)
         assert got.dtype == torch.float32
         torch.testing.assert_close(got.double(), want, atol=1e-6, rtol=0)
@@ -298,49 +225,24 @@ def test_baseline_trains_logs_and_checkpoints(trained):
     assert "done: 30 steps" in log
 
 
-def test_eval_cli_scores_checkpoint(fake, trained):
-    ws = fake["ws"]
-    ckpt = max(trained["checkpoints"], key=lambda p: torch.load(p, weights_only=True)["step"])
-    proc = run_prepare(ws, "--eval", str(ckpt.relative_to(ws)), "--device", "cpu")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    result = last_json(proc)
-    assert {k: result[k] for k in ("task", "metric", "direction", "split", "n")} == {
-        "task": "t2",
-        "metric": "top1_acc",
-        "direction": "max",
-        "split": "val",
-        "n": 200,
-    }
-    assert math.isfinite(result["value"]) and 0 <= result["value"] <= 1
-    with task_modules(ws) as (prepare, _):
-        payload = prepare.load_checkpoint(str(ckpt))
-        assert payload["step"] == 30 and payload["config"]["width"] == 8
-        model = prepare.rebuild_model(payload, "train.py")
-        assert result["value"] == prepare.evaluate(model, "val")["top1_acc"] == payload["val_score"]
-        _, y = prepare.load_split("val")
-        assert result["value"] == accuracy_score(y.numpy(), prepare.predict(model, "val").numpy())
-
-
-def test_eval_errors_are_json(fake, trained):
-    ws = fake["ws"]
-    ckpt = trained["checkpoints"][-1]
-    payload = torch.load(ckpt, weights_only=True)
-    payload["state_dict"] = {"_orig_mod." + k: v for k, v in payload["state_dict"].items()}
-    torch.save(payload, ws / "compiled.ckpt")
-    (ws / "garbage.pt").write_bytes(b"not a checkpoint")
-    (ws / "no_model.py").write_text("CONFIG = {}\n", encoding="utf-8")
-    cases = [
-        (["--eval", "missing.pt"], "does not exist"),
-        (["--eval", "garbage.pt"], "cannot read checkpoint"),
-        (["--eval", "compiled.ckpt"], "_orig_mod."),
-        (["--eval", str(ckpt.relative_to(ws)), "--script", "no_model.py"], "no build_model"),
-        (["--eval", str(ckpt.relative_to(ws)), "--data-dir", "nowhere"], "no prepared data"),
-    ]
-    for args, message in cases:
-        proc = run_prepare(ws, *args, "--device", "cpu")
-        assert proc.returncode == 1, (args, proc.stdout, proc.stderr)
-        result = last_json(proc)
-        assert result["task"] == "t2" and message in result["error"] and "value" not in result, (args, result)
+def test_official_accuracy_is_recomputed_from_the_prepared_arrays(small, fake):
+    """The --eval value of the trained baseline (the checkpoint of step 30), recomputed here: the model on the
+    val images normalised with ImageNet's statistics, its argmax against the labels, sklearn's accuracy."""
+    run = small.official(TASK_DIR.name)
+    result = last_json(run["proc"])
+    assert result["n"] == 200
+    payload = torch.load(run["checkpoint"], weights_only=True)
+    assert payload["step"] == 30 and payload["config"]["width"] == 8
+    with task_modules(fake["ws"]) as (_, train):
+        model = train.build_model(payload["config"])
+    model.load_state_dict(payload["state_dict"])
+    model.eval()
+    data = fake["ws"] / "data"
+    x = torch.from_numpy(np.load(data / "val_x.npy")).float() / 255.0
+    mean, std = (torch.tensor(v).view(1, 3, 1, 1) for v in (IMAGENET_MEAN, IMAGENET_STD))
+    with torch.no_grad():
+        pred = model((x - mean) / std).argmax(dim=1).numpy()
+    assert result["value"] == accuracy_score(np.load(data / "val_y.npy"), pred)
 
 
 @pytest.mark.mirror

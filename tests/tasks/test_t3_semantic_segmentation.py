@@ -6,7 +6,9 @@ Segmentation/{train,val}.txt, JPEGImages/<id>.jpg of random sizes, SegmentationC
 the VOC palette and 255 borders) of 6 train and 4 val ids, and the mirror's substitutes (lists, label zip, sample
 folder) built the same way. The images are noise with a coloured rectangle: NOT the real data, and no score on them
 means anything. The weight files are GENERATED too: state dicts of randomly initialised backbones saved under the
-official file names, not DINOv3. The test marked `mirror` prepares the real substitutes from BENCH_DATA_MIRROR.
+official file names, not DINOv3 (both made in tests/tasks/smalldata.py). The test marked `mirror` prepares the real
+substitutes from BENCH_DATA_MIRROR. What every task promises (the checkpoint payload, the --eval JSON, strict loading,
+errors as JSON, val_score = the evaluator's score) is checked in test_conformance.py.
 """
 
 from __future__ import annotations
@@ -21,8 +23,6 @@ import re
 import shutil
 import stat
 import sys
-import tarfile
-import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -33,108 +33,31 @@ from PIL import Image
 from sklearn.metrics import confusion_matrix as sk_confusion_matrix
 
 from bench.tasks import load_task
+from tests.tasks.smalldata import (
+    CONVNEXT_FILE,
+    FULL_TAR,
+    LABELS_ZIP,
+    TRAIN_IDS,
+    VAL_IDS,
+    VIT_FILE,
+    jpeg,
+    make_pairs,
+    png,
+    write_substitutes,
+    write_voc_tar,
+)
+from tests.tasks.smalldata import T3_TINY as TINY
 from tests.tasks.taskfolder import copy_task, last_json, run_prepare, task_modules
 
 ROOT = Path(__file__).resolve().parents[2]
 TASK_DIR = ROOT / "tasks" / "t3_semantic_segmentation"
 NOTES = ROOT.parent / "shared" / "docs" / "DINOV3-NOTES.md"  # the layout notes (Appendix A/B), where present
-FULL_TAR = "VOCtrainval_11-May-2012.tar"
-LABELS_ZIP = "VOC2012_SegmentationClass_trainval2913.zip"
-CONVNEXT_FILE = "dinov3_convnext_tiny_pretrain_lvd1689m-21b726bb.pth"
-VIT_FILE = "dinov3_vits16_pretrain_lvd1689m-08c60483.pth"
-TRAIN_IDS = ["2007_000032", "2007_000039", "2007_000063", "2007_000068", "2007_000121", "2007_000170"]
-VAL_IDS = ["2007_000033", "2007_000042", "2007_000061", "2007_000123"]
-# One step of batch 2 on the CPU (ConvNeXt-T at 224 costs seconds here), then the validation on 4 images.
-TINY = {"batch_size": 2, "epochs": 1, "max_steps": 1, "log_every": 1, "eval_batch_size": 4}
+IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)  # the statistics DINOv3 expects
 
 
 # ---------------------------------------------------------------------------
-# Generated VOC-like files
+# Helpers and fixtures
 # ---------------------------------------------------------------------------
-
-
-def voc_palette() -> list[int]:
-    """The standard VOC colour map (class 1 = (128, 0, 0), ...), as the devkit's labelcolormap builds it."""
-    palette = []
-    for i in range(256):
-        r = g = b = 0
-        c = i
-        for j in range(8):
-            r |= ((c >> 0) & 1) << (7 - j)
-            g |= ((c >> 1) & 1) << (7 - j)
-            b |= ((c >> 2) & 1) << (7 - j)
-            c >>= 3
-        palette += [r, g, b]
-    return palette
-
-
-def png(mask: np.ndarray, mode: str = "P") -> bytes:
-    """A label PNG: a palette image whose indices are the class ids (mode "RGB": the colours instead, a bad file)."""
-    img = Image.fromarray(mask)
-    img.putpalette(voc_palette())  # "L" -> "P", indices kept
-    if mode == "RGB":
-        img = img.convert("RGB")
-    buf = io.BytesIO()
-    img.save(buf, format="PNG")
-    return buf.getvalue()
-
-
-def jpeg(pixels: np.ndarray) -> bytes:
-    buf = io.BytesIO()
-    Image.fromarray(pixels).save(buf, format="JPEG", quality=90)
-    return buf.getvalue()
-
-
-def make_pair(rng: np.random.Generator, label: int) -> tuple[bytes, bytes]:
-    """A GENERATED image of random size (noise + a rectangle) and its mask: background 0, the rectangle = `label`,
-    a 2-pixel 255 ("void") border around it, as VOC draws object borders."""
-    h, w = (int(v) for v in rng.integers(60, 180, size=2))
-    mask = np.zeros((h, w), dtype=np.uint8)
-    top, left = h // 4, w // 5
-    mask[top - 2 : 3 * h // 4 + 2, left - 2 : 4 * w // 5 + 2] = 255
-    mask[top : 3 * h // 4, left : 4 * w // 5] = label
-    pixels = rng.integers(0, 120, (h, w, 3), dtype=np.uint8)
-    pixels[mask == label] += np.array([100, 60, 20], dtype=np.uint8) * (label % 2 + 1) // 2
-    return jpeg(pixels), png(mask)
-
-
-def make_pairs(ids: list[str], seed: int = 0) -> dict[str, tuple[bytes, bytes]]:
-    rng = np.random.default_rng(seed)
-    return {i: make_pair(rng, 1 + k % 20) for k, i in enumerate(ids)}
-
-
-def add_file(tar: tarfile.TarFile, name: str, data: bytes) -> None:
-    info = tarfile.TarInfo(name)
-    info.size = len(data)
-    tar.addfile(info, io.BytesIO(data))
-
-
-def write_voc_tar(path: Path, train: list[str], val: list[str], pairs: dict, drop_png: str | None = None) -> None:
-    """A GENERATED tar with the layout of VOCtrainval_11-May-2012.tar (plus an unlisted image and annotations)."""
-    root = "VOCdevkit/VOC2012/"
-    with tarfile.open(path, "w") as tar:
-        add_file(tar, root + "Annotations/2007_000027.xml", b"<annotation></annotation>\n")
-        add_file(tar, root + "JPEGImages/2007_000027.jpg", pairs[next(iter(pairs))][0])  # a detection-only image
-        for split, ids in (("train", train), ("val", val), ("trainval", sorted(train + val))):
-            add_file(tar, f"{root}ImageSets/Segmentation/{split}.txt", "".join(i + "\n" for i in ids).encode())
-        for voc_id in sorted(set(train + val)):
-            add_file(tar, f"{root}JPEGImages/{voc_id}.jpg", pairs[voc_id][0])
-            if voc_id != drop_png:
-                add_file(tar, f"{root}SegmentationClass/{voc_id}.png", pairs[voc_id][1])
-
-
-def write_substitutes(raw: Path, train: list[str], val: list[str], pairs: dict, with_jpeg: set[str]) -> None:
-    """The mirror's partial copy, GENERATED: lists, a zip of every label PNG, and a sample folder of some JPEGs."""
-    raw.mkdir(parents=True, exist_ok=True)
-    (raw / "train.txt").write_text("".join(i + "\n" for i in train))
-    (raw / "val.txt").write_text("".join(i + "\n" for i in val))
-    with zipfile.ZipFile(raw / LABELS_ZIP, "w", zipfile.ZIP_STORED) as zf:
-        for voc_id in sorted(train + val):
-            zf.writestr(f"VOCdevkit/VOC2012/SegmentationClass/{voc_id}.png", pairs[voc_id][1])
-    for voc_id in with_jpeg:
-        for sub, blob in (("JPEGImages", pairs[voc_id][0]), ("SegmentationClass", pairs[voc_id][1])):
-            (raw / "VOC2012-sample" / sub).mkdir(parents=True, exist_ok=True)
-            (raw / "VOC2012-sample" / sub / f"{voc_id}.{'jpg' if sub == 'JPEGImages' else 'png'}").write_bytes(blob)
 
 
 def expected_pair(pair: tuple[bytes, bytes]) -> tuple[np.ndarray, np.ndarray]:
@@ -142,11 +65,6 @@ def expected_pair(pair: tuple[bytes, bytes]) -> tuple[np.ndarray, np.ndarray]:
     image = np.array(Image.open(io.BytesIO(pair[0])).convert("RGB").resize((224, 224), Image.Resampling.BILINEAR))
     mask = np.array(Image.open(io.BytesIO(pair[1])).resize((224, 224), Image.Resampling.NEAREST))
     return image, mask
-
-
-# ---------------------------------------------------------------------------
-# Helpers and fixtures
-# ---------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
@@ -163,35 +81,23 @@ def dinov3():
 
 @pytest.fixture(scope="module")
 def backbones(dinov3) -> dict:
-    """Randomly initialised backbones (seeded), in eval mode."""
+    """Randomly initialised backbones (seeded), in eval mode: the weights of fake's weight files (seed 0)."""
     torch.manual_seed(0)
     return {"convnext": dinov3.convnext_tiny().eval(), "vit": dinov3.vit_small().eval()}
 
 
 @pytest.fixture(scope="module")
-def fake(tmp_path_factory, backbones) -> dict:
+def fake(small) -> dict:
     """A copy of the task folder with data/ prepared (by the CLI) from a generated VOC tar, and GENERATED weight
-    files (random-init state dicts under the official names) in weights/."""
-    root = tmp_path_factory.mktemp("t3")
-    ws = copy_task(TASK_DIR, root / "ws")
-    (root / "raw").mkdir()
-    pairs = make_pairs(TRAIN_IDS + VAL_IDS)
-    write_voc_tar(root / "raw" / FULL_TAR, TRAIN_IDS, VAL_IDS, pairs)
-    proc = run_prepare(ws, "--prepare", "--raw-dir", str(root / "raw"), "--data-dir", "data")
-    assert proc.returncode == 0, proc.stderr
-    (ws / "weights").mkdir()
-    torch.save(backbones["convnext"].state_dict(), ws / "weights" / CONVNEXT_FILE)
-    torch.save(backbones["vit"].state_dict(), ws / "weights" / VIT_FILE)
-    return {"ws": ws, "raw": root / "raw", "pairs": pairs, "stdout": proc.stdout}
+    files (random-init state dicts, seed 0, under the official names) in weights/; made once per session:
+    {"ws", "raw", "pairs" (the generated image/mask bytes), "stdout" (of --prepare)}."""
+    return small.prepared(TASK_DIR.name)
 
 
 @pytest.fixture(scope="module")
-def trained(fake) -> dict:
-    """Train the baseline for one step of batch 2 on the CPU, from the generated ConvNeXt file; log + checkpoints."""
-    out = io.StringIO()
-    with task_modules(fake["ws"]) as (_, train), contextlib.redirect_stdout(out):
-        train.main(dict(train.CONFIG, **TINY))
-    return {"log": out.getvalue(), "checkpoints": sorted((fake["ws"] / "checkpoints").glob("*.pt"))}
+def trained(small) -> dict:
+    """The baseline trained for one step of batch 2 on the CPU, from the generated ConvNeXt file (once per session)."""
+    return small.trained(TASK_DIR.name)
 
 
 # ---------------------------------------------------------------------------
@@ -321,7 +227,7 @@ def test_prepare_rejects_bad_raw_data(tmp_path):
     assert not (tmp_path / "out").exists()  # nothing written on failure
     ws = copy_task(TASK_DIR, tmp_path / "ws")
     proc = run_prepare(ws, "--prepare", "--raw-dir", str(tmp_path / "rgb"), "--data-dir", "data")
-    assert proc.returncode != 0 and "not a palette ('P') image" in proc.stderr
+    assert proc.returncode == 1 and "not a palette ('P') image" in proc.stderr
 
 
 def test_loaders_and_normalize(fake):
@@ -331,8 +237,7 @@ def test_loaders_and_normalize(fake):
         assert x.is_contiguous() and torch.equal(x, torch.from_numpy(np.load("data/train_x.npy")).permute(0, 3, 1, 2))
         with pytest.raises(ValueError, match="unknown split"):
             prepare.load_split("test")
-        mean = torch.tensor(prepare.MEAN).view(1, 3, 1, 1).double()
-        std = torch.tensor(prepare.STD).view(1, 3, 1, 1).double()
+        mean, std = (torch.tensor(v, dtype=torch.float64).view(1, 3, 1, 1) for v in (IMAGENET_MEAN, IMAGENET_STD))
         got = prepare.normalize(x[:2])
         assert got.dtype == torch.float32
         torch.testing.assert_close(got.double(), (x[:2].double() / 255 - mean) / std, atol=1e-6, rtol=0)
@@ -639,40 +544,24 @@ def test_missing_weights_are_a_clear_error(fake):
             train.main(dict(train.CONFIG, **TINY, pretrained="weights/absent.pth"))
 
 
-def test_eval_cli_scores_checkpoint(fake, trained):
-    ws = fake["ws"]
-    (ckpt,) = trained["checkpoints"]
-    proc = run_prepare(ws, "--eval", str(ckpt.relative_to(ws)), "--device", "cpu")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    result = last_json(proc)
-    assert {k: result[k] for k in ("task", "metric", "direction", "split", "n")} == {
-        "task": "t3",
-        "metric": "miou",
-        "direction": "max",
-        "split": "val",
-        "n": 4,
-    }
-    assert 0 <= result["value"] <= 1 and result["script"] == "train.py"
-    payload = torch.load(ckpt, weights_only=True)
+def test_official_miou_is_recomputed_with_sklearn(small, fake):
+    """The --eval value of the trained baseline, recomputed here: the model on the 4 val images normalised with
+    ImageNet's statistics, the argmax of its logits, sklearn's confusion matrix over the non-void pixels."""
+    run = small.official(TASK_DIR.name)
+    result = last_json(run["proc"])
+    assert result["n"] == 4
+    payload = torch.load(run["checkpoint"], weights_only=True)
     assert payload["step"] == 1 and payload["config"]["pretrained"] == f"weights/{CONVNEXT_FILE}"
-    assert result["value"] == payload["val_score"]  # = prepare.evaluate(model, "val")["miou"] in the training run
-
-
-def test_eval_errors_are_json(fake, trained):
-    ws = fake["ws"]
-    (ckpt,) = trained["checkpoints"]
-    (ws / "garbage.pt").write_bytes(b"not a checkpoint")
-    (ws / "no_model.py").write_text("CONFIG = {}\n", encoding="utf-8")
-    cases = [
-        (["--eval", "missing.pt"], "does not exist"),
-        (["--eval", "garbage.pt"], "cannot read checkpoint"),
-        (["--eval", str(ckpt.relative_to(ws)), "--script", "no_model.py"], "no build_model"),
-    ]
-    for args, message in cases:
-        proc = run_prepare(ws, *args, "--device", "cpu")
-        assert proc.returncode == 1, (args, proc.stdout, proc.stderr)
-        result = last_json(proc)
-        assert result["task"] == "t3" and message in result["error"] and "value" not in result, (args, result)
+    with task_modules(fake["ws"]) as (_, train):
+        model = train.build_model(payload["config"])
+    model.load_state_dict(payload["state_dict"])
+    model.eval()
+    data = fake["ws"] / "data"
+    x = torch.from_numpy(np.load(data / "val_x.npy")).permute(0, 3, 1, 2).contiguous().float() / 255.0
+    mean, std = (torch.tensor(v).view(1, 3, 1, 1) for v in (IMAGENET_MEAN, IMAGENET_STD))
+    with torch.no_grad():
+        pred = model((x - mean) / std).argmax(dim=1).numpy()
+    assert result["value"] == pytest.approx(sklearn_miou(pred, np.load(data / "val_y.npy")), rel=1e-12)
 
 
 # ---------------------------------------------------------------------------
@@ -682,7 +571,7 @@ def test_eval_errors_are_json(fake, trained):
 
 @pytest.mark.mirror
 def test_real_substitutes_prepare_26_train_22_val(real_mirror):
-    from bench import data
+    from bench.tasks import data
 
     task = load_task(TASK_DIR)
     folder = data.prepare(task, progress=False)  # the tar is not in the mirror: its substitutes are fetched
@@ -714,11 +603,8 @@ def test_real_substitutes_prepare_26_train_22_val(real_mirror):
 
 def test_bench_run_provides_weights_locks_dinov3_and_scores(fake, tmp_path, monkeypatch):
     """`bench run` on a copy of T3 whose task.toml declares GENERATED data and weights (their checksums rewritten)."""
-    import re
-
-    from bench import weights
     from bench.runner import RunSpec, run
-    from bench.tasks import get_task
+    from bench.tasks import get_task, weights
 
     folder = copy_task(TASK_DIR, tmp_path / "tasks" / TASK_DIR.name)
     mirror = tmp_path / "mirror" / "voc2012"
@@ -760,13 +646,16 @@ def test_bench_run_provides_weights_locks_dinov3_and_scores(fake, tmp_path, monk
         options={"command": command},
     )
     result = run(spec)
-    assert result["status"] == "success", result["reason"]
-    assert 0.0 <= result["score"] <= 1.0 and result["metric"] == "miou"
-    assert result["locked_sha256"].keys() == {"prepare.py", "dinov3.py"} and not result["violations"]
-    assert result["partial_data"] is True  # a 6/4-image tar is not the official 1,464/1,449
-    ws = Path(result["workspace"])
+    assert result.status == "success", result.reason
+    assert result.metric == "miou"
+    assert result.audit.locked_sha256.keys() == {"prepare.py", "dinov3.py"} and not result.violations
+    assert result.partial_data is True  # a 6/4-image tar is not the official 1,464/1,449
+    ws = Path(result.workspace)
+    (ckpt,) = (ws / "checkpoints").glob("*.pt")  # one step: one checkpoint, the one scored
+    # the eval split is the val split, evaluated in plain float32 by the training run and by the harness alike
+    assert result.score == pytest.approx(torch.load(ckpt, weights_only=True)["val_score"], rel=1e-6)
     for name in (CONVNEXT_FILE, VIT_FILE):
         assert (ws / "weights" / name).read_bytes() == (fake["ws"] / "weights" / name).read_bytes()
         assert not (ws / "weights" / name).stat().st_mode & stat.S_IWUSR  # read-only copies, not links
-    eval_dirs = sorted((Path(result["run_dir"]) / "eval").iterdir())
+    eval_dirs = sorted((Path(result.run_dir) / "eval").iterdir())
     assert eval_dirs and all((d / "dinov3.py").read_bytes() == (folder / "dinov3.py").read_bytes() for d in eval_dirs)

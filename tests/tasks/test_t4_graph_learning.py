@@ -3,19 +3,16 @@ hiv.zip, the GraphSet / collate_graphs batching, the AUROC metric, the GIN basel
 
 Runs on GENERATED raw files with the exact schema of OGB's (mol.csv.gz: header HIV_active,smiles,mol_id; split
 files: a gzipped column of graph indices; hiv.zip laid out as hiv/mapping, hiv/split/scaffold, hiv/raw): 60
-ordinary molecules with made-up labels, NOT the real data, and no score on them means anything. The test marked
-`mirror` featurises the real mol.csv.gz (all 41,127 molecules) from BENCH_DATA_MIRROR.
+ordinary molecules with made-up labels, NOT the real data, and no score on them means anything (made in
+tests/tasks/smalldata.py). The test marked `mirror` featurises the real mol.csv.gz (all 41,127 molecules) from
+BENCH_DATA_MIRROR. What every task promises (the checkpoint payload, the --eval JSON, strict loading, errors as JSON,
+val_score = the evaluator's score) is checked in test_conformance.py.
 """
 
 from __future__ import annotations
 
-import contextlib
-import csv
-import gzip
 import hashlib
-import io
 import json
-import math
 import shutil
 import sys
 import time
@@ -29,54 +26,11 @@ import torch.nn as nn
 from sklearn.metrics import roc_auc_score
 
 from bench.tasks import load_task
-from tests.tasks.taskfolder import copy_task, last_json, run_prepare, task_modules
+from tests.tasks.smalldata import LABELS, SMILES, SPLIT, SPLITS, gz, mol_csv, split_csv
+from tests.tasks.smalldata import write_molhiv_raw as write_raw
+from tests.tasks.taskfolder import last_json, run_prepare, task_modules
 
 TASK_DIR = Path(__file__).resolve().parents[2] / "tasks" / "t4_graph_learning"
-SPLITS = ("train", "valid", "test")
-TINY = {"epochs": 2, "batch_size": 16, "log_every": 2}  # 3 steps an epoch on the 48 generated training graphs
-
-# 60 ordinary molecules (a few share a scaffold; acyclic ones share the empty scaffold), with stereo bonds and
-# centres, a salt without bonds, and one molecule of the real file that fails RDKit's valence checks (index 59).
-SMILES = [
-    "CCO", "c1ccccc1O", "CC(=O)O", "CCN(CC)CC", "c1ccncc1", "CC(C)O", "OC(=O)c1ccccc1", "Nc1ccccc1",
-    "CC(=O)Nc1ccc(O)cc1", "COc1ccccc1", "C1CCCCC1", "C1CCOC1", "c1ccc2ccccc2c1", "Clc1ccccc1", "CC(C)(C)O",
-    "C=CC=O", "CC#N", "O=C1CCCCC1", "c1ccsc1", "c1cc[nH]c1", "CCOC(=O)C", "CN1CCCC1", "OCC(O)CO", "C[C@@H](N)C(=O)O",
-    "NC(=O)c1ccccc1", "Cc1ccccc1", "Oc1ccc(Cl)cc1", "Cc1ccncc1", "Oc1ccc2ccccc2c1", "CC1CCCCC1", "OC1CCOC1",
-    "Cl[C@H](/C=C/C)Br", "C/C=C\\C", "Brc1ccccc1", "c1ccc(-c2ccccc2)cc1", "Cc1ccc(-c2ccccc2)cc1", "O=C(O)C1CCCCC1",
-    "c1ccc2[nH]ccc2c1", "Cc1ccc2[nH]ccc2c1", "C1CCNCC1", "CC1CCNCC1", "O=c1cc[nH]c(=O)[nH]1", "Cc1c[nH]c(=O)[nH]c1=O",
-    "CCCCCC", "CCCCO", "c1ccoc1", "Cc1ccco1", "N#Cc1ccccc1", "O=[N+]([O-])c1ccccc1", "CS(=O)(=O)c1ccccc1",
-    "C1CC1", "CC1CC1", "c1cnc2ccccc2c1", "Cc1cnc2ccccc2c1", "FC(F)(F)c1ccccc1", "[Na+].[Cl-]", "OCCN1CCOCC1",
-    "C1COCCN1", "Nc1ncnc2[nH]cnc12", "Cc1ccc([B-2]2(c3ccc(C)cc3)=NCCO2)cc1",
-]  # fmt: skip
-LABELS = [1 if i % 4 == 0 else 0 for i in range(len(SMILES))]  # 15 active, in every split
-SPLIT = {"train": list(range(48)), "valid": list(range(48, 54)), "test": list(range(54, 60))}  # generated
-
-
-def gz(text: str) -> bytes:
-    return gzip.compress(text.encode("utf-8"), mtime=0)
-
-
-def mol_csv(smiles=SMILES, labels=LABELS) -> bytes:
-    """GENERATED mapping/mol.csv.gz: OGB's header and layout (empty mol_id), made-up labels."""
-    out = io.StringIO()
-    w = csv.writer(out, lineterminator="\n")
-    w.writerow(["HIV_active", "smiles", "mol_id"])
-    w.writerows([y, s, ""] for y, s in zip(labels, smiles, strict=True))
-    return gz(out.getvalue())
-
-
-def split_csv(indices) -> bytes:
-    """GENERATED split/scaffold/<split>.csv.gz: one graph index per line, no header (as OGB's)."""
-    return gz("".join(f"{i}\n" for i in indices))
-
-
-def write_raw(raw: Path, splits: bool = True) -> Path:
-    raw.mkdir(parents=True, exist_ok=True)
-    (raw / "mol.csv.gz").write_bytes(mol_csv())
-    if splits:
-        for s in SPLITS:
-            (raw / f"{s}.csv.gz").write_bytes(split_csv(SPLIT[s]))
-    return raw
 
 
 def molecules_module():
@@ -89,23 +43,16 @@ def arrays(data: Path) -> dict:
 
 
 @pytest.fixture(scope="module")
-def fake(tmp_path_factory) -> dict:
-    """A copy of the task folder with data/ prepared (command line) from generated mol.csv.gz + split files."""
-    root = tmp_path_factory.mktemp("t4")
-    ws = copy_task(TASK_DIR, root / "ws")
-    raw = write_raw(root / "raw")
-    proc = run_prepare(ws, "--prepare", "--raw-dir", str(raw), "--data-dir", "data")
-    assert proc.returncode == 0, proc.stderr
-    return {"ws": ws, "raw": raw, "log": proc.stdout}
+def fake(small) -> dict:
+    """A copy of the task folder with data/ prepared (command line) from generated mol.csv.gz + split files (once
+    per session): {"ws", "raw", "stdout" (of --prepare)}."""
+    return small.prepared(TASK_DIR.name)
 
 
 @pytest.fixture(scope="module")
-def trained(fake) -> dict:
-    """Train the baseline with a tiny config for two epochs; returns its log and checkpoint paths."""
-    out = io.StringIO()
-    with task_modules(fake["ws"]) as (_, train), contextlib.redirect_stdout(out):
-        train.main(dict(train.CONFIG, **TINY))
-    return {"log": out.getvalue(), "checkpoints": sorted((fake["ws"] / "checkpoints").glob("*.pt"))}
+def trained(small) -> dict:
+    """The baseline trained with a tiny config for two epochs (once per session): its log and checkpoint paths."""
+    return small.trained(TASK_DIR.name)
 
 
 def test_task_toml_loads():
@@ -192,7 +139,7 @@ def test_prepare_with_official_split_files(fake):
                                        "test.csv.gz": False}  # fmt: skip
     notes = meta["partial_data"]  # generated files: fewer molecules, and not OGB's bytes; but the split is given
     assert notes[0] == "molecules: 60 (15 active), not 41,127 (1,443)" and len(notes) == 5
-    assert all("differs from OGB's file" in n for n in notes[1:]) and "partial data: molecules" in fake["log"]
+    assert all("differs from OGB's file" in n for n in notes[1:]) and "partial data: molecules" in fake["stdout"]
     a = arrays(data)
     assert a["node_feat"].dtype == a["edge_feat"].dtype == a["labels"].dtype == np.uint8
     assert a["node_feat"].shape == (meta["nodes"], 9) and a["edge_feat"].shape == (meta["edges"], 3)
@@ -296,7 +243,7 @@ def test_prepare_rejects_bad_raw_data(fake, tmp_path):
     bad.mkdir()
     (bad / "mol.csv.gz").write_bytes(gz("label,smiles\n1,CCO\n"))
     proc = run_prepare(fake["ws"], "--prepare", "--raw-dir", str(bad), "--data-dir", str(tmp_path / "out"))
-    assert proc.returncode != 0 and "expected columns ['HIV_active', 'smiles', 'mol_id']" in proc.stderr
+    assert proc.returncode == 1 and "expected columns ['HIV_active', 'smiles', 'mol_id']" in proc.stderr
     with task_modules(TASK_DIR) as (prepare, _):
         out = str(tmp_path / "out")
         with pytest.raises(FileNotFoundError, match="neither hiv.zip nor mol.csv.gz"):
@@ -411,47 +358,22 @@ def test_baseline_trains_logs_and_checkpoints(trained):
     assert all(p.name.startswith("train_step") for p in trained["checkpoints"])
 
 
-def test_eval_cli_scores_checkpoint(fake, trained):
-    ws, ckpt = fake["ws"], trained["checkpoints"][-1]
-    proc = run_prepare(ws, "--eval", str(ckpt.relative_to(ws)), "--device", "cpu")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    result = last_json(proc)
-    assert {k: result[k] for k in ("task", "metric", "direction", "split", "n")} == {
-        "task": "t4",
-        "metric": "auroc",
-        "direction": "max",
-        "split": "test",
-        "n": 6,
-    }
-    assert math.isfinite(result["value"]) and 0 <= result["value"] <= 1
-    with task_modules(ws) as (prepare, _):
-        payload = prepare.load_checkpoint(str(ckpt))
-        model = prepare.rebuild_model(payload, "train.py")
-        assert result["value"] == prepare.evaluate(model, "test")["auroc"]
-        assert payload["val_score"] == pytest.approx(prepare.evaluate(model, "valid")["auroc"], abs=1e-12)
-        scores, y = prepare.predict(model, "test")
-        assert result["value"] == roc_auc_score(y.numpy(), scores.numpy())
-
-
-def test_eval_errors_are_json(fake, trained):
-    ws, ckpt = fake["ws"], trained["checkpoints"][-1]
-    payload = torch.load(ckpt, weights_only=True)
-    payload["state_dict"] = {"_orig_mod." + k: v for k, v in payload["state_dict"].items()}
-    torch.save(payload, ws / "compiled.ckpt")
-    (ws / "garbage.pt").write_bytes(b"not a checkpoint")
-    (ws / "no_model.py").write_text("CONFIG = {}\n", encoding="utf-8")
-    cases = [
-        (["--eval", "missing.pt"], "does not exist"),
-        (["--eval", "garbage.pt"], "cannot read checkpoint"),
-        (["--eval", "compiled.ckpt"], "_orig_mod."),
-        (["--eval", str(ckpt.relative_to(ws)), "--script", "no_model.py"], "no build_model"),
-        (["--eval", str(ckpt.relative_to(ws)), "--data-dir", "nowhere"], "no prepared data"),
-    ]
-    for args, message in cases:
-        proc = run_prepare(ws, *args, "--device", "cpu")
-        assert proc.returncode == 1, (args, proc.stdout, proc.stderr)
-        result = last_json(proc)
-        assert result["task"] == "t4" and message in result["error"] and "value" not in result, (args, result)
+def test_official_auroc_is_recomputed_with_sklearn(small, fake):
+    """The --eval value of the trained baseline, recomputed here: the model's scores for the 6 test graphs (the
+    split file's molecules, in one batch), against their generated labels, by sklearn's roc_auc_score."""
+    run = small.official(TASK_DIR.name)
+    result = last_json(run["proc"])
+    assert result["n"] == 6
+    payload = torch.load(run["checkpoint"], weights_only=True)
+    with task_modules(fake["ws"]) as (prepare, train):
+        model = train.build_model(payload["config"])
+        model.load_state_dict(payload["state_dict"])
+        model.eval()
+        graphs = prepare.load_all()
+        batch, _ = prepare.collate_graphs([graphs[i] for i in SPLIT["test"]])
+        with torch.no_grad():
+            scores = model(batch).reshape(-1).numpy()
+    assert result["value"] == roc_auc_score([LABELS[i] for i in SPLIT["test"]], scores)
 
 
 @pytest.mark.mirror

@@ -3,18 +3,16 @@ and prepare.py --eval.
 
 Runs on GENERATED data with the exact schema of covtype.data.gz (gzip CSV, no header, 55 integers a row:
 10 continuous, 4 wilderness and 40 soil one-hot columns, class 1..7), 3,000 rows: not the real data, and no
-score on it means anything. The data mirror has no copy of the real file; the test marked `mirror` runs only
-where one is placed at covtype/covtype.data.gz.
+score on it means anything (made in tests/tasks/smalldata.py). The data mirror has no copy of the real file; the
+test marked `mirror` runs only where one is placed at covtype/covtype.data.gz. What every task promises (the
+checkpoint payload, the --eval JSON, strict loading, errors as JSON, val_score = the evaluator's score) is checked in
+test_conformance.py.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import io
 import json
-import math
-import os
 from pathlib import Path
 
 import numpy as np
@@ -25,39 +23,10 @@ from sklearn.metrics import accuracy_score
 from sklearn.model_selection import train_test_split
 
 from bench.tasks import load_task
+from tests.tasks.smalldata import ROWS, make_covtype_like, write_covtype
 from tests.tasks.taskfolder import copy_task, last_json, run_prepare, task_modules
 
 TASK_DIR = Path(__file__).resolve().parents[2] / "tasks" / "t5_tabular_prediction"
-ROWS = 3000  # generated rows: 2,400 train, 300 val, 300 test
-CLASS_P = [0.36, 0.49, 0.06, 0.02, 0.02, 0.03, 0.02]  # roughly the skew of the real classes
-TINY = {"epochs": 2, "batch_size": 256, "log_every": 4}  # 9 steps an epoch on the 2,400 generated training rows
-
-
-def make_covtype_like(rows: int = ROWS, seed: int = 0) -> np.ndarray:
-    """GENERATED rows with the schema of covtype.data (NOT the real data): int64 [rows, 55], class 1..7 last.
-
-    The class is learnable: the elevation rises with the class and each class prefers one wilderness area.
-    """
-    rng = np.random.default_rng(seed)
-    y = rng.choice(7, size=rows, p=CLASS_P)
-    t = np.zeros((rows, 55), dtype=np.int64)
-    t[:, 0] = 2000 + 250 * y + rng.integers(-150, 150, rows)  # Elevation
-    t[:, 1] = rng.integers(0, 360, rows)  # Aspect
-    t[:, 2] = rng.integers(0, 60, rows)  # Slope
-    t[:, 3] = rng.integers(0, 1400, rows)
-    t[:, 4] = rng.integers(-150, 600, rows)  # the vertical distance can be negative
-    t[:, 5] = rng.integers(0, 7000, rows)
-    t[:, 6:9] = rng.integers(0, 256, (rows, 3))  # hillshades
-    t[:, 9] = rng.integers(0, 7000, rows)
-    t[np.arange(rows), 10 + y % 4] = 1  # one wilderness area
-    t[np.arange(rows), 14 + rng.integers(0, 40, rows)] = 1  # one soil type
-    t[:, 54] = y + 1
-    return t
-
-
-def write_covtype(path: Path, table: np.ndarray) -> Path:
-    np.savetxt(path, table, fmt="%d", delimiter=",")  # a .gz file name: numpy writes gzip
-    return path
 
 
 def expected_split(labels: np.ndarray) -> dict[str, np.ndarray]:
@@ -69,25 +38,16 @@ def expected_split(labels: np.ndarray) -> dict[str, np.ndarray]:
 
 
 @pytest.fixture(scope="module")
-def fake(tmp_path_factory) -> dict:
-    """A copy of the task folder with data/ prepared from a generated covtype.data.gz."""
-    root = tmp_path_factory.mktemp("t5")
-    ws = copy_task(TASK_DIR, root / "ws")
-    (root / "raw").mkdir()
-    table = make_covtype_like()
-    write_covtype(root / "raw" / "covtype.data.gz", table)
-    proc = run_prepare(ws, "--prepare", "--raw-dir", str(root / "raw"), "--data-dir", "data")
-    assert proc.returncode == 0, proc.stderr
-    return {"ws": ws, "table": table, "log": proc.stdout}
+def fake(small) -> dict:
+    """A copy of the task folder with data/ prepared from a generated covtype.data.gz (once per session):
+    {"ws", "table": the generated rows, "stdout" (of --prepare)}."""
+    return small.prepared(TASK_DIR.name)
 
 
 @pytest.fixture(scope="module")
-def trained(fake) -> dict:
-    """Train the baseline with a tiny config for two epochs; returns its log and checkpoint paths."""
-    out = io.StringIO()
-    with task_modules(fake["ws"]) as (_, train), contextlib.redirect_stdout(out):
-        train.main(dict(train.CONFIG, **TINY))
-    return {"log": out.getvalue(), "checkpoints": sorted((fake["ws"] / "checkpoints").glob("*.pt"))}
+def trained(small) -> dict:
+    """The baseline trained with a tiny config for two epochs (once per session): its log and checkpoint paths."""
+    return small.trained(TASK_DIR.name)
 
 
 def test_task_toml_loads():
@@ -107,7 +67,7 @@ def test_split_is_stratified_80_10_10(fake):
     assert meta["partial_data"] == [
         "covtype.data.gz: 3,000 of 581,012 rows (not the official file; splits are smaller)"
     ]
-    assert "partial data: covtype.data.gz: 3,000 of 581,012 rows" in fake["log"]
+    assert "partial data: covtype.data.gz: 3,000 of 581,012 rows" in fake["stdout"]
     labels = table[:, -1] - 1
     rows = expected_split(labels)
     overall = np.bincount(labels, minlength=7) / len(labels)
@@ -171,7 +131,7 @@ def test_prepare_cli_fails_clearly_without_the_file(tmp_path):
     ws = copy_task(TASK_DIR, tmp_path / "ws")
     (tmp_path / "raw").mkdir()
     proc = run_prepare(ws, "--prepare", "--raw-dir", str(tmp_path / "raw"), "--data-dir", "data")
-    assert proc.returncode != 0 and "covtype.data.gz does not exist" in proc.stderr
+    assert proc.returncode == 1 and "covtype.data.gz does not exist" in proc.stderr
     assert "archive.ics.uci.edu" in proc.stderr
 
 
@@ -235,47 +195,21 @@ def test_baseline_trains_logs_and_checkpoints(trained):
     assert all(p.name.startswith("train_step") for p in trained["checkpoints"])
 
 
-def test_eval_cli_scores_checkpoint(fake, trained):
-    ws, ckpt = fake["ws"], trained["checkpoints"][-1]
-    proc = run_prepare(ws, "--eval", str(ckpt.relative_to(ws)), "--device", "cpu")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    result = last_json(proc)
-    assert {k: result[k] for k in ("task", "metric", "direction", "split", "n")} == {
-        "task": "t5",
-        "metric": "accuracy",
-        "direction": "max",
-        "split": "test",
-        "n": 300,
-    }
-    assert math.isfinite(result["value"]) and 0 <= result["value"] <= 1
-    assert os.path.basename(result["script"]) == "train.py" and result["seconds"] >= 0
-    with task_modules(ws) as (prepare, _):
-        payload = prepare.load_checkpoint(str(ckpt))
-        model = prepare.rebuild_model(payload, "train.py")
-        assert result["value"] == prepare.evaluate(model, "test")["accuracy"]
-        assert payload["val_score"] == prepare.evaluate(model, "val")["accuracy"]
-        _, y = prepare.load_split("test")
-        assert result["value"] == accuracy_score(y.numpy(), prepare.predict(model, "test").numpy())
-
-
-def test_eval_errors_are_one_json_line(fake, trained):
-    ws = fake["ws"]
-    payload = torch.load(trained["checkpoints"][-1], weights_only=True)
-    payload["state_dict"] = {"_orig_mod." + k: v for k, v in payload["state_dict"].items()}
-    torch.save(payload, ws / "compiled.pt")
-    (ws / "garbage.pt").write_bytes(b"not a checkpoint")
-    (ws / "run_nobuild.py").write_text("CONFIG = {}\n", encoding="utf-8")
-    cases = [
-        (["--eval", "checkpoints/missing.pt"], "does not exist"),
-        (["--eval", "garbage.pt"], "cannot read checkpoint"),
-        (["--eval", "compiled.pt"], "_orig_mod."),
-        (["--eval", str(trained["checkpoints"][-1]), "--script", "run_nobuild.py"], "no build_model"),
-    ]
-    for args, message in cases:
-        proc = run_prepare(ws, *args, "--device", "cpu")
-        assert proc.returncode == 1, proc.stdout + proc.stderr
-        result = last_json(proc)
-        assert result["task"] == "t5" and message in result["error"] and "value" not in result
+def test_official_accuracy_is_recomputed_with_sklearn(small, fake):
+    """The --eval value of the trained baseline, recomputed here: the model's argmax on the 300 prepared test rows
+    against the generated classes of those rows (the documented split), by sklearn's accuracy_score."""
+    run = small.official(TASK_DIR.name)
+    result = last_json(run["proc"])
+    assert result["n"] == 300
+    payload = torch.load(run["checkpoint"], weights_only=True)
+    with task_modules(fake["ws"]) as (_, train):
+        model = train.build_model(payload["config"])
+    model.load_state_dict(payload["state_dict"])
+    model.eval()
+    with torch.no_grad():
+        pred = model(torch.from_numpy(np.load(fake["ws"] / "data" / "test_x.npy"))).argmax(dim=1).numpy()
+    y = fake["table"][expected_split(fake["table"][:, -1] - 1)["test"], -1] - 1
+    assert result["value"] == accuracy_score(y, pred)
 
 
 @pytest.mark.mirror

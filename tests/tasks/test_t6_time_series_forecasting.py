@@ -1,19 +1,17 @@
 """Task T6 (ETTh1): preparation, windows, the MSE metric, the DLinear baseline and prepare.py --eval.
 
-Runs on a generated ETTh1.csv with the exact real schema (date + 7 channels, 17,420 hourly rows); the
-tests marked `mirror` use the real file from BENCH_DATA_MIRROR.
+Runs on a generated ETTh1.csv with the exact real schema (date + 7 channels, 17,420 hourly rows; made in
+tests/tasks/smalldata.py); the tests marked `mirror` use the real file from BENCH_DATA_MIRROR. What every task
+promises (the checkpoint payload, the --eval JSON, strict loading, errors as JSON, val_score = the evaluator's score)
+is checked in test_conformance.py.
 """
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import hashlib
-import io
 import json
-import math
 import os
-from datetime import datetime, timedelta
 from pathlib import Path
 
 import numpy as np
@@ -22,49 +20,23 @@ import torch
 import torch.nn as nn
 
 from bench.tasks import load_task
+from tests.tasks.smalldata import ETT_COLUMNS as COLUMNS
 from tests.tasks.taskfolder import copy_task, last_json, run_prepare, task_modules
 
 TASK_DIR = Path(__file__).resolve().parents[2] / "tasks" / "t6_time_series_forecasting"
-COLUMNS = ["HUFL", "HULL", "MUFL", "MULL", "LUFL", "LULL", "OT"]
-N_ROWS = 17420
-TINY = {"epochs": 2, "batch_size": 1024, "log_every": 2}  # 8 steps an epoch on the 8,209 training windows
-
-
-def write_fake_etth1(path: Path, seed: int = 0) -> np.ndarray:
-    """A generated file with the schema of ETTh1.csv (NOT the real data); returns its values [N_ROWS, 7]."""
-    rng = np.random.default_rng(seed)
-    t = np.arange(N_ROWS)[:, None]
-    k = np.arange(len(COLUMNS))[None, :]
-    values = 5 + k + 2 * np.sin(2 * np.pi * t / 24 + k) + 0.01 * t / (1 + k) + 0.3 * rng.standard_normal(t.shape)
-    values = values.round(6)
-    start = datetime(2016, 7, 1)
-    with open(path, "w", newline="", encoding="utf-8") as f:
-        w = csv.writer(f)
-        w.writerow(["date", *COLUMNS])
-        for i, row in enumerate(values):
-            w.writerow([(start + timedelta(hours=i)).strftime("%Y-%m-%d %H:%M:%S"), *(repr(float(v)) for v in row)])
-    return values
 
 
 @pytest.fixture(scope="module")
-def fake(tmp_path_factory) -> dict:
-    """A copy of the task folder with data/ prepared from a generated ETTh1.csv."""
-    root = tmp_path_factory.mktemp("t6")
-    ws = copy_task(TASK_DIR, root / "ws")
-    (root / "raw").mkdir()
-    values = write_fake_etth1(root / "raw" / "ETTh1.csv")
-    proc = run_prepare(ws, "--prepare", "--raw-dir", str(root / "raw"), "--data-dir", "data")
-    assert proc.returncode == 0, proc.stderr
-    return {"ws": ws, "values": values}
+def fake(small) -> dict:
+    """A copy of the task folder with data/ prepared from a generated ETTh1.csv (once per session):
+    {"ws", "values": the generated values [17420, 7], ...}."""
+    return small.prepared(TASK_DIR.name)
 
 
 @pytest.fixture(scope="module")
-def trained(fake) -> dict:
-    """Train the baseline with a tiny config for two epochs; returns its log and checkpoint paths."""
-    out = io.StringIO()
-    with task_modules(fake["ws"]) as (_, train), contextlib.redirect_stdout(out):
-        train.main(dict(train.CONFIG, **TINY))
-    return {"log": out.getvalue(), "checkpoints": sorted((fake["ws"] / "checkpoints").glob("*.pt"))}
+def trained(small) -> dict:
+    """The baseline trained with a tiny config for two epochs (once per session): its log and checkpoint paths."""
+    return small.trained(TASK_DIR.name)
 
 
 def test_task_toml_loads():
@@ -101,7 +73,7 @@ def test_prepare_rejects_wrong_schema(tmp_path):
     (tmp_path / "raw").mkdir()
     (tmp_path / "raw" / "ETTh1.csv").write_text("date,HUFL,OT\n2016-07-01 00:00:00,1.0,2.0\n", encoding="utf-8")
     proc = run_prepare(ws, "--prepare", "--raw-dir", str(tmp_path / "raw"), "--data-dir", "data")
-    assert proc.returncode != 0 and "expected columns" in proc.stderr
+    assert proc.returncode == 1 and "expected columns ['date', 'HUFL'," in proc.stderr
 
 
 def test_windows_are_aligned(fake):
@@ -170,36 +142,24 @@ def test_baseline_trains_logs_and_checkpoints(trained):
     assert all(p.name.startswith("train_step") for p in trained["checkpoints"])
 
 
-def test_eval_cli_scores_checkpoint(fake, trained):
-    ws, ckpt = fake["ws"], trained["checkpoints"][-1]
-    proc = run_prepare(ws, "--eval", str(ckpt.relative_to(ws)), "--device", "cpu")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    result = last_json(proc)
-    assert {k: result[k] for k in ("task", "metric", "direction", "split", "n")} == {
-        "task": "t6",
-        "metric": "mse",
-        "direction": "min",
-        "split": "test",
-        "n": 2785,
-    }
-    assert math.isfinite(result["value"]) and 0 < result["value"] < 2
-    assert os.path.basename(result["script"]) == "train.py" and result["seconds"] >= 0
-    with task_modules(ws) as (prepare, _):
-        payload = prepare.load_checkpoint(str(ckpt))
-        model = prepare.rebuild_model(payload, "train.py")
-        assert result["value"] == pytest.approx(prepare.evaluate(model, "test")["mse"], rel=1e-9)
-        assert payload["val_score"] == pytest.approx(prepare.evaluate(model, "val")["mse"], rel=1e-9)
-
-
-def test_eval_rejects_compiled_state_dict(fake, trained):
-    payload = torch.load(trained["checkpoints"][-1], weights_only=True)
-    payload["state_dict"] = {"_orig_mod." + k: v for k, v in payload["state_dict"].items()}
-    bad = fake["ws"] / "compiled.ckpt"
-    torch.save(payload, bad)
-    proc = run_prepare(fake["ws"], "--eval", str(bad), "--device", "cpu")
-    assert proc.returncode == 1
-    result = last_json(proc)
-    assert result["task"] == "t6" and "_orig_mod." in result["error"] and "value" not in result
+def test_official_mse_is_recomputed_from_the_test_segment(small, fake):
+    """The --eval value of the trained baseline, recomputed with numpy: every window of data/test.npy at stride 1
+    (336 rows in, the next 96 out), the mean squared error over windows, steps and channels."""
+    run = small.official(TASK_DIR.name)
+    result = last_json(run["proc"])
+    assert result["n"] == 2785
+    payload = torch.load(run["checkpoint"], weights_only=True)
+    with task_modules(fake["ws"]) as (_, train):
+        model = train.build_model(payload["config"])
+    model.load_state_dict(payload["state_dict"])
+    model.eval()
+    series = np.load(fake["ws"] / "data" / "test.npy")
+    windows = np.lib.stride_tricks.sliding_window_view(series, 336 + 96, axis=0).transpose(0, 2, 1)  # [2785, 432, 7]
+    assert windows.shape == (2785, 432, 7)
+    with torch.no_grad():
+        pred = model(torch.from_numpy(np.ascontiguousarray(windows[:, :336]))).double().numpy()
+    want = np.mean((pred - windows[:, 336:]) ** 2)
+    assert result["value"] == pytest.approx(want, rel=1e-6)  # float32 predictions batched differently: a few ulps
 
 
 def mirror_file() -> Path:

@@ -3,8 +3,10 @@ baseline and prepare.py --eval.
 
 Runs on GENERATED train.csv / test.csv files with the exact schema of AG News's (no header; quoted class 1..4,
 title, description; `""` for a quote, backslashes in the text): a few hundred rows whose class shows in a few
-words. They are not the real data, and no score on them means anything. The test marked `mirror` prepares the
-REAL test.csv from BENCH_DATA_MIRROR (the real train.csv is not in the mirror: a generated one stands beside it).
+words (made in tests/tasks/smalldata.py). They are not the real data, and no score on them means anything. The test
+marked `mirror` prepares the REAL test.csv from BENCH_DATA_MIRROR (the real train.csv is not in the mirror: a
+generated one stands beside it). What every task promises (the checkpoint payload, the --eval JSON, strict loading,
+errors as JSON, val_score = the evaluator's score) is checked in test_conformance.py.
 """
 
 from __future__ import annotations
@@ -14,8 +16,6 @@ import csv
 import hashlib
 import io
 import json
-import math
-import os
 import shutil
 from pathlib import Path
 
@@ -26,50 +26,12 @@ import torch.nn as nn
 from sklearn.metrics import accuracy_score
 
 from bench.tasks import load_task
+from tests.tasks.smalldata import ESCAPED_TEXT
+from tests.tasks.smalldata import write_agnews_raw as write_raw
 from tests.tasks.taskfolder import copy_task, last_json, run_prepare, task_modules
 
 TASK_DIR = Path(__file__).resolve().parents[2] / "tasks" / "t7_text_classification"
-WORDS = [  # generated texts: a class shows in these words
-    ["minister", "election", "embassy", "troops", "parliament"],
-    ["coach", "season", "goal", "playoffs", "striker"],
-    ["shares", "profit", "market", "bank", "earnings"],
-    ["software", "internet", "chip", "space", "browser"],
-]
-# The first line of the generated test.csv, as it stands in the file: "" is a quote; the backslashes are kept.
-ESCAPED_LINE = '"2","Coach says ""we won""","Line one\\Line two \\\\ tickets \\$5, caf\u00e9 \u20ac3"\n'
-ESCAPED_TEXT = 'Coach says "we won" Line one\\Line two \\\\ tickets \\$5, caf\u00e9 \u20ac3'
-FULL_TINY = {"batch_size": 4, "max_steps": 2, "log_every": 1, "eval_batch_size": 64}  # the full-size network
 NARROW = {"embed_dim": 16, "channels": 32, "fc_dim": 64, "batch_size": 32, "epochs": 2, "log_every": 2}
-
-
-def generated_rows(n_per_class: int, seed: int) -> list[list[str]]:
-    """GENERATED AG News-like rows (NOT the real data): [class 1..4, title, description], classes interleaved."""
-    rng = np.random.default_rng(seed)
-    rows = []
-    for i in range(n_per_class):
-        for label, words in enumerate(WORDS):
-            a, b, c = rng.choice(words, size=3)
-            title = f"{a.title()} news: {b} update {i}"
-            desc = f"AP - Reports on the {a} and the {c} today.\\More on {b} later ({rng.integers(1000)})."
-            rows.append([str(label + 1), title, desc])
-    return rows
-
-
-def write_csv(path: Path, rows: list[list[str]]) -> Path:
-    """Write rows as AG News does: every field quoted, inner quotes doubled, one line per row."""
-    with open(path, "w", newline="", encoding="utf-8") as f:
-        csv.writer(f, quoting=csv.QUOTE_ALL, lineterminator="\n").writerows(rows)
-    return path
-
-
-def write_raw(raw: Path, train_per_class: int = 60, test_per_class: int = 10) -> None:
-    """A generated train.csv (240 rows) and test.csv (40 rows, the first one ESCAPED_LINE)."""
-    raw.mkdir(parents=True, exist_ok=True)
-    write_csv(raw / "train.csv", generated_rows(train_per_class, seed=0))
-    test = generated_rows(test_per_class, seed=1)
-    del test[1]  # a class-2 row: ESCAPED_LINE (class 2) comes first instead
-    write_csv(raw / "test.csv", test)
-    (raw / "test.csv").write_text(ESCAPED_LINE + (raw / "test.csv").read_text(encoding="utf-8"), encoding="utf-8")
 
 
 def hand_codes(text: str) -> np.ndarray:
@@ -79,23 +41,16 @@ def hand_codes(text: str) -> np.ndarray:
 
 
 @pytest.fixture(scope="module")
-def fake(tmp_path_factory) -> dict:
-    """A copy of the task folder with data/ prepared from generated train.csv and test.csv."""
-    root = tmp_path_factory.mktemp("t7")
-    ws = copy_task(TASK_DIR, root / "ws")
-    write_raw(root / "raw")
-    proc = run_prepare(ws, "--prepare", "--raw-dir", str(root / "raw"), "--data-dir", "data")
-    assert proc.returncode == 0, proc.stderr
-    return {"ws": ws, "raw": root / "raw", "log": proc.stdout}
+def fake(small) -> dict:
+    """A copy of the task folder with data/ prepared from generated train.csv and test.csv (once per session):
+    {"ws", "raw", "stdout" (of --prepare)}."""
+    return small.prepared(TASK_DIR.name)
 
 
 @pytest.fixture(scope="module")
-def trained(fake) -> dict:
-    """Train the full-size baseline for 2 steps of batch 4 on CPU; returns its log and checkpoint paths."""
-    out = io.StringIO()
-    with task_modules(fake["ws"]) as (_, train), contextlib.redirect_stdout(out):
-        train.main(dict(train.CONFIG, **FULL_TINY))
-    return {"log": out.getvalue(), "checkpoints": sorted((fake["ws"] / "checkpoints").glob("*.pt"))}
+def trained(small) -> dict:
+    """The full-size baseline trained for 2 steps of batch 4 on the CPU (once per session): log and checkpoints."""
+    return small.trained(TASK_DIR.name)
 
 
 def test_task_toml_loads():
@@ -142,7 +97,7 @@ def test_prepare_reads_quotes_and_backslashes(fake):
         "train.csv: 240 of 120,000 samples (not the official file)",
         "test.csv: 40 of 7,600 samples (not the official file)",
     ]
-    assert "partial data: train.csv: 240 of 120,000 samples" in fake["log"]
+    assert "partial data: train.csv: 240 of 120,000 samples" in fake["stdout"]
     x, y = np.load(data / "test_x.npy"), np.load(data / "test_y.npy")
     assert x.dtype == np.uint8 and x.shape == (40, 1014) and y.dtype == np.int64
     assert y[0] == 1 and np.array_equal(x[0], hand_codes(ESCAPED_TEXT))  # label 2 -> 1
@@ -180,7 +135,7 @@ def test_prepare_cli_fails_clearly_without_train_csv(tmp_path):
     write_raw(tmp_path / "raw", train_per_class=2, test_per_class=1)
     (tmp_path / "raw" / "train.csv").unlink()
     proc = run_prepare(ws, "--prepare", "--raw-dir", str(tmp_path / "raw"), "--data-dir", "data")
-    assert proc.returncode != 0 and "train.csv does not exist" in proc.stderr and "CharCnn_Keras" in proc.stderr
+    assert proc.returncode == 1 and "train.csv does not exist" in proc.stderr and "CharCnn_Keras" in proc.stderr
 
 
 def test_loaders(fake):
@@ -267,48 +222,23 @@ def test_narrow_baseline_checkpoints_every_epoch(fake, tmp_path):
     assert len(list((ws / "checkpoints").glob("train_step*.pt"))) == 2
 
 
-def test_eval_cli_scores_checkpoint(fake, trained):
-    ws, ckpt = fake["ws"], trained["checkpoints"][-1]
-    proc = run_prepare(ws, "--eval", str(ckpt.relative_to(ws)), "--device", "cpu")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    result = last_json(proc)
-    assert {k: result[k] for k in ("task", "metric", "direction", "split", "n")} == {
-        "task": "t7",
-        "metric": "accuracy",
-        "direction": "max",
-        "split": "test",
-        "n": 40,
-    }
-    assert math.isfinite(result["value"]) and 0 <= result["value"] <= 1
-    assert os.path.basename(result["script"]) == "train.py" and result["seconds"] >= 0
-    with task_modules(ws) as (prepare, _):
-        payload = prepare.load_checkpoint(str(ckpt))
-        model = prepare.rebuild_model(payload, "train.py")
-        pred = prepare.predict(model, "test")
-        _, y = prepare.load_split("test")
-        assert result["value"] == accuracy_score(y.numpy(), pred.numpy())
-        assert payload["val_score"] == prepare.evaluate(model, "test", batch_size=64)["accuracy"]  # as train.py
-
-
-def test_eval_errors_are_one_json_line(fake, trained):
-    ws = fake["ws"]
-    payload = torch.load(trained["checkpoints"][-1], weights_only=True)
-    payload["state_dict"] = {"_orig_mod." + k: v for k, v in payload["state_dict"].items()}
-    torch.save(payload, ws / "compiled.pt")
-    (ws / "garbage.pt").write_bytes(b"not a checkpoint")
-    (ws / "run_nobuild.py").write_text("CONFIG = {}\n", encoding="utf-8")
-    cases = [
-        (["--eval", "checkpoints/missing.pt"], "does not exist"),
-        (["--eval", "garbage.pt"], "cannot read checkpoint"),
-        (["--eval", "compiled.pt"], "_orig_mod."),
-        (["--eval", str(trained["checkpoints"][-1]), "--script", "run_nobuild.py"], "no build_model"),
-        (["--eval", str(trained["checkpoints"][-1]), "--data-dir", "nowhere"], "no prepared data"),
-    ]
-    for args, message in cases:
-        proc = run_prepare(ws, *args, "--device", "cpu")
-        assert proc.returncode == 1, proc.stdout + proc.stderr
-        result = last_json(proc)
-        assert result["task"] == "t7" and message in result["error"] and "value" not in result
+def test_official_accuracy_is_recomputed_with_sklearn(small, fake):
+    """The --eval value of the trained baseline, recomputed here: the model's argmax on the 40 encoded test.csv
+    samples (int64 codes, the forward contract) against the classes of the generated file, by sklearn."""
+    run = small.official(TASK_DIR.name)
+    result = last_json(run["proc"])
+    assert result["n"] == 40
+    payload = torch.load(run["checkpoint"], weights_only=True)
+    with task_modules(fake["ws"]) as (_, train):
+        model = train.build_model(payload["config"])
+    model.load_state_dict(payload["state_dict"])
+    model.eval()
+    x = torch.from_numpy(np.load(fake["ws"] / "data" / "test_x.npy")).long()
+    with torch.no_grad():
+        pred = model(x).argmax(dim=1).numpy()
+    with open(fake["raw"] / "test.csv", newline="", encoding="utf-8") as f:
+        y = [int(row[0]) - 1 for row in csv.reader(f)]
+    assert result["value"] == accuracy_score(y, pred)
 
 
 @pytest.mark.mirror
