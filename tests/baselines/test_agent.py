@@ -356,8 +356,11 @@ def test_no_budget_is_an_error(fake_workspace, monkeypatch):
         agent.main([])
 
 
-def test_module_runs_as_a_program(fake_workspace):
+def test_module_runs_as_a_program_and_refuses_to_run_without_a_budget(fake_workspace):
+    env = {k: v for k, v in os.environ.items() if k not in ("BENCH_BUDGET_S", "BENCH_STARTED_AT")}
     out = subprocess.run(
-        [sys.executable, "-m", "baselines.agent", "--help"], capture_output=True, text=True, cwd=fake_workspace
-    )
-    assert out.returncode == 0 and "--trials" in out.stdout and ".bench/optuna/study.journal" in out.stdout
+        [sys.executable, "-m", "baselines.agent", "--task", "t6"], capture_output=True, text=True, cwd=fake_workspace,
+        env=env,
+    )  # fmt: skip
+    assert out.returncode == 2 and "no budget: run under the harness (BENCH_BUDGET_S) or pass --budget" in out.stderr
+    assert not list(fake_workspace.glob("run_*.py"))  # nothing was launched
