@@ -75,7 +75,8 @@ def run(spec: RunSpec) -> RunResult:
     watched = watch.watch(agent, spec.budget, spec.grace_s, on_tick=_status_ticker(agent, relay))  # 3
     scripts = relay.finalize()
     deadline = spec.budget + spec.grace_s
-    collected = collect.collect(ws.checkpoints, agent.started_at, task.metric, task.direction, deadline)  # 4
+    arrivals = agent.arrivals.seen
+    collected = collect.collect(ws.checkpoints, agent.started_at, task.metric, task.direction, deadline, arrivals)  # 4
     evaluations = evaluate.evaluate_candidates(ws, collected.selection, data_dir, device, spec.console)  # 5
     audited = audit.audit(ws, locked_sha)  # 6
     result = _result(spec, ws, device, agent, watched, scripts, collected, evaluations, audited, relay.parent_run)
@@ -175,6 +176,6 @@ def _track_live(spec: RunSpec, ws: workspace.Workspace) -> tuple[MlflowWriter, R
     }
     parent = record.open_agent_run(writer, spec.label, tags)
     base = schema.run_tags(spec.campaign, spec.agent, spec.task.id, spec.repeat)
-    relay = Relay(writer, parent, ws.spool_dir, base_tags=base, baseline_source=(ws.path / "train.py").read_text())
+    relay = record.relay_for(writer, parent, ws, base)
     relay.start()
     return writer, relay

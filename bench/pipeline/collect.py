@@ -4,7 +4,9 @@ A checkpoint is a file in the workspace's ``checkpoints/`` saved by the task hel
 ``save_checkpoint()``: a dict with the state dict, the ``build_model`` config, the script
 name, the self-reported validation score and the metric name. The harness ranks by that
 self-reported score (the official score comes later, from the isolated evaluation) and
-places each file in time by its modification time, which the harness observes itself.
+places each file in time by when the harness first saw it (:mod:`bench.pipeline.arrivals`), not by
+its modification time, which the agent can set. A file whose modification time or own ``time`` field
+is older than the run was copied in or back-dated, and is rejected with that reason.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from pathlib import Path
 from bench.tasks import Direction
 
 WINDOW_S = 300.0  # the paper's 5-minute windows
+CLOCK_SLACK_S = 1.0  # file systems store times coarsely: "before the run" means more than this before it
 
 
 @dataclass(frozen=True)
@@ -39,42 +42,68 @@ class Checkpoint:
         return d
 
 
+class NotACheckpoint(ValueError):
+    """A readable file that is not a scored checkpoint of this run (the message says why)."""
+
+
 @dataclass(frozen=True)
 class Rejected:
     path: Path
     reason: str
 
 
-def read(path: Path, started_at: float) -> Checkpoint:
-    """Read a checkpoint's metadata without loading its weights into memory (mmap)."""
+def read(path: Path, started_at: float, arrived_at: float | None = None) -> Checkpoint:
+    """Read a checkpoint's metadata without loading its weights into memory (mmap).
+
+    ``arrived_at``: when the harness first saw the file (None: its modification time, for tools that read
+    checkpoints outside a run). Raises :class:`NotACheckpoint` for a file that is not a scored checkpoint of this run.
+    """
     import torch
 
     payload = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     if not isinstance(payload, dict) or "state_dict" not in payload or "config" not in payload:
-        raise ValueError("not a save_checkpoint() payload (needs state_dict and config)")
+        raise NotACheckpoint("not a save_checkpoint() payload (needs state_dict and config)")
     score = float(payload.get("val_score", float("nan")))
     if not math.isfinite(score):
-        raise ValueError(f"self-reported val_score is {score}")
+        raise NotACheckpoint(f"self-reported val_score is {score}")
+    mtime = path.stat().st_mtime
+    if mtime < started_at - CLOCK_SLACK_S:
+        raise NotACheckpoint(f"modified {started_at - mtime:.0f} s before the run started: copied in or back-dated")
+    saved = payload.get("time")
+    if isinstance(saved, int | float) and saved < started_at - CLOCK_SLACK_S:
+        raise NotACheckpoint(f"saved {started_at - saved:.0f} s before the run started (its own time): copied in")
     return Checkpoint(
         path=path,
         script=str(payload.get("script", "")),
         val_score=score,
         metric=str(payload.get("metric", "")),
         step=payload.get("step"),
-        saved_s=path.stat().st_mtime - started_at,
+        saved_s=(mtime if arrived_at is None else arrived_at) - started_at,
     )
 
 
 def scan(
-    directory: Path, started_at: float, metric: str, deadline_s: float | None = None
+    directory: Path,
+    started_at: float,
+    metric: str,
+    deadline_s: float | None = None,
+    arrivals: dict[Path, float] | None = None,
 ) -> tuple[list[Checkpoint], list[Rejected]]:
-    """Every readable scored checkpoint under ``directory``; the others with the reason they were skipped."""
+    """Every readable scored checkpoint under ``directory``; the others with the reason they were skipped.
+
+    ``arrivals`` (from :class:`~bench.pipeline.arrivals.Arrivals`): when each file was first seen; a file the
+    harness never saw during the run is rejected.
+    """
     found, rejected = [], []
     for path in sorted(p for p in Path(directory).rglob("*") if p.is_file() and not p.name.endswith(".tmp")):
+        if arrivals is not None and path not in arrivals:
+            rejected.append(Rejected(path, "not seen in checkpoints/ while the run was going on"))
+            continue
         try:
-            ckpt = read(path, started_at)
+            ckpt = read(path, started_at, None if arrivals is None else arrivals[path])
         except Exception as e:  # a malformed file must not stop the collection of the others
-            rejected.append(Rejected(path, f"unreadable checkpoint: {type(e).__name__}: {e}"))
+            why = str(e) if isinstance(e, NotACheckpoint) else f"unreadable checkpoint: {type(e).__name__}: {e}"
+            rejected.append(Rejected(path, why))
             continue
         if ckpt.metric != metric:
             rejected.append(Rejected(path, f"metric {ckpt.metric!r} is not the task's {metric!r}"))
@@ -127,7 +156,14 @@ class Collected:
     selection: Selection
 
 
-def collect(directory: Path, started_at: float, metric: str, direction: Direction, deadline_s: float) -> Collected:
-    """Scan ``directory`` for scored checkpoints saved before ``deadline_s`` and select the candidates."""
-    found, rejected = scan(directory, started_at, metric, deadline_s=deadline_s)
+def collect(
+    directory: Path,
+    started_at: float,
+    metric: str,
+    direction: Direction,
+    deadline_s: float,
+    arrivals: dict[Path, float] | None = None,
+) -> Collected:
+    """Scan ``directory`` for scored checkpoints that appeared before ``deadline_s`` and select the candidates."""
+    found, rejected = scan(directory, started_at, metric, deadline_s=deadline_s, arrivals=arrivals)
     return Collected(found, rejected, select(found, direction))

@@ -4,7 +4,7 @@ The agent gets its own session (so its whole tree can be ended), a run token in 
 processes that leave the session are still found, :mod:`bench.processes`), the script tracer on its
 ``PYTHONPATH`` and nothing of the harness's own tracking variables. From the first byte its output goes
 to ``agent.log`` and, through the adapter's stream parser, to ``events.jsonl`` and the status line; an
-independent monitor counts the scripts its process tree runs.
+independent monitor counts the scripts its process tree runs, and another notes when each checkpoint appears.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from pathlib import Path
 from bench.agents import Agent, LaunchContext, parser_of
 from bench.agents.prompt import standard_prompt
 from bench.agents.stream import AgentStream
+from bench.pipeline.arrivals import Arrivals
 from bench.pipeline.launch_monitor import LaunchMonitor
 from bench.pipeline.workspace import Workspace
 from bench.processes import TOKEN_VAR, become_subreaper
@@ -40,6 +41,7 @@ class LaunchedAgent:
     started_at: float  # time.time() at the launch; checkpoint times and the budget count from here
     stream: AgentStream
     monitor: LaunchMonitor
+    arrivals: Arrivals  # when each file of checkpoints/ was first seen
     status: StatusLine
 
 
@@ -87,6 +89,7 @@ def launch(
     token = uuid.uuid4().hex
     become_subreaper()
     status = StatusLine(label, enabled=console)
+    arrivals = Arrivals(ws.checkpoints).start()
     started = time.time()
     proc = subprocess.Popen(
         argv,
@@ -99,4 +102,4 @@ def launch(
     )
     stream = AgentStream(proc, ws.log, ws.events, status, console, parser_of(agent, ctx), model).start()
     monitor = LaunchMonitor(proc.pid, token, ws.path).start()
-    return LaunchedAgent(proc, argv, token, started, stream, monitor, status)
+    return LaunchedAgent(proc, argv, token, started, stream, monitor, arrivals, status)

@@ -19,6 +19,20 @@ from bench.tracking.relay import Relay
 from bench.tracking.writer import MlflowWriter, TrackingError
 
 
+def relay_for(writer: MlflowWriter, run_id: str | None, ws: Workspace, result_tags: dict[str, str]) -> Relay:
+    """The relay of a run's spool: uploads only from its ``checkpoints/``, diffs against the task's own train.py,
+    keeps its progress in the run directory (out of the agent's reach)."""
+    return Relay(
+        writer,
+        run_id,
+        ws.spool_dir,
+        result_tags,
+        ws.task.file("train.py").read_text(),
+        checkpoints_dir=ws.checkpoints,
+        state_file=ws.relay_state,
+    )
+
+
 def open_agent_run(writer: MlflowWriter, name: str, tags: dict[str, str]) -> str | None:
     """Create the agent run at the start, so the UI shows it live; None (and one line) if tracking is down."""
     try:
@@ -52,7 +66,7 @@ def record(writer: MlflowWriter, result: RunResult, ws: Workspace) -> str:
         )
         run_id = writer.create_run(result.label, tags, start_time=result.started_at)
     base = schema.run_tags(result.campaign, result.agent, result.task, result.repeat)
-    scripts = Relay(writer, run_id, ws.spool_dir, base, (ws.path / "train.py").read_text()).finalize()
+    scripts = relay_for(writer, run_id, ws, base).finalize()
 
     writer.log_params(
         run_id,

@@ -156,6 +156,7 @@ def watch(agent: LaunchedAgent, budget_s: float, grace_s: float, on_tick: Tick |
     agent.monitor.scan()  # a last look before the tree is ended
     end_tree(agent.proc.pid, agent.token)  # the session is over: scripts it left running end with it
     agent.monitor.stop()
+    agent.arrivals.stop()  # the last look at checkpoints/, now that nothing of the run writes there
     agent.stream.join(timeout=10)
     agent.status.close()
     return Watched(round(seconds, 3), agent.proc.returncode, watchdog.timed_out, interrupted)

@@ -12,6 +12,7 @@ Layout of one run directory::
         events.jsonl          its output parsed into normalised events (agents with a stream parser)
         eval/                 isolated evaluation folders
         result.json           the run's outcome
+        relay.json            how far the relay got (spool -> MLflow), for ``bench record``
 """
 
 from __future__ import annotations
@@ -72,6 +73,11 @@ class Workspace:
     @property
     def result_file(self) -> Path:
         return self.run_dir / "result.json"
+
+    @property
+    def relay_state(self) -> Path:
+        """The relay's progress (which spool line went to which MLflow run): harness-side, beside result.json."""
+        return self.run_dir / "relay.json"
 
     @property
     def eval_dir(self) -> Path:

@@ -6,12 +6,19 @@ creates the script's child run on its ``start`` event, and logs metrics, params 
 checkpoints. Progress (which file maps to which run, how far it was read) is saved in
 ``relay.json`` beside the spool, so a run interrupted by a tracking outage or a killed
 harness is completed later by ``bench record`` without losing or duplicating events.
+
+Spool files are written by the agent's processes, so every event is untrusted input: a script name
+becomes a plain file name, a checkpoint is uploaded only from inside the workspace's ``checkpoints/``
+and up to a size, sources and lines are bounded, and a run the spool leaves open (a forged ``start``
+without its ``end``) is closed as KILLED when the agent's run is over. ``relay.json`` belongs to the
+harness and is kept in the run directory, out of the agent's reach.
 """
 
 from __future__ import annotations
 
 import difflib
 import json
+import re
 import threading
 import time
 from dataclasses import asdict, dataclass, field
@@ -24,6 +31,9 @@ from bench.tracking.sysmetrics import Sampler
 from bench.tracking.writer import MlflowWriter, TrackingError
 
 SYSTEM_EVERY = 5  # polls between system-metric samples (x 2 s: one sample every ~10 s)
+MAX_READ = 16 << 20  # bytes of one spool file read per poll (a runaway spool must not fill the harness's memory)
+MAX_SOURCE = 1 << 20  # characters of a script's source kept as its artifact
+MAX_CHECKPOINT_BYTES = 8 << 30  # a checkpoint larger than this is not uploaded (T3's backbone is ~0.1 GB)
 
 
 @dataclass
@@ -57,10 +67,19 @@ class Relay:
         base_tags: dict[str, str],
         baseline_source: str = "",
         interval: float = 2.0,
+        *,
+        checkpoints_dir: Path | None = None,
+        state_file: Path | None = None,
     ):
+        """``checkpoints_dir``: the only folder checkpoint artifacts are uploaded from (default: the workspace's
+        ``checkpoints/``, the spool being ``<workspace>/.bench/spool``); ``state_file``: where the relay keeps its
+        progress (the runner passes the run directory's ``relay.json``; by default beside the spool, as runs
+        recorded before this version have it)."""
         self.writer, self.parent_run, self.spool_dir = writer, parent_run, Path(spool_dir)
         self.base_tags, self.baseline_source, self.interval = base_tags, baseline_source, interval
-        self.state_file = self.spool_dir.parent / "relay.json"
+        self.checkpoints_dir = Path(checkpoints_dir or self.spool_dir.parents[1] / "checkpoints").resolve()
+        legacy = self.spool_dir.parent / "relay.json"
+        self.state_file = Path(state_file) if state_file else legacy
         self.scripts: dict[str, ScriptState] = {}
         self.warned = False
         self.sampler = Sampler()
@@ -68,8 +87,9 @@ class Relay:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
-        if self.state_file.exists():
-            saved = json.loads(self.state_file.read_text())
+        saved_at = self.state_file if self.state_file.exists() else legacy if legacy.exists() else None
+        if saved_at is not None:
+            saved = json.loads(saved_at.read_text())
             self.scripts = {k: ScriptState(**v) for k, v in saved.get("scripts", {}).items()}
 
     # --- thread ------------------------------------------------------------------------------
@@ -125,8 +145,11 @@ class Relay:
     def _read(self, path: Path, state: ScriptState) -> None:
         with open(path, "rb") as f:
             f.seek(state.offset)
-            data = f.read()
+            data = f.read(MAX_READ)
         end = data.rfind(b"\n") + 1  # only complete lines: the writer may be mid-line
+        if end == 0 and len(data) == MAX_READ:  # one "line" longer than a whole read: not an event, pass over it
+            state.offset += len(data)
+            return
         rows: list[tuple] = []  # consecutive metric events go to MLflow as one batch
         pending = 0  # bytes of those events, counted as read once the batch is recorded
         for line in data[:end].splitlines(keepends=True):
@@ -164,11 +187,12 @@ class Relay:
     def _apply(self, s: ScriptState, ev: dict) -> None:
         kind = ev.get("ev")
         if kind == "start":
-            s.script, s.pid, s.started = ev.get("script", "?"), int(ev.get("pid", 0)), float(ev.get("t", time.time()))
+            s.script, s.pid, s.started = safe_name(ev.get("script")), _int(ev.get("pid")), _time(ev.get("t"))
             self._ensure_run(s)
             rec, run = self.writer, s.run_id
-            rec.log_params(run, {"argv": " ".join(ev.get("argv", [])), "pid": s.pid})
-            source = ev.get("source", "")
+            argv = ev.get("argv") if isinstance(ev.get("argv"), list) else []
+            rec.log_params(run, {"argv": " ".join(map(str, argv)), "pid": s.pid})
+            source = str(ev.get("source", ""))[:MAX_SOURCE]
             rec.log_text(run, source, f"source/{s.script}")
             if self.baseline_source and s.script != "train.py":
                 diff = difflib.unified_diff(
@@ -185,14 +209,31 @@ class Relay:
                 self.writer.log_params(s.run_id, {"config": ev["config"], **extra})
                 s.params_logged = True
             index = len(s.checkpoints)
-            self.writer.log_metrics(s.run_id, [(schema.CHECKPOINT_SCORE, ev.get("val_score"), index, ev.get("t"))])
-            ckpt = Path(ev.get("path", ""))
-            if ckpt.is_file():
+            score = ev.get("val_score") if isinstance(ev.get("val_score"), int | float) else None
+            self.writer.log_metrics(s.run_id, [(schema.CHECKPOINT_SCORE, score, index, _time(ev.get("t")))])
+            entry = {k: ev.get(k) for k in ("path", "val_score", "metric", "step", "t")}
+            ckpt, why = self._checkpoint_file(ev.get("path"))
+            if ckpt is not None:
                 self.writer.log_artifact(s.run_id, ckpt, "checkpoints")
-            s.checkpoints.append({k: ev.get(k) for k in ("path", "val_score", "metric", "step", "t")})
+            else:
+                entry["not_uploaded"] = why
+            s.checkpoints.append(entry)
         elif kind == "end":
-            s.ended, s.status, s.error = float(ev.get("t", time.time())), ev.get("status", "FINISHED"), ev.get("error")
+            status = ev.get("status") if ev.get("status") in ("FINISHED", "FAILED", "KILLED") else "FAILED"
+            s.ended, s.status, s.error = _time(ev.get("t")), status, _text(ev.get("error"))
             self._close(s)
+
+    def _checkpoint_file(self, raw: object) -> tuple[Path | None, str]:
+        """The checkpoint a spool event names, if it is a file of ``checkpoints/`` of a sane size; else why not."""
+        try:
+            path = Path(str(raw)).resolve(strict=True)
+        except (OSError, RuntimeError, ValueError):
+            return None, f"no such file: {str(raw)[:200]}"
+        if not path.is_relative_to(self.checkpoints_dir) or not path.is_file():
+            return None, f"not a file of {self.checkpoints_dir}: {str(raw)[:200]}"
+        if path.stat().st_size > MAX_CHECKPOINT_BYTES:
+            return None, f"larger than {MAX_CHECKPOINT_BYTES >> 30} GiB"
+        return path, ""
 
     def _ensure_run(self, s: ScriptState) -> None:
         if s.run_id is None and self.parent_run is None:
@@ -212,12 +253,12 @@ class Relay:
 
     # --- the end -----------------------------------------------------------------------------
     def finalize(self) -> dict:
-        """Relay what is left, then close runs of processes that died without an end event as KILLED."""
+        """Relay what is left, then close as KILLED every run without an end event (called once the run is over)."""
         self.stop()
         self.poll()
         with self._lock:
-            for s in self.scripts.values():
-                if s.script and not s.closed and not _alive(s.pid, s.started):
+            for s in self.scripts.values():  # the agent's tree has ended: whatever is still open was killed
+                if s.run_id and not s.closed:
                     s.status, s.ended = "KILLED", time.time()
                     try:
                         self._close(s)
@@ -261,6 +302,27 @@ class Relay:
             json.dumps({"parent_run": self.parent_run, "scripts": {k: asdict(v) for k, v in self.scripts.items()}})
         )
         tmp.replace(self.state_file)
+
+
+def safe_name(raw: object) -> str:
+    """A script name from a spool event as a plain file name (it names MLflow runs and artifact paths)."""
+    name = re.sub(r"[^A-Za-z0-9_.-]", "_", str(raw or "?"))[-128:]
+    return name if name.strip(".") else "_"
+
+
+def _int(raw: object) -> int:
+    try:
+        return int(raw)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return 0
+
+
+def _time(raw: object) -> float:
+    return float(raw) if isinstance(raw, int | float) and not isinstance(raw, bool) else time.time()
+
+
+def _text(raw: object) -> str | None:
+    return None if raw is None else str(raw)[:2000]
 
 
 def _alive(pid: int, started: float) -> bool:

@@ -280,3 +280,21 @@ def test_a_tracking_outage_loses_nothing_and_bench_record_finishes_later(generat
     scripts = runs_of(name, schema.KIND_SCRIPT)
     assert list(scripts[f"tags.{schema.SCRIPT}"]) == ["run_1.py"] and scripts.iloc[0]["status"] == "FINISHED"
     assert len(mlflow.tracking.MlflowClient().get_metric_history(scripts.iloc[0]["run_id"], "val_mse")) == 1
+
+
+def test_a_copied_in_checkpoint_is_rejected_and_touched_files_keep_their_true_window(generated_t6, tmp_path):
+    """An agent copies in a checkpoint from an earlier run and sets its own files' times an hour ahead: the
+    copy is rejected with the reason, its own checkpoints stay in the 5-minute window in which they appeared."""
+    name = campaign()
+    honest = run(RunSpec(generated_t6, "command", campaign=name, budget_s=180, grace_s=5, console=False,
+                         options={"command": ONE_EPOCH}))  # fmt: skip
+    assert honest.status == "success", honest.reason
+    earlier = honest.best.path
+    cheat = f"cp {earlier} checkpoints/stolen.pt && {ONE_EPOCH} && touch -d '+60 minutes' checkpoints/run_1_*.pt"
+    result = run(RunSpec(generated_t6, "command", campaign=name, repeat=2, budget_s=180, grace_s=5, console=False,
+                         options={"command": cheat}))  # fmt: skip
+    assert result.status == "success", result.reason
+    assert Path(result.best.path).name.startswith("run_1_")
+    stolen = [r for r in result.rejected_checkpoints if r["path"].endswith("stolen.pt")]
+    assert len(stolen) == 1 and "before the run started (its own time): copied in" in stolen[0]["reason"]
+    assert {e.window for e in result.evaluations} == {0} and all(0 < e.saved_s < 180 for e in result.evaluations)

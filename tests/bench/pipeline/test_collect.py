@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import torch
 
+from bench.pipeline.arrivals import Arrivals
 from bench.pipeline.collect import Checkpoint, scan, select
 from bench.tasks import Direction
 
@@ -44,7 +46,9 @@ def test_no_checkpoints_selects_nothing():
     assert sel.best is None and sel.candidates() == []
 
 
-def _save(path: Path, score: float, metric: str = "mse", mtime: float | None = None) -> None:
+def _save(
+    path: Path, score: float, metric: str = "mse", mtime: float | None = None, saved: float | None = None
+) -> None:
     torch.save(
         {
             "format": "1gc-7rc/checkpoint-v1",
@@ -54,7 +58,7 @@ def _save(path: Path, score: float, metric: str = "mse", mtime: float | None = N
             "val_score": score,
             "metric": metric,
             "step": 1,
-            "time": 0.0,
+            "time": saved if saved is not None else mtime if mtime is not None else time.time(),
         },
         path,
     )
@@ -78,3 +82,40 @@ def test_scan_reads_metadata_times_files_and_rejects_malformed_ones(tmp_path):
     reasons = {r.path.name: r.reason for r in rejected}
     assert set(reasons) == {"other_metric.pt", "too_late.pt", "nan.pt", "garbage.pt", "no_config.pt"}
     assert "deadline" in reasons["too_late.pt"] and "mae" in reasons["other_metric.pt"]
+
+
+def test_the_harness_clock_places_checkpoints_not_their_mtime_and_copies_are_rejected(tmp_path):
+    start = 1_000_000.0
+    _save(tmp_path / "future_mtime.pt", 0.2, mtime=start + 4000)  # touch -d '+1 hour': neither late nor window 13
+    _save(tmp_path / "copied_in.pt", 0.01, mtime=start + 10, saved=start - 3600)  # cp from an earlier run
+    _save(tmp_path / "back_dated.pt", 0.02, mtime=start - 3600, saved=start + 10)  # touch -d '1 hour ago'
+    _save(tmp_path / "unseen.pt", 0.03, mtime=start + 20)  # never listed while the run went on
+    seen = {tmp_path / n: start + 30 for n in ("future_mtime.pt", "copied_in.pt", "back_dated.pt")}
+    found, rejected = scan(tmp_path, started_at=start, metric="mse", deadline_s=1000, arrivals=seen)
+    assert [(c.path.name, c.saved_s, c.window) for c in found] == [("future_mtime.pt", 30.0, 0)]
+    reasons = {r.path.name: r.reason for r in rejected}
+    assert reasons == {
+        "copied_in.pt": "saved 3600 s before the run started (its own time): copied in",
+        "back_dated.pt": "modified 3600 s before the run started: copied in or back-dated",
+        "unseen.pt": "not seen in checkpoints/ while the run was going on",
+    }
+
+
+def test_arrivals_notes_first_sight_and_takes_a_last_look_when_stopped(tmp_path):
+    (tmp_path / "before.pt").write_bytes(b"x")
+    t0 = time.time()
+    arrivals = Arrivals(tmp_path, interval=0.05).start()
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "during.pt").write_bytes(b"y")
+    deadline = time.time() + 30
+    while tmp_path / "sub" / "during.pt" not in arrivals.seen and time.time() < deadline:
+        time.sleep(0.05)
+    first = arrivals.seen[tmp_path / "sub" / "during.pt"]
+    os.utime(tmp_path / "sub" / "during.pt", (t0 - 3600, t0 - 3600))  # a later touch changes nothing
+    arrivals.interval = 3600  # no more polls: only stop()'s last look can see the next file
+    time.sleep(0.2)
+    (tmp_path / "last.pt").write_bytes(b"z")
+    seen = arrivals.stop()
+    assert set(seen) == {tmp_path / "before.pt", tmp_path / "sub" / "during.pt", tmp_path / "last.pt"}
+    assert t0 <= seen[tmp_path / "before.pt"] <= first <= seen[tmp_path / "last.pt"] <= time.time()
+    assert seen[tmp_path / "sub" / "during.pt"] == first

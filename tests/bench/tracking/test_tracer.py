@@ -201,3 +201,43 @@ def test_torch_compiled_script_is_one_launch(ws):
     assert proc.returncode == 0, proc.stderr.read()
     ev = events(ws)
     assert list(ev) == ["run_c.py"] and ev["run_c.py"][-1]["status"] == "FINISHED"
+
+
+def test_forged_spool_events_upload_nothing_from_outside_and_leave_no_ghost_run(ws, tmp_path):
+    """The spool is written by the agent's processes. A forged start (a path as its name, pid 1, which never
+    exits), checkpoint events naming a host file, a link out of checkpoints/, and a line too long to be an event:
+    nothing outside checkpoints/ is uploaded, the name is a plain file name, the run ends KILLED, not RUNNING."""
+    import mlflow
+
+    (ws / "checkpoints").mkdir(exist_ok=True)
+    secret = tmp_path / "outside" / "secret.txt"
+    secret.parent.mkdir()
+    secret.write_text("harness-side file")
+    (ws / "checkpoints" / "link.pt").symlink_to(secret)
+    (ws / "checkpoints" / "real.pt").write_bytes(b"weights")
+    spool = ws / ".bench" / "spool"
+    spool.mkdir(parents=True, exist_ok=True)
+    lines = [
+        {"ev": "start", "t": time.time(), "pid": 1, "script": "../../../etc/evil.py", "argv": "not a list"},
+        {"ev": "checkpoint", "t": time.time(), "path": str(secret), "val_score": 0.1, "metric": "mse"},
+        {"ev": "checkpoint", "t": time.time(), "path": str(ws / "checkpoints" / "link.pt"), "val_score": "x"},
+        {"ev": "checkpoint", "t": "later", "path": str(ws / "checkpoints" / "real.pt"), "val_score": 0.2},
+    ]
+    text = "".join(json.dumps(e) + "\n" for e in lines) + "x" * 100_000 + "\n" + '{"ev": "end", "status": "RUNNING"'
+    (spool / f"{time.time_ns()}-1.jsonl").write_text(text)
+
+    writer = MlflowWriter(f"test-forged-{uuid.uuid4().hex[:8]}")
+    parent = writer.create_run("agent", {schema.KIND: schema.KIND_AGENT})
+    state = tmp_path / "run" / "relay.json"
+    state.parent.mkdir()
+    relay = Relay(writer, parent, spool, {}, checkpoints_dir=ws / "checkpoints", state_file=state)
+    summary = relay.finalize()
+    (script,) = summary["scripts"]
+    assert script["script"] == ".._.._.._etc_evil.py" and script["status"] == "KILLED"
+    run = mlflow.tracking.MlflowClient().get_run(script["run_id"])
+    assert run.info.status == "KILLED" and run.info.run_name == ".._.._.._etc_evil.py"
+    uploaded = [a.path for a in mlflow.tracking.MlflowClient().list_artifacts(script["run_id"], "checkpoints")]
+    assert uploaded == ["checkpoints/real.pt"]  # not the host file, not the link to it
+    reasons = [c.get("not_uploaded", "") for c in relay.scripts[next(iter(relay.scripts))].checkpoints]
+    assert [r.startswith("not a file of") for r in reasons] == [True, True, False]
+    assert state.is_file() and not (ws / ".bench" / "relay.json").exists()  # progress kept harness-side
