@@ -75,8 +75,10 @@ def run(spec: RunSpec) -> RunResult:
     watched = watch.watch(agent, spec.budget, spec.grace_s, on_tick=_status_ticker(agent, relay))  # 3
     scripts = relay.finalize()
     deadline = spec.budget + spec.grace_s
-    arrivals = agent.arrivals.seen
-    collected = collect.collect(ws.checkpoints, agent.started_at, task.metric, task.direction, deadline, arrivals)  # 4
+    ran = _scripts_that_ran(agent, scripts)
+    collected = collect.collect(  # 4
+        ws.checkpoints, agent.started_at, task.metric, task.direction, deadline, agent.arrivals.seen, ran
+    )
     evaluations = evaluate.evaluate_candidates(ws, collected.selection, data_dir, device, spec.console)  # 5
     audited = audit.audit(ws, locked_sha)  # 6
     result = _result(spec, ws, device, agent, watched, scripts, collected, evaluations, audited, relay.parent_run)
@@ -95,6 +97,13 @@ def _partial_notes(spec: RunSpec) -> list[str]:
     if spec.no_weights and spec.task.weights:
         notes.append("the pretrained weights were not provided (--no-weights)")
     return notes
+
+
+def _scripts_that_ran(agent: launch.LaunchedAgent, scripts: dict) -> set[str]:
+    """Top-level workspace scripts the tracer or the process monitor saw running, and the baseline train.py:
+    the only code a checkpoint may name for its ``build_model``."""
+    traced = {s["script"] for s in scripts.get("scripts", [])}
+    return traced | {seen.script for seen in agent.monitor.launches.values()} | {"train.py"}
 
 
 def _status_ticker(agent: launch.LaunchedAgent, relay: Relay) -> watch.Tick:

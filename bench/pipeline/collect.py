@@ -88,11 +88,14 @@ def scan(
     metric: str,
     deadline_s: float | None = None,
     arrivals: dict[Path, float] | None = None,
+    scripts: set[str] | None = None,
 ) -> tuple[list[Checkpoint], list[Rejected]]:
     """Every readable scored checkpoint under ``directory``; the others with the reason they were skipped.
 
     ``arrivals`` (from :class:`~bench.pipeline.arrivals.Arrivals`): when each file was first seen; a file the
-    harness never saw during the run is rejected.
+    harness never saw during the run is rejected. ``scripts``: the top-level workspace scripts that ran (traced
+    or seen running) plus ``train.py``; a checkpoint naming any other code (``../x.py``, an absolute path, a
+    file that never ran) is rejected, since its ``build_model`` is what the official evaluation would run.
     """
     found, rejected = [], []
     for path in sorted(p for p in Path(directory).rglob("*") if p.is_file() and not p.name.endswith(".tmp")):
@@ -105,7 +108,9 @@ def scan(
             why = str(e) if isinstance(e, NotACheckpoint) else f"unreadable checkpoint: {type(e).__name__}: {e}"
             rejected.append(Rejected(path, why))
             continue
-        if ckpt.metric != metric:
+        if scripts is not None and ckpt.script not in scripts:
+            rejected.append(Rejected(path, f"names the script {ckpt.script[:200]!r}, not a workspace script that ran"))
+        elif ckpt.metric != metric:
             rejected.append(Rejected(path, f"metric {ckpt.metric!r} is not the task's {metric!r}"))
         elif deadline_s is not None and ckpt.saved_s > deadline_s:
             rejected.append(Rejected(path, f"saved {ckpt.saved_s:.0f} s after start, past the deadline"))
@@ -163,7 +168,8 @@ def collect(
     direction: Direction,
     deadline_s: float,
     arrivals: dict[Path, float] | None = None,
+    scripts: set[str] | None = None,
 ) -> Collected:
     """Scan ``directory`` for scored checkpoints that appeared before ``deadline_s`` and select the candidates."""
-    found, rejected = scan(directory, started_at, metric, deadline_s=deadline_s, arrivals=arrivals)
+    found, rejected = scan(directory, started_at, metric, deadline_s=deadline_s, arrivals=arrivals, scripts=scripts)
     return Collected(found, rejected, select(found, direction))

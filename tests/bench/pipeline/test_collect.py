@@ -119,3 +119,23 @@ def test_arrivals_notes_first_sight_and_takes_a_last_look_when_stopped(tmp_path)
     assert set(seen) == {tmp_path / "before.pt", tmp_path / "sub" / "during.pt", tmp_path / "last.pt"}
     assert t0 <= seen[tmp_path / "before.pt"] <= first <= seen[tmp_path / "last.pt"] <= time.time()
     assert seen[tmp_path / "sub" / "during.pt"] == first
+
+
+def test_a_checkpoint_may_name_only_a_workspace_script_that_ran(tmp_path):
+    start = time.time() - 10
+    for name, script in (
+        ("ran.pt", "run_1.py"),
+        ("up.pt", "../evil.py"),
+        ("abs.pt", "/tmp/evil.py"),
+        ("no.pt", "run_9.py"),
+    ):
+        _save(tmp_path / name, 0.3)
+        payload = torch.load(tmp_path / name, weights_only=True)
+        torch.save({**payload, "script": script}, tmp_path / name)
+    found, rejected = scan(tmp_path, started_at=start, metric="mse", scripts={"run_1.py", "train.py"})
+    assert [c.path.name for c in found] == ["ran.pt"]
+    assert {r.path.name: r.reason for r in rejected} == {
+        "up.pt": "names the script '../evil.py', not a workspace script that ran",
+        "abs.pt": "names the script '/tmp/evil.py', not a workspace script that ran",
+        "no.pt": "names the script 'run_9.py', not a workspace script that ran",
+    }
