@@ -19,7 +19,7 @@ from pathlib import Path
 from bench.pipeline.collect import Selection
 from bench.pipeline.workspace import Workspace
 from bench.result import Evaluation, Official
-from bench.tasks import Task
+from bench.tasks import Task, data
 
 # An agent script that trains at import time (no `if __name__ == "__main__":` guard) would hang
 # the evaluation; this bounds it (BENCH_EVAL_TIMEOUT, seconds).
@@ -89,8 +89,16 @@ def evaluate(
 def evaluate_candidates(
     ws: Workspace, selection: Selection, data_dir: Path, device: str, console: bool = True
 ) -> list[Evaluation]:
-    """Official evaluation of each distinct candidate (the overall best first, then each window's best)."""
+    """Official evaluation of each distinct candidate (the overall best first, then each window's best).
+
+    The prepared data are verified first: if anything changed them during the run, no candidate is scored
+    against them and each evaluation carries the reason instead.
+    """
     done: dict[Path, Official] = {}
+    try:
+        data.verify_prepared(ws.task)
+    except data.DataError as e:
+        done = {ckpt.path: Official.from_dict({"error": str(e)}) for _, ckpt in selection.candidates()}
     out = []
     for label, ckpt in selection.candidates():
         if ckpt.path not in done:

@@ -225,6 +225,35 @@ def _expected_marker(task: Task) -> dict[str, object]:
     }
 
 
+def _content(folder: Path) -> dict[str, str]:
+    """sha256 of every file of a prepared folder (the marker excepted), by path relative to it."""
+    files = sorted(p for p in folder.rglob("*") if p.is_file() and p.name != MARKER)
+    return {str(p.relative_to(folder)): sha256(p) for p in files}
+
+
+def verify_prepared(task: Task) -> None:
+    """Raise DataError unless the prepared data are byte for byte what ``prepare`` built.
+
+    The cache is shared by every run on the machine: a file changed, added or removed after the build (by an
+    agent that reached outside its workspace, or by hand) would change the data of every later run and the
+    labels the official evaluation scores against, so it is checked before each run and each evaluation.
+    """
+    folder = prepared_dir(task)
+    try:
+        built = json.loads((folder / MARKER).read_text())["files"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise DataError(f"{task.id}: the prepared data in {folder} carry no content list; rebuild them: "
+                        f"bench data prepare {task.id} --force") from e  # fmt: skip
+    now = _content(folder)
+    changed = sorted(k for k in set(built) | set(now) if built.get(k) != now.get(k))
+    if changed:
+        raise DataError(
+            f"{task.id}: the prepared data in {folder} changed since they were built ({len(changed)} file(s): "
+            f"{', '.join(changed[:5])}): something wrote into the harness's cache. Rebuild them with "
+            f"`bench data prepare {task.id} --force` (and find out what wrote there)."
+        )
+
+
 def is_prepared(task: Task) -> bool:
     """True when the prepared data was built by this ``prepare.py`` from sources with these checksums."""
     try:
@@ -232,6 +261,8 @@ def is_prepared(task: Task) -> bool:
     except (OSError, ValueError):
         return False
     if not isinstance(marker, dict) or any(marker.get(k) != v for k, v in _expected_marker(task).items()):
+        return False
+    if not isinstance(marker.get("files"), dict):  # built before content lists existed: build again, once
         return False
     by_name = {s.file: s for s in task.data}  # a full file obtained since the partial build: rebuild from it
     return not any(name in by_name and _present(task, by_name[name]) for name in marker.get("substituted", []))
@@ -295,9 +326,13 @@ def _run_prepare(task: Task, raw: Path, out: Path) -> None:
 
 
 def prepare(task: Task, *, force: bool = False, progress: bool = True) -> Path:
-    """Fetch the task's sources and build its prepared data, unless up to date (``force`` rebuilds anyway)."""
+    """Fetch the task's sources and build its prepared data, unless up to date (``force`` rebuilds anyway).
+
+    Prepared data that are up to date are verified against the content list of their build (DataError if
+    anything changed since): the same bytes for every run."""
     final = prepared_dir(task)
     if not force and is_prepared(task):
+        verify_prepared(task)
         return final
     raw = raw_dir(task)
     substituted, absent = fetch_sources(task, mirror=mirror_root(), progress=progress)
@@ -309,6 +344,7 @@ def prepare(task: Task, *, force: bool = False, progress: bool = True) -> Path:
         _run_prepare(task, raw, tmp)
         now = datetime.now(UTC).isoformat(timespec="seconds")
         marker = {**_expected_marker(task), "substituted": substituted, "absent_optional": absent, "prepared_at": now}
+        marker["files"] = _content(tmp)
         (tmp / MARKER).write_text(json.dumps(marker, indent=2) + "\n")
         if final.exists():  # rename() cannot replace a non-empty folder: move the old one aside first
             old = final.with_name(f".{task.name}.old-{os.getpid()}")

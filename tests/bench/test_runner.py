@@ -298,3 +298,26 @@ def test_a_copied_in_checkpoint_is_rejected_and_touched_files_keep_their_true_wi
     stolen = [r for r in result.rejected_checkpoints if r["path"].endswith("stolen.pt")]
     assert len(stolen) == 1 and "before the run started (its own time): copied in" in stolen[0]["reason"]
     assert {e.window for e in result.evaluations} == {0} and all(0 < e.saved_s < 180 for e in result.evaluations)
+
+
+POISON = (
+    "python -c \"import os; p = os.path.join(os.environ['BENCH_CACHE_DIR'], 'prepared', "
+    "'t6_time_series_forecasting', 'test.npy'); b = open(p, 'rb').read(); open(p, 'wb').write(b[:-8] + bytes(8))\""
+)
+
+
+def test_an_agent_that_writes_into_the_prepared_cache_gets_no_score_and_stops_the_next_run(generated_t6):
+    """The harness's prepared data are shared by every run: an agent that reaches them (here through the
+    environment's BENCH_CACHE_DIR) is not scored against what it wrote, and the next run refuses to start."""
+    from bench.tasks import data
+
+    name = campaign()
+    spec = RunSpec(generated_t6, "command", campaign=name, budget_s=180, grace_s=5, console=False)
+    spec.options = {"command": f"{ONE_EPOCH} && {POISON}"}
+    result = run(spec)
+    assert result.status == "failed" and result.score is None
+    assert "changed since they were built (1 file(s): test.npy)" in result.reason
+    assert all(not e.official.ok for e in result.evaluations) and result.result_file.is_file()
+    with pytest.raises(data.DataError, match="bench data prepare t6 --force"):
+        run(RunSpec(generated_t6, "baseline", campaign=name, repeat=2, budget_s=60, grace_s=5, console=False))
+    assert len(runs_of(name, schema.KIND_AGENT)) == 1  # the refused run left nothing half-made in MLflow

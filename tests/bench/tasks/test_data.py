@@ -418,3 +418,32 @@ def test_manifest_folder_is_copied_verified_and_atomic(tmp_path: Path, mirror: P
     assert names(tmp_path / "raw2") == [".sample.manifest"]  # no half-copied folder
     with pytest.raises(DataError, match="set BENCH_DATA_MIRROR"):
         fetch_tree(source, tmp_path / "raw3", mirror=None)
+
+
+def test_prepared_data_are_verified_against_their_build(generated_t6):
+    """A changed, added or removed prepared file stops the next use with what to do; --force rebuilds."""
+    import json
+
+    from bench.tasks import data
+
+    folder = data.prepare(generated_t6, progress=False)
+    marker = json.loads((folder / ".complete").read_text())
+    assert set(marker["files"]) == {"meta.json", "train.npy", "val.npy", "test.npy"}
+    data.verify_prepared(generated_t6)  # as built: nothing to say
+    original = (folder / "test.npy").read_bytes()
+    for damage in (
+        lambda: (folder / "test.npy").write_bytes(original[:-8] + b"\0" * 8),  # the labels of the last window
+        lambda: (folder / "extra.npy").write_bytes(b"x"),
+        lambda: (folder / "val.npy").unlink(),
+    ):
+        damage()
+        with pytest.raises(data.DataError, match=r"changed since they were built .*bench data prepare t6 --force"):
+            data.prepare(generated_t6, progress=False)
+        data.prepare(generated_t6, force=True, progress=False)
+        data.verify_prepared(generated_t6)
+    assert (folder / "test.npy").read_bytes() == original and not (folder / "extra.npy").exists()
+    del marker["files"]  # a cache built before content lists: rebuilt once, then verified
+    (folder / ".complete").write_text(json.dumps(marker))
+    assert not data.is_prepared(generated_t6)
+    data.prepare(generated_t6, progress=False)
+    assert "files" in json.loads((folder / ".complete").read_text())
