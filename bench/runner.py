@@ -54,13 +54,14 @@ def run(spec: RunSpec) -> RunResult:
     device = spec.device or evaluate.default_device()
     data_dir = data.prepare(task, progress=spec.console)
     weight_files = [] if spec.no_weights else weights.for_task(task)  # raises with instructions when missing
+    notes = _partial_notes(spec)  # read from the verified cache now, before any agent code runs
 
     ws = workspace.create(  # 1
         task, data_dir, campaign=spec.campaign, agent=spec.agent, repeat=spec.repeat, weights=weight_files
     )
     locked_sha = ws.locked_hashes()
     print(f"[bench] {spec.label}: workspace {ws.path} (budget {fmt_s(spec.budget)})", flush=True)
-    writer, relay = _track_live(spec, ws)
+    writer, relay = _track_live(spec, ws, notes)
 
     agent = launch.launch(  # 2
         adapter,
@@ -81,7 +82,7 @@ def run(spec: RunSpec) -> RunResult:
     )
     evaluations = evaluate.evaluate_candidates(ws, collected.selection, data_dir, device, spec.console)  # 5
     audited = audit.audit(ws, locked_sha)  # 6
-    result = _result(spec, ws, device, agent, watched, scripts, collected, evaluations, audited, relay.parent_run)
+    result = _result(spec, ws, device, notes, agent, watched, scripts, collected, evaluations, audited, relay)
     record.save(result, writer, ws)  # 7
 
     score = f"{result.score:.4f}" if result.score is not None else "-"
@@ -118,16 +119,17 @@ def _result(
     spec: RunSpec,
     ws: workspace.Workspace,
     device: str,
+    notes: list[str],
     agent: launch.LaunchedAgent,
     watched: watch.Watched,
     scripts: dict,
     collected: collect.Collected,
     evaluations: list[Evaluation],
     audited: Audit,
-    run_id: str | None,
+    relay: Relay,
 ) -> RunResult:
     """Everything the steps produced, as one :class:`RunResult` with its outcome decided."""
-    task, notes = spec.task, _partial_notes(spec)
+    task = spec.task
     agent_events = agent.stream.summary()
     rejected = [{"path": str(r.path), "reason": r.reason} for r in collected.rejected]
     decided = outcome.decide(
@@ -165,23 +167,23 @@ def _result(
         audit=audited,
         evaluations=evaluations,
         agent_events=agent_events,
-        partial_data=bool(notes),
-        partial_data_notes=notes,
         scripts=scripts,
         launches_observed=[seen.to_dict() for seen in agent.monitor.launches.values()],
         checkpoints_found=len(collected.found),
         rejected_checkpoints=rejected,
-        mlflow_run_id=run_id,
+        mlflow_run_id=relay.parent_run,
+        partial_data=bool(notes),
+        partial_data_notes=notes,
     )
 
 
-def _track_live(spec: RunSpec, ws: workspace.Workspace) -> tuple[MlflowWriter, Relay]:
+def _track_live(spec: RunSpec, ws: workspace.Workspace, notes: list[str]) -> tuple[MlflowWriter, Relay]:
     """Open the agent run now (the UI shows it live) and start relaying the scripts' spool; failures only degrade."""
     writer = MlflowWriter(spec.campaign)
     tags = {
         **schema.agent_run_tags(spec.campaign, spec.agent, spec.model, spec.task.id, spec.repeat, str(ws.run_dir)),
         schema.STATUS: "running",
-        schema.PARTIAL_DATA: str(bool(_partial_notes(spec))).lower(),
+        schema.PARTIAL_DATA: str(bool(notes)).lower(),
     }
     parent = record.open_agent_run(writer, spec.label, tags)
     base = schema.run_tags(spec.campaign, spec.agent, spec.task.id, spec.repeat)

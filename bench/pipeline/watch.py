@@ -3,13 +3,9 @@
 At the budget the whole tree (:mod:`bench.processes`) gets SIGTERM so that scripts can finish writing a
 checkpoint; at budget + grace the survivors get SIGKILL. Decision: the agent's session *is* the run, so when the
 agent exits before the budget the runner calls :func:`~bench.processes.end_tree` too and scripts it left behind
-are ended (they would hold the GPU of the next run and write checkpoints after scoring). Runner sketch::
-
-    proc = subprocess.Popen(cmd, start_new_session=True, env={**env, "BENCH_RUN_TOKEN": token})
-    wd = Watchdog(proc, budget_s, token=token, on_tick=show_status).start()
-    proc.wait()
-    wd.stop()  # after a timeout this lets the grace play out (it ends early once the tree is empty)
-    end_tree(proc.pid, token)
+are ended (they would hold the GPU of the next run and write checkpoints after scoring). :func:`watch` does
+all of it for a launched agent: start the :class:`Watchdog`, wait, let the grace play out after a timeout, end
+the tree, then stop the launch monitor and the checkpoint arrivals and drain the agent's output.
 """
 
 from __future__ import annotations

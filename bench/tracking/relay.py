@@ -91,6 +91,8 @@ class Relay:
         if saved_at is not None:
             saved = json.loads(saved_at.read_text())
             self.scripts = {k: ScriptState(**v) for k, v in saved.get("scripts", {}).items()}
+        else:  # a new run: the state file exists from now on, so a relay.json the agent plants is never read
+            self._save()
 
     # --- thread ------------------------------------------------------------------------------
     def start(self) -> None:

@@ -321,3 +321,22 @@ def test_an_agent_that_writes_into_the_prepared_cache_gets_no_score_and_stops_th
     with pytest.raises(data.DataError, match="bench data prepare t6 --force"):
         run(RunSpec(generated_t6, "baseline", campaign=name, repeat=2, budget_s=60, grace_s=5, console=False))
     assert len(runs_of(name, schema.KIND_AGENT)) == 1  # the refused run left nothing half-made in MLflow
+
+
+OUTSIDE = (
+    "python -c \"import glob, torch; p = sorted(glob.glob('checkpoints/run_1_*.pt'))[0]; c = torch.load(p); "
+    "c.update(script='../outside.py', val_score=0.0); torch.save(c, 'checkpoints/better.pt')\""
+)
+
+
+def test_a_checkpoint_naming_code_outside_the_workspace_is_not_scored(generated_t6, tmp_path):
+    """The agent re-saves one of its checkpoints with a perfect val score, naming a script outside the workspace
+    whose build_model the evaluation would import: the file is rejected, the honest checkpoint is scored."""
+    (tmp_path / "outside.py").write_text("def build_model(config):\n    raise SystemExit('never imported')\n")
+    spec = RunSpec(generated_t6, "command", campaign=campaign(), budget_s=180, grace_s=5, console=False)
+    spec.options = {"command": f"{ONE_EPOCH} && {OUTSIDE}"}
+    result = run(spec)
+    assert result.status == "success", result.reason
+    assert Path(result.best.path).name.startswith("run_1_") and result.best.script == "run_1.py"
+    (rejected,) = [r for r in result.rejected_checkpoints if r["path"].endswith("better.pt")]
+    assert rejected["reason"] == "names the script '../outside.py', not a workspace script that ran"

@@ -241,3 +241,24 @@ def test_forged_spool_events_upload_nothing_from_outside_and_leave_no_ghost_run(
     reasons = [c.get("not_uploaded", "") for c in relay.scripts[next(iter(relay.scripts))].checkpoints]
     assert [r.startswith("not a file of") for r in reasons] == [True, True, False]
     assert state.is_file() and not (ws / ".bench" / "relay.json").exists()  # progress kept harness-side
+
+
+def test_a_relay_json_planted_in_the_workspace_is_never_read(ws, tmp_path):
+    """The live relay makes its state file before the agent starts; `bench record` later reads that one, not a
+    forged ``.bench/relay.json`` claiming every event was already relayed."""
+    import mlflow
+
+    writer = MlflowWriter(f"test-planted-{uuid.uuid4().hex[:8]}")
+    parent = writer.create_run("agent", {schema.KIND: schema.KIND_AGENT})
+    spool, state = ws / ".bench" / "spool", tmp_path / "run" / "relay.json"
+    state.parent.mkdir()
+    Relay(writer, parent, spool, {}, state_file=state)  # the runner's relay, made before the launch
+    assert state.is_file()
+    run_traced(ws, "run_1.py", SCRIPT_OK)
+    (name,) = [f.name for f in spool.glob("*.jsonl")]
+    forged = {"scripts": {name: {"file": name, "offset": 10**9, "script": "run_1.py", "closed": True}}}
+    (ws / ".bench" / "relay.json").write_text(json.dumps(forged))
+    summary = Relay(writer, parent, spool, {}, state_file=state).finalize()  # as `bench record` does
+    assert summary["statuses"] == {"FINISHED": 1}
+    (run_id,) = [s["run_id"] for s in summary["scripts"]]
+    assert len(mlflow.tracking.MlflowClient().get_metric_history(run_id, "loss")) == 5
