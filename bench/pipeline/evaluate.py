@@ -1,9 +1,10 @@
-"""Evaluate (pipeline step 5; paper §3.3 step 5 and rule 8): the ORIGINAL prepare.py scores each candidate checkpoint.
+"""Evaluate (pipeline step 5; paper §3.3 step 5 and rule 8): each candidate checkpoint scored where no agent can reach.
 
-The evaluation happens outside the agent's workspace, in a fresh folder holding the task's
-original ``prepare.py`` (never the workspace copy), the agent's top-level scripts (for their
-``build_model``) and nothing else; the data are read from the harness's prepared cache. It
-runs in a subprocess without the tracer, and what it prints is the official result.
+For each candidate a fresh folder outside the workspace is staged with the task's ORIGINAL locked files (never
+the workspace copies), the agent's top-level scripts (for their ``build_model``) and a copy of the checkpoint,
+and nothing else. The trusted scorer (:mod:`bench.scoring.scorer`, a subprocess) reads the inputs and labels
+from the harness's prepared cache, runs the model in a sandboxed predictor that sees only that folder, computes
+the task's metric and probes the forward contract; what it prints is the official result.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import time
 from pathlib import Path
 
 from bench.pipeline.collect import Selection
+from bench.pipeline.launch import HARNESS_ONLY
 from bench.pipeline.workspace import Workspace
 from bench.result import Evaluation, Official
 from bench.tasks import Task, data
@@ -35,59 +37,57 @@ def default_device() -> str:
         return "cpu"
 
 
-def stage(task: Task, workspace: Path, dest: Path) -> Path:
-    """Build the evaluation folder: the original locked files + the workspace's scripts (not its locked copies)."""
+CHECKPOINT = "checkpoint.pt"  # the candidate's name inside its evaluation folder
+
+
+def stage(task: Task, workspace: Path, dest: Path, checkpoint: Path | None = None) -> Path:
+    """Build the evaluation folder: the original locked files + the workspace's scripts (not its locked copies)
+    + the checkpoint as ``checkpoint.pt``. Only regular files are copied: a link cannot point the predictor out."""
     dest.mkdir(parents=True, exist_ok=True)
     for script in workspace.glob("*.py"):
-        if script.name not in task.locked_files:
-            shutil.copy2(script, dest / script.name)
+        if script.name not in task.locked_files and script.is_file() and not script.is_symlink():
+            shutil.copyfile(script, dest / script.name)
     for name in task.locked_files:
-        shutil.copy2(task.file(name), dest / name)
+        shutil.copyfile(task.file(name), dest / name)
+    if checkpoint is not None:
+        shutil.copyfile(checkpoint, dest / CHECKPOINT)
     return dest
 
 
 def evaluate(
     task: Task,
-    checkpoint: Path,
     eval_dir: Path,
     data_dir: Path,
     *,
-    script: str | None = None,
+    script: str,
     device: str | None = None,
     timeout_s: float = EVAL_TIMEOUT_S,
+    sandboxed: bool = True,
 ) -> Official:
-    """Run ``prepare.py --eval`` in ``eval_dir``: its JSON as an :class:`Official` score, or why there is none."""
-    cmd = [
-        sys.executable,
-        "prepare.py",
-        "--eval",
-        str(checkpoint),
-        "--data-dir",
-        str(data_dir),
-        "--device",
-        device or default_device(),
-    ]
-    if script:
-        cmd += ["--script", script]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("BENCH_") and k != "PYTHONPATH"}
+    """Score the staged ``eval_dir`` with the trusted scorer: its JSON as an :class:`Official`, or why there is none."""
+    cmd = [sys.executable, "-m", "bench.scoring.scorer", "--task-dir", str(task.folder), "--data-dir", str(data_dir)]
+    cmd += ["--eval-dir", str(eval_dir), "--checkpoint", CHECKPOINT, "--script", script]
+    cmd += ["--device", device or default_device(), "--timeout", str(timeout_s)]
+    if not sandboxed:
+        cmd.append("--unsandboxed")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH" and k not in HARNESS_ONLY}
     t0 = time.time()
     try:
-        proc = subprocess.run(cmd, cwd=eval_dir, env=env, capture_output=True, text=True, timeout=timeout_s)
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout_s + 60)
     except subprocess.TimeoutExpired:
-        return Official.from_dict({"error": f"evaluation exceeded {timeout_s:.0f} s", "checkpoint": str(checkpoint)})
+        return Official.from_dict({"error": f"evaluation exceeded {timeout_s:.0f} s"})
     result = _last_json(proc.stdout)
     if result is None:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
-        result = {"error": f"prepare.py --eval printed no JSON (exit {proc.returncode}): " + " | ".join(tail)}
+        result = {"error": f"the scorer printed no JSON (exit {proc.returncode}): " + " | ".join(tail)}
     elif proc.returncode != 0 and "error" not in result:
-        result["error"] = f"prepare.py --eval exited {proc.returncode}"
-    result.setdefault("checkpoint", str(checkpoint))
+        result["error"] = f"the scorer exited {proc.returncode}"
     result["eval_wall_s"] = round(time.time() - t0, 3)
     return Official.from_dict(result)
 
 
 def evaluate_candidates(
-    ws: Workspace, selection: Selection, data_dir: Path, device: str, console: bool = True
+    ws: Workspace, selection: Selection, data_dir: Path, device: str, console: bool = True, sandboxed: bool = True
 ) -> list[Evaluation]:
     """Official evaluation of each distinct candidate (the overall best first, then each window's best).
 
@@ -102,10 +102,16 @@ def evaluate_candidates(
     out = []
     for label, ckpt in selection.candidates():
         if ckpt.path not in done:
-            eval_dir = stage(ws.task, ws.path, ws.eval_dir / f"{len(done):02d}-{ckpt.path.stem}"[:120])
+            eval_dir = ws.eval_dir / f"{len(done):02d}-{ckpt.path.stem}"[:120]
             if console:
                 print(f"[bench] evaluating {label}: {ckpt.path.name} (val {ckpt.val_score:.4f})", flush=True)
-            done[ckpt.path] = evaluate(ws.task, ckpt.path, eval_dir, data_dir, device=device)
+            try:
+                stage(ws.task, ws.path, eval_dir, ckpt.path)
+            except OSError as e:  # the checkpoint vanished or cannot be read
+                done[ckpt.path] = Official.from_dict({"error": f"cannot stage the checkpoint: {e}"})
+            else:
+                official = evaluate(ws.task, eval_dir, data_dir, script=ckpt.script, device=device, sandboxed=sandboxed)
+                done[ckpt.path] = Official.from_dict({**official.to_dict(), "checkpoint": str(ckpt.path)})
         out.append(Evaluation(candidate=label, official=done[ckpt.path], **ckpt.to_dict()))
     return out
 

@@ -106,7 +106,8 @@ def create(
     root: Path | None = None,
     weights: list[Path] | None = None,
 ) -> Workspace:
-    """Create the run directory with copies of the task files, the prepared data and any pretrained weights.
+    """Create the run directory with copies of the task files, the prepared data (less what the task holds out)
+    and any pretrained weights.
 
     Everything is copied, not linked: the agent may write into its copy without touching the
     originals that the official evaluation reads, and no link points out of the workspace (rule 5).
@@ -130,7 +131,13 @@ def create(
         for path in weights:
             shutil.copy2(path, ws.path / "weights" / path.name)
             os.chmod(ws.path / "weights" / path.name, READ_ONLY)
-    shutil.copytree(data_dir, ws.path / "data", ignore=shutil.ignore_patterns(".complete"))
+    # the prepared data without the held-out labels (rule 9): the agent gets train and val, the scorer the rest
+    held_out = {data_dir / name for name in task.held_out}
+    shutil.copytree(
+        data_dir,
+        ws.path / "data",
+        ignore=lambda folder, names: [n for n in names if n == ".complete" or Path(folder) / n in held_out],
+    )
     ws.checkpoints.mkdir()
     ws.spool_dir.mkdir(parents=True)
     return ws

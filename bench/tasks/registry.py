@@ -67,6 +67,9 @@ class Task:
     data: tuple[DataSource, ...] = field(default_factory=tuple)
     extra_locked: tuple[str, ...] = ()  # locked files besides prepare.py (T3's dinov3.py)
     weights: tuple[Weights, ...] = ()
+    # files of the prepared data kept out of every workspace: the labels of a test-scored task (paper rule 9);
+    # only the trusted scorer reads them
+    held_out: tuple[str, ...] = ()
 
     @property
     def locked_files(self) -> tuple[str, ...]:
@@ -125,6 +128,7 @@ def load_task(folder: Path) -> Task:
             data=sources,
             extra_locked=extra,
             weights=tuple(Weights(**w) for w in raw.get("weights", [])),
+            held_out=tuple(raw.get("held_out", ())),
         )
     except (KeyError, TypeError) as e:
         raise TaskError(f"{folder}/task.toml is missing or has a malformed field: {e}") from e

@@ -275,8 +275,39 @@ def load_build_model(script_path: str):
 def rebuild_model(payload: dict, script_path: str) -> nn.Module:
     """build_model(config) + load_state_dict(strict=True): exactly what the official evaluation does."""
     model = load_build_model(script_path)(payload["config"])
-    model.load_state_dict(payload["state_dict"], strict=True)
+    try:
+        model.load_state_dict(payload["state_dict"], strict=True)
+    except RuntimeError as e:
+        hint = ""
+        if any(str(k).startswith("_orig_mod.") for k in payload["state_dict"]):
+            hint = (" The keys start with '_orig_mod.': the model was saved after torch.compile();"
+                    " save the original module, save_checkpoint(model._orig_mod, ...).")
+        raise ValueError(f"the saved state_dict does not fit build_model(config) from {script_path} "
+                         f"under strict=True.{hint} Details: {e}") from e
     return model
+
+
+def self_check(checkpoint: str, script: str | None = None, split: str = EVAL_SPLIT, **eval_options) -> dict:
+    """Your own check of one checkpoint: rebuilt as the harness rebuilds it, scored by evaluate() in this process.
+
+    The official score comes from the harness, not from here: a sandboxed process runs the model and a
+    separate scorer, which never runs your code, holds the labels (of a test split: outside your workspace).
+    """
+    start = time.time()
+    if not os.path.isfile(checkpoint):
+        raise FileNotFoundError(f"checkpoint {checkpoint} does not exist")
+    try:
+        payload = load_checkpoint(checkpoint)
+    except Exception as e:
+        raise ValueError(f"cannot read checkpoint {checkpoint}: {e} (save it with prepare.save_checkpoint())") from e
+    given, script = script, script or payload.get("script")
+    if not script or not os.path.isfile(script):
+        named = f"--script names {given!r}" if given else f"the checkpoint names {payload.get('script')!r}"
+        raise FileNotFoundError(f"training script not found: {named}; pass --script PATH to the script that saved it")
+    model = rebuild_model(payload, script)
+    result = evaluate(model.to(eval_options.get("device", "cpu")), split, **eval_options)
+    return {"task": TASK_ID, "metric": METRIC, "value": result[METRIC], "direction": DIRECTION, "split": split,
+            "checkpoint": checkpoint, "script": script, "seconds": round(time.time() - start, 3), "n": result["n"]}
 # fmt: on
 
 

@@ -12,7 +12,7 @@
 #
 #   python prepare.py --prepare --raw-dir RAW --data-dir OUT
 #   python prepare.py --eval checkpoints/<file>.pt [--script PATH] [--data-dir DIR] [--device cpu|cuda]
-#                     [--batch-size N]
+#                     [--split val|test] [--batch-size N]      (your own check; the harness scores officially)
 # =============================================================================
 
 from __future__ import annotations
@@ -143,40 +143,72 @@ def load_split(split: str, data_dir: str = DATA_DIR) -> tuple[torch.Tensor, torc
 
 # ---------------------------------------------------------------------------
 # 4. Evaluation: the official metric
+# The harness scores a checkpoint in two processes: a sandboxed predictor runs
+# the model through forward() on the inputs of eval_batches(), and a scorer
+# that never runs your code compares its outputs with the targets in score().
+# evaluate() does all three in one process: call it for your validation score.
 # ---------------------------------------------------------------------------
+
+# The windows overlap: the input of window i+j holds the first j target rows of
+# window i. So the harness sends the test windows one at a time, in time order,
+# each only after the outputs for the one before came back: no input reveals a
+# target before it has been predicted. (Any batch size gives the same MSE.)
+FEED_BATCH_SIZE = 1
+
+
+def eval_batches(split: str = EVAL_SPLIT, data_dir: str = DATA_DIR, batch_size: int = 256) -> list:
+    """[(inputs, targets)] in time order: inputs {"x": [b, SEQ_LEN, 7]}, targets [b, PRED_LEN, 7] (numpy)."""
+    x, y = load_split(split, data_dir)
+    x, y = x.numpy(), y.numpy()
+    return [({"x": x[i : i + batch_size]}, y[i : i + batch_size]) for i in range(0, len(x), batch_size)]
+
+
+def forward(model: nn.Module, inputs: dict) -> torch.Tensor:
+    """The forward contract: model(x), x [batch, SEQ_LEN, 7] -> predictions [batch, PRED_LEN, 7].
+
+    Float32 on every device (no bf16 autocast): the split is small, and the score then
+    depends neither on bf16 rounding nor on bf16 support of the model's ops.
+    """
+    return model(inputs["x"])
+
+
+def score(outputs: list, targets: list) -> dict:
+    """MSE over every window, step and channel (normalised units): {"mse": float, "n": windows}."""
+    total, count = 0.0, 0
+    for pred, y in zip(outputs, targets, strict=True):
+        if pred.shape != y.shape:
+            raise ValueError(
+                f"model(x) returned {tuple(pred.shape)} for {len(y)} windows; expected a tensor "
+                f"of shape {tuple(y.shape)} = [batch, PRED_LEN={PRED_LEN}, channels={N_CHANNELS}]"
+            )
+        total += float(np.square((pred - y).astype(np.float64)).sum())
+        count += y.size
+    mse = total / count
+    if not math.isfinite(mse):
+        raise ValueError(f"the MSE is {mse}: the model produced non-finite predictions")
+    return {METRIC: mse, "n": sum(len(y) for y in targets)}
 
 
 @torch.no_grad()
 def evaluate(
     model: nn.Module, split: str = EVAL_SPLIT, data_dir: str = DATA_DIR, device: str = "cpu", batch_size: int = 256
 ) -> dict:
-    """MSE of model(x) against y over every window, step and channel of `split` (normalised units).
+    """score(forward(model, inputs)) over `split` in this process: {"mse": float, "n": windows}.
 
-    Returns {"mse": float, "n": number of windows}. Call it with split="val" for the validation
-    score your script reports: it is then exactly the official metric on the validation split.
-    Runs in float32 on every device (no bf16 autocast, even on CUDA): the whole split is only 2,785
-    windows, and the score then does not depend on bf16 rounding or on bf16 support of the model's ops.
+    Call it with split="val" for the validation score your script reports: it is then
+    exactly the official metric on the validation split.
     """
-    x, y = load_split(split, data_dir)
     was_training = model.training
     model.eval()
-    total = torch.zeros((), dtype=torch.float64, device=device)
-    for i in range(0, len(x), batch_size):  # fixed order, fixed batches: deterministic
-        xb = x[i : i + batch_size].to(device)
-        yb = y[i : i + batch_size].to(device)
-        pred = model(xb)
-        if not isinstance(pred, torch.Tensor) or pred.shape != yb.shape:
-            shape = tuple(pred.shape) if isinstance(pred, torch.Tensor) else type(pred).__name__
-            raise ValueError(
-                f"model(x) returned {shape} for x of shape {tuple(xb.shape)}; expected a tensor "
-                f"of shape {tuple(yb.shape)} = [batch, PRED_LEN={PRED_LEN}, channels={N_CHANNELS}]"
-            )
-        total += ((pred.float() - yb) ** 2).sum(dtype=torch.float64)
+    outputs, targets = [], []
+    for inputs, y in eval_batches(split, data_dir, batch_size):  # fixed order, fixed batches: deterministic
+        pred = forward(model, {k: torch.from_numpy(v).to(device) for k, v in inputs.items()})
+        if not isinstance(pred, torch.Tensor):
+            raise ValueError(f"model(x) returned {type(pred).__name__}; expected a tensor [batch, PRED_LEN, 7]")
+        outputs.append(pred.float().cpu().numpy())
+        targets.append(y)
     model.train(was_training)
-    mse = total.item() / y.numel()
-    if not math.isfinite(mse):
-        raise ValueError(f"the {split} MSE is {mse}: the model produced non-finite predictions")
-    return {METRIC: mse, "n": len(x)}
+    return score(outputs, targets)
 
 
 # fmt: off
@@ -277,61 +309,45 @@ def load_build_model(script_path: str):
 def rebuild_model(payload: dict, script_path: str) -> nn.Module:
     """build_model(config) + load_state_dict(strict=True): exactly what the official evaluation does."""
     model = load_build_model(script_path)(payload["config"])
-    model.load_state_dict(payload["state_dict"], strict=True)
+    try:
+        model.load_state_dict(payload["state_dict"], strict=True)
+    except RuntimeError as e:
+        hint = ""
+        if any(str(k).startswith("_orig_mod.") for k in payload["state_dict"]):
+            hint = (" The keys start with '_orig_mod.': the model was saved after torch.compile();"
+                    " save the original module, save_checkpoint(model._orig_mod, ...).")
+        raise ValueError(f"the saved state_dict does not fit build_model(config) from {script_path} "
+                         f"under strict=True.{hint} Details: {e}") from e
     return model
+
+
+def self_check(checkpoint: str, script: str | None = None, split: str = EVAL_SPLIT, **eval_options) -> dict:
+    """Your own check of one checkpoint: rebuilt as the harness rebuilds it, scored by evaluate() in this process.
+
+    The official score comes from the harness, not from here: a sandboxed process runs the model and a
+    separate scorer, which never runs your code, holds the labels (of a test split: outside your workspace).
+    """
+    start = time.time()
+    if not os.path.isfile(checkpoint):
+        raise FileNotFoundError(f"checkpoint {checkpoint} does not exist")
+    try:
+        payload = load_checkpoint(checkpoint)
+    except Exception as e:
+        raise ValueError(f"cannot read checkpoint {checkpoint}: {e} (save it with prepare.save_checkpoint())") from e
+    given, script = script, script or payload.get("script")
+    if not script or not os.path.isfile(script):
+        named = f"--script names {given!r}" if given else f"the checkpoint names {payload.get('script')!r}"
+        raise FileNotFoundError(f"training script not found: {named}; pass --script PATH to the script that saved it")
+    model = rebuild_model(payload, script)
+    result = evaluate(model.to(eval_options.get("device", "cpu")), split, **eval_options)
+    return {"task": TASK_ID, "metric": METRIC, "value": result[METRIC], "direction": DIRECTION, "split": split,
+            "checkpoint": checkpoint, "script": script, "seconds": round(time.time() - start, 3), "n": result["n"]}
 # fmt: on
 
 
 # ---------------------------------------------------------------------------
 # 6. Command line
 # ---------------------------------------------------------------------------
-
-
-def run_eval(args: argparse.Namespace) -> dict:
-    """The official evaluation of one checkpoint; raises with a clear message on any problem."""
-    start = time.time()
-    if not os.path.isfile(args.eval):
-        raise FileNotFoundError(f"checkpoint {args.eval} does not exist")
-    try:
-        payload = load_checkpoint(args.eval)
-    except Exception as e:
-        raise ValueError(f"cannot read checkpoint {args.eval}: {e} (save it with prepare.save_checkpoint())") from e
-    script = args.script or payload.get("script")
-    if not script or not os.path.isfile(script):
-        named = f"--script names {args.script!r}" if args.script else f"the checkpoint names {payload.get('script')!r}"
-        raise FileNotFoundError(f"training script not found: {named}; pass --script PATH to the script that saved it")
-    if not os.path.isfile(os.path.join(args.data_dir, f"{EVAL_SPLIT}.npy")):
-        raise FileNotFoundError(
-            f"no prepared data in {args.data_dir!r}: run `python prepare.py --prepare` first or pass --data-dir"
-        )
-    model = load_build_model(script)(payload["config"])
-    try:
-        model.load_state_dict(payload["state_dict"], strict=True)
-    except RuntimeError as e:
-        hint = ""
-        if any(str(k).startswith("_orig_mod.") for k in payload["state_dict"]):
-            hint = " The keys start with '_orig_mod.': the model was saved after torch.compile(); save model._orig_mod."
-        raise ValueError(
-            f"the saved state_dict does not fit build_model(config) from {script} under strict=True.{hint} Details: {e}"
-        ) from e
-    if args.device == "cuda":
-        torch.backends.cudnn.benchmark = False
-        torch.backends.cudnn.deterministic = True
-        torch.backends.cuda.matmul.allow_tf32 = False  # plain float32 matmuls, same as on CPU
-        torch.backends.cudnn.allow_tf32 = False
-    model = model.to(args.device)
-    result = evaluate(model, EVAL_SPLIT, args.data_dir, args.device, args.batch_size)
-    return {
-        "task": TASK_ID,
-        "metric": METRIC,
-        "value": result[METRIC],
-        "direction": DIRECTION,
-        "split": EVAL_SPLIT,
-        "checkpoint": args.eval,
-        "script": script,
-        "seconds": round(time.time() - start, 3),
-        "n": result["n"],
-    }
 
 
 def main() -> None:
@@ -343,6 +359,7 @@ def main() -> None:
     parser.add_argument("--data-dir", default=DATA_DIR, help="prepared data folder (default: data)")
     parser.add_argument("--script", help="training script with build_model (default: the checkpoint's)")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--split", choices=sorted(BORDERS), help="default: test if present, else val")
     parser.add_argument("--batch-size", type=int, default=256)
     args = parser.parse_args()
 
@@ -351,8 +368,10 @@ def main() -> None:
             parser.error("--prepare needs --raw-dir")
         prepare(args.raw_dir, args.data_dir)
         return
+    split = args.split or (EVAL_SPLIT if os.path.isfile(os.path.join(args.data_dir, f"{EVAL_SPLIT}.npy")) else "val")
     try:
-        result = run_eval(args)
+        result = self_check(args.eval, args.script, split, data_dir=args.data_dir, device=args.device,
+                            batch_size=args.batch_size)
     except Exception as e:  # any failure: one JSON line saying what to fix, exit 1
         print(json.dumps({"task": TASK_ID, "error": f"{type(e).__name__}: {e}"}))
         sys.exit(1)

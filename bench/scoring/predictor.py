@@ -1,0 +1,121 @@
+"""The sandboxed predictor: the only process of the official evaluation that runs the agent's code.
+
+Started by the scorer (:mod:`bench.scoring.scorer`) inside the sandbox, in a staged folder holding the task's
+ORIGINAL locked files, the agent's top-level scripts and one checkpoint, and nothing else: no labels, no data
+cache, no run directory, nothing writable, no network. It rebuilds the model exactly as the output contract says
+(``build_model(config)`` from the named script, ``load_state_dict(strict=True)``), then answers frames: the
+scorer sends a batch of evaluation inputs, the predictor returns the task's ``forward(model, inputs)`` for it.
+It never sees a label and never learns a score.
+
+Standard library, numpy and torch only (plus the staged task file): it runs as ``python -I predictor.py`` so that
+nothing of the harness's environment or of the working directory is imported by accident. The frames travel on
+duplicates of stdin/stdout made before any agent code runs; the agent's code then prints to stderr (the log),
+so nothing it prints can corrupt the pipe.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import sys
+import traceback
+
+PROTOCOL = 1
+
+
+def _pipes():
+    """Private copies of stdin/stdout for the frames; fd 0 becomes /dev/null and fd 1 the log (stderr)."""
+    rx = os.fdopen(os.dup(0), "rb", buffering=0)
+    tx = os.fdopen(os.dup(1), "wb")
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.dup2(2, 1)
+    return rx, tx
+
+
+def _import(path: str, name: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _build(prepare, checkpoint: str, script: str):
+    """The model of ``checkpoint``, rebuilt through ``script``'s build_model and loaded with strict=True."""
+    try:
+        payload = prepare.load_checkpoint(checkpoint)  # weights_only=True: a checkpoint cannot run code
+    except Exception as e:
+        raise ValueError(f"cannot read the checkpoint: {e} (save it with prepare.save_checkpoint())") from e
+    if not os.path.isfile(script):
+        raise FileNotFoundError(f"the training script {script} the checkpoint names is not in the evaluation folder")
+    try:
+        build_model = prepare.load_build_model(script)
+    except AttributeError as e:
+        raise AttributeError(f"{e}") from e
+    model = build_model(payload["config"])
+    try:
+        model.load_state_dict(payload["state_dict"], strict=True)
+    except RuntimeError as e:
+        hint = ""
+        if any(str(k).startswith("_orig_mod.") for k in payload["state_dict"]):
+            hint = (
+                " The keys start with '_orig_mod.': the model was saved after torch.compile(); "
+                "save the original module, save_checkpoint(model._orig_mod, ...)."
+            )
+        raise ValueError(
+            f"the saved state_dict does not fit build_model(config) from {script} under strict=True.{hint} Details: {e}"
+        ) from e
+    return model
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--checkpoint", required=True)
+    parser.add_argument("--script", required=True)
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    args = parser.parse_args()
+    rx, tx = _pipes()
+    folder = os.getcwd()
+    sys.path.insert(0, folder)  # the agent's own helper modules beside its script
+    from bench.scoring import wire  # the repo is readable in the sandbox; the import must precede agent code
+
+    try:
+        import numpy as np
+        import torch
+
+        prepare = _import(os.path.join(folder, "prepare.py"), "prepare")
+        if args.device == "cuda":  # plain float32 and deterministic kernels, as on a CPU
+            torch.backends.cudnn.benchmark = False
+            torch.backends.cudnn.deterministic = True
+            torch.backends.cuda.matmul.allow_tf32 = False
+            torch.backends.cudnn.allow_tf32 = False
+        model = _build(prepare, args.checkpoint, os.path.join(folder, args.script)).to(args.device).eval()
+        n_params = sum(p.numel() for p in model.parameters())
+    except BaseException as e:  # noqa: BLE001 - anything the agent's code raises is reported, never re-raised
+        traceback.print_exc()
+        wire.send_json(tx, {"error": f"{type(e).__name__}: {e}"})
+        return 1
+    wire.send_json(tx, {"ready": True, "protocol": PROTOCOL, "n_params": n_params})
+    while True:
+        frame = wire.receive(rx)
+        if frame.get("op") == "end":
+            return 0
+        try:
+            inputs = {k: torch.from_numpy(np.array(v)).to(args.device) for k, v in frame.items()}
+            with torch.no_grad():
+                out = prepare.forward(model, inputs)
+            if not isinstance(out, torch.Tensor):
+                raise TypeError(f"forward returned {type(out).__name__}, not a tensor")
+            out = out.detach().cpu()
+            out = out.float() if out.is_floating_point() else out
+            wire.send_arrays(tx, {"out": out.numpy()})
+        except BaseException as e:  # noqa: BLE001
+            traceback.print_exc()
+            wire.send_json(tx, {"error": f"{type(e).__name__}: {e}"})
+            return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,155 @@
+"""The trusted scorer: the official number of one checkpoint, computed where no agent code runs.
+
+    python -m bench.scoring.scorer --task-dir tasks/t6_... --data-dir CACHE --eval-dir STAGED \\
+        --checkpoint checkpoint.pt --script run_1.py [--device cpu|cuda] [--timeout S] [--unsandboxed]
+
+It imports the task's ORIGINAL ``prepare.py`` (from the task folder, never from the workspace) for three things
+the locked file defines once: ``eval_batches`` (inputs and labels, batched and ordered so that no input reveals
+a label before the outputs for it are returned), ``score`` (the metric) and the feed constants. It never imports,
+unpickles or executes anything from the workspace: the model runs in a sandboxed predictor process
+(:mod:`bench.scoring.predictor`) that receives inputs over a pipe and returns outputs. A second, fresh predictor
+then answers the forward-contract probes (:mod:`bench.scoring.checks`). Prints one JSON object, the official
+result (task, metric, value, direction, split, checkpoint, script, seconds, n, checks); on any failure the same
+object with ``error`` (and ``violation`` when the forward contract is broken) and no value.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import math
+import sys
+import time
+import tomllib
+from pathlib import Path
+
+import numpy as np
+
+from bench.scoring.checks import disagreement, probes
+from bench.scoring.session import PredictorError, Session
+
+
+class ContractViolation(RuntimeError):
+    """The model broke the forward contract (rule 7): the run is disqualified, not merely unscored."""
+
+
+def load_task_module(task_dir: Path):
+    """The task's original prepare.py, imported from the task folder (trusted, read-only to every agent)."""
+    spec = importlib.util.spec_from_file_location("_task_prepare", task_dir / "prepare.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def sandbox_wrap(eval_dir: Path):
+    """argv -> argv that runs the predictor in the sandbox: the staged folder readable, nothing writable, no net."""
+    from bench.sandbox import predictor_sandbox
+
+    return predictor_sandbox(eval_dir)
+
+
+def score_checkpoint(
+    task_dir: Path,
+    data_dir: Path,
+    eval_dir: Path,
+    checkpoint: str,
+    script: str,
+    *,
+    device: str = "cpu",
+    timeout_s: float = 900.0,
+    sandboxed: bool = True,
+    log: Path | None = None,
+) -> dict:
+    """Feed every evaluation batch to a predictor, score its outputs, probe the forward contract; the result dict.
+
+    Both predictors start first, so that building the model twice overlaps with loading the task and its labels.
+    """
+    t0 = time.time()
+    log = log or eval_dir.with_suffix(".predictor.log")
+    sandbox = sandbox_wrap(eval_dir) if sandboxed else None
+    wrap = sandbox.wrap if sandbox is not None else None
+
+    def session() -> Session:
+        return Session(eval_dir, checkpoint, script, device=device, timeout_s=timeout_s, log=log, wrap=wrap)
+
+    try:
+        with session() as scored, session() as prober:
+            task = load_task_module(task_dir)
+            feed = task.eval_batches(task.EVAL_SPLIT, str(data_dir), task.FEED_BATCH_SIZE)
+            inputs, targets = [x for x, _ in feed], [y for _, y in feed]
+            outputs = [scored.predict(x) for x in inputs]
+            scored.close()  # before the probes: on a GPU, one model in memory at a time while it computes
+            result = task.score(outputs, targets)
+            value = float(result[task.METRIC])
+            if not math.isfinite(value):
+                raise PredictorError(f"the {task.METRIC} is {value}")
+            checks = _probe(prober, inputs, outputs, getattr(task, "CAUSAL_INPUT", None), device)
+    finally:
+        if sandbox is not None:
+            sandbox.close()
+    return {
+        "value": value,
+        "n": int(result.get("n", sum(len(y) for y in targets))),
+        "n_params": scored.n_params,
+        "checks": checks,
+        "seconds": round(time.time() - t0, 3),
+    }
+
+
+def _probe(prober: Session, inputs: list, outputs: list, causal: str | None, device: str) -> list[str]:
+    """Ask the second, fresh predictor the probes; raises :class:`ContractViolation` on the first broken promise."""
+    found = probes(inputs, outputs, causal)
+    for probe in found:
+        got = prober.predict(probe.inputs)
+        why = disagreement(probe.view(got), probe.view(probe.expected), device)
+        if why:
+            raise ContractViolation(f"forward contract broken: {probe.name} ({why})")
+    return [p.id for p in found]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="the official score of one checkpoint (trusted side)")
+    parser.add_argument("--task-dir", type=Path, required=True)
+    parser.add_argument("--data-dir", type=Path, required=True)
+    parser.add_argument("--eval-dir", type=Path, required=True)
+    parser.add_argument("--checkpoint", required=True, help="file name inside --eval-dir")
+    parser.add_argument("--script", required=True, help="file name inside --eval-dir")
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--timeout", type=float, default=900.0)
+    parser.add_argument("--unsandboxed", action="store_true")
+    args = parser.parse_args(argv)
+    with open(args.task_dir / "task.toml", "rb") as f:  # the names only: prepare.py (and torch) load later
+        toml = tomllib.load(f)
+    head = {"task": toml["id"], "metric": toml["metric"], "direction": toml["direction"], "split": toml["eval_split"]}
+    head.update(checkpoint=args.checkpoint, script=args.script, sandboxed=not args.unsandboxed, device=args.device)
+    t0 = time.time()
+    try:
+        result = score_checkpoint(
+            args.task_dir,
+            args.data_dir,
+            args.eval_dir,
+            args.checkpoint,
+            args.script,
+            device=args.device,
+            timeout_s=args.timeout,
+            sandboxed=not args.unsandboxed,
+        )
+    except ContractViolation as e:
+        print(json.dumps({**head, "error": str(e), "violation": str(e), "seconds": round(time.time() - t0, 3)}))
+        return 1
+    except (PredictorError, ValueError, TypeError) as e:
+        print(json.dumps({**head, "error": str(e), "seconds": round(time.time() - t0, 3)}))
+        return 1
+    print(json.dumps({**head, **result}, default=_plain))
+    return 0
+
+
+def _plain(value):
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(f"not JSON: {type(value).__name__}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
