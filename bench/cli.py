@@ -89,6 +89,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 device=args.device,
                 console=not args.quiet,
                 no_weights=args.no_weights,
+                sandbox=not args.unsandboxed,
             )
             results.append(run(spec))
     _print_summary(results)
@@ -202,6 +203,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--device", help="evaluation device (default: cuda if available)")
     s.add_argument("--quiet", action="store_true", help="do not stream the agent's output")
     s.add_argument("--no-weights", action="store_true", help="run T3 without its pretrained weights (marked partial)")
+    s.add_argument(
+        "--unsandboxed",
+        action="store_true",
+        help="run the agent without the bubblewrap sandbox (where bwrap cannot run; the run is marked unsandboxed)",
+    )
     s.set_defaults(func=cmd_run)
 
     s = sub.add_parser("record", help="(re)record a finished run directory in MLflow, e.g. after an outage")

@@ -168,6 +168,9 @@ class RunResult:
     agent_events: dict = field(default_factory=dict)  # bench.agents.stream.AgentStream.summary()
     partial_data: bool = False
     partial_data_notes: list[str] = field(default_factory=list)
+    # the agent ran in bench.sandbox; False with --unsandboxed, and for result.json files written before
+    # sandboxes existed (they had none: from_dict reads a missing key as False)
+    sandboxed: bool = True
     scripts: dict = field(default_factory=dict)  # bench.tracking.relay.Relay.finalize(): launched, by status, runs
     launches_observed: list[dict] = field(default_factory=list)
     checkpoints_found: int = 0
@@ -242,6 +245,7 @@ class RunResult:
         d = dict(d)
         if version == 1:
             d = _upgrade_v1(d)
+        d.setdefault("sandboxed", False)  # written before sandboxes: the agent ran unsandboxed
         try:
             return cls(
                 **{f.name: d[f.name] for f in fields(cls) if f.name in d and f.name not in _NESTED},

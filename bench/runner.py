@@ -17,6 +17,7 @@ from bench.agents import get_agent
 from bench.durations import fmt_s
 from bench.pipeline import audit, collect, evaluate, launch, record, watch, workspace
 from bench.result import Audit, Evaluation, RunResult
+from bench.sandbox import bwrap
 from bench.tasks import Task, data, weights
 from bench.tracking import schema
 from bench.tracking.relay import Relay
@@ -38,6 +39,7 @@ class RunSpec:
     device: str | None = None
     console: bool = True
     no_weights: bool = False  # run a task that provides pretrained weights without them (marked partial)
+    sandbox: bool = True  # the agent runs in a bubblewrap sandbox (bench.sandbox); False: --unsandboxed, marked so
 
     @property
     def budget(self) -> float:
@@ -51,6 +53,8 @@ class RunSpec:
 def run(spec: RunSpec) -> RunResult:
     """workspace -> launch -> watch -> collect -> evaluate -> audit -> record; returns the result (also on disk)."""
     task, adapter = spec.task, get_agent(spec.agent)  # an unknown agent stops here, before anything is created
+    if spec.sandbox:
+        bwrap.require()  # SandboxUnavailable (why, what to do, or --unsandboxed) before anything is created
     device = spec.device or evaluate.default_device()
     data_dir = data.prepare(task, progress=spec.console)
     weight_files = [] if spec.no_weights else weights.for_task(task)  # raises with instructions when missing
@@ -72,6 +76,7 @@ def run(spec: RunSpec) -> RunResult:
         model=spec.model,
         options=spec.options,
         console=spec.console,
+        sandbox=spec.sandbox,
     )
     watched = watch.watch(agent, spec.budget, spec.grace_s, on_tick=_status_ticker(agent, relay))  # 3
     scripts = relay.finalize()
@@ -80,8 +85,10 @@ def run(spec: RunSpec) -> RunResult:
     collected = collect.collect(  # 4
         ws.checkpoints, agent.started_at, task.metric, task.direction, deadline, agent.arrivals.seen, ran
     )
-    evaluations = evaluate.evaluate_candidates(ws, collected.selection, data_dir, device, spec.console)  # 5
-    audited = audit.audit(ws, locked_sha)  # 6
+    evaluations = evaluate.evaluate_candidates(  # 5
+        ws, collected.selection, data_dir, device, spec.console, sandboxed=spec.sandbox
+    )
+    audited = audit.audit(ws, locked_sha, evaluations)  # 6
     result = _result(spec, ws, device, notes, agent, watched, scripts, collected, evaluations, audited, relay)
     record.save(result, writer, ws)  # 7
 
@@ -174,6 +181,7 @@ def _result(
         mlflow_run_id=relay.parent_run,
         partial_data=bool(notes),
         partial_data_notes=notes,
+        sandboxed=agent.sandboxed,
     )
 
 
@@ -184,6 +192,7 @@ def _track_live(spec: RunSpec, ws: workspace.Workspace, notes: list[str]) -> tup
         **schema.agent_run_tags(spec.campaign, spec.agent, spec.model, spec.task.id, spec.repeat, str(ws.run_dir)),
         schema.STATUS: "running",
         schema.PARTIAL_DATA: str(bool(notes)).lower(),
+        schema.SANDBOXED: str(spec.sandbox).lower(),
     }
     parent = record.open_agent_run(writer, spec.label, tags)
     base = schema.run_tags(spec.campaign, spec.agent, spec.task.id, spec.repeat)

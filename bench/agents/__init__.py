@@ -40,6 +40,18 @@ def get_agent(name: str) -> Agent:
         raise AgentError(f"unknown agent {name!r}; known agents: {', '.join(sorted(AGENTS))}") from None
 
 
+def passthrough_of(agent: Agent, ctx: LaunchContext) -> tuple[str, ...]:
+    """The harness variables the agent may receive for this run (bench.sandbox.environment)."""
+    if hasattr(agent, "passthrough_for"):
+        return tuple(agent.passthrough_for(ctx))
+    return tuple(getattr(agent, "passthrough", ()))
+
+
+def endpoints_of(agent: Agent, ctx: LaunchContext) -> tuple[str, ...]:
+    """The URLs the agent's sandbox may reach for this run; none for an agent that declares none."""
+    return tuple(agent.endpoints(ctx)) if hasattr(agent, "endpoints") else ()
+
+
 def parser_of(agent: Agent, ctx: LaunchContext) -> str | None:
     """The stream parser of an agent's output for this run (None: print its output as it is)."""
     if hasattr(agent, "parser_for"):
@@ -47,4 +59,4 @@ def parser_of(agent: Agent, ctx: LaunchContext) -> str | None:
     return getattr(agent, "parser_name", None)
 
 
-__all__ = ["AGENTS", "Agent", "AgentError", "LaunchContext", "get_agent", "parser_of"]
+__all__ = ["AGENTS", "Agent", "AgentError", "LaunchContext", "endpoints_of", "get_agent", "parser_of", "passthrough_of"]

@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import re
 
-from bench.agents.base import LaunchContext
+from bench.agents.base import LaunchContext, api_endpoints
 from bench.agents.events import Event
 from bench.agents.install import cli_binary, home_env
 from bench.agents.parsing import Parser, result_event, usage_event
@@ -34,6 +34,13 @@ class AiderAgent:
     name = "aider"
     description = f"Aider (--message, diff edit format); --model LiteLLM name, default {DEFAULT_MODEL}"
     parser_name = "aider"
+    passthrough = ("OPENAI_*", "ANTHROPIC_*", "AIDER_*")
+
+    def endpoints(self, ctx: LaunchContext) -> tuple[str, ...]:
+        provider = (ctx.model or DEFAULT_MODEL).partition("/")[0]
+        if provider == "anthropic":
+            return api_endpoints(("ANTHROPIC_BASE_URL",), "https://api.anthropic.com")
+        return api_endpoints(("OPENAI_BASE_URL", "OPENAI_API_BASE"), "https://api.openai.com")
 
     def command(self, ctx: LaunchContext) -> list[str]:
         argv = [

@@ -6,6 +6,7 @@ collection, evaluation, audit and recording, identically for every agent.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -33,6 +34,9 @@ class LaunchContext:
 class Agent(Protocol):
     name: str
     description: str
+    # names or glob patterns of the harness's environment variables the agent may receive (its key, its base
+    # URL); everything else is withheld (bench.sandbox.environment)
+    passthrough: tuple[str, ...]
 
     def command(self, ctx: LaunchContext) -> list[str]:
         """argv of the agent process, started with cwd = the workspace."""
@@ -41,3 +45,14 @@ class Agent(Protocol):
     def env(self, ctx: LaunchContext) -> dict[str, str]:
         """Extra environment variables for the agent process."""
         ...
+
+    def endpoints(self, ctx: LaunchContext) -> tuple[str, ...]:
+        """URLs the agent's sandbox may reach (its model API); () for an offline agent: no network at all."""
+        ...
+
+
+def api_endpoints(variables: tuple[str, ...], default: str | None) -> tuple[str, ...]:
+    """The base URLs set in the harness's environment under ``variables`` (a gateway, the test mock), else the
+    vendor's own API (``default``): what a CLI configured by these variables will connect to."""
+    urls = tuple(dict.fromkeys(os.environ[v] for v in variables if os.environ.get(v)))
+    return urls or ((default,) if default else ())

@@ -11,6 +11,11 @@ class BaselineAgent:
     name = "baseline"
     description = "runs the task's baseline train.py once (no model API needed)"
 
+    passthrough: tuple[str, ...] = ()  # offline: no key, no network
+
+    def endpoints(self, ctx: LaunchContext) -> tuple[str, ...]:
+        return ()
+
     def command(self, ctx: LaunchContext) -> list[str]:
         return [sys.executable, "train.py"]
 

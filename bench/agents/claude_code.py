@@ -3,9 +3,10 @@
 Runs ``claude -p PROMPT --output-format stream-json --verbose --dangerously-skip-permissions --model M``
 (pinned 2.1.197, see install.py). The key and endpoint come from the environment, passed through:
 ``ANTHROPIC_API_KEY`` (or ``ANTHROPIC_AUTH_TOKEN``/``CLAUDE_CODE_OAUTH_TOKEN``) and, for a proxy or
-gateway, ``ANTHROPIC_BASE_URL``. A login stored in the user's ``~/.claude`` is not seen: every run
-has its own private HOME. Claude Code refuses ``--dangerously-skip-permissions`` as root unless
-``IS_SANDBOX=1``; the harness is the sandbox (own workspace, watchdog, audit), so it is set for root.
+gateway, ``ANTHROPIC_BASE_URL``, which is also the one place its sandbox may reach (else
+api.anthropic.com). A login stored in the user's ``~/.claude`` is not seen: every run has its own
+private HOME. Claude Code refuses ``--dangerously-skip-permissions`` as root unless ``IS_SANDBOX=1``;
+the harness is the sandbox (bench.sandbox, watchdog, audit), so it is set for root.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from bench.agents.base import LaunchContext
+from bench.agents.base import LaunchContext, api_endpoints
 from bench.agents.events import Event
 from bench.agents.install import cli_binary, home_env
 from bench.agents.parsing import Parser, count, result_event, tool_events, usage_event
@@ -25,6 +26,10 @@ class ClaudeCodeAgent:
     name = "claude-code"
     description = f"Claude Code CLI (stream-json); --model, default {DEFAULT_MODEL}; ANTHROPIC_API_KEY"
     parser_name = "claude-code"
+    passthrough = ("ANTHROPIC_*", "CLAUDE_CODE_*")
+
+    def endpoints(self, ctx: LaunchContext) -> tuple[str, ...]:
+        return api_endpoints(("ANTHROPIC_BASE_URL",), "https://api.anthropic.com")
 
     def command(self, ctx: LaunchContext) -> list[str]:
         return [

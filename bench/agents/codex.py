@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import os
 
-from bench.agents.base import LaunchContext
+from bench.agents.base import LaunchContext, api_endpoints
 from bench.agents.events import Event
 from bench.agents.install import cli_binary, home_env
 from bench.agents.parsing import Parser, count, error_text, result_event, tool_events, usage_event
@@ -37,6 +37,10 @@ class CodexAgent:
     name = "codex"
     description = f"OpenAI Codex CLI (exec --json); --model, default {DEFAULT_MODEL}; OPENAI_API_KEY [OPENAI_BASE_URL]"
     parser_name = "codex"
+    passthrough = ("OPENAI_*", "CODEX_*")
+
+    def endpoints(self, ctx: LaunchContext) -> tuple[str, ...]:
+        return api_endpoints(("OPENAI_BASE_URL",), "https://api.openai.com")
 
     def command(self, ctx: LaunchContext) -> list[str]:
         config = [

@@ -14,6 +14,11 @@ class CommandAgent:
     name = "command"
     description = "runs a shell command as the agent: --agent-command 'python run_1.py'"
 
+    passthrough: tuple[str, ...] = ()  # offline: no key, no network
+
+    def endpoints(self, ctx: LaunchContext) -> tuple[str, ...]:
+        return ()
+
     def command(self, ctx: LaunchContext) -> list[str]:
         cmd = ctx.options.get("command")
         if not cmd:

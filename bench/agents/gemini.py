@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 
 from bench.agents import pricing
-from bench.agents.base import LaunchContext
+from bench.agents.base import LaunchContext, api_endpoints
 from bench.agents.events import Event
 from bench.agents.install import cli_binary, home_env
 from bench.agents.parsing import Parser, count, error_text, result_event, tool_events, usage_event
@@ -32,6 +32,10 @@ class GeminiAgent:
     name = "gemini"
     description = f"Gemini CLI (-o stream-json); --model, default {DEFAULT_MODEL}; GEMINI_API_KEY"
     parser_name = "gemini"
+    passthrough = ("GEMINI_API_KEY", "GOOGLE_*")
+
+    def endpoints(self, ctx: LaunchContext) -> tuple[str, ...]:
+        return api_endpoints(("GOOGLE_GEMINI_BASE_URL",), "https://generativelanguage.googleapis.com")
 
     def command(self, ctx: LaunchContext) -> list[str]:
         binary = cli_binary(self.name, ctx.options)

@@ -7,6 +7,9 @@
     parser = "claude-code"       # a stream parser of bench.agents.parsers for its stdout (omit: plain log)
     private_home = true          # HOME and XDG dirs in the run's private home (the default)
 
+    passthrough = ["MYCLI_*"]    # harness variables it may receive (default: ANTHROPIC_* and OPENAI_*)
+    endpoints = ["{env:OPENAI_BASE_URL}"]  # what its sandbox may reach (default: the URLs below)
+
     [env]
     MYCLI_BASE_URL = "{env:OPENAI_BASE_URL}"
 
@@ -14,6 +17,9 @@ Placeholders, in the command and in env values: ``{prompt}``, ``{model}``, ``{wo
 ``{home}``, ``{budget_s}``, ``{env:NAME}`` (the harness's variable, empty if unset) and
 ``{bin:NAME}`` (a pinned CLI from install.py, installed on first use, e.g. ``{bin:codex}``).
 Only these are replaced, so JSON or braces elsewhere in a command stay as they are.
+
+Without ``endpoints``, the sandbox may reach the URL values of ``[env]`` and the harness's
+``OPENAI_BASE_URL``/``ANTHROPIC_BASE_URL``; when there are none, the OpenAI and Anthropic APIs.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from bench.agents.base import AgentError, LaunchContext
+from bench.agents.base import AgentError, LaunchContext, api_endpoints
 from bench.agents.events import Event
 from bench.agents.install import ensure_cli, home_env
 from bench.agents.parsing import Parser, error_text, result_event, tool_kind, unwrap_shell, usage_event
@@ -71,6 +77,22 @@ class GenericAgent:
     name = "generic"
     description = "any CLI from a TOML description: --agent-option config=FILE (command, model, parser, env)"
     parser_name: str | None = None  # set from the config by command(); parser_for(ctx) is the pure form
+    passthrough = ("ANTHROPIC_*", "OPENAI_*")  # unless the config says otherwise (passthrough_for)
+
+    def passthrough_for(self, ctx: LaunchContext) -> tuple[str, ...]:
+        names = load(ctx).get("passthrough")
+        return tuple(str(n) for n in names) if isinstance(names, list) else self.passthrough
+
+    def endpoints(self, ctx: LaunchContext) -> tuple[str, ...]:
+        cfg = load(ctx)
+        model = ctx.model or cfg.get("model", "")
+        if isinstance(cfg.get("endpoints"), list):
+            return tuple(u for u in (expand(str(e), ctx, model) for e in cfg["endpoints"]) if u)
+        urls = [expand(str(v), ctx, model) for v in (cfg.get("env") or {}).values()]
+        urls = [u for u in urls if u.startswith(("http://", "https://"))]
+        variables = ("OPENAI_BASE_URL", "ANTHROPIC_BASE_URL")
+        found = tuple(dict.fromkeys([*urls, *api_endpoints(variables, None)]))
+        return found or ("https://api.openai.com", "https://api.anthropic.com")
 
     def parser_for(self, ctx: LaunchContext) -> str | None:
         return load(ctx).get("parser") or None

@@ -17,13 +17,20 @@ from __future__ import annotations
 import json
 import os
 
-from bench.agents.base import AgentError, LaunchContext
+from bench.agents.base import AgentError, LaunchContext, api_endpoints
 from bench.agents.events import Event
 from bench.agents.install import cli_binary, home_env
 from bench.agents.parsing import Parser, count, error_text, result_event, tool_events, usage_event
 
 DEFAULT_MODEL = "openrouter/moonshotai/kimi-k2.6"
 CUSTOM = "bench"
+# the API each provider prefix talks to (what its sandbox may reach); bench/ is OPENAI_BASE_URL
+PROVIDER_URLS = {
+    "openrouter": "https://openrouter.ai",
+    "anthropic": "https://api.anthropic.com",
+    "openai": "https://api.openai.com",
+    "google": "https://generativelanguage.googleapis.com",
+}
 
 
 def config(model: str) -> dict:
@@ -55,6 +62,13 @@ class OpenCodeAgent:
     name = "opencode"
     description = f"OpenCode CLI (run --format json); --model provider/model, default {DEFAULT_MODEL}"
     parser_name = "opencode"
+    passthrough = ("OPENROUTER_API_KEY", "OPENAI_*", "OPENCODE_*")
+
+    def endpoints(self, ctx: LaunchContext) -> tuple[str, ...]:
+        provider = (ctx.model or DEFAULT_MODEL).partition("/")[0]
+        if provider == CUSTOM:
+            return api_endpoints(("OPENAI_BASE_URL",), None)
+        return (PROVIDER_URLS[provider],) if provider in PROVIDER_URLS else ()
 
     def command(self, ctx: LaunchContext) -> list[str]:
         model = ctx.model or DEFAULT_MODEL

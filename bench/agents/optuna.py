@@ -26,6 +26,11 @@ class OptunaAgent:
     name = "optuna"
     description = "Optuna search over the baseline's knobs, one run_<k>.py per trial (no model API needed)"
 
+    passthrough: tuple[str, ...] = ()  # offline: no key, no network
+
+    def endpoints(self, ctx: LaunchContext) -> tuple[str, ...]:
+        return ()
+
     def command(self, ctx: LaunchContext) -> list[str]:
         argv = [sys.executable, "-m", "baselines.agent", "--task", ctx.task.id]
         unknown = sorted(set(ctx.options) - set(OPTIONS) - {"command"})

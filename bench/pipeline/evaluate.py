@@ -65,7 +65,17 @@ def evaluate(
     sandboxed: bool = True,
 ) -> Official:
     """Score the staged ``eval_dir`` with the trusted scorer: its JSON as an :class:`Official`, or why there is none."""
-    cmd = [sys.executable, "-m", "bench.scoring.scorer", "--task-dir", str(task.folder), "--data-dir", str(data_dir)]
+    # -I: not even the working directory goes on sys.path, so nothing an agent wrote can be imported here
+    cmd = [
+        sys.executable,
+        "-I",
+        "-m",
+        "bench.scoring.scorer",
+        "--task-dir",
+        str(task.folder),
+        "--data-dir",
+        str(data_dir),
+    ]
     cmd += ["--eval-dir", str(eval_dir), "--checkpoint", CHECKPOINT, "--script", script]
     cmd += ["--device", device or default_device(), "--timeout", str(timeout_s)]
     if not sandboxed:
@@ -73,7 +83,7 @@ def evaluate(
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH" and k not in HARNESS_ONLY}
     t0 = time.time()
     try:
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout_s + 60)
+        proc = subprocess.run(cmd, cwd=eval_dir.parent, env=env, capture_output=True, text=True, timeout=timeout_s + 60)
     except subprocess.TimeoutExpired:
         return Official.from_dict({"error": f"evaluation exceeded {timeout_s:.0f} s"})
     result = _last_json(proc.stdout)

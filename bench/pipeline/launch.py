@@ -2,7 +2,10 @@
 
 The agent gets its own session (so its whole tree can be ended), a run token in its environment (so
 processes that leave the session are still found, :mod:`bench.processes`), the script tracer on its
-``PYTHONPATH`` and nothing of the harness's own tracking variables. From the first byte its output goes
+``PYTHONPATH`` and, of the harness's environment, only an allow-list and the variables its adapter declares
+(:mod:`bench.sandbox.environment`). By default it runs in a sandbox (:mod:`bench.sandbox`): the workspace and
+its private home are the only places it can write, the harness's places are hidden, the network reaches only
+the adapter's endpoints, and nothing it starts outlives the sandbox. From the first byte its output goes
 to ``agent.log`` and, through the adapter's stream parser, to ``events.jsonl`` and the status line; an
 independent monitor counts the scripts its process tree runs, and another notes when each checkpoint appears.
 """
@@ -14,10 +17,11 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.agents import Agent, LaunchContext, parser_of
+from bench.agents import Agent, LaunchContext, endpoints_of, parser_of, passthrough_of
 from bench.agents.prompt import standard_prompt
 from bench.agents.stream import AgentStream
 from bench.pipeline.arrivals import Arrivals
@@ -25,6 +29,7 @@ from bench.pipeline.launch_monitor import LaunchMonitor
 from bench.pipeline.workspace import Workspace
 from bench.processes import TOKEN_VAR, become_subreaper
 from bench.progress import StatusLine
+from bench.sandbox import Policy, Sandbox, agent_environment, default_hidden, default_readable
 from bench.tracking import HOOK_DIR
 
 # never inherited by an agent: a run id would make MLflow resume the parent; the tracer's own variables
@@ -43,12 +48,24 @@ class LaunchedAgent:
     monitor: LaunchMonitor
     arrivals: Arrivals  # when each file of checkpoints/ was first seen
     status: StatusLine
+    sandbox: Sandbox | None = None  # None: run unsandboxed; closed by watch.watch once the run's processes ended
+
+    @property
+    def sandboxed(self) -> bool:
+        return self.sandbox is not None
 
 
-def agent_env(ws: Workspace, token: str, extra: dict[str, str], budget_s: float, started_at: float) -> dict[str, str]:
-    """The agent's environment: the tracer on PYTHONPATH, this Python first on PATH, no MLflow run id."""
-    env = {k: v for k, v in os.environ.items() if k not in HARNESS_ONLY}
-    env.update(extra)
+def agent_env(
+    ws: Workspace,
+    token: str,
+    extra: dict[str, str],
+    budget_s: float,
+    started_at: float,
+    passthrough: Iterable[str] = (),
+) -> dict[str, str]:
+    """The agent's environment: the allow-list of the harness's variables plus the adapter's ``passthrough``
+    names, the adapter's ``extra``, the tracer on PYTHONPATH, this Python first on PATH; no MLflow variable."""
+    env = agent_environment(os.environ, passthrough, {k: v for k, v in extra.items() if k not in HARNESS_ONLY})
     env.update(
         {
             "BENCH_WORKSPACE": str(ws.path),
@@ -74,8 +91,12 @@ def launch(
     model: str | None = None,
     options: dict[str, str] | None = None,
     console: bool = True,
+    sandbox: bool = True,
 ) -> LaunchedAgent:
-    """Start ``agent`` in ``ws`` with the standard prompt; returns at once, the agent runs on."""
+    """Start ``agent`` in ``ws`` with the standard prompt; returns at once, the agent runs on.
+
+    ``sandbox``: run it in a bubblewrap sandbox (raises :class:`~bench.sandbox.SandboxUnavailable` when none
+    can be built here); paths are the same inside and out, so nothing downstream changes."""
     ctx = LaunchContext(
         task=ws.task,
         workspace=ws.path,
@@ -86,20 +107,42 @@ def launch(
         options=dict(options or {}),
     )
     argv = agent.command(ctx)
+    ctx.home.mkdir(parents=True, exist_ok=True)
+    extra = {"HOME": str(ctx.home), **agent.env(ctx)}  # a private HOME for every agent, not only the CLIs
+    box = _sandbox(ws, ctx.home, endpoints_of(agent, ctx)) if sandbox else None
     token = uuid.uuid4().hex
     become_subreaper()
     status = StatusLine(label, enabled=console)
     arrivals = Arrivals(ws.checkpoints).start()
     started = time.time()
-    proc = subprocess.Popen(
-        argv,
-        cwd=ws.path,
-        env=agent_env(ws, token, agent.env(ctx), budget_s, started),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    try:
+        proc = subprocess.Popen(
+            box.wrap(argv) if box else argv,
+            cwd=ws.path,
+            env=agent_env(ws, token, extra, budget_s, started, passthrough_of(agent, ctx)),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # the watchdog signals the group; inside, --unshare-pid ends the rest
+        )
+    except BaseException:
+        arrivals.stop()
+        if box:
+            box.close()
+        raise
     stream = AgentStream(proc, ws.log, ws.events, status, console, parser_of(agent, ctx), model).start()
     monitor = LaunchMonitor(proc.pid, token, ws.path).start()
-    return LaunchedAgent(proc, argv, token, started, stream, monitor, arrivals, status)
+    return LaunchedAgent(proc, argv, token, started, stream, monitor, arrivals, status, box)
+
+
+def _sandbox(ws: Workspace, home: Path, endpoints: tuple[str, ...]) -> Sandbox:
+    """The agent's sandbox: it writes its workspace and its private home, reads what Python and its CLI need,
+    sees none of the harness's places, and reaches only its ``endpoints``."""
+    policy = Policy(
+        cwd=ws.path,
+        writable=(ws.path, home),
+        readable=default_readable(),
+        hidden=default_hidden(),
+        endpoints=endpoints,
+    )
+    return Sandbox(policy)

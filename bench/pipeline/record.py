@@ -117,6 +117,7 @@ def record(writer: MlflowWriter, result: RunResult, ws: Workspace) -> str:
             schema.STATUS: result.status,
             schema.REASON: result.reason[:500],
             schema.PARTIAL_DATA: str(result.partial_data).lower(),
+            schema.SANDBOXED: str(result.sandboxed).lower(),
             schema.PARTIAL_NOTES: "\n".join(result.partial_data_notes)[:5000],
         },
     )

@@ -151,6 +151,8 @@ def watch(agent: LaunchedAgent, budget_s: float, grace_s: float, on_tick: Tick |
     watchdog.stop(let_grace_finish=not interrupted)
     agent.monitor.scan()  # a last look before the tree is ended
     end_tree(agent.proc.pid, agent.token)  # the session is over: scripts it left running end with it
+    if agent.sandbox is not None:
+        agent.sandbox.close()  # its network bridges and runtime folder; nothing of the run is left to use them
     agent.monitor.stop()
     agent.arrivals.stop()  # the last look at checkpoints/, now that nothing of the run writes there
     agent.stream.join(timeout=10)

@@ -78,13 +78,14 @@ def main() -> int:
     args = parser.parse_args()
     rx, tx = _pipes()
     folder = os.getcwd()
-    sys.path.insert(0, folder)  # the agent's own helper modules beside its script
-    from bench.scoring import wire  # the repo is readable in the sandbox; the import must precede agent code
+    from bench.scoring import wire  # the repo is readable in the sandbox
 
     try:
         import numpy as np
         import torch
 
+        # the agent's own helper modules beside its script, AFTER the imports the predictor relies on
+        sys.path.insert(0, folder)
         prepare = _import(os.path.join(folder, "prepare.py"), "prepare")
         if args.device == "cuda":  # plain float32 and deterministic kernels, as on a CPU
             torch.backends.cudnn.benchmark = False

@@ -1,6 +1,6 @@
 """The trusted scorer: the official number of one checkpoint, computed where no agent code runs.
 
-    python -m bench.scoring.scorer --task-dir tasks/t6_... --data-dir CACHE --eval-dir STAGED \\
+    python -I -m bench.scoring.scorer --task-dir tasks/t6_... --data-dir CACHE --eval-dir STAGED \\
         --checkpoint checkpoint.pt --script run_1.py [--device cpu|cuda] [--timeout S] [--unsandboxed]
 
 It imports the task's ORIGINAL ``prepare.py`` (from the task folder, never from the workspace) for three things
@@ -35,7 +35,9 @@ class ContractViolation(RuntimeError):
 
 
 def load_task_module(task_dir: Path):
-    """The task's original prepare.py, imported from the task folder (trusted, read-only to every agent)."""
+    """The task's original prepare.py, imported from the task folder (trusted, read-only to every agent); the
+    folder goes on sys.path for its other locked files (T4's molecules.py), never the evaluation folder."""
+    sys.path.insert(0, str(task_dir))
     spec = importlib.util.spec_from_file_location("_task_prepare", task_dir / "prepare.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -43,10 +45,12 @@ def load_task_module(task_dir: Path):
 
 
 def sandbox_wrap(eval_dir: Path):
-    """argv -> argv that runs the predictor in the sandbox: the staged folder readable, nothing writable, no net."""
-    from bench.sandbox import predictor_sandbox
+    """The predictor's sandbox: the staged folder and the Python it needs readable, the harness's places (data
+    cache, workspaces, store, mirror, home, /tmp) hidden, nothing writable, no network, its own PID namespace."""
+    from bench.sandbox import Policy, Sandbox, default_hidden, default_readable
 
-    return predictor_sandbox(eval_dir)
+    readable = (*default_readable(), eval_dir)
+    return Sandbox(Policy(cwd=eval_dir, writable=(), readable=readable, hidden=default_hidden(), endpoints=()))
 
 
 def score_checkpoint(

@@ -27,6 +27,7 @@ REASON = "bench.reason"  # one line: why the status is what it is
 PARTIAL_DATA = "bench.partial_data"  # "true" when the task ran on an incomplete dataset
 PARTIAL_NOTES = "bench.partial_notes"  # how the data fell short (one note per line), when partial
 WORKSPACE = "bench.workspace"
+SANDBOXED = "bench.sandboxed"  # "true" when the agent ran in bench.sandbox; "false": --unsandboxed (or older runs)
 SYNTHETIC = "bench.synthetic"  # "true" for generated runs (benchmarks), never real results
 
 SCRIPT = "bench.script"  # script runs: file name, e.g. run_3.py

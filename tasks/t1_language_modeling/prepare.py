@@ -6,11 +6,12 @@ Read it top to bottom, like a tutorial:
   1. constants
   2. preparation: raw input.txt -> data/train.bin, data/val.bin, data/meta.json
   3. loaders that your training script imports
-  4. the evaluation function (the official metric, val_bpb)
+  4. the evaluation (the official metric, val_bpb, on fixed 256-character blocks)
   5. checkpoint + logging helpers (the output contract)
   6. the command line:
        python prepare.py --prepare --raw-dir RAW --data-dir OUT    # build data/ (the harness does this)
-       python prepare.py --eval checkpoints/<file>.pt              # score a checkpoint, print one JSON line
+       python prepare.py --eval checkpoints/<file>.pt              # your own check: one JSON line with val_bpb
+                                                                   # (the harness scores officially)
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ import time
 import numpy as np
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 # ---------------------------------------------------------------------------
 # 1. Constants
@@ -41,8 +41,11 @@ CHECKPOINT_DIR = "checkpoints"
 
 RAW_FILE = "input.txt"  # TinyShakespeare, 1,115,394 characters
 TRAIN_FRACTION = 0.9  # the first 90 % of the characters train, the last 10 % validate
-DEFAULT_BLOCK_SIZE = 256  # evaluation context when a checkpoint's config has no "block_size"
-EVAL_BATCH_SIZE = 64  # blocks per forward pass during evaluation (changes the score only by float rounding)
+# The evaluation context, the same for every model (the baseline's block_size): models are scored on blocks of
+# 256 characters whatever their own config says, so a model must accept inputs of up to 256 positions.
+EVAL_BLOCK_SIZE = 256
+DEFAULT_BLOCK_SIZE = EVAL_BLOCK_SIZE  # the older name (evaluate_bpb's default)
+EVAL_BATCH_SIZE = 64  # blocks per forward pass in evaluate() (changes the score only by float rounding)
 
 
 # ---------------------------------------------------------------------------
@@ -102,19 +105,37 @@ def decode(ids, meta: dict) -> str:
 
 # ---------------------------------------------------------------------------
 # 4. Evaluation: bits per character on a split
-# The ids are cut into consecutive, non-overlapping blocks of block_size + 1
-# characters. Inside a block the model reads the first block_size characters
-# and predicts each next one, so a block of L characters scores L - 1
-# predictions (the first character of every block is context only). The tail
-# that is shorter than a full block is scored as one last, shorter block.
-# Nothing is random, so every model is scored on the same fixed blocks for a
-# given block_size; the score is the mean cross-entropy over all predicted
-# characters, in bits. Your script's own validation score should come from
-# this very function.
+# The ids are cut into consecutive, non-overlapping blocks of EVAL_BLOCK_SIZE + 1
+# = 257 characters. Inside a block the model reads the first 256 characters and
+# predicts each next one, so a block of L characters scores L - 1 predictions
+# (the first character of every block is context only). The tail that is
+# shorter than a full block is scored as one last, shorter block. The blocks
+# are the same for every model, whatever block_size its config names: a model
+# with a shorter context must still accept 256 positions (the baseline runs
+# longer inputs in windows of its block_size), and one with a longer context
+# sees 256 characters. The score is the mean cross-entropy over all predicted
+# characters, in bits.
+#
+# The harness scores a checkpoint in two processes: a sandboxed predictor runs
+# the model through forward() on the inputs of eval_batches(), and a scorer
+# that never runs your code compares its outputs with the targets in score().
+# evaluate() does all three in one process: call it for your validation score.
 # ---------------------------------------------------------------------------
 
+# The targets of a block are its own input shifted by one, so the model must be
+# causal: its logits at position t may depend on positions <= t only. The harness
+# checks this (CAUSAL_INPUT: positions after a cut are replaced, the logits up to
+# the cut must not change). Blocks do not overlap, but block b + 1 starts with the
+# character right after block b's last target, so the harness feeds the blocks one
+# at a time, in text order, each only after the outputs of the one before came
+# back: no input ever shows text that follows a target not yet predicted. (Any
+# batch size gives the same bpb up to float rounding; one block of 256 characters
+# is a small forward pass, 435 of them for the real val.bin.)
+FEED_BATCH_SIZE = 1
+CAUSAL_INPUT = "idx"
 
-def eval_blocks(n_ids: int, block_size: int) -> list[tuple[int, int]]:
+
+def eval_blocks(n_ids: int, block_size: int = EVAL_BLOCK_SIZE) -> list[tuple[int, int]]:
     """(start, end) of every evaluation block over n_ids characters (end exclusive)."""
     step = block_size + 1
     blocks = [(s, s + step) for s in range(0, n_ids - step + 1, step)]
@@ -124,56 +145,135 @@ def eval_blocks(n_ids: int, block_size: int) -> list[tuple[int, int]]:
     return blocks
 
 
+def feed_order(n_blocks: int, batch_size: int) -> list[list[int]]:
+    """Which full blocks go into which batch: strided, batch j = blocks j, j + S, j + 2S, ... for j = 0 .. S - 1.
+
+    S, the number of batches, is at least 2 (for 2 blocks or more), so no batch holds two adjacent blocks; with
+    batch_size 1 (the harness's feed) batch j is block j, so every block comes after the block before it.
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be a positive integer, not {batch_size}")
+    if n_blocks == 0:
+        return []
+    stride = max(-(-n_blocks // batch_size), min(n_blocks, 2))
+    return [list(range(j, n_blocks, stride)) for j in range(stride)]
+
+
+def block_batches(ids: np.ndarray, block_size: int = EVAL_BLOCK_SIZE, batch_size: int = EVAL_BATCH_SIZE) -> list:
+    """[(inputs, targets)] over `ids`: inputs {"idx": int64 [b, T]}, targets int64 [b, T] (the inputs shifted by one).
+
+    Full blocks in the strided order of feed_order(), then the shorter tail block alone.
+    """
+    block_size = int(block_size)
+    if block_size < 1:
+        raise ValueError(f"block_size must be a positive integer, not {block_size}")
+    data = np.asarray(ids).astype(np.int64)
+    blocks = eval_blocks(len(data), block_size)
+    full = [b for b in blocks if b[1] - b[0] == block_size + 1]
+    batches = [np.stack([data[full[i][0] : full[i][1]] for i in rows]) for rows in feed_order(len(full), batch_size)]
+    if len(full) < len(blocks):  # the shorter tail block goes alone, last
+        s, e = blocks[-1]
+        batches.append(data[s:e][None])
+    return [({"idx": np.ascontiguousarray(b[:, :-1])}, np.ascontiguousarray(b[:, 1:])) for b in batches]
+
+
+def eval_batches(split: str = EVAL_SPLIT, data_dir: str = DATA_DIR, batch_size: int = EVAL_BATCH_SIZE) -> list:
+    """[(inputs, targets)] of `split` in the order the harness feeds them: block_batches() of its ids, 256 a block."""
+    return block_batches(load_ids(split, data_dir), EVAL_BLOCK_SIZE, batch_size)
+
+
+def forward(model: nn.Module, inputs: dict) -> torch.Tensor:
+    """The forward contract: model(idx), idx int64 [B, T] (T <= 256) -> logits [B, T, vocab_size] (float32 here).
+
+    A tuple whose first element is the logits is accepted. bf16 autocast on CUDA, none on a CPU.
+    """
+    idx = inputs["idx"].long()
+    with torch.autocast(device_type=idx.device.type, dtype=torch.bfloat16, enabled=idx.device.type == "cuda"):
+        out = model(idx)
+    logits = out[0] if isinstance(out, (tuple, list)) else out
+    if not isinstance(logits, torch.Tensor) or logits.dim() != 3 or tuple(logits.shape[:2]) != tuple(idx.shape):
+        got = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__
+        raise ValueError(
+            f"model(idx) with idx of shape {tuple(idx.shape)} must return logits of shape "
+            f"[{idx.shape[0]}, {idx.shape[1]}, vocab_size] (a prediction at every position), got {got}"
+        )
+    return logits.float()
+
+
+def score(outputs: list, targets: list) -> dict:
+    """Bits per character from the logits: {"val_bpb": mean cross-entropy / ln 2, "n": predicted characters}.
+
+    The cross-entropy of each prediction is log-sum-exp(logits) - logits[target], in float64.
+    """
+    total, count, classes = 0.0, 0, None
+    for logits, y in zip(outputs, targets, strict=True):
+        if logits.ndim != 3 or tuple(logits.shape[:2]) != tuple(y.shape):
+            raise ValueError(
+                f"the model returned logits of shape {tuple(logits.shape)} for idx of shape {tuple(y.shape)}; "
+                f"expected [{y.shape[0]}, {y.shape[1]}, vocab_size] (a prediction at every position)"
+            )
+        classes = logits.shape[-1] if classes is None else classes
+        if logits.shape[-1] != classes or classes <= int(y.max(initial=0)):
+            raise ValueError(f"logits have {logits.shape[-1]} classes; the text has ids up to {int(y.max())}")
+        z = logits.astype(np.float64)
+        top = z.max(axis=-1, keepdims=True)
+        log_norm = top[..., 0] + np.log(np.exp(z - top).sum(axis=-1))
+        total += float((log_norm - np.take_along_axis(z, y[..., None], axis=-1)[..., 0]).sum())
+        count += y.size
+    if count == 0:
+        raise ValueError("no characters to predict")
+    bpb = total / count / math.log(2)
+    if not math.isfinite(bpb):
+        raise ValueError(f"{METRIC} is {bpb}: the model produced non-finite logits")
+    return {METRIC: bpb, "n": count}
+
+
 @torch.no_grad()
+def _evaluate(model: nn.Module, batches: list, device, vocab_size: int | None) -> dict:
+    """score(forward(model, inputs)) over `batches`, in this process."""
+    was_training = model.training
+    model.eval()
+    outputs = []
+    try:
+        for inputs, _ in batches:
+            logits = forward(model, {k: torch.from_numpy(v).to(device) for k, v in inputs.items()})
+            if vocab_size is not None and logits.shape[-1] != vocab_size:
+                raise ValueError(f"logits have {logits.shape[-1]} classes, the vocabulary has {vocab_size}")
+            outputs.append(logits.cpu().numpy())
+    finally:
+        model.train(was_training)
+    return score(outputs, [y for _, y in batches])
+
+
+def evaluate(
+    model: nn.Module,
+    split: str = EVAL_SPLIT,
+    data_dir: str = DATA_DIR,
+    device: str | torch.device = "cpu",
+    batch_size: int = EVAL_BATCH_SIZE,
+) -> dict:
+    """score(forward(model, inputs)) over `split` in this process: {"val_bpb": float, "n": predicted characters}.
+
+    evaluate(model, "val", device=...) is exactly the official metric: use it for the val_score you save.
+    """
+    return _evaluate(model, eval_batches(split, data_dir, batch_size), device, load_meta(data_dir)["vocab_size"])
+
+
 def evaluate_bpb(
     model: nn.Module,
     ids: np.ndarray,
-    block_size: int = DEFAULT_BLOCK_SIZE,
+    block_size: int = EVAL_BLOCK_SIZE,
     batch_size: int = EVAL_BATCH_SIZE,
     device: str | torch.device = "cpu",
     vocab_size: int | None = None,
 ) -> tuple[float, int]:
-    """Return (bits per character, number of predicted characters) of `model` on `ids`.
+    """(bits per character, number of predicted characters) of `model` on any `ids`, cut into blocks of block_size.
 
-    The model is called as model(idx) with idx a LongTensor [B, T] (T <= block_size)
-    and must return logits [B, T, vocab_size], or a tuple whose first element is them.
+    With the validation ids and block_size 256 (the default) this is the official metric; another block_size
+    gives another number (the official evaluation always uses 256).
     """
-    device = torch.device(device)
-    block_size = int(block_size)
-    if block_size < 1:
-        raise ValueError(f"block_size must be a positive integer, not {block_size}")
-    data = torch.from_numpy(ids.astype(np.int64))
-    blocks = eval_blocks(len(data), block_size)
-    full = [b for b in blocks if b[1] - b[0] == block_size + 1]
-    batches = [torch.stack([data[s:e] for s, e in full[i : i + batch_size]]) for i in range(0, len(full), batch_size)]
-    if len(full) < len(blocks):  # the shorter tail block goes alone
-        s, e = blocks[-1]
-        batches.append(data[s:e].unsqueeze(0))
-
-    was_training = model.training
-    model.eval()
-    total_nats = torch.zeros((), dtype=torch.float64, device=device)
-    n_predicted = 0
-    for batch in batches:
-        batch = batch.to(device, non_blocking=True)
-        x, y = batch[:, :-1], batch[:, 1:]
-        # bf16 autocast on CUDA only; the loss itself is computed in float32.
-        with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
-            out = model(x)
-        logits = out[0] if isinstance(out, (tuple, list)) else out
-        if not isinstance(logits, torch.Tensor) or logits.dim() != 3 or tuple(logits.shape[:2]) != tuple(x.shape):
-            got = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__
-            raise ValueError(
-                f"model(idx) with idx of shape {tuple(x.shape)} must return logits of shape "
-                f"[{x.shape[0]}, {x.shape[1]}, vocab_size] (a prediction at every position), got {got}"
-            )
-        if vocab_size is not None and logits.shape[-1] != vocab_size:
-            raise ValueError(f"logits have {logits.shape[-1]} classes, the vocabulary has {vocab_size}")
-        nats = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), y.reshape(-1), reduction="sum")
-        total_nats += nats.double()
-        n_predicted += y.numel()
-    model.train(was_training)
-    return total_nats.item() / n_predicted / math.log(2), n_predicted
+    result = _evaluate(model, block_batches(ids, block_size, batch_size), device, vocab_size)
+    return result[METRIC], result["n"]
 
 
 # 5. The helper block below is shared verbatim by all seven tasks (hence kept out of the formatter).
@@ -316,44 +416,6 @@ def self_check(checkpoint: str, script: str | None = None, split: str = EVAL_SPL
 # ---------------------------------------------------------------------------
 
 
-def official_eval(args: argparse.Namespace) -> dict:
-    """Rebuild the checkpoint's model through its script and score it on the validation split."""
-    t0 = time.time()
-    payload = load_checkpoint(args.eval)
-    script = args.script or os.path.join(os.getcwd(), str(payload.get("script", "")))
-    if not os.path.isfile(script):
-        raise FileNotFoundError(f"training script {script} not found; pass --script PATH (the file with build_model)")
-    try:
-        model = rebuild_model(payload, script)
-    except RuntimeError as e:
-        if any(str(k).startswith("_orig_mod.") for k in payload["state_dict"]):
-            raise RuntimeError(
-                "state_dict keys start with '_orig_mod.' (a torch.compile()d model): "
-                "save the original module, save_checkpoint(model._orig_mod, ...)"
-            ) from e
-        raise
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    model.to(device)
-    meta = load_meta(args.data_dir)
-    block_size = payload["config"].get("block_size", DEFAULT_BLOCK_SIZE)
-    value, n = evaluate_bpb(
-        model, load_ids(EVAL_SPLIT, args.data_dir), block_size, args.batch_size, device, meta["vocab_size"]
-    )
-    if not math.isfinite(value):
-        raise ValueError(f"{METRIC} is {value}: the model produced non-finite logits")
-    return {
-        "task": TASK_ID,
-        "metric": METRIC,
-        "value": value,
-        "direction": DIRECTION,
-        "split": EVAL_SPLIT,
-        "checkpoint": os.path.abspath(args.eval),
-        "script": os.path.abspath(script),
-        "seconds": round(time.time() - t0, 3),
-        "n": n,
-    }
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--prepare", action="store_true", help="build the prepared data from --raw-dir")
@@ -374,8 +436,11 @@ def main() -> None:
             f"val {meta['val_chars']:,} chars"
         )
     elif args.eval:
+        device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
         try:
-            result = official_eval(args)
+            result = self_check(
+                args.eval, args.script, EVAL_SPLIT, data_dir=args.data_dir, device=device, batch_size=args.batch_size
+            )
         except Exception as e:  # any failure becomes one JSON line saying what to fix
             print(json.dumps({"task": TASK_ID, "error": f"{type(e).__name__}: {e}"}))
             sys.exit(1)

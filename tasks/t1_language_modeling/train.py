@@ -5,6 +5,9 @@ Keep the contract: a module-level build_model(config), training only under
 `if __name__ == "__main__":`, and scored checkpoints saved through prepare.save_checkpoint().
 
     python train.py        # 5 epochs; evaluates val_bpb and saves a checkpoint every 20 steps and every epoch
+
+The model is scored on fixed blocks of 256 characters (prepare.EVAL_BLOCK_SIZE), whatever its block_size:
+GPT.forward runs an input longer than block_size in consecutive windows of block_size.
 """
 
 import math
@@ -13,7 +16,7 @@ import time
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from prepare import evaluate_bpb, load_ids, load_meta, log_metrics, save_checkpoint
+from prepare import evaluate, load_ids, load_meta, log_metrics, save_checkpoint
 
 # Every hyperparameter lives here. The dict is saved inside each checkpoint and handed
 # back to build_model(config) by the official evaluation, so keep it plain Python values.
@@ -21,7 +24,7 @@ CONFIG = {
     "seed": 1337,
     # model
     "vocab_size": 65,  # overwritten from data/meta.json at start-up
-    "block_size": 256,  # context length; the evaluation also cuts the validation text into blocks of this size
+    "block_size": 256,  # context length in training; the evaluation always reads blocks of 256 characters
     "n_layer": 4,
     "n_head": 4,
     "d_model": 256,
@@ -103,8 +106,14 @@ class GPT(nn.Module):
             nn.init.zeros_(module.bias)
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        """idx: LongTensor [B, T] with T <= block_size -> logits [B, T, vocab_size]."""
+        """idx: LongTensor [B, T] -> logits [B, T, vocab_size].
+
+        The evaluation sends up to 256 positions: an input longer than block_size is run in consecutive windows
+        of block_size, each on its own (still causal: a position sees only earlier ones of its window).
+        """
         T = idx.shape[1]
+        if T > self.block_size:
+            return torch.cat([self(window) for window in idx.split(self.block_size, dim=1)], dim=1)
         pos = torch.arange(T, device=idx.device)
         x = self.drop(self.tok_emb(idx) + self.pos_emb(pos))
         for block in self.blocks:
@@ -145,7 +154,6 @@ def main(config: dict = CONFIG) -> None:
     meta = load_meta()
     config["vocab_size"] = meta["vocab_size"]
     train_ids = torch.from_numpy(load_ids("train").astype("int64")).to(device)
-    val_ids = load_ids("val")
     bs = config["block_size"]
     n_blocks = (len(train_ids) - 1) // bs  # block i reads ids[i*bs : i*bs+bs] and predicts ids[i*bs+1 : i*bs+bs+1]
     steps_per_epoch = n_blocks // config["batch_size"]  # the last incomplete batch is dropped
@@ -201,7 +209,7 @@ def main(config: dict = CONFIG) -> None:
             if last_of_epoch or step % config["eval_every"] == 0:
                 # The validation score, exactly as the official evaluation computes it, and a scored
                 # checkpoint, so that a run stopped by the time budget still has results.
-                val_bpb, _ = evaluate_bpb(model, val_ids, bs, device=device, vocab_size=config["vocab_size"])
+                val_bpb = evaluate(model, "val", device=device)["val_bpb"]
                 log_metrics(step, val_bpb=val_bpb, epoch=epoch + (i + 1) / steps_per_epoch, elapsed_s=time.time() - t0)
                 path = save_checkpoint(model, config, val_bpb, step=step)
                 print(f"step {step}: val_bpb {val_bpb:.4f}, saved {path}", flush=True)

@@ -6,13 +6,13 @@
 #   1. constants (task, image size, class and image counts, normalisation)
 #   2. preparation: tiny-imagenet-200.zip -> uint8 image arrays + labels in data/
 #   3. loaders the training scripts import (load_split, load_meta, normalize)
-#   4. the evaluation function (top-1 accuracy on the validation images)
+#   4. the evaluation: eval_batches, forward, score, evaluate (top-1 accuracy on the validation images)
 #   5. checkpoint + logging helpers (shared by all seven tasks)
 #   6. main(): the command line
 #
 #   python prepare.py --prepare --raw-dir RAW --data-dir OUT
 #   python prepare.py --eval checkpoints/<file>.pt [--script PATH] [--data-dir DIR] [--device cpu|cuda]
-#                     [--batch-size N]
+#                     [--batch-size N]      (your own check; the harness scores officially)
 # =============================================================================
 
 from __future__ import annotations
@@ -250,55 +250,94 @@ _STATS: dict = {}  # device -> (mean, std) tensors for normalize()
 
 # ---------------------------------------------------------------------------
 # 4. Evaluation: the official metric
+# The harness scores a checkpoint in two processes: a sandboxed predictor runs
+# the model through forward() on the inputs of eval_batches(), and a scorer
+# that never runs your code compares its outputs with the labels in score().
+# evaluate() does all three in one process: call it for your validation score.
 # ---------------------------------------------------------------------------
+
+# The images are independent samples and an input (the pixels) reveals no label, so any batch size gives the
+# same predictions. 256 images are 3 MB of uint8 pixels in and 200 KB of logits out per batch, and a model's
+# float32 activations at 64 x 64 fit a GPU with room to spare at that size.
+FEED_BATCH_SIZE = 256
+
+
+def eval_batches(split: str = EVAL_SPLIT, data_dir: str = DATA_DIR, batch_size: int = 256) -> list:
+    """[(inputs, labels)] in the stored order: inputs {"x": uint8 [b, 3, 64, 64]}, labels int64 [b] (numpy)."""
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; use one of {list(SPLITS)}")
+    if not os.path.isfile(os.path.join(data_dir, f"{split}_x.npy")):
+        raise FileNotFoundError(
+            f"no prepared data in {data_dir!r}: run `python prepare.py --prepare` first or pass --data-dir"
+        )
+    x, y = (t.numpy() for t in load_split(split, data_dir))
+    return [({"x": x[i : i + batch_size]}, y[i : i + batch_size]) for i in range(0, len(x), batch_size)]
+
+
+def forward(model: nn.Module, inputs: dict) -> torch.Tensor:
+    """The forward contract: model(normalize(x)), x uint8 [batch, 3, 64, 64] -> logits [batch, N_CLASSES].
+
+    Plain float32: no autocast (and no TF32: the harness turns it off, evaluate() too), so the score depends
+    neither on reduced-precision rounding nor on which ops support it.
+    """
+    x = inputs["x"]
+    with torch.autocast(device_type=x.device.type, enabled=False):
+        xb = normalize(x)
+        logits = model(xb)
+    if not isinstance(logits, torch.Tensor) or logits.shape != (len(xb), N_CLASSES):
+        shape = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__
+        raise ValueError(
+            f"model(x) returned {shape} for x of shape {tuple(xb.shape)}; expected logits of shape "
+            f"{(len(xb), N_CLASSES)} = [batch, N_CLASSES={N_CLASSES}]"
+        )
+    return logits
+
+
+def score(outputs: list, targets: list) -> dict:
+    """Top-1 accuracy: the fraction of images whose highest logit is the true class: {"top1_acc": float, "n": images}.
+
+    Ties go to the lowest class index (argmax). Same value as sklearn's accuracy_score(y, logits.argmax(1)).
+    """
+    correct = total = 0
+    for logits, y in zip(outputs, targets, strict=True):
+        if logits.shape != (len(y), N_CLASSES):
+            raise ValueError(
+                f"model(x) returned {tuple(logits.shape)} for {len(y)} images; expected logits of shape "
+                f"{(len(y), N_CLASSES)} = [batch, N_CLASSES={N_CLASSES}]"
+            )
+        if not np.isfinite(logits).all():
+            raise ValueError("the model produced non-finite logits")
+        correct += int((logits.argmax(axis=1) == y).sum())
+        total += len(y)
+    if not total:
+        raise ValueError("the split has no images: accuracy is undefined")
+    return {METRIC: correct / total, "n": total}
 
 
 @torch.no_grad()
-def predict(
+def evaluate(
     model: nn.Module, split: str = EVAL_SPLIT, data_dir: str = DATA_DIR, device: str = "cpu", batch_size: int = 256
-) -> torch.Tensor:
-    """The predicted class (argmax of the logits) of every image of `split`, int64 [N] on the CPU.
+) -> dict:
+    """score(forward(model, inputs)) over every image of `split` in this process: {"top1_acc": float, "n": images}.
 
-    Runs model(normalize(x)) under model.eval() in plain float32 (no autocast, no TF32), in a fixed order.
+    Call it with split="val" for the validation score your script reports: that is exactly the official
+    metric (this task is scored on the validation images). Runs under model.eval() in plain float32 (no
+    autocast, no TF32), in a fixed order, and restores the model's training mode.
     """
-    x, _ = load_split(split, data_dir)
     was_training = model.training
     model.eval()
     tf32 = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
-    preds = []
+    outputs, targets = [], []
     try:
-        with torch.autocast(device_type=torch.device(device).type, enabled=False):
-            for i in range(0, len(x), batch_size):  # fixed order, fixed batches: deterministic
-                xb = normalize(x[i : i + batch_size].to(device))
-                logits = model(xb)
-                if not isinstance(logits, torch.Tensor) or logits.shape != (len(xb), N_CLASSES):
-                    shape = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__
-                    raise ValueError(
-                        f"model(x) returned {shape} for x of shape {tuple(xb.shape)}; expected logits of shape "
-                        f"{(len(xb), N_CLASSES)} = [batch, N_CLASSES={N_CLASSES}]"
-                    )
-                if not torch.isfinite(logits).all():
-                    raise ValueError(f"the model produced non-finite logits on the {split} images")
-                preds.append(logits.argmax(dim=1).cpu())
+        for inputs, y in eval_batches(split, data_dir, batch_size):  # fixed order, fixed batches: deterministic
+            logits = forward(model, {k: torch.from_numpy(v).to(device) for k, v in inputs.items()})
+            outputs.append(logits.float().cpu().numpy())
+            targets.append(y)
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
         model.train(was_training)
-    return torch.cat(preds)
-
-
-def evaluate(
-    model: nn.Module, split: str = EVAL_SPLIT, data_dir: str = DATA_DIR, device: str = "cpu", batch_size: int = 256
-) -> dict:
-    """Top-1 accuracy of the model on every image of `split`: {"top1_acc": float, "n": number of images}.
-
-    Call it with split="val" for the validation score your script reports: that is exactly the official
-    metric (this task is scored on the validation images). Same value as sklearn's accuracy_score(y, predict()).
-    """
-    pred = predict(model, split, data_dir, device, batch_size)
-    _, y = load_split(split, data_dir)
-    correct = int((pred == y).sum())
-    return {METRIC: correct / len(y), "n": len(y)}
+    return score(outputs, targets)
 
 
 # 5. The helper block below is shared verbatim by all seven tasks (hence kept out of the formatter).
@@ -441,56 +480,11 @@ def self_check(checkpoint: str, script: str | None = None, split: str = EVAL_SPL
 # ---------------------------------------------------------------------------
 
 
-def run_eval(args: argparse.Namespace) -> dict:
-    """The official evaluation of one checkpoint; raises with a clear message on any problem."""
-    start = time.time()
-    if not os.path.isfile(args.eval):
-        raise FileNotFoundError(f"checkpoint {args.eval} does not exist")
-    try:
-        payload = load_checkpoint(args.eval)
-    except Exception as e:
-        raise ValueError(f"cannot read checkpoint {args.eval}: {e} (save it with prepare.save_checkpoint())") from e
-    script = args.script or payload.get("script")
-    if not script or not os.path.isfile(script):
-        named = f"--script names {args.script!r}" if args.script else f"the checkpoint names {payload.get('script')!r}"
-        raise FileNotFoundError(f"training script not found: {named}; pass --script PATH to the script that saved it")
-    if not os.path.isfile(os.path.join(args.data_dir, f"{EVAL_SPLIT}_x.npy")):
-        raise FileNotFoundError(
-            f"no prepared data in {args.data_dir!r}: run `python prepare.py --prepare` first or pass --data-dir"
-        )
-    model = load_build_model(script)(payload["config"])
-    try:
-        model.load_state_dict(payload["state_dict"], strict=True)
-    except RuntimeError as e:
-        hint = ""
-        if any(str(k).startswith("_orig_mod.") for k in payload["state_dict"]):
-            hint = " The keys start with '_orig_mod.': the model was saved after torch.compile(); save model._orig_mod."
-        raise ValueError(
-            f"the saved state_dict does not fit build_model(config) from {script} under strict=True.{hint} Details: {e}"
-        ) from e
-    if args.device == "cuda":
-        torch.backends.cudnn.benchmark = False
-        torch.backends.cudnn.deterministic = True
-    model = model.to(args.device)
-    result = evaluate(model, EVAL_SPLIT, args.data_dir, args.device, args.batch_size)
-    return {
-        "task": TASK_ID,
-        "metric": METRIC,
-        "value": result[METRIC],
-        "direction": DIRECTION,
-        "split": EVAL_SPLIT,
-        "checkpoint": args.eval,
-        "script": script,
-        "seconds": round(time.time() - start, 3),
-        "n": result["n"],
-    }
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=f"{TASK_ID}: data preparation and official evaluation")
     mode = parser.add_mutually_exclusive_group(required=True)
     mode.add_argument("--prepare", action="store_true", help="build the prepared data from the raw files")
-    mode.add_argument("--eval", metavar="CHECKPOINT", help="score a checkpoint on the eval split")
+    mode.add_argument("--eval", metavar="CHECKPOINT", help="check a checkpoint: its score on the val split")
     parser.add_argument("--raw-dir", help=f"folder holding {FULL_ZIP} or {SUBSET_ZIP} (with --prepare)")
     parser.add_argument("--data-dir", default=DATA_DIR, help="prepared data folder (default: data)")
     parser.add_argument("--script", help="training script with build_model (default: the checkpoint's)")
@@ -503,8 +497,13 @@ def main() -> None:
             parser.error("--prepare needs --raw-dir")
         prepare(args.raw_dir, args.data_dir)
         return
+    if args.device == "cuda":  # deterministic kernels, as the harness's predictor uses
+        torch.backends.cudnn.benchmark = False
+        torch.backends.cudnn.deterministic = True
     try:
-        result = run_eval(args)
+        result = self_check(
+            args.eval, args.script, EVAL_SPLIT, data_dir=args.data_dir, device=args.device, batch_size=args.batch_size
+        )
     except Exception as e:  # any failure: one JSON line saying what to fix, exit 1
         print(json.dumps({"task": TASK_ID, "error": f"{type(e).__name__}: {e}"}))
         sys.exit(1)

@@ -6,13 +6,13 @@
 #   1. constants (task, classes, image size, normalisation)
 #   2. preparation: the VOC tar (or the data mirror's partial substitutes) -> 224 x 224 uint8 arrays in data/
 #   3. loaders the training scripts import (load_split, load_meta, normalize)
-#   4. the evaluation function (mIoU from a confusion matrix over the whole split)
+#   4. the evaluation: eval_batches, forward, score, evaluate (mIoU from one confusion matrix of the split)
 #   5. checkpoint + logging helpers (shared by all seven tasks)
 #   6. main(): the command line
 #
 #   python prepare.py --prepare --raw-dir RAW --data-dir OUT
 #   python prepare.py --eval checkpoints/<file>.pt [--script PATH] [--data-dir DIR] [--device cpu|cuda]
-#                     [--batch-size N]
+#                     [--batch-size N]      (your own check; the harness scores officially)
 #   python prepare.py --check-weights weights/<file>.pth     (does a DINOv3 file load? one JSON line)
 # =============================================================================
 
@@ -299,6 +299,9 @@ _STATS: dict = {}  # device -> (mean, std) tensors for normalize()
 
 # ---------------------------------------------------------------------------
 # 4. Evaluation: the official metric
+# The harness scores a checkpoint in two processes: a sandboxed predictor runs the model through forward() on
+# the inputs of eval_batches(), and a scorer that never runs your code compares its class maps with the masks in
+# score(). evaluate() does all three in one process: call it for your validation score.
 # mIoU is computed the standard way (as mmsegmentation and the VOC devkit): ONE 21 x 21 confusion matrix is
 # accumulated over every labelled pixel of the whole split (pixels labelled 255 are left out, whatever the
 # prediction), then IoU_c = TP_c / (TP_c + FP_c + FN_c) for each class c, and mIoU = the mean of IoU_c over the
@@ -329,57 +332,92 @@ def iou_from_confusion(cm: torch.Tensor) -> tuple[float, list[float | None]]:
     return sum(present) / len(present), ious
 
 
-def _logits_batches(model: nn.Module, x: torch.Tensor, device: str, batch_size: int):
-    """Yield (start, predicted classes uint8 [B, H, W] on device) for fixed batches of x, in float32."""
+# The images are independent samples and an input (the pixels) reveals no mask, so any batch size gives the
+# same predictions. 32 images are 4.8 MB of uint8 pixels in and 1.6 MB of uint8 class maps out per batch; the
+# model's float32 logits alone are 135 MB at that size (21 x 224 x 224 per image), and a fine-tuned backbone's
+# activations fit a GPU with room to spare.
+FEED_BATCH_SIZE = 32
+
+
+def eval_batches(split: str = EVAL_SPLIT, data_dir: str = DATA_DIR, batch_size: int = 32) -> list:
+    """[(inputs, masks)] in the stored order: inputs {"x": uint8 [b, 3, 224, 224]} (as load_split gives them),
+    masks uint8 [b, 224, 224] with class ids 0-20 and IGNORE_INDEX (numpy)."""
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; use one of {list(SPLITS)}")
+    if not os.path.isfile(os.path.join(data_dir, f"{split}_x.npy")):
+        raise FileNotFoundError(
+            f"no prepared data in {data_dir!r}: run `python prepare.py --prepare` first or pass --data-dir"
+        )
+    x, y = (t.numpy() for t in load_split(split, data_dir))
+    return [({"x": x[i : i + batch_size]}, y[i : i + batch_size]) for i in range(0, len(x), batch_size)]
+
+
+def forward(model: nn.Module, inputs: dict) -> torch.Tensor:
+    """The forward contract: the argmax over the classes of model(normalize(x)).
+
+    x uint8 [batch, 3, 224, 224] -> model logits [batch, N_CLASSES, 224, 224] -> class map uint8 [batch, 224, 224]
+    (the predicted class of every pixel; ties go to the lowest class). Plain float32: no autocast (and no TF32:
+    the harness turns it off, evaluate() too), so the score depends neither on reduced-precision rounding nor on
+    which ops support it.
+    """
+    x = inputs["x"]
+    with torch.autocast(device_type=x.device.type, enabled=False):
+        xb = normalize(x)
+        logits = model(xb)
+    want = (len(xb), N_CLASSES, *xb.shape[2:])
+    if not isinstance(logits, torch.Tensor) or tuple(logits.shape) != want:
+        shape = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__
+        raise ValueError(
+            f"model(x) returned {shape} for x of shape {tuple(xb.shape)}; expected logits of shape "
+            f"{want} = [batch, N_CLASSES={N_CLASSES}, H, W] (upsample the logits to the input size)"
+        )
+    if not torch.isfinite(logits).all():
+        raise ValueError("the model produced non-finite logits")
+    return logits.argmax(dim=1).to(torch.uint8)
+
+
+def score(outputs: list, targets: list) -> dict:
+    """mIoU from ONE confusion matrix over every labelled pixel of the split (void pixels left out):
+    {"miou": float, "n": images, "iou": [IoU or None per class]}. outputs: class maps [b, 224, 224], integers."""
+    cm = torch.zeros(N_CLASSES, N_CLASSES, dtype=torch.int64)
+    for pred, y in zip(outputs, targets, strict=True):
+        if pred.shape != y.shape:
+            raise ValueError(
+                f"forward returned {tuple(pred.shape)} for {len(y)} images; expected class maps of shape "
+                f"{tuple(y.shape)} = [batch, H, W]"
+            )
+        if pred.dtype.kind not in "iu":
+            raise ValueError(f"forward returned {pred.dtype} values; expected class ids (integers 0-{N_CLASSES - 1})")
+        cm += confusion_matrix(torch.from_numpy(pred.astype(np.int64)), torch.from_numpy(y))
+    miou, ious = iou_from_confusion(cm)
+    return {METRIC: miou, "n": sum(len(y) for y in targets), "iou": ious}
+
+
+@torch.no_grad()
+def evaluate(
+    model: nn.Module, split: str = EVAL_SPLIT, data_dir: str = DATA_DIR, device: str = "cpu", batch_size: int = 32
+) -> dict:
+    """score(forward(model, inputs)) over every image of `split` in this process:
+    {"miou": float, "n": images, "iou": [IoU or None per class]}.
+
+    Call it with split="val" for the validation score your script reports: that is exactly the official metric
+    (this task is scored on the validation images). Runs under model.eval() in plain float32 (no autocast, no
+    TF32), in a fixed order, and restores the model's training mode.
+    """
     was_training = model.training
     model.eval()
     tf32 = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    outputs, targets = [], []
     try:
-        with torch.no_grad(), torch.autocast(device_type=torch.device(device).type, enabled=False):
-            for i in range(0, len(x), batch_size):  # fixed order, fixed batches: deterministic
-                xb = normalize(x[i : i + batch_size].to(device))
-                logits = model(xb)
-                want = (len(xb), N_CLASSES, *xb.shape[2:])
-                if not isinstance(logits, torch.Tensor) or tuple(logits.shape) != want:
-                    shape = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__
-                    raise ValueError(
-                        f"model(x) returned {shape} for x of shape {tuple(xb.shape)}; expected logits of shape "
-                        f"{want} = [batch, N_CLASSES={N_CLASSES}, H, W] (upsample the logits to the input size)"
-                    )
-                if not torch.isfinite(logits).all():
-                    raise ValueError("the model produced non-finite logits")
-                yield i, logits.argmax(dim=1).to(torch.uint8)
+        for inputs, y in eval_batches(split, data_dir, batch_size):  # fixed order, fixed batches: deterministic
+            pred = forward(model, {k: torch.from_numpy(v).to(device) for k, v in inputs.items()})
+            outputs.append(pred.cpu().numpy())
+            targets.append(y)
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
         model.train(was_training)
-
-
-def predict(
-    model: nn.Module, split: str = EVAL_SPLIT, data_dir: str = DATA_DIR, device: str = "cpu", batch_size: int = 32
-) -> torch.Tensor:
-    """The predicted class of every pixel of `split` (argmax of the logits), uint8 [N, 224, 224] on the CPU.
-
-    Runs model(normalize(x)) under model.eval() and torch.no_grad() in plain float32 (no autocast, no TF32).
-    """
-    x, _ = load_split(split, data_dir)
-    return torch.cat([pred.cpu() for _, pred in _logits_batches(model, x, device, batch_size)])
-
-
-def evaluate(
-    model: nn.Module, split: str = EVAL_SPLIT, data_dir: str = DATA_DIR, device: str = "cpu", batch_size: int = 32
-) -> dict:
-    """mIoU of the model on every image of `split`: {"miou": float, "n": images, "iou": [IoU or None per class]}.
-
-    Call it with split="val" for the validation score your script reports: that is exactly the official metric
-    (this task is scored on the validation images).
-    """
-    x, y = load_split(split, data_dir)
-    cm = torch.zeros(N_CLASSES, N_CLASSES, dtype=torch.int64, device=device)
-    for i, pred in _logits_batches(model, x, device, batch_size):
-        cm += confusion_matrix(pred, y[i : i + len(pred)].to(device))
-    miou, ious = iou_from_confusion(cm)
-    return {METRIC: miou, "n": len(x), "iou": ious}
+    return score(outputs, targets)
 
 
 # 5. The helper block below is shared verbatim by all seven tasks (hence kept out of the formatter).
@@ -522,56 +560,11 @@ def self_check(checkpoint: str, script: str | None = None, split: str = EVAL_SPL
 # ---------------------------------------------------------------------------
 
 
-def run_eval(args: argparse.Namespace) -> dict:
-    """The official evaluation of one checkpoint; raises with a clear message on any problem."""
-    start = time.time()
-    if not os.path.isfile(args.eval):
-        raise FileNotFoundError(f"checkpoint {args.eval} does not exist")
-    try:
-        payload = load_checkpoint(args.eval)
-    except Exception as e:
-        raise ValueError(f"cannot read checkpoint {args.eval}: {e} (save it with prepare.save_checkpoint())") from e
-    script = args.script or payload.get("script")
-    if not script or not os.path.isfile(script):
-        named = f"--script names {args.script!r}" if args.script else f"the checkpoint names {payload.get('script')!r}"
-        raise FileNotFoundError(f"training script not found: {named}; pass --script PATH to the script that saved it")
-    if not os.path.isfile(os.path.join(args.data_dir, f"{EVAL_SPLIT}_x.npy")):
-        raise FileNotFoundError(
-            f"no prepared data in {args.data_dir!r}: run `python prepare.py --prepare` first or pass --data-dir"
-        )
-    model = load_build_model(script)(payload["config"])
-    try:
-        model.load_state_dict(payload["state_dict"], strict=True)
-    except RuntimeError as e:
-        hint = ""
-        if any(str(k).startswith("_orig_mod.") for k in payload["state_dict"]):
-            hint = " The keys start with '_orig_mod.': the model was saved after torch.compile(); save model._orig_mod."
-        raise ValueError(
-            f"the saved state_dict does not fit build_model(config) from {script} under strict=True.{hint} Details: {e}"
-        ) from e
-    if args.device == "cuda":
-        torch.backends.cudnn.benchmark = False
-        torch.backends.cudnn.deterministic = True
-    model = model.to(args.device)
-    result = evaluate(model, EVAL_SPLIT, args.data_dir, args.device, args.batch_size)
-    return {
-        "task": TASK_ID,
-        "metric": METRIC,
-        "value": result[METRIC],
-        "direction": DIRECTION,
-        "split": EVAL_SPLIT,
-        "checkpoint": args.eval,
-        "script": script,
-        "seconds": round(time.time() - start, 3),
-        "n": result["n"],
-    }
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=f"{TASK_ID}: data preparation and official evaluation")
     mode = parser.add_mutually_exclusive_group(required=True)
     mode.add_argument("--prepare", action="store_true", help="build the prepared data from the raw files")
-    mode.add_argument("--eval", metavar="CHECKPOINT", help="score a checkpoint on the eval split")
+    mode.add_argument("--eval", metavar="CHECKPOINT", help="check a checkpoint: its score on the val split")
     mode.add_argument("--check-weights", metavar="PATH", help="check that a DINOv3 weights file loads (dinov3.py)")
     parser.add_argument("--raw-dir", help=f"folder holding {FULL_TAR} or its partial substitutes (with --prepare)")
     parser.add_argument("--data-dir", default=DATA_DIR, help="prepared data folder (default: data)")
@@ -594,8 +587,13 @@ def main() -> None:
             print(json.dumps({"error": f"{type(e).__name__}: {e}"}))
             sys.exit(1)
         return
+    if args.device == "cuda":  # deterministic kernels, as the harness's predictor uses
+        torch.backends.cudnn.benchmark = False
+        torch.backends.cudnn.deterministic = True
     try:
-        result = run_eval(args)
+        result = self_check(
+            args.eval, args.script, EVAL_SPLIT, data_dir=args.data_dir, device=args.device, batch_size=args.batch_size
+        )
     except Exception as e:  # any failure: one JSON line saying what to fix, exit 1
         print(json.dumps({"task": TASK_ID, "error": f"{type(e).__name__}: {e}"}))
         sys.exit(1)

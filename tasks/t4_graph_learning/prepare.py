@@ -6,13 +6,13 @@
 #   1. constants (task, counts, checksums; OGB's feature lists are in molecules.py, also locked)
 #   2. preparation: OGB's files -> molecular graphs (molecules.py, with RDKit) + the split, as arrays in data/
 #   3. loaders the training scripts import (load_split -> GraphSet, collate_graphs, load_meta)
-#   4. the evaluation function (ROC-AUC on the test molecules)
+#   4. the evaluation: the inputs the harness feeds, the forward contract, the metric (ROC-AUC on the test molecules)
 #   5. checkpoint + logging helpers (shared by all seven tasks)
 #   6. main(): the command line
 #
 #   python prepare.py --prepare --raw-dir RAW --data-dir OUT
 #   python prepare.py --eval checkpoints/<file>.pt [--script PATH] [--data-dir DIR] [--device cpu|cuda]
-#                     [--batch-size N]
+#                     [--split train|valid|test] [--batch-size N]   (your own check; the harness scores officially)
 # =============================================================================
 
 from __future__ import annotations
@@ -66,6 +66,11 @@ MOL_COLUMNS = ["HIV_active", "smiles", "mol_id"]
 N_GRAPHS = 41127  # the official counts: 41,127 molecules, 1,443 of them active (label 1)
 N_POSITIVE = 1443
 OFFICIAL_SPLIT_SIZES = {"train": 32901, "valid": 4113, "test": 4113}
+# The labels of the test molecules live in a file of their own, which the harness keeps out of your workspace
+# (paper rule 9): labels.npy holds HIDDEN (-1) for them, labels_test.npy their labels in split_test.npy's order.
+LABELS_FILE = "labels.npy"
+TEST_LABELS_FILE = "labels_test.npy"
+HIDDEN = -1
 # sha256 of OGB's files (Git-LFS pointers of an extracted copy; see shared/data/SOURCES.md). The harness checks
 # loose files itself; members of hiv.zip are checked here. A mismatch is reported in meta.json, not fatal.
 KNOWN_SHA256 = {
@@ -183,7 +188,10 @@ def prepare(raw_dir: str, data_dir: str) -> None:
     os.makedirs(data_dir, exist_ok=True)
     for name in ("node_feat", "edge_index", "edge_feat", "num_nodes", "num_edges"):
         np.save(os.path.join(data_dir, f"{name}.npy"), g[name])
-    np.save(os.path.join(data_dir, "labels.npy"), labels)
+    shown = labels.astype(np.int8)
+    shown[split["test"]] = HIDDEN
+    np.save(os.path.join(data_dir, LABELS_FILE), shown)  # int8 [G]: 0 / 1, HIDDEN for the test molecules
+    np.save(os.path.join(data_dir, TEST_LABELS_FILE), labels[split["test"]])  # uint8, in split_test's order
     for s in SPLITS:
         np.save(os.path.join(data_dir, f"split_{s}.npy"), split[s])
     from rdkit import __version__ as rdkit_version
@@ -193,7 +201,8 @@ def prepare(raw_dir: str, data_dir: str) -> None:
         "nodes": int(g["num_nodes"].sum()),
         "edges": int(g["num_edges"].sum()),  # directed: every bond twice
         "counts": {s: len(split[s]) for s in SPLITS},
-        "positives": {s: int(labels[split[s]].sum()) for s in SPLITS},
+        "positives": {s: int(labels[split[s]].sum()) for s in ("train", "valid")},  # test: held out with its labels
+        "held_out": [TEST_LABELS_FILE],  # not in a workspace: only the harness's scorer reads the test labels
         "split": "official" if official else "scaffold-fallback",
         "atom_features": ATOM_FEATURES,
         "atom_feature_dims": ATOM_FEATURE_DIMS,
@@ -325,13 +334,51 @@ def _split_name(split: str) -> str:
     return split
 
 
+def _check_prepared(data_dir: str) -> None:
+    if not os.path.isfile(os.path.join(data_dir, LABELS_FILE)):
+        raise FileNotFoundError(
+            f"no prepared data in {data_dir!r}: run `python prepare.py --prepare` first or pass --data-dir"
+        )
+
+
+def has_test_labels(data_dir: str = DATA_DIR) -> bool:
+    """Whether the test labels are in data_dir: in the harness's copy, never in your workspace (rule 9)."""
+    return os.path.isfile(os.path.join(data_dir, TEST_LABELS_FILE))
+
+
+def load_labels(data_dir: str = DATA_DIR) -> np.ndarray:
+    """The label of every graph in OGB's order, int8 [G]: 1 active, 0 inactive, HIDDEN (-1) for the test molecules
+    where their labels are held out (your workspace); with labels_test.npy present, the test labels filled in."""
+    _check_prepared(data_dir)
+    labels = np.load(os.path.join(data_dir, LABELS_FILE)).astype(np.int8)
+    if has_test_labels(data_dir):
+        labels[split_indices("test", data_dir).numpy()] = np.load(os.path.join(data_dir, TEST_LABELS_FILE))
+    return labels
+
+
+def split_labels(split: str, data_dir: str = DATA_DIR) -> np.ndarray:
+    """The labels of one split's graphs in the split file's order, uint8 [n]. The test labels are held out of your
+    workspace: asking for them there raises FileNotFoundError (train and select on "train" and "valid")."""
+    split = _split_name(split)
+    _check_prepared(data_dir)
+    if split == "test":
+        if not has_test_labels(data_dir):
+            raise FileNotFoundError(
+                f"{os.path.join(data_dir, TEST_LABELS_FILE)} is not here: the test labels are held out (paper rule "
+                "9), only the harness's scorer reads them; use the 'valid' split for your own scores"
+            )
+        return np.load(os.path.join(data_dir, TEST_LABELS_FILE)).astype(np.uint8)
+    return np.load(os.path.join(data_dir, LABELS_FILE))[split_indices(split, data_dir).numpy()].astype(np.uint8)
+
+
 def load_all(data_dir: str = DATA_DIR) -> GraphSet:
-    """All graphs, in OGB's order (row i of mol.csv.gz), as a CPU GraphSet."""
+    """All graphs, in OGB's order (row i of mol.csv.gz), as a CPU GraphSet; y = load_labels(): -1.0 for the test
+    molecules when their labels are held out (in your workspace)."""
 
     def arr(name: str) -> torch.Tensor:
         return torch.from_numpy(np.load(os.path.join(data_dir, f"{name}.npy")))
 
-    y = arr("labels").float()
+    y = torch.from_numpy(load_labels(data_dir)).float()
     return GraphSet(arr("node_feat").long(), arr("edge_index").long(), arr("edge_feat").long(), y,
                     arr("num_nodes"), arr("num_edges"))  # fmt: skip
 
@@ -342,67 +389,146 @@ def split_indices(split: str, data_dir: str = DATA_DIR) -> torch.Tensor:
 
 
 def load_split(split: str, data_dir: str = DATA_DIR) -> GraphSet:
-    """The graphs of one split ("train", "valid" (or "val"), "test") as a CPU GraphSet, in the split file's order."""
+    """The graphs of one split ("train", "valid" (or "val"), "test") as a CPU GraphSet, in the split file's order.
+    "test" needs the held-out test labels: in your workspace it raises FileNotFoundError."""
+    if _split_name(split) == "test":
+        split_labels(split, data_dir)  # a clear error where the test labels are held out
     idx = split_indices(split, data_dir)
     return load_all(data_dir).subset(idx)
 
 
 # ---------------------------------------------------------------------------
 # 4. Evaluation: the official metric
+# The harness scores a checkpoint in two processes: a sandboxed predictor runs
+# the model through forward() on the inputs of eval_batches(), and a scorer
+# that never runs your code compares its outputs with the labels in score().
+# evaluate() does all three in one process: call it for your validation score.
 # ---------------------------------------------------------------------------
+
+# The molecules are independent samples: a graph's score depends on its own atoms and bonds only, so any batch size
+# is safe (no input reveals another molecule's label) and gives the same scores up to float rounding. 256 graphs
+# (~6,500 atoms, at most 1.5 MB padded) make 17 batches of the 4,113 test molecules, each enough work for a GPU, and
+# are the batches of the evaluation before the harness fed them: the official AUROC is the same number as then.
+FEED_BATCH_SIZE = 256
+
+
+def pad_graphs(graph_ids, arrays: dict) -> dict:
+    """The graphs graph_ids, padded into one batch of numpy arrays (what the harness sends the model):
+    x [b, max_nodes, 9] uint8, edge_index [b, 2, max_edges] int32 (node indices local to each graph),
+    edge_attr [b, max_edges, 3] uint8, n_nodes / n_edges [b] int32; zeros beyond each graph's counts.
+    `arrays`: the prepared node_feat, edge_index, edge_feat, num_nodes, num_edges (numpy)."""
+    graph_ids = np.asarray(graph_ids, dtype=np.int64)
+    nodes, edges = arrays["num_nodes"][graph_ids], arrays["num_edges"][graph_ids]
+    node_ptr = np.concatenate([[0], np.cumsum(arrays["num_nodes"])])
+    edge_ptr = np.concatenate([[0], np.cumsum(arrays["num_edges"])])
+    b, m, e = len(graph_ids), int(nodes.max(initial=0)), int(edges.max(initial=0))
+    x = np.zeros((b, m, len(ATOM_FEATURE_DIMS)), dtype=np.uint8)
+    edge_index = np.zeros((b, 2, e), dtype=np.int32)
+    edge_attr = np.zeros((b, e, len(BOND_FEATURE_DIMS)), dtype=np.uint8)
+    for k, g in enumerate(graph_ids):
+        n0, e0, n, ne = node_ptr[g], edge_ptr[g], nodes[k], edges[k]
+        x[k, :n] = arrays["node_feat"][n0 : n0 + n]
+        edge_index[k, :, :ne] = arrays["edge_index"][:, e0 : e0 + ne]
+        edge_attr[k, :ne] = arrays["edge_feat"][e0 : e0 + ne]
+    return {"x": x, "edge_index": edge_index, "edge_attr": edge_attr, "n_nodes": nodes.astype(np.int32),
+            "n_edges": edges.astype(np.int32)}  # fmt: skip
+
+
+def unpad_graphs(inputs: dict) -> GraphBatch:
+    """A padded batch (tensors, as pad_graphs makes them) -> the GraphBatch collate_graphs builds from the same
+    graphs: nodes and edges graph after graph, edge indices shifted, all int64, on the inputs' device."""
+    x, edge_index, edge_attr = inputs["x"], inputs["edge_index"], inputs["edge_attr"]
+    nodes, edges = inputs["n_nodes"].long(), inputs["n_edges"].long()
+    b, device = x.shape[0], x.device
+    node_mask = torch.arange(x.shape[1], device=device) < nodes[:, None]  # [b, max_nodes]: the real atoms
+    edge_mask = torch.arange(edge_attr.shape[1], device=device) < edges[:, None]  # [b, max_edges]: the real bonds
+    start = nodes.cumsum(0) - nodes  # each graph's first node in the batch
+    shifted = (edge_index.long() + start[:, None, None]).transpose(0, 1)  # [2, b, max_edges]
+    return GraphBatch(
+        x=x[node_mask].long(),
+        edge_index=shifted[:, edge_mask],
+        edge_attr=edge_attr[edge_mask].long(),
+        batch=torch.repeat_interleave(torch.arange(b, device=device), nodes),
+        num_graphs=b,
+    )
+
+
+def eval_batches(split: str = EVAL_SPLIT, data_dir: str = DATA_DIR, batch_size: int = 256) -> list:
+    """[(inputs, labels)] of `split` in the split file's order: inputs = pad_graphs(...) of batch_size graphs
+    (numpy), labels uint8 [b]."""
+    split = _split_name(split)
+    _check_prepared(data_dir)
+    labels = split_labels(split, data_dir)
+    ids = split_indices(split, data_dir).numpy()
+    names = ("node_feat", "edge_index", "edge_feat", "num_nodes", "num_edges")
+    arrays = {name: np.load(os.path.join(data_dir, f"{name}.npy")) for name in names}
+    return [(pad_graphs(ids[i : i + batch_size], arrays), labels[i : i + batch_size])
+            for i in range(0, len(ids), batch_size)]  # fmt: skip
+
+
+def forward(model: nn.Module, inputs: dict) -> torch.Tensor:
+    """The forward contract: model(batch) with batch = unpad_graphs(inputs), a GraphBatch of b molecules, returns one
+    score per molecule, [b] or [b, 1] (higher = more likely active); returned as float32 [b].
+
+    Float32 on every device (no autocast; the harness also turns TF32 off): the scores depend neither on bf16
+    rounding nor on bf16 support of the model's ops.
+    """
+    batch = unpad_graphs(inputs)
+    with torch.autocast(device_type=batch.x.device.type, enabled=False):
+        out = model(batch)
+    b = batch.num_graphs
+    if not isinstance(out, torch.Tensor) or tuple(out.shape) not in ((b,), (b, 1)):
+        shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+        raise ValueError(
+            f"model(batch) returned {shape} for a batch of {b} graphs; expected one score per graph, "
+            f"a tensor of shape ({b},) or ({b}, 1)"
+        )
+    return out.float().reshape(-1)
+
+
+def score(outputs: list, targets: list) -> dict:
+    """sklearn's roc_auc_score(labels, scores) over every graph (as OGB's Evaluator): {"auroc": float, "n": graphs}."""
+    from sklearn.metrics import roc_auc_score
+
+    for scores, y in zip(outputs, targets, strict=True):
+        if scores.shape != y.shape:
+            raise ValueError(
+                f"the model returned scores of shape {tuple(scores.shape)} for a batch of {len(y)} graphs; "
+                f"expected one score per graph, a tensor of shape ({len(y)},) or ({len(y)}, 1)"
+            )
+    scores, y = np.concatenate(outputs), np.concatenate(targets)
+    if not np.isfinite(scores).all():
+        raise ValueError(f"the model produced non-finite scores on {int((~np.isfinite(scores)).sum())} graphs")
+    if len(np.unique(y)) < 2:
+        raise ValueError("the split holds only one class: the ROC-AUC is undefined")
+    return {METRIC: float(roc_auc_score(y, scores)), "n": len(y)}
 
 
 @torch.no_grad()
-def predict(
+def evaluate(
     model: nn.Module, split: str = EVAL_SPLIT, data_dir: str = DATA_DIR, device: str = "cpu", batch_size: int = 256
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """(scores, labels) of every graph of `split`: one float32 score per graph, CPU tensors [G].
+) -> dict:
+    """score(forward(model, inputs)) over `split` in this process: {"auroc": float, "n": number of graphs}.
 
-    Runs model(batch) under model.eval() in plain float32 (no autocast, no TF32), in a fixed order and fixed batches.
+    Call it with split="valid" for the validation score your script reports: that is exactly the official metric
+    on the validation split. The value is sklearn's roc_auc_score(labels, scores), as OGB's Evaluator computes it;
+    any score that ranks the molecules (logit or probability of being active) gives the same AUROC. Runs under
+    model.eval() in plain float32 (no autocast, no TF32), in a fixed order and fixed batches.
     """
-    data = load_split(split, data_dir)
     was_training = model.training
     model.eval()
     tf32 = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
-    scores = []
+    outputs, targets = [], []
     try:
-        with torch.autocast(device_type=torch.device(device).type, enabled=False):
-            for i in range(0, len(data), batch_size):
-                batch, _ = data.batch(torch.arange(i, min(i + batch_size, len(data))))
-                out = model(batch.to(device))
-                B = batch.num_graphs
-                if not isinstance(out, torch.Tensor) or tuple(out.shape) not in ((B,), (B, 1)):
-                    shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
-                    raise ValueError(
-                        f"model(batch) returned {shape} for a batch of {B} graphs; expected one score per graph, "
-                        f"a tensor of shape ({B},) or ({B}, 1)"
-                    )
-                scores.append(out.float().reshape(-1).cpu())
+        for inputs, y in eval_batches(split, data_dir, batch_size):
+            out = forward(model, {k: torch.from_numpy(v).to(device) for k, v in inputs.items()})
+            outputs.append(out.cpu().numpy())
+            targets.append(y)
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
         model.train(was_training)
-    scores = torch.cat(scores)
-    if not torch.isfinite(scores).all():
-        raise ValueError(f"the model produced non-finite scores on the {split} graphs")
-    return scores, data.y
-
-
-def evaluate(
-    model: nn.Module, split: str = EVAL_SPLIT, data_dir: str = DATA_DIR, device: str = "cpu", batch_size: int = 256
-) -> dict:
-    """ROC-AUC of the model's scores on `split`: {"auroc": float, "n": number of graphs}.
-
-    Call it with split="valid" for the validation score your script reports: that is exactly the official metric
-    on the validation split. The value is sklearn's roc_auc_score(labels, scores), as OGB's Evaluator computes it;
-    any score that ranks the molecules (logit or probability of being active) gives the same AUROC.
-    """
-    from sklearn.metrics import roc_auc_score
-
-    scores, y = predict(model, split, data_dir, device, batch_size)
-    if len(torch.unique(y)) < 2:
-        raise ValueError(f"the {split} split holds only one class: the ROC-AUC is undefined")
-    return {METRIC: float(roc_auc_score(y.numpy(), scores.numpy())), "n": len(y)}
+    return score(outputs, targets)
 
 
 # 5. The helper block below is shared verbatim by all seven tasks (hence kept out of the formatter).
@@ -545,60 +671,20 @@ def self_check(checkpoint: str, script: str | None = None, split: str = EVAL_SPL
 # ---------------------------------------------------------------------------
 
 
-def run_eval(args: argparse.Namespace) -> dict:
-    """The official evaluation of one checkpoint; raises with a clear message on any problem."""
-    start = time.time()
-    if not os.path.isfile(args.eval):
-        raise FileNotFoundError(f"checkpoint {args.eval} does not exist")
-    try:
-        payload = load_checkpoint(args.eval)
-    except Exception as e:
-        raise ValueError(f"cannot read checkpoint {args.eval}: {e} (save it with prepare.save_checkpoint())") from e
-    script = args.script or payload.get("script")
-    if not script or not os.path.isfile(script):
-        named = f"--script names {args.script!r}" if args.script else f"the checkpoint names {payload.get('script')!r}"
-        raise FileNotFoundError(f"training script not found: {named}; pass --script PATH to the script that saved it")
-    if not os.path.isfile(os.path.join(args.data_dir, f"split_{EVAL_SPLIT}.npy")):
-        raise FileNotFoundError(
-            f"no prepared data in {args.data_dir!r}: run `python prepare.py --prepare` first or pass --data-dir"
-        )
-    model = load_build_model(script)(payload["config"])
-    try:
-        model.load_state_dict(payload["state_dict"], strict=True)
-    except RuntimeError as e:
-        hint = ""
-        if any(str(k).startswith("_orig_mod.") for k in payload["state_dict"]):
-            hint = " The keys start with '_orig_mod.': the model was saved after torch.compile(); save model._orig_mod."
-        raise ValueError(
-            f"the saved state_dict does not fit build_model(config) from {script} under strict=True.{hint} Details: {e}"
-        ) from e
-    if args.device == "cuda":
-        torch.backends.cudnn.benchmark = False
-        torch.backends.cudnn.deterministic = True
-    model = model.to(args.device)
-    result = evaluate(model, EVAL_SPLIT, args.data_dir, args.device, args.batch_size)
-    return {
-        "task": TASK_ID,
-        "metric": METRIC,
-        "value": result[METRIC],
-        "direction": DIRECTION,
-        "split": EVAL_SPLIT,
-        "checkpoint": args.eval,
-        "script": script,
-        "seconds": round(time.time() - start, 3),
-        "n": result["n"],
-    }
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser(description=f"{TASK_ID}: data preparation and official evaluation")
+    parser = argparse.ArgumentParser(description=f"{TASK_ID}: data preparation and your own check of a checkpoint")
     mode = parser.add_mutually_exclusive_group(required=True)
     mode.add_argument("--prepare", action="store_true", help="build the prepared data from the raw files")
-    mode.add_argument("--eval", metavar="CHECKPOINT", help="score a checkpoint on the eval split")
+    mode.add_argument("--eval", metavar="CHECKPOINT", help="score a checkpoint on a split (your own check)")
     parser.add_argument("--raw-dir", help=f"folder holding {ZIP_FILE}, or {MOL_FILE} [+ split files] (with --prepare)")
     parser.add_argument("--data-dir", default=DATA_DIR, help="prepared data folder (default: data)")
     parser.add_argument("--script", help="training script with build_model (default: the checkpoint's)")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument(
+        "--split",
+        choices=["train", "valid", "val", "test"],
+        help="default: test if its labels are in --data-dir, else valid (in your workspace)",
+    )
     parser.add_argument("--batch-size", type=int, default=256)
     args = parser.parse_args()
 
@@ -607,8 +693,11 @@ def main() -> None:
             parser.error("--prepare needs --raw-dir")
         prepare(args.raw_dir, args.data_dir)
         return
+    split = _split_name(args.split) if args.split else (EVAL_SPLIT if has_test_labels(args.data_dir) else "valid")
     try:
-        result = run_eval(args)
+        result = self_check(
+            args.eval, args.script, split, data_dir=args.data_dir, device=args.device, batch_size=args.batch_size
+        )
     except Exception as e:  # any failure: one JSON line saying what to fix, exit 1
         print(json.dumps({"task": TASK_ID, "error": f"{type(e).__name__}: {e}"}))
         sys.exit(1)

@@ -6,13 +6,13 @@
 #   1. constants (task, columns, split seed and fractions)
 #   2. preparation: covtype.data.gz -> stratified 80/10/10 split, standardised float32 arrays in data/
 #   3. loaders the training scripts import (load_split, load_meta)
-#   4. the evaluation function (accuracy on the held-out test split)
+#   4. the evaluation: the inputs the harness feeds, the forward contract, the metric (test accuracy)
 #   5. checkpoint + logging helpers (shared by all seven tasks)
 #   6. main(): the command line
 #
 #   python prepare.py --prepare --raw-dir RAW --data-dir OUT
 #   python prepare.py --eval checkpoints/<file>.pt [--script PATH] [--data-dir DIR] [--device cpu|cuda]
-#                     [--batch-size N]
+#                     [--split train|val|test] [--batch-size N]   (your own check; the harness scores officially)
 # =============================================================================
 
 from __future__ import annotations
@@ -76,6 +76,8 @@ N_CLASSES = len(CLASSES)
 SPLIT_SEED = 42
 HOLDOUT_FRACTION = 0.2
 SPLITS = ("train", "val", "test")
+# The test rows and their labels stay with the harness, out of your workspace (paper rule 9).
+HELD_OUT = ("test_x.npy", "test_y.npy")
 
 
 # ---------------------------------------------------------------------------
@@ -142,7 +144,8 @@ def prepare(raw_dir: str, data_dir: str) -> None:
         np.save(os.path.join(data_dir, f"{split}_x.npy"), x.astype(np.float32))
         np.save(os.path.join(data_dir, f"{split}_y.npy"), y)
         counts[split] = len(y)
-        class_counts[split] = np.bincount(y, minlength=N_CLASSES).tolist()
+        if split != "test":  # the test classes stay with the harness (rule 9), their counts included
+            class_counts[split] = np.bincount(y, minlength=N_CLASSES).tolist()
     notes = []  # one line per way these data fall short of the official file
     if len(table) != N_ROWS:
         notes.append(f"{RAW_FILE}: {len(table):,} of {N_ROWS:,} rows (not the official file; splits are smaller)")
@@ -153,7 +156,8 @@ def prepare(raw_dir: str, data_dir: str) -> None:
         "mean": scaler.mean_.tolist(),  # original units = x[:, :10] * std + mean
         "std": scaler.scale_.tolist(),
         "counts": counts,
-        "class_counts": class_counts,
+        "class_counts": class_counts,  # train and val
+        "held_out": list(HELD_OUT),  # not in a workspace: only the harness's scorer reads the test rows and labels
         "split": f"train_test_split(stratify=y, random_state={SPLIT_SEED}): 80% train, then the rest halved",
         "partial_data": notes,
     }
@@ -177,65 +181,116 @@ def load_meta(data_dir: str = DATA_DIR) -> dict:
 
 
 def load_split(split: str, data_dir: str = DATA_DIR) -> tuple[torch.Tensor, torch.Tensor]:
-    """All rows of one split: x float32 [N, 54] (columns 0..9 standardised, 10..53 are 0/1) and y int64 [N] (0..6)."""
+    """All rows of one split: x float32 [N, 54] (columns 0..9 standardised, 10..53 are 0/1) and y int64 [N] (0..6).
+
+    The test split is held out of your workspace (rule 9): load_split("test") raises FileNotFoundError there.
+    """
+    x, y = _arrays(split, data_dir)
+    return torch.from_numpy(x), torch.from_numpy(y)
+
+
+def _arrays(split: str, data_dir: str) -> tuple[np.ndarray, np.ndarray]:
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r}; use one of {list(SPLITS)}")
-    x = np.load(os.path.join(data_dir, f"{split}_x.npy"))
-    y = np.load(os.path.join(data_dir, f"{split}_y.npy"))
-    return torch.from_numpy(x), torch.from_numpy(y)
+    paths = [os.path.join(data_dir, f"{split}_{part}.npy") for part in ("x", "y")]
+    if not all(os.path.isfile(p) for p in paths):
+        if split == "test" and os.path.isfile(os.path.join(data_dir, "val_y.npy")):  # a workspace: held out
+            raise FileNotFoundError(
+                f"{paths[1]} is not here: the test split is held out (paper rule 9), only the harness's scorer "
+                "reads it; use the 'val' split for your own scores"
+            )
+        raise FileNotFoundError(
+            f"no prepared data in {data_dir!r} ({[p for p in paths if not os.path.isfile(p)][0]} is missing): "
+            "run `python prepare.py --prepare` first or pass --data-dir"
+        )
+    return np.load(paths[0]), np.load(paths[1])
+
+
+def has_test_split(data_dir: str = DATA_DIR) -> bool:
+    """Whether the test rows and labels are in data_dir: in the harness's copy, never in your workspace (rule 9)."""
+    return all(os.path.isfile(os.path.join(data_dir, f"test_{part}.npy")) for part in ("x", "y"))
 
 
 # ---------------------------------------------------------------------------
 # 4. Evaluation: the official metric
+# The harness scores a checkpoint in two processes: a sandboxed predictor runs
+# the model through forward() on the inputs of eval_batches(), and a scorer
+# that never runs your code compares its outputs with the labels in score().
+# evaluate() does all three in one process: call it for your validation score.
 # ---------------------------------------------------------------------------
+
+# The rows are independent samples: a row's logits depend on its own 54 features only, so any batch size is safe
+# (no input reveals another row's class) and gives the same predictions up to float rounding. 4,096 rows (0.9 MB of
+# float32 a batch) keep a GPU busy with 15 batches for the 58,102 test rows, and are the batches of the evaluation
+# before the harness fed them: the official accuracy is the same number as then.
+FEED_BATCH_SIZE = 4096
+
+
+def eval_batches(split: str = EVAL_SPLIT, data_dir: str = DATA_DIR, batch_size: int = 4096) -> list:
+    """[(inputs, labels)] in file order: inputs {"x": float32 [b, 54]}, labels int64 [b] (numpy)."""
+    x, y = _arrays(split, data_dir)
+    return [({"x": x[i : i + batch_size]}, y[i : i + batch_size]) for i in range(0, len(x), batch_size)]
+
+
+def forward(model: nn.Module, inputs: dict) -> torch.Tensor:
+    """The forward contract: model(x), x [b, 54] float32 -> logits [b, 7] (the class is their argmax).
+
+    Float32 on every device (no autocast; the harness also turns TF32 off): the predictions depend neither on bf16
+    rounding nor on bf16 support of the model's ops.
+    """
+    x = inputs["x"]
+    with torch.autocast(device_type=x.device.type, enabled=False):
+        logits = model(x)
+    if not isinstance(logits, torch.Tensor) or tuple(logits.shape) != (len(x), N_CLASSES):
+        shape = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__
+        raise ValueError(
+            f"model(x) returned {shape} for x of shape {tuple(x.shape)}; expected logits of shape "
+            f"{(len(x), N_CLASSES)} = [batch, N_CLASSES={N_CLASSES}]"
+        )
+    return logits
+
+
+def score(outputs: list, targets: list) -> dict:
+    """Accuracy: the fraction of rows whose highest logit is the true class, {"accuracy": float, "n": rows}.
+    Same value as sklearn's accuracy_score(y, logits.argmax(1))."""
+    correct, count = 0, 0
+    for logits, y in zip(outputs, targets, strict=True):
+        if logits.shape != (len(y), N_CLASSES):
+            raise ValueError(
+                f"the model returned logits of shape {tuple(logits.shape)} for {len(y)} rows; expected "
+                f"{(len(y), N_CLASSES)} = [batch, N_CLASSES={N_CLASSES}]"
+            )
+        if not np.isfinite(logits).all():
+            raise ValueError("the model produced non-finite logits")
+        correct += int((logits.argmax(axis=1) == y).sum())
+        count += len(y)
+    return {METRIC: correct / count, "n": count}
 
 
 @torch.no_grad()
-def predict(
+def evaluate(
     model: nn.Module, split: str = EVAL_SPLIT, data_dir: str = DATA_DIR, device: str = "cpu", batch_size: int = 4096
-) -> torch.Tensor:
-    """The predicted class (argmax of the logits) of every row of `split`, int64 [N] on the CPU.
+) -> dict:
+    """score(forward(model, inputs)) over every row of `split` in this process: {"accuracy": float, "n": rows}.
 
-    Runs model(x) under model.eval() in plain float32 (no autocast, no TF32), in a fixed order.
+    Call it with split="val" for the validation score your script reports: it is then exactly the official
+    metric on the validation split. Runs under model.eval() in plain float32 (no autocast, no TF32), in a fixed
+    order and fixed batches.
     """
-    x, _ = load_split(split, data_dir)
     was_training = model.training
     model.eval()
     tf32 = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
-    preds = []
+    outputs, targets = [], []
     try:
-        with torch.autocast(device_type=torch.device(device).type, enabled=False):
-            for i in range(0, len(x), batch_size):  # fixed order, fixed batches: deterministic
-                xb = x[i : i + batch_size].to(device)
-                logits = model(xb)
-                if not isinstance(logits, torch.Tensor) or logits.shape != (len(xb), N_CLASSES):
-                    shape = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__
-                    raise ValueError(
-                        f"model(x) returned {shape} for x of shape {tuple(xb.shape)}; expected logits of shape "
-                        f"{(len(xb), N_CLASSES)} = [batch, N_CLASSES={N_CLASSES}]"
-                    )
-                if not torch.isfinite(logits).all():
-                    raise ValueError(f"the model produced non-finite logits on the {split} rows")
-                preds.append(logits.argmax(dim=1).cpu())
+        for inputs, y in eval_batches(split, data_dir, batch_size):
+            logits = forward(model, {k: torch.from_numpy(v).to(device) for k, v in inputs.items()})
+            outputs.append(logits.float().cpu().numpy())
+            targets.append(y)
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
         model.train(was_training)
-    return torch.cat(preds)
-
-
-def evaluate(
-    model: nn.Module, split: str = EVAL_SPLIT, data_dir: str = DATA_DIR, device: str = "cpu", batch_size: int = 4096
-) -> dict:
-    """Accuracy of the model on every row of `split`: {"accuracy": float, "n": number of rows}.
-
-    Call it with split="val" for the validation score your script reports: it is then exactly the official
-    metric on the validation split. Same value as sklearn's accuracy_score(y, predict()).
-    """
-    pred = predict(model, split, data_dir, device, batch_size)
-    _, y = load_split(split, data_dir)
-    correct = int((pred == y).sum())
-    return {METRIC: correct / len(y), "n": len(y)}
+    return score(outputs, targets)
 
 
 # 5. The helper block below is shared verbatim by all seven tasks (hence kept out of the formatter).
@@ -378,60 +433,16 @@ def self_check(checkpoint: str, script: str | None = None, split: str = EVAL_SPL
 # ---------------------------------------------------------------------------
 
 
-def run_eval(args: argparse.Namespace) -> dict:
-    """The official evaluation of one checkpoint; raises with a clear message on any problem."""
-    start = time.time()
-    if not os.path.isfile(args.eval):
-        raise FileNotFoundError(f"checkpoint {args.eval} does not exist")
-    try:
-        payload = load_checkpoint(args.eval)
-    except Exception as e:
-        raise ValueError(f"cannot read checkpoint {args.eval}: {e} (save it with prepare.save_checkpoint())") from e
-    script = args.script or payload.get("script")
-    if not script or not os.path.isfile(script):
-        named = f"--script names {args.script!r}" if args.script else f"the checkpoint names {payload.get('script')!r}"
-        raise FileNotFoundError(f"training script not found: {named}; pass --script PATH to the script that saved it")
-    if not os.path.isfile(os.path.join(args.data_dir, f"{EVAL_SPLIT}_x.npy")):
-        raise FileNotFoundError(
-            f"no prepared data in {args.data_dir!r}: run `python prepare.py --prepare` first or pass --data-dir"
-        )
-    model = load_build_model(script)(payload["config"])
-    try:
-        model.load_state_dict(payload["state_dict"], strict=True)
-    except RuntimeError as e:
-        hint = ""
-        if any(str(k).startswith("_orig_mod.") for k in payload["state_dict"]):
-            hint = " The keys start with '_orig_mod.': the model was saved after torch.compile(); save model._orig_mod."
-        raise ValueError(
-            f"the saved state_dict does not fit build_model(config) from {script} under strict=True.{hint} Details: {e}"
-        ) from e
-    if args.device == "cuda":
-        torch.backends.cudnn.benchmark = False
-        torch.backends.cudnn.deterministic = True
-    model = model.to(args.device)
-    result = evaluate(model, EVAL_SPLIT, args.data_dir, args.device, args.batch_size)
-    return {
-        "task": TASK_ID,
-        "metric": METRIC,
-        "value": result[METRIC],
-        "direction": DIRECTION,
-        "split": EVAL_SPLIT,
-        "checkpoint": args.eval,
-        "script": script,
-        "seconds": round(time.time() - start, 3),
-        "n": result["n"],
-    }
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser(description=f"{TASK_ID}: data preparation and official evaluation")
+    parser = argparse.ArgumentParser(description=f"{TASK_ID}: data preparation and your own check of a checkpoint")
     mode = parser.add_mutually_exclusive_group(required=True)
     mode.add_argument("--prepare", action="store_true", help="build the prepared data from the raw files")
-    mode.add_argument("--eval", metavar="CHECKPOINT", help="score a checkpoint on the eval split")
+    mode.add_argument("--eval", metavar="CHECKPOINT", help="score a checkpoint on a split (your own check)")
     parser.add_argument("--raw-dir", help=f"folder holding {RAW_FILE} (with --prepare)")
     parser.add_argument("--data-dir", default=DATA_DIR, help="prepared data folder (default: data)")
     parser.add_argument("--script", help="training script with build_model (default: the checkpoint's)")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--split", choices=list(SPLITS), help="default: test if present in --data-dir, else val")
     parser.add_argument("--batch-size", type=int, default=4096)
     args = parser.parse_args()
 
@@ -440,8 +451,11 @@ def main() -> None:
             parser.error("--prepare needs --raw-dir")
         prepare(args.raw_dir, args.data_dir)
         return
+    split = args.split or (EVAL_SPLIT if has_test_split(args.data_dir) else "val")
     try:
-        result = run_eval(args)
+        result = self_check(
+            args.eval, args.script, split, data_dir=args.data_dir, device=args.device, batch_size=args.batch_size
+        )
     except Exception as e:  # any failure: one JSON line saying what to fix, exit 1
         print(json.dumps({"task": TASK_ID, "error": f"{type(e).__name__}: {e}"}))
         sys.exit(1)

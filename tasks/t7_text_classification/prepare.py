@@ -3,16 +3,16 @@
 # Do not modify: the harness evaluates with the original copy of this file.
 #
 # What is here, in order:
-#   1. constants (task, classes, sample counts, the character encoding)
+#   1. constants (task, classes, sample counts, the validation carve, the character encoding)
 #   2. preparation: train.csv + test.csv -> uint8 character codes + labels in data/
 #   3. loaders the training scripts import (load_split, load_meta, encode)
-#   4. the evaluation function (accuracy on the 7,600 test.csv samples)
+#   4. the evaluation (accuracy; officially on the 7,600 test.csv samples)
 #   5. checkpoint + logging helpers (shared by all seven tasks)
 #   6. main(): the command line
 #
 #   python prepare.py --prepare --raw-dir RAW --data-dir OUT
 #   python prepare.py --eval checkpoints/<file>.pt [--script PATH] [--data-dir DIR] [--device cpu|cuda]
-#                     [--batch-size N]
+#                     [--split val|test] [--batch-size N]      (your own check; the harness scores officially)
 # =============================================================================
 
 from __future__ import annotations
@@ -35,10 +35,12 @@ import torch.nn as nn
 # ---------------------------------------------------------------------------
 
 TASK_ID = "t7"
-METRIC = "accuracy"  # fraction of test.csv samples whose highest logit is the true class
+METRIC = "accuracy"  # fraction of the samples whose highest logit is the true class
 DIRECTION = "max"  # higher is better
-# AG News has a train and a test file only. The scored set is test.csv (the paper's Table 2 calls it the
-# validation split, and its harness reported the agents' own val scores on it too).
+# The official score is on AG News's test.csv (7,600 samples; the paper's Table 2 calls it the validation split),
+# so that it stays comparable with the paper. test.csv is held out: the harness copies data/ into the workspace
+# without test_x.npy and test_y.npy, and only its scorer reads them. The validation split is carved from
+# train.csv instead (below).
 EVAL_SPLIT = "test"
 DATA_DIR = "data"
 CHECKPOINT_DIR = "checkpoints"
@@ -46,8 +48,17 @@ CHECKPOINT_DIR = "checkpoints"
 URL = "https://raw.githubusercontent.com/mhjabreel/CharCnn_Keras/master/data/ag_news_csv/"
 CLASSES = ["World", "Sports", "Business", "Sci/Tech"]  # the CSV's labels 1..4, stored as 0..3
 N_CLASSES = len(CLASSES)
-N_SAMPLES = {"train": 120000, "test": 7600}  # the official files: 30,000 and 1,900 per class
-SPLITS = tuple(N_SAMPLES)  # ("train", "test"); raw file <split>.csv
+RAW_SAMPLES = {"train": 120000, "test": 7600}  # the official files: 30,000 and 1,900 per class
+RAW_FILES = tuple(RAW_SAMPLES)  # ("train", "test"); raw file <name>.csv
+
+# The validation split: 5 % of train.csv's rows, stratified by class (5 % of each class, at least one sample of
+# a class with two or more), drawn with a fixed seed: 6,000 of the 120,000 rows (1,500 per class). The other
+# 114,000 rows are the train split. data/val_rows.npy lists the val rows' 0-based line numbers in train.csv.
+VAL_FRACTION = 0.05
+VAL_SEED = 0
+N_SAMPLES = {"train": 114000, "val": 6000, "test": 7600}  # the prepared splits, from the official files
+SPLITS = tuple(N_SAMPLES)  # ("train", "val", "test"): data/<split>_x.npy and data/<split>_y.npy
+HELD_OUT = ("test_x.npy", "test_y.npy")  # not in the workspace (task.toml's held_out)
 
 # The character encoding (paper section 3.2: ASCII 0-127, max length 1,014, zero-padded). A sample's text is
 # title + " " + description, exactly as the CSV holds them once its quoting is undone ("" -> "): nothing else
@@ -64,7 +75,7 @@ _NOT_ASCII = re.compile(r"[^\x01-\x7f]")
 
 
 # ---------------------------------------------------------------------------
-# 2. Preparation: raw CSVs -> data/{train,test}_{x,y}.npy + data/meta.json
+# 2. Preparation: raw CSVs -> data/{train,val,test}_{x,y}.npy + data/val_rows.npy + data/meta.json
 # ---------------------------------------------------------------------------
 
 
@@ -97,25 +108,51 @@ def read_csv(path: str) -> tuple[list[str], np.ndarray]:
     return texts, np.array(labels, dtype=np.int64)
 
 
+def carve_val(labels: np.ndarray) -> np.ndarray:
+    """The train.csv rows (0-based, ascending) that form the val split: VAL_FRACTION of each class, seeded."""
+    rng = np.random.default_rng(VAL_SEED)
+    picked = []
+    for c in range(N_CLASSES):
+        rows = np.flatnonzero(labels == c)
+        k = max(1, round(len(rows) * VAL_FRACTION)) if len(rows) >= 2 else 0
+        picked.append(rng.permutation(rows)[:k])
+    return np.sort(np.concatenate(picked)).astype(np.int64)
+
+
 def prepare(raw_dir: str, data_dir: str) -> None:
-    """Encode both files and save codes, labels and meta.json; describe any shortfall in partial_data."""
+    """Encode both files, carve val from train, save codes, labels and meta.json; describe any shortfall."""
     start = time.time()
-    splits = {split: read_csv(os.path.join(raw_dir, f"{split}.csv")) for split in SPLITS}  # check both first
+    raw = {name: read_csv(os.path.join(raw_dir, f"{name}.csv")) for name in RAW_FILES}  # check both first
+    notes = [
+        f"{name}.csv: {len(labels):,} of {RAW_SAMPLES[name]:,} samples (not the official file)"
+        for name, (_, labels) in raw.items()
+        if len(labels) != RAW_SAMPLES[name]
+    ]
+    texts, labels = raw["train"]
+    val_rows = carve_val(labels)
+    is_val = np.zeros(len(labels), dtype=bool)
+    is_val[val_rows] = True
+    splits = {  # file order within each split
+        "train": ([t for t, v in zip(texts, is_val, strict=True) if not v], labels[~is_val]),
+        "val": ([texts[i] for i in val_rows], labels[val_rows]),
+        "test": raw["test"],
+    }
     os.makedirs(data_dir, exist_ok=True)
-    notes, counts, class_counts, truncated = [], {}, {}, {}
+    counts, class_counts, truncated = {}, {}, {}
     for split, (texts, labels) in splits.items():
-        x = np.stack([encode(t) for t in texts])  # [N, MAX_LEN] uint8
-        np.save(os.path.join(data_dir, f"{split}_x.npy"), x)
+        x = np.stack([encode(t) for t in texts]) if texts else np.zeros((0, MAX_LEN), dtype=np.uint8)
+        np.save(os.path.join(data_dir, f"{split}_x.npy"), x)  # [N, MAX_LEN] uint8
         np.save(os.path.join(data_dir, f"{split}_y.npy"), labels)
         counts[split] = len(labels)
         class_counts[split] = np.bincount(labels, minlength=N_CLASSES).tolist()
         truncated[split] = sum(len(t) > MAX_LEN for t in texts)
-        if len(labels) != N_SAMPLES[split]:
-            notes.append(f"{split}.csv: {len(labels):,} of {N_SAMPLES[split]:,} samples (not the official file)")
+    np.save(os.path.join(data_dir, "val_rows.npy"), val_rows)
     meta = {
         "classes": CLASSES,  # y = i means CLASSES[i]
         "counts": counts,
         "class_counts": class_counts,
+        "val": {"from": "train.csv", "fraction": VAL_FRACTION, "seed": VAL_SEED, "stratified_by": "class"},
+        "held_out": list(HELD_OUT),  # the test split: read by the harness's scorer only, not in the workspace
         "max_len": MAX_LEN,
         "truncated": truncated,  # samples longer than MAX_LEN characters, cut
         "encoding": 'title + " " + description; ASCII code 1..127 per character, 26 (SUB) for others, 0 = padding',
@@ -135,7 +172,7 @@ def prepare(raw_dir: str, data_dir: str) -> None:
 
 
 def load_meta(data_dir: str = DATA_DIR) -> dict:
-    """Class names, sample and class counts, the encoding and partial_data notes, as written by prepare()."""
+    """Class names, sample and class counts, the val carve, the encoding and partial_data notes (prepare())."""
     with open(os.path.join(data_dir, "meta.json"), encoding="utf-8") as f:
         return json.load(f)
 
@@ -144,62 +181,106 @@ def load_split(split: str, data_dir: str = DATA_DIR) -> tuple[torch.Tensor, torc
     """All samples of one split: x uint8 [N, 1014] (character codes, 0 = padding) and y int64 [N] (0..3)."""
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r}; use one of {list(SPLITS)}")
-    x = np.load(os.path.join(data_dir, f"{split}_x.npy"))
+    path = os.path.join(data_dir, f"{split}_x.npy")
+    if split == "test" and not os.path.isfile(path) and os.path.isfile(os.path.join(data_dir, "val_x.npy")):
+        raise FileNotFoundError(
+            f"{path} does not exist: the test split (test.csv) is held out, only the harness scores on it; "
+            'measure your models on "val"'
+        )
+    x = np.load(path)
     y = np.load(os.path.join(data_dir, f"{split}_y.npy"))
     return torch.from_numpy(x), torch.from_numpy(y)
 
 
 # ---------------------------------------------------------------------------
 # 4. Evaluation: the official metric
+# The harness scores a checkpoint in two processes: a sandboxed predictor runs
+# the model through forward() on the inputs of eval_batches(), and a scorer
+# that never runs your code compares its outputs with the labels in score().
+# evaluate() does all three in one process: call it for your validation score.
 # ---------------------------------------------------------------------------
+
+# The samples are independent: an input reveals no label but its own, so any batch size is safe.
+FEED_BATCH_SIZE = 256
+
+
+def eval_batches(split: str = EVAL_SPLIT, data_dir: str = DATA_DIR, batch_size: int = 256) -> list:
+    """[(inputs, targets)] in file order: inputs {"x": uint8 [b, 1014]}, targets int64 [b] (numpy)."""
+    x, y = load_split(split, data_dir)
+    x, y = x.numpy(), y.numpy()
+    return [({"x": x[i : i + batch_size]}, y[i : i + batch_size]) for i in range(0, len(x), batch_size)]
+
+
+def forward(model: nn.Module, inputs: dict) -> torch.Tensor:
+    """The forward contract: model(x), x int64 [B, 1014] character codes -> logits [B, 4] (float32 here).
+
+    Plain float32 (no autocast; the harness also turns TF32 off): the class is the argmax of these logits.
+    """
+    x = inputs["x"].long()
+    with torch.autocast(device_type=x.device.type, enabled=False):
+        logits = model(x)
+    if not isinstance(logits, torch.Tensor) or tuple(logits.shape) != (len(x), N_CLASSES):
+        shape = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__
+        raise ValueError(
+            f"model(x) returned {shape} for x of shape {tuple(x.shape)}; expected logits of shape "
+            f"{(len(x), N_CLASSES)} = [batch, N_CLASSES={N_CLASSES}]"
+        )
+    return logits.float()
+
+
+def score(outputs: list, targets: list) -> dict:
+    """Accuracy of the argmax of the logits: {"accuracy": correct / samples, "n": samples}."""
+    correct, count = 0, 0
+    for logits, y in zip(outputs, targets, strict=True):
+        if logits.shape != (len(y), N_CLASSES):
+            raise ValueError(
+                f"the model returned {tuple(logits.shape)} for {len(y)} samples; expected logits of shape "
+                f"{(len(y), N_CLASSES)} = [batch, N_CLASSES={N_CLASSES}]"
+            )
+        if not np.isfinite(logits).all():
+            raise ValueError("the model produced non-finite logits")
+        correct += int((logits.argmax(axis=1) == y).sum())  # ties: the first largest logit, as torch.argmax
+        count += len(y)
+    if count == 0:
+        raise ValueError("no samples to score")
+    return {METRIC: correct / count, "n": count}
 
 
 @torch.no_grad()
-def predict(
-    model: nn.Module, split: str = EVAL_SPLIT, data_dir: str = DATA_DIR, device: str = "cpu", batch_size: int = 256
-) -> torch.Tensor:
-    """The predicted class (argmax of the logits) of every sample of `split`, int64 [N] on the CPU.
-
-    Runs model(x) on the int64 codes under model.eval() in plain float32 (no autocast, no TF32), in a fixed order.
-    """
-    x, _ = load_split(split, data_dir)
+def _outputs(model: nn.Module, batches: list, device: str) -> list:
+    """forward() on every batch under model.eval(), TF32 off (as in the harness): the logits, numpy float32."""
     was_training = model.training
     model.eval()
     tf32 = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
-    preds = []
     try:
-        with torch.autocast(device_type=torch.device(device).type, enabled=False):
-            for i in range(0, len(x), batch_size):  # fixed order, fixed batches: deterministic
-                xb = x[i : i + batch_size].to(device).long()
-                logits = model(xb)
-                if not isinstance(logits, torch.Tensor) or logits.shape != (len(xb), N_CLASSES):
-                    shape = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__
-                    raise ValueError(
-                        f"model(x) returned {shape} for x of shape {tuple(xb.shape)}; expected logits of shape "
-                        f"{(len(xb), N_CLASSES)} = [batch, N_CLASSES={N_CLASSES}]"
-                    )
-                if not torch.isfinite(logits).all():
-                    raise ValueError(f"the model produced non-finite logits on the {split} samples")
-                preds.append(logits.argmax(dim=1).cpu())
+        return [
+            forward(model, {k: torch.from_numpy(v).to(device) for k, v in inputs.items()}).cpu().numpy()
+            for inputs, _ in batches
+        ]
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
         model.train(was_training)
-    return torch.cat(preds)
+
+
+def predict(
+    model: nn.Module, split: str = EVAL_SPLIT, data_dir: str = DATA_DIR, device: str = "cpu", batch_size: int = 256
+) -> torch.Tensor:
+    """The predicted class (argmax of the logits) of every sample of `split`, int64 [N] on the CPU."""
+    logits = _outputs(model, eval_batches(split, data_dir, batch_size), device)
+    return torch.from_numpy(np.concatenate(logits).argmax(axis=1))
 
 
 def evaluate(
     model: nn.Module, split: str = EVAL_SPLIT, data_dir: str = DATA_DIR, device: str = "cpu", batch_size: int = 256
 ) -> dict:
-    """Accuracy of the model on every sample of `split`: {"accuracy": float, "n": number of samples}.
+    """score(forward(model, inputs)) over `split` in this process: {"accuracy": float, "n": number of samples}.
 
-    The official metric is evaluate(model, "test"); it is also the validation score your script reports (the
-    paper's harness did the same). Same value as sklearn's accuracy_score(y, predict()).
+    Call it with split="val" for the validation score your script reports: it is then exactly the official
+    metric on the validation split. Same value as sklearn's accuracy_score(y, predict()).
     """
-    pred = predict(model, split, data_dir, device, batch_size)
-    _, y = load_split(split, data_dir)
-    correct = int((pred == y).sum())
-    return {METRIC: correct / len(y), "n": len(y)}
+    batches = eval_batches(split, data_dir, batch_size)
+    return score(_outputs(model, batches, device), [y for _, y in batches])
 
 
 # 5. The helper block below is shared verbatim by all seven tasks (hence kept out of the formatter).
@@ -342,60 +423,16 @@ def self_check(checkpoint: str, script: str | None = None, split: str = EVAL_SPL
 # ---------------------------------------------------------------------------
 
 
-def run_eval(args: argparse.Namespace) -> dict:
-    """The official evaluation of one checkpoint; raises with a clear message on any problem."""
-    start = time.time()
-    if not os.path.isfile(args.eval):
-        raise FileNotFoundError(f"checkpoint {args.eval} does not exist")
-    try:
-        payload = load_checkpoint(args.eval)
-    except Exception as e:
-        raise ValueError(f"cannot read checkpoint {args.eval}: {e} (save it with prepare.save_checkpoint())") from e
-    script = args.script or payload.get("script")
-    if not script or not os.path.isfile(script):
-        named = f"--script names {args.script!r}" if args.script else f"the checkpoint names {payload.get('script')!r}"
-        raise FileNotFoundError(f"training script not found: {named}; pass --script PATH to the script that saved it")
-    if not os.path.isfile(os.path.join(args.data_dir, f"{EVAL_SPLIT}_x.npy")):
-        raise FileNotFoundError(
-            f"no prepared data in {args.data_dir!r}: run `python prepare.py --prepare` first or pass --data-dir"
-        )
-    model = load_build_model(script)(payload["config"])
-    try:
-        model.load_state_dict(payload["state_dict"], strict=True)
-    except RuntimeError as e:
-        hint = ""
-        if any(str(k).startswith("_orig_mod.") for k in payload["state_dict"]):
-            hint = " The keys start with '_orig_mod.': the model was saved after torch.compile(); save model._orig_mod."
-        raise ValueError(
-            f"the saved state_dict does not fit build_model(config) from {script} under strict=True.{hint} Details: {e}"
-        ) from e
-    if args.device == "cuda":
-        torch.backends.cudnn.benchmark = False
-        torch.backends.cudnn.deterministic = True
-    model = model.to(args.device)
-    result = evaluate(model, EVAL_SPLIT, args.data_dir, args.device, args.batch_size)
-    return {
-        "task": TASK_ID,
-        "metric": METRIC,
-        "value": result[METRIC],
-        "direction": DIRECTION,
-        "split": EVAL_SPLIT,
-        "checkpoint": args.eval,
-        "script": script,
-        "seconds": round(time.time() - start, 3),
-        "n": result["n"],
-    }
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser(description=f"{TASK_ID}: data preparation and official evaluation")
+    parser = argparse.ArgumentParser(description=f"{TASK_ID}: data preparation and your own evaluation")
     mode = parser.add_mutually_exclusive_group(required=True)
     mode.add_argument("--prepare", action="store_true", help="build the prepared data from the raw files")
-    mode.add_argument("--eval", metavar="CHECKPOINT", help="score a checkpoint on the eval split")
+    mode.add_argument("--eval", metavar="CHECKPOINT", help="score a checkpoint (your own check)")
     parser.add_argument("--raw-dir", help="folder holding train.csv and test.csv (with --prepare)")
     parser.add_argument("--data-dir", default=DATA_DIR, help="prepared data folder (default: data)")
     parser.add_argument("--script", help="training script with build_model (default: the checkpoint's)")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--split", choices=SPLITS, help="default: test if present, else val")
     parser.add_argument("--batch-size", type=int, default=256)
     args = parser.parse_args()
 
@@ -404,8 +441,19 @@ def main() -> None:
             parser.error("--prepare needs --raw-dir")
         prepare(args.raw_dir, args.data_dir)
         return
+    split = args.split or (EVAL_SPLIT if os.path.isfile(os.path.join(args.data_dir, f"{EVAL_SPLIT}_x.npy")) else "val")
     try:
-        result = run_eval(args)
+        if not os.path.isfile(os.path.join(args.data_dir, f"{split}_x.npy")):
+            held_out = " (the test split is held out of the workspace: use --split val)" if split == "test" else ""
+            raise FileNotFoundError(
+                f"no prepared {split} split in {args.data_dir!r}: run `python prepare.py --prepare` first or pass "
+                f"--data-dir{held_out}"
+            )
+        if args.device == "cuda":
+            torch.backends.cudnn.benchmark = False
+            torch.backends.cudnn.deterministic = True
+        result = self_check(args.eval, args.script, split, data_dir=args.data_dir, device=args.device,
+                            batch_size=args.batch_size)  # fmt: skip
     except Exception as e:  # any failure: one JSON line saying what to fix, exit 1
         print(json.dumps({"task": TASK_ID, "error": f"{type(e).__name__}: {e}"}))
         sys.exit(1)

@@ -22,6 +22,7 @@ import json
 import math
 import pickle
 import random
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -309,3 +310,72 @@ def test_forked_cli_gives_what_python_prepare_py_gives(small, cli_runs):
         forked = cli_runs(name)[case]["proc"]
         real = run_prepare(small.prepared(name)["ws"], *forked.args)
         assert (forked.returncode, forked.stdout) == (real.returncode, real.stdout), case
+
+
+# ---------------------------------------------------------------------------
+# The official path: the harness's trusted scorer and sandboxed predictor (bench/scoring)
+# ---------------------------------------------------------------------------
+
+
+def official_through_the_scorer(
+    ws: Path, ckpt: Path, folder: Path, name: str, script: str = "train.py"
+) -> tuple[dict, subprocess.CompletedProcess]:
+    """Stage an evaluation folder as the harness does (the task's original locked files, the workspace's train.py,
+    the checkpoint) and score it with `python -I -m bench.scoring.scorer`, sandboxed where bwrap works here."""
+    from bench.pipeline.evaluate import CHECKPOINT, stage
+    from bench.sandbox import probe
+    from bench.tasks import all_tasks
+
+    task = next(t for t in all_tasks() if t.name == name)
+    eval_dir = stage(task, ws, folder / "eval", ckpt)
+    cmd = [sys.executable, "-I", "-m", "bench.scoring.scorer", "--task-dir", str(FOLDERS[name])]
+    cmd += ["--data-dir", str(ws / "data"), "--eval-dir", str(eval_dir), "--checkpoint", CHECKPOINT]
+    cmd += ["--script", script, "--device", "cpu"]
+    if probe() is not None:
+        cmd.append("--unsandboxed")
+    proc = subprocess.run(cmd, cwd=folder, capture_output=True, text=True, timeout=900)
+    return only_json_line(proc.stdout), proc
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_official_score_through_the_scorer_is_the_tasks_metric(small, name, tmp_path):
+    """The scorer (labels on its side, the model in a sandboxed predictor) prints the contract's JSON with the same
+    number the task's own evaluate() gives on the eval split, and the honest baseline passes every probe."""
+    ws, run = small.prepared(name)["ws"], small.official(name)
+    result, proc = official_through_the_scorer(ws, run["checkpoint"], tmp_path, name)
+    assert proc.returncode == 0 and "error" not in result, (result, proc.stderr[-2000:])
+    toml = declared(name)
+    assert (result["task"], result["metric"], result["direction"], result["split"]) == (
+        toml["id"],
+        toml["metric"],
+        toml["direction"],
+        toml["eval_split"],
+    )
+    assert CONTRACT_KEYS <= result.keys()
+    assert result["value"] == pytest.approx(last_json(run["proc"])["value"], rel=REL, abs=1e-12)
+    assert {"determinism", "batch-independence"} <= set(result["checks"])
+
+
+SCORER_BAD = ("extra_key", "compiled_state_dict", "no_build_model", "random_bytes", "code_in_pickle")
+
+
+@pytest.mark.parametrize("case", SCORER_BAD)
+def test_the_scorer_answers_a_bad_checkpoint_with_an_error_and_no_score(small, case, tmp_path):
+    """The predictor's side of the official path is the same for every task: T6 stands for all of them."""
+    name = "t6_time_series_forecasting"
+    ws, ckpt = small.prepared(name)["ws"], small.trained(name)["checkpoints"][-1]
+    bad = bad_inputs(ckpt, tmp_path)[case]
+    path, script = Path(bad.args[1]), bad.args[3] if "--script" in bad.args else None
+    if script:  # the scored script has no build_model
+        shutil.copyfile(script, ws / Path(script).name)
+    try:
+        named = Path(script).name if script else "train.py"
+        result, proc = official_through_the_scorer(ws, path, tmp_path, name, named)
+    finally:
+        if script:
+            (ws / Path(script).name).unlink()
+    assert proc.returncode == 1 and "value" not in result, result
+    assert isinstance(result.get("error"), str) and result["error"].strip()
+    for text in bad.mention:
+        assert text in result["error"], (text, result["error"])
+    assert not (tmp_path / "code-ran").exists(), "loading the checkpoint ran code from its pickle"

@@ -14,6 +14,9 @@ import contextlib
 import hashlib
 import io
 import json
+import shutil
+import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
@@ -24,12 +27,14 @@ import torch.nn as nn
 from PIL import Image
 from sklearn.metrics import accuracy_score
 
+from bench.pipeline.evaluate import stage
 from bench.tasks import load_task
 from tests.tasks.smalldata import FULL_ZIP, SUBSET_ZIP, write_tiny_imagenet_like
 from tests.tasks.smalldata import T2_TINY as TINY
 from tests.tasks.taskfolder import copy_task, last_json, run_prepare, task_modules
 
-TASK_DIR = Path(__file__).resolve().parents[2] / "tasks" / "t2_image_classification"
+ROOT = Path(__file__).resolve().parents[2]
+TASK_DIR = ROOT / "tasks" / "t2_image_classification"
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)  # the published RGB statistics
 
 
@@ -167,10 +172,13 @@ def test_metric_matches_sklearn_and_hand_counts(fake):
     with task_modules(fake["ws"]) as (prepare, _):
         _, y = prepare.load_split("val")
         model = Fixed()
-        pred = prepare.predict(model, "val")
-        assert pred.dtype == torch.int64 and pred.shape == y.shape
         result = prepare.evaluate(model, "val")
-        assert result["n"] == 200 and result["top1_acc"] == accuracy_score(y.numpy(), pred.numpy())
+        with torch.no_grad():
+            pred = torch.cat(
+                [prepare.forward(model, {"x": torch.from_numpy(i["x"])}) for i, _ in prepare.eval_batches()]
+            )
+        assert pred.shape == (200, 200)
+        assert result["n"] == 200 and result["top1_acc"] == accuracy_score(y.numpy(), pred.argmax(1).numpy())
         assert prepare.evaluate(model, "val", batch_size=7) == result  # batching does not change the score
         # A constant prediction of class 5 is right exactly on the val images of class 5 (1 of 200 here).
         assert prepare.evaluate(Fixed(constant=5), "val")["top1_acc"] == (y == 5).sum().item() / 200 == 0.005
@@ -181,6 +189,33 @@ def test_metric_matches_sklearn_and_hand_counts(fake):
         with pytest.raises(ValueError, match="non-finite"):
             prepare.evaluate(Fixed(constant=0, value=float("nan")), "val")
         assert model.training  # evaluate() restores the training mode
+
+
+def test_eval_batches_forward_and_score_are_the_contract(fake):
+    """What the harness feeds (uint8 pixels, in the stored order), what forward returns (the logits) and how score
+    checks what comes back: the scorer trusts none of the outputs it gets."""
+    with task_modules(fake["ws"]) as (prepare, _):
+        assert prepare.FEED_BATCH_SIZE == 256 and not hasattr(prepare, "CAUSAL_INPUT")
+        batches = prepare.eval_batches("val", batch_size=64)
+        x, y = np.load("data/val_x.npy"), np.load("data/val_y.npy")
+        assert [len(t) for _, t in batches] == [64, 64, 64, 8] and all(set(i) == {"x"} for i, _ in batches)
+        np.testing.assert_array_equal(np.concatenate([i["x"] for i, _ in batches]), x)
+        np.testing.assert_array_equal(np.concatenate([t for _, t in batches]), y)
+        assert batches[0][0]["x"].dtype == np.uint8 and batches[0][1].dtype == np.int64
+        with pytest.raises(FileNotFoundError, match="no prepared data in 'nowhere'"):
+            prepare.eval_batches("val", "nowhere")
+        with pytest.raises(ValueError, match="unknown split"):
+            prepare.eval_batches("test")
+        logits = [np.eye(200, dtype=np.float32)[t] for _, t in batches]  # one-hot on the true class: all right
+        assert prepare.score(logits, [t for _, t in batches]) == {"top1_acc": 1.0, "n": 200}
+        logits[1][:, 0] = 2.0  # batch 1 now predicts class 0 everywhere: right where the label is 0
+        want = (200 - 64 + int((batches[1][1] == 0).sum())) / 200
+        assert prepare.score(logits, [t for _, t in batches])["top1_acc"] == want
+        with pytest.raises(ValueError, match=r"returned \(64, 10\) for 64 images; expected logits of shape"):
+            prepare.score([a[:, :10] for a in logits], [t for _, t in batches])
+        logits[3][5, 7] = np.nan
+        with pytest.raises(ValueError, match="non-finite"):
+            prepare.score(logits, [t for _, t in batches])
 
 
 def test_augmentation_crops_flips_and_jitters():
@@ -225,13 +260,76 @@ def test_baseline_trains_logs_and_checkpoints(trained):
     assert "done: 30 steps" in log
 
 
-def test_official_accuracy_is_recomputed_from_the_prepared_arrays(small, fake):
-    """The --eval value of the trained baseline (the checkpoint of step 30), recomputed here: the model on the
-    val images normalised with ImageNet's statistics, its argmax against the labels, sklearn's accuracy."""
-    run = small.official(TASK_DIR.name)
-    result = last_json(run["proc"])
-    assert result["n"] == 200
-    payload = torch.load(run["checkpoint"], weights_only=True)
+# ---------------------------------------------------------------------------
+# The official score: the harness's trusted scorer on a staged folder
+# ---------------------------------------------------------------------------
+
+OLD_COMMIT = "a46ace060bc9527a536580b7ecd1ed188ff7744d"  # the last prepare.py whose --eval was the official score
+MIXING_SCRIPT = """import torch.nn as nn
+
+from train import build_model as build_honest
+
+
+class BatchMean(nn.Module):
+    \"\"\"The honest network plus the mean logits of the batch: each image's output depends on the others.\"\"\"
+
+    def __init__(self, config):
+        super().__init__()
+        self.net = build_honest(config)
+
+    def forward(self, x):
+        logits = self.net(x)
+        return logits + logits.mean(dim=0, keepdim=True)
+
+
+def build_model(config):
+    return BatchMean(config)
+"""
+
+
+def run_scorer(eval_dir: Path, data_dir: Path, script: str = "train.py") -> tuple[int, dict]:
+    """`python -m bench.scoring.scorer` on a staged folder, on the CPU, unsandboxed: (exit status, its JSON)."""
+    args = ["--task-dir", str(TASK_DIR), "--data-dir", str(data_dir), "--eval-dir", str(eval_dir)]
+    args += ["--checkpoint", "checkpoint.pt", "--script", script, "--device", "cpu", "--unsandboxed"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.scoring.scorer", *args], cwd=ROOT, capture_output=True, text=True, timeout=600
+    )
+    return proc.returncode, last_json(proc)
+
+
+def old_official(ws: Path, checkpoint: Path, dest: Path) -> dict:
+    """`prepare.py --eval` of the prepare.py before the port (from git history), in a copy of the workspace."""
+    old = subprocess.run(
+        ["git", "show", f"{OLD_COMMIT}:tasks/{TASK_DIR.name}/prepare.py"], cwd=ROOT, capture_output=True, text=True
+    )
+    if old.returncode != 0:
+        pytest.skip(f"the pre-port prepare.py ({OLD_COMMIT[:7]}) is not in this checkout's git history")
+    copy = copy_task(ws, dest)
+    (copy / "prepare.py").write_text(old.stdout, encoding="utf-8")
+    proc = run_prepare(copy, "--eval", str(checkpoint), "--script", "train.py", "--data-dir", str(ws / "data"))
+    assert proc.returncode == 0 and "run_eval" in old.stdout, proc.stdout + proc.stderr
+    return last_json(proc)
+
+
+@pytest.fixture(scope="module")
+def official(small, fake, tmp_path_factory) -> dict:
+    """The scorer's result for the trained baseline's last checkpoint, staged as the harness stages it: the task's
+    original prepare.py, the workspace's scripts and the checkpoint as checkpoint.pt."""
+    ckpt = small.trained(TASK_DIR.name)["checkpoints"][-1]
+    folder = stage(load_task(TASK_DIR), fake["ws"], tmp_path_factory.mktemp("t2-official") / "eval", ckpt)
+    code, result = run_scorer(folder, fake["ws"] / "data")
+    return {"checkpoint": ckpt, "code": code, "result": result, "folder": folder}
+
+
+def test_official_accuracy_is_sklearns_and_the_old_evaluations(small, fake, official, tmp_path):
+    """The scorer's value for the trained baseline (the checkpoint of step 30), recomputed here: the model on the
+    val images normalised with ImageNet's statistics, its argmax against the labels, sklearn's accuracy. It is also
+    the value of the evaluation before the port (its prepare.py --eval) and of today's self-check."""
+    result = official["result"]
+    assert official["code"] == 0 and "error" not in result, result
+    assert (result["task"], result["metric"], result["split"], result["n"]) == ("t2", "top1_acc", "val", 200)
+    assert result["checks"] == ["determinism", "batch-independence"]  # the honest baseline passes every probe
+    payload = torch.load(official["checkpoint"], weights_only=True)
     assert payload["step"] == 30 and payload["config"]["width"] == 8
     with task_modules(fake["ws"]) as (_, train):
         model = train.build_model(payload["config"])
@@ -243,6 +341,23 @@ def test_official_accuracy_is_recomputed_from_the_prepared_arrays(small, fake):
     with torch.no_grad():
         pred = model((x - mean) / std).argmax(dim=1).numpy()
     assert result["value"] == accuracy_score(np.load(data / "val_y.npy"), pred)
+    assert result["value"] == old_official(fake["ws"], official["checkpoint"], tmp_path / "old")["value"]
+    assert result["value"] == last_json(small.official(TASK_DIR.name)["proc"])["value"]  # prepare.py --eval
+    assert result["value"] == payload["val_score"]  # what train.py reported: evaluate() on val
+
+
+def test_scorer_flags_a_model_whose_outputs_depend_on_the_batch(small, official, tmp_path):
+    """The same network plus the batch's mean logits: its score would be a number, but the second predictor's
+    batch of 8 images gives other outputs for them than the scored batch of 200: a violation, no value."""
+    folder = shutil.copytree(official["folder"], tmp_path / "eval")
+    (folder / "run_mix.py").write_text(MIXING_SCRIPT, encoding="utf-8")
+    payload = torch.load(official["checkpoint"], weights_only=True)
+    state = {f"net.{k}": v for k, v in payload["state_dict"].items()}
+    torch.save({**payload, "state_dict": state, "script": "run_mix.py"}, folder / "checkpoint.pt")
+    code, result = run_scorer(folder, small.prepared(TASK_DIR.name)["ws"] / "data", script="run_mix.py")
+    assert code == 1 and "value" not in result, result
+    assert result["error"] == result["violation"]
+    assert "a sample's outputs changed with the other samples in its batch" in result["violation"]
 
 
 @pytest.mark.mirror

@@ -22,6 +22,7 @@ import math
 import re
 import shutil
 import stat
+import subprocess
 import sys
 from pathlib import Path
 
@@ -32,6 +33,7 @@ import torch.nn as nn
 from PIL import Image
 from sklearn.metrics import confusion_matrix as sk_confusion_matrix
 
+from bench.pipeline.evaluate import stage
 from bench.tasks import load_task
 from tests.tasks.smalldata import (
     CONVNEXT_FILE,
@@ -303,7 +305,10 @@ def test_miou_matches_sklearn(fake):
             assert prepare.iou_from_confusion(cm)[0] == pytest.approx(sklearn_miou(pred, target), rel=1e-12)
         model = PixelRule()
         result = prepare.evaluate(model, "val")
-        pred = prepare.predict(model, "val")
+        with torch.no_grad():
+            pred = torch.cat(
+                [prepare.forward(model, {"x": torch.from_numpy(i["x"])}) for i, _ in prepare.eval_batches()]
+            )
         _, y = prepare.load_split("val")
         assert pred.dtype == torch.uint8 and pred.shape == y.shape == (4, 224, 224)
         assert result["n"] == 4 and len(result["iou"]) == 21
@@ -314,6 +319,43 @@ def test_miou_matches_sklearn(fake):
         with pytest.raises(ValueError, match="non-finite"):
             prepare.evaluate(PixelRule(bad="nan"), "val")
         assert model.training  # evaluate() restores the training mode
+
+
+def test_eval_batches_forward_and_score_are_the_contract(fake):
+    """What the harness feeds (uint8 pixels, channels first, in the stored order), what forward returns (the class
+    map, not 21 logit maps) and how score checks what comes back: the scorer trusts none of the outputs it gets."""
+    with task_modules(fake["ws"]) as (prepare, _):
+        assert prepare.FEED_BATCH_SIZE == 32 and not hasattr(prepare, "CAUSAL_INPUT")
+        batches = prepare.eval_batches("val", batch_size=3)
+        x, y = prepare.load_split("val")
+        assert [len(t) for _, t in batches] == [3, 1] and all(set(i) == {"x"} for i, _ in batches)
+        assert batches[0][0]["x"].dtype == batches[0][1].dtype == np.uint8 and batches[0][0]["x"].shape == (
+            3,
+            3,
+            224,
+            224,
+        )
+        np.testing.assert_array_equal(np.concatenate([i["x"] for i, _ in batches]), x.numpy())
+        np.testing.assert_array_equal(np.concatenate([t for _, t in batches]), y.numpy())
+        with pytest.raises(FileNotFoundError, match="no prepared data in 'nowhere'"):
+            prepare.eval_batches("val", "nowhere")
+        with pytest.raises(ValueError, match="unknown split"):
+            prepare.eval_batches("test")
+        with torch.no_grad():
+            out = prepare.forward(PixelRule().eval(), {"x": torch.from_numpy(batches[0][0]["x"])})
+        assert out.dtype == torch.uint8 and out.shape == (3, 224, 224)
+        targets = [t for _, t in batches]
+        truth = [np.where(t == 255, 0, t) for t in targets]  # the masks themselves (void pixels predicted as 0)
+        assert prepare.score(truth, targets)["miou"] == 1.0 and prepare.score(truth, targets)["n"] == 4
+        assert prepare.score([t.astype(np.int64) for t in truth], targets)["miou"] == 1.0  # int64 maps as well
+        with pytest.raises(ValueError, match=r"returned \(3, 112, 112\) for 3 images; expected class maps"):
+            prepare.score([t[:, ::2, ::2] for t in truth], targets)
+        with pytest.raises(ValueError, match="float32 values; expected class ids"):
+            prepare.score([t.astype(np.float32) for t in truth], targets)
+        with pytest.raises(ValueError, match="class ids 0-20"):
+            prepare.score([t.astype(np.int64) + 21 for t in truth], targets)
+        with pytest.raises(ValueError, match="class ids 0-20"):
+            prepare.score([t.astype(np.int64) - 1 for t in truth], targets)
 
 
 # ---------------------------------------------------------------------------
@@ -544,13 +586,90 @@ def test_missing_weights_are_a_clear_error(fake):
             train.main(dict(train.CONFIG, **TINY, pretrained="weights/absent.pth"))
 
 
-def test_official_miou_is_recomputed_with_sklearn(small, fake):
-    """The --eval value of the trained baseline, recomputed here: the model on the 4 val images normalised with
-    ImageNet's statistics, the argmax of its logits, sklearn's confusion matrix over the non-void pixels."""
-    run = small.official(TASK_DIR.name)
-    result = last_json(run["proc"])
-    assert result["n"] == 4
-    payload = torch.load(run["checkpoint"], weights_only=True)
+# ---------------------------------------------------------------------------
+# The official score: the harness's trusted scorer on a staged folder
+# ---------------------------------------------------------------------------
+
+OLD_COMMIT = "a46ace060bc9527a536580b7ecd1ed188ff7744d"  # the last prepare.py whose --eval was the official score
+MANY_VAL_IDS = [f"2008_{k:06d}" for k in range(1, 41)]  # 40 generated val images: two feed batches (32 + 8)
+TINY_SCRIPT = """import torch.nn as nn
+
+CONFIG = {"mix": False}
+
+
+class PerPixel(nn.Module):
+    \"\"\"A 1x1 convolution to 21 logit maps; with mix, plus the batch's mean logits (other images leak in).\"\"\"
+
+    def __init__(self, config):
+        super().__init__()
+        self.mix = config["mix"]
+        self.head = nn.Conv2d(3, 21, 1)
+
+    def forward(self, x):
+        logits = self.head(x)
+        return logits + logits.mean(dim=0, keepdim=True) if self.mix else logits
+
+
+def build_model(config):
+    return PerPixel(config)
+"""
+
+
+def numpy_miou(pred: np.ndarray, target: np.ndarray) -> float:
+    """mIoU by hand with numpy: one 21 x 21 confusion matrix (np.bincount) over the non-void pixels, IoU per class
+    whose union is not empty, their mean."""
+    valid = target != 255
+    cm = np.bincount(target[valid].astype(np.int64) * 21 + pred[valid], minlength=21 * 21).reshape(21, 21)
+    inter = np.diag(cm).astype(np.float64)
+    union = cm.sum(axis=0) + cm.sum(axis=1) - inter
+    return float(np.mean(inter[union > 0] / union[union > 0]))
+
+
+def run_scorer(eval_dir: Path, data_dir: Path, script: str = "train.py") -> tuple[int, dict]:
+    """`python -m bench.scoring.scorer` on a staged folder, on the CPU, unsandboxed: (exit status, its JSON)."""
+    args = ["--task-dir", str(TASK_DIR), "--data-dir", str(data_dir), "--eval-dir", str(eval_dir)]
+    args += ["--checkpoint", "checkpoint.pt", "--script", script, "--device", "cpu", "--unsandboxed"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.scoring.scorer", *args], cwd=ROOT, capture_output=True, text=True, timeout=600
+    )
+    return proc.returncode, last_json(proc)
+
+
+def old_official(ws: Path, checkpoint: Path, dest: Path) -> dict:
+    """`prepare.py --eval` of the prepare.py before the port (from git history), in a copy of the workspace."""
+    old = subprocess.run(
+        ["git", "show", f"{OLD_COMMIT}:tasks/{TASK_DIR.name}/prepare.py"], cwd=ROOT, capture_output=True, text=True
+    )
+    if old.returncode != 0:
+        pytest.skip(f"the pre-port prepare.py ({OLD_COMMIT[:7]}) is not in this checkout's git history")
+    copy = copy_task(ws, dest)
+    (copy / "prepare.py").write_text(old.stdout, encoding="utf-8")
+    proc = run_prepare(copy, "--eval", str(checkpoint), "--script", "train.py", "--data-dir", str(ws / "data"))
+    assert proc.returncode == 0 and "run_eval" in old.stdout, proc.stdout + proc.stderr
+    return last_json(proc)
+
+
+@pytest.fixture(scope="module")
+def official(small, fake, tmp_path_factory) -> dict:
+    """The scorer's result for the trained baseline's checkpoint, staged as the harness stages it: the task's
+    original prepare.py and dinov3.py, the workspace's scripts and the checkpoint as checkpoint.pt (no weights/)."""
+    ckpt = small.trained(TASK_DIR.name)["checkpoints"][-1]
+    folder = stage(load_task(TASK_DIR), fake["ws"], tmp_path_factory.mktemp("t3-official") / "eval", ckpt)
+    code, result = run_scorer(folder, fake["ws"] / "data")
+    return {"checkpoint": ckpt, "code": code, "result": result, "folder": folder}
+
+
+def test_official_miou_is_numpys_and_the_old_evaluations(small, fake, official, tmp_path):
+    """The scorer's value for the trained baseline, recomputed here: the model on the 4 val images normalised with
+    ImageNet's statistics, the argmax of its logits, one confusion matrix by hand over the non-void pixels. It is
+    also the value of the evaluation before the port (its prepare.py --eval) and of today's self-check."""
+    result = official["result"]
+    assert official["code"] == 0 and "error" not in result, result
+    assert (result["task"], result["metric"], result["split"], result["n"]) == ("t3", "miou", "val", 4)
+    assert result["checks"] == ["determinism", "batch-independence"]  # the honest baseline passes every probe
+    staged = {p.name for p in official["folder"].iterdir()} - {"__pycache__"}  # (bytecode: the unsandboxed predictor)
+    assert staged == {"checkpoint.pt", "dinov3.py", "prepare.py", "train.py"}  # the original locked files, no weights/
+    payload = torch.load(official["checkpoint"], weights_only=True)
     assert payload["step"] == 1 and payload["config"]["pretrained"] == f"weights/{CONVNEXT_FILE}"
     with task_modules(fake["ws"]) as (_, train):
         model = train.build_model(payload["config"])
@@ -561,7 +680,55 @@ def test_official_miou_is_recomputed_with_sklearn(small, fake):
     mean, std = (torch.tensor(v).view(1, 3, 1, 1) for v in (IMAGENET_MEAN, IMAGENET_STD))
     with torch.no_grad():
         pred = model((x - mean) / std).argmax(dim=1).numpy()
-    assert result["value"] == pytest.approx(sklearn_miou(pred, np.load(data / "val_y.npy")), rel=1e-12)
+    y = np.load(data / "val_y.npy")
+    assert result["value"] == pytest.approx(numpy_miou(pred, y), rel=1e-12)
+    assert result["value"] == pytest.approx(sklearn_miou(pred, y), rel=1e-12)
+    assert result["value"] == old_official(fake["ws"], official["checkpoint"], tmp_path / "old")["value"]
+    assert result["value"] == last_json(small.official(TASK_DIR.name)["proc"])["value"]  # prepare.py --eval
+    assert result["value"] == payload["val_score"]  # what train.py reported: evaluate() on val
+
+
+@pytest.fixture(scope="module")
+def many(tmp_path_factory) -> Path:
+    """A prepared data folder with 40 generated val images (and 2 train): more than one feed batch."""
+    root = tmp_path_factory.mktemp("t3-many")
+    train_ids = TRAIN_IDS[:2]
+    write_voc_tar(root / FULL_TAR, train_ids, MANY_VAL_IDS, make_pairs(train_ids + MANY_VAL_IDS, seed=2))
+    with task_modules(TASK_DIR) as (prepare, _), contextlib.redirect_stdout(io.StringIO()):
+        prepare.prepare(str(root), str(root / "data"))
+    return root / "data"
+
+
+def tiny_folder(dest: Path, mix: bool) -> Path:
+    """A staged folder for TINY_SCRIPT's model (a seeded 1x1 convolution), with or without the batch mixing."""
+    dest.mkdir()
+    for name in ("prepare.py", "dinov3.py"):
+        shutil.copyfile(TASK_DIR / name, dest / name)
+    (dest / "run_tiny.py").write_text(TINY_SCRIPT, encoding="utf-8")
+    torch.manual_seed(0)
+    state = nn.Conv2d(3, 21, 1).state_dict()
+    state = {f"head.{k}": v for k, v in state.items()}
+    torch.save({"state_dict": state, "config": {"mix": mix}, "script": "run_tiny.py"}, dest / "checkpoint.pt")
+    return dest
+
+
+def test_scorer_flags_a_model_whose_outputs_depend_on_the_batch(many, tmp_path):
+    """Two feed batches of 40 val images. The honest per-pixel model passes every probe and its score is the
+    numpy mIoU of its class maps; the same model plus the batch's mean logits gets other class maps for the first
+    8 images in a batch of their own than in the scored batch of 32: a violation, no value."""
+    code, honest = run_scorer(tiny_folder(tmp_path / "honest", mix=False), many, script="run_tiny.py")
+    assert code == 0 and honest["checks"] == ["determinism", "batch-independence"] and honest["n"] == 40, honest
+    torch.manual_seed(0)
+    head = nn.Conv2d(3, 21, 1)
+    x = torch.from_numpy(np.load(many / "val_x.npy")).permute(0, 3, 1, 2).float() / 255.0
+    mean, std = (torch.tensor(v).view(1, 3, 1, 1) for v in (IMAGENET_MEAN, IMAGENET_STD))
+    with torch.no_grad():
+        pred = head((x - mean) / std).argmax(dim=1).numpy()
+    assert honest["value"] == pytest.approx(numpy_miou(pred, np.load(many / "val_y.npy")), rel=1e-12)
+    code, mixed = run_scorer(tiny_folder(tmp_path / "mixed", mix=True), many, script="run_tiny.py")
+    assert code == 1 and "value" not in mixed, mixed
+    assert mixed["error"] == mixed["violation"]
+    assert "a sample's outputs changed with the other samples in its batch" in mixed["violation"]
 
 
 # ---------------------------------------------------------------------------
@@ -657,5 +824,5 @@ def test_bench_run_provides_weights_locks_dinov3_and_scores(fake, tmp_path, monk
     for name in (CONVNEXT_FILE, VIT_FILE):
         assert (ws / "weights" / name).read_bytes() == (fake["ws"] / "weights" / name).read_bytes()
         assert not (ws / "weights" / name).stat().st_mode & stat.S_IWUSR  # read-only copies, not links
-    eval_dirs = sorted((Path(result.run_dir) / "eval").iterdir())
+    eval_dirs = sorted(d for d in (Path(result.run_dir) / "eval").iterdir() if d.is_dir())  # (and predictor logs)
     assert eval_dirs and all((d / "dinov3.py").read_bytes() == (folder / "dinov3.py").read_bytes() for d in eval_dirs)

@@ -1,5 +1,6 @@
 """Task T4 (ogbg-molhiv): featurisation as OGB's smiles2graph, the official and the fallback scaffold split,
-hiv.zip, the GraphSet / collate_graphs batching, the AUROC metric, the GIN baseline and prepare.py --eval.
+hiv.zip, the GraphSet / collate_graphs batching, the padded feed (pad_graphs / unpad_graphs), the AUROC metric
+through the harness's scorer, the held-out test labels, the GIN baseline and prepare.py --eval.
 
 Runs on GENERATED raw files with the exact schema of OGB's (mol.csv.gz: header HIV_active,smiles,mol_id; split
 files: a gzipped column of graph indices; hiv.zip laid out as hiv/mapping, hiv/split/scaffold, hiv/raw): 60
@@ -14,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import subprocess
 import sys
 import time
 import zipfile
@@ -133,7 +135,8 @@ def test_prepare_with_official_split_files(fake):
     meta = json.loads((data / "meta.json").read_text(encoding="utf-8"))
     assert meta["split"] == "official" and meta["source"] == "mol.csv.gz" and meta["graphs"] == 60
     assert meta["counts"] == {"train": 48, "valid": 6, "test": 6}
-    assert meta["positives"] == {"train": 12, "valid": 2, "test": 1}
+    assert meta["positives"] == {"train": 12, "valid": 2}  # the test count would say something about its labels
+    assert meta["held_out"] == ["labels_test.npy"] == list(load_task(TASK_DIR).held_out)
     assert meta["unsanitized"] == [59] and meta["ogb_raw_check"] is None
     assert meta["sha256_verified"] == {"mol.csv.gz": False, "train.csv.gz": False, "valid.csv.gz": False,
                                        "test.csv.gz": False}  # fmt: skip
@@ -141,10 +144,13 @@ def test_prepare_with_official_split_files(fake):
     assert notes[0] == "molecules: 60 (15 active), not 41,127 (1,443)" and len(notes) == 5
     assert all("differs from OGB's file" in n for n in notes[1:]) and "partial data: molecules" in fake["stdout"]
     a = arrays(data)
-    assert a["node_feat"].dtype == a["edge_feat"].dtype == a["labels"].dtype == np.uint8
+    assert a["node_feat"].dtype == a["edge_feat"].dtype == a["labels_test"].dtype == np.uint8
+    assert a["labels"].dtype == np.int8  # -1 for the test molecules: their labels are held out in labels_test.npy
     assert a["node_feat"].shape == (meta["nodes"], 9) and a["edge_feat"].shape == (meta["edges"], 3)
     assert a["edge_index"].shape == (2, meta["edges"]) and a["num_edges"].sum() == meta["edges"]
-    assert a["labels"].tolist() == LABELS and {s: a[f"split_{s}"].tolist() for s in SPLITS} == SPLIT
+    assert {s: a[f"split_{s}"].tolist() for s in SPLITS} == SPLIT
+    assert a["labels"].tolist() == [-1 if i in SPLIT["test"] else y for i, y in enumerate(LABELS)]
+    assert a["labels_test"].tolist() == [LABELS[i] for i in SPLIT["test"]]  # in split_test.npy's order
     with task_modules(fake["ws"]) as (prepare, _):
         mols = molecules_module()
         for i in (0, 31, 55, 59):
@@ -323,6 +329,7 @@ def test_metric_matches_sklearn(fake, tmp_path):
         data = tmp_path / "data"
         shutil.copytree(fake["ws"] / "data", data)
         np.save(data / "split_test.npy", np.array([1, 2, 3]))  # inactive molecules only
+        np.save(data / "labels_test.npy", np.zeros(3, dtype=np.uint8))
         with pytest.raises(ValueError, match="only one class"):
             prepare.evaluate(AtomCount(), "test", str(data))
 
@@ -376,6 +383,213 @@ def test_official_auroc_is_recomputed_with_sklearn(small, fake):
     assert result["value"] == roc_auc_score([LABELS[i] for i in SPLIT["test"]], scores)
 
 
+# ---------------------------------------------------------------------------
+# The official path: padded batches, the harness's scorer, held-out test labels
+# ---------------------------------------------------------------------------
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def scorer(task_dir: Path, data_dir: Path, eval_dir: Path, script: str = "train.py") -> tuple[int, dict]:
+    """`python -m bench.scoring.scorer ... --unsandboxed` on a staged folder: (exit status, its JSON line)."""
+    cmd = [sys.executable, "-m", "bench.scoring.scorer", "--task-dir", str(task_dir), "--data-dir", str(data_dir)]
+    cmd += ["--eval-dir", str(eval_dir), "--checkpoint", "checkpoint.pt", "--script", script, "--device", "cpu"]
+    proc = subprocess.run([*cmd, "--unsandboxed"], cwd=REPO, capture_output=True, text=True, timeout=600)
+    lines = proc.stdout.strip().splitlines()
+    assert lines, f"the scorer printed nothing; stderr: {proc.stderr[-3000:]}"
+    return proc.returncode, json.loads(lines[-1])
+
+
+def staged(folder: Path, checkpoint: Path, scripts: dict[str, str] | None = None) -> Path:
+    """An evaluation folder as the harness stages one (bench.pipeline.evaluate.stage): the task's ORIGINAL
+    prepare.py and molecules.py, the scripts (the task's train.py unless given), the checkpoint as checkpoint.pt."""
+    folder.mkdir(parents=True)
+    for name in ("prepare.py", "molecules.py"):
+        shutil.copyfile(TASK_DIR / name, folder / name)
+    if scripts is None:
+        shutil.copyfile(TASK_DIR / "train.py", folder / "train.py")
+    for name, text in (scripts or {}).items():
+        (folder / name).write_text(text, encoding="utf-8")
+    shutil.copyfile(checkpoint, folder / "checkpoint.pt")
+    return folder
+
+
+def old_evaluate(prepare, model: nn.Module, split: str = "test", batch_size: int = 256) -> float:
+    """The evaluation before the harness fed padded batches (prepare.predict + evaluate at commit 24e94a6, kept
+    here to compare): GraphSet.batch over the split in batches of 256, model(batch) in float32, roc_auc_score."""
+    data = prepare.load_split(split)
+    model.eval()
+    scores = []
+    with torch.no_grad():
+        for i in range(0, len(data), batch_size):
+            batch, _ = data.batch(torch.arange(i, min(i + batch_size, len(data))))
+            scores.append(model(batch).float().reshape(-1))
+    return float(roc_auc_score(data.y.numpy(), torch.cat(scores).numpy()))
+
+
+def tensors(inputs: dict) -> dict:
+    return {name: torch.from_numpy(a) for name, a in inputs.items()}
+
+
+def test_padded_batches_unpad_to_what_collate_graphs_builds(fake):
+    """eval_batches -> unpad_graphs gives, batch for batch, the GraphBatch of collate_graphs on the same graphs."""
+    with task_modules(fake["ws"]) as (prepare, _):
+        everything = prepare.load_all()
+        for split, size in (("test", 256), ("train", 7), ("valid", 1)):
+            ids = prepare.split_indices(split).tolist()
+            parts = [ids[i : i + size] for i in range(0, len(ids), size)]
+            feed = prepare.eval_batches(split, batch_size=size)
+            assert len(feed) == len(parts)
+            for part, (inputs, y) in zip(parts, feed, strict=True):
+                assert y.tolist() == [LABELS[i] for i in part]
+                b, n, e = len(part), inputs["n_nodes"].max(), inputs["n_edges"].max()
+                assert inputs["x"].dtype == inputs["edge_attr"].dtype == np.uint8
+                assert inputs["x"].shape == (b, n, 9) and inputs["edge_index"].shape == (b, 2, e)
+                assert inputs["edge_attr"].shape == (b, e, 3)
+                got = prepare.unpad_graphs(tensors(inputs))
+                want, _ = prepare.collate_graphs([everything[i] for i in part])
+                for name in ("x", "edge_index", "edge_attr", "batch"):
+                    assert getattr(got, name).dtype == torch.int64, name
+                    assert torch.equal(getattr(got, name), getattr(want, name)), name
+                assert got.num_graphs == want.num_graphs == b
+        # a batch of graphs without a single bond (the salt of index 55): edges [b, 2, 0]
+        names = ("node_feat", "edge_index", "edge_feat", "num_nodes", "num_edges")
+        padded = prepare.pad_graphs([55, 55], {k: np.load(fake["ws"] / "data" / f"{k}.npy") for k in names})
+        assert padded["edge_index"].shape == (2, 2, 0) and padded["x"].shape == (2, 2, 9)
+        batch = prepare.unpad_graphs(tensors(padded))
+        assert batch.batch.tolist() == [0, 0, 1, 1] and batch.edge_index.shape == (2, 0)
+
+
+def test_forward_and_score_keep_the_old_checks(fake):
+    with task_modules(fake["ws"]) as (prepare, _):
+        inputs, y = prepare.eval_batches("test")[0]
+        assert prepare.forward(AtomCount("column"), tensors(inputs)).shape == (6,)
+        with pytest.raises(ValueError, match=r"expected one score per graph, a tensor of shape \(6,\) or \(6, 1\)"):
+            prepare.forward(AtomCount("wide"), tensors(inputs))
+        scores = np.arange(6, dtype=np.float32)
+        assert prepare.score([scores], [y]) == {"auroc": roc_auc_score(y, scores), "n": 6}
+        with pytest.raises(ValueError, match="one score per graph"):
+            prepare.score([scores[:5]], [y])
+        with pytest.raises(ValueError, match="non-finite"):
+            prepare.score([np.full(6, np.inf, dtype=np.float32)], [y])
+        assert prepare.FEED_BATCH_SIZE == 256
+
+
+@pytest.mark.parametrize("feed", [256, 4])
+def test_official_auroc_through_the_scorer(small, fake, tmp_path, feed):
+    """The real scorer on a staged folder (original prepare.py + molecules.py, train.py, the trained baseline's
+    checkpoint): its value is sklearn's roc_auc_score on scores computed here (all 6 test graphs in one
+    collate_graphs batch), the old evaluation's value and `prepare.py --eval`'s; the baseline passes the probes.
+    feed=4: the task folder with FEED_BATCH_SIZE = 4, so that batches of other padded shapes are fed too."""
+    ckpt = small.trained(TASK_DIR.name)["checkpoints"][-1]
+    task_dir = TASK_DIR
+    if feed != 256:
+        task_dir = shutil.copytree(TASK_DIR, tmp_path / "task", ignore=shutil.ignore_patterns("__pycache__"))
+        source = (task_dir / "prepare.py").read_text(encoding="utf-8")
+        assert source.count("FEED_BATCH_SIZE = 256\n") == 1
+        (task_dir / "prepare.py").write_text(source.replace("FEED_BATCH_SIZE = 256\n", f"FEED_BATCH_SIZE = {feed}\n"))
+    code, result = scorer(task_dir, fake["ws"] / "data", staged(tmp_path / "eval", ckpt))
+    assert code == 0 and "error" not in result, result
+    assert (result["task"], result["metric"], result["split"], result["n"]) == ("t4", "auroc", "test", 6)
+    assert result["checks"] == ["determinism", "batch-independence"]
+
+    payload = torch.load(ckpt, weights_only=True)
+    with task_modules(fake["ws"]) as (prepare, train):
+        model = train.build_model(payload["config"])
+        model.load_state_dict(payload["state_dict"])
+        model.eval()
+        graphs = prepare.load_all()
+        batch, _ = prepare.collate_graphs([graphs[i] for i in SPLIT["test"]])
+        with torch.no_grad():
+            scores = model(batch).reshape(-1).numpy()
+        old = old_evaluate(prepare, model)
+    assert result["value"] == roc_auc_score([LABELS[i] for i in SPLIT["test"]], scores) == old
+    assert result["value"] == last_json(small.official(TASK_DIR.name)["proc"])["value"]
+
+
+PEEK = """
+import torch
+import torch.nn as nn
+
+CONFIG = {"peek": %s}
+
+
+class AtomCount(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.peek = config["peek"]
+        self.scale = nn.Parameter(torch.ones(1))
+
+    def forward(self, batch):
+        atoms = torch.zeros(batch.num_graphs).index_add_(0, batch.batch, torch.ones(len(batch.batch)))
+        score = self.scale * atoms
+        if self.peek:  # a molecule's score borrows from the molecule before it in the batch
+            score = score + 0.5 * score.roll(1)
+        return score
+
+
+def build_model(config):
+    return AtomCount(config)
+"""
+
+
+@pytest.mark.parametrize("peek", [False, True])
+def test_scorer_flags_a_model_whose_scores_depend_on_the_batch(fake, tmp_path, peek):
+    """A forward that mixes the molecules of a batch breaks the contract: the scorer's batch-independence probe
+    (the first test graphs again, reversed) says so (error + violation); the same model without the mixing passes
+    and scores the AUROC of the atom counts."""
+    torch.save({"state_dict": {"scale": torch.ones(1)}, "config": {"peek": peek}, "script": "run_peek.py"},
+               tmp_path / "peek.pt")  # fmt: skip
+    eval_dir = staged(tmp_path / "eval", tmp_path / "peek.pt", {"run_peek.py": PEEK % peek})
+    code, result = scorer(TASK_DIR, fake["ws"] / "data", eval_dir, "run_peek.py")
+    if peek:
+        assert code == 1 and "value" not in result, result
+        assert "changed with the other samples in its batch" in result["violation"], result
+        assert result["violation"] == result["error"]
+    else:
+        assert code == 0 and result["checks"] == ["determinism", "batch-independence"], result
+        atoms = [int(n) for n in np.load(fake["ws"] / "data" / "num_nodes.npy")[SPLIT["test"]]]
+        assert result["value"] == roc_auc_score([LABELS[i] for i in SPLIT["test"]], atoms)
+
+
+def test_workspace_holds_no_test_labels(small, fake, tmp_path):
+    """bench.pipeline.workspace.create copies the prepared data without labels_test.npy (task.toml's held_out):
+    no file under data/ holds a test label, and `prepare.py --eval` there checks on the valid split."""
+    from bench.pipeline.workspace import create
+
+    task = load_task(TASK_DIR)
+    ws = create(task, fake["ws"] / "data", campaign="c", agent="a", repeat=0, root=tmp_path).path
+    files = sorted(p.relative_to(ws / "data").as_posix() for p in (ws / "data").rglob("*") if p.is_file())
+    every = sorted(p.name for p in (fake["ws"] / "data").iterdir() if p.is_file())
+    assert files == [f for f in every if f != "labels_test.npy"] and "labels_test.npy" in every
+    test_ids = np.array(SPLIT["test"])
+    for name in files:  # every file: no test label in an array over the molecules, none in meta.json
+        if name.endswith(".npy"):
+            a = np.load(ws / "data" / name)
+            if name == "labels.npy":
+                assert (a[test_ids] == -1).all()
+                assert np.delete(a, test_ids).tolist() == np.delete(LABELS, test_ids).tolist()
+            else:
+                assert len(a) != 60 or name.startswith("num_"), name  # per-molecule arrays: labels and counts only
+        else:
+            assert name == "meta.json"
+            meta = json.loads((ws / "data" / name).read_text(encoding="utf-8"))
+            assert "test" not in meta["positives"]
+    with task_modules(ws) as (prepare, _):
+        assert not prepare.has_test_labels() and (prepare.load_labels()[test_ids] == -1).all()
+        assert (prepare.load_all().y[test_ids] == -1).all()
+        for call in (prepare.load_split, prepare.split_labels, prepare.eval_batches):
+            with pytest.raises(FileNotFoundError, match="the test labels are held out"):
+                call("test")
+        ckpt = small.trained(TASK_DIR.name)["checkpoints"][-1]
+        model = prepare.rebuild_model(torch.load(ckpt, weights_only=True), str(TASK_DIR / "train.py"))
+        want = prepare.evaluate(model, "valid")["auroc"]
+    shutil.copyfile(ckpt, ws / "checkpoints" / ckpt.name)
+    proc = run_prepare(ws, "--eval", f"checkpoints/{ckpt.name}", "--device", "cpu")
+    result = last_json(proc)
+    assert proc.returncode == 0 and (result["split"], result["value"], result["n"]) == ("valid", want, 6), result
+
+
 @pytest.mark.mirror
 def test_real_mol_csv_featurises_all_41127_molecules(real_mirror, tmp_path):
     """The real mol.csv.gz (no official split files in the mirror): all molecules, OGB's counts, the fallback split."""
@@ -393,9 +607,11 @@ def test_real_mol_csv_featurises_all_41127_molecules(real_mirror, tmp_path):
         print(f"prepared the real ogbg-molhiv in {time.time() - start:.1f} s")
         meta = prepare.load_meta(str(data))
         test = prepare.load_split("test", str(data))
+        labels = prepare.load_labels(str(data))  # the test labels filled in from labels_test.npy
     a = arrays(data)
     assert meta["graphs"] == 41127 and len(a["num_nodes"]) == 41127
-    assert np.bincount(a["labels"]).tolist() == [39684, 1443]
+    assert np.bincount(labels).tolist() == [39684, 1443]
+    assert (a["labels"][a["split_test"]] == -1).all() and (a["labels"] >= 0).sum() == 41127 - 4113
     assert a["node_feat"].shape == (meta["nodes"], 9) and a["edge_feat"].shape == (meta["edges"], 3)
     assert meta["nodes"] == 1049163 and meta["edges"] == 2259376  # 25.5 atoms, 27.5 bonds a molecule (OGB)
     assert (a["node_feat"].max(axis=0) < np.array(prepare.ATOM_FEATURE_DIMS)).all()
@@ -405,4 +621,4 @@ def test_real_mol_csv_featurises_all_41127_molecules(real_mirror, tmp_path):
     assert meta["counts"] == {"train": 32901, "valid": 4113, "test": 4113}  # the official sizes
     assert sorted(np.concatenate([a[f"split_{s}"] for s in SPLITS]).tolist()) == list(range(41127))
     assert len(meta["partial_data"]) == 1 and meta["partial_data"][0].startswith("split: the official split files")
-    assert len(test) == 4113 and int(test.y.sum()) == meta["positives"]["test"] > 0
+    assert len(test) == 4113 and int(test.y.sum()) == 1443 - sum(meta["positives"].values()) > 0

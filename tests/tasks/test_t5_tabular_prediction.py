@@ -1,5 +1,5 @@
-"""Task T5 (Forest Cover Type): preparation, the stratified split, scaling, the accuracy metric, the MLP baseline
-and prepare.py --eval.
+"""Task T5 (Forest Cover Type): preparation, the stratified split, scaling, the accuracy metric through the
+harness's scorer, the held-out test split, the MLP baseline and prepare.py --eval.
 
 Runs on GENERATED data with the exact schema of covtype.data.gz (gzip CSV, no header, 55 integers a row:
 10 continuous, 4 wilderness and 40 soil one-hot columns, class 1..7), 3,000 rows: not the real data, and no
@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -75,7 +78,7 @@ def test_split_is_stratified_80_10_10(fake):
         y = np.load(data / f"{split}_y.npy")
         assert y.dtype == np.int64 and np.array_equal(y, labels[idx])  # the documented split, row for row
         counts = np.bincount(y, minlength=7)
-        assert meta["class_counts"][split] == counts.tolist()
+        assert meta["class_counts"].get(split) == (None if split == "test" else counts.tolist())  # test: held out
         assert np.abs(counts - overall * len(y)).max() <= 2  # stratified: every class in proportion
     assert sorted(np.concatenate(list(rows.values())).tolist()) == list(range(ROWS))  # disjoint, complete
 
@@ -158,7 +161,11 @@ def test_accuracy_matches_sklearn(fake):
             result = prepare.evaluate(Fixed(pred), "test", batch_size=batch_size)
             assert result == {"accuracy": 200 / 300, "n": 300}
             assert result["accuracy"] == accuracy_score(y.numpy(), pred.numpy())
-        assert torch.equal(prepare.predict(Fixed(pred), "test", batch_size=64), pred)
+        feed = prepare.eval_batches("test", batch_size=64)
+        logits = [prepare.forward(Fixed(pred[i * 64 :]), {"x": torch.from_numpy(x["x"])}) for i, (x, _) in
+                  enumerate(feed)]  # fmt: skip
+        assert torch.equal(torch.cat(logits).argmax(1), pred) and [len(y) for _, y in feed] == [64] * 4 + [44]
+        assert prepare.score([v.numpy() for v in logits], [y for _, y in feed]) == {"accuracy": 200 / 300, "n": 300}
         torch.manual_seed(0)
         model = nn.Sequential(nn.Linear(54, 7))
         got = prepare.evaluate(model, "val")["accuracy"]
@@ -168,6 +175,9 @@ def test_accuracy_matches_sklearn(fake):
             prepare.evaluate(nn.Linear(54, 6), "test")
         with pytest.raises(ValueError, match="non-finite"):
             prepare.evaluate(nan_model(), "test")
+        with pytest.raises(ValueError, match=r"expected \(300, 7\)"):
+            prepare.score([np.zeros((300, 6), dtype=np.float32)], [y.numpy()])
+        assert prepare.FEED_BATCH_SIZE == 4096
 
 
 def nan_model() -> nn.Module:
@@ -212,6 +222,157 @@ def test_official_accuracy_is_recomputed_with_sklearn(small, fake):
     assert result["value"] == accuracy_score(y, pred)
 
 
+# ---------------------------------------------------------------------------
+# The official path: the harness's scorer, the held-out test split
+# ---------------------------------------------------------------------------
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def scorer(task_dir: Path, data_dir: Path, eval_dir: Path, script: str = "train.py") -> tuple[int, dict]:
+    """`python -m bench.scoring.scorer ... --unsandboxed` on a staged folder: (exit status, its JSON line)."""
+    cmd = [sys.executable, "-m", "bench.scoring.scorer", "--task-dir", str(task_dir), "--data-dir", str(data_dir)]
+    cmd += ["--eval-dir", str(eval_dir), "--checkpoint", "checkpoint.pt", "--script", script, "--device", "cpu"]
+    proc = subprocess.run([*cmd, "--unsandboxed"], cwd=REPO, capture_output=True, text=True, timeout=600)
+    lines = proc.stdout.strip().splitlines()
+    assert lines, f"the scorer printed nothing; stderr: {proc.stderr[-3000:]}"
+    return proc.returncode, json.loads(lines[-1])
+
+
+def staged(folder: Path, checkpoint: Path, scripts: dict[str, str] | None = None) -> Path:
+    """An evaluation folder as the harness stages one (bench.pipeline.evaluate.stage): the task's ORIGINAL
+    prepare.py, the scripts (the task's train.py unless given), the checkpoint as checkpoint.pt."""
+    folder.mkdir(parents=True)
+    shutil.copyfile(TASK_DIR / "prepare.py", folder / "prepare.py")
+    if scripts is None:
+        shutil.copyfile(TASK_DIR / "train.py", folder / "train.py")
+    for name, text in (scripts or {}).items():
+        (folder / name).write_text(text, encoding="utf-8")
+    shutil.copyfile(checkpoint, folder / "checkpoint.pt")
+    return folder
+
+
+def old_evaluate(prepare, model: nn.Module, split: str = "test", batch_size: int = 4096) -> float:
+    """The evaluation before the harness fed the rows (prepare.predict + evaluate at commit 24e94a6, kept here to
+    compare): model(x) over the split in batches of 4,096 rows in float32, the argmax, the fraction correct."""
+    x, y = prepare.load_split(split)
+    model.eval()
+    with torch.no_grad():
+        pred = torch.cat([model(x[i : i + batch_size]).argmax(dim=1) for i in range(0, len(x), batch_size)])
+    return int((pred == y).sum()) / len(y)
+
+
+@pytest.mark.parametrize("feed", [4096, 64])
+def test_official_accuracy_through_the_scorer(small, fake, tmp_path, feed):
+    """The real scorer on a staged folder (original prepare.py, train.py, the trained baseline's checkpoint): its
+    value is sklearn's accuracy_score of the model's argmax on the test rows computed here (one batch), the old
+    evaluation's value and `prepare.py --eval`'s; the baseline passes the probes. feed=64: the task folder with
+    FEED_BATCH_SIZE = 64 (5 batches, the last one shorter)."""
+    ckpt = small.trained(TASK_DIR.name)["checkpoints"][-1]
+    task_dir = TASK_DIR
+    if feed != 4096:
+        task_dir = shutil.copytree(TASK_DIR, tmp_path / "task", ignore=shutil.ignore_patterns("__pycache__"))
+        source = (task_dir / "prepare.py").read_text(encoding="utf-8")
+        assert source.count("FEED_BATCH_SIZE = 4096\n") == 1
+        (task_dir / "prepare.py").write_text(source.replace("FEED_BATCH_SIZE = 4096\n", f"FEED_BATCH_SIZE = {feed}\n"))
+    code, result = scorer(task_dir, fake["ws"] / "data", staged(tmp_path / "eval", ckpt))
+    assert code == 0 and "error" not in result, result
+    assert (result["task"], result["metric"], result["split"], result["n"]) == ("t5", "accuracy", "test", 300)
+    assert result["checks"] == ["determinism", "batch-independence"]
+
+    payload = torch.load(ckpt, weights_only=True)
+    with task_modules(fake["ws"]) as (prepare, train):
+        model = train.build_model(payload["config"])
+        model.load_state_dict(payload["state_dict"])
+        model.eval()
+        old = old_evaluate(prepare, model)
+    x = torch.from_numpy(np.load(fake["ws"] / "data" / "test_x.npy"))  # the prepared test rows, in one batch
+    with torch.no_grad():
+        pred = model(x).argmax(dim=1).numpy()
+    y = fake["table"][expected_split(fake["table"][:, -1] - 1)["test"], -1] - 1  # the generated classes
+    assert result["value"] == accuracy_score(y, pred) == old
+    assert result["value"] == last_json(small.official(TASK_DIR.name)["proc"])["value"]
+
+
+PEEK = """
+import torch
+import torch.nn as nn
+
+CONFIG = {"peek": %s}
+
+
+class Linear(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.peek = config["peek"]
+        self.layer = nn.Linear(54, 7)
+
+    def forward(self, x):
+        logits = self.layer(x)
+        if self.peek:  # a row's logits borrow from the row before it in the batch
+            logits = logits + 0.5 * logits.roll(1, dims=0)
+        return logits
+
+
+def build_model(config):
+    return Linear(config)
+"""
+
+
+@pytest.mark.parametrize("peek", [False, True])
+def test_scorer_flags_a_model_whose_logits_depend_on_the_batch(fake, tmp_path, peek):
+    """A forward that mixes the rows of a batch breaks the contract: the scorer's batch-independence probe says so
+    (error + violation); the same model without the mixing passes."""
+    torch.manual_seed(0)
+    state = nn.Linear(54, 7).state_dict()
+    torch.save({"state_dict": {f"layer.{k}": v for k, v in state.items()}, "config": {"peek": peek}},
+               tmp_path / "peek.pt")  # fmt: skip
+    eval_dir = staged(tmp_path / "eval", tmp_path / "peek.pt", {"run_peek.py": PEEK % peek})
+    code, result = scorer(TASK_DIR, fake["ws"] / "data", eval_dir, "run_peek.py")
+    if peek:
+        assert code == 1 and "value" not in result, result
+        assert "changed with the other samples in its batch" in result["violation"] == result["error"], result
+    else:
+        assert code == 0 and result["checks"] == ["determinism", "batch-independence"], result
+        x, y = np.load(fake["ws"] / "data" / "test_x.npy"), np.load(fake["ws"] / "data" / "test_y.npy")
+        layer = nn.Linear(54, 7)
+        layer.load_state_dict(state)
+        with torch.no_grad():
+            assert result["value"] == accuracy_score(y, layer(torch.from_numpy(x)).argmax(1).numpy())
+
+
+def test_workspace_holds_no_test_rows_or_labels(small, fake, tmp_path):
+    """bench.pipeline.workspace.create copies the prepared data without test_x.npy and test_y.npy (task.toml's
+    held_out): no file under data/ holds a test row or label, and `prepare.py --eval` there checks on val."""
+    from bench.pipeline.workspace import create
+
+    task = load_task(TASK_DIR)
+    assert task.held_out == ("test_x.npy", "test_y.npy")
+    ws = create(task, fake["ws"] / "data", campaign="c", agent="a", repeat=0, root=tmp_path).path
+    files = sorted(p.relative_to(ws / "data").as_posix() for p in (ws / "data").rglob("*") if p.is_file())
+    assert files == ["meta.json", "train_x.npy", "train_y.npy", "val_x.npy", "val_y.npy"]
+    test_x, test_y = np.load(fake["ws"] / "data" / "test_x.npy"), np.load(fake["ws"] / "data" / "test_y.npy")
+    test_rows = {row.tobytes() for row in test_x}
+    for split, n in (("train", 2400), ("val", 300)):  # every array: its own split's rows, no test row
+        x, y = np.load(ws / "data" / f"{split}_x.npy"), np.load(ws / "data" / f"{split}_y.npy")
+        assert len(x) == len(y) == n and not any(row.tobytes() in test_rows for row in x)
+        assert not np.array_equal(y, test_y)
+    meta = json.loads((ws / "data" / "meta.json").read_text(encoding="utf-8"))
+    assert sorted(meta["class_counts"]) == ["train", "val"] and meta["held_out"] == list(task.held_out)
+    with task_modules(ws) as (prepare, _):
+        assert not prepare.has_test_split()
+        for call in (prepare.load_split, prepare.eval_batches):
+            with pytest.raises(FileNotFoundError, match="the test split is held out"):
+                call("test")
+        ckpt = small.trained(TASK_DIR.name)["checkpoints"][-1]
+        model = prepare.rebuild_model(torch.load(ckpt, weights_only=True), str(TASK_DIR / "train.py"))
+        want = prepare.evaluate(model, "val")["accuracy"]
+    shutil.copyfile(ckpt, ws / "checkpoints" / ckpt.name)
+    proc = run_prepare(ws, "--eval", f"checkpoints/{ckpt.name}", "--device", "cpu")
+    result = last_json(proc)
+    assert proc.returncode == 0 and (result["split"], result["value"], result["n"]) == ("val", want, 300), result
+
+
 @pytest.mark.mirror
 def test_real_file_splits_464809_58101_58102(real_mirror, tmp_path):
     raw = real_mirror / "covtype" / "covtype.data.gz"
@@ -225,5 +386,6 @@ def test_real_file_splits_464809_58101_58102(real_mirror, tmp_path):
     meta = json.loads((ws / "data" / "meta.json").read_text(encoding="utf-8"))
     assert meta["partial_data"] == []
     assert meta["counts"] == {"train": 464809, "val": 58101, "test": 58102}
-    total = np.sum([meta["class_counts"][s] for s in ("train", "val", "test")], axis=0)
+    test = np.bincount(np.load(ws / "data" / "test_y.npy"), minlength=7)  # the test counts: not in meta.json
+    total = np.sum([meta["class_counts"]["train"], meta["class_counts"]["val"], test], axis=0)
     assert total.tolist() == [211840, 283301, 35754, 2747, 9493, 17367, 20510]  # covtype.info's class counts

@@ -1,5 +1,6 @@
-"""Task T7 (AG News, character level): CSV reading, the character encoding, the accuracy metric, the char-CNN
-baseline and prepare.py --eval.
+"""Task T7 (AG News, character level): CSV reading, the character encoding, the val split carved from train.csv,
+the held-out test split, the accuracy metric, the char-CNN baseline, prepare.py --eval and the official score
+through the harness's scorer (bench.scoring.scorer).
 
 Runs on GENERATED train.csv / test.csv files with the exact schema of AG News's (no header; quoted class 1..4,
 title, description; `""` for a quote, backslashes in the text): a few hundred rows whose class shows in a few
@@ -17,6 +18,8 @@ import hashlib
 import io
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +28,7 @@ import torch
 import torch.nn as nn
 from sklearn.metrics import accuracy_score
 
+from bench.pipeline import workspace as workspaces
 from bench.tasks import load_task
 from tests.tasks.smalldata import ESCAPED_TEXT
 from tests.tasks.smalldata import write_agnews_raw as write_raw
@@ -56,6 +60,7 @@ def trained(small) -> dict:
 def test_task_toml_loads():
     task = load_task(TASK_DIR)
     assert (task.id, task.metric, task.direction, task.eval_split) == ("t7", "accuracy", "max", "test")
+    assert task.held_out == ("test_x.npy", "test_y.npy")
     assert (task.budget_minutes, task.baseline_score, task.reference_score) == (40, 0.793, 0.905)
     train, test = task.data
     base = "https://raw.githubusercontent.com/mhjabreel/CharCnn_Keras/master/data/ag_news_csv/"
@@ -90,9 +95,9 @@ def test_prepare_reads_quotes_and_backslashes(fake):
     data = fake["ws"] / "data"
     meta = json.loads((data / "meta.json").read_text(encoding="utf-8"))
     assert meta["classes"] == ["World", "Sports", "Business", "Sci/Tech"]
-    assert meta["counts"] == {"train": 240, "test": 40}
-    assert meta["class_counts"] == {"train": [60] * 4, "test": [10] * 4}
-    assert meta["max_len"] == 1014 and meta["truncated"] == {"train": 0, "test": 0}
+    assert meta["counts"] == {"train": 228, "val": 12, "test": 40}  # val: 5 % of each class of train.csv's 240
+    assert meta["class_counts"] == {"train": [57] * 4, "val": [3] * 4, "test": [10] * 4}
+    assert meta["max_len"] == 1014 and meta["truncated"] == {"train": 0, "val": 0, "test": 0}
     assert meta["partial_data"] == [
         "train.csv: 240 of 120,000 samples (not the official file)",
         "test.csv: 40 of 7,600 samples (not the official file)",
@@ -105,10 +110,13 @@ def test_prepare_reads_quotes_and_backslashes(fake):
     assert (x[0] == 92).sum() == 4 and (x[0] == 26).sum() == 2  # 4 backslashes kept; e-acute and euro -> SUB
     with open(fake["raw"] / "train.csv", newline="", encoding="utf-8") as f:
         rows = list(csv.reader(f))
-    train_x, train_y = np.load(data / "train_x.npy"), np.load(data / "train_y.npy")
-    assert train_x.shape == (240, 1014) and train_y.tolist() == [int(r[0]) - 1 for r in rows]
-    for i in (0, 1, 239):
-        assert np.array_equal(train_x[i], hand_codes(rows[i][1] + " " + rows[i][2]))  # title + " " + description
+    val_rows = np.load(data / "val_rows.npy").tolist()
+    train_rows = [i for i in range(240) if i not in val_rows]
+    for split, picked in (("train", train_rows), ("val", val_rows)):
+        xs, ys = np.load(data / f"{split}_x.npy"), np.load(data / f"{split}_y.npy")
+        assert xs.shape == (len(picked), 1014) and ys.tolist() == [int(rows[i][0]) - 1 for i in picked]
+        for k, i in enumerate(picked):  # title + " " + description, in file order
+            assert np.array_equal(xs[k], hand_codes(rows[i][1] + " " + rows[i][2])), (split, i)
 
 
 @pytest.mark.parametrize(
@@ -141,10 +149,11 @@ def test_prepare_cli_fails_clearly_without_train_csv(tmp_path):
 def test_loaders(fake):
     with task_modules(fake["ws"]) as (prepare, _):
         x, y = prepare.load_split("train")
-        assert x.shape == (240, 1014) and x.dtype == torch.uint8 and y.dtype == torch.int64
+        assert x.shape == (228, 1014) and x.dtype == torch.uint8 and y.dtype == torch.int64
+        assert prepare.load_split("val")[0].shape == (12, 1014) and prepare.load_split("test")[0].shape == (40, 1014)
         assert prepare.load_meta()["counts"]["test"] == 40
         with pytest.raises(ValueError, match="unknown split"):
-            prepare.load_split("val")
+            prepare.load_split("valid")
 
 
 class CharCount(nn.Module):
@@ -167,6 +176,12 @@ def test_accuracy_matches_sklearn(fake):
             prepare.evaluate(Constant(2, classes=5), "test")
         with pytest.raises(ValueError, match="non-finite"):
             prepare.evaluate(Constant(2, value=float("nan")), "test")
+        batches = prepare.eval_batches("test", batch_size=16)  # what the harness feeds: 16 + 16 + 8 samples
+        assert [len(y) for _, y in batches] == [16, 16, 8] and batches[0][0]["x"].dtype == np.uint8
+        logits = [prepare.forward(CharCount(), {"x": torch.from_numpy(b["x"])}).numpy() for b, _ in batches]
+        assert prepare.score(logits, [y for _, y in batches]) == {"accuracy": accuracy_score(y, pred), "n": 40}
+        with pytest.raises(ValueError, match="expected logits of shape"):
+            prepare.score([np.zeros((16, 3), np.float32)], [batches[0][1]])
 
 
 class Constant(nn.Module):
@@ -218,7 +233,7 @@ def test_narrow_baseline_checkpoints_every_epoch(fake, tmp_path):
     out = io.StringIO()
     with task_modules(ws) as (_, train), contextlib.redirect_stdout(out):
         train.main(dict(train.CONFIG, **NARROW))
-    assert out.getvalue().count("val_accuracy") == 2  # 7 steps an epoch, 2 epochs: one validation each
+    assert out.getvalue().count("val_accuracy") == 2  # 228 // 32 = 7 steps an epoch, 2 epochs: one validation each
     assert len(list((ws / "checkpoints").glob("train_step*.pt"))) == 2
 
 
@@ -241,6 +256,165 @@ def test_official_accuracy_is_recomputed_with_sklearn(small, fake):
     assert result["value"] == accuracy_score(y, pred)
 
 
+# ---------------------------------------------------------------------------
+# The val split (carved from train.csv) and the held-out test split
+# ---------------------------------------------------------------------------
+
+
+def test_val_split_is_stratified_seeded_and_disjoint_from_train(fake, tmp_path):
+    """val = 5 % of each class of train.csv (3 of 60 here), drawn with a fixed seed; train = the other rows; no
+    text is in both, and together they are train.csv exactly (checked on the encoded rows, by hand)."""
+    data = fake["ws"] / "data"
+    with open(fake["raw"] / "train.csv", newline="", encoding="utf-8") as f:
+        rows = list(csv.reader(f))
+    codes = [hand_codes(r[1] + " " + r[2]).tobytes() for r in rows]
+    labels = np.array([int(r[0]) - 1 for r in rows])
+    val_x, val_y = np.load(data / "val_x.npy"), np.load(data / "val_y.npy")
+    train_x = np.load(data / "train_x.npy")
+    val, train = [x.tobytes() for x in val_x], [x.tobytes() for x in train_x]
+    assert len(set(codes)) == 240  # the generated rows are all different: a text identifies its row
+    assert not set(val) & set(train) and sorted(val + train) == sorted(codes)
+    assert np.bincount(val_y, minlength=4).tolist() == [3] * 4
+    assert [labels[codes.index(v)] for v in val] == val_y.tolist()
+    # seeded: preparing again gives the same rows; the real file's 30,000 rows a class give 1,500 each
+    again = copy_task(TASK_DIR, tmp_path / "ws")
+    proc = run_prepare(again, "--prepare", "--raw-dir", str(fake["raw"]), "--data-dir", "data")
+    assert proc.returncode == 0, proc.stderr
+    assert np.array_equal(np.load(again / "data" / "val_rows.npy"), np.load(data / "val_rows.npy"))
+    with task_modules(fake["ws"]) as (prepare, _):
+        labels = np.repeat(np.arange(4), 30000)[np.random.default_rng(1).permutation(120000)]
+        real = prepare.carve_val(labels)
+        assert len(set(real.tolist())) == 6000 and np.bincount(labels[real]).tolist() == [1500] * 4
+        meta = prepare.load_meta()
+    assert meta["val"] == {"from": "train.csv", "fraction": 0.05, "seed": 0, "stratified_by": "class"}
+
+
+@pytest.fixture(scope="module")
+def agent_workspace(small, tmp_path_factory) -> Path:
+    """The workspace the harness makes (bench.pipeline.workspace.create) from the prepared data, with a checkpoint
+    of the trained baseline copied into its checkpoints/."""
+    task = load_task(TASK_DIR)
+    ws = workspaces.create(
+        task, small.prepared(TASK_DIR.name)["ws"] / "data", campaign="t", agent="a", repeat=1,
+        root=tmp_path_factory.mktemp("t7-runs"),
+    )  # fmt: skip
+    shutil.copy(small.trained(TASK_DIR.name)["checkpoints"][-1], ws.checkpoints / "baseline.pt")
+    return ws.path
+
+
+def test_workspace_holds_no_test_split(agent_workspace):
+    names = sorted(p.name for p in (agent_workspace / "data").iterdir())
+    assert names == ["meta.json", "train_x.npy", "train_y.npy", "val_rows.npy", "val_x.npy", "val_y.npy"]
+    with task_modules(agent_workspace) as (prepare, _), pytest.raises(FileNotFoundError, match="held out"):
+        prepare.load_split("test")
+
+
+def test_eval_in_the_workspace_checks_on_val(agent_workspace):
+    """`prepare.py --eval` where the test split is absent: the val accuracy (sklearn on the val rows)."""
+    proc = run_prepare(agent_workspace, "--eval", "checkpoints/baseline.pt", "--device", "cpu")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    result = last_json(proc)
+    assert (result["split"], result["n"]) == ("val", 12)
+    model = rebuilt(agent_workspace, agent_workspace / "checkpoints" / "baseline.pt")
+    x, y = np.load(agent_workspace / "data" / "val_x.npy"), np.load(agent_workspace / "data" / "val_y.npy")
+    with torch.no_grad():
+        assert result["value"] == accuracy_score(y, model(torch.from_numpy(x).long()).argmax(1).numpy())
+    proc = run_prepare(agent_workspace, "--eval", "checkpoints/baseline.pt", "--device", "cpu", "--split", "test")
+    assert proc.returncode == 1 and "held out" in last_json(proc)["error"]
+
+
+# ---------------------------------------------------------------------------
+# The official score, by the harness's scorer
+# ---------------------------------------------------------------------------
+
+
+def rebuilt(ws: Path, checkpoint: Path) -> nn.Module:
+    payload = torch.load(checkpoint, weights_only=True)
+    with task_modules(ws) as (_, train):
+        model = train.build_model(payload["config"])
+    model.load_state_dict(payload["state_dict"])
+    return model.eval()
+
+
+def run_scorer(stage: Path, data_dir: Path, script: str = "train.py") -> tuple[int, dict]:
+    """`python -I -m bench.scoring.scorer` on a staged folder, as bench.pipeline.evaluate runs it (unsandboxed):
+    (exit status, its JSON)."""
+    cmd = [sys.executable, "-I", "-m", "bench.scoring.scorer", "--task-dir", str(TASK_DIR), "--data-dir", str(data_dir)]
+    cmd += ["--eval-dir", str(stage), "--checkpoint", "checkpoint.pt", "--script", script, "--device", "cpu"]
+    proc = subprocess.run([*cmd, "--unsandboxed"], cwd=stage.parent, capture_output=True, text=True, timeout=600)
+    return proc.returncode, last_json(proc)
+
+
+def stage(folder: Path, checkpoint: Path, *scripts: Path) -> Path:
+    """An evaluation folder as the harness stages it: the ORIGINAL prepare.py, the scripts, checkpoint.pt."""
+    folder.mkdir(parents=True)
+    shutil.copyfile(TASK_DIR / "prepare.py", folder / "prepare.py")
+    for script in scripts:
+        shutil.copyfile(script, folder / script.name)
+    shutil.copyfile(checkpoint, folder / "checkpoint.pt")
+    return folder
+
+
+def old_accuracy(model: nn.Module, x: np.ndarray, y: np.ndarray, batch_size: int = 256) -> float:
+    """The evaluation before the harness's scorer (prepare.predict + evaluate), copied here: argmax of model(x) on
+    int64 codes in batches of 256, float32, correct / samples."""
+    model.eval()
+    with torch.no_grad():
+        pred = torch.cat(
+            [model(torch.from_numpy(x[i : i + batch_size]).long()).argmax(dim=1) for i in range(0, len(x), batch_size)]
+        )
+    return int((pred == torch.from_numpy(y)).sum()) / len(y)
+
+
+COUNT = """
+import torch
+import torch.nn as nn
+
+
+class CharCount(nn.Module):
+    \"\"\"class = (number of 'e' characters + offset) mod 4: cheap, and right on some samples only.\"\"\"
+
+    def __init__(self, config):
+        super().__init__()
+        self.offset = nn.Parameter(torch.tensor(float(config["offset"])))
+
+    def forward(self, x):
+        count = (x == ord("e")).sum(dim=1) + self.offset.long()
+        return nn.functional.one_hot(count % 4, 4).float()
+
+
+def build_model(config):
+    return CharCount(config)
+"""
+
+
+def test_scorer_value_is_sklearns_and_the_old_evaluations(small, fake, tmp_path):
+    """The official value through the real scorer, for the trained baseline (which passes every check) and for a
+    script-defined counting model: accuracy_score on the 40 test.csv rows read from the raw file, and the old
+    evaluation of the same checkpoint."""
+    ws, data = fake["ws"], fake["ws"] / "data"
+    with open(fake["raw"] / "test.csv", newline="", encoding="utf-8") as f:
+        raw = list(csv.reader(f))
+    y = np.array([int(r[0]) - 1 for r in raw])
+    x = np.stack([hand_codes(r[1] + " " + r[2]) for r in raw])
+    baseline = small.trained(TASK_DIR.name)["checkpoints"][-1]
+    script = tmp_path / "run_count.py"
+    script.write_text(COUNT, encoding="utf-8")
+    with task_modules(ws) as (prepare, _):
+        counting = prepare.load_build_model(str(script))({"offset": 1})
+        counted = Path(prepare.save_checkpoint(counting, {"offset": 1}, 0.5, path=str(tmp_path / "count.pt")))
+    for name, checkpoint, code_file in (("baseline", baseline, ws / "train.py"), ("count", counted, script)):
+        code, result = run_scorer(stage(tmp_path / name, checkpoint, code_file), data, code_file.name)
+        assert code == 0 and "error" not in result, result
+        assert (result["task"], result["split"], result["n"]) == ("t7", "test", 40)
+        assert result["checks"] == ["determinism", "batch-independence"]
+        model = rebuilt(ws, checkpoint) if name == "baseline" else counting.eval()
+        with torch.no_grad():
+            pred = model(torch.from_numpy(x).long()).argmax(dim=1).numpy()
+        assert result["value"] == accuracy_score(y, pred) == old_accuracy(model, x, y), name
+    assert 0 < accuracy_score(y, pred) < 1  # the counting model is right on some samples, not on all
+
+
 @pytest.mark.mirror
 def test_real_test_csv(real_mirror, tmp_path):
     """The REAL test.csv (7,600 samples) beside a generated train.csv: counts, encoding of known rows, the metric."""
@@ -249,7 +423,7 @@ def test_real_test_csv(real_mirror, tmp_path):
     blob = real.read_bytes()
     assert len(blob) == source.size and hashlib.sha256(blob).hexdigest() == source.sha256
     assert hashlib.md5(blob).hexdigest() == source.md5
-    write_raw(tmp_path / "raw", train_per_class=5, test_per_class=1)
+    write_raw(tmp_path / "raw", train_per_class=5, test_per_class=1)  # val: 1 of each class's 5 rows
     shutil.copy(real, tmp_path / "raw" / "test.csv")
     ws = copy_task(TASK_DIR, tmp_path / "ws")
     proc = run_prepare(ws, "--prepare", "--raw-dir", str(tmp_path / "raw"), "--data-dir", "data")

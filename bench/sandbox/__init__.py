@@ -1,0 +1,118 @@
+"""The agent sandbox (bubblewrap): one writable workspace, the harness's places hidden, no network but the
+model's API, and a process tree that cannot outlive the run.
+
+Why a sandbox and not conventions: the benchmark measures agents that may cheat (DESIGN.md, "Trust
+boundary"). Without one, an agent's code can rewrite ``result.json``, other runs, the prepared data, the
+tracking store and the harness itself, reach the internet, and leave processes behind that no process
+group or run token finds. With it, those are not rules an audit checks afterwards but things that cannot
+happen. The pieces: :mod:`.bwrap` (the binary and its probe), :mod:`.policy` (the file-system view),
+:mod:`.network` (the bridges out), :mod:`.environment` (the allow-listed variables) and
+:mod:`.launcher` (the first process inside).
+
+    with Sandbox(Policy(cwd=ws, writable=(ws, home), readable=default_readable(), hidden=default_hidden(),
+                        endpoints=("https://api.anthropic.com",))) as box:
+        proc = subprocess.Popen(box.wrap(argv), env=agent_environment(...), start_new_session=True)
+
+A sandbox costs about the start of one small Python process per agent run (the launcher) and nothing per
+process started inside it: those are ordinary processes in namespaces that already exist.
+
+Caveats: ``--die-with-parent`` uses the kernel's parent-death signal, which fires when the *thread* that
+started bwrap exits, so start it from a thread that lives as long as the run (the runner's main thread).
+GPUs: the NVIDIA device nodes are bound when present (``Policy.gpu``); this is not tested on a GPU here.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import tempfile
+import weakref
+from dataclasses import replace
+from pathlib import Path
+
+from bench.sandbox.bwrap import SandboxUnavailable, probe, require
+from bench.sandbox.environment import agent_environment
+from bench.sandbox.network import Network
+from bench.sandbox.policy import Policy, bwrap_args, default_hidden, default_readable
+
+LAUNCHER = Path(__file__).resolve().with_name("launcher.py")
+# The harness starts bwrap with SIGTERM ignored (an ignored signal survives exec): bwrap itself would die of
+# the watchdog's SIGTERM and take the whole sandbox with it, cutting the grace period short. The launcher
+# inside handles SIGTERM again, so the agent and its scripts get the default action.
+IGNORE_TERM = ["/bin/sh", "-c", 'trap "" TERM; exec "$@"', "bench-sandbox"]
+
+
+def interpreter_paths(python: str = sys.executable) -> tuple[Path, ...]:
+    """What the launcher needs to run even when it lives under a hidden path (a pyenv under ``~``)."""
+    exe = Path(python)
+    return (
+        Path(sys.prefix),
+        Path(sys.base_prefix),
+        Path(sys.exec_prefix),
+        Path(sys.base_exec_prefix),
+        exe.parent,
+        exe.resolve().parent,
+        LAUNCHER,
+    )
+
+
+def _cleanup(network: Network, runtime_dir: Path) -> None:
+    network.close()
+    shutil.rmtree(runtime_dir, ignore_errors=True)
+
+
+class Sandbox:
+    """One sandbox: its policy, its network bridges and its runtime folder (the bridges' unix sockets).
+
+    :meth:`wrap` turns an argv into the command that runs it inside; several commands may be wrapped, each
+    gets a sandbox of its own built from the same policy and sharing the bridges. :meth:`close` (or leaving
+    the ``with`` block) stops the bridges and removes the runtime folder; do it once the processes ended.
+    Raises :class:`SandboxUnavailable` when bwrap cannot run here (:func:`probe` says why).
+    """
+
+    def __init__(self, policy: Policy, *, python: str | None = None) -> None:
+        self.binary = require()
+        self.python = python or sys.executable
+        self.policy = policy
+        self.runtime_dir = Path(tempfile.mkdtemp(prefix="bench-sandbox-"))
+        self.network = Network(policy.endpoints, self.runtime_dir)
+        self._finalizer = weakref.finalize(self, _cleanup, self.network, self.runtime_dir)
+        try:
+            self.network.start()
+        except BaseException:
+            self.close()
+            raise
+
+    def wrap(self, argv: list[str]) -> list[str]:
+        """The command line that runs ``argv`` in the sandbox, with the policy's cwd; the environment given
+        to it is passed on (plus the proxy variables when a remote endpoint is allowed)."""
+        view = replace(self.policy, readable=(*self.policy.readable, *interpreter_paths(self.python)))
+        args = bwrap_args(view, self.runtime_dir if self.network.listen else None)
+        for name, value in self.network.env.items():
+            args += ["--setenv", name, value]
+        listen = [a for spec in self.network.listen for a in ("--listen", spec)]
+        inner = [self.python, "-I", "-S", str(LAUNCHER), *listen, "--", *argv]
+        return [*IGNORE_TERM, self.binary, *args, "--", *inner]
+
+    def close(self) -> None:
+        """Stop the bridges and remove the runtime folder (idempotent)."""
+        self._finalizer()
+
+    def __enter__(self) -> Sandbox:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+__all__ = [
+    "LAUNCHER",
+    "Policy",
+    "Sandbox",
+    "SandboxUnavailable",
+    "agent_environment",
+    "bwrap_args",
+    "default_hidden",
+    "default_readable",
+    "probe",
+]
