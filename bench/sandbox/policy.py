@@ -97,7 +97,7 @@ def mounts(policy: Policy) -> list[tuple[Path, int]]:
         (_WRITABLE, policy.writable),
     ):
         for path in _unique(paths):
-            if path.exists():
+            if path.exists() and (path != Path("/") or kind == _WRITABLE):  # never hide the root (HOME=/)
                 kinds[path] = max(kinds.get(path, kind), _SCRATCH if kind == _HIDDEN and path in scratch else kind)
     kept: list[tuple[Path, int]] = []
     for path, kind in sorted(kinds.items(), key=lambda item: (len(item[0].parts), item[1], str(item[0]))):

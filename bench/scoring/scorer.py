@@ -38,8 +38,10 @@ def load_task_module(task_dir: Path):
     """The task's original prepare.py, imported from the task folder (trusted, read-only to every agent); the
     folder goes on sys.path for its other locked files (T4's molecules.py), never the evaluation folder."""
     sys.path.insert(0, str(task_dir))
+    sys.dont_write_bytecode = True  # no __pycache__ in the task folder
     spec = importlib.util.spec_from_file_location("_task_prepare", task_dir / "prepare.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # before exec: dataclasses look their module up there (T4's GraphBatch)
     spec.loader.exec_module(module)
     return module
 

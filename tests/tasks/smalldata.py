@@ -462,8 +462,7 @@ FACTORIES: dict[str, SmallData] = {
     "t4_graph_learning": SmallData(_t4_raw, T4_TINY, val_split="valid"),
     "t5_tabular_prediction": SmallData(_t5_raw, T5_TINY, val_split="val"),
     "t6_time_series_forecasting": SmallData(_t6_raw, T6_TINY, val_split="val"),
-    # AG News has no validation split: the baseline's val_score is its test accuracy (see the task's program.md)
-    "t7_text_classification": SmallData(write_agnews_raw, T7_TINY, val_split="test"),
+    "t7_text_classification": SmallData(write_agnews_raw, T7_TINY, val_split="val"),
 }
 
 

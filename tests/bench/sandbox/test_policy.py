@@ -5,6 +5,7 @@ hidden cache stay readable while the prepared data beside them does not."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -95,3 +96,9 @@ def test_nested_views_inside_a_real_sandbox(harness, inside, policy_of, monkeypa
         "                  'prepared': os.path.exists(prepared)}))\n"
     )
     assert inside(policy, code) == {"repo": ["bench.py", "mlruns"], "mlruns": [], "tool": ["cli"], "prepared": False}
+
+
+def test_the_root_is_never_hidden(tmp_path):
+    """HOME=/ (a service account) must not turn into a tmpfs over the whole machine."""
+    args = bwrap_args(Policy(cwd=tmp_path, writable=(tmp_path,), hidden=(Path("/"),), scratch=(), gpu=False))
+    assert ("--tmpfs", "/") not in ops(args)
