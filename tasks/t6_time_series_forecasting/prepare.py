@@ -370,8 +370,9 @@ def main() -> None:
         return
     split = args.split or (EVAL_SPLIT if os.path.isfile(os.path.join(args.data_dir, f"{EVAL_SPLIT}.npy")) else "val")
     try:
-        result = self_check(args.eval, args.script, split, data_dir=args.data_dir, device=args.device,
-                            batch_size=args.batch_size)
+        result = self_check(
+            args.eval, args.script, split, data_dir=args.data_dir, device=args.device, batch_size=args.batch_size
+        )
     except Exception as e:  # any failure: one JSON line saying what to fix, exit 1
         print(json.dumps({"task": TASK_ID, "error": f"{type(e).__name__}: {e}"}))
         sys.exit(1)
