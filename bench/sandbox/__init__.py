@@ -56,13 +56,15 @@ def interpreter_paths(python: str = sys.executable) -> tuple[Path, ...]:
     )
 
 
-def _cleanup(network: Network, runtime_dir: Path) -> None:
+def _cleanup(network: Network, runtime_dir: Path | None) -> None:
     network.close()
-    shutil.rmtree(runtime_dir, ignore_errors=True)
+    if runtime_dir is not None:
+        shutil.rmtree(runtime_dir, ignore_errors=True)
 
 
 class Sandbox:
-    """One sandbox: its policy, its network bridges and its runtime folder (the bridges' unix sockets).
+    """One sandbox: its policy and, when it has endpoints, its network bridges and their runtime folder (the
+    unix sockets; without endpoints there is neither).
 
     :meth:`wrap` turns an argv into the command that runs it inside; several commands may be wrapped, each
     gets a sandbox of its own built from the same policy and sharing the bridges. :meth:`close` (or leaving
@@ -74,7 +76,7 @@ class Sandbox:
         self.binary = require()
         self.python = python or sys.executable
         self.policy = policy
-        self.runtime_dir = Path(tempfile.mkdtemp(prefix="bench-sandbox-"))
+        self.runtime_dir = Path(tempfile.mkdtemp(prefix="bench-sandbox-")) if policy.endpoints else None
         self.network = Network(policy.endpoints, self.runtime_dir)
         self._finalizer = weakref.finalize(self, _cleanup, self.network, self.runtime_dir)
         try:
@@ -87,7 +89,7 @@ class Sandbox:
         """The command line that runs ``argv`` in the sandbox, with the policy's cwd; the environment given
         to it is passed on (plus the proxy variables when a remote endpoint is allowed)."""
         view = replace(self.policy, readable=(*self.policy.readable, *interpreter_paths(self.python)))
-        args = bwrap_args(view, self.runtime_dir if self.network.listen else None)
+        args = bwrap_args(view, self.runtime_dir)
         for name, value in self.network.env.items():
             args += ["--setenv", name, value]
         listen = [a for spec in self.network.listen for a in ("--listen", spec)]

@@ -207,9 +207,11 @@ class Network:
     """The bridges of one sandbox. ``listen`` are the launcher's ``--listen`` arguments, ``env`` the proxy
     variables for inside; both empty without endpoints. Start with :meth:`start`, end with :meth:`close`."""
 
-    def __init__(self, endpoints: tuple[str, ...], runtime_dir: Path) -> None:
+    def __init__(self, endpoints: tuple[str, ...], runtime_dir: Path | None) -> None:
         self.endpoints = [parse_endpoint(u) for u in endpoints]
-        self.runtime_dir = Path(runtime_dir)
+        if self.endpoints and runtime_dir is None:
+            raise ValueError("endpoints need a runtime folder for their bridges' sockets")
+        self.runtime_dir = Path(runtime_dir) if runtime_dir is not None else None
         self.listen: list[str] = []
         self.env: dict[str, str] = {}
         self._servers: list[UnixServer] = []
@@ -220,7 +222,7 @@ class Network:
             if e.loopback:
                 ports.setdefault(e.port, e)
         for n, (port, e) in enumerate(sorted(ports.items())):
-            path = self.runtime_dir / f"port-{n}.sock"
+            path = Path(self.runtime_dir) / f"port-{n}.sock"
             self._servers.append(UnixServer(path, forward_to(e.host, port), f"port-{port}"))
             host = f"[{e.host}]" if ":" in e.host else e.host  # localhost: the launcher listens on v4 and v6
             self.listen.append(f"{host}:{port}={path}")
@@ -229,7 +231,7 @@ class Network:
             proxy_port = PROXY_PORT
             while proxy_port in ports:
                 proxy_port += 1
-            path = self.runtime_dir / "proxy.sock"
+            path = Path(self.runtime_dir) / "proxy.sock"
             self._servers.append(UnixServer(path, connect_proxy(remote), "proxy"))
             self.listen.append(f"127.0.0.1:{proxy_port}={path}")
             url = f"http://127.0.0.1:{proxy_port}"

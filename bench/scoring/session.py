@@ -63,7 +63,7 @@ class Session:
         wrap=None,  # argv -> argv: the sandbox (None: unsandboxed, marked so by the caller)
         max_output_bytes: int = wire.MAX_FRAME,
     ) -> None:
-        argv = [sys.executable, "-I", str(PREDICTOR), "--checkpoint", checkpoint, "--script", script]
+        argv = [sys.executable, "-I", "-B", str(PREDICTOR), "--checkpoint", checkpoint, "--script", script]
         argv += ["--device", device]
         if wrap is not None:
             argv = wrap(argv)

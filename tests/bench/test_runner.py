@@ -96,8 +96,11 @@ def test_budget_ends_detached_scripts_and_keeps_their_checkpoints(generated_t6):
         )
     )
     assert result.timed_out is True
-    pid = int((Path(result.workspace) / "run_1.pid").read_text())
-    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    # run_1.pid holds its pid inside the sandbox's PID namespace, not the host's: find it by its working folder
+    ws = str(Path(result.workspace))
+    assert not [
+        p for p in psutil.process_iter(["cwd", "status"]) if p.info["cwd"] == ws and p.info["status"] != "zombie"
+    ]
     assert result.status == "success", result.reason  # the checkpoints it saved before the budget count
     assert result.scripts["statuses"] == {"KILLED": 1}
     child = runs_of(name, schema.KIND_SCRIPT).iloc[0]
@@ -284,7 +287,9 @@ def test_a_tracking_outage_loses_nothing_and_bench_record_finishes_later(generat
 
 def test_a_copied_in_checkpoint_is_rejected_and_touched_files_keep_their_true_window(generated_t6, tmp_path):
     """An agent copies in a checkpoint from an earlier run and sets its own files' times an hour ahead: the
-    copy is rejected with the reason, its own checkpoints stay in the 5-minute window in which they appeared."""
+    copy is rejected with the reason, its own checkpoints stay in the 5-minute window in which they appeared.
+    Unsandboxed: a sandboxed agent cannot see other runs at all (tests/bench/sandbox); this checks the
+    defence behind it."""
     name = campaign()
     honest = run(RunSpec(generated_t6, "command", campaign=name, budget_s=180, grace_s=5, console=False,
                          options={"command": ONE_EPOCH}))  # fmt: skip
@@ -292,7 +297,7 @@ def test_a_copied_in_checkpoint_is_rejected_and_touched_files_keep_their_true_wi
     earlier = honest.best.path
     cheat = f"cp {earlier} checkpoints/stolen.pt && {ONE_EPOCH} && touch -d '+60 minutes' checkpoints/run_1_*.pt"
     result = run(RunSpec(generated_t6, "command", campaign=name, repeat=2, budget_s=180, grace_s=5, console=False,
-                         options={"command": cheat}))  # fmt: skip
+                         options={"command": cheat}, sandbox=False))  # fmt: skip
     assert result.status == "success", result.reason
     assert Path(result.best.path).name.startswith("run_1_")
     stolen = [r for r in result.rejected_checkpoints if r["path"].endswith("stolen.pt")]
@@ -300,20 +305,23 @@ def test_a_copied_in_checkpoint_is_rejected_and_touched_files_keep_their_true_wi
     assert {e.window for e in result.evaluations} == {0} and all(0 < e.saved_s < 180 for e in result.evaluations)
 
 
-POISON = (
-    "python -c \"import os; p = os.path.join(os.environ['BENCH_CACHE_DIR'], 'prepared', "
+POISON = (  # the cache's path: agents no longer inherit BENCH_CACHE_DIR, but an unsandboxed one can guess it
+    "python -c \"import os; p = os.path.join({cache!r}, 'prepared', "
     "'t6_time_series_forecasting', 'test.npy'); b = open(p, 'rb').read(); open(p, 'wb').write(b[:-8] + bytes(8))\""
 )
 
 
 def test_an_agent_that_writes_into_the_prepared_cache_gets_no_score_and_stops_the_next_run(generated_t6):
     """The harness's prepared data are shared by every run: an agent that reaches them (here through the
-    environment's BENCH_CACHE_DIR) is not scored against what it wrote, and the next run refuses to start."""
+    cache's known path) is not scored against what it wrote, and the next run refuses to start.
+    Unsandboxed: a sandboxed agent does not see the cache at all (tests/bench/sandbox); this checks the
+    defence behind it."""
+    from bench.paths import cache_dir
     from bench.tasks import data
 
     name = campaign()
-    spec = RunSpec(generated_t6, "command", campaign=name, budget_s=180, grace_s=5, console=False)
-    spec.options = {"command": f"{ONE_EPOCH} && {POISON}"}
+    spec = RunSpec(generated_t6, "command", campaign=name, budget_s=180, grace_s=5, console=False, sandbox=False)
+    spec.options = {"command": f"{ONE_EPOCH} && {POISON.format(cache=str(cache_dir()))}"}
     result = run(spec)
     assert result.status == "failed" and result.score is None
     assert "changed since they were built (1 file(s): test.npy)" in result.reason
