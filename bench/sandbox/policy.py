@@ -109,6 +109,18 @@ def mounts(policy: Policy) -> list[tuple[Path, int]]:
     return kept
 
 
+def _low_port_args(endpoints: tuple[str, ...]) -> list[str]:
+    """The one capability kept when a loopback endpoint has a port below 1024: the launcher must listen on the
+    same port inside (the sandbox's own network namespace only). A non-root user keeps it only as uid 0 of
+    a user namespace of its own."""
+    from bench.sandbox.network import parse_endpoint
+
+    if not any(e.loopback and e.port < 1024 for e in map(parse_endpoint, endpoints)):
+        return []
+    as_root = [] if os.geteuid() == 0 else ["--unshare-user", "--uid", "0", "--gid", "0"]
+    return [*as_root, "--cap-add", "CAP_NET_BIND_SERVICE"]
+
+
 def bwrap_args(policy: Policy, runtime_dir: Path | None = None) -> list[str]:
     """bwrap's options (no binary, no command) for ``policy``; ``runtime_dir`` (the network bridges' sockets)
     is bound read-only at its own path. Every path is resolved, so symlinks cannot aim a bind elsewhere."""
@@ -116,7 +128,7 @@ def bwrap_args(policy: Policy, runtime_dir: Path | None = None) -> list[str]:
     for entry in PROC_READ_ONLY:
         args += ["--ro-bind-try", entry, entry]
     args += ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--die-with-parent"]
-    args += ["--cap-drop", "ALL"]
+    args += ["--cap-drop", "ALL", *_low_port_args(policy.endpoints)]
     if policy.gpu:
         for node in dict.fromkeys(n for pattern in GPU_NODES for n in sorted(glob.glob(pattern))):
             args += ["--dev-bind", node, node]

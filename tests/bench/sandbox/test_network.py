@@ -24,13 +24,13 @@ class Echo(socketserver.ThreadingTCPServer):
 
     daemon_threads = allow_reuse_address = True
 
-    def __init__(self, name: str, host: str = "127.0.0.1"):
+    def __init__(self, name: str, host: str = "127.0.0.1", port: int = 0):
         class Handler(socketserver.StreamRequestHandler):
             def handle(self):
                 for line in self.rfile:
                     self.wfile.write(f"{name}:".encode() + line)
 
-        super().__init__((host, 0), Handler)
+        super().__init__((host, port), Handler)
         self.port = self.server_address[1]
         threading.Thread(target=self.serve_forever, daemon=True).start()
 
@@ -182,3 +182,20 @@ def test_the_proxy_handler_alone(tmp_path):
             assert ask(b"GET /relative HTTP/1.1\r\n\r\n").startswith(b"HTTP/1.1 400")
         finally:
             server.close()
+
+
+def test_a_loopback_endpoint_on_a_privileged_port(harness, inside, policy_of):
+    """A local gateway on port 80 or 443: the launcher keeps the one capability to listen there inside."""
+    for port in range(1023, 900, -1):
+        try:
+            server = Echo("low", port=port)
+            break
+        except OSError:
+            continue
+    else:
+        pytest.skip("no free port below 1024 (or not allowed to bind one) here")
+    with server:
+        seen = reach(inside, policy_of(harness, endpoints=(f"http://127.0.0.1:{server.port}",)), [server.port])
+        assert seen == {server.port: "low:ping"}
+        caps = "import json\nprint(json.dumps([l.split()[1] for l in open('/proc/self/status') if 'CapEff' in l]))"
+        assert inside(policy_of(harness, endpoints=(f"http://127.0.0.1:{server.port}",)), caps) == ["0000000000000400"]

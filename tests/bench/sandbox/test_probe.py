@@ -4,10 +4,12 @@ cannot be sandboxed stops before anything is created, unless it is run --unsandb
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import pytest
 
 from bench.cli import build_parser
+from bench.result import RunResult
 from bench.runner import RunSpec, run
 from bench.sandbox import Policy, Sandbox, SandboxUnavailable, bwrap, probe
 from bench.tasks import get_task
@@ -59,3 +61,12 @@ def test_a_run_that_cannot_be_sandboxed_stops_before_its_workspace_exists(harnes
     assert not harness.workspaces.joinpath("1gc-7rc").exists()
     args = build_parser().parse_args(["run", "--agent", "command", "--task", "t6", "--unsandboxed"])
     assert args.unsandboxed is True
+
+
+def test_result_json_says_whether_the_agent_was_sandboxed(tmp_path):
+    """Files written before sandboxes existed read as unsandboxed; the mark survives the round trip."""
+    old = RunResult.load(Path(__file__).parents[1] / "fixtures" / "results" / "v1_t6_baseline.json")
+    assert old.sandboxed is False
+    for mark in (True, False):
+        old.sandboxed = mark
+        assert RunResult.load(old.write(tmp_path / "result.json")).sandboxed is mark
