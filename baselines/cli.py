@@ -32,7 +32,7 @@ def add_cli(subparsers, *, dashboard_alias: bool = True) -> None:
     t.add_argument("--task", required=True, help="task id (t6)")
     t.add_argument("--budget", type=parse_duration, help="wall-clock budget: 15m, 1h (default: the task's)")
     t.add_argument("--trials", type=int, help="at most this many trials (default: as many as the budget holds)")
-    t.add_argument("--storage", help="Optuna storage URL (default: sqlite:///<mlruns>/optuna.db)")
+    t.add_argument("--storage", help="Optuna storage URL (default: sqlite:///<mlruns>/optuna/optuna.db)")
     t.add_argument("--campaign", default="baselines", help="MLflow experiment (default: baselines)")
     t.add_argument("--seed", type=int, default=0, help="TPE seed (default 0)")
     t.add_argument("--study", help="study name (default: <task>-tune-<time>); an existing study is continued")

@@ -41,8 +41,10 @@ RESULT_KEYS = (  # what `bench report` reads; more keys may follow them
 
 
 def default_storage() -> str:
-    """The Optuna storage of ``bench baselines tune``: SQLite beside the MLflow store (``mlruns/optuna.db``)."""
-    return f"sqlite:///{mlruns_dir() / 'optuna.db'}"
+    """The Optuna storage of ``bench baselines tune``: SQLite in a folder of its own beside the MLflow store
+    (``mlruns/optuna/optuna.db``). Its own folder, because the sandboxed optuna agent must write it (and SQLite
+    its journal beside it) while the tracking store stays out of the sandbox's reach."""
+    return f"sqlite:///{mlruns_dir() / 'optuna' / 'optuna.db'}"
 
 
 def hardware() -> str:

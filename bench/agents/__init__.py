@@ -6,6 +6,8 @@ real coding-agent CLI, installed pinned into the cache on first use (``bench age
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from bench.agents.aider import AiderAgent
 from bench.agents.base import Agent, AgentError, LaunchContext
 from bench.agents.baseline import BaselineAgent
@@ -52,6 +54,11 @@ def endpoints_of(agent: Agent, ctx: LaunchContext) -> tuple[str, ...]:
     return tuple(agent.endpoints(ctx)) if hasattr(agent, "endpoints") else ()
 
 
+def writable_of(agent: Agent, ctx: LaunchContext) -> tuple[Path, ...]:
+    """Folders outside its workspace the agent's sandbox may write for this run; none for most agents."""
+    return tuple(Path(p) for p in agent.writable(ctx)) if hasattr(agent, "writable") else ()
+
+
 def parser_of(agent: Agent, ctx: LaunchContext) -> str | None:
     """The stream parser of an agent's output for this run (None: print its output as it is)."""
     if hasattr(agent, "parser_for"):
@@ -59,4 +66,4 @@ def parser_of(agent: Agent, ctx: LaunchContext) -> str | None:
     return getattr(agent, "parser_name", None)
 
 
-__all__ = ["AGENTS", "Agent", "AgentError", "LaunchContext", "endpoints_of", "get_agent", "parser_of", "passthrough_of"]
+__all__ = ["AGENTS", "Agent", "AgentError", "LaunchContext", "endpoints_of", "get_agent", "parser_of", "passthrough_of", "writable_of"]

@@ -50,6 +50,9 @@ class Agent(Protocol):
         """URLs the agent's sandbox may reach (its model API); () for an offline agent: no network at all."""
         ...
 
+    # optional: ``writable(ctx) -> tuple[Path, ...]``, folders outside the workspace the agent must write (the
+    # optuna agent's study storage); an agent without it writes only its workspace and its private home
+
 
 def api_endpoints(variables: tuple[str, ...], default: str | None) -> tuple[str, ...]:
     """The base URLs set in the harness's environment under ``variables`` (a gateway, the test mock), else the

@@ -15,10 +15,14 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
+from urllib.parse import urlsplit
 
 from bench.agents.base import AgentError, LaunchContext
 from bench.paths import ROOT
+from bench.sandbox.network import parse_endpoint
 
+DB_PORTS = {"postgresql": 5432, "postgres": 5432, "mysql": 3306}  # the default port of a database URL without one
 OPTIONS = ("trials", "seed", "storage", "study", "pruner", "prune_after", "max_epochs", "threads")
 
 
@@ -29,7 +33,34 @@ class OptunaAgent:
     passthrough: tuple[str, ...] = ()  # offline: no key, no network
 
     def endpoints(self, ctx: LaunchContext) -> tuple[str, ...]:
-        return ()
+        """A study storage served on this machine (``postgresql://127.0.0.1:5432/...``) is bridged port for
+        port; a remote database server cannot be: its clients do not speak through the sandbox's HTTP proxy."""
+        url = urlsplit(ctx.options.get("storage") or "")
+        if "://" not in (ctx.options.get("storage") or "") or url.scheme.startswith("sqlite") or not url.hostname:
+            return ()
+        endpoint = parse_endpoint(f"tcp://{url.hostname}:{url.port or DB_PORTS.get(url.scheme.split('+')[0], 0)}")
+        if not endpoint.loopback or not endpoint.port:
+            raise AgentError(
+                f"the optuna agent's sandbox reaches a study storage only on this machine (127.0.0.1:PORT), not "
+                f"{url.hostname}:{url.port or '?'}: tunnel the database to a local port, use a SQLite or journal "
+                "file, or run with --unsandboxed"
+            )
+        return (endpoint.url,)
+
+    def writable(self, ctx: LaunchContext) -> tuple[Path, ...]:
+        """The folder of a SQLite or journal storage outside the workspace (SQLite writes its journal beside the
+        database file): the one harness place the calibration agent writes. Inside the workspace: nothing."""
+        spec = ctx.options.get("storage") or ""
+        if spec.startswith("sqlite:///") and spec != "sqlite:///:memory:":
+            path = Path(spec.removeprefix("sqlite:///"))
+        elif spec and "://" not in spec:
+            path = Path(spec)
+        else:
+            return ()
+        if not path.is_absolute():
+            return ()  # relative to the agent's working directory: inside its workspace
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return (path.parent.resolve(),)
 
     def command(self, ctx: LaunchContext) -> list[str]:
         argv = [sys.executable, "-m", "baselines.agent", "--task", ctx.task.id]

@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.agents import Agent, LaunchContext, endpoints_of, parser_of, passthrough_of
+from bench.agents import Agent, LaunchContext, endpoints_of, parser_of, passthrough_of, writable_of
 from bench.agents.prompt import standard_prompt
 from bench.agents.stream import AgentStream
 from bench.pipeline.arrivals import Arrivals
@@ -109,7 +109,7 @@ def launch(
     argv = agent.command(ctx)
     ctx.home.mkdir(parents=True, exist_ok=True)
     extra = {"HOME": str(ctx.home), **agent.env(ctx)}  # a private HOME for every agent, not only the CLIs
-    box = _sandbox(ws, ctx.home, endpoints_of(agent, ctx)) if sandbox else None
+    box = _sandbox(ws, (ctx.home, *writable_of(agent, ctx)), endpoints_of(agent, ctx)) if sandbox else None
     token = uuid.uuid4().hex
     become_subreaper()
     status = StatusLine(label, enabled=console)
@@ -135,12 +135,13 @@ def launch(
     return LaunchedAgent(proc, argv, token, started, stream, monitor, arrivals, status, box)
 
 
-def _sandbox(ws: Workspace, home: Path, endpoints: tuple[str, ...]) -> Sandbox:
-    """The agent's sandbox: it writes its workspace and its private home, reads what Python and its CLI need,
-    sees none of the harness's places, and reaches only its ``endpoints``."""
+def _sandbox(ws: Workspace, writable: tuple[Path, ...], endpoints: tuple[str, ...]) -> Sandbox:
+    """The agent's sandbox: it writes its workspace, its private home and what its adapter declares
+    (``writable``), reads what Python and its CLI need, sees none of the harness's places, and reaches only
+    its ``endpoints``."""
     policy = Policy(
         cwd=ws.path,
-        writable=(ws.path, home),
+        writable=(ws.path, *writable),
         readable=default_readable(),
         hidden=default_hidden(),
         endpoints=endpoints,

@@ -46,6 +46,31 @@ def test_env_makes_the_driver_importable(generated_t6, monkeypatch):
     assert OptunaAgent().env(ctx(generated_t6))["PYTHONPATH"].split(os.pathsep) == [str(ROOT), "/somewhere"]
 
 
+def test_the_sandbox_may_write_the_study_storage_and_nothing_else(generated_t6, tmp_path):
+    """The study outlives the run (tune, the dashboard read it), so the sandboxed agent must write its
+    storage: the folder of a SQLite database (its journal goes beside it) or of a journal file, created if
+    missing; a storage inside the workspace, the default journal or an in-memory one needs nothing more."""
+    agent = OptunaAgent()
+    db = tmp_path / "studies" / "optuna.db"
+    assert agent.writable(ctx(generated_t6, {"storage": f"sqlite:///{db}"})) == (db.parent,)
+    assert db.parent.is_dir()
+    assert agent.writable(ctx(generated_t6, {"storage": str(tmp_path / "j" / "study.log")})) == (tmp_path / "j",)
+    for storage in ("", "sqlite:///x.db", "study.log", "sqlite:///:memory:", "postgresql://u:p@127.0.0.1/db"):
+        assert agent.writable(ctx(generated_t6, {"storage": storage})) == (), storage
+    assert agent.endpoints(ctx(generated_t6, {"storage": f"sqlite:///{db}"})) == ()
+
+
+def test_a_database_server_is_reachable_only_on_this_machine(generated_t6):
+    """A local PostgreSQL is bridged port for port (no credentials in the endpoint); a remote one cannot be
+    reached from the sandbox's network namespace, and the error says what to do."""
+    agent = OptunaAgent()
+    local = agent.endpoints(ctx(generated_t6, {"storage": "postgresql+psycopg2://u:secret@127.0.0.1/optuna"}))
+    assert local == ("tcp://127.0.0.1:5432",)
+    assert agent.endpoints(ctx(generated_t6, {"storage": "mysql://u@localhost:3307/o"})) == ("tcp://localhost:3307",)
+    with pytest.raises(AgentError, match="--unsandboxed"):
+        agent.endpoints(ctx(generated_t6, {"storage": "postgresql://u@db.example.org:5432/optuna"}))
+
+
 @pytest.mark.slow
 def test_optuna_agent_end_to_end_through_tune(generated_t6, tmp_path):
     from baselines.tune import RESULT_KEYS, tune
