@@ -66,4 +66,14 @@ def parser_of(agent: Agent, ctx: LaunchContext) -> str | None:
     return getattr(agent, "parser_name", None)
 
 
-__all__ = ["AGENTS", "Agent", "AgentError", "LaunchContext", "endpoints_of", "get_agent", "parser_of", "passthrough_of", "writable_of"]
+__all__ = [
+    "AGENTS",
+    "Agent",
+    "AgentError",
+    "LaunchContext",
+    "endpoints_of",
+    "get_agent",
+    "parser_of",
+    "passthrough_of",
+    "writable_of",
+]
