@@ -71,26 +71,49 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-@pytest.fixture
-def generated_t6(tmp_path, monkeypatch):
-    """A copy of the real T6 task whose data source is a generated ETTh1-shaped file in a local mirror.
+def generated_task(tmp_path: Path, monkeypatch, folder_name: str, write_raw) -> object:
+    """A copy of the real task folder ``folder_name`` whose one data source is a generated file in a local mirror.
 
-    The harness code path is the real one (mirror copy, checksum, prepare.py --prepare); only the
-    bytes differ, and the task.toml copy declares their checksum.
+    The harness code path is the real one (mirror copy, checksum, prepare.py --prepare); only the bytes differ,
+    and the task.toml copy declares their checksum. ``write_raw(path)`` writes the file at its mirror path.
     """
+    import tomllib
+
     tasks = tmp_path / "tasks"
-    folder = tasks / "t6_time_series_forecasting"
-    shutil.copytree(ROOT / "tasks" / "t6_time_series_forecasting", folder)
+    folder = tasks / folder_name
+    shutil.copytree(ROOT / "tasks" / folder_name, folder)
+    (source,) = tomllib.loads((folder / "task.toml").read_text())["data"]
     mirror = tmp_path / "mirror"
-    csv = write_etth1_like(mirror / "ETTh1" / "ETTh1.csv")
+    raw = write_raw(mirror / source["mirror"])
     toml = (folder / "task.toml").read_text()
-    toml = re.sub(r'sha256 = "[0-9a-f]*"', f'sha256 = "{_sha256(csv)}"', toml)
+    toml = re.sub(r'sha256 = "[0-9a-f]*"', f'sha256 = "{_sha256(raw)}"', toml)
     toml = re.sub(r'\nmd5 = "[0-9a-f]*"', "", toml)
-    toml = re.sub(r"size = \d+", f"size = {csv.stat().st_size}", toml)
+    toml = re.sub(r"size = \d+", f"size = {raw.stat().st_size}", toml)
     (folder / "task.toml").write_text(toml)
     monkeypatch.setenv("BENCH_TASKS_DIR", str(tasks))
     monkeypatch.setenv("BENCH_DATA_MIRROR", str(mirror))
     monkeypatch.setenv("BENCH_CACHE_DIR", str(tmp_path / "cache"))
     from bench.tasks import get_task
 
-    return get_task("t6")
+    return get_task(folder.name.split("_")[0])
+
+
+@pytest.fixture
+def generated_t6(tmp_path, monkeypatch):
+    """The real T6 task on a generated ETTh1-shaped file (NOT the real data)."""
+    return generated_task(tmp_path, monkeypatch, "t6_time_series_forecasting", write_etth1_like)
+
+
+def write_shakespeare_like(path: Path, chars: int = 30_000) -> Path:
+    """Generated play-like text over the 65 characters of TinyShakespeare (NOT the real text)."""
+    from tests.tasks.smalldata import fake_shakespeare
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(fake_shakespeare(chars), encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def generated_t1(tmp_path, monkeypatch):
+    """The real T1 task on generated text: 27,000 training and 3,000 validation characters (11 scored blocks)."""
+    return generated_task(tmp_path, monkeypatch, "t1_language_modeling", write_shakespeare_like)
