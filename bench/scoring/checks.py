@@ -5,6 +5,9 @@ fresh predictor process, whose answers are compared sample by sample with the sc
 nothing the first one saw, so a model cannot recognise a probe by having seen its twin:
 
 * determinism: the first scored batch again, as it was; the same outputs ("the same number twice");
+* history independence: samples from across the evaluation (the last of evenly spaced later batches), which the
+  scored process answered after seeing everything before them; a fresh process must answer them the same. A model
+  that learns from the evaluation stream (T6's windows and T1's blocks reveal earlier targets) does not;
 * batch independence: the first samples in reverse order, one fewer, in one batch (for T6, consecutive windows that
   overlap each other's targets); a sample's outputs must not depend on which other samples share its batch;
 * causality (tasks that name a causal input, T1): the same blocks with every position after a cut replaced by
@@ -50,6 +53,16 @@ def _take(batches: list[dict[str, np.ndarray]], k: int) -> tuple[dict[str, np.nd
     return rows, where
 
 
+def _spread(batches: list[dict[str, np.ndarray]], k: int) -> list[tuple[int, int]]:
+    """(batch, last row) of up to ``k`` evenly spaced batches after the first, shaped like the first one."""
+    shape = {name: a.shape[1:] for name, a in batches[0].items()}
+    alike = [b for b in range(1, len(batches)) if {n: a.shape[1:] for n, a in batches[b].items()} == shape]
+    if not alike:
+        return []
+    picked = sorted({alike[i] for i in np.linspace(0, len(alike) - 1, min(k, len(alike))).round().astype(int)})
+    return [(b, len(next(iter(batches[b].values()))) - 1) for b in picked]
+
+
 def probes(
     batches: list[dict[str, np.ndarray]], outputs: list[np.ndarray], causal: str | None, seed: int = 0
 ) -> list[Probe]:
@@ -62,6 +75,17 @@ def probes(
             outputs[0],
         )
     ]
+    later = _spread(batches, PROBE_SAMPLES)
+    if later:
+        found.append(
+            Probe(
+                "history-independence",
+                "outputs changed with what the predictor had been sent before (a model must not learn from the "
+                "evaluation inputs)",
+                {name: np.concatenate([batches[b][name][r : r + 1] for b, r in later]) for name in batches[0]},
+                np.concatenate([outputs[b][r : r + 1] for b, r in later]),
+            )
+        )
     sample, where = _take(batches, PROBE_SAMPLES)
     if len(where) >= 2:
         expected = np.concatenate([outputs[b][r : r + 1] for b, r in where])

@@ -19,6 +19,8 @@ from types import ModuleType
 import pytest
 
 TASKS_DIR = Path(__file__).resolve().parents[2] / "tasks"
+# the probes every task's scorer answers for an honest model with more than one scored batch (bench.scoring.checks)
+PROBES = ["determinism", "history-independence", "batch-independence"]
 # never copied into a test workspace: prepared data, checkpoints, installed weights, bytecode
 _NOT_COPIED = shutil.ignore_patterns("data", "checkpoints", "weights", "__pycache__")
 

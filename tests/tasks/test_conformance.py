@@ -34,7 +34,7 @@ import torch
 
 from bench.tasks import all_tasks
 from tests.tasks.smalldata import FACTORIES, factory
-from tests.tasks.taskfolder import last_json, run_prepare, task_modules
+from tests.tasks.taskfolder import PROBES, last_json, run_prepare, task_modules
 
 FOLDERS = {t.name: t.folder for t in all_tasks()}
 NAMES = sorted(FOLDERS)
@@ -353,7 +353,7 @@ def test_official_score_through_the_scorer_is_the_tasks_metric(small, name, tmp_
     )
     assert CONTRACT_KEYS <= result.keys()
     assert result["value"] == pytest.approx(last_json(run["proc"])["value"], rel=REL, abs=1e-12)
-    assert {"determinism", "batch-independence"} <= set(result["checks"])
+    assert set(PROBES) <= set(result["checks"])
 
 
 SCORER_BAD = ("extra_key", "compiled_state_dict", "no_build_model", "random_bytes", "code_in_pickle")

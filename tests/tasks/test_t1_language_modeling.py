@@ -26,7 +26,7 @@ import torch.nn.functional as F
 
 from bench.tasks import load_task
 from tests.tasks.smalldata import REAL_VOCAB
-from tests.tasks.taskfolder import copy_task, last_json, run_prepare, task_modules
+from tests.tasks.taskfolder import PROBES, copy_task, last_json, run_prepare, task_modules
 
 TASK_DIR = Path(__file__).resolve().parents[2] / "tasks" / "t1_language_modeling"
 # 600 val ids of the fake text: 2 blocks of 257 and a tail of 86, each block predicting all but its first id
@@ -281,7 +281,7 @@ def test_scorer_value_is_the_hand_value_and_the_old_evaluations(context_256, tmp
     code, result = run_scorer(stage(tmp_path / "eval", context_256["checkpoint"], ws / "train.py"), ws / "data")
     assert code == 0 and "error" not in result, result
     assert (result["task"], result["metric"], result["split"], result["n"]) == ("t1", "val_bpb", "val", N_PREDICTED)
-    assert result["checks"] == ["determinism", "batch-independence", "causality@128", "causality@217"]
+    assert result["checks"] == [*PROBES, "causality@128", "causality@217"]
     model = rebuilt(ws, context_256["checkpoint"])
     ids = np.fromfile(ws / "data" / "val.bin", dtype=np.uint16)
     by_hand, count = hand_bpb(model, ids)
@@ -299,7 +299,7 @@ def test_scorer_passes_the_trained_baseline(small, workspace, tmp_path):
     run = small.official(TASK_DIR.name)
     code, result = run_scorer(stage(tmp_path / "eval", run["checkpoint"], workspace / "train.py"), workspace / "data")
     assert code == 0 and "error" not in result, result
-    assert result["checks"] == ["determinism", "batch-independence", "causality@128", "causality@217"]
+    assert result["checks"] == [*PROBES, "causality@128", "causality@217"]
     assert result["value"] == pytest.approx(last_json(run["proc"])["value"], rel=1e-6)
 
 

@@ -31,7 +31,7 @@ from bench.pipeline.evaluate import stage
 from bench.tasks import load_task
 from tests.tasks.smalldata import FULL_ZIP, SUBSET_ZIP, write_tiny_imagenet_like
 from tests.tasks.smalldata import T2_TINY as TINY
-from tests.tasks.taskfolder import copy_task, last_json, run_prepare, task_modules
+from tests.tasks.taskfolder import PROBES, copy_task, last_json, run_prepare, task_modules
 
 ROOT = Path(__file__).resolve().parents[2]
 TASK_DIR = ROOT / "tasks" / "t2_image_classification"
@@ -328,7 +328,7 @@ def test_official_accuracy_is_sklearns_and_the_old_evaluations(small, fake, offi
     result = official["result"]
     assert official["code"] == 0 and "error" not in result, result
     assert (result["task"], result["metric"], result["split"], result["n"]) == ("t2", "top1_acc", "val", 200)
-    assert result["checks"] == ["determinism", "batch-independence"]  # the honest baseline passes every probe
+    assert result["checks"] == PROBES  # the honest baseline passes every probe
     payload = torch.load(official["checkpoint"], weights_only=True)
     assert payload["step"] == 30 and payload["config"]["width"] == 8
     with task_modules(fake["ws"]) as (_, train):

@@ -49,7 +49,7 @@ from tests.tasks.smalldata import (
     write_voc_tar,
 )
 from tests.tasks.smalldata import T3_TINY as TINY
-from tests.tasks.taskfolder import copy_task, last_json, run_prepare, task_modules
+from tests.tasks.taskfolder import PROBES, copy_task, last_json, run_prepare, task_modules
 
 ROOT = Path(__file__).resolve().parents[2]
 TASK_DIR = ROOT / "tasks" / "t3_semantic_segmentation"
@@ -666,7 +666,7 @@ def test_official_miou_is_numpys_and_the_old_evaluations(small, fake, official, 
     result = official["result"]
     assert official["code"] == 0 and "error" not in result, result
     assert (result["task"], result["metric"], result["split"], result["n"]) == ("t3", "miou", "val", 4)
-    assert result["checks"] == ["determinism", "batch-independence"]  # the honest baseline passes every probe
+    assert result["checks"] == PROBES  # the honest baseline passes every probe
     staged = {p.name for p in official["folder"].iterdir()} - {"__pycache__"}  # (bytecode: the unsandboxed predictor)
     assert staged == {"checkpoint.pt", "dinov3.py", "prepare.py", "train.py"}  # the original locked files, no weights/
     payload = torch.load(official["checkpoint"], weights_only=True)
@@ -717,7 +717,7 @@ def test_scorer_flags_a_model_whose_outputs_depend_on_the_batch(many, tmp_path):
     numpy mIoU of its class maps; the same model plus the batch's mean logits gets other class maps for the first
     8 images in a batch of their own than in the scored batch of 32: a violation, no value."""
     code, honest = run_scorer(tiny_folder(tmp_path / "honest", mix=False), many, script="run_tiny.py")
-    assert code == 0 and honest["checks"] == ["determinism", "batch-independence"] and honest["n"] == 40, honest
+    assert code == 0 and honest["checks"] == PROBES and honest["n"] == 40, honest
     torch.manual_seed(0)
     head = nn.Conv2d(3, 21, 1)
     x = torch.from_numpy(np.load(many / "val_x.npy")).permute(0, 3, 1, 2).float() / 255.0

@@ -30,7 +30,7 @@ from sklearn.metrics import roc_auc_score
 from bench.tasks import load_task
 from tests.tasks.smalldata import LABELS, SMILES, SPLIT, SPLITS, gz, mol_csv, split_csv
 from tests.tasks.smalldata import write_molhiv_raw as write_raw
-from tests.tasks.taskfolder import last_json, run_prepare, task_modules
+from tests.tasks.taskfolder import PROBES, last_json, run_prepare, task_modules
 
 TASK_DIR = Path(__file__).resolve().parents[2] / "tasks" / "t4_graph_learning"
 
@@ -491,7 +491,7 @@ def test_official_auroc_through_the_scorer(small, fake, tmp_path, feed):
     code, result = scorer(task_dir, fake["ws"] / "data", staged(tmp_path / "eval", ckpt))
     assert code == 0 and "error" not in result, result
     assert (result["task"], result["metric"], result["split"], result["n"]) == ("t4", "auroc", "test", 6)
-    assert result["checks"] == ["determinism", "batch-independence"]
+    assert result["checks"] == PROBES
 
     payload = torch.load(ckpt, weights_only=True)
     with task_modules(fake["ws"]) as (prepare, train):
@@ -547,7 +547,7 @@ def test_scorer_flags_a_model_whose_scores_depend_on_the_batch(fake, tmp_path, p
         assert "changed with the other samples in its batch" in result["violation"], result
         assert result["violation"] == result["error"]
     else:
-        assert code == 0 and result["checks"] == ["determinism", "batch-independence"], result
+        assert code == 0 and result["checks"] == PROBES, result
         atoms = [int(n) for n in np.load(fake["ws"] / "data" / "num_nodes.npy")[SPLIT["test"]]]
         assert result["value"] == roc_auc_score([LABELS[i] for i in SPLIT["test"]], atoms)
 

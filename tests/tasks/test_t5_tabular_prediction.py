@@ -27,7 +27,7 @@ from sklearn.model_selection import train_test_split
 
 from bench.tasks import load_task
 from tests.tasks.smalldata import ROWS, make_covtype_like, write_covtype
-from tests.tasks.taskfolder import copy_task, last_json, run_prepare, task_modules
+from tests.tasks.taskfolder import PROBES, copy_task, last_json, run_prepare, task_modules
 
 TASK_DIR = Path(__file__).resolve().parents[2] / "tasks" / "t5_tabular_prediction"
 
@@ -278,7 +278,7 @@ def test_official_accuracy_through_the_scorer(small, fake, tmp_path, feed):
     code, result = scorer(task_dir, fake["ws"] / "data", staged(tmp_path / "eval", ckpt))
     assert code == 0 and "error" not in result, result
     assert (result["task"], result["metric"], result["split"], result["n"]) == ("t5", "accuracy", "test", 300)
-    assert result["checks"] == ["determinism", "batch-independence"]
+    assert result["checks"] == PROBES
 
     payload = torch.load(ckpt, weights_only=True)
     with task_modules(fake["ws"]) as (prepare, train):
@@ -333,7 +333,7 @@ def test_scorer_flags_a_model_whose_logits_depend_on_the_batch(fake, tmp_path, p
         assert code == 1 and "value" not in result, result
         assert "changed with the other samples in its batch" in result["violation"] == result["error"], result
     else:
-        assert code == 0 and result["checks"] == ["determinism", "batch-independence"], result
+        assert code == 0 and result["checks"] == PROBES, result
         x, y = np.load(fake["ws"] / "data" / "test_x.npy"), np.load(fake["ws"] / "data" / "test_y.npy")
         layer = nn.Linear(54, 7)
         layer.load_state_dict(state)

@@ -32,7 +32,7 @@ from bench.pipeline import workspace as workspaces
 from bench.tasks import load_task
 from tests.tasks.smalldata import ESCAPED_TEXT
 from tests.tasks.smalldata import write_agnews_raw as write_raw
-from tests.tasks.taskfolder import copy_task, last_json, run_prepare, task_modules
+from tests.tasks.taskfolder import PROBES, copy_task, last_json, run_prepare, task_modules
 
 TASK_DIR = Path(__file__).resolve().parents[2] / "tasks" / "t7_text_classification"
 NARROW = {"embed_dim": 16, "channels": 32, "fc_dim": 64, "batch_size": 32, "epochs": 2, "log_every": 2}
@@ -407,7 +407,7 @@ def test_scorer_value_is_sklearns_and_the_old_evaluations(small, fake, tmp_path)
         code, result = run_scorer(stage(tmp_path / name, checkpoint, code_file), data, code_file.name)
         assert code == 0 and "error" not in result, result
         assert (result["task"], result["split"], result["n"]) == ("t7", "test", 40)
-        assert result["checks"] == ["determinism", "batch-independence"]
+        assert result["checks"] == PROBES
         model = rebuilt(ws, checkpoint) if name == "baseline" else counting.eval()
         with torch.no_grad():
             pred = model(torch.from_numpy(x).long()).argmax(dim=1).numpy()
