@@ -92,6 +92,10 @@ def main() -> int:
             torch.backends.cudnn.deterministic = True
             torch.backends.cuda.matmul.allow_tf32 = False
             torch.backends.cudnn.allow_tf32 = False
+        if args.device == "cpu" and getattr(prepare, "FEED_BATCH_SIZE", 0) == 1:
+            # one sample a round trip (T1, T6): too little work to share between threads, and a thread pool that
+            # wakes (or spins) for every tiny op makes each round trip wait for the scheduler on a busy machine
+            torch.set_num_threads(1)
         model = _build(prepare, args.checkpoint, os.path.join(folder, args.script)).to(args.device).eval()
         n_params = sum(p.numel() for p in model.parameters())
     except BaseException as e:  # noqa: BLE001 - anything the agent's code raises is reported, never re-raised
