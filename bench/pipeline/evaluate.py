@@ -17,6 +17,7 @@ import sys
 import time
 from pathlib import Path
 
+from bench.checksums import sha256
 from bench.pipeline.collect import Selection
 from bench.pipeline.launch import HARNESS_ONLY
 from bench.pipeline.workspace import Workspace
@@ -121,9 +122,21 @@ def evaluate_candidates(
                 done[ckpt.path] = Official.from_dict({"error": f"cannot stage the checkpoint: {e}"})
             else:
                 official = evaluate(ws.task, eval_dir, data_dir, script=ckpt.script, device=device, sandboxed=sandboxed)
-                done[ckpt.path] = Official.from_dict({**official.to_dict(), "checkpoint": str(ckpt.path)})
+                done[ckpt.path] = Official.from_dict(
+                    {**official.to_dict(), **_provenance(ckpt.path, eval_dir, ckpt.script)}
+                )
         out.append(Evaluation(candidate=label, official=done[ckpt.path], **ckpt.to_dict()))
     return out
+
+
+def _provenance(checkpoint: Path, eval_dir: Path, script: str) -> dict:
+    """Where the score came from: the checkpoint, the staged folder the predictor ran, and the sha256 of the exact
+    source whose ``build_model`` it ran (the record step makes that file the eval run's artifact)."""
+    source = eval_dir / script
+    found = {"checkpoint": str(checkpoint), "staged": str(eval_dir)}
+    if source.is_file():
+        found["script_sha256"] = sha256(source)
+    return found
 
 
 def _last_json(stdout: str) -> dict | None:

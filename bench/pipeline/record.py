@@ -157,6 +157,9 @@ def _record_evaluations(writer: MlflowWriter, run_id: str, result: RunResult, ba
                 rows.append((schema.official_metric(result.metric), official.value, 0, None))
             writer.log_metrics(eval_run, rows)
             writer.log_text(eval_run, json.dumps(official.to_dict(), indent=2), "official.json")
+            scored = Path(official.raw.get("staged", "")) / e.script
+            if official.raw.get("staged") and scored.is_file():  # the exact source the predictor ran, as staged
+                writer.log_artifact(eval_run, scored, "source")
             writer.end_run(eval_run, "FINISHED" if official.ok else "FAILED")
             seen[e.path] = eval_run
         else:

@@ -26,6 +26,7 @@ from bench.paths import ROOT, cache_dir, mlruns_dir, workspaces_dir
 from bench.result import RunResult
 from bench.runner import RunSpec, run
 from bench.sandbox.bwrap import probe
+from bench.tracking import schema
 
 pytestmark = [
     pytest.mark.slow,
@@ -117,6 +118,15 @@ def test_honest_agent_scores_and_passes_every_check(guard, honest):
     assert official.raw["sandboxed"] is True
     assert set(official.raw["checks"]) >= {"determinism", "history-independence", "batch-independence"}
     assert not (Path(honest.workspace) / "data" / "test.npy").exists()  # the held-out test rows (rule 9)
+    # the exact source the predictor ran is the eval run's artifact, and its hash is in official.json
+    source = (Path(honest.workspace) / "run_1.py").read_bytes()
+    assert official.raw["script_sha256"] == hashlib.sha256(source).hexdigest()
+    client = mlflow.tracking.MlflowClient()
+    experiment = mlflow.get_experiment_by_name(honest.campaign)
+    runs = mlflow.search_runs([experiment.experiment_id], filter_string=f"tags.{schema.KIND} = '{schema.KIND_EVAL}'")
+    assert len(runs) >= 1
+    stored = Path(client.download_artifacts(runs.iloc[0]["run_id"], "source/run_1.py")).read_bytes()
+    assert stored == source
 
 
 def test_harness_files_cache_store_and_task_originals_are_out_of_reach(guard, honest):
