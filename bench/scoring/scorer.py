@@ -104,13 +104,17 @@ def score_checkpoint(
 
 
 def _probe(prober: Session, inputs: list, outputs: list, causal: str | None, device: str) -> list[str]:
-    """Ask the second, fresh predictor the probes; raises :class:`ContractViolation` on the first broken promise."""
+    """Ask the second, fresh predictor every probe; raises :class:`ContractViolation` naming each broken promise
+    (one cheat often breaks several: a model that mixes its batch also answers differently to re-asked samples)."""
     found = probes(inputs, outputs, causal)
+    broken = []
     for probe in found:
         got = prober.predict(probe.inputs)
         why = disagreement(probe.view(got), probe.view(probe.expected), device)
         if why:
-            raise ContractViolation(f"forward contract broken: {probe.name} ({why})")
+            broken.append(f"{probe.name} ({why})")
+    if broken:
+        raise ContractViolation("forward contract broken: " + "; ".join(broken))
     return [p.id for p in found]
 
 

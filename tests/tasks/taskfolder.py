@@ -18,9 +18,13 @@ from types import ModuleType
 
 import pytest
 
+from bench.tasks import load_task
+
 TASKS_DIR = Path(__file__).resolve().parents[2] / "tasks"
 # the probes every task's scorer answers for an honest model with more than one scored batch (bench.scoring.checks)
 PROBES = ["determinism", "history-independence", "batch-independence"]
+# the name of the candidate inside an evaluation folder (bench.pipeline.evaluate.CHECKPOINT)
+CHECKPOINT = "checkpoint.pt"
 # never copied into a test workspace: prepared data, checkpoints, installed weights, bytecode
 _NOT_COPIED = shutil.ignore_patterns("data", "checkpoints", "weights", "__pycache__")
 
@@ -39,10 +43,52 @@ def run_prepare(workspace: Path, *args: str, timeout: float = 300) -> subprocess
 
 
 def last_json(proc: subprocess.CompletedProcess) -> dict:
-    """The JSON line `prepare.py --eval` ends its output with (stderr in the message when there is none)."""
+    """The JSON line `prepare.py --eval` (or the scorer) ends its output with (stderr in the message when none)."""
     lines = proc.stdout.strip().splitlines()
     assert lines, f"no stdout; stderr: {proc.stderr[-2000:]}"
     return json.loads(lines[-1])
+
+
+def expected_probes(n_batches: int) -> list[str]:
+    """The probes an honest model passes when the scorer fed it ``n_batches`` batches.
+
+    History independence re-asks samples of the batches AFTER the first (bench.scoring.checks._spread): a scorer
+    that fed a single batch has none to ask, so it answers only determinism and batch independence. (Only later
+    batches shaped like the first count: T4's padded batches of another shape are never re-asked.)
+    """
+    return [p for p in PROBES if n_batches > 1 or p != "history-independence"]
+
+
+def stage_eval(folder: Path, task_dir: Path, checkpoint: Path, scripts: dict[str, str | Path] | None = None) -> Path:
+    """An evaluation folder as bench.pipeline.evaluate.stage builds one, for tests that stage without a workspace.
+
+    The harness never scores the workspace's copies of the locked files: the folder holds the task's ORIGINALS
+    (prepare.py and task.toml's ``extra_locked``, e.g. T3's dinov3.py, T4's molecules.py), the agent's scripts and
+    the candidate as checkpoint.pt, and nothing else. ``scripts`` maps a file name to a file to copy (a Path) or to
+    the script's text (a str); by default the task's own train.py.
+    """
+    folder.mkdir(parents=True)
+    for name in load_task(task_dir).locked_files:
+        shutil.copyfile(task_dir / name, folder / name)
+    for name, script in (scripts if scripts is not None else {"train.py": task_dir / "train.py"}).items():
+        if isinstance(script, Path):
+            shutil.copyfile(script, folder / name)
+        else:
+            (folder / name).write_text(script, encoding="utf-8")
+    shutil.copyfile(checkpoint, folder / CHECKPOINT)
+    return folder
+
+
+def run_scorer(task_dir: Path, data_dir: Path, eval_dir: Path, script: str = "train.py") -> tuple[int, dict]:
+    """The trusted scorer on a staged folder, on the CPU and unsandboxed: (exit status, its JSON line).
+
+    Run as bench.pipeline.evaluate.evaluate runs it: `python -I -m bench.scoring.scorer` (-I: nothing of the
+    working directory on sys.path) from the folder's parent, so the scorer imports nothing the folder holds.
+    """
+    cmd = [sys.executable, "-I", "-m", "bench.scoring.scorer", "--task-dir", str(task_dir), "--data-dir", str(data_dir)]
+    cmd += ["--eval-dir", str(eval_dir), "--checkpoint", CHECKPOINT, "--script", script, "--device", "cpu"]
+    proc = subprocess.run([*cmd, "--unsandboxed"], cwd=eval_dir.parent, capture_output=True, text=True, timeout=600)
+    return proc.returncode, last_json(proc)
 
 
 @contextlib.contextmanager

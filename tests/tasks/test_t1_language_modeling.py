@@ -14,8 +14,6 @@ import json
 import math
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +24,7 @@ import torch.nn.functional as F
 
 from bench.tasks import load_task
 from tests.tasks.smalldata import REAL_VOCAB
-from tests.tasks.taskfolder import PROBES, copy_task, last_json, run_prepare, task_modules
+from tests.tasks.taskfolder import PROBES, copy_task, last_json, run_prepare, run_scorer, stage_eval, task_modules
 
 TASK_DIR = Path(__file__).resolve().parents[2] / "tasks" / "t1_language_modeling"
 # 600 val ids of the fake text: 2 blocks of 257 and a tail of 86, each block predicting all but its first id
@@ -242,25 +240,6 @@ def test_feed_never_shows_a_block_before_or_with_the_block_before_it(workspace, 
 # ---------------------------------------------------------------------------
 
 
-def run_scorer(stage: Path, data_dir: Path, script: str = "train.py") -> tuple[int, dict]:
-    """`python -I -m bench.scoring.scorer` on a staged folder, as bench.pipeline.evaluate runs it (unsandboxed):
-    (exit status, its JSON)."""
-    cmd = [sys.executable, "-I", "-m", "bench.scoring.scorer", "--task-dir", str(TASK_DIR), "--data-dir", str(data_dir)]
-    cmd += ["--eval-dir", str(stage), "--checkpoint", "checkpoint.pt", "--script", script, "--device", "cpu"]
-    proc = subprocess.run([*cmd, "--unsandboxed"], cwd=stage.parent, capture_output=True, text=True, timeout=600)
-    return proc.returncode, last_json(proc)
-
-
-def stage(folder: Path, checkpoint: Path, *scripts: Path) -> Path:
-    """An evaluation folder as the harness stages it: the ORIGINAL prepare.py, the scripts, checkpoint.pt."""
-    folder.mkdir(parents=True)
-    shutil.copyfile(TASK_DIR / "prepare.py", folder / "prepare.py")
-    for script in scripts:
-        shutil.copyfile(script, folder / script.name)
-    shutil.copyfile(checkpoint, folder / "checkpoint.pt")
-    return folder
-
-
 @pytest.fixture(scope="module")
 def context_256(workspace, tmp_path_factory) -> dict:
     """A tiny baseline with block_size 256, the evaluation's context (two steps of training): its checkpoint."""
@@ -278,7 +257,8 @@ def test_scorer_value_is_the_hand_value_and_the_old_evaluations(context_256, tmp
     """The official value of a block_size-256 model (the baseline's context) through the real scorer = the bpb by
     hand (numpy) = the old evaluation of the same checkpoint (its own block_size, 256) = the script's val_score."""
     ws = context_256["ws"]
-    code, result = run_scorer(stage(tmp_path / "eval", context_256["checkpoint"], ws / "train.py"), ws / "data")
+    eval_dir = stage_eval(tmp_path / "eval", TASK_DIR, context_256["checkpoint"], {"train.py": ws / "train.py"})
+    code, result = run_scorer(TASK_DIR, ws / "data", eval_dir)
     assert code == 0 and "error" not in result, result
     assert (result["task"], result["metric"], result["split"], result["n"]) == ("t1", "val_bpb", "val", N_PREDICTED)
     assert result["checks"] == [*PROBES, "causality@128", "causality@217"]
@@ -297,7 +277,8 @@ def test_scorer_passes_the_trained_baseline(small, workspace, tmp_path):
     """The honest baseline (block_size 16: windows of 16 inside each 256-id block) passes every check, and the
     scorer's value is prepare.py --eval's."""
     run = small.official(TASK_DIR.name)
-    code, result = run_scorer(stage(tmp_path / "eval", run["checkpoint"], workspace / "train.py"), workspace / "data")
+    eval_dir = stage_eval(tmp_path / "eval", TASK_DIR, run["checkpoint"], {"train.py": workspace / "train.py"})
+    code, result = run_scorer(TASK_DIR, workspace / "data", eval_dir)
     assert code == 0 and "error" not in result, result
     assert result["checks"] == [*PROBES, "causality@128", "causality@217"]
     assert result["value"] == pytest.approx(last_json(run["proc"])["value"], rel=1e-6)
@@ -343,7 +324,8 @@ def test_scorer_disqualifies_a_model_that_reads_the_next_character(workspace, tm
         cheat = prepare.evaluate(model, "val")["val_bpb"]
         assert cheat < 0.2  # 255 of every 256 targets read off the input
         checkpoint = Path(prepare.save_checkpoint(model, {"vocab_size": 65}, cheat, path=str(tmp_path / "peek.pt")))
-    code, result = run_scorer(stage(tmp_path / "eval", checkpoint, script), workspace / "data", "run_peek.py")
+    eval_dir = stage_eval(tmp_path / "eval", TASK_DIR, checkpoint, {"run_peek.py": script})
+    code, result = run_scorer(TASK_DIR, workspace / "data", eval_dir, "run_peek.py")
     assert code == 1 and "value" not in result, result
     assert "causal" in result["error"] and result["violation"] == result["error"], result
 

@@ -16,7 +16,6 @@ import io
 import json
 import shutil
 import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
@@ -31,7 +30,7 @@ from bench.pipeline.evaluate import stage
 from bench.tasks import load_task
 from tests.tasks.smalldata import FULL_ZIP, SUBSET_ZIP, write_tiny_imagenet_like
 from tests.tasks.smalldata import T2_TINY as TINY
-from tests.tasks.taskfolder import PROBES, copy_task, last_json, run_prepare, task_modules
+from tests.tasks.taskfolder import copy_task, expected_probes, last_json, run_prepare, run_scorer, task_modules
 
 ROOT = Path(__file__).resolve().parents[2]
 TASK_DIR = ROOT / "tasks" / "t2_image_classification"
@@ -287,16 +286,6 @@ def build_model(config):
 """
 
 
-def run_scorer(eval_dir: Path, data_dir: Path, script: str = "train.py") -> tuple[int, dict]:
-    """`python -m bench.scoring.scorer` on a staged folder, on the CPU, unsandboxed: (exit status, its JSON)."""
-    args = ["--task-dir", str(TASK_DIR), "--data-dir", str(data_dir), "--eval-dir", str(eval_dir)]
-    args += ["--checkpoint", "checkpoint.pt", "--script", script, "--device", "cpu", "--unsandboxed"]
-    proc = subprocess.run(
-        [sys.executable, "-m", "bench.scoring.scorer", *args], cwd=ROOT, capture_output=True, text=True, timeout=600
-    )
-    return proc.returncode, last_json(proc)
-
-
 def old_official(ws: Path, checkpoint: Path, dest: Path) -> dict:
     """`prepare.py --eval` of the prepare.py before the port (from git history), in a copy of the workspace."""
     old = subprocess.run(
@@ -317,7 +306,7 @@ def official(small, fake, tmp_path_factory) -> dict:
     original prepare.py, the workspace's scripts and the checkpoint as checkpoint.pt."""
     ckpt = small.trained(TASK_DIR.name)["checkpoints"][-1]
     folder = stage(load_task(TASK_DIR), fake["ws"], tmp_path_factory.mktemp("t2-official") / "eval", ckpt)
-    code, result = run_scorer(folder, fake["ws"] / "data")
+    code, result = run_scorer(TASK_DIR, fake["ws"] / "data", folder)
     return {"checkpoint": ckpt, "code": code, "result": result, "folder": folder}
 
 
@@ -328,7 +317,7 @@ def test_official_accuracy_is_sklearns_and_the_old_evaluations(small, fake, offi
     result = official["result"]
     assert official["code"] == 0 and "error" not in result, result
     assert (result["task"], result["metric"], result["split"], result["n"]) == ("t2", "top1_acc", "val", 200)
-    assert result["checks"] == PROBES  # the honest baseline passes every probe
+    assert result["checks"] == expected_probes(1)  # the honest baseline passes every probe (200 images: one batch)
     payload = torch.load(official["checkpoint"], weights_only=True)
     assert payload["step"] == 30 and payload["config"]["width"] == 8
     with task_modules(fake["ws"]) as (_, train):
@@ -354,7 +343,7 @@ def test_scorer_flags_a_model_whose_outputs_depend_on_the_batch(small, official,
     payload = torch.load(official["checkpoint"], weights_only=True)
     state = {f"net.{k}": v for k, v in payload["state_dict"].items()}
     torch.save({**payload, "state_dict": state, "script": "run_mix.py"}, folder / "checkpoint.pt")
-    code, result = run_scorer(folder, small.prepared(TASK_DIR.name)["ws"] / "data", script="run_mix.py")
+    code, result = run_scorer(TASK_DIR, small.prepared(TASK_DIR.name)["ws"] / "data", folder, script="run_mix.py")
     assert code == 1 and "value" not in result, result
     assert result["error"] == result["violation"]
     assert "a sample's outputs changed with the other samples in its batch" in result["violation"]

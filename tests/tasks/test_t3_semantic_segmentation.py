@@ -49,7 +49,7 @@ from tests.tasks.smalldata import (
     write_voc_tar,
 )
 from tests.tasks.smalldata import T3_TINY as TINY
-from tests.tasks.taskfolder import PROBES, copy_task, last_json, run_prepare, task_modules
+from tests.tasks.taskfolder import PROBES, copy_task, expected_probes, last_json, run_prepare, run_scorer, task_modules
 
 ROOT = Path(__file__).resolve().parents[2]
 TASK_DIR = ROOT / "tasks" / "t3_semantic_segmentation"
@@ -625,16 +625,6 @@ def numpy_miou(pred: np.ndarray, target: np.ndarray) -> float:
     return float(np.mean(inter[union > 0] / union[union > 0]))
 
 
-def run_scorer(eval_dir: Path, data_dir: Path, script: str = "train.py") -> tuple[int, dict]:
-    """`python -m bench.scoring.scorer` on a staged folder, on the CPU, unsandboxed: (exit status, its JSON)."""
-    args = ["--task-dir", str(TASK_DIR), "--data-dir", str(data_dir), "--eval-dir", str(eval_dir)]
-    args += ["--checkpoint", "checkpoint.pt", "--script", script, "--device", "cpu", "--unsandboxed"]
-    proc = subprocess.run(
-        [sys.executable, "-m", "bench.scoring.scorer", *args], cwd=ROOT, capture_output=True, text=True, timeout=600
-    )
-    return proc.returncode, last_json(proc)
-
-
 def old_official(ws: Path, checkpoint: Path, dest: Path) -> dict:
     """`prepare.py --eval` of the prepare.py before the port (from git history), in a copy of the workspace."""
     old = subprocess.run(
@@ -655,7 +645,7 @@ def official(small, fake, tmp_path_factory) -> dict:
     original prepare.py and dinov3.py, the workspace's scripts and the checkpoint as checkpoint.pt (no weights/)."""
     ckpt = small.trained(TASK_DIR.name)["checkpoints"][-1]
     folder = stage(load_task(TASK_DIR), fake["ws"], tmp_path_factory.mktemp("t3-official") / "eval", ckpt)
-    code, result = run_scorer(folder, fake["ws"] / "data")
+    code, result = run_scorer(TASK_DIR, fake["ws"] / "data", folder)
     return {"checkpoint": ckpt, "code": code, "result": result, "folder": folder}
 
 
@@ -666,7 +656,7 @@ def test_official_miou_is_numpys_and_the_old_evaluations(small, fake, official, 
     result = official["result"]
     assert official["code"] == 0 and "error" not in result, result
     assert (result["task"], result["metric"], result["split"], result["n"]) == ("t3", "miou", "val", 4)
-    assert result["checks"] == PROBES  # the honest baseline passes every probe
+    assert result["checks"] == expected_probes(1)  # the honest baseline passes every probe (4 images: one batch)
     staged = {p.name for p in official["folder"].iterdir()} - {"__pycache__"}  # (bytecode: the unsandboxed predictor)
     assert staged == {"checkpoint.pt", "dinov3.py", "prepare.py", "train.py"}  # the original locked files, no weights/
     payload = torch.load(official["checkpoint"], weights_only=True)
@@ -716,7 +706,7 @@ def test_scorer_flags_a_model_whose_outputs_depend_on_the_batch(many, tmp_path):
     """Two feed batches of 40 val images. The honest per-pixel model passes every probe and its score is the
     numpy mIoU of its class maps; the same model plus the batch's mean logits gets other class maps for the first
     8 images in a batch of their own than in the scored batch of 32: a violation, no value."""
-    code, honest = run_scorer(tiny_folder(tmp_path / "honest", mix=False), many, script="run_tiny.py")
+    code, honest = run_scorer(TASK_DIR, many, tiny_folder(tmp_path / "honest", mix=False), script="run_tiny.py")
     assert code == 0 and honest["checks"] == PROBES and honest["n"] == 40, honest
     torch.manual_seed(0)
     head = nn.Conv2d(3, 21, 1)
@@ -725,7 +715,7 @@ def test_scorer_flags_a_model_whose_outputs_depend_on_the_batch(many, tmp_path):
     with torch.no_grad():
         pred = head((x - mean) / std).argmax(dim=1).numpy()
     assert honest["value"] == pytest.approx(numpy_miou(pred, np.load(many / "val_y.npy")), rel=1e-12)
-    code, mixed = run_scorer(tiny_folder(tmp_path / "mixed", mix=True), many, script="run_tiny.py")
+    code, mixed = run_scorer(TASK_DIR, many, tiny_folder(tmp_path / "mixed", mix=True), script="run_tiny.py")
     assert code == 1 and "value" not in mixed, mixed
     assert mixed["error"] == mixed["violation"]
     assert "a sample's outputs changed with the other samples in its batch" in mixed["violation"]

@@ -15,7 +15,6 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-import subprocess
 import sys
 import time
 import zipfile
@@ -30,7 +29,7 @@ from sklearn.metrics import roc_auc_score
 from bench.tasks import load_task
 from tests.tasks.smalldata import LABELS, SMILES, SPLIT, SPLITS, gz, mol_csv, split_csv
 from tests.tasks.smalldata import write_molhiv_raw as write_raw
-from tests.tasks.taskfolder import PROBES, last_json, run_prepare, task_modules
+from tests.tasks.taskfolder import expected_probes, last_json, run_prepare, run_scorer, stage_eval, task_modules
 
 TASK_DIR = Path(__file__).resolve().parents[2] / "tasks" / "t4_graph_learning"
 
@@ -387,32 +386,6 @@ def test_official_auroc_is_recomputed_with_sklearn(small, fake):
 # The official path: padded batches, the harness's scorer, held-out test labels
 # ---------------------------------------------------------------------------
 
-REPO = Path(__file__).resolve().parents[2]
-
-
-def scorer(task_dir: Path, data_dir: Path, eval_dir: Path, script: str = "train.py") -> tuple[int, dict]:
-    """`python -m bench.scoring.scorer ... --unsandboxed` on a staged folder: (exit status, its JSON line)."""
-    cmd = [sys.executable, "-m", "bench.scoring.scorer", "--task-dir", str(task_dir), "--data-dir", str(data_dir)]
-    cmd += ["--eval-dir", str(eval_dir), "--checkpoint", "checkpoint.pt", "--script", script, "--device", "cpu"]
-    proc = subprocess.run([*cmd, "--unsandboxed"], cwd=REPO, capture_output=True, text=True, timeout=600)
-    lines = proc.stdout.strip().splitlines()
-    assert lines, f"the scorer printed nothing; stderr: {proc.stderr[-3000:]}"
-    return proc.returncode, json.loads(lines[-1])
-
-
-def staged(folder: Path, checkpoint: Path, scripts: dict[str, str] | None = None) -> Path:
-    """An evaluation folder as the harness stages one (bench.pipeline.evaluate.stage): the task's ORIGINAL
-    prepare.py and molecules.py, the scripts (the task's train.py unless given), the checkpoint as checkpoint.pt."""
-    folder.mkdir(parents=True)
-    for name in ("prepare.py", "molecules.py"):
-        shutil.copyfile(TASK_DIR / name, folder / name)
-    if scripts is None:
-        shutil.copyfile(TASK_DIR / "train.py", folder / "train.py")
-    for name, text in (scripts or {}).items():
-        (folder / name).write_text(text, encoding="utf-8")
-    shutil.copyfile(checkpoint, folder / "checkpoint.pt")
-    return folder
-
 
 def old_evaluate(prepare, model: nn.Module, split: str = "test", batch_size: int = 256) -> float:
     """The evaluation before the harness fed padded batches (prepare.predict + evaluate at commit 24e94a6, kept
@@ -488,10 +461,12 @@ def test_official_auroc_through_the_scorer(small, fake, tmp_path, feed):
         source = (task_dir / "prepare.py").read_text(encoding="utf-8")
         assert source.count("FEED_BATCH_SIZE = 256\n") == 1
         (task_dir / "prepare.py").write_text(source.replace("FEED_BATCH_SIZE = 256\n", f"FEED_BATCH_SIZE = {feed}\n"))
-    code, result = scorer(task_dir, fake["ws"] / "data", staged(tmp_path / "eval", ckpt))
+    code, result = run_scorer(task_dir, fake["ws"] / "data", stage_eval(tmp_path / "eval", TASK_DIR, ckpt))
     assert code == 0 and "error" not in result, result
     assert (result["task"], result["metric"], result["split"], result["n"]) == ("t4", "auroc", "test", 6)
-    assert result["checks"] == PROBES
+    # 6 test graphs: one batch at feed=256; at feed=4 a second one of 2 graphs, padded to another shape than the
+    # first, which the history-independence probe never re-asks (bench.scoring.checks._spread): one batch that counts
+    assert result["checks"] == expected_probes(1)
 
     payload = torch.load(ckpt, weights_only=True)
     with task_modules(fake["ws"]) as (prepare, train):
@@ -540,14 +515,14 @@ def test_scorer_flags_a_model_whose_scores_depend_on_the_batch(fake, tmp_path, p
     and scores the AUROC of the atom counts."""
     torch.save({"state_dict": {"scale": torch.ones(1)}, "config": {"peek": peek}, "script": "run_peek.py"},
                tmp_path / "peek.pt")  # fmt: skip
-    eval_dir = staged(tmp_path / "eval", tmp_path / "peek.pt", {"run_peek.py": PEEK % peek})
-    code, result = scorer(TASK_DIR, fake["ws"] / "data", eval_dir, "run_peek.py")
+    eval_dir = stage_eval(tmp_path / "eval", TASK_DIR, tmp_path / "peek.pt", {"run_peek.py": PEEK % peek})
+    code, result = run_scorer(TASK_DIR, fake["ws"] / "data", eval_dir, "run_peek.py")
     if peek:
         assert code == 1 and "value" not in result, result
         assert "changed with the other samples in its batch" in result["violation"], result
         assert result["violation"] == result["error"]
     else:
-        assert code == 0 and result["checks"] == PROBES, result
+        assert code == 0 and result["checks"] == expected_probes(1), result  # 6 test graphs: one feed batch
         atoms = [int(n) for n in np.load(fake["ws"] / "data" / "num_nodes.npy")[SPLIT["test"]]]
         assert result["value"] == roc_auc_score([LABELS[i] for i in SPLIT["test"]], atoms)
 

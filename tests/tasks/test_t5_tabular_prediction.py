@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -27,7 +26,15 @@ from sklearn.model_selection import train_test_split
 
 from bench.tasks import load_task
 from tests.tasks.smalldata import ROWS, make_covtype_like, write_covtype
-from tests.tasks.taskfolder import PROBES, copy_task, last_json, run_prepare, task_modules
+from tests.tasks.taskfolder import (
+    copy_task,
+    expected_probes,
+    last_json,
+    run_prepare,
+    run_scorer,
+    stage_eval,
+    task_modules,
+)
 
 TASK_DIR = Path(__file__).resolve().parents[2] / "tasks" / "t5_tabular_prediction"
 
@@ -226,31 +233,6 @@ def test_official_accuracy_is_recomputed_with_sklearn(small, fake):
 # The official path: the harness's scorer, the held-out test split
 # ---------------------------------------------------------------------------
 
-REPO = Path(__file__).resolve().parents[2]
-
-
-def scorer(task_dir: Path, data_dir: Path, eval_dir: Path, script: str = "train.py") -> tuple[int, dict]:
-    """`python -m bench.scoring.scorer ... --unsandboxed` on a staged folder: (exit status, its JSON line)."""
-    cmd = [sys.executable, "-m", "bench.scoring.scorer", "--task-dir", str(task_dir), "--data-dir", str(data_dir)]
-    cmd += ["--eval-dir", str(eval_dir), "--checkpoint", "checkpoint.pt", "--script", script, "--device", "cpu"]
-    proc = subprocess.run([*cmd, "--unsandboxed"], cwd=REPO, capture_output=True, text=True, timeout=600)
-    lines = proc.stdout.strip().splitlines()
-    assert lines, f"the scorer printed nothing; stderr: {proc.stderr[-3000:]}"
-    return proc.returncode, json.loads(lines[-1])
-
-
-def staged(folder: Path, checkpoint: Path, scripts: dict[str, str] | None = None) -> Path:
-    """An evaluation folder as the harness stages one (bench.pipeline.evaluate.stage): the task's ORIGINAL
-    prepare.py, the scripts (the task's train.py unless given), the checkpoint as checkpoint.pt."""
-    folder.mkdir(parents=True)
-    shutil.copyfile(TASK_DIR / "prepare.py", folder / "prepare.py")
-    if scripts is None:
-        shutil.copyfile(TASK_DIR / "train.py", folder / "train.py")
-    for name, text in (scripts or {}).items():
-        (folder / name).write_text(text, encoding="utf-8")
-    shutil.copyfile(checkpoint, folder / "checkpoint.pt")
-    return folder
-
 
 def old_evaluate(prepare, model: nn.Module, split: str = "test", batch_size: int = 4096) -> float:
     """The evaluation before the harness fed the rows (prepare.predict + evaluate at commit 24e94a6, kept here to
@@ -275,10 +257,10 @@ def test_official_accuracy_through_the_scorer(small, fake, tmp_path, feed):
         source = (task_dir / "prepare.py").read_text(encoding="utf-8")
         assert source.count("FEED_BATCH_SIZE = 4096\n") == 1
         (task_dir / "prepare.py").write_text(source.replace("FEED_BATCH_SIZE = 4096\n", f"FEED_BATCH_SIZE = {feed}\n"))
-    code, result = scorer(task_dir, fake["ws"] / "data", staged(tmp_path / "eval", ckpt))
+    code, result = run_scorer(task_dir, fake["ws"] / "data", stage_eval(tmp_path / "eval", TASK_DIR, ckpt))
     assert code == 0 and "error" not in result, result
     assert (result["task"], result["metric"], result["split"], result["n"]) == ("t5", "accuracy", "test", 300)
-    assert result["checks"] == PROBES
+    assert result["checks"] == expected_probes(math.ceil(300 / feed))  # 300 rows: 1 batch at feed=4096, 5 at 64
 
     payload = torch.load(ckpt, weights_only=True)
     with task_modules(fake["ws"]) as (prepare, train):
@@ -327,13 +309,13 @@ def test_scorer_flags_a_model_whose_logits_depend_on_the_batch(fake, tmp_path, p
     state = nn.Linear(54, 7).state_dict()
     torch.save({"state_dict": {f"layer.{k}": v for k, v in state.items()}, "config": {"peek": peek}},
                tmp_path / "peek.pt")  # fmt: skip
-    eval_dir = staged(tmp_path / "eval", tmp_path / "peek.pt", {"run_peek.py": PEEK % peek})
-    code, result = scorer(TASK_DIR, fake["ws"] / "data", eval_dir, "run_peek.py")
+    eval_dir = stage_eval(tmp_path / "eval", TASK_DIR, tmp_path / "peek.pt", {"run_peek.py": PEEK % peek})
+    code, result = run_scorer(TASK_DIR, fake["ws"] / "data", eval_dir, "run_peek.py")
     if peek:
         assert code == 1 and "value" not in result, result
         assert "changed with the other samples in its batch" in result["violation"] == result["error"], result
     else:
-        assert code == 0 and result["checks"] == PROBES, result
+        assert code == 0 and result["checks"] == expected_probes(1), result  # 300 rows: one feed batch
         x, y = np.load(fake["ws"] / "data" / "test_x.npy"), np.load(fake["ws"] / "data" / "test_y.npy")
         layer = nn.Linear(54, 7)
         layer.load_state_dict(state)

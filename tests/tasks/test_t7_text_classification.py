@@ -18,8 +18,6 @@ import hashlib
 import io
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -32,7 +30,15 @@ from bench.pipeline import workspace as workspaces
 from bench.tasks import load_task
 from tests.tasks.smalldata import ESCAPED_TEXT
 from tests.tasks.smalldata import write_agnews_raw as write_raw
-from tests.tasks.taskfolder import PROBES, copy_task, last_json, run_prepare, task_modules
+from tests.tasks.taskfolder import (
+    copy_task,
+    expected_probes,
+    last_json,
+    run_prepare,
+    run_scorer,
+    stage_eval,
+    task_modules,
+)
 
 TASK_DIR = Path(__file__).resolve().parents[2] / "tasks" / "t7_text_classification"
 NARROW = {"embed_dim": 16, "channels": 32, "fc_dim": 64, "batch_size": 32, "epochs": 2, "log_every": 2}
@@ -336,25 +342,6 @@ def rebuilt(ws: Path, checkpoint: Path) -> nn.Module:
     return model.eval()
 
 
-def run_scorer(stage: Path, data_dir: Path, script: str = "train.py") -> tuple[int, dict]:
-    """`python -I -m bench.scoring.scorer` on a staged folder, as bench.pipeline.evaluate runs it (unsandboxed):
-    (exit status, its JSON)."""
-    cmd = [sys.executable, "-I", "-m", "bench.scoring.scorer", "--task-dir", str(TASK_DIR), "--data-dir", str(data_dir)]
-    cmd += ["--eval-dir", str(stage), "--checkpoint", "checkpoint.pt", "--script", script, "--device", "cpu"]
-    proc = subprocess.run([*cmd, "--unsandboxed"], cwd=stage.parent, capture_output=True, text=True, timeout=600)
-    return proc.returncode, last_json(proc)
-
-
-def stage(folder: Path, checkpoint: Path, *scripts: Path) -> Path:
-    """An evaluation folder as the harness stages it: the ORIGINAL prepare.py, the scripts, checkpoint.pt."""
-    folder.mkdir(parents=True)
-    shutil.copyfile(TASK_DIR / "prepare.py", folder / "prepare.py")
-    for script in scripts:
-        shutil.copyfile(script, folder / script.name)
-    shutil.copyfile(checkpoint, folder / "checkpoint.pt")
-    return folder
-
-
 def old_accuracy(model: nn.Module, x: np.ndarray, y: np.ndarray, batch_size: int = 256) -> float:
     """The evaluation before the harness's scorer (prepare.predict + evaluate), copied here: argmax of model(x) on
     int64 codes in batches of 256, float32, correct / samples."""
@@ -404,10 +391,11 @@ def test_scorer_value_is_sklearns_and_the_old_evaluations(small, fake, tmp_path)
         counting = prepare.load_build_model(str(script))({"offset": 1})
         counted = Path(prepare.save_checkpoint(counting, {"offset": 1}, 0.5, path=str(tmp_path / "count.pt")))
     for name, checkpoint, code_file in (("baseline", baseline, ws / "train.py"), ("count", counted, script)):
-        code, result = run_scorer(stage(tmp_path / name, checkpoint, code_file), data, code_file.name)
+        eval_dir = stage_eval(tmp_path / name, TASK_DIR, checkpoint, {code_file.name: code_file})
+        code, result = run_scorer(TASK_DIR, data, eval_dir, code_file.name)
         assert code == 0 and "error" not in result, result
         assert (result["task"], result["split"], result["n"]) == ("t7", "test", 40)
-        assert result["checks"] == PROBES
+        assert result["checks"] == expected_probes(1)  # 40 rows: one feed batch of 256
         model = rebuilt(ws, checkpoint) if name == "baseline" else counting.eval()
         with torch.no_grad():
             pred = model(torch.from_numpy(x).long()).argmax(dim=1).numpy()
