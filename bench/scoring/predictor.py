@@ -115,6 +115,7 @@ def main() -> int:
                 raise TypeError(f"forward returned {type(out).__name__}, not a tensor")
             out = out.detach().cpu()
             out = out.float() if out.is_floating_point() else out
+            sys.stdout.flush()  # what the agent's code printed reaches the log before the answer: close() kills
             wire.send_arrays(tx, {"out": out.numpy()})
         except BaseException as e:  # noqa: BLE001
             traceback.print_exc()

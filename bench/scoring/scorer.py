@@ -19,6 +19,7 @@ import argparse
 import importlib.util
 import json
 import math
+import os
 import sys
 import time
 import tomllib
@@ -69,7 +70,9 @@ def score_checkpoint(
 ) -> dict:
     """Feed every evaluation batch to a predictor, score its outputs, probe the forward contract; the result dict.
 
-    Both predictors start first, so that building the model twice overlaps with loading the task and its labels.
+    The scored predictor starts first, so that building the model overlaps with loading the task and its labels;
+    the prober starts once the scored one is ready, so that its start-up overlaps with the round trips (which keep
+    about one core busy) instead of competing with the two start-ups on the critical path.
     """
     t0 = time.time()
     log = log or eval_dir.with_suffix(".predictor.log")
@@ -80,17 +83,19 @@ def score_checkpoint(
         return Session(eval_dir, checkpoint, script, device=device, timeout_s=timeout_s, log=log, wrap=wrap)
 
     try:
-        with session() as scored, session() as prober:
+        with session() as scored:
             task = load_task_module(task_dir)
             feed = task.eval_batches(task.EVAL_SPLIT, str(data_dir), task.FEED_BATCH_SIZE)
             inputs, targets = [x for x, _ in feed], [y for _, y in feed]
-            outputs = [scored.predict(x) for x in inputs]
-            scored.close()  # before the probes: on a GPU, one model in memory at a time while it computes
-            result = task.score(outputs, targets)
-            value = float(result[task.METRIC])
-            if not math.isfinite(value):
-                raise PredictorError(f"the {task.METRIC} is {value}")
-            checks = _probe(prober, inputs, outputs, getattr(task, "CAUSAL_INPUT", None), device)
+            scored.ready()
+            with session() as prober:
+                outputs = [scored.predict(x) for x in inputs]
+                scored.close()  # before the probes: on a GPU, one model in memory at a time while it computes
+                result = task.score(outputs, targets)
+                value = float(result[task.METRIC])
+                if not math.isfinite(value):
+                    raise PredictorError(f"the {task.METRIC} is {value}")
+                checks = _probe(prober, inputs, outputs, getattr(task, "CAUSAL_INPUT", None), device)
     finally:
         if sandbox is not None:
             sandbox.close()
@@ -162,4 +167,9 @@ def _plain(value):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    # Everything is closed and printed; skip the interpreter's teardown, which takes 0.6-0.8 s once torch is loaded
+    # (measured on a 2-core CPU): a tenth of a T6 evaluation.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

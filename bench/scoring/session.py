@@ -144,13 +144,8 @@ class Session:
         return out
 
     def close(self) -> None:
-        """Tell the predictor to stop, then make sure it has (nothing of it outlives the evaluation)."""
-        if self.proc.poll() is None:
-            try:
-                wire.send_json(self.proc.stdin, {"op": "end"})
-                self.proc.wait(timeout=10)
-            except (OSError, subprocess.TimeoutExpired):
-                pass
+        """End the predictor and everything it started, at once: nothing it could still do is needed (its answers
+        are in, its log is flushed after each one), and a clean interpreter exit costs about 0.6 s with torch."""
         self._kill()
         self.proc.wait()
         self._done.set()
