@@ -27,6 +27,7 @@ from bench.result import RunResult
 from bench.runner import RunSpec, run
 from bench.sandbox.bwrap import probe
 from bench.tracking import schema
+from tests.tasks.test_t1_language_modeling import PEEK as T1_PEEK_MODEL  # reads the next character
 
 pytestmark = [
     pytest.mark.slow,
@@ -323,25 +324,16 @@ def test_forged_spool_events_upload_nothing_and_leave_no_ghost_run(guard, honest
 
 # T1: a model that predicts each character from the next one (the target itself): not causal. In one process it
 # would score ~0 bits per character; the scorer's causality probe disqualifies it.
-T1_PEEK = r"""
+T1_PEEK = f"""
+cat > peek.py <<'EOF'
+{T1_PEEK_MODEL}
+EOF
 cat > run_1.py <<'EOF'
-import torch, torch.nn as nn
+from peek import build_model
 from prepare import save_checkpoint
 
-class Peek(nn.Module):
-    def __init__(self, config):
-        super().__init__()
-        self.sharpness = nn.Parameter(torch.tensor(20.0))
-        self.vocab_size = config["vocab_size"]
-    def forward(self, idx):
-        following = torch.cat([idx[:, 1:], idx[:, -1:]], dim=1)
-        return nn.functional.one_hot(following, self.vocab_size).float() * self.sharpness
-
-def build_model(config):
-    return Peek(config)
-
 if __name__ == "__main__":
-    save_checkpoint(build_model({"vocab_size": 65}), {"vocab_size": 65}, 0.01)
+    save_checkpoint(build_model({{"vocab_size": 65}}), {{"vocab_size": 65}}, 0.01)
 EOF
 python run_1.py
 """
