@@ -31,7 +31,7 @@ from bench.tasks.direction import Direction, relative, signs
 CELL_COLUMNS = (
     "source kind group entry agent model family task n_runs n_success mean std best mean_scripts "
     "mean_scripts_all budget_min wall_min utilisation tokens_input tokens_output tokens_cached cost_usd "
-    "synthetic partial_data detail"
+    "synthetic partial_data unsandboxed detail"
 ).split()
 AGENT = "agent"
 AGG_DIRECTION = Direction.MAX  # Eq. 1's terms (and Agg) grow with quality, whatever each task's direction
@@ -66,7 +66,8 @@ def cells(runs: pd.DataFrame, tasks: pd.DataFrame | None = None) -> pd.DataFrame
     df = runs.copy()
     df["entry"] = entry_labels(df)
     df["ok"] = df["status"] == "success"
-    df["partial_data"] = df["partial_data"] if "partial_data" in df else False  # frames built by hand may lack it
+    for flag in ("partial_data", "unsandboxed"):
+        df[flag] = df[flag] if flag in df else False  # frames built by hand may lack them
     df["higher"] = higher_is_better(df, tasks)
     df["signed"] = signs(df["higher"]) * df["score"].astype(float)  # grows with quality: its max is the best run
     good = df[df["ok"] & df["score"].notna()]
@@ -84,6 +85,7 @@ def cells(runs: pd.DataFrame, tasks: pd.DataFrame | None = None) -> pd.DataFrame
         cost_usd=("cost_usd", "mean"),
         synthetic=("synthetic", "any"),
         partial_data=("partial_data", "any"),
+        unsandboxed=("unsandboxed", "any"),
         higher=("higher", "first"),
     )
     stats = good.groupby(keys, sort=False).agg(

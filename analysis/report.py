@@ -165,6 +165,8 @@ def _index(lb, runs, experiments, published, fit, comparison, written, intervals
         lines += ["**Contains synthetic runs (generated for benchmarks, not results).**", ""]
     if partial := tables.partial_data_notes(lb):
         lines += [f"**{note}**" for note in partial] + [""]
+    if unsandboxed := tables.unsandboxed_notes(lb):
+        lines += [f"**{note}**" for note in unsandboxed] + [""]
     lines += [to_markdown(tables.leaderboard_table(lb, intervals)), "## Tables", ""]
     titles = {
         "table4": "Table 4: mean ± std, Agg",

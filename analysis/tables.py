@@ -364,7 +364,19 @@ def _notes(lb: Leaderboard) -> list[str]:
     if lb.cells["synthetic"].fillna(False).astype(bool).any():
         notes.append("Rows marked [synthetic] are generated runs (benchmarks), not results.")
     notes += partial_data_notes(lb)
+    notes += unsandboxed_notes(lb)
     return notes
+
+
+def unsandboxed_notes(lb) -> list[str]:
+    """Cells with a run made without the sandbox (``bench run --unsandboxed``): its agent could have set its own
+    score, so the cell is not a trustworthy result."""
+    flagged = lb.cells[lb.cells["unsandboxed"].eq(True)] if "unsandboxed" in lb.cells else lb.cells.iloc[:0]
+    return [
+        f"{r.entry} [{r.source}] on {r.task.upper()} has runs made WITHOUT the sandbox ({schema.SANDBOXED}=false): "
+        "the agent could reach the harness's files, so its score is not a trustworthy result."
+        for r in flagged.itertuples()
+    ]
 
 
 def partial_data_notes(lb) -> list[str]:

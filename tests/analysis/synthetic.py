@@ -65,6 +65,8 @@ def generate(
                     schema.SYNTHETIC: "true",
                     # the first agent's second task ran on a mirror subset (as T2/T3 do without the full data)
                     schema.PARTIAL_DATA: str(a == 0 and task == TASKS[1][0]).lower(),
+                    # the second agent's first task ran without the sandbox (bench run --unsandboxed)
+                    schema.SANDBOXED: str(not (a == 1 and task == TASKS[0][0])).lower(),
                 }
                 run = rec.create_run(f"{task}-{agent}-r{r}", tags, start_time=t0)
                 rec.log_params(

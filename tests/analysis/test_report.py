@@ -139,6 +139,10 @@ def test_synthetic_runs_are_marked_and_windows_make_anytime_steps(synthetic_stor
     assert partial.values.tolist() == [["synthetic-a (synth-model-1)", "t2"]]  # marked, and only where it happened
     (note,) = tables.partial_data_notes(lb)
     assert "PARTIAL data" in note and "not comparable" in note
+    unsandboxed = lb.cells.loc[lb.cells["unsandboxed"].eq(True), ["entry", "task"]]
+    assert unsandboxed.values.tolist() == [["synthetic-b (synth-model-2)", "t1"]]
+    (note,) = tables.unsandboxed_notes(lb)
+    assert "WITHOUT the sandbox" in note and note.startswith("synthetic-b (synth-model-2)")
     tl = curves.timeline(runs)
     assert set(tl["exit"]) >= {"FINISHED", "FAILED"}
 
