@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.agents import Agent, LaunchContext, endpoints_of, parser_of, passthrough_of, writable_of
+from bench.agents import Agent, AgentError, LaunchContext, endpoints_of, parser_of, passthrough_of, writable_of
 from bench.agents.prompt import standard_prompt
 from bench.agents.stream import AgentStream
 from bench.pipeline.arrivals import Arrivals
@@ -109,7 +109,7 @@ def launch(
     argv = agent.command(ctx)
     ctx.home.mkdir(parents=True, exist_ok=True)
     extra = {"HOME": str(ctx.home), **agent.env(ctx)}  # a private HOME for every agent, not only the CLIs
-    box = _sandbox(ws, (ctx.home, *writable_of(agent, ctx)), endpoints_of(agent, ctx)) if sandbox else None
+    box = _sandbox(ws, (ctx.home, *_declared(writable_of(agent, ctx))), endpoints_of(agent, ctx)) if sandbox else None
     token = uuid.uuid4().hex
     become_subreaper()
     status = StatusLine(label, enabled=console)
@@ -133,6 +133,21 @@ def launch(
     stream = AgentStream(proc, ws.log, ws.events, status, console, parser_of(agent, ctx), model).start()
     monitor = LaunchMonitor(proc.pid, token, ws.path).start()
     return LaunchedAgent(proc, argv, token, started, stream, monitor, arrivals, status, box)
+
+
+def _declared(writable: tuple[Path, ...]) -> tuple[Path, ...]:
+    """The folders an adapter asks to write, refused when one is or holds a harness place (the tracking store,
+    the cache, another workspace, /tmp): binding it read-write would undo the sandbox for that place."""
+    hidden = default_hidden()
+    for folder in writable:
+        folder = Path(os.path.realpath(folder))
+        opened = [h for h in hidden if h == folder or folder in h.parents]
+        if opened:
+            raise AgentError(
+                f"the agent would write {folder}, which is or holds the harness's {opened[0]}: "
+                "give it a folder of its own (for the optuna agent, a storage file in a dedicated folder)"
+            )
+    return writable
 
 
 def _sandbox(ws: Workspace, writable: tuple[Path, ...], endpoints: tuple[str, ...]) -> Sandbox:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -47,6 +48,19 @@ def last_json(proc: subprocess.CompletedProcess) -> dict:
     lines = proc.stdout.strip().splitlines()
     assert lines, f"no stdout; stderr: {proc.stderr[-2000:]}"
     return json.loads(lines[-1])
+
+
+def with_feed(task_dir: Path, dest: Path, feed: int) -> Path:
+    """A copy of the task folder whose prepare.py feeds the scorer ``feed`` samples a batch (the one line
+    ``FEED_BATCH_SIZE = N`` changed), so that a test sees several batches, and batches of other shapes, on small
+    data; the folder itself when ``feed`` is the task's own."""
+    source = (task_dir / "prepare.py").read_text(encoding="utf-8")
+    (line,) = re.findall(r"^FEED_BATCH_SIZE = \d+\n", source, flags=re.M)
+    if line == f"FEED_BATCH_SIZE = {feed}\n":
+        return task_dir
+    copy = shutil.copytree(task_dir, dest, ignore=shutil.ignore_patterns("__pycache__"))
+    (copy / "prepare.py").write_text(source.replace(line, f"FEED_BATCH_SIZE = {feed}\n"), encoding="utf-8")
+    return copy
 
 
 def expected_probes(n_batches: int) -> list[str]:

@@ -29,7 +29,15 @@ from sklearn.metrics import roc_auc_score
 from bench.tasks import load_task
 from tests.tasks.smalldata import LABELS, SMILES, SPLIT, SPLITS, gz, mol_csv, split_csv
 from tests.tasks.smalldata import write_molhiv_raw as write_raw
-from tests.tasks.taskfolder import expected_probes, last_json, run_prepare, run_scorer, stage_eval, task_modules
+from tests.tasks.taskfolder import (
+    expected_probes,
+    last_json,
+    run_prepare,
+    run_scorer,
+    stage_eval,
+    task_modules,
+    with_feed,
+)
 
 TASK_DIR = Path(__file__).resolve().parents[2] / "tasks" / "t4_graph_learning"
 
@@ -455,12 +463,7 @@ def test_official_auroc_through_the_scorer(small, fake, tmp_path, feed):
     collate_graphs batch), the old evaluation's value and `prepare.py --eval`'s; the baseline passes the probes.
     feed=4: the task folder with FEED_BATCH_SIZE = 4, so that batches of other padded shapes are fed too."""
     ckpt = small.trained(TASK_DIR.name)["checkpoints"][-1]
-    task_dir = TASK_DIR
-    if feed != 256:
-        task_dir = shutil.copytree(TASK_DIR, tmp_path / "task", ignore=shutil.ignore_patterns("__pycache__"))
-        source = (task_dir / "prepare.py").read_text(encoding="utf-8")
-        assert source.count("FEED_BATCH_SIZE = 256\n") == 1
-        (task_dir / "prepare.py").write_text(source.replace("FEED_BATCH_SIZE = 256\n", f"FEED_BATCH_SIZE = {feed}\n"))
+    task_dir = with_feed(TASK_DIR, tmp_path / "task", feed)
     code, result = run_scorer(task_dir, fake["ws"] / "data", stage_eval(tmp_path / "eval", TASK_DIR, ckpt))
     assert code == 0 and "error" not in result, result
     assert (result["task"], result["metric"], result["split"], result["n"]) == ("t4", "auroc", "test", 6)

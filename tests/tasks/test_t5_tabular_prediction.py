@@ -34,6 +34,7 @@ from tests.tasks.taskfolder import (
     run_scorer,
     stage_eval,
     task_modules,
+    with_feed,
 )
 
 TASK_DIR = Path(__file__).resolve().parents[2] / "tasks" / "t5_tabular_prediction"
@@ -251,12 +252,7 @@ def test_official_accuracy_through_the_scorer(small, fake, tmp_path, feed):
     evaluation's value and `prepare.py --eval`'s; the baseline passes the probes. feed=64: the task folder with
     FEED_BATCH_SIZE = 64 (5 batches, the last one shorter)."""
     ckpt = small.trained(TASK_DIR.name)["checkpoints"][-1]
-    task_dir = TASK_DIR
-    if feed != 4096:
-        task_dir = shutil.copytree(TASK_DIR, tmp_path / "task", ignore=shutil.ignore_patterns("__pycache__"))
-        source = (task_dir / "prepare.py").read_text(encoding="utf-8")
-        assert source.count("FEED_BATCH_SIZE = 4096\n") == 1
-        (task_dir / "prepare.py").write_text(source.replace("FEED_BATCH_SIZE = 4096\n", f"FEED_BATCH_SIZE = {feed}\n"))
+    task_dir = with_feed(TASK_DIR, tmp_path / "task", feed)
     code, result = run_scorer(task_dir, fake["ws"] / "data", stage_eval(tmp_path / "eval", TASK_DIR, ckpt))
     assert code == 0 and "error" not in result, result
     assert (result["task"], result["metric"], result["split"], result["n"]) == ("t5", "accuracy", "test", 300)

@@ -60,6 +60,23 @@ def test_the_sandbox_may_write_the_study_storage_and_nothing_else(generated_t6, 
     assert agent.endpoints(ctx(generated_t6, {"storage": f"sqlite:///{db}"})) == ()
 
 
+def test_a_storage_folder_that_holds_a_harness_place_is_refused(generated_t6, tmp_path):
+    """Binding the storage's folder read-write must not open the tracking store, the data cache or /tmp to the
+    sandbox: a storage beside them (mlruns/optuna.db, a file in the folder that holds the cache, /tmp/x.db) is
+    refused before launch, with what to do; the default tune storage, in a folder of its own, is not."""
+    from baselines.tune import default_storage
+    from bench.paths import cache_dir, mlruns_dir
+    from bench.pipeline.launch import _declared
+
+    agent = OptunaAgent()
+    for storage in (f"sqlite:///{mlruns_dir() / 'optuna.db'}", f"sqlite:///{cache_dir().parent / 'o.db'}",
+                    "/tmp/study.log"):  # fmt: skip
+        with pytest.raises(AgentError, match="folder of its own"):
+            _declared(agent.writable(ctx(generated_t6, {"storage": storage})))
+    default = agent.writable(ctx(generated_t6, {"storage": default_storage()}))
+    assert _declared(default) == (mlruns_dir() / "optuna",)
+
+
 def test_a_database_server_is_reachable_only_on_this_machine(generated_t6):
     """A local PostgreSQL is bridged port for port (no credentials in the endpoint); a remote one cannot be
     reached from the sandbox's network namespace, and the error says what to do."""
@@ -76,7 +93,7 @@ def test_optuna_agent_end_to_end_through_tune(generated_t6, tmp_path):
     from baselines.tune import RESULT_KEYS, tune
 
     campaign = f"test-optuna-{uuid.uuid4().hex[:8]}"
-    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
+    storage = f"sqlite:///{tmp_path / 'studies' / 'optuna.db'}"  # a folder of its own: tmp_path holds the cache
     out = tmp_path / "t6.json"
     tuned = tune(
         "t6",
