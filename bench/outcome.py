@@ -27,13 +27,18 @@ def decide(
     if audit.violations:
         return Outcome("disqualified", audit.violations[0].reason)
     if best is not None and best.official.ok:
-        reason = f"best checkpoint {Path(best.path).name} from {best.script}"
+        skipped = _unloadable(evaluations)
+        reason = f"{skipped}; scored the next candidate" if skipped else "best checkpoint"
+        reason += f" {Path(best.path).name} from {best.script}"
         return Outcome("success", reason, score=best.official.value, best_val_score=best.val_score)
     if interrupted:
         return Outcome("interrupted", "the harness was interrupted")
     if agent_events.get("refused"):
         return Outcome("refused", "the agent refused to work on the task (over-refusal)")
     if best is not None:
+        if skipped := _unloadable(evaluations):  # and the last candidate tried (labelled best) failed too
+            last = f"the last candidate tried, {Path(best.path).name}, failed too: {best.official.why_not[:300]}"
+            return Outcome("failed", f"official evaluation failed: {skipped}; {last}")
         return Outcome("failed", f"official evaluation failed: {best.official.why_not}")
     why = "no scoreable checkpoint in checkpoints/"
     if agent_events.get("error"):
@@ -41,3 +46,13 @@ def decide(
     if rejected:
         why += f" ({len(rejected)} rejected: {rejected[0]['reason']})"
     return Outcome("timeout" if timed_out else "failed", why)
+
+
+def _unloadable(evaluations: list[Evaluation]) -> str:
+    """Why the scored checkpoint is not the best by validation: the best's model could not be built or loaded
+    (``best-unloadable``; the evaluate step then scored the next candidate). "" when it is the best."""
+    first = next((e for e in evaluations if e.candidate == "best-unloadable"), None)
+    if first is None:
+        return ""
+    why = first.official.why_not.strip().splitlines()[0][:160] if first.official.why_not.strip() else "?"
+    return f"best checkpoint {Path(first.path).name} could not be loaded ({why})"

@@ -123,6 +123,8 @@ def scan(
 class Selection:
     best: Checkpoint | None
     windows: dict[int, Checkpoint]  # window index -> best checkpoint saved in that window
+    # every scored checkpoint, best first: the next ones are scored in turn when the best cannot be loaded
+    ranked: tuple[Checkpoint, ...] = ()
 
     def candidates(self) -> list[tuple[str, Checkpoint]]:
         """(label, checkpoint) pairs to evaluate, the overall best first, each file once."""
@@ -144,12 +146,13 @@ def select(checkpoints: list[Checkpoint], direction: Direction) -> Selection:
 
     if not checkpoints:
         return Selection(None, {})
-    best = min(checkpoints, key=key)
+    ranked = tuple(sorted(checkpoints, key=key))
+    best = ranked[0]
     windows: dict[int, Checkpoint] = {}
     for c in checkpoints:
         if c.window not in windows or key(c) < key(windows[c.window]):
             windows[c.window] = c
-    return Selection(best, windows)
+    return Selection(best, windows, ranked)
 
 
 @dataclass(frozen=True)

@@ -15,10 +15,11 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from bench.checksums import sha256
-from bench.pipeline.collect import Selection
+from bench.pipeline.collect import Checkpoint, Selection
 from bench.pipeline.launch import HARNESS_ONLY
 from bench.pipeline.workspace import Workspace
 from bench.result import Evaluation, Official
@@ -103,15 +104,18 @@ def evaluate_candidates(
     """Official evaluation of each distinct candidate (the overall best first, then each window's best).
 
     The prepared data are verified first: if anything changed them during the run, no candidate is scored
-    against them and each evaluation carries the reason instead.
+    against them and each evaluation carries the reason instead. When the best cannot be built or loaded (not a
+    broken forward contract, which disqualifies), the next checkpoints by validation score are scored in turn
+    (at most :data:`MAX_FALLBACKS`): the first that loads is labelled ``best``, the ones before it
+    ``best-unloadable``, so that an unusable file does not fail a run that saved usable ones.
     """
     done: dict[Path, Official] = {}
     try:
         data.verify_prepared(ws.task)
     except data.DataError as e:
         done = {ckpt.path: Official.from_dict({"error": str(e)}) for _, ckpt in selection.candidates()}
-    out = []
-    for label, ckpt in selection.candidates():
+
+    def score(label: str, ckpt: Checkpoint) -> Official:
         if ckpt.path not in done:
             eval_dir = ws.eval_dir / f"{len(done):02d}-{ckpt.path.stem}"[:120]
             if console:
@@ -119,14 +123,46 @@ def evaluate_candidates(
             try:
                 stage(ws.task, ws.path, eval_dir, ckpt.path)
             except OSError as e:  # the checkpoint vanished or cannot be read
-                done[ckpt.path] = Official.from_dict({"error": f"cannot stage the checkpoint: {e}"})
+                done[ckpt.path] = Official.from_dict({"error": f"cannot stage the checkpoint: {e}", UNLOADABLE: True})
             else:
                 official = evaluate(ws.task, eval_dir, data_dir, script=ckpt.script, device=device, sandboxed=sandboxed)
                 done[ckpt.path] = Official.from_dict(
                     {**official.to_dict(), **_provenance(ckpt.path, eval_dir, ckpt.script)}
                 )
-        out.append(Evaluation(candidate=label, official=done[ckpt.path], **ckpt.to_dict()))
+        return done[ckpt.path]
+
+    out: list[Evaluation] = []
+    for label, ckpt in selection.candidates():
+        if label == "best":
+            out += _best_that_loads(ckpt, selection.ranked, score)
+        else:
+            out.append(Evaluation(candidate=label, official=score(label, ckpt), **ckpt.to_dict()))
     return out
+
+
+MAX_FALLBACKS = 5  # checkpoints scored after an unloadable best, at most
+UNLOADABLE = "unloadable"  # the key of an official result whose model could not be built or loaded (scorer.py)
+
+
+def unloadable(official: Official) -> bool:
+    """The evaluation failed because the model could not be built or the checkpoint loaded: not a forward-contract
+    violation (which disqualifies) and not the prepared data changing (which no other checkpoint escapes)."""
+    return bool(official.raw.get(UNLOADABLE)) and not official.raw.get("violation") and not official.ok
+
+
+def _best_that_loads(
+    best: Checkpoint, ranked: tuple[Checkpoint, ...], score: Callable[[str, Checkpoint], Official]
+) -> list[Evaluation]:
+    """The best, and while the one scored could not be loaded, the next by validation score: the first that
+    loads is ``best`` (listed first), each unloadable one before it ``best-unloadable``."""
+    ckpt, official = best, score("best", best)
+    failed: list[Evaluation] = []
+    for nxt in [c for c in ranked if c.path != best.path][:MAX_FALLBACKS]:
+        if not unloadable(official):
+            break
+        failed.append(Evaluation(candidate="best-unloadable", official=official, **ckpt.to_dict()))
+        ckpt, official = nxt, score("best (next candidate)", nxt)
+    return [Evaluation(candidate="best", official=official, **ckpt.to_dict()), *failed]
 
 
 def _provenance(checkpoint: Path, eval_dir: Path, script: str) -> dict:

@@ -141,6 +141,7 @@ def _note(result: RunResult, scripts: dict) -> str:
 def _record_evaluations(writer: MlflowWriter, run_id: str, result: RunResult, base: dict) -> None:
     """One eval child run per evaluated checkpoint; the anytime curve as a metric series on the agent run."""
     seen: dict[str, str] = {}
+    first: dict[str, str] = {}  # path -> the label it was first evaluated under (best, best-unloadable, window-k)
     anytime = []
     for e in result.evaluations:
         official = e.official
@@ -161,9 +162,9 @@ def _record_evaluations(writer: MlflowWriter, run_id: str, result: RunResult, ba
             if official.raw.get("staged") and scored.is_file():  # the exact source the predictor ran, as staged
                 writer.log_artifact(eval_run, scored, "source")
             writer.end_run(eval_run, "FINISHED" if official.ok else "FAILED")
-            seen[e.path] = eval_run
+            seen[e.path], first[e.path] = eval_run, e.candidate
         else:
-            writer.set_tags(seen[e.path], {schema.CANDIDATE: "best," + e.candidate})
+            writer.set_tags(seen[e.path], {schema.CANDIDATE: f"{first[e.path]},{e.candidate}"})
         if e.candidate.startswith("window-") and official.ok and math.isfinite(official.value):
             anytime.append((schema.ANYTIME, official.value, int(math.ceil(e.saved_s / 60)), None))
     writer.log_metrics(run_id, anytime)

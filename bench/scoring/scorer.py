@@ -10,7 +10,8 @@ unpickles or executes anything from the workspace: the model runs in a sandboxed
 (:mod:`bench.scoring.predictor`) that receives inputs over a pipe and returns outputs. A second, fresh predictor
 then answers the forward-contract probes (:mod:`bench.scoring.checks`). Prints one JSON object, the official
 result (task, metric, value, direction, split, checkpoint, script, seconds, n, checks); on any failure the same
-object with ``error`` (and ``violation`` when the forward contract is broken) and no value.
+object with ``error`` (and ``violation`` when the forward contract is broken, ``unloadable: true`` when the
+model could not be built or the checkpoint not loaded into it) and no value.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.scoring.checks import disagreement, probes
-from bench.scoring.session import PredictorError, Session
+from bench.scoring.session import LoadError, PredictorError, Session
 
 
 class ContractViolation(RuntimeError):
@@ -152,6 +153,9 @@ def main(argv: list[str] | None = None) -> int:
         )
     except ContractViolation as e:
         print(json.dumps({**head, "error": str(e), "violation": str(e), "seconds": round(time.time() - t0, 3)}))
+        return 1
+    except LoadError as e:
+        print(json.dumps({**head, "error": str(e), "unloadable": True, "seconds": round(time.time() - t0, 3)}))
         return 1
     except (PredictorError, ValueError, TypeError) as e:
         print(json.dumps({**head, "error": str(e), "seconds": round(time.time() - t0, 3)}))

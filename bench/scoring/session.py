@@ -30,6 +30,11 @@ class PredictorError(RuntimeError):
     """The predictor failed, timed out or broke the protocol: the checkpoint gets no score, with this reason."""
 
 
+class LoadError(PredictorError):
+    """The predictor reported that it could not build the model or load the checkpoint into it (its hello was an
+    error): the file is unusable, not a cheat, so the harness may score the next candidate instead."""
+
+
 def _limits(cpu_s: int, mem_bytes: int | None):
     def apply() -> None:
         resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 5))
@@ -95,7 +100,7 @@ class Session:
         if not self._ready:
             hello = self._receive()
             if "error" in hello:
-                raise PredictorError(str(hello["error"]))
+                raise LoadError(str(hello["error"]))
             if not hello.get("ready"):
                 raise PredictorError("the predictor did not say it was ready")
             self.n_params, self._ready = hello.get("n_params"), True

@@ -33,7 +33,7 @@ SYNTHETIC = "bench.synthetic"  # "true" for generated runs (benchmarks), never r
 SCRIPT = "bench.script"  # script runs: file name, e.g. run_3.py
 PID = "bench.pid"
 EXIT = "bench.exit"  # FINISHED | FAILED | KILLED, as observed
-CANDIDATE = "bench.candidate"  # eval runs: best | window-<k>
+CANDIDATE = "bench.candidate"  # eval runs: best | best-unloadable | window-<k>, comma-joined (best,window-3)
 
 KIND_AGENT = "agent"
 KIND_SCRIPT = "script"
