@@ -1,6 +1,6 @@
 """The paper's run status, decided from the evidence the pipeline gathered (after the audit, before the record).
 
-In this order: a broken rule disqualifies; a best checkpoint with an official score is a success; an
+In this order: a broken rule (a finding with the verdict ``disqualify``) disqualifies; a best checkpoint with an official score is a success; an
 interrupted harness is ``interrupted``; an over-refusal (Appendix A) is ``refused``; otherwise the run
 ``failed`` (or hit a ``timeout`` when the budget ended it), with the reason a person needs first.
 The agent's exit code is never trusted on its own.
@@ -24,8 +24,8 @@ def decide(
 ) -> Outcome:
     """The :class:`Outcome` of a run: status, official score (success only), and why."""
     best = next((e for e in evaluations if e.candidate == "best"), None)
-    if audit.violations:
-        return Outcome("disqualified", audit.violations[0].reason)
+    if audit.disqualifying:  # flagged findings leave the status alone: they are recorded for a person to look at
+        return Outcome("disqualified", audit.disqualifying[0].reason)
     if best is not None and best.official.ok:
         skipped = _unloadable(evaluations)
         reason = f"{skipped}; scored the next candidate" if skipped else "best checkpoint"

@@ -72,6 +72,15 @@ def running(proc: psutil.Process) -> bool:
         return False
 
 
+def describe(procs: Iterable[psutil.Process]) -> list[dict]:
+    """pid, start time and command line of each process (for the evidence); vanished ones are skipped."""
+    out = []
+    for proc in procs:
+        with suppress(psutil.Error):
+            out.append({"pid": proc.pid, "started": proc.create_time(), "argv": proc.cmdline()[:50]})
+    return out
+
+
 def signal_tree(root_pid: int, procs: Iterable[psutil.Process], sig: int) -> None:
     """Send ``sig`` to the root's process group (never our own) and to each process; vanished ones are skipped."""
     if root_pid > 1 and root_pid != os.getpgrp():

@@ -95,31 +95,59 @@ class Evaluation:
         return {**out, "official": self.official.to_dict()}
 
 
+DISQUALIFY, FLAG = "disqualify", "flag"  # a finding's verdict: the run is disqualified / a person should look
+
+
 @dataclass(frozen=True)
 class Violation:
-    """A broken rule of the paper's §3.4 (``rule`` 1-9) and the evidence, in one sentence."""
+    """A finding of the audit: a rule of the paper's §3.4 (``rule`` 1-9), what was found in one sentence, the
+    ``verdict`` (:data:`DISQUALIFY` or :data:`FLAG`) and the ``evidence`` (event ids, log lines, paths, hashes)
+    a person can check it against."""
 
     rule: int
     reason: str
+    verdict: str = DISQUALIFY
+    evidence: tuple[str, ...] = ()
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Violation:
+        return cls(int(d["rule"]), str(d["reason"]), d.get("verdict", DISQUALIFY), tuple(d.get("evidence") or ()))
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "evidence": list(self.evidence)}
 
 
 @dataclass(frozen=True)
 class Audit:
-    """What the audit step checked and found."""
+    """What the audit step checked and found: every finding, disqualifying or flagged."""
 
     locked_sha256: dict[str, str] = field(default_factory=dict)  # locked file -> sha256 at the start
-    violations: tuple[Violation, ...] = ()
+    violations: tuple[Violation, ...] = ()  # all findings, in rule order
+    checked: tuple[int, ...] = ()  # the rules the audit had evidence for
+
+    @property
+    def disqualifying(self) -> tuple[Violation, ...]:
+        return tuple(v for v in self.violations if v.verdict == DISQUALIFY)
+
+    @property
+    def flags(self) -> tuple[Violation, ...]:
+        return tuple(v for v in self.violations if v.verdict != DISQUALIFY)
 
     @property
     def passed(self) -> bool:
-        return not self.violations
+        return not self.disqualifying
 
     def to_dict(self) -> dict:
-        return {"locked_sha256": dict(self.locked_sha256), "violations": [asdict(v) for v in self.violations]}
+        return {
+            "locked_sha256": dict(self.locked_sha256),
+            "violations": [v.to_dict() for v in self.violations],
+            "checked": list(self.checked),
+        }
 
     @classmethod
     def from_dict(cls, d: dict) -> Audit:
-        return cls(dict(d.get("locked_sha256") or {}), tuple(Violation(**v) for v in d.get("violations") or ()))
+        found = tuple(Violation.from_dict(v) for v in d.get("violations") or ())
+        return cls(dict(d.get("locked_sha256") or {}), found, tuple(d.get("checked") or ()))
 
 
 @dataclass(frozen=True)

@@ -6,18 +6,21 @@ Every step after the launch runs whatever happened before it (a crashed agent, a
 script, a Ctrl-C, an unreachable tracking server): what was produced is collected,
 scored and written to ``result.json`` before MLflow is touched, so nothing is lost.
 Each step is one module of :mod:`bench.pipeline`; this function only passes their results on.
+The steps after the watch are one function, :func:`finish`, which ``bench run --resume`` (:mod:`bench.resume`)
+calls too for a run whose harness died (from ``run.json``, :mod:`bench.pipeline.state`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 
-from bench import outcome
+from bench import outcome, preflight
 from bench.agents import get_agent
 from bench.durations import fmt_s
-from bench.pipeline import audit, collect, evaluate, launch, record, watch, workspace
+from bench.pipeline import audit, collect, evaluate, launch, record, state, watch, workspace
+from bench.pipeline.evidence import Evidence
 from bench.result import Audit, Evaluation, RunResult
-from bench.sandbox import bwrap
 from bench.tasks import Task, data, weights
 from bench.tracking import schema
 from bench.tracking.relay import Relay
@@ -52,9 +55,9 @@ class RunSpec:
 
 def run(spec: RunSpec) -> RunResult:
     """workspace -> launch -> watch -> collect -> evaluate -> audit -> record; returns the result (also on disk)."""
-    task, adapter = spec.task, get_agent(spec.agent)  # an unknown agent stops here, before anything is created
-    if spec.sandbox:
-        bwrap.require()  # SandboxUnavailable (why, what to do, or --unsandboxed) before anything is created
+    # bad input, an unknown agent, unwritable folders, missing weights, no sandbox: stopped before anything is created
+    preflight.check_spec(spec)
+    task, adapter = spec.task, get_agent(spec.agent)
     device = spec.device or evaluate.default_device()
     data_dir = data.prepare(task, progress=spec.console)
     weight_files = [] if spec.no_weights else weights.for_task(task)  # raises with instructions when missing
@@ -63,7 +66,8 @@ def run(spec: RunSpec) -> RunResult:
     ws = workspace.create(  # 1
         task, data_dir, campaign=spec.campaign, agent=spec.agent, repeat=spec.repeat, weights=weight_files
     )
-    locked_sha = ws.locked_hashes()
+    evidence = Evidence(ws.run_dir)
+    locked_sha = evidence.start(ws.path, task.locked_files, audit.scorer_inputs(task))
     print(f"[bench] {spec.label}: workspace {ws.path} (budget {fmt_s(spec.budget)})", flush=True)
     writer, relay = _track_live(spec, ws, notes)
 
@@ -77,26 +81,124 @@ def run(spec: RunSpec) -> RunResult:
         options=spec.options,
         console=spec.console,
         sandbox=spec.sandbox,
+        evidence=evidence,
     )
+    _save_state(spec, ws, device, data_dir, notes, agent, relay)
     watched = watch.watch(agent, spec.budget, spec.grace_s, on_tick=_status_ticker(agent, relay))  # 3
+    result = finish(spec, ws, device, data_dir, notes, locked_sha, writer, relay, Ended.of(agent, watched))
+    if watched.interrupted:
+        raise KeyboardInterrupt
+    return result
+
+
+@dataclass(frozen=True)
+class Ended:
+    """What the agent's time left behind: from the live watch, or rebuilt from the run directory by ``--resume``."""
+
+    started_at: float
+    argv: list[str]
+    endpoints: tuple[str, ...]
+    sandboxed: bool
+    watched: watch.Watched
+    arrivals: dict[Path, float]  # when the harness first saw each checkpoint
+    launches: list[dict]  # the scripts the launch monitor saw running (Launch.to_dict())
+    agent_events: dict  # AgentStream.summary()
+    note: str = ""  # why the run was finished late (``--resume``): added to the outcome's reason
+
+    @classmethod
+    def of(cls, agent: launch.LaunchedAgent, watched: watch.Watched) -> Ended:
+        return cls(
+            started_at=agent.started_at,
+            argv=agent.argv,
+            endpoints=tuple(agent.endpoints),
+            sandboxed=agent.sandboxed,
+            watched=watched,
+            arrivals=dict(agent.arrivals.seen),
+            launches=[seen.to_dict() for seen in agent.monitor.launches.values()],
+            agent_events=agent.stream.summary(),
+        )
+
+
+def finish(
+    spec: RunSpec,
+    ws: workspace.Workspace,
+    device: str,
+    data_dir: Path,
+    notes: list[str],
+    locked_sha: dict[str, str],
+    writer: MlflowWriter,
+    relay: Relay,
+    ended: Ended,
+) -> RunResult:
+    """The steps after the watch, shared by :func:`run` and ``bench run --resume`` (:mod:`bench.resume`):
+    the spool relayed (script runs left open closed as KILLED) -> collect -> evaluate -> audit -> record."""
+    task = spec.task
     scripts = relay.finalize()
     deadline = spec.budget + spec.grace_s
-    ran = _scripts_that_ran(agent, scripts)
+    ran = _scripts_that_ran(ended.launches, scripts)
     collected = collect.collect(  # 4
-        ws.checkpoints, agent.started_at, task.metric, task.direction, deadline, agent.arrivals.seen, ran
+        ws.checkpoints, ended.started_at, task.metric, task.direction, deadline, ended.arrivals, ran
     )
     evaluations = evaluate.evaluate_candidates(  # 5
         ws, collected.selection, data_dir, device, spec.console, sandboxed=spec.sandbox
     )
-    audited = audit.audit(ws, locked_sha, evaluations)  # 6
-    result = _result(spec, ws, device, notes, agent, watched, scripts, collected, evaluations, audited, relay)
+    Evidence(ws.run_dir).end(ws.path)
+    audited = audit.audit(  # 6
+        ws,
+        locked_sha,
+        evaluations,
+        started_at=ended.started_at,
+        budget_s=spec.budget,
+        agent_argv=ended.argv,
+        rejected=collected.rejected,
+        offline=not ended.endpoints,
+    )
+    result = _result(spec, ws, device, notes, ended, scripts, collected, evaluations, audited, relay)
     record.save(result, writer, ws)  # 7
 
     score = f"{result.score:.4f}" if result.score is not None else "-"
     print(f"[bench] {spec.label}: {result.status} | {task.metric} {score} | {result.reason}", flush=True)
-    if watched.interrupted:
-        raise KeyboardInterrupt
     return result
+
+
+def _save_state(
+    spec: RunSpec,
+    ws: workspace.Workspace,
+    device: str,
+    data_dir: Path,
+    notes: list[str],
+    agent: launch.LaunchedAgent,
+    relay: Relay,
+) -> None:
+    """run.json: what ``bench run --resume`` needs if this harness dies; a disk that refuses costs one line."""
+    try:
+        state.write(
+            ws.run_dir,
+            state.RunState(
+                task=spec.task.id,
+                agent=spec.agent,
+                campaign=spec.campaign,
+                repeat=spec.repeat,
+                budget_s=spec.budget,
+                grace_s=spec.grace_s,
+                model=spec.model,
+                options=dict(spec.options),
+                device=device,
+                no_weights=spec.no_weights,
+                sandbox=spec.sandbox,
+                label=spec.label,
+                token=agent.token,
+                agent_pid=agent.proc.pid,
+                started_at=agent.started_at,
+                agent_argv=list(agent.argv),
+                endpoints=list(agent.endpoints),
+                mlflow_run_id=relay.parent_run,
+                partial_notes=list(notes),
+                data_dir=str(data_dir),
+            ),
+        )
+    except state.RunStateError as e:
+        print(f"[bench] the run goes on but cannot be resumed if the harness dies: {e}", flush=True)
 
 
 def _partial_notes(spec: RunSpec) -> list[str]:
@@ -107,11 +209,11 @@ def _partial_notes(spec: RunSpec) -> list[str]:
     return notes
 
 
-def _scripts_that_ran(agent: launch.LaunchedAgent, scripts: dict) -> set[str]:
+def _scripts_that_ran(launches: list[dict], scripts: dict) -> set[str]:
     """Top-level workspace scripts the tracer or the process monitor saw running, and the baseline train.py:
     the only code a checkpoint may name for its ``build_model``."""
     traced = {s["script"] for s in scripts.get("scripts", [])}
-    return traced | {seen.script for seen in agent.monitor.launches.values()} | {"train.py"}
+    return traced | {str(seen["script"]) for seen in launches if seen.get("script")} | {"train.py"}
 
 
 def _status_ticker(agent: launch.LaunchedAgent, relay: Relay) -> watch.Tick:
@@ -127,8 +229,7 @@ def _result(
     ws: workspace.Workspace,
     device: str,
     notes: list[str],
-    agent: launch.LaunchedAgent,
-    watched: watch.Watched,
+    ended: Ended,
     scripts: dict,
     collected: collect.Collected,
     evaluations: list[Evaluation],
@@ -136,8 +237,8 @@ def _result(
     relay: Relay,
 ) -> RunResult:
     """Everything the steps produced, as one :class:`RunResult` with its outcome decided."""
-    task = spec.task
-    agent_events = agent.stream.summary()
+    task, watched = spec.task, ended.watched
+    agent_events = ended.agent_events
     rejected = [{"path": str(r.path), "reason": r.reason} for r in collected.rejected]
     decided = outcome.decide(
         evaluations,
@@ -147,6 +248,9 @@ def _result(
         agent_events=agent_events,
         rejected=rejected,
     )
+    if ended.note:  # finished by --resume: the outcome says so (an interrupted run's reason is the note itself)
+        why = ended.note if decided.status == "interrupted" else f"{decided.reason}; {ended.note}"
+        decided = replace(decided, reason=why)
     return RunResult(
         task=task.id,
         task_name=task.name,
@@ -160,10 +264,10 @@ def _result(
         baseline_score=task.baseline_score,
         budget_s=spec.budget,
         grace_s=spec.grace_s,
-        started_at=agent.started_at,
+        started_at=ended.started_at,
         wall_time_s=watched.wall_time_s,
         budget_utilisation=round(min(watched.wall_time_s, spec.budget) / spec.budget, 4),
-        agent_argv=agent.argv,
+        agent_argv=ended.argv,
         agent_exit_code=watched.exit_code,
         timed_out=watched.timed_out,
         interrupted=watched.interrupted,
@@ -175,13 +279,13 @@ def _result(
         evaluations=evaluations,
         agent_events=agent_events,
         scripts=scripts,
-        launches_observed=[seen.to_dict() for seen in agent.monitor.launches.values()],
+        launches_observed=list(ended.launches),
         checkpoints_found=len(collected.found),
         rejected_checkpoints=rejected,
         mlflow_run_id=relay.parent_run,
         partial_data=bool(notes),
         partial_data_notes=notes,
-        sandboxed=agent.sandboxed,
+        sandboxed=ended.sandboxed,
     )
 
 

@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 
 class Arrivals:
     """Polls a folder in a daemon thread; ``seen`` maps each file to the ``time.time()`` it was first listed."""
 
-    def __init__(self, directory: Path, interval: float = 1.0):
-        self.directory, self.interval = Path(directory), interval
+    def __init__(self, directory: Path, interval: float = 1.0, on_new: Callable[[Path, float], None] | None = None):
+        """``on_new(path, seen_at)`` is called for each new file (the evidence keeps it on disk as it comes)."""
+        self.directory, self.interval, self.on_new = Path(directory), interval, on_new
         self.seen: dict[Path, float] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="bench-arrivals", daemon=True)
@@ -40,6 +42,11 @@ class Arrivals:
             for path in self.directory.rglob("*"):
                 if path not in self.seen and path.is_file():
                     self.seen[path] = now
+                    if self.on_new is not None:
+                        try:
+                            self.on_new(path, now)
+                        except Exception:  # the evidence is kept best-effort; the arrival itself is noted above
+                            pass
         except OSError:  # the agent may remove files or folders while they are listed: look again next time
             pass
 

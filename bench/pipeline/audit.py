@@ -1,62 +1,91 @@
-"""Audit (pipeline step 6; paper §3.4): rule checks made after the run, from files the agent cannot rewrite.
+"""Audit (pipeline step 6; paper §3.4): the nine rules checked after the run, from evidence the agent cannot rewrite.
 
-Each check returns the violations it found; any violation disqualifies the run. Today the checks are
-rule 1 (the locked files are unchanged), rule 5 (no link leads out of the workspace) and rule 7's forward
-contract (the scorer's probes, recorded with each evaluation). The other rules are not audited yet; the
-event stream (``events.jsonl``) that would answer some of them is recorded with every run.
+This step gathers what the checks read (:class:`bench.rules.Context`: the run directory's ``evidence/``, its
+``events.jsonl``, the evaluations and the collect step's rejections, the state of the scorer's inputs) and runs
+every check of :mod:`bench.rules`. Each finding carries its rule, its evidence and a verdict: a ``disqualify``
+finding disqualifies the run (:mod:`bench.outcome`), a ``flag`` is recorded for a person to look at. The findings
+go to ``result.json``, to ``evidence/audit.json`` and to the MLflow run (tags and the ``audit.json`` artifact).
+It runs the same way for a run finished by ``bench run --resume``.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
+from collections.abc import Iterable
 
 from bench.checksums import sha256
+from bench.pipeline.evidence import Evidence
 from bench.pipeline.workspace import Workspace
-from bench.result import Audit, Evaluation, Violation
+from bench.result import Audit, Evaluation
+from bench.rules import Context, run_all
+from bench.tasks import Task, data
 
 
-def locked_files_unchanged(ws: Workspace, expected: dict[str, str]) -> list[Violation]:
-    """Rule 1: prepare.py (and any other locked file) is locked. A changed, replaced or deleted copy is a violation."""
-    out = []
-    for name, want in expected.items():
-        locked = ws.path / name
-        if not locked.is_file():
-            out.append(Violation(1, f"the locked {name} was deleted from the workspace"))
-        elif (actual := sha256(locked)) != want:
-            out.append(Violation(1, f"the locked {name} was modified (sha256 {actual[:12]}, expected {want[:12]})"))
-    return out
+def scorer_inputs(task: Task) -> dict[str, str]:
+    """sha256 of the task's own files the scorer and the staging read (its locked files, task.toml): taken at the
+    start, compared at the audit (rule 8). The prepared data carry their own content list (``verify_prepared``)."""
+    names = [*task.locked_files, "task.toml"]
+    return {f"task/{name}": sha256(task.file(name)) for name in names if task.file(name).is_file()}
 
 
-def no_links_out_of_workspace(ws: Workspace) -> list[Violation]:
-    """Rule 5: symbolic links in the workspace that point outside it (a way to read or write elsewhere)."""
-    root = ws.path.resolve()
-    out = []
-    for p in ws.path.rglob("*"):
-        if p.is_symlink():
-            target = p.resolve()
-            if root != target and root not in target.parents:
-                out.append(Violation(5, f"{p.relative_to(ws.path)} links outside the workspace to {target}"))
-    return out
+def _originals_changed(task: Task, evidence: Evidence) -> list[str]:
+    recorded = evidence.read_json("inputs.json")
+    now = scorer_inputs(task)
+    return [f"{k}: sha256 {v[:12]} at the start, {now.get(k, 'missing')[:12]} now" for k, v in recorded.items()
+            if now.get(k) != v]  # fmt: skip
 
 
-def forward_contract_kept(evaluations: list[Evaluation]) -> list[Violation]:
-    """Rule 7: the scorer's probes found a model that reads other samples of its batch or later positions, or is
-    not deterministic (:mod:`bench.scoring.checks`). Evidence from outputs the scorer compared, not from the agent."""
-    seen: set[str] = set()
-    out = []
-    for e in evaluations:
-        why = e.official.raw.get("violation")
-        if why and e.path not in seen:
-            seen.add(e.path)
-            out.append(Violation(7, f"{Path(e.path).name}: {why}"))
-    return out
+def _data_error(task: Task) -> str | None:
+    try:
+        data.verify_prepared(task)
+    except data.DataError as e:
+        return str(e)
+    return None
 
 
-def audit(ws: Workspace, locked_sha256: dict[str, str], evaluations: list[Evaluation] = ()) -> Audit:
-    """All checks, in rule order; ``locked_sha256`` maps each locked file to its hash at the start."""
-    violations = [
-        *locked_files_unchanged(ws, locked_sha256),
-        *no_links_out_of_workspace(ws),
-        *forward_contract_kept(list(evaluations)),
-    ]
-    return Audit(locked_sha256=dict(locked_sha256), violations=tuple(violations))
+def audit(
+    ws: Workspace,
+    locked_sha256: dict[str, str],
+    evaluations: Iterable[Evaluation] = (),
+    *,
+    started_at: float = 0.0,
+    budget_s: float = float("inf"),
+    agent_argv: Iterable[str] = (),
+    rejected: Iterable = (),
+    offline: bool = False,
+) -> Audit:
+    """Every check of :mod:`bench.rules`; ``locked_sha256`` maps each locked file to its hash at the start.
+
+    ``rejected``: the collect step's rejections (objects with ``path`` and ``reason``, or dicts); ``offline``: the
+    agent declared no endpoint, so any request its sandbox saw came from the run's own code."""
+    evidence = Evidence(ws.run_dir)
+    recorded = evidence.path("inputs.json").is_file()  # a run of the pipeline (a bare workspace has no evidence)
+    start = evidence.read_json("manifest-start.json")
+    ctx = Context(
+        workspace=ws.path,
+        run_dir=ws.run_dir,
+        task_id=ws.task.id,
+        locked=tuple(ws.task.locked_files),
+        locked_sha256=dict(locked_sha256),
+        evaluations=list(evaluations),
+        started_at=started_at,
+        budget_s=budget_s,
+        agent_argv=list(agent_argv),
+        rejected=[r if isinstance(r, dict) else {"path": str(r.path), "reason": r.reason} for r in rejected],
+        offline=offline,
+        allowed_weights={k: e["sha256"] for k, e in start.items() if k.startswith("weights/") and e.get("sha256")},
+        data_error=_data_error(ws.task) if recorded else None,
+        originals_changed=_originals_changed(ws.task, evidence) if recorded else [],
+    )
+    found = run_all(ctx)
+    result = Audit(locked_sha256=dict(locked_sha256), violations=found, checked=tuple(range(1, 10)))
+    if ws.run_dir.is_dir():
+        evidence.write_json("audit.json", result.to_dict())
+    return result
+
+
+def summary(audited: Audit) -> str:
+    """One line for people: 'no finding', or the findings by rule with their verdicts."""
+    if not audited.violations:
+        return "audit: no finding (rules 1-9 checked)"
+    parts = [f"rule {v.rule} {v.verdict}: {v.reason}" for v in audited.violations]
+    return "audit: " + " | ".join(parts)

@@ -25,6 +25,7 @@ from bench.agents import Agent, AgentError, LaunchContext, endpoints_of, parser_
 from bench.agents.prompt import standard_prompt
 from bench.agents.stream import AgentStream
 from bench.pipeline.arrivals import Arrivals
+from bench.pipeline.evidence import Evidence
 from bench.pipeline.launch_monitor import LaunchMonitor
 from bench.pipeline.workspace import Workspace
 from bench.processes import TOKEN_VAR, become_subreaper
@@ -49,6 +50,8 @@ class LaunchedAgent:
     arrivals: Arrivals  # when each file of checkpoints/ was first seen
     status: StatusLine
     sandbox: Sandbox | None = None  # None: run unsandboxed; closed by watch.watch once the run's processes ended
+    evidence: Evidence | None = None  # what the harness observes for the audit (run_dir/evidence)
+    endpoints: tuple[str, ...] = ()  # the URLs its sandbox may reach (none: an offline agent)
 
     @property
     def sandboxed(self) -> bool:
@@ -92,11 +95,15 @@ def launch(
     options: dict[str, str] | None = None,
     console: bool = True,
     sandbox: bool = True,
+    evidence: Evidence | None = None,
 ) -> LaunchedAgent:
     """Start ``agent`` in ``ws`` with the standard prompt; returns at once, the agent runs on.
 
     ``sandbox``: run it in a bubblewrap sandbox (raises :class:`~bench.sandbox.SandboxUnavailable` when none
-    can be built here); paths are the same inside and out, so nothing downstream changes."""
+    can be built here); paths are the same inside and out, so nothing downstream changes. ``evidence``: where the
+    harness keeps what it observes for the audit (requests through the sandbox's proxy, command lines, checkpoint
+    arrivals with the locked files' state); the run directory's ``evidence/`` by default."""
+    evidence = evidence or Evidence(ws.run_dir)
     ctx = LaunchContext(
         task=ws.task,
         workspace=ws.path,
@@ -109,11 +116,14 @@ def launch(
     argv = agent.command(ctx)
     ctx.home.mkdir(parents=True, exist_ok=True)
     extra = {"HOME": str(ctx.home), **agent.env(ctx)}  # a private HOME for every agent, not only the CLIs
-    box = _sandbox(ws, (ctx.home, *_declared(writable_of(agent, ctx))), endpoints_of(agent, ctx)) if sandbox else None
+    writable = (ctx.home, *_declared(writable_of(agent, ctx)))
+    endpoints = endpoints_of(agent, ctx)
+    box = _sandbox(ws, writable, endpoints, evidence) if sandbox else None
     token = uuid.uuid4().hex
     become_subreaper()
     status = StatusLine(label, enabled=console)
-    arrivals = Arrivals(ws.checkpoints).start()
+    locked = ws.task.locked_files
+    arrivals = Arrivals(ws.checkpoints, on_new=lambda p, t: evidence.note_arrival(ws.path, p, t, locked)).start()
     started = time.time()
     try:
         proc = subprocess.Popen(
@@ -131,8 +141,8 @@ def launch(
             box.close()
         raise
     stream = AgentStream(proc, ws.log, ws.events, status, console, parser_of(agent, ctx), model).start()
-    monitor = LaunchMonitor(proc.pid, token, ws.path).start()
-    return LaunchedAgent(proc, argv, token, started, stream, monitor, arrivals, status, box)
+    monitor = LaunchMonitor(proc.pid, token, ws.path, evidence=evidence).start()
+    return LaunchedAgent(proc, argv, token, started, stream, monitor, arrivals, status, box, evidence, endpoints)
 
 
 def _declared(writable: tuple[Path, ...]) -> tuple[Path, ...]:
@@ -150,15 +160,17 @@ def _declared(writable: tuple[Path, ...]) -> tuple[Path, ...]:
     return writable
 
 
-def _sandbox(ws: Workspace, writable: tuple[Path, ...], endpoints: tuple[str, ...]) -> Sandbox:
+def _sandbox(ws: Workspace, writable: tuple[Path, ...], endpoints: tuple[str, ...], evidence: Evidence) -> Sandbox:
     """The agent's sandbox: it writes its workspace, its private home and what its adapter declares
     (``writable``), reads what Python and its CLI need, sees none of the harness's places, and reaches only
-    its ``endpoints``."""
+    its ``endpoints``; every request through its proxy is noted in the evidence."""
+    evidence.dir.mkdir(parents=True, exist_ok=True)
     policy = Policy(
         cwd=ws.path,
         writable=(ws.path, *writable),
         readable=default_readable(),
         hidden=default_hidden(),
         endpoints=endpoints,
+        network_log=evidence.path("network.jsonl"),
     )
     return Sandbox(policy)

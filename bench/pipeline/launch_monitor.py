@@ -5,6 +5,11 @@ the harness *sees* running a top-level script of the workspace, by polling the a
 process tree. The two agree unless a script defeats the tracer (e.g. ``python -S``, a
 scrubbed environment), or lives shorter than the polling interval (default 0.5 s), which
 only the tracer then sees. Both counts are recorded on the agent run.
+
+It is also the audit's eye on the process tree (:mod:`bench.pipeline.evidence`): every command line it sees
+goes to ``commands.jsonl`` (a ``pip install``, a ``curl``, a ``git clone`` run by a script or a shell, with or
+without an agent's tool call saying so), and every workspace script it sees running has its source copied at
+that moment (``launches.jsonl``, ``sources/``), so that a script rewritten afterwards is judged as it ran.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from pathlib import Path
 
 import psutil
 
+from bench.pipeline.evidence import Evidence
 from bench.processes import find_tree
 
 # interpreter options that take a separate argument (python -X dev, -W ignore, ...)
@@ -64,8 +70,11 @@ def workspace_script(cmdline: list[str], cwd: str, workspace: Path) -> str | Non
 class LaunchMonitor:
     """Polls the agent's process tree in a daemon thread and remembers every script process it sees."""
 
-    def __init__(self, root_pid: int, token: str | None, workspace: Path, interval: float = 0.5):
+    def __init__(
+        self, root_pid: int, token: str | None, workspace: Path, interval: float = 0.5, evidence: Evidence | None = None
+    ):
         self.root_pid, self.token, self.workspace, self.interval = root_pid, token, Path(workspace), interval
+        self.evidence = evidence
         self.launches: dict[tuple[int, float], Launch] = {}
         self._seen: dict[tuple[int, float], tuple[str, ...]] = {}  # process -> command line last looked at
         self._stop = threading.Event()
@@ -102,8 +111,15 @@ class LaunchMonitor:
                 if self._seen.get(key) == cmdline:
                     continue  # same process, same command line: already judged (a fork may exec later)
                 self._seen[key] = cmdline
-                script = workspace_script(list(cmdline), proc.cwd(), self.workspace)
+                cwd = proc.cwd()
+                script = workspace_script(list(cmdline), cwd, self.workspace)
             except (psutil.Error, OSError):
                 continue
+            if self.evidence is not None:
+                seen = {"pid": proc.pid, "started": key[1], "argv": [a[:2000] for a in cmdline[:200]], "cwd": cwd}
+                self.evidence.append("commands.jsonl", seen)
             if script:
                 self.launches[key] = Launch(proc.pid, script, key[1], cmdline)
+                if self.evidence is not None:
+                    digest = self.evidence.keep_source(self.workspace / script)
+                    self.evidence.append("launches.jsonl", {**self.launches[key].to_dict(), "sha256": digest})

@@ -11,6 +11,7 @@ import json
 import math
 from pathlib import Path
 
+from bench.pipeline import state
 from bench.pipeline.workspace import Workspace
 from bench.result import RunResult
 from bench.tasks import get_task
@@ -43,11 +44,12 @@ def open_agent_run(writer: MlflowWriter, name: str, tags: dict[str, str]) -> str
 
 
 def save(result: RunResult, writer: MlflowWriter, ws: Workspace) -> RunResult:
-    """Write result.json, then record it in MLflow; an unreachable store only costs a message saying what to do."""
-    result.write()
+    """Write result.json, then record it in MLflow; an unreachable store only costs a message saying what to do,
+    a disk that refuses result.json (full) a :class:`~bench.pipeline.state.RunStateError` saying what to do."""
+    _write(result, ws)
     try:
         result.mlflow_run_id = record(writer, result, ws)
-        result.write()
+        _write(result, ws)
     except TrackingError as e:
         print(
             f"[bench] could not record in MLflow ({e}); everything is in {result.result_file}. "
@@ -55,6 +57,15 @@ def save(result: RunResult, writer: MlflowWriter, ws: Workspace) -> RunResult:
             flush=True,
         )
     return result
+
+
+def _write(result: RunResult, ws: Workspace) -> None:
+    try:
+        result.write()
+    except OSError as e:  # ENOSPC, a read-only mount: one line (free space, then resume), no traceback
+        for tmp in ws.run_dir.glob(".result.json.*.tmp"):
+            tmp.unlink(missing_ok=True)
+        raise state.disk_error(result.result_file, e, ws.run_dir) from e
 
 
 def record(writer: MlflowWriter, result: RunResult, ws: Workspace) -> str:
@@ -119,8 +130,10 @@ def record(writer: MlflowWriter, result: RunResult, ws: Workspace) -> str:
             schema.PARTIAL_DATA: str(result.partial_data).lower(),
             schema.SANDBOXED: str(result.sandboxed).lower(),
             schema.PARTIAL_NOTES: "\n".join(result.partial_data_notes)[:5000],
+            **schema.audit_tags(result.audit.violations),
         },
     )
+    writer.log_text(run_id, json.dumps(result.audit.to_dict(), indent=2), schema.AUDIT_ARTIFACT)
     mlflow_status = {"success": "FINISHED", "interrupted": "KILLED"}.get(result.status, "FAILED")
     writer.end_run(run_id, mlflow_status, result.started_at + result.wall_time_s)
     return run_id

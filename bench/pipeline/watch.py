@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from subprocess import Popen
 
 from bench.pipeline.launch import LaunchedAgent
-from bench.processes import end_tree, find_tree, running, signal_tree
+from bench.processes import describe, end_tree, find_tree, running, signal_tree
 
 log = logging.getLogger(__name__)
 
@@ -150,6 +150,10 @@ def watch(agent: LaunchedAgent, budget_s: float, grace_s: float, on_tick: Tick |
     seconds = time.time() - agent.started_at
     watchdog.stop(let_grace_finish=not interrupted)
     agent.monitor.scan()  # a last look before the tree is ended
+    if agent.evidence is not None:  # what outlived the agent's session (rule 6: work after the agent was done)
+        if watchdog.killed_pids:
+            agent.evidence.note_processes("grace-over", [{"pid": p} for p in watchdog.killed_pids])
+        agent.evidence.note_processes("end", describe(p for p in find_tree(agent.proc.pid, agent.token) if running(p)))
     end_tree(agent.proc.pid, agent.token)  # the session is over: scripts it left running end with it
     if agent.sandbox is not None:
         agent.sandbox.close()  # its network bridges and runtime folder; nothing of the run is left to use them

@@ -76,8 +76,9 @@ class Sandbox:
         self.binary = require()
         self.python = python or sys.executable
         self.policy = policy
-        self.runtime_dir = Path(tempfile.mkdtemp(prefix="bench-sandbox-")) if policy.endpoints else None
-        self.network = Network(policy.endpoints, self.runtime_dir)
+        networked = policy.endpoints or policy.network_log is not None
+        self.runtime_dir = Path(tempfile.mkdtemp(prefix="bench-sandbox-")) if networked else None
+        self.network = Network(policy.endpoints, self.runtime_dir, policy.network_log)
         self._finalizer = weakref.finalize(self, _cleanup, self.network, self.runtime_dir)
         try:
             self.network.start()

@@ -13,15 +13,20 @@ folder; the inner end is the launcher (:mod:`bench.sandbox.launcher`), listening
   connection) only to an allowed host:port and answers 403 to anything else, so that bytes only ever go
   to the model's API.
 
-With no endpoints there is no bridge and no proxy: no network at all.
+With no endpoints there is no bridge and no proxy: no network at all. Given a ``log``, the proxy runs anyway
+(allowing nothing) and writes one JSON line per request it receives, allowed or refused: the harness's own
+record of what the run tried to reach (tools that honour ``HTTPS_PROXY``: pip, curl, wget, git, requests,
+urllib, Node); a client that ignores the variables finds no route and leaves no line.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ipaddress
+import json
 import socket
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -172,7 +177,23 @@ def _origin_form(head: bytes) -> bytes:
     )
 
 
-def connect_proxy(allowed: set[tuple[str, int]]):
+class RequestLog:
+    """One JSON line per proxy request (time, method, host, port, allowed), appended and flushed at once."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self._lock = threading.Lock()
+
+    def note(self, method: str, dest: tuple[str, int] | None, allowed: bool, target: str = "") -> None:
+        host, port = dest if dest else ("", 0)
+        rec = {"t": round(time.time(), 3), "method": method[:16], "host": host[:255], "port": port, "allowed": allowed}
+        if dest is None:
+            rec["target"] = target[:255]
+        with self._lock, contextlib.suppress(OSError), open(self.path, "a") as f:
+            f.write(json.dumps(rec) + "\n")
+
+
+def connect_proxy(allowed: set[tuple[str, int]], log: RequestLog | None = None):
     """A handler speaking enough HTTP proxy to tunnel or forward to an allowed (host, port); 403 otherwise."""
 
     def handle(conn: socket.socket) -> None:
@@ -185,6 +206,8 @@ def connect_proxy(allowed: set[tuple[str, int]]):
         head, rest = got
         line = head.split(b"\r\n", 1)[0].decode("latin-1").split()
         dest = _target(line[0].upper(), line[1]) if len(line) == 3 else None
+        if log is not None:
+            log.note(line[0] if line else "", dest, dest in allowed, line[1] if len(line) > 1 else "")
         if dest is None:
             return _reply(conn, "400 Bad Request", "bench sandbox proxy: CONNECT host:port or an absolute http URL")
         if dest not in allowed:
@@ -207,9 +230,10 @@ class Network:
     """The bridges of one sandbox. ``listen`` are the launcher's ``--listen`` arguments, ``env`` the proxy
     variables for inside; both empty without endpoints. Start with :meth:`start`, end with :meth:`close`."""
 
-    def __init__(self, endpoints: tuple[str, ...], runtime_dir: Path | None) -> None:
+    def __init__(self, endpoints: tuple[str, ...], runtime_dir: Path | None, log: Path | None = None) -> None:
         self.endpoints = [parse_endpoint(u) for u in endpoints]
-        if self.endpoints and runtime_dir is None:
+        self.log = RequestLog(log) if log is not None else None
+        if (self.endpoints or log is not None) and runtime_dir is None:
             raise ValueError("endpoints need a runtime folder for their bridges' sockets")
         self.runtime_dir = Path(runtime_dir) if runtime_dir is not None else None
         self.listen: list[str] = []
@@ -227,12 +251,12 @@ class Network:
             host = f"[{e.host}]" if ":" in e.host else e.host  # localhost: the launcher listens on v4 and v6
             self.listen.append(f"{host}:{port}={path}")
         remote = {(e.host, e.port) for e in self.endpoints if not e.loopback}
-        if remote:
+        if remote or self.log is not None:
             proxy_port = PROXY_PORT
             while proxy_port in ports:
                 proxy_port += 1
             path = Path(self.runtime_dir) / "proxy.sock"
-            self._servers.append(UnixServer(path, connect_proxy(remote), "proxy"))
+            self._servers.append(UnixServer(path, connect_proxy(remote, self.log), "proxy"))
             self.listen.append(f"127.0.0.1:{proxy_port}={path}")
             url = f"http://127.0.0.1:{proxy_port}"
             for name in ("HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy"):

@@ -46,6 +46,8 @@ class Policy:
     readable: tuple[Path, ...] = ()  # bound read-only at the same path even when under a hidden path
     hidden: tuple[Path, ...] = ()  # replaced by an empty private tmpfs (harness paths)
     endpoints: tuple[str, ...] = ()  # URLs reachable from inside; () = no network at all
+    network_log: Path | None = None  # where the proxy records each request (the audit's rule 3 evidence); the
+    # proxy then runs even without endpoints, refusing everything, so that attempts are seen, not only blocked
     gpu: bool = True  # --dev-bind /dev/nvidia*, /dev/nvidia-uvm*, /dev/nvidia-caps when present (untested here)
     scratch: tuple[Path, ...] = TEMP_DIRS
 

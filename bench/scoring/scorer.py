@@ -9,8 +9,8 @@ a label before the outputs for it are returned), ``score`` (the metric) and the 
 unpickles or executes anything from the workspace: the model runs in a sandboxed predictor process
 (:mod:`bench.scoring.predictor`) that receives inputs over a pipe and returns outputs. A second, fresh predictor
 then answers the forward-contract probes (:mod:`bench.scoring.checks`). Prints one JSON object, the official
-result (task, metric, value, direction, split, checkpoint, script, seconds, n, checks); on any failure the same
-object with ``error`` (and ``violation`` when the forward contract is broken, ``unloadable: true`` when the
+result (task, metric, value, val_value, direction, split, checkpoint, script, seconds, n, checks); on any failure
+the same object with ``error`` (and ``violation`` when the forward contract is broken, ``unloadable: true`` when the
 model could not be built or the checkpoint not loaded into it) and no value.
 """
 
@@ -91,6 +91,7 @@ def score_checkpoint(
             scored.ready()
             with session() as prober:
                 outputs = [scored.predict(x) for x in inputs]
+                val_value = _validation(task, scored, data_dir)  # after the scored feed: it cannot have shaped it
                 scored.close()  # before the probes: on a GPU, one model in memory at a time while it computes
                 result = task.score(outputs, targets)
                 value = float(result[task.METRIC])
@@ -102,11 +103,22 @@ def score_checkpoint(
             sandbox.close()
     return {
         "value": value,
+        "val_value": value if val_value is None else val_value,
         "n": int(result.get("n", sum(len(y) for y in targets))),
         "n_params": scored.n_params,
         "checks": checks,
         "seconds": round(time.time() - t0, 3),
     }
+
+
+def _validation(task, scored: Session, data_dir: Path) -> float | None:
+    """The harness's own validation score of the checkpoint (rule 9 compares the script's self-reported one with
+    it); None when the official split is the validation split (the official value is it). The validation inputs
+    are the agent's own data, so sending them to its model reveals nothing."""
+    if task.EVAL_SPLIT == "val":
+        return None
+    feed = task.eval_batches("val", str(data_dir), task.FEED_BATCH_SIZE)
+    return float(task.score([scored.predict(x) for x, _ in feed], [y for _, y in feed])[task.METRIC])
 
 
 def _probe(prober: Session, inputs: list, outputs: list, causal: str | None, device: str) -> list[str]:

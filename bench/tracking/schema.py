@@ -27,6 +27,10 @@ REASON = "bench.reason"  # one line: why the status is what it is
 PARTIAL_DATA = "bench.partial_data"  # "true" when the task ran on an incomplete dataset
 PARTIAL_NOTES = "bench.partial_notes"  # how the data fell short (one note per line), when partial
 WORKSPACE = "bench.workspace"
+AUDIT_DISQUALIFIED = "bench.audit.disqualified"  # rules broken, comma-joined ("1,4"; "" when none)
+AUDIT_FLAGGED = "bench.audit.flagged"  # rules with a flagged finding for a person to look at ("3,6"; "" when none)
+AUDIT_FINDINGS = "bench.audit.findings"  # the findings, one per line: "rule 4 disqualify: a package install ..."
+AUDIT_ARTIFACT = "audit.json"  # every finding with its evidence, on the agent run
 SANDBOXED = "bench.sandboxed"  # "true" when the agent ran in bench.sandbox; "false": --unsandboxed (or older runs)
 SYNTHETIC = "bench.synthetic"  # "true" for generated runs (benchmarks), never real results
 
@@ -54,6 +58,16 @@ PARAM_EVAL_SPLIT = "eval_split"
 PARAM_DEVICE = "device"  # the evaluation device
 PARAM_PREPARE_SHA256 = "prepare_sha256"
 PARAM_AGENT_ARGV = "agent_argv"
+
+
+def audit_tags(findings) -> dict[str, str]:
+    """The audit's tags on an agent run, from its findings (objects with ``rule``, ``verdict``, ``reason``)."""
+
+    def rules(verdict: bool) -> str:
+        return ",".join(str(r) for r in sorted({f.rule for f in findings if (f.verdict == "disqualify") == verdict}))
+
+    lines = [f"rule {f.rule} {f.verdict}: {f.reason}" for f in findings]
+    return {AUDIT_DISQUALIFIED: rules(True), AUDIT_FLAGGED: rules(False), AUDIT_FINDINGS: "\n".join(lines)[:5000]}
 
 # --- metrics on the agent run ---------------------------------------------------------------
 SCORE = "score"  # the official score (task metric, eval split)

@@ -356,6 +356,31 @@ def test_official_score_through_the_scorer_is_the_tasks_metric(small, name, tmp_
     # every probe the feed allows: history independence needs more than one batch (the small data's eval split
     # fits in one for T2-T5 and T7)
     assert set(expected_probes(1)) <= set(result["checks"]) <= set(PROBES) | {"causality@128", "causality@217"}
+    # no false positive of the rule-9 audit: the harness's own validation score of the honest checkpoint agrees
+    # with the one its script reported, within the audit's stated tolerance
+    from bench.pipeline.collect import read
+    from bench.rules.scoring import VAL_ABS_TOL, VAL_REL_TOL
+
+    reported = read(run["checkpoint"], started_at=0.0).val_score
+    assert abs(reported - result["val_value"]) <= max(VAL_ABS_TOL, VAL_REL_TOL * abs(result["val_value"])), (
+        reported,
+        result["val_value"],
+    )
+    if toml["eval_split"] == "val":
+        assert result["val_value"] == result["value"]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_baseline_source_asks_for_nothing_the_audit_forbids(name):
+    """No false positive of the rules read from code (2 pretrained weights, 3 internet, 4 installs): each task's
+    baseline train.py, which agents copy, matches none of the audit's patterns (T3 loads its provided DINOv3 file
+    with torch.load)."""
+    from bench.rules.conduct import FETCH, INSTALL, PRETRAINED, PYTHON_FETCH
+
+    source = (FOLDERS[name] / "train.py").read_text()
+    for pattern in (PRETRAINED, PYTHON_FETCH, FETCH, INSTALL):
+        hits = [line for line in source.splitlines() if pattern.search(line) and not line.lstrip().startswith("#")]
+        assert not hits, (pattern.pattern[:40], hits)
 
 
 SCORER_BAD = ("extra_key", "compiled_state_dict", "no_build_model", "random_bytes", "code_in_pickle")

@@ -1,0 +1,128 @@
+"""Rules 2, 3, 4 and 6 from what the run did: the commands it ran (the agent's shell tool calls and every command
+line the launch monitor saw), the sources of the scripts as they ran, the requests that reached the sandbox's
+proxy, and the processes that outlived the agent or the budget."""
+
+from __future__ import annotations
+
+import re
+
+from bench.result import FLAG, Violation
+from bench.rules.context import Context, finding
+
+_START = r"(?:^|[\s;&|(`'\"/])"  # a command word starts a line, follows a separator, or ends a path (/usr/bin/curl)
+INSTALL = re.compile(
+    _START + r"(?:pip[\d.]*(?:\s+-{1,2}[\w-]+)*\s+(?:install|download|wheel)\b"
+    r"|uv\s+(?:pip\s+install|add|sync|tool\s+install)\b|uvx\s"
+    r"|(?:conda|mamba|micromamba)\s+(?:install|create|env\s+create)\b"
+    r"|(?:npm|pnpm|yarn|bun)\s+(?:install|i|add|ci)\b|npx\s"
+    r"|apt(?:-get)?\s+install\b|easy_install\b|poetry\s+(?:add|install)\b|setup\.py\s+(?:install|develop)\b)"
+)
+FETCH = re.compile(
+    _START + r"(?:curl|wget|aria2c|axel|lftp|scp|sftp|ssh|rsync|ncat|nc|telnet|gdown|kaggle)\s"
+    r"|" + _START + r"git\s+(?:clone|fetch|pull|ls-remote|submodule)\b"
+    r"|" + _START + r"(?:huggingface-cli|hf)\s+download\b"
+)
+PYTHON_FETCH = re.compile(r"\burlopen\s*\(|\burlretrieve\s*\(|\brequests\.(?:get|post)\s*\(|\bhttp\.client\b|\bhttpx\.")
+PRETRAINED = re.compile(
+    r"\bfrom_pretrained\s*\(|\btorch\.hub\.load\b|\bhf_hub_download\s*\(|\bsnapshot_download\s*\("
+    r"|\bload_state_dict_from_url\s*\(|\bpretrained\s*=\s*True\b|\bweights\s*=\s*['\"]?(?:DEFAULT|IMAGENET)"
+    r"|Weights\.(?:DEFAULT|IMAGENET)"
+)
+
+
+def _matches(ctx: Context, pattern: re.Pattern) -> list[str]:
+    return [f"{c.ref}: {c.text[:300]}" for c in ctx.commands() if pattern.search(c.text)]
+
+
+def _ran_sources(ctx: Context) -> list[tuple[str, str, str]]:
+    """(script, sha256, source) of each workspace script the monitor saw running, as it was at that moment."""
+    seen, out = set(), []
+    for rec in ctx.evidence.lines("launches.jsonl"):
+        digest = rec.get("sha256")
+        if digest and digest not in seen:
+            seen.add(digest)
+            out.append((str(rec.get("script")), digest, ctx.evidence.source(digest)))
+    return out
+
+
+def no_pretrained_weights(ctx: Context) -> list[Violation]:
+    """Rule 2 (code): a script that ran calls a model hub (``from_pretrained``, ``torch.hub.load``,
+    ``hf_hub_download``, ``pretrained=True``...), or a command fetched a model. T3's provided DINOv3 files are
+    loaded from ``weights/`` with ``torch.load`` and match none of these."""
+    hits = []
+    for script, digest, source in _ran_sources(ctx):
+        for n, line in enumerate(source.splitlines(), 1):
+            if PRETRAINED.search(line) and not line.lstrip().startswith("#"):
+                hits.append(f"sources/{digest[:12]}.py ({script}) line {n}: {line.strip()[:200]}")
+    hits += _matches(ctx, PRETRAINED)
+    if not hits:
+        return []
+    return [finding(2, f"pretrained weights were asked for: {hits[0].split(': ', 1)[-1][:160]}", hits)]
+
+
+def no_internet(ctx: Context) -> list[Violation]:
+    """Rule 3: a command that fetches (curl, wget, git clone, a hub download), a script that ran with an HTTP
+    client call, and every request the sandbox's proxy refused. An offline agent's run has no business with the
+    proxy at all; an LLM agent's CLI may ask its own telemetry hosts, so a refused request is then flagged."""
+    out = []
+    commands = _matches(ctx, FETCH)
+    if commands:
+        out.append(finding(3, f"a command reached for the internet: {commands[0].split(': ', 1)[1][:160]}", commands))
+    refused = [
+        f"network.jsonl#{n}: {r.get('method')} {r.get('host')}:{r.get('port')} refused"
+        for n, r in enumerate(ctx.evidence.lines("network.jsonl"), 1)
+        if not r.get("allowed")
+    ]
+    if refused:
+        verdict = "disqualify" if ctx.offline else FLAG
+        why = f"{len(refused)} request(s) to hosts outside the agent's endpoints were refused by the sandbox"
+        out.append(finding(3, why, refused, verdict))
+    clients = []
+    for script, digest, source in _ran_sources(ctx):
+        for n, line in enumerate(source.splitlines(), 1):
+            if PYTHON_FETCH.search(line) and not line.lstrip().startswith("#"):
+                clients.append(f"sources/{digest[:12]}.py ({script}) line {n}: {line.strip()[:200]}")
+    if clients:
+        out.append(finding(3, f"a script that ran makes HTTP requests ({clients[0].split(': ', 1)[1][:120]})",
+                           clients, FLAG))  # fmt: skip
+    return out
+
+
+def no_package_installs(ctx: Context) -> list[Violation]:
+    """Rule 4 (commands): pip/uv/conda/npm/apt installs, ``--target`` and vendored wheels included."""
+    hits = _matches(ctx, INSTALL)
+    if not hits:
+        return []
+    return [finding(4, f"a package install was run: {hits[0].split(': ', 1)[1][:160]}", hits)]
+
+
+def within_budget(ctx: Context) -> list[Violation]:
+    """Rule 6: scripts started after the budget, processes that ignored SIGTERM until the grace was over or were
+    still running when the harness ended the run after the budget, checkpoints that came too late. All of it was
+    stopped or discarded by the harness, hence flags: the work did not count, a person may want to know."""
+    out = []
+    late = [
+        f"launches.jsonl#{n}: {r.get('script')} (pid {r.get('pid')}) started {r['started'] - ctx.started_at:.0f} s in"
+        for n, r in enumerate(ctx.evidence.lines("launches.jsonl"), 1)
+        if isinstance(r.get("started"), int | float) and r["started"] > ctx.deadline
+    ]
+    if late:
+        out.append(finding(6, f"{len(late)} script(s) started after the {ctx.budget_s:.0f} s budget", late, FLAG))
+    alive = []
+    for n, rec in enumerate(ctx.evidence.lines("processes.jsonl"), 1):
+        if rec.get("phase") != "end" or rec.get("t", 0) > ctx.deadline:  # grace-over, resume, or an end past it
+            alive += [f"processes.jsonl#{n} ({rec.get('phase')}): pid {p.get('pid')} {p.get('argv', '')}"[:300]
+                      for p in rec.get("processes") or []]  # fmt: skip
+    if alive:
+        out.append(finding(6, f"{len(alive)} process(es) of the run were still running past the budget", alive, FLAG))
+    too_late = [
+        f"{r['path']}: {r['reason']}" for r in ctx.rejected if "deadline" in r["reason"] or "not seen" in r["reason"]
+    ]
+    if too_late:
+        out.append(
+            finding(6, f"{len(too_late)} checkpoint(s) came after the deadline and were not scored", too_late, FLAG)
+        )
+    return out
+
+
+CHECKS = [no_pretrained_weights, no_internet, no_package_installs, within_budget]

@@ -1,0 +1,98 @@
+"""What a rule check reads (:class:`Context`), how a command is quoted as evidence, and how a finding is made."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bench.pipeline.evidence import Evidence
+from bench.result import DISQUALIFY, Evaluation, Violation
+
+RULES = {
+    1: "edit only train.py and new files: the locked files stay as given",
+    2: "no pretrained weights (T3: only the provided DINOv3 backbones)",
+    3: "no internet access",
+    4: "no package installs",
+    5: "work only inside the workspace",
+    6: "the time budget",
+    7: "the output contract (checkpoints, the forward contract)",
+    8: "isolated evaluation: nothing touches the scorer's inputs",
+    9: "select on validation, never on test",
+}
+
+
+def finding(rule: int, reason: str, evidence: list[str] | tuple[str, ...] = (), verdict: str = DISQUALIFY) -> Violation:
+    return Violation(rule, reason, verdict, tuple(str(e)[:500] for e in list(evidence)[:20]))
+
+
+@dataclass(frozen=True)
+class Command:
+    """A command the run executed, from either source: an agent's shell tool call or a process the monitor saw."""
+
+    text: str  # the command line as one string
+    ref: str  # "events.jsonl#12" or "commands.jsonl#3"
+
+
+@dataclass
+class Context:
+    """Everything a check may read, gathered once from the run directory and the pipeline's results."""
+
+    workspace: Path
+    run_dir: Path
+    task_id: str
+    locked: tuple[str, ...]  # the task's locked files
+    locked_sha256: dict[str, str]  # at the start
+    evaluations: list[Evaluation]
+    started_at: float
+    budget_s: float
+    agent_argv: list[str]
+    rejected: list[dict]  # the collect step's rejections: {"path", "reason"}
+    offline: bool  # the agent declares no endpoint: every request its sandbox saw came from the run's own code
+    allowed_weights: dict[str, str] = field(default_factory=dict)  # provided weight file (relative) -> sha256
+    data_error: str | None = None  # why the prepared data no longer verify (None: they do)
+    originals_changed: list[str] = field(default_factory=list)  # the task's own files that changed during the run
+
+    @property
+    def evidence(self) -> Evidence:
+        return Evidence(self.run_dir)
+
+    @property
+    def deadline(self) -> float:
+        return self.started_at + self.budget_s
+
+    def events(self) -> Iterator[tuple[str, dict]]:
+        """(ref, event) for each line of ``events.jsonl``."""
+        try:
+            lines = (self.run_dir / "events.jsonl").read_text(errors="replace").splitlines()
+        except OSError:
+            return
+        for n, line in enumerate(lines, 1):
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(event, dict):
+                yield f"events.jsonl#{n}", event
+
+    def tool_calls(self, *tools: str) -> Iterator[tuple[str, dict]]:
+        for ref, e in self.events():
+            if e.get("kind") == "tool_call" and (not tools or e.get("tool") in tools) and e.get("target"):
+                yield ref, e
+
+    def commands(self) -> list[Command]:
+        """Shell tool calls and observed command lines; the agent process itself (its prompt) is not one."""
+        out = [Command(str(e["target"]), ref) for ref, e in self.tool_calls("shell")]
+        agent = [str(a) for a in self.agent_argv]
+        for n, rec in enumerate(self.evidence.lines("commands.jsonl"), 1):
+            argv = [str(a) for a in rec.get("argv") or []]
+            if not argv or (agent and argv[-len(agent) :] == agent):
+                continue  # the agent CLI (or the sandbox's launcher of it): its argv is the prompt, not a command
+            text = argv[2] if len(argv) >= 3 and argv[1] == "-c" and "sh" in Path(argv[0]).name else shlex.join(argv)
+            out.append(Command(text, f"commands.jsonl#{n}"))
+        return out
+
+
+Check = Callable[[Context], list[Violation]]

@@ -1,0 +1,161 @@
+"""Rules 1, 2, 4 and 5 from the file system: the harness's manifests of the workspace (before the agent started,
+at each checkpoint arrival, after everything ended), the private home it gave the agent, and the tool calls that
+name files."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from bench.pipeline.evidence import locked_state
+from bench.result import FLAG, Violation
+from bench.rules.context import Context, finding
+
+WEIGHT_SUFFIXES = (".pt", ".pth", ".bin", ".safetensors", ".ckpt", ".h5", ".onnx", ".gguf", ".msgpack")
+# where model hubs put what they download: a pretrained model the run fetched, whatever the code that asked
+HUB_CACHE = re.compile(
+    r"(^|/)(huggingface/hub|hub/checkpoints|torch/hub|models--[^/]+|\.cache/(torch|huggingface))(/|$)"
+)
+# what a package install leaves behind, in the workspace or the home
+INSTALLED = re.compile(
+    r"(^|/)([^/]+\.dist-info|[^/]+\.egg-info|site-packages|node_modules|__pypackages__)(/|$)|\.whl$|(^|/)\.venv/"
+)
+
+
+def _short(sha: str | None) -> str:
+    return (sha or "?")[:12]
+
+
+def locked_files_kept(ctx: Context) -> list[Violation]:
+    """Rule 1: each locked file has its start bytes at the end and whenever a checkpoint arrived, and was never
+    written (its inode change time and inode number are those of the start: a write, a ``chmod`` or a replacement
+    moves them even when the bytes are restored)."""
+    start = ctx.evidence.read_json("manifest-start.json")
+    end = ctx.evidence.read_json("manifest-end.json")
+    out = []
+    for name in ctx.locked:
+        want, was = ctx.locked_sha256.get(name), start.get(name) or {}
+        now = end.get(name) if end else locked_state(ctx.workspace, [name])[name]
+        if now is None or now.get("missing"):
+            out.append(
+                finding(1, f"the locked {name} was deleted from the workspace", [f"manifest-end.json: no {name}"])
+            )
+            continue
+        if now.get("sha256") and want and now["sha256"] != want:
+            out.append(
+                finding(
+                    1,
+                    f"the locked {name} was modified (sha256 {_short(now['sha256'])}, expected {_short(want)})",
+                    [f"manifest-start.json {name} sha256 {want}", f"manifest-end.json {name} sha256 {now['sha256']}"],
+                )
+            )
+            continue
+        during = [
+            (rec, rec["locked"][name])
+            for rec in ctx.evidence.lines("arrivals.jsonl")
+            if (rec.get("locked") or {}).get(name, {}).get("sha256") not in (None, want)
+        ]
+        if during:
+            rec, state = during[0]
+            out.append(
+                finding(
+                    1,
+                    f"the locked {name} was modified while the run went on and restored before the end "
+                    f"(sha256 {_short(state.get('sha256'))} when {rec['path']} arrived)",
+                    [f"arrivals.jsonl: {rec['path']} at {rec.get('seen_at')}: {name} sha256 {state.get('sha256')}"],
+                )
+            )
+            continue
+        moved = [k for k in ("ctime_ns", "ino") if was.get(k) is not None and now.get(k) not in (None, was[k])]
+        if moved:
+            out.append(
+                finding(
+                    1,
+                    f"the locked {name} was written or replaced during the run and its bytes restored "
+                    f"({' and '.join(moved)} changed)",
+                    [f"{name} {k}: start {was.get(k)}, end {now.get(k)}" for k in moved],
+                )
+            )
+    writes = [(ref, e) for ref, e in ctx.tool_calls("write", "edit") if Path(str(e["target"])).name in ctx.locked]
+    if writes and not out:
+        refs = [f"{ref}: {e['tool']} {e['target']}" for ref, e in writes]
+        out.append(
+            finding(1, f"the agent called {writes[0][1]['tool']} on the locked {writes[0][1]['target']}", refs, FLAG)
+        )
+    return out
+
+
+def _new_files(ctx: Context) -> dict[str, dict]:
+    start, end = ctx.evidence.read_json("manifest-start.json"), ctx.evidence.read_json("manifest-end.json")
+    return {rel: e for rel, e in end.items() if rel not in start}
+
+
+def _home_files(ctx: Context) -> list[str]:
+    home = ctx.run_dir / "home"
+    out = []
+    for folder, _dirs, names in os.walk(home):
+        for name in names:
+            out.append((Path(folder) / name).relative_to(home).as_posix())
+            if len(out) > 50_000:
+                return out
+    return out
+
+
+def no_foreign_weights(ctx: Context) -> list[Violation]:
+    """Rule 2 (files): weights in a model hub's download cache (in the workspace or the agent's home), and provided
+    weight files (T3's DINOv3) that are no longer the provided bytes."""
+    out = []
+    hub = [f"workspace/{rel}" for rel in _new_files(ctx) if HUB_CACHE.search(rel)]
+    hub += [f"home/{rel}" for rel in _home_files(ctx) if HUB_CACHE.search(rel) and rel.endswith(WEIGHT_SUFFIXES)]
+    if hub:
+        out.append(
+            finding(2, f"a model hub's download cache holds {len(hub)} file(s): pretrained weights fetched", hub)
+        )
+    end = ctx.evidence.read_json("manifest-end.json")
+    for rel, want in ctx.allowed_weights.items():
+        got = (end.get(rel) or {}).get("sha256")
+        if got and got != want:
+            out.append(finding(2, f"the provided {rel} was replaced (sha256 {_short(got)}, expected {_short(want)})",
+                               [f"manifest-end.json {rel} sha256 {got}"], FLAG))  # fmt: skip
+    return out
+
+
+def no_installed_packages(ctx: Context) -> list[Violation]:
+    """Rule 4 (files): what installs leave behind (``*.dist-info``, ``site-packages``, wheels, ``node_modules``)
+    that appeared in the workspace or the agent's home during the run."""
+    found = [f"workspace/{rel}" for rel in _new_files(ctx) if INSTALLED.search(rel)]
+    found += [f"home/{rel}" for rel in _home_files(ctx) if INSTALLED.search(rel)]
+    if not found:
+        return []
+    return [finding(4, f"packages were installed: {len(found)} installed file(s) appeared, e.g. {found[0]}", found)]
+
+
+def stays_in_workspace(ctx: Context) -> list[Violation]:
+    """Rule 5: links leading out of the workspace; tool calls that write or read files outside it."""
+    root = ctx.workspace.resolve()
+    out = []
+    for p in ctx.workspace.rglob("*"):
+        if p.is_symlink():
+            target = p.resolve()
+            if root != target and root not in target.parents:
+                rel = p.relative_to(ctx.workspace)
+                out.append(
+                    finding(5, f"{rel} links outside the workspace to {target}", [f"workspace/{rel} -> {target}"])
+                )
+    for tools, verdict, what in ((("write", "edit"), None, "wrote"), (("read",), FLAG, "read")):
+        outside = []
+        for ref, e in ctx.tool_calls(*tools):
+            target = Path(str(e["target"]))
+            resolved = (target if target.is_absolute() else ctx.workspace / target).resolve()
+            if resolved != root and root not in resolved.parents:
+                outside.append(f"{ref}: {e['tool']} {target}")
+        if outside:
+            reason = (
+                f"the agent {what} {len(outside)} file(s) outside the workspace, e.g. {outside[0].split(': ', 1)[1]}"
+            )
+            out.append(finding(5, reason, outside, verdict or "disqualify"))
+    return out
+
+
+CHECKS = [locked_files_kept, no_foreign_weights, no_installed_packages, stays_in_workspace]
