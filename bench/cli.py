@@ -8,14 +8,19 @@ import subprocess
 import sys
 from pathlib import Path
 
+from bench import preflight
 from bench.agents import AGENTS, AgentError
 from bench.durations import parse_duration
+from bench.preflight import InputError
 from bench.result import ResultError, RunResult
+from bench.sandbox.bwrap import SandboxUnavailable
 from bench.tasks import TaskError, all_tasks, get_task
 
 
 def _tasks(key: str):
-    return all_tasks() if key == "all" else [get_task(k) for k in key.split(",")]
+    if key.strip() != "all" and not all(k.strip() for k in key.split(",")):
+        raise InputError(f"--task {key!r} has an empty task id: give ids like t6, a comma list t1,t6, or all")
+    return all_tasks() if key.strip() == "all" else [get_task(k) for k in key.split(",")]
 
 
 def cmd_tasks(args: argparse.Namespace) -> int:
@@ -72,10 +77,27 @@ def cmd_run(args: argparse.Namespace) -> int:
     from bench.runner import RunSpec, run
 
     options = dict(args.agent_option or [])
-    if args.agent_command:
+    if args.agent_command is not None:
+        if args.agent != "command":
+            raise InputError(f"--agent-command is for --agent command only; the {args.agent} agent would ignore it")
         options["command"] = args.agent_command
+    tasks = _tasks(args.task)
+    preflight.check_run(  # every argument, before any data, workspace or MLflow run is created
+        tasks,
+        agent=args.agent,
+        campaign=args.campaign,
+        budget_s=args.budget,
+        grace_s=args.grace,
+        repeats=args.repeats,
+        first_repeat=args.first_repeat,
+        model=args.model,
+        options=options,
+        device=args.device,
+        no_weights=args.no_weights,
+        sandbox=not args.unsandboxed,
+    )
     results = []
-    for task in _tasks(args.task):
+    for task in tasks:
         for repeat in range(args.first_repeat, args.first_repeat + args.repeats):
             spec = RunSpec(
                 task=task,
@@ -110,6 +132,8 @@ def _print_summary(results: list[RunResult]) -> None:
 
 
 def cmd_record(args: argparse.Namespace) -> int:
+    if not Path(args.run_dir).is_dir():
+        raise InputError(f"no run directory {args.run_dir}: give the run dir bench run printed (with result.json)")
     from bench.pipeline.record import load_run, record
     from bench.tracking.writer import MlflowWriter
 
@@ -236,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (TaskError, AgentError) as e:
+    except (TaskError, AgentError, InputError, SandboxUnavailable) as e:  # refused before anything was created
         print(f"bench: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

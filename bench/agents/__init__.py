@@ -59,6 +59,20 @@ def writable_of(agent: Agent, ctx: LaunchContext) -> tuple[Path, ...]:
     return tuple(Path(p) for p in agent.writable(ctx)) if hasattr(agent, "writable") else ()
 
 
+def check_of(agent: Agent, options: dict[str, str], model: str | None) -> None:
+    """AgentError for an option the agent does not know (when it declares ``option_names``) or options or a model
+    its own ``check`` refuses: asked before anything of a run is created."""
+    known = getattr(agent, "option_names", None)
+    unknown = sorted(set(options) - set(known)) if known is not None else []
+    if unknown:
+        allowed = ", ".join(known) if known else "none"
+        raise AgentError(
+            f"the {agent.name} agent does not know the option(s) {', '.join(unknown)}; it knows: {allowed}"
+        )
+    if hasattr(agent, "check"):
+        agent.check(dict(options), model)
+
+
 def parser_of(agent: Agent, ctx: LaunchContext) -> str | None:
     """The stream parser of an agent's output for this run (None: print its output as it is)."""
     if hasattr(agent, "parser_for"):
@@ -71,6 +85,7 @@ __all__ = [
     "Agent",
     "AgentError",
     "LaunchContext",
+    "check_of",
     "endpoints_of",
     "get_agent",
     "parser_of",

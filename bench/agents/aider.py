@@ -32,6 +32,7 @@ READ_ONLY = ("program.md", "train.py")
 
 class AiderAgent:
     name = "aider"
+    option_names: tuple[str, ...] = ("bin",)  # --agent-option bin=/path/to/cli (else the pinned install)
     description = f"Aider (--message, diff edit format); --model LiteLLM name, default {DEFAULT_MODEL}"
     parser_name = "aider"
     passthrough = ("OPENAI_*", "ANTHROPIC_*", "AIDER_*")

@@ -52,6 +52,9 @@ class Agent(Protocol):
 
     # optional: ``writable(ctx) -> tuple[Path, ...]``, folders outside the workspace the agent must write (the
     # optuna agent's study storage); an agent without it writes only its workspace and its private home
+    # optional: ``option_names``, the ``--agent-option`` keys it knows (any other is refused before a run starts),
+    # and ``check(options, model) -> None``, raising AgentError for options or a model it cannot run with; both
+    # are asked by bench.preflight before anything is created (``command(ctx)`` keeps its own checks)
 
 
 def api_endpoints(variables: tuple[str, ...], default: str | None) -> tuple[str, ...]:

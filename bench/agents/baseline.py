@@ -9,6 +9,7 @@ from bench.agents.base import LaunchContext
 
 class BaselineAgent:
     name = "baseline"
+    option_names: tuple[str, ...] = ()
     description = "runs the task's baseline train.py once (no model API needed)"
 
     passthrough: tuple[str, ...] = ()  # offline: no key, no network

@@ -24,6 +24,7 @@ DEFAULT_MODEL = "claude-opus-4-7"
 
 class ClaudeCodeAgent:
     name = "claude-code"
+    option_names: tuple[str, ...] = ("bin",)  # --agent-option bin=/path/to/cli (else the pinned install)
     description = f"Claude Code CLI (stream-json); --model, default {DEFAULT_MODEL}; ANTHROPIC_API_KEY"
     parser_name = "claude-code"
     passthrough = ("ANTHROPIC_*", "CLAUDE_CODE_*")

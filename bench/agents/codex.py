@@ -35,6 +35,7 @@ def _toml(value: str) -> str:
 
 class CodexAgent:
     name = "codex"
+    option_names: tuple[str, ...] = ("bin",)  # --agent-option bin=/path/to/cli (else the pinned install)
     description = f"OpenAI Codex CLI (exec --json); --model, default {DEFAULT_MODEL}; OPENAI_API_KEY [OPENAI_BASE_URL]"
     parser_name = "codex"
     passthrough = ("OPENAI_*", "CODEX_*")

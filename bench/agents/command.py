@@ -12,6 +12,7 @@ from bench.agents.base import AgentError, LaunchContext
 
 class CommandAgent:
     name = "command"
+    option_names = ("command",)
     description = "runs a shell command as the agent: --agent-command 'python run_1.py'"
 
     passthrough: tuple[str, ...] = ()  # offline: no key, no network
@@ -19,11 +20,14 @@ class CommandAgent:
     def endpoints(self, ctx: LaunchContext) -> tuple[str, ...]:
         return ()
 
-    def command(self, ctx: LaunchContext) -> list[str]:
-        cmd = ctx.options.get("command")
-        if not cmd:
+    def check(self, options: dict[str, str], model: str | None) -> None:
+        """Before anything is created: the one thing this agent needs is the command."""
+        if not (options.get("command") or "").strip():
             raise AgentError("the command agent needs the command to run: --agent-command 'CMD'")
-        return ["bash", "-c", cmd]
+
+    def command(self, ctx: LaunchContext) -> list[str]:
+        self.check(ctx.options, ctx.model)
+        return ["bash", "-c", ctx.options["command"]]
 
     def env(self, ctx: LaunchContext) -> dict[str, str]:
         return {"BENCH_PROMPT": ctx.prompt}

@@ -30,6 +30,7 @@ SETTINGS = {
 
 class GeminiAgent:
     name = "gemini"
+    option_names: tuple[str, ...] = ("bin",)  # --agent-option bin=/path/to/cli (else the pinned install)
     description = f"Gemini CLI (-o stream-json); --model, default {DEFAULT_MODEL}; GEMINI_API_KEY"
     parser_name = "gemini"
     passthrough = ("GEMINI_API_KEY", "GOOGLE_*")

@@ -41,7 +41,12 @@ PLACEHOLDER = re.compile(r"\{(prompt|model|workspace|home|budget_s|env:[A-Za-z_]
 
 
 def load(ctx: LaunchContext) -> dict:
-    path = ctx.options.get("config")
+    return load_config(ctx.options)
+
+
+def load_config(options: dict[str, str]) -> dict:
+    """The agent's TOML description named by ``--agent-option config=PATH``, or an AgentError saying what is wrong."""
+    path = options.get("config")
     if not path:
         raise AgentError(
             "the generic agent needs a TOML file: --agent-option config=PATH (see bench/agents/generic.py)"
@@ -77,7 +82,12 @@ class GenericAgent:
     name = "generic"
     description = "any CLI from a TOML description: --agent-option config=FILE (command, model, parser, env)"
     parser_name: str | None = None  # set from the config by command(); parser_for(ctx) is the pure form
+    option_names = ("config",)
     passthrough = ("ANTHROPIC_*", "OPENAI_*")  # unless the config says otherwise (passthrough_for)
+
+    def check(self, options: dict[str, str], model: str | None) -> None:
+        """Before anything is created: the config file exists, is TOML and has a command."""
+        load_config(options)
 
     def passthrough_for(self, ctx: LaunchContext) -> tuple[str, ...]:
         names = load(ctx).get("passthrough")

@@ -60,6 +60,7 @@ def config(model: str) -> dict:
 
 class OpenCodeAgent:
     name = "opencode"
+    option_names: tuple[str, ...] = ("bin",)  # --agent-option bin=/path/to/cli (else the pinned install)
     description = f"OpenCode CLI (run --format json); --model provider/model, default {DEFAULT_MODEL}"
     parser_name = "opencode"
     passthrough = ("OPENROUTER_API_KEY", "OPENAI_*", "OPENCODE_*")
@@ -69,6 +70,10 @@ class OpenCodeAgent:
         if provider == CUSTOM:
             return api_endpoints(("OPENAI_BASE_URL",), None)
         return (PROVIDER_URLS[provider],) if provider in PROVIDER_URLS else ()
+
+    def check(self, options: dict[str, str], model: str | None) -> None:
+        """Before anything is created: a model that cannot be configured (bench/NAME without OPENAI_BASE_URL)."""
+        config(model or DEFAULT_MODEL)
 
     def command(self, ctx: LaunchContext) -> list[str]:
         model = ctx.model or DEFAULT_MODEL

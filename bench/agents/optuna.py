@@ -28,6 +28,7 @@ OPTIONS = ("trials", "seed", "storage", "study", "pruner", "prune_after", "max_e
 
 class OptunaAgent:
     name = "optuna"
+    option_names = OPTIONS
     description = "Optuna search over the baseline's knobs, one run_<k>.py per trial (no model API needed)"
 
     passthrough: tuple[str, ...] = ()  # offline: no key, no network
@@ -62,11 +63,15 @@ class OptunaAgent:
         path.parent.mkdir(parents=True, exist_ok=True)
         return (path.parent.resolve(),)
 
-    def command(self, ctx: LaunchContext) -> list[str]:
-        argv = [sys.executable, "-m", "baselines.agent", "--task", ctx.task.id]
-        unknown = sorted(set(ctx.options) - set(OPTIONS) - {"command"})
+    def check(self, options: dict[str, str], model: str | None) -> None:
+        """Before anything is created: only the options the driver knows."""
+        unknown = sorted(set(options) - set(OPTIONS) - {"command"})
         if unknown:
             raise AgentError(f"the optuna agent does not know the option(s) {', '.join(unknown)}; known: {OPTIONS}")
+
+    def command(self, ctx: LaunchContext) -> list[str]:
+        argv = [sys.executable, "-m", "baselines.agent", "--task", ctx.task.id]
+        self.check(ctx.options, ctx.model)
         for key in OPTIONS:
             value = ctx.options.get(key)
             if value not in (None, ""):

@@ -47,9 +47,9 @@ def for_task(task: Task) -> list[Path]:
     missing = [w for w in task.weights if installed(w) is None]
     if missing:
         raise WeightsError(
-            f"{task.id} provides pretrained weights to agents, but {len(missing)} file(s) are not installed:\n  "
-            + "\n  ".join(how_to_get(w) for w in missing)
-            + "\n(or run with --no-weights to let agents train without them; the run is then marked partial)"
+            f"{task.id} provides pretrained weights to agents, but {len(missing)} file(s) are not installed: "
+            + "; ".join(how_to_get(w) for w in missing)
+            + " (or run with --no-weights to let agents train without them; the run is then marked partial)"
         )
     return [weights_dir() / w.file for w in task.weights]
 

@@ -1,0 +1,176 @@
+"""What is checked before a run creates anything.
+
+A run creates, in this order, the prepared data in the cache, the workspace, the MLflow experiment and run,
+and only then starts the agent. Bad input found later leaves a half-made run behind (a workspace, a run left
+RUNNING in the store) or fails after the agent has spent its budget (a zero budget divides by zero in the
+record step). So everything that can be known from the arguments and the machine is checked here first, and
+each problem is one sentence that says what to do. Nothing in this module creates a file or a folder.
+
+``bench run`` checks every task before the first run (:func:`check_run`); :func:`bench.runner.run` checks its
+spec again (:func:`check_spec`) for programmatic callers.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Protocol
+
+from bench import paths
+from bench.agents import AgentError, check_of, get_agent
+from bench.tasks import Task, weights
+
+
+class Spec(Protocol):
+    """What :func:`check_spec` reads of a :class:`bench.runner.RunSpec` (not imported: the runner imports this)."""
+
+    task: Task
+    agent: str
+    campaign: str
+    repeat: int
+    budget_s: float | None
+    grace_s: float
+    model: str | None
+    options: dict[str, str]
+    device: str | None
+    no_weights: bool
+    sandbox: bool
+
+
+class InputError(ValueError):
+    """An argument or a setting a run cannot start with; the message says what to do (``bench`` exits 2)."""
+
+
+def check_numbers(budget_s: float | None, grace_s: float, repeats: int = 1, first_repeat: int = 1) -> None:
+    """The budget divides the run's utilisation and bounds the watchdog; a repeat count of 0 runs nothing."""
+    if budget_s is not None and not (math.isfinite(budget_s) and budget_s > 0):
+        raise InputError(f"--budget must be a positive duration (got {budget_s:g} s): e.g. --budget 90s, 3m or 1h")
+    if not (math.isfinite(grace_s) and grace_s >= 0):
+        raise InputError(f"--grace must be a number of seconds >= 0 (got {grace_s:g}); the paper uses 30")
+    if repeats < 1:
+        raise InputError(f"--repeats must be at least 1 (got {repeats})")
+    if first_repeat < 1:
+        raise InputError(f"--first-repeat must be at least 1 (got {first_repeat}); repeats are numbered from 1")
+
+
+def check_campaign(campaign: str) -> None:
+    """The campaign names the MLflow experiment and the workspaces' folder; a name with no letter or digit would
+    put every such campaign in the same folder."""
+    if not campaign.strip() or not re.search(r"[A-Za-z0-9]", campaign):
+        raise InputError(f"--campaign {campaign!r} names nothing: give a name with letters or digits, e.g. my-runs")
+
+
+def check_device(device: str | None) -> None:
+    """The official evaluation runs on ``cpu`` or ``cuda`` (the scorer's choices); asking for a GPU that is not
+    there would only fail in the evaluation, after the agent's whole budget."""
+    if device is None or device == "cpu":
+        return
+    if device == "cuda":
+        try:
+            import torch
+
+            available = torch.cuda.is_available()
+        except ImportError:
+            available = False
+        if not available:
+            raise InputError("--device cuda: no CUDA device is available here; use --device cpu (or leave it out)")
+        return
+    if re.fullmatch(r"cuda:\d+", device):
+        n = device.split(":")[1]
+        raise InputError(f"--device {device}: the evaluation takes cpu or cuda; pick the GPU with "
+                         f"CUDA_VISIBLE_DEVICES={n} and --device cuda")  # fmt: skip
+    raise InputError(f"--device {device!r} is not a device the evaluation can use: use cpu or cuda")
+
+
+def check_folder(path: Path, what: str, variable: str) -> None:
+    """``path`` is a folder this process can create or write: the nearest existing ancestor is a writable folder.
+    Only looked at, never created."""
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise InputError(f"the {what} {path} cannot be created ({existing} is a file): set {variable} to a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise InputError(f"the {what} {path} is not writable ({existing}): set {variable} to a writable folder")
+
+
+def check_places() -> None:
+    """The folders a run writes: the data cache, the workspaces and, for the embedded store, the MLflow store."""
+    check_folder(paths.cache_dir(), "cache folder", "BENCH_CACHE_DIR")
+    check_folder(paths.workspaces_dir(), "workspaces folder", "BENCH_WORKSPACES_DIR")
+    if not os.environ.get("MLFLOW_TRACKING_URI"):  # a server or a database elsewhere is checked when first used
+        check_folder(paths.mlruns_dir(), "tracking store folder", "BENCH_MLRUNS_DIR")
+
+
+def check_agent(agent: str, options: dict[str, str], model: str | None) -> None:
+    """An unknown agent, an option it does not know, or options it cannot run with (AgentError, exit 2)."""
+    check_of(get_agent(agent), options, model)
+
+
+def check_weights(tasks: Iterable[Task], no_weights: bool) -> None:
+    """A task that provides pretrained weights needs them installed (or ``--no-weights``)."""
+    if no_weights:
+        return
+    for task in tasks:
+        try:
+            weights.for_task(task)
+        except weights.WeightsError as e:
+            raise InputError(str(e)) from None
+
+
+def check_sandbox(sandbox: bool) -> None:
+    """SandboxUnavailable (why, what to do, or --unsandboxed) before anything is created."""
+    if sandbox:
+        from bench.sandbox import bwrap
+
+        bwrap.require()
+
+
+def check_run(
+    tasks: list[Task],
+    *,
+    agent: str,
+    campaign: str,
+    budget_s: float | None,
+    grace_s: float,
+    repeats: int = 1,
+    first_repeat: int = 1,
+    model: str | None = None,
+    options: dict[str, str] | None = None,
+    device: str | None = None,
+    no_weights: bool = False,
+    sandbox: bool = True,
+) -> None:
+    """Every check of a ``bench run`` invocation, cheapest first; raises InputError, AgentError or
+    SandboxUnavailable, and creates nothing."""
+    check_numbers(budget_s, grace_s, repeats, first_repeat)
+    check_campaign(campaign)
+    check_agent(agent, dict(options or {}), model)
+    check_device(device)
+    check_places()
+    check_weights(tasks, no_weights)
+    check_sandbox(sandbox)
+
+
+def check_spec(spec: Spec) -> None:
+    """The same checks for one :class:`~bench.runner.RunSpec` (programmatic callers of ``bench.runner.run``)."""
+    if spec.repeat < 1:
+        raise InputError(f"repeat must be at least 1 (got {spec.repeat})")
+    check_run(
+        [spec.task],
+        agent=spec.agent,
+        campaign=spec.campaign,
+        budget_s=spec.budget_s,
+        grace_s=spec.grace_s,
+        model=spec.model,
+        options=spec.options,
+        device=spec.device,
+        no_weights=spec.no_weights,
+        sandbox=spec.sandbox,
+    )
+
+
+__all__ = ["AgentError", "InputError", "check_run", "check_spec"]
