@@ -76,6 +76,20 @@ def cmd_data(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     from bench.runner import RunSpec, run
 
+    results, done = [], set()
+    if args.resume is not None:  # first finish the runs whose harness died (bench/resume.py)
+        from bench import resume
+
+        results, go_on = resume.for_cli(
+            args.resume, campaign=args.campaign, agent=args.agent, task=args.task, console=not args.quiet
+        )
+        if go_on is None:
+            if results:
+                _print_summary(results)
+            return 0 if all(r.status == "success" for r in results) else 1
+        args.campaign, done = go_on, resume.finished_runs(go_on, args.agent or "")
+    if not args.agent or not args.task:
+        raise InputError("bench run needs --agent and --task (or --resume [CAMPAIGN|RUN_DIR] to finish runs)")
     options = dict(args.agent_option or [])
     if args.agent_command is not None:
         if args.agent != "command":
@@ -96,9 +110,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         no_weights=args.no_weights,
         sandbox=not args.unsandboxed,
     )
-    results = []
     for task in tasks:
         for repeat in range(args.first_repeat, args.first_repeat + args.repeats):
+            if (task.id, repeat) in done:  # never redo a finished run
+                print(f"[bench] {task.id}-{args.agent}-r{repeat}: finished in {args.campaign} already, skipped")
+                continue
             spec = RunSpec(
                 task=task,
                 agent=args.agent,
@@ -137,11 +153,22 @@ def cmd_record(args: argparse.Namespace) -> int:
     from bench.pipeline.record import load_run, record
     from bench.tracking.writer import MlflowWriter
 
+    _finished_or_say_how(Path(args.run_dir))
     result, ws = load_run(Path(args.run_dir))
     result.mlflow_run_id = record(MlflowWriter(result.campaign), result, ws)
     result.write(ws.result_file)
     print(f"recorded {ws.run_dir} as MLflow run {result.mlflow_run_id}")
     return 0
+
+
+def _finished_or_say_how(run_dir: Path) -> None:
+    """A run directory without result.json: one line saying how to finish it (not done here: a resume ends the
+    run's processes and evaluates, more than ``bench record`` promises)."""
+    if (run_dir / "result.json").is_file():
+        return
+    if (run_dir / "run.json").is_file():
+        raise ResultError(f"{run_dir} has no result.json (the harness died?); finish it: bench run --resume {run_dir}")
+    raise ResultError(f"{run_dir} has no result.json and no run.json: no run of bench run was launched there")
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -208,8 +235,16 @@ def build_parser() -> argparse.ArgumentParser:
     w.set_defaults(func=cmd_weights)
 
     s = sub.add_parser("run", help="run an agent on tasks under the benchmark protocol")
-    s.add_argument("--agent", required=True, help=f"one of: {', '.join(sorted(AGENTS))}")
-    s.add_argument("--task", required=True, help="task id (t6), comma list, or 'all'")
+    s.add_argument("--agent", help=f"one of: {', '.join(sorted(AGENTS))} (required unless --resume)")
+    s.add_argument("--task", help="task id (t6), comma list, or 'all' (required unless --resume)")
+    s.add_argument(
+        "--resume",
+        nargs="?",
+        const="",
+        metavar="CAMPAIGN|RUN_DIR",
+        help="finish runs whose harness died (default: --campaign's), then run the --agent/--task grid if given, "
+        "skipping finished runs",
+    )
     s.add_argument("--budget", type=parse_duration, help="override the task budget: 90s, 3m, 1h (default: task's)")
     s.add_argument("--repeats", type=int, default=1, help="independent runs per task (paper: 5)")
     s.add_argument("--first-repeat", type=int, default=1, help="index of the first repeat (to extend a campaign)")

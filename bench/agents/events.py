@@ -10,9 +10,11 @@ cache (:mod:`bench.agents.pricing`). Parsers never raise on unknown or malformed
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from dataclasses import dataclass, field, fields
+from pathlib import Path
 
 from bench.tracking import schema
 
@@ -110,6 +112,31 @@ class Tally:
         counts = (self.tool_calls, self.shell_commands, self.file_writes, self.file_reads)
         counts += (self.tokens_input, self.tokens_output, self.tokens_cached)
         return {**{k: float(v) for k, v in zip(METRICS, counts, strict=True)}, schema.COST_USD: cost}
+
+    def summary(self) -> dict:
+        """What the event stream says about the run: its metrics, the last error, over-refusal, the final text."""
+        return {
+            "metrics": self.metrics(),
+            "error": self.error,
+            "refused": self.refused(),
+            "final": self.final.text if self.final is not None else None,
+        }
+
+    @classmethod
+    def replay(cls, events_file: Path) -> Tally:
+        """The tally of a run's ``events.jsonl`` (``bench run --resume`` rebuilds a dead harness's this way)."""
+        tally, names = cls(), {f.name for f in fields(Event)}
+        try:
+            lines = Path(events_file).read_text(errors="replace").splitlines()
+        except OSError:
+            return tally
+        for line in lines:
+            try:
+                raw = json.loads(line)
+                tally.add(Event(**{k: v for k, v in raw.items() if k in names}))
+            except (ValueError, TypeError, AttributeError):
+                continue  # a torn last line (the harness was killed mid-write) or a foreign one
+        return tally
 
     def status_fields(self) -> dict[str, str]:
         """Short strings for the live status line: {"tools": "12", "tokens": "35.2k", "cost": "$0.41"}."""

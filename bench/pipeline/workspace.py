@@ -13,6 +13,8 @@ Layout of one run directory::
         eval/                 isolated evaluation folders
         result.json           the run's outcome
         relay.json            how far the relay got (spool -> MLflow), for ``bench record``
+        run.json              what ``bench run --resume`` needs to finish the run if the harness dies
+        evidence/             what the harness observed, for the audit (:mod:`bench.pipeline.evidence`)
 """
 
 from __future__ import annotations
@@ -96,6 +98,11 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-") or "x"
 
 
+def campaign_dir(campaign: str, root: Path | None = None) -> Path:
+    """The folder holding a campaign's run directories (``bench run --resume CAMPAIGN`` looks there)."""
+    return (root or workspaces_dir()) / _slug(campaign)
+
+
 def create(
     task: Task,
     data_dir: Path,
@@ -113,7 +120,7 @@ def create(
     originals that the official evaluation reads, and no link points out of the workspace (rule 5).
     """
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    base = (root or workspaces_dir()) / _slug(campaign)
+    base = campaign_dir(campaign, root)
     run_dir = base / f"{task.id}-{_slug(agent)}-r{repeat}-{stamp}"
     n = 1
     while run_dir.exists():

@@ -101,7 +101,12 @@ class Relay:
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval):
-            self.poll()
+            try:
+                self.poll()
+            except OSError as e:  # relay.json unwritable (a full disk): the spool keeps everything, retried later
+                if not self.warned:
+                    print(f"[bench] the relay cannot save its progress ({e}); retried, nothing is lost", flush=True)
+                    self.warned = True
 
     def stop(self) -> None:
         self._stop.set()
@@ -173,6 +178,9 @@ class Relay:
         if rows:
             s.metrics += self.writer.log_metrics(s.run_id, rows)
             rows.clear()
+            s.offset += pending
+            self._save()  # at least once: a harness killed now replays at most this batch (the store dedupes it)
+            return 0
         s.offset += pending
         return 0
 
@@ -244,6 +252,7 @@ class Relay:
             name = s.script or s.file
             tags = {**self.base_tags, schema.KIND: schema.KIND_SCRIPT, schema.SCRIPT: name, schema.PID: s.pid}
             s.run_id = self.writer.create_run(name, tags, parent=self.parent_run, start_time=s.started or None)
+            self._save()  # a harness killed from here on resumes into this run, never a second copy of it
 
     def _close(self, s: ScriptState) -> None:
         tags = {schema.EXIT: s.status}

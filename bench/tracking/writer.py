@@ -118,6 +118,18 @@ class MlflowWriter:
     def get_run(self, run_id: str):
         return self._do("get run", "get_run", run_id)
 
+    def open_children(self, parent: str) -> list[str]:
+        """Ids of the runs nested under ``parent`` that are still RUNNING (what a killed harness left open)."""
+        self._client()
+        found = self._do(
+            "search runs",
+            "search_runs",
+            [self._experiment_id],
+            filter_string=f"tags.`{schema.PARENT}` = '{parent}' and attributes.status = 'RUNNING'",
+            max_results=1000,
+        )
+        return [r.info.run_id for r in found]
+
     @property
     def experiment_id(self) -> str:
         self._client()

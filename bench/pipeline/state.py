@@ -1,0 +1,118 @@
+"""Run state (beside the launch step): ``<run_dir>/run.json``, what is needed to finish a run without its harness.
+
+Written atomically once the agent is launched. If the harness dies (SIGKILL, an out-of-memory kill, a lost
+node), ``bench run --resume RUN_DIR`` (:mod:`bench.resume`) reads it to end what of the run is still alive (the
+run token finds it), relay the spool, then collect, evaluate, audit and record as the harness would have. The
+harness's own pid and process start time tell a resume whether that harness is in fact still running.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+
+import psutil
+
+STATE_FILE = "run.json"
+VERSION = 1
+
+
+class RunStateError(RuntimeError):
+    """run.json is missing, malformed or cannot be written; the message says what to do."""
+
+
+@dataclass
+class RunState:
+    """The run's spec (task id, not the Task), its launch, its tracking and the harness that ran it."""
+
+    task: str
+    agent: str
+    campaign: str
+    repeat: int
+    budget_s: float
+    grace_s: float
+    model: str | None
+    options: dict[str, str]
+    device: str
+    no_weights: bool
+    sandbox: bool
+    label: str
+    token: str  # BENCH_RUN_TOKEN: every process of the run carries it
+    agent_pid: int
+    started_at: float
+    agent_argv: list[str]
+    endpoints: list[str]
+    mlflow_run_id: str | None
+    partial_notes: list[str]
+    data_dir: str
+    harness_pid: int = field(default_factory=os.getpid)
+    harness_started: float = field(default_factory=lambda: _create_time(os.getpid()) or 0.0)
+    harness_died_at: float | None = None  # set by the first --resume: the harness's last sign of life
+    version: int = VERSION
+
+    def harness_alive(self) -> bool:
+        """The harness that wrote this file still runs (same pid and same start time: not a reused pid)."""
+        started = _create_time(self.harness_pid)
+        return started is not None and abs(started - self.harness_started) < 0.05
+
+
+def _create_time(pid: int) -> float | None:
+    try:
+        proc = psutil.Process(pid)
+        return None if proc.status() == psutil.STATUS_ZOMBIE else proc.create_time()
+    except psutil.Error:
+        return None
+
+
+def path(run_dir: Path) -> Path:
+    return Path(run_dir) / STATE_FILE
+
+
+def write(run_dir: Path, state: RunState) -> Path:
+    """Write run.json atomically (tmp + rename); :class:`RunStateError` saying what to do if the disk refuses."""
+    target = path(run_dir)
+    tmp = target.with_name(f".{STATE_FILE}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(json.dumps(asdict(state), indent=1))
+        os.replace(tmp, target)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise disk_error(target, e, run_dir) from e
+    return target
+
+
+def read(run_dir: Path) -> RunState:
+    """The run's state; :class:`RunStateError` (one line) for a missing or malformed run.json."""
+    target = path(run_dir)
+    try:
+        raw = json.loads(target.read_text())
+    except FileNotFoundError:
+        raise RunStateError(f"no {STATE_FILE} in {run_dir}: not a run of this version of bench run") from None
+    except (OSError, ValueError) as e:
+        raise RunStateError(f"{target} cannot be read ({e}); the run's files are still in {run_dir}") from e
+    if not isinstance(raw, dict):
+        raise RunStateError(f"{target} is not a JSON object")
+    if int(raw.get("version", VERSION)) > VERSION:
+        raise RunStateError(f"{target} has version {raw['version']}, newer than this toolkit's {VERSION}: upgrade")
+    names = {f.name for f in fields(RunState)}
+    optional = {"harness_pid", "harness_started", "harness_died_at", "version"}
+    missing = sorted(names - set(raw) - optional)
+    if missing:
+        raise RunStateError(f"{target} lacks {', '.join(missing)}: it was not written by bench run")
+    try:
+        state = RunState(**{k: v for k, v in raw.items() if k in names})
+        state.repeat, state.agent_pid = int(state.repeat), int(state.agent_pid)
+        state.budget_s, state.grace_s, state.started_at = map(float, (state.budget_s, state.grace_s, state.started_at))
+    except (TypeError, ValueError) as e:
+        raise RunStateError(f"{target} mistypes a field ({e})") from e
+    return state
+
+
+def disk_error(target: Path, err: OSError, run_dir: Path) -> RunStateError:
+    """One line for a file the harness could not write (a full disk, a read-only mount)."""
+    why = err.strerror or str(err)
+    return RunStateError(
+        f"could not write {target} ({why}): free space in {Path(target).parent}, then: bench run --resume {run_dir}"
+    )

@@ -1,0 +1,235 @@
+"""``bench run --resume``: finish runs whose harness died (SIGKILL, an out-of-memory kill, a lost node).
+
+A run directory holds everything needed without the harness that started it: ``run.json`` (the spec, the run
+token, the launch; :mod:`bench.pipeline.state`), the spool and the relay's progress (``relay.json``), the
+evidence (checkpoint arrivals, launches), the agent's ``events.jsonl``. Resuming one:
+
+1. a run with a complete ``result.json`` is left alone (finished runs are never redone); a run whose harness
+   is still alive (the pid and start time in ``run.json``) is refused;
+2. what of the run is still alive (found by its token; an ``--unsandboxed`` agent survives its harness) is noted
+   in the evidence, then ended;
+3. the shared end of the pipeline (:func:`bench.runner.finish`) runs: every spooled event is relayed (the relay
+   resumes from ``relay.json``; script runs left open are closed as KILLED), the checkpoints are collected (placed
+   in time by their recorded arrival, else their mtime), evaluated, audited, and the result is written and recorded
+   with status ``interrupted`` and the reason (a scored best checkpoint still makes it a success).
+
+For a campaign, every run directory with ``run.json`` and no ``result.json`` is resumed.
+"""
+
+from __future__ import annotations
+
+import os
+from contextlib import suppress
+from pathlib import Path
+
+import psutil
+
+from bench.durations import fmt_s
+from bench.pipeline import state, workspace
+from bench.pipeline.evidence import Evidence
+from bench.pipeline.record import relay_for
+from bench.pipeline.state import RunState, RunStateError
+from bench.pipeline.watch import Watched
+from bench.processes import TOKEN_VAR, describe, end_tree, find_tree, running
+from bench.result import ResultError, RunResult
+from bench.runner import Ended, RunSpec, finish
+from bench.tasks import data, get_task
+from bench.tracking import schema
+from bench.tracking.writer import MlflowWriter, TrackingError
+
+# files the live harness writes while the run goes on: their last change is its last sign of life
+_HEARTBEATS = ("relay.json", "agent.log", "events.jsonl")
+
+
+class ResumeError(RuntimeError):
+    """A run that cannot or must not be resumed; the message says why in one line."""
+
+
+def is_run_dir(path: Path) -> bool:
+    path = Path(path)
+    return path.is_dir() and any((path / name).exists() for name in ("run.json", "result.json", "workspace"))
+
+
+def finished(run_dir: Path) -> RunResult | None:
+    """The run's result if ``result.json`` is there and complete; None if there is none."""
+    if not (Path(run_dir) / "result.json").is_file():
+        return None
+    try:
+        return RunResult.load(run_dir)
+    except ResultError as e:  # written atomically, so this is a newer schema or a hand-edited file: leave it
+        raise ResumeError(f"{run_dir} has a result.json that cannot be read ({e}); it is not redone") from None
+
+
+def resume_run(run_dir: Path, *, console: bool = True) -> RunResult:
+    """Finish one run directory whose harness died; returns its result (also in result.json and MLflow)."""
+    run_dir = Path(run_dir).resolve()
+    if not run_dir.is_dir():
+        raise ResumeError(f"no run directory {run_dir}")
+    done = finished(run_dir)
+    if done is not None:
+        how = "" if done.mlflow_run_id else f"; to record it in MLflow: bench record {run_dir}"
+        print(f"[bench] {done.label}: already finished ({done.status}); finished runs are never redone{how}")
+        return done
+    st = state.read(run_dir)
+    if st.harness_alive():
+        raise ResumeError(f"{run_dir} is still being run by bench (pid {st.harness_pid}); nothing to resume")
+    task = get_task(st.task)
+    ws = workspace.Workspace(run_dir, task)
+    evidence = Evidence(run_dir)
+    if st.harness_died_at is None:  # before anything here touches the run's files
+        st.harness_died_at = _last_sign_of_life(run_dir, st)
+        state.write(run_dir, st)
+    ended_pids = _end_leftovers(st, evidence)
+
+    died_s = round(min(max(0.0, st.harness_died_at - st.started_at), st.budget_s + st.grace_s), 3)
+    ended = Ended(
+        started_at=st.started_at,
+        argv=list(st.agent_argv),
+        endpoints=tuple(st.endpoints),
+        sandboxed=st.sandbox,
+        watched=Watched(died_s, None, died_s >= st.budget_s, True),
+        arrivals=_arrivals(ws, evidence),
+        launches=_launches(evidence),
+        agent_events=_agent_events(ws),
+        note=f"the harness died at ~{fmt_s(died_s)} ({died_s:.0f} s); finished by bench run --resume",
+    )
+    left = f"; ended {len(ended_pids)} process(es) of the run still running" if ended_pids else ""
+    print(f"[bench] {st.label}: resuming {run_dir} (harness gone since ~{died_s:.0f} s{left})", flush=True)
+    spec = RunSpec(
+        task=task,
+        agent=st.agent,
+        campaign=st.campaign,
+        repeat=st.repeat,
+        budget_s=st.budget_s,
+        grace_s=st.grace_s,
+        model=st.model,
+        options=dict(st.options),
+        device=st.device,
+        console=console,
+        no_weights=st.no_weights,
+        sandbox=st.sandbox,
+    )
+    data_dir = Path(st.data_dir)
+    if not data_dir.is_dir():  # the cache moved or was cleared since: prepare it again (verified as for a run)
+        data_dir = data.prepare(task, progress=console)
+    writer = MlflowWriter(st.campaign)
+    base = schema.run_tags(st.campaign, st.agent, st.task, st.repeat)
+    relay = relay_for(writer, st.mlflow_run_id, ws, base)
+    locked = evidence.locked_at_start(task.locked_files)
+    result = finish(spec, ws, st.device, data_dir, list(st.partial_notes), locked, writer, relay, ended)
+    _close_left_open(writer, result.mlflow_run_id)
+    return result
+
+
+def resume_campaign(campaign: str, *, console: bool = True) -> list[RunResult]:
+    """Resume every run of ``campaign`` with run.json and no result.json, one line each."""
+    folder = workspace.campaign_dir(campaign)
+    todo = sorted(
+        d for d in (folder.iterdir() if folder.is_dir() else ()) if (d / "run.json").is_file() and not finished(d)
+    )
+    print(f"[bench] campaign {campaign}: {len(todo)} unfinished run(s) to resume in {folder}", flush=True)
+    results = []
+    for run_dir in todo:
+        try:
+            results.append(resume_run(run_dir, console=console))
+        except (ResumeError, RunStateError) as e:
+            print(f"[bench] {run_dir.name}: not resumed: {e}", flush=True)
+    return results
+
+
+def finished_runs(campaign: str, agent: str) -> set[tuple[str, int]]:
+    """(task, repeat) pairs of ``campaign`` that ``agent`` has a complete result.json for."""
+    folder, out = workspace.campaign_dir(campaign), set()
+    for result_file in folder.glob("*/result.json") if folder.is_dir() else ():
+        with suppress(ResultError):
+            result = RunResult.load(result_file)
+            if result.agent == agent:
+                out.add((result.task, result.repeat))
+    return out
+
+
+def _last_sign_of_life(run_dir: Path, st: RunState) -> float:
+    """When the harness last wrote one of the files it keeps writing while a run goes on (the relay saves its
+    progress every ~2 s), so about when it died; never before the launch."""
+    times = [st.started_at]
+    for path in [*(run_dir / name for name in _HEARTBEATS), *(run_dir / "evidence").glob("*.jsonl")]:
+        with suppress(OSError):
+            times.append(path.stat().st_mtime)
+    return max(times)
+
+
+def _end_leftovers(st: RunState, evidence: Evidence) -> list[int]:
+    """End what of the run still runs (noted in the evidence first, for the audit); the pids ended."""
+    root = st.agent_pid if _carries_token(st.agent_pid, st.token) else 0  # 0: a reused pid is not ours, token only
+    alive = [p for p in find_tree(root, st.token) if running(p)]
+    if not alive:
+        return []
+    evidence.note_processes("resume", describe(alive))
+    ended = end_tree(root, st.token)
+    with suppress(ChildProcessError, OSError):  # an agent re-parented to this process (a subreaper) is collected
+        if root:
+            os.waitpid(root, os.WNOHANG)
+    return ended
+
+
+def _carries_token(pid: int, token: str) -> bool:
+    with suppress(psutil.Error, OSError):
+        return psutil.Process(pid).environ().get(TOKEN_VAR) == token
+    return False
+
+
+def _arrivals(ws: workspace.Workspace, evidence: Evidence) -> dict[Path, float]:
+    """When each checkpoint was first seen by the harness; the files it never saw (written after it died), by
+    their modification time."""
+    seen = evidence.arrivals(ws.path)
+    for path in ws.checkpoints.rglob("*") if ws.checkpoints.is_dir() else ():
+        if path not in seen and path.is_file():
+            with suppress(OSError):
+                seen[path] = path.stat().st_mtime
+    return seen
+
+
+def _launches(evidence: Evidence) -> list[dict]:
+    """The scripts the launch monitor saw running, as the live run's ``launches_observed`` has them."""
+    out: dict[tuple, dict] = {}
+    for rec in evidence.lines("launches.jsonl"):
+        if rec.get("script"):
+            key = (rec.get("pid"), rec.get("started"))
+            out.setdefault(key, {k: rec.get(k) for k in ("pid", "script", "started", "argv")})
+    return list(out.values())
+
+
+def _agent_events(ws: workspace.Workspace) -> dict:
+    """The agent's event summary, rebuilt from events.jsonl ({} for an agent whose output is not parsed)."""
+    if not ws.events.is_file():
+        return {}
+    from bench.agents.events import Tally
+
+    return Tally.replay(ws.events).summary()
+
+
+def _close_left_open(writer: MlflowWriter, parent: str | None) -> None:
+    """Runs nested under the agent run that are still RUNNING (a script run created just before the kill and
+    not yet in relay.json) are closed as KILLED; an unreachable store only skips this."""
+    if not parent:
+        return
+    try:
+        for run_id in writer.open_children(parent):
+            writer.end_run(run_id, "KILLED")
+    except TrackingError as e:
+        print(f"[bench] could not close runs left open in MLflow ({e}); bench record later closes them", flush=True)
+
+
+def for_cli(target: str, *, campaign: str, agent: str | None, task: str | None, console: bool):
+    """``bench run --resume [TARGET]``: (results, the campaign to go on running the grid of, or None)."""
+    if target and is_run_dir(Path(target)):
+        if agent or task:
+            raise ResumeError("--resume RUN_DIR finishes that run only: leave out --agent and --task")
+        was_finished = finished(Path(target)) is not None
+        result = resume_run(Path(target), console=console)  # a finished run: says so, does nothing
+        return ([] if was_finished else [result]), None
+    if target and (os.sep in target or Path(target).exists()):  # a path, not a campaign name
+        raise ResumeError(f"{target} is not a run directory of bench run (no run.json, result.json or workspace/)")
+    name = target or campaign
+    results = resume_campaign(name, console=console)
+    return results, (name if agent or task else None)
