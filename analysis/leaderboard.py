@@ -31,7 +31,7 @@ from bench.tasks.direction import Direction, relative, signs
 CELL_COLUMNS = (
     "source kind group entry agent model family task n_runs n_success mean std best mean_scripts "
     "mean_scripts_all budget_min wall_min utilisation tokens_input tokens_output tokens_cached cost_usd "
-    "synthetic partial_data unsandboxed detail"
+    "synthetic partial_data unsandboxed flagged detail"
 ).split()
 AGENT = "agent"
 AGG_DIRECTION = Direction.MAX  # Eq. 1's terms (and Agg) grow with quality, whatever each task's direction
@@ -68,6 +68,8 @@ def cells(runs: pd.DataFrame, tasks: pd.DataFrame | None = None) -> pd.DataFrame
     df["ok"] = df["status"] == "success"
     for flag in ("partial_data", "unsandboxed"):
         df[flag] = df[flag] if flag in df else False  # frames built by hand may lack them
+    flagged = df["audit_flagged"] if "audit_flagged" in df else pd.Series("", index=df.index)
+    df["flagged"] = flagged.fillna("").astype(str).ne("")  # a finding for a person to look at (not disqualifying)
     df["higher"] = higher_is_better(df, tasks)
     df["signed"] = signs(df["higher"]) * df["score"].astype(float)  # grows with quality: its max is the best run
     good = df[df["ok"] & df["score"].notna()]
@@ -86,6 +88,7 @@ def cells(runs: pd.DataFrame, tasks: pd.DataFrame | None = None) -> pd.DataFrame
         synthetic=("synthetic", "any"),
         partial_data=("partial_data", "any"),
         unsandboxed=("unsandboxed", "any"),
+        flagged=("flagged", "any"),
         higher=("higher", "first"),
     )
     stats = good.groupby(keys, sort=False).agg(

@@ -167,6 +167,8 @@ def _index(lb, runs, experiments, published, fit, comparison, written, intervals
         lines += [f"**{note}**" for note in partial] + [""]
     if unsandboxed := tables.unsandboxed_notes(lb):
         lines += [f"**{note}**" for note in unsandboxed] + [""]
+    if flagged := tables.audit_notes(lb):
+        lines += [f"**{note}**" for note in flagged] + [""]
     lines += [to_markdown(tables.leaderboard_table(lb, intervals)), "## Tables", ""]
     titles = {
         "table4": "Table 4: mean ± std, Agg",

@@ -34,7 +34,8 @@ from bench.tracking import schema, store
 AGENT_COLUMNS = (
     "run_id experiment agent model task repeat status reason score metric higher_is_better budget_min "
     "wall_time_s budget_utilisation scripts_launched launches_observed checkpoints best_val_score "
-    "tokens_input tokens_output tokens_cached cost_usd start_time end_time synthetic partial_data unsandboxed"
+    "tokens_input tokens_output tokens_cached cost_usd start_time end_time synthetic partial_data unsandboxed "
+    "audit_disqualified audit_flagged"
 ).split()
 SCRIPT_COLUMNS = (
     "run_id parent_run_id experiment agent task repeat script exit reason start_time end_time start_min "
@@ -188,6 +189,9 @@ def _agents(w: pd.DataFrame, names: dict[str, str]) -> pd.DataFrame:
             "partial_data": t(schema.PARTIAL_DATA).str.lower() == "true",
             # marked only when the run says so: runs recorded before the sandbox existed carry no tag
             "unsandboxed": t(schema.SANDBOXED).str.lower() == "false",
+            # the rules the audit found broken / flagged, comma-joined ("" when none, or for runs before the audit)
+            "audit_disqualified": t(schema.AUDIT_DISQUALIFIED).fillna(""),
+            "audit_flagged": t(schema.AUDIT_FLAGGED).fillna(""),
         }
     )[AGENT_COLUMNS]
 

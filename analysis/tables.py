@@ -365,7 +365,19 @@ def _notes(lb: Leaderboard) -> list[str]:
         notes.append("Rows marked [synthetic] are generated runs (benchmarks), not results.")
     notes += partial_data_notes(lb)
     notes += unsandboxed_notes(lb)
+    notes += audit_notes(lb)
     return notes
+
+
+def audit_notes(lb) -> list[str]:
+    """Cells with a run the audit flagged (a finding that does not disqualify: a refused request that may be the
+    CLI's own, a process that ignored SIGTERM, a late checkpoint): the score stands, a person should look."""
+    flagged = lb.cells[lb.cells["flagged"].eq(True)] if "flagged" in lb.cells else lb.cells.iloc[:0]
+    return [
+        f"{r.entry} [{r.source}] on {r.task.upper()} has runs with flagged audit findings "
+        f"({schema.AUDIT_FLAGGED}): read their {schema.AUDIT_ARTIFACT} before trusting the score."
+        for r in flagged.itertuples()
+    ]
 
 
 def unsandboxed_notes(lb) -> list[str]:
