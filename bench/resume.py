@@ -124,9 +124,7 @@ def resume_run(run_dir: Path, *, console: bool = True) -> RunResult:
 def resume_campaign(campaign: str, *, console: bool = True) -> list[RunResult]:
     """Resume every run of ``campaign`` with run.json and no result.json, one line each."""
     folder = workspace.campaign_dir(campaign)
-    todo = sorted(
-        d for d in (folder.iterdir() if folder.is_dir() else ()) if (d / "run.json").is_file() and not finished(d)
-    )
+    todo = sorted(d for d in (folder.iterdir() if folder.is_dir() else ()) if _unfinished(d))
     print(f"[bench] campaign {campaign}: {len(todo)} unfinished run(s) to resume in {folder}", flush=True)
     results = []
     for run_dir in todo:
@@ -135,6 +133,16 @@ def resume_campaign(campaign: str, *, console: bool = True) -> list[RunResult]:
         except (ResumeError, RunStateError) as e:
             print(f"[bench] {run_dir.name}: not resumed: {e}", flush=True)
     return results
+
+
+def _unfinished(run_dir: Path) -> bool:
+    if not (run_dir / "run.json").is_file():
+        return False
+    try:
+        return finished(run_dir) is None
+    except ResumeError as e:
+        print(f"[bench] {run_dir.name}: not resumed: {e}", flush=True)
+        return False
 
 
 def finished_runs(campaign: str, agent: str) -> set[tuple[str, int]]:

@@ -223,6 +223,21 @@ def test_campaign_resume_finds_only_the_unfinished_run_then_skips_finished_repea
     ]
 
 
+def test_resume_with_the_store_unreachable_writes_the_result_and_says_how_to_record(generated_t6, monkeypatch, capsys):
+    unfinished = quick_run(generated_t6, campaign())
+    Path(unfinished.result_file).unlink()
+    dead_harness(Path(unfinished.run_dir))
+    with monkeypatch.context() as patch:
+        patch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:9")  # nothing listens on the discard port
+        store._client.cache_clear()
+        capsys.readouterr()
+        assert main(["run", "--resume", unfinished.run_dir, "--quiet"]) == 1
+    store._client.cache_clear()
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err and f"bench record {unfinished.run_dir}" in captured.out
+    assert RunResult.load(unfinished.run_dir).status == "interrupted"
+
+
 def test_bench_record_without_result_json_says_how_to_finish_in_one_line(tmp_path, capsys):
     run_dir = tmp_path / "t6-command-r1-x"
     run_dir.mkdir()
