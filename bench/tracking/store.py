@@ -7,7 +7,10 @@ their working directory. ``MLFLOW_TRACKING_URI`` overrides it (a server, Postgre
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
+import time
 from functools import cache
 from pathlib import Path
 
@@ -41,18 +44,46 @@ def _client(uri: str):
     """An MlflowClient on ``uri``, with its schema created before any other process uses it.
 
     Several processes creating a new SQLite/PostgreSQL schema at once fail (duplicate tables on SQLite,
-    a UniqueViolation on PostgreSQL; measured with MLflow 3.17), so the harness does it here, once,
-    before it starts an agent.
+    a UniqueViolation on PostgreSQL; measured with MLflow 3.17: 4 processes on a fresh SQLite store, most
+    fail), so the harness does it here, before it starts an agent: under a file lock for the embedded store (harness
+    processes on one machine take turns), and for any store retried a few times, since a process that lost the race
+    finds the schema the winner made.
     """
     import mlflow
     from mlflow.tracking import MlflowClient
 
-    if uri == default_uri():
+    embedded = uri == default_uri()
+    if embedded:
         mlruns_dir().mkdir(parents=True, exist_ok=True)
     mlflow.set_tracking_uri(uri)
-    c = MlflowClient(tracking_uri=uri)
-    c.search_experiments(max_results=1)  # creates the schema on first use
-    return c
+    with _schema_lock(mlruns_dir() / ".schema.lock" if embedded else None):
+        for attempt in range(SCHEMA_TRIES):
+            c = MlflowClient(tracking_uri=uri)
+            try:
+                c.search_experiments(max_results=1)  # creates the schema on first use
+                return c
+            except Exception:
+                if attempt == SCHEMA_TRIES - 1:
+                    raise
+                time.sleep(0.5 * (attempt + 1))  # another process is creating it: look again once it is done
+    raise AssertionError("unreachable")
+
+
+SCHEMA_TRIES = 5
+
+
+@contextlib.contextmanager
+def _schema_lock(path: Path | None):
+    """An exclusive lock on ``path`` (none for a remote store), released when the block ends."""
+    if path is None:
+        yield
+        return
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def experiment_id(campaign: str) -> str:
