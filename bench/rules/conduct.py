@@ -5,20 +5,23 @@ proxy, and the processes that outlived the agent or the budget."""
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 from bench.result import FLAG, Violation
 from bench.rules.context import Context, finding
 
-_START = r"(?:^|[\s;&|(`'\"/])"  # a command word starts a line, follows a separator, or ends a path (/usr/bin/curl)
+# a command word where a shell starts a command: at the start, after ; & | ( ` $( or a newline, after sudo, env or
+# VAR=value, with or without a path (/usr/bin/curl); "grep curl notes.txt" and "echo use curl" are not commands
+_START = r"(?:^|[;&|(`\n]|\$\()\s*(?:(?:sudo|env|exec|nohup|time)\s+|\w+=\S*\s+)*(?:\S*/)?"
 INSTALL = re.compile(
-    _START + r"(?:pip[\d.]*(?:\s+-{1,2}[\w-]+)*\s+(?:install|download|wheel)\b"
+    _START + r"(?:(?:python[\d.]*\s+-m\s+)?pip[\d.]*(?:\s+-{1,2}[\w-]+)*\s+(?:install|download|wheel)\b"
     r"|uv\s+(?:pip\s+install|add|sync|tool\s+install)\b|uvx\s"
     r"|(?:conda|mamba|micromamba)\s+(?:install|create|env\s+create)\b"
     r"|(?:npm|pnpm|yarn|bun)\s+(?:install|i|add|ci)\b|npx\s"
-    r"|apt(?:-get)?\s+install\b|easy_install\b|poetry\s+(?:add|install)\b|setup\.py\s+(?:install|develop)\b)"
+    r"|apt(?:-get)?\s+install\b|easy_install\b|poetry\s+(?:add|install)\b|python[\d.]*\s+setup\.py\s+(?:install|develop)\b)"
 )
 FETCH = re.compile(
-    _START + r"(?:curl|wget|aria2c|axel|lftp|scp|sftp|ssh|rsync|ncat|nc|telnet|gdown|kaggle)\s"
+    _START + r"(?:curl|wget|aria2c|axel|lftp|scp|sftp|ssh|rsync|ncat|nc|telnet|gdown|kaggle)(?:\s|$)"
     r"|" + _START + r"git\s+(?:clone|fetch|pull|ls-remote|submodule)\b"
     r"|" + _START + r"(?:huggingface-cli|hf)\s+download\b"
 )
@@ -30,8 +33,16 @@ PRETRAINED = re.compile(
 )
 
 
-def _matches(ctx: Context, pattern: re.Pattern) -> list[str]:
-    return [f"{c.ref}: {c.text[:300]}" for c in ctx.commands() if pattern.search(c.text)]
+def _command_findings(ctx: Context, rule: int, pattern: re.Pattern, what: str) -> list[Violation]:
+    """A finding for the commands matching ``pattern``: disqualifying when the agent ran one (a tool call, or a
+    process working in the workspace), flagged when only its CLI's own housekeeping elsewhere did."""
+    hits = [c for c in ctx.commands() if pattern.search(c.text)]
+    if not hits:
+        return []
+    ours = [c for c in hits if c.agents]
+    first = (ours or hits)[0]
+    evidence = [f"{c.ref}: {c.text[:300]}" for c in ours or hits]
+    return [finding(rule, f"{what}: {first.text[:160]}", evidence, "disqualify" if ours else FLAG)]
 
 
 def _ran_sources(ctx: Context) -> list[tuple[str, str, str]]:
@@ -54,20 +65,18 @@ def no_pretrained_weights(ctx: Context) -> list[Violation]:
         for n, line in enumerate(source.splitlines(), 1):
             if PRETRAINED.search(line) and not line.lstrip().startswith("#"):
                 hits.append(f"sources/{digest[:12]}.py ({script}) line {n}: {line.strip()[:200]}")
-    hits += _matches(ctx, PRETRAINED)
-    if not hits:
-        return []
-    return [finding(2, f"pretrained weights were asked for: {hits[0].split(': ', 1)[-1][:160]}", hits)]
+    out = _command_findings(ctx, 2, PRETRAINED, "a command names a model hub call")
+    out = [replace(v, verdict=FLAG) for v in out]  # a command that names one may only search for it (grep)
+    if hits:
+        out.insert(0, finding(2, f"pretrained weights were asked for: {hits[0].split(': ', 1)[-1][:160]}", hits))
+    return out
 
 
 def no_internet(ctx: Context) -> list[Violation]:
     """Rule 3: a command that fetches (curl, wget, git clone, a hub download), a script that ran with an HTTP
     client call, and every request the sandbox's proxy refused. An offline agent's run has no business with the
     proxy at all; an LLM agent's CLI may ask its own telemetry hosts, so a refused request is then flagged."""
-    out = []
-    commands = _matches(ctx, FETCH)
-    if commands:
-        out.append(finding(3, f"a command reached for the internet: {commands[0].split(': ', 1)[1][:160]}", commands))
+    out = _command_findings(ctx, 3, FETCH, "a command reached for the internet")
     refused = [
         f"network.jsonl#{n}: {r.get('method')} {r.get('host')}:{r.get('port')} refused"
         for n, r in enumerate(ctx.evidence.lines("network.jsonl"), 1)
@@ -90,10 +99,7 @@ def no_internet(ctx: Context) -> list[Violation]:
 
 def no_package_installs(ctx: Context) -> list[Violation]:
     """Rule 4 (commands): pip/uv/conda/npm/apt installs, ``--target`` and vendored wheels included."""
-    hits = _matches(ctx, INSTALL)
-    if not hits:
-        return []
-    return [finding(4, f"a package install was run: {hits[0].split(': ', 1)[1][:160]}", hits)]
+    return _command_findings(ctx, 4, INSTALL, "a package install was run")
 
 
 def within_budget(ctx: Context) -> list[Violation]:

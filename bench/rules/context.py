@@ -34,6 +34,8 @@ class Command:
 
     text: str  # the command line as one string
     ref: str  # "events.jsonl#12" or "commands.jsonl#3"
+    agents: bool = True  # the agent's own: a tool call, or a process working in the workspace (not its CLI's own
+    # housekeeping in its home, such as a CLI fetching its plugins)
 
 
 @dataclass
@@ -86,12 +88,17 @@ class Context:
         """Shell tool calls and observed command lines; the agent process itself (its prompt) is not one."""
         out = [Command(str(e["target"]), ref) for ref, e in self.tool_calls("shell")]
         agent = [str(a) for a in self.agent_argv]
+        root = self.workspace.resolve()
         for n, rec in enumerate(self.evidence.lines("commands.jsonl"), 1):
             argv = [str(a) for a in rec.get("argv") or []]
             if not argv or (agent and argv[-len(agent) :] == agent):
                 continue  # the agent CLI (or the sandbox's launcher of it): its argv is the prompt, not a command
-            text = argv[2] if len(argv) >= 3 and argv[1] == "-c" and "sh" in Path(argv[0]).name else shlex.join(argv)
-            out.append(Command(text, f"commands.jsonl#{n}"))
+            shell = len(argv) >= 3 and argv[1] in ("-c", "-lc") and Path(argv[0]).name.endswith("sh")
+            if Path(argv[0]).name.startswith("python") and len(argv) > 1 and not argv[1].startswith("-"):
+                argv = argv[1:]  # a console script run by its shebang (python .../bin/pip install): the script's line
+            text = argv[2] if shell else shlex.join(argv)
+            cwd = Path(str(rec.get("cwd") or "/"))
+            out.append(Command(text, f"commands.jsonl#{n}", cwd == root or root in cwd.parents))
         return out
 
 
