@@ -94,7 +94,7 @@ def resume_run(run_dir: Path, *, console: bool = True) -> RunResult:
         note=f"the harness died at ~{fmt_s(died_s)} ({died_s:.0f} s); finished by bench run --resume",
     )
     left = f"; ended {len(ended_pids)} process(es) of the run still running" if ended_pids else ""
-    print(f"[bench] {st.label}: resuming {run_dir} (harness gone since ~{died_s:.0f} s{left})", flush=True)
+    print(f"[bench] {st.label}: resuming {run_dir} (its harness died ~{died_s:.0f} s into the run{left})", flush=True)
     spec = RunSpec(
         task=task,
         agent=st.agent,

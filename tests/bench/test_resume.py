@@ -229,6 +229,7 @@ def test_resume_with_the_store_unreachable_writes_the_result_and_says_how_to_rec
     dead_harness(Path(unfinished.run_dir))
     with monkeypatch.context() as patch:
         patch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:9")  # nothing listens on the discard port
+        patch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")  # refused at once, not after MLflow's backoff
         store._client.cache_clear()
         capsys.readouterr()
         assert main(["run", "--resume", unfinished.run_dir, "--quiet"]) == 1
