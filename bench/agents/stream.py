@@ -94,11 +94,4 @@ class AgentStream:
 
     def summary(self) -> dict:
         """What the event stream says about the run (empty for agents without a parser)."""
-        if self.tally is None:
-            return {}
-        return {
-            "metrics": self.tally.metrics(),
-            "error": self.tally.error,
-            "refused": self.tally.refused(),
-            "final": self.tally.final.text if self.tally.final is not None else None,
-        }
+        return {} if self.tally is None else self.tally.summary()
