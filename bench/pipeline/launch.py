@@ -122,7 +122,7 @@ def launch(
     token = uuid.uuid4().hex
     become_subreaper()
     status = StatusLine(label, enabled=console)
-    locked = ws.task.locked_files
+    locked = ws.task.locked_files if ws.task is not None else ()  # (a bare workspace, as tests build, has none)
     arrivals = Arrivals(ws.checkpoints, on_new=lambda p, t: evidence.note_arrival(ws.path, p, t, locked)).start()
     started = time.time()
     try:

@@ -323,8 +323,9 @@ def test_an_agent_that_writes_into_the_prepared_cache_gets_no_score_and_stops_th
     spec = RunSpec(generated_t6, "command", campaign=name, budget_s=180, grace_s=5, console=False, sandbox=False)
     spec.options = {"command": f"{ONE_EPOCH} && {POISON.format(cache=str(cache_dir()))}"}
     result = run(spec)
-    assert result.status == "failed" and result.score is None
-    assert "changed since they were built (1 file(s): test.npy)" in result.reason
+    assert result.status == "disqualified" and result.score is None  # rule 8: the scorer's inputs were touched
+    (finding,) = [v for v in result.audit.violations if v.rule == 8]
+    assert "changed since they were built (1 file(s): test.npy)" in finding.evidence[0]
     assert all(not e.official.ok for e in result.evaluations) and result.result_file.is_file()
     with pytest.raises(data.DataError, match="bench data prepare t6 --force"):
         run(RunSpec(generated_t6, "baseline", campaign=name, repeat=2, budget_s=60, grace_s=5, console=False))
