@@ -1,8 +1,8 @@
 """The paper's run status, decided from the evidence the pipeline gathered (after the audit, before the record).
 
-In this order: a broken rule (a finding with the verdict ``disqualify``) disqualifies; a best checkpoint with an official score is a success; an
-interrupted harness is ``interrupted``; an over-refusal (Appendix A) is ``refused``; otherwise the run
-``failed`` (or hit a ``timeout`` when the budget ended it), with the reason a person needs first.
+In this order: a broken rule (a finding with the verdict ``disqualify``) disqualifies; a best checkpoint with an
+official score is a success; an interrupted harness is ``interrupted``; an over-refusal (Appendix A) is ``refused``;
+otherwise the run ``failed`` (or hit a ``timeout`` when the budget ended it), with the reason a person needs first.
 The agent's exit code is never trusted on its own.
 """
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from bench import outcome, preflight
-from bench.agents import get_agent
+from bench.agents import get_agent, own_hosts_of
 from bench.durations import fmt_s
 from bench.pipeline import audit, collect, evaluate, launch, record, state, watch, workspace
 from bench.pipeline.evidence import Evidence
@@ -152,6 +152,7 @@ def finish(
         agent_argv=ended.argv,
         rejected=collected.rejected,
         offline=not ended.endpoints,
+        own_hosts=own_hosts_of(get_agent(spec.agent)),
     )
     result = _result(spec, ws, device, notes, ended, scripts, collected, evaluations, audited, relay)
     record.save(result, writer, ws)  # 7

@@ -54,6 +54,12 @@ def endpoints_of(agent: Agent, ctx: LaunchContext) -> tuple[str, ...]:
     return tuple(agent.endpoints(ctx)) if hasattr(agent, "endpoints") else ()
 
 
+def own_hosts_of(agent: Agent) -> tuple[str, ...]:
+    """Hosts the agent's CLI asks by itself (update checks, telemetry): refused by the sandbox like any other, but
+    not findings of the audit (rule 3), since the agent's code did not ask for them."""
+    return tuple(getattr(agent, "own_hosts", ()))
+
+
 def writable_of(agent: Agent, ctx: LaunchContext) -> tuple[Path, ...]:
     """Folders outside its workspace the agent's sandbox may write for this run; none for most agents."""
     return tuple(Path(p) for p in agent.writable(ctx)) if hasattr(agent, "writable") else ()
@@ -87,6 +93,7 @@ __all__ = [
     "LaunchContext",
     "check_of",
     "endpoints_of",
+    "own_hosts_of",
     "get_agent",
     "parser_of",
     "passthrough_of",

@@ -36,6 +36,7 @@ class AiderAgent:
     description = f"Aider (--message, diff edit format); --model LiteLLM name, default {DEFAULT_MODEL}"
     parser_name = "aider"
     passthrough = ("OPENAI_*", "ANTHROPIC_*", "AIDER_*")
+    own_hosts = ("raw.githubusercontent.com",)  # the model metadata it fetches at start (measured, see codex.py)
 
     def endpoints(self, ctx: LaunchContext) -> tuple[str, ...]:
         provider = (ctx.model or DEFAULT_MODEL).partition("/")[0]

@@ -50,6 +50,8 @@ class Agent(Protocol):
         """URLs the agent's sandbox may reach (its model API); () for an offline agent: no network at all."""
         ...
 
+    # optional: ``own_hosts``, hosts the CLI asks by itself (update checks, telemetry), which the audit does not
+    # count against the run (they are refused all the same)
     # optional: ``writable(ctx) -> tuple[Path, ...]``, folders outside the workspace the agent must write (the
     # optuna agent's study storage); an agent without it writes only its workspace and its private home
     # optional: ``option_names``, the ``--agent-option`` keys it knows (any other is refused before a run starts),

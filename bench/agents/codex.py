@@ -39,6 +39,9 @@ class CodexAgent:
     description = f"OpenAI Codex CLI (exec --json); --model, default {DEFAULT_MODEL}; OPENAI_API_KEY [OPENAI_BASE_URL]"
     parser_name = "codex"
     passthrough = ("OPENAI_*", "CODEX_*")
+    # hosts the CLI asks by itself (update check, feature flags), refused by the sandbox and not held against the
+    # run by the audit: measured in the mock-model runs of tests/bench/agents/test_clis.py
+    own_hosts = ("chatgpt.com", "ab.chatgpt.com", "api.github.com", "github.com")
 
     def endpoints(self, ctx: LaunchContext) -> tuple[str, ...]:
         return api_endpoints(("OPENAI_BASE_URL",), "https://api.openai.com")

@@ -64,6 +64,7 @@ class OpenCodeAgent:
     description = f"OpenCode CLI (run --format json); --model provider/model, default {DEFAULT_MODEL}"
     parser_name = "opencode"
     passthrough = ("OPENROUTER_API_KEY", "OPENAI_*", "OPENCODE_*")
+    own_hosts = ("registry.npmjs.org",)  # its provider plugins' registry, asked at start (measured, see codex.py)
 
     def endpoints(self, ctx: LaunchContext) -> tuple[str, ...]:
         provider = (ctx.model or DEFAULT_MODEL).partition("/")[0]

@@ -52,11 +52,13 @@ def audit(
     agent_argv: Iterable[str] = (),
     rejected: Iterable = (),
     offline: bool = False,
+    own_hosts: Iterable[str] = (),
 ) -> Audit:
     """Every check of :mod:`bench.rules`; ``locked_sha256`` maps each locked file to its hash at the start.
 
     ``rejected``: the collect step's rejections (objects with ``path`` and ``reason``, or dicts); ``offline``: the
-    agent declared no endpoint, so any request its sandbox saw came from the run's own code."""
+    agent declared no endpoint, so any request its sandbox saw came from the run's own code; ``own_hosts``: hosts its
+    CLI asks by itself (:func:`bench.agents.own_hosts_of`), whose refused requests are not findings."""
     evidence = Evidence(ws.run_dir)
     recorded = evidence.path("inputs.json").is_file()  # a run of the pipeline (a bare workspace has no evidence)
     start = evidence.read_json("manifest-start.json")
@@ -72,6 +74,7 @@ def audit(
         agent_argv=list(agent_argv),
         rejected=[r if isinstance(r, dict) else {"path": str(r.path), "reason": r.reason} for r in rejected],
         offline=offline,
+        own_hosts=tuple(own_hosts),
         allowed_weights={k: e["sha256"] for k, e in start.items() if k.startswith("weights/") and e.get("sha256")},
         data_error=_data_error(ws.task) if recorded else None,
         originals_changed=_originals_changed(ws.task, evidence) if recorded else [],

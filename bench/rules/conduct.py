@@ -80,7 +80,7 @@ def no_internet(ctx: Context) -> list[Violation]:
     refused = [
         f"network.jsonl#{n}: {r.get('method')} {r.get('host')}:{r.get('port')} refused"
         for n, r in enumerate(ctx.evidence.lines("network.jsonl"), 1)
-        if not r.get("allowed")
+        if not r.get("allowed") and r.get("host") not in ctx.own_hosts
     ]
     if refused:
         verdict = "disqualify" if ctx.offline else FLAG

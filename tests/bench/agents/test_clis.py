@@ -121,6 +121,8 @@ def test_cli_completes_the_scripted_trajectory(agent, generated_t6, monkeypatch)
     assert result.scripts["launched"] >= 1, log
     assert result.checkpoints_found >= 1, log
     assert result.status == "success", (result.reason, log)
+    # the real CLI doing honest work leaves no finding for the audit: not its own housekeeping, not its tool calls
+    assert result.audit.violations == (), result.audit.violations
     assert not result.timed_out and result.wall_time_s < spec.budget
     tools = [r.reply.get("tool") for r in llm.turns()]
     if case.write_tool:
