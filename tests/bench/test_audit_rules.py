@@ -20,14 +20,14 @@ import pytest
 from bench.result import RunResult
 from bench.runner import RunSpec, run
 from bench.sandbox.bwrap import probe
-from tests.bench.test_adversarial import HONEST, guard, honest  # noqa: F401  (fixtures shared with that suite)
+from tests.bench.adversary import HONEST  # the fixtures guard and honest: tests/bench/conftest.py
 
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(probe() is not None, reason=f"no usable sandbox here: {probe()}"),
 ]
 
-ARRIVE = "python -c 'open(\"checkpoints/note.txt\", \"w\").write(\"x\")'; sleep 1.5\n"  # a file the harness sees arrive
+ARRIVE = 'python -c \'open("checkpoints/note.txt", "w").write("x")\'; sleep 1.5\n'  # a file the harness sees arrive
 
 
 def _run(task, command: str, *, budget_s: float = 60, grace_s: float = 2, sandbox: bool = True) -> RunResult:
@@ -136,7 +136,7 @@ def test_rule8_a_write_into_the_scorers_data_is_found(guard):
 
     folder = data.prepared_dir(guard.task)
     target = sorted(p for p in folder.glob("*.npy"))[0]
-    cmd = f"python -c 'open(\"{target}\", \"ab\").write(b\"0\")'\n"
+    cmd = f'python -c \'open("{target}", "ab").write(b"0")\'\n'
     try:
         result = _run(guard.task, cmd, sandbox=False)
     finally:
@@ -149,7 +149,8 @@ def test_rule8_a_write_into_the_scorers_data_is_found(guard):
 def test_rule9_a_validation_score_that_is_the_test_score_is_found(guard, honest):
     # the honest run's official test MSE, reported as the validation score of the same (deterministic) training
     fake = "python - <<'EOF'\nimport re\ns = open('run_1.py').read()\n"
-    fake += f"s = s.replace('save_checkpoint(model, config, val_mse', 'save_checkpoint(model, config, {honest.score!r}')\n"
+    old, new = "save_checkpoint(model, config, val_mse", f"save_checkpoint(model, config, {honest.score!r}"
+    fake += f"s = s.replace({old!r}, {new!r})\n"
     fake += "open('run_1.py', 'w').write(s)\nEOF\npython run_1.py > run_1.log 2>&1\n"
     cmd = HONEST.split("&&")[0] + "&& " + fake
     result = _run(guard.task, cmd, budget_s=120)
