@@ -159,6 +159,8 @@ def finish(
 
     score = f"{result.score:.4f}" if result.score is not None else "-"
     print(f"[bench] {spec.label}: {result.status} | {task.metric} {score} | {result.reason}", flush=True)
+    if audited.violations:
+        print(f"[bench] {spec.label}: {audit.summary(audited)[:2000]}", flush=True)
     return result
 
 

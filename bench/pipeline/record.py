@@ -19,6 +19,9 @@ from bench.tracking import schema
 from bench.tracking.relay import Relay
 from bench.tracking.writer import MlflowWriter, TrackingError
 
+# the audit's evidence files logged with the agent run (the manifests and copied sources stay in the run directory)
+EVIDENCE_ARTIFACTS = ("network.jsonl", "processes.jsonl", "launches.jsonl", "arrivals.jsonl", "commands.jsonl")
+
 
 def relay_for(writer: MlflowWriter, run_id: str | None, ws: Workspace, result_tags: dict[str, str]) -> Relay:
     """The relay of a run's spool: uploads only from its ``checkpoints/``, diffs against the task's own train.py,
@@ -115,6 +118,10 @@ def record(writer: MlflowWriter, result: RunResult, ws: Workspace) -> str:
     writer.log_metrics(run_id, [(k, v, 0, None) for k, v in agent_metrics.items() if v is not None])
     for f in (ws.log, ws.events, ws.result_file):
         writer.log_artifact(run_id, f)
+    evidence = ws.run_dir / "evidence"  # the audit's evidence that a person reads beside audit.json (small files)
+    for name in EVIDENCE_ARTIFACTS:
+        if (evidence / name).is_file():
+            writer.log_artifact(run_id, evidence / name, "evidence")
     for script in ws.scripts():
         writer.log_artifact(run_id, script, "scripts")
     extra = ws.artifacts_dir  # files an agent adapter leaves for its run (e.g. the optuna agent's study summary)
