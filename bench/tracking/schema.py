@@ -69,6 +69,7 @@ def audit_tags(findings) -> dict[str, str]:
     lines = [f"rule {f.rule} {f.verdict}: {f.reason}" for f in findings]
     return {AUDIT_DISQUALIFIED: rules(True), AUDIT_FLAGGED: rules(False), AUDIT_FINDINGS: "\n".join(lines)[:5000]}
 
+
 # --- metrics on the agent run ---------------------------------------------------------------
 SCORE = "score"  # the official score (task metric, eval split)
 SUCCESS = "success"  # 1.0 / 0.0
