@@ -27,7 +27,7 @@ pytestmark = [
     pytest.mark.skipif(probe() is not None, reason=f"no usable sandbox here: {probe()}"),
 ]
 
-ARRIVE = 'python -c \'open("checkpoints/note.txt", "w").write("x")\'; sleep 1.5\n'  # a file the harness sees arrive
+ARRIVE = 'python -c \'open("checkpoints/note.txt", "w").write("x")\'; sleep 3\n'  # a file the harness sees arrive
 
 
 def _run(task, command: str, *, budget_s: float = 60, grace_s: float = 2, sandbox: bool = True) -> RunResult:
@@ -118,7 +118,7 @@ def test_rule5_a_link_out_of_the_workspace_is_found(guard):
 
 def test_rule6_a_process_that_ignores_the_budget_is_found(guard):
     cmd = "python -c 'import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)'\n"
-    result = _run(guard.task, cmd, budget_s=4, grace_s=2)
+    result = _run(guard.task, cmd, budget_s=8, grace_s=2)  # room for python to start on a loaded machine
     v = _finding(result, 6)
     assert v.verdict == "flag" and result.timed_out
     assert "grace-over" in " ".join(v.evidence)
