@@ -65,7 +65,7 @@ def cells(runs: pd.DataFrame, tasks: pd.DataFrame | None = None) -> pd.DataFrame
     tasks = pub.tasks() if tasks is None else tasks
     df = runs.copy()
     df["entry"] = entry_labels(df)
-    df["ok"] = df["status"] == "success"
+    df["ok"] = (df["status"] == "success") & df["score"].notna()  # a success without a score is not counted
     for flag in ("partial_data", "unsandboxed"):
         df[flag] = df[flag] if flag in df else False  # frames built by hand may lack them
     flagged = df["audit_flagged"] if "audit_flagged" in df else pd.Series("", index=df.index)

@@ -253,6 +253,15 @@ def test_short_table_takes_the_best_run_in_the_task_direction():
     assert leaderboard.short_table(runs.iloc[:0]).empty
 
 
+def test_a_success_without_a_score_is_not_counted_as_one():
+    """n/N counts the runs that succeeded with an official score: of a scored success (0.40), a success whose
+    score is missing (a record cut short) and a failed run, 1 of 3 succeeded, and the mean is 0.40."""
+    rows = _agent_rows("t6", [0.40, 0.41, np.nan], False)
+    rows[1]["score"] = np.nan  # status success, no score
+    cell = leaderboard.cells(pd.DataFrame(rows)).iloc[0]
+    assert (cell["n_success"], cell["n_runs"]) == (1, 3) and cell["mean"] == pytest.approx(0.40)
+
+
 def test_official_anytime_keeps_the_earlier_checkpoint_on_a_tie_and_follows_the_direction():
     """What the harness would have submitted by each minute: the best by validation, ties to the earlier one.
 
