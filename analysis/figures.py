@@ -288,17 +288,18 @@ def intervals_figure(intervals: pd.DataFrame) -> Figure:
     ax = fig.add_subplot()
     for y, r in enumerate(d.itertuples()):
         filled = r.method == "runs"
+        bounded = pd.notna(r.lo) and pd.notna(r.hi)  # no interval for an entry with a single run on some task
         ax.errorbar(
             r.agg,
             y,
-            xerr=[[r.agg - r.lo], [r.hi - r.agg]],
+            xerr=[[r.agg - r.lo], [r.hi - r.agg]] if bounded else None,
             fmt="o",
             color="#1f77b4",
             capsize=3,
             mfc="#1f77b4" if filled else "white",
         )
     labels = [f"{r.entry} [{r.source}]" + (f" ({r.tasks}/{r.of_tasks} tasks)" if r.tasks < r.of_tasks else "")
-              for r in d.itertuples()]  # fmt: skip
+              + ("" if pd.notna(r.lo) else " (n = 1: no interval)") for r in d.itertuples()]  # fmt: skip
     ax.set_yticks(range(len(d)), labels, fontsize=7)
     ax.axvline(0, color="grey", lw=0.8, ls="--")
     ax.set_xlabel("Agg (Eq. 1) with bootstrap 95 % interval")

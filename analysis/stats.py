@@ -102,6 +102,11 @@ def _draw_means(rng: np.random.Generator, sample: Sample, n_boot: int) -> np.nda
     return rng.normal(mean, std / np.sqrt(n), n_boot)
 
 
+def _n(sample: Sample) -> int:
+    """How many successful runs a task's sample stands for."""
+    return len(sample) if isinstance(sample, np.ndarray) else int(sample[2])
+
+
 def _method(samples: dict[str, Sample]) -> str:
     kinds = {"runs" if isinstance(s, np.ndarray) else "parametric (mean, std, n)" for s in samples.values()}
     return kinds.pop() if len(kinds) == 1 else "mixed"
@@ -127,13 +132,15 @@ def bootstrap_agg(lb: Leaderboard, n_boot: int = 2000, seed: int = 0, level: flo
         if not samples:
             continue
         draws = _agg_draws(lb, e.source, e.entry, list(samples), rng, n_boot)
+        if min(_n(s) for s in samples.values()) < 2:  # one run says nothing about its spread: no interval, not a
+            draws = np.full(n_boot, np.nan)  # zero-width one (the table shows "–", the figure a bare point)
         rows.append(
             {
                 "source": e.source,
                 "entry": e.entry,
                 "agg": e.agg,
-                "lo": np.quantile(draws, alpha),
-                "hi": np.quantile(draws, 1 - alpha),
+                "lo": np.nanquantile(draws, alpha) if np.isfinite(draws).any() else np.nan,
+                "hi": np.nanquantile(draws, 1 - alpha) if np.isfinite(draws).any() else np.nan,
                 "method": _method(samples),
                 "n_boot": n_boot,
                 "tasks": len(samples),

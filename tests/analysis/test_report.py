@@ -262,6 +262,22 @@ def test_a_success_without_a_score_is_not_counted_as_one():
     assert (cell["n_success"], cell["n_runs"]) == (1, 3) and cell["mean"] == pytest.approx(0.40)
 
 
+def test_an_entry_with_a_single_run_on_a_task_gets_no_interval():
+    """One successful run says nothing about the spread: no 95 % interval (not a zero-width one) in the table and
+    the figure, while an entry with two runs per task gets one around its Agg."""
+    from analysis import stats
+
+    one = pd.DataFrame(_agent_rows("t6", [0.38], False))
+    two = pd.DataFrame(_agent_rows("t6", [0.38, 0.36], False)).assign(agent="b", run_id=lambda d: "b" + d["run_id"])
+    lb = leaderboard.build(pd.concat([one, two], ignore_index=True), calibration=False)
+    iv = stats.bootstrap_agg(lb, n_boot=200).set_index("entry")
+    assert np.isnan(iv.loc["a", "lo"]) and np.isnan(iv.loc["a", "hi"])
+    assert iv.loc["b", "lo"] < iv.loc["b", "agg"] < iv.loc["b", "hi"]
+    ax = figures.intervals_figure(iv.reset_index()).axes[0]
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    assert any(label.startswith("a ") and "no interval" in label for label in labels), labels
+
+
 def test_official_anytime_keeps_the_earlier_checkpoint_on_a_tie_and_follows_the_direction():
     """What the harness would have submitted by each minute: the best by validation, ties to the earlier one.
 
