@@ -142,7 +142,7 @@ def finish(
     evaluations = evaluate.evaluate_candidates(  # 5
         ws, collected.selection, data_dir, device, spec.console, sandboxed=spec.sandbox
     )
-    Evidence(ws.run_dir).end(ws.path)
+    Evidence(ws.run_dir).end(ws.path, task.locked_files)
     audited = audit.audit(  # 6
         ws,
         locked_sha,

@@ -65,8 +65,12 @@ def evaluate(
     device: str | None = None,
     timeout_s: float = EVAL_TIMEOUT_S,
     sandboxed: bool = True,
+    validate: bool = True,
 ) -> Official:
-    """Score the staged ``eval_dir`` with the trusted scorer: its JSON as an :class:`Official`, or why there is none."""
+    """Score the staged ``eval_dir`` with the trusted scorer: its JSON as an :class:`Official`, or why there is none.
+
+    ``validate``: also the scorer's own validation score (``val_value``, rule 9's evidence); the window candidates,
+    which only draw the anytime curve, skip that pass."""
     # -I: not even the working directory goes on sys.path, so nothing an agent wrote can be imported here
     cmd = [
         sys.executable,
@@ -82,6 +86,8 @@ def evaluate(
     cmd += ["--device", device or default_device(), "--timeout", str(timeout_s)]
     if not sandboxed:
         cmd.append("--unsandboxed")
+    if not validate:
+        cmd.append("--no-val")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH" and k not in HARNESS_ONLY}
     t0 = time.time()
     try:
@@ -125,7 +131,15 @@ def evaluate_candidates(
             except OSError as e:  # the checkpoint vanished or cannot be read
                 done[ckpt.path] = Official.from_dict({"error": f"cannot stage the checkpoint: {e}", UNLOADABLE: True})
             else:
-                official = evaluate(ws.task, eval_dir, data_dir, script=ckpt.script, device=device, sandboxed=sandboxed)
+                official = evaluate(
+                    ws.task,
+                    eval_dir,
+                    data_dir,
+                    script=ckpt.script,
+                    device=device,
+                    sandboxed=sandboxed,
+                    validate=label.startswith("best"),  # the scored one (rule 9), not the anytime curve's
+                )
                 done[ckpt.path] = Official.from_dict(
                     {**official.to_dict(), **_provenance(ckpt.path, eval_dir, ckpt.script)}
                 )

@@ -4,7 +4,8 @@ The audit (:mod:`bench.pipeline.audit`) judges a run from this folder, the norma
 scorer's results, never from what the agent's own files say. Everything lives in ``<run_dir>/evidence/``, next
 to the workspace, outside the sandbox's view::
 
-    manifest-start.json   every file of the workspace before the agent starts (size, inode, ctime, sha256)
+    manifest-start.json   every file of the workspace before the agent starts (size, inode, ctime; sha256 of the
+                          locked files)
     manifest-end.json     the same once the run's processes have ended
     inputs.json           sha256 of the scorer's inputs (the prepared data, the task's locked originals) at start
     arrivals.jsonl        each checkpoint as the harness first saw it, with the locked files' state at that moment
@@ -31,9 +32,8 @@ from pathlib import Path
 
 from bench.checksums import sha256
 
-HASH_LIMIT = 64 << 20  # files up to this size are hashed in a manifest (weights and checkpoints included)
 MAX_FILES = 200_000  # a manifest stops listing here (a runaway agent must not fill the harness's memory)
-SKIP_HASH = ("data",)  # top-level folders listed but not hashed: the agent's own copy of the data is its to edit
+STAT_KEYS = ("size", "mtime_ns", "ctime_ns", "ino")  # any of them moving means the file was written or replaced
 
 
 def _entry(path: Path, *, hashed: bool) -> dict:
@@ -41,7 +41,7 @@ def _entry(path: Path, *, hashed: bool) -> dict:
     entry = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns, "ino": st.st_ino}
     if path.is_symlink():
         entry["link"] = os.readlink(path)
-    elif hashed and st.st_size <= HASH_LIMIT:
+    elif hashed:
         try:
             entry["sha256"] = sha256(path)
         except OSError:  # vanished or unreadable while listed: the listing says so
@@ -49,10 +49,12 @@ def _entry(path: Path, *, hashed: bool) -> dict:
     return entry
 
 
-def manifest(root: Path, *, skip_hash: Iterable[str] = SKIP_HASH) -> dict[str, dict]:
-    """Every file and link under ``root`` (relative POSIX path -> :func:`_entry`), folders left out."""
+def manifest(root: Path, hashed: Iterable[str] = ()) -> dict[str, dict]:
+    """Every file and link under ``root`` (relative POSIX path -> :func:`_entry`), folders left out; only the
+    ``hashed`` paths (the locked files) are read: the rest is judged by its inode and times, which no write or
+    replacement leaves unchanged, so that checkpoints and data cost a ``stat`` each, not a read."""
     root, out = Path(root), {}
-    unhashed = set(skip_hash)
+    to_hash = set(hashed)
     for folder, dirs, files in os.walk(root):
         here = Path(folder)
         names = files + [d for d in dirs if (here / d).is_symlink()]
@@ -60,7 +62,7 @@ def manifest(root: Path, *, skip_hash: Iterable[str] = SKIP_HASH) -> dict[str, d
             path = here / name
             rel = path.relative_to(root).as_posix()
             try:
-                out[rel] = _entry(path, hashed=rel.split("/", 1)[0] not in unhashed)
+                out[rel] = _entry(path, hashed=rel in to_hash)
             except OSError:
                 continue
             if len(out) >= MAX_FILES:
@@ -162,19 +164,20 @@ class Evidence:
     def start(self, workspace: Path, locked: Iterable[str], inputs: dict[str, str]) -> dict[str, str]:
         """Before the agent starts: the workspace manifest and the scorer's inputs; returns the locked files'
         sha256 (rule 1's reference)."""
-        self.write_json("manifest-start.json", manifest(workspace))
+        locked = list(locked)
+        start = manifest(workspace, locked)
+        self.write_json("manifest-start.json", start)
         self.write_json("inputs.json", inputs)
-        state = locked_state(workspace, locked)
-        return {name: e["sha256"] for name, e in state.items() if e.get("sha256")}
+        return {name: start[name]["sha256"] for name in locked if (start.get(name) or {}).get("sha256")}
 
     def locked_at_start(self, locked: Iterable[str]) -> dict[str, str]:
         """The locked files' sha256 as the start manifest has them (what :meth:`start` returned; for ``--resume``)."""
         start = self.read_json("manifest-start.json")
         return {name: start[name]["sha256"] for name in locked if (start.get(name) or {}).get("sha256")}
 
-    def end(self, workspace: Path) -> None:
+    def end(self, workspace: Path, locked: Iterable[str]) -> None:
         """Once nothing of the run runs any more (also on ``--resume``): the workspace as the run left it."""
-        self.write_json("manifest-end.json", manifest(workspace))
+        self.write_json("manifest-end.json", manifest(workspace, locked))
 
     def note_arrival(self, workspace: Path, path: Path, seen_at: float, locked: Iterable[str]) -> None:
         self.append(

@@ -54,7 +54,7 @@ class Context:
     rejected: list[dict]  # the collect step's rejections: {"path", "reason"}
     offline: bool  # the agent declares no endpoint: every request its sandbox saw came from the run's own code
     own_hosts: tuple[str, ...] = ()  # hosts the agent's CLI asks by itself (update checks): not held against the run
-    allowed_weights: dict[str, str] = field(default_factory=dict)  # provided weight file (relative) -> sha256
+    provided: dict[str, dict] = field(default_factory=dict)  # provided weight files (relative) -> start manifest entry
     data_error: str | None = None  # why the prepared data no longer verify (None: they do)
     originals_changed: list[str] = field(default_factory=list)  # the task's own files that changed during the run
 

@@ -8,7 +8,7 @@ import os
 import re
 from pathlib import Path
 
-from bench.pipeline.evidence import locked_state
+from bench.pipeline.evidence import STAT_KEYS, locked_state
 from bench.result import FLAG, Violation
 from bench.rules.context import Context, finding
 
@@ -113,11 +113,12 @@ def no_foreign_weights(ctx: Context) -> list[Violation]:
             finding(2, f"a model hub's download cache holds {len(hub)} file(s): pretrained weights fetched", hub)
         )
     end = ctx.evidence.read_json("manifest-end.json")
-    for rel, want in ctx.allowed_weights.items():
-        got = (end.get(rel) or {}).get("sha256")
-        if got and got != want:
-            out.append(finding(2, f"the provided {rel} was replaced (sha256 {_short(got)}, expected {_short(want)})",
-                               [f"manifest-end.json {rel} sha256 {got}"], FLAG))  # fmt: skip
+    for rel, was in ctx.provided.items():
+        now = end.get(rel) if end else was
+        moved = [k for k in STAT_KEYS if now is None or now.get(k) != was.get(k)]
+        if moved:
+            why = "deleted" if now is None else f"written or replaced ({', '.join(moved)} changed)"
+            out.append(finding(2, f"the provided {rel} was {why}", [f"manifest-start/end.json {rel}: {moved}"], FLAG))
     return out
 
 

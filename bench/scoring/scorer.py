@@ -1,7 +1,7 @@
 """The trusted scorer: the official number of one checkpoint, computed where no agent code runs.
 
     python -I -m bench.scoring.scorer --task-dir tasks/t6_... --data-dir CACHE --eval-dir STAGED \\
-        --checkpoint checkpoint.pt --script run_1.py [--device cpu|cuda] [--timeout S] [--unsandboxed]
+        --checkpoint checkpoint.pt --script run_1.py [--device cpu|cuda] [--timeout S] [--unsandboxed] [--no-val]
 
 It imports the task's ORIGINAL ``prepare.py`` (from the task folder, never from the workspace) for three things
 the locked file defines once: ``eval_batches`` (inputs and labels, batched and ordered so that no input reveals
@@ -68,6 +68,7 @@ def score_checkpoint(
     timeout_s: float = 900.0,
     sandboxed: bool = True,
     log: Path | None = None,
+    validate: bool = True,
 ) -> dict:
     """Feed every evaluation batch to a predictor, score its outputs, probe the forward contract; the result dict.
 
@@ -91,7 +92,8 @@ def score_checkpoint(
             scored.ready()
             with session() as prober:
                 outputs = [scored.predict(x) for x in inputs]
-                val_value = _validation(task, scored, data_dir)  # after the scored feed: it cannot have shaped it
+                # after the scored feed, so that it cannot have shaped it; rule 9 reads it for the scored checkpoint
+                val_value = _validation(task, scored, data_dir) if validate else None
                 scored.close()  # before the probes: on a GPU, one model in memory at a time while it computes
                 result = task.score(outputs, targets)
                 value = float(result[task.METRIC])
@@ -103,7 +105,7 @@ def score_checkpoint(
             sandbox.close()
     return {
         "value": value,
-        "val_value": value if val_value is None else val_value,
+        "val_value": val_value if val_value is not None else (value if task.EVAL_SPLIT == "val" else None),
         "n": int(result.get("n", sum(len(y) for y in targets))),
         "n_params": scored.n_params,
         "checks": checks,
@@ -146,6 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--timeout", type=float, default=900.0)
     parser.add_argument("--unsandboxed", action="store_true")
+    parser.add_argument("--no-val", action="store_true", help="skip the validation pass (a window candidate)")
     args = parser.parse_args(argv)
     with open(args.task_dir / "task.toml", "rb") as f:  # the names only: prepare.py (and torch) load later
         toml = tomllib.load(f)
@@ -162,6 +165,7 @@ def main(argv: list[str] | None = None) -> int:
             device=args.device,
             timeout_s=args.timeout,
             sandboxed=not args.unsandboxed,
+            validate=not args.no_val,
         )
     except ContractViolation as e:
         print(json.dumps({**head, "error": str(e), "violation": str(e), "seconds": round(time.time() - t0, 3)}))
