@@ -178,13 +178,21 @@ def _origin_form(head: bytes) -> bytes:
 
 
 class RequestLog:
-    """One JSON line per proxy request (time, method, host, port, allowed), appended and flushed at once."""
+    """One JSON line per proxy request (time, method, host, port, allowed), appended and flushed at once; after
+    ``limit`` lines one last line says the log stopped (a request loop must not fill the harness's disk)."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = Path(path)
+    def __init__(self, path: Path, limit: int = 10_000) -> None:
+        self.path, self.limit, self.lines = Path(path), limit, 0
         self._lock = threading.Lock()
 
     def note(self, method: str, dest: tuple[str, int] | None, allowed: bool, target: str = "") -> None:
+        with self._lock:
+            self.lines += 1
+            n = self.lines
+        if n > self.limit + 1:
+            return
+        if n == self.limit + 1:
+            method, dest, target = "TRUNCATED", None, f"more than {self.limit} requests: the log stops here"
         host, port = dest if dest else ("", 0)
         rec = {"t": round(time.time(), 3), "method": method[:16], "host": host[:255], "port": port, "allowed": allowed}
         if dest is None:

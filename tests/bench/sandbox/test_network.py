@@ -199,3 +199,33 @@ def test_a_loopback_endpoint_on_a_privileged_port(harness, inside, policy_of):
         assert seen == {server.port: "low:ping"}
         caps = "import json\nprint(json.dumps([l.split()[1] for l in open('/proc/self/status') if 'CapEff' in l]))"
         assert inside(policy_of(harness, endpoints=(f"http://127.0.0.1:{server.port}",)), caps) == ["0000000000000400"]
+
+
+def test_the_request_log_records_each_request_and_stops_at_its_limit(tmp_path):
+    """The audit's rule-3 evidence: every request the proxy receives is one line (allowed or not); a request loop
+    gets ``limit`` lines and one that says the log stopped, not an unbounded file on the harness's disk."""
+    import json
+
+    from bench.sandbox.network import RequestLog
+
+    log = RequestLog(tmp_path / "network.jsonl", limit=3)
+    with Echo("api") as api:
+        server = UnixServer(tmp_path / "p.sock", connect_proxy({("127.0.0.1", api.port)}, log), "proxy")
+        try:
+            for request in [f"CONNECT 127.0.0.1:{api.port} HTTP/1.1\r\n\r\n"] + [
+                "CONNECT evil.example:443 HTTP/1.1\r\n\r\n"
+            ] * 5:
+                with socket.socket(socket.AF_UNIX) as s:
+                    s.connect(str(tmp_path / "p.sock"))
+                    s.sendall(request.encode())
+                    s.settimeout(5)
+                    s.recv(4096)
+        finally:
+            server.close()
+    lines = [json.loads(line) for line in (tmp_path / "network.jsonl").read_text().splitlines()]
+    assert [(r["host"], r["port"], r["allowed"]) for r in lines[:3]] == [
+        ("127.0.0.1", api.port, True),
+        ("evil.example", 443, False),
+        ("evil.example", 443, False),
+    ]
+    assert len(lines) == 4 and lines[3]["method"] == "TRUNCATED" and "more than 3" in lines[3]["target"]
