@@ -174,3 +174,22 @@ def test_an_honest_t1_run_has_no_finding(generated_t1):
     result = _run(generated_t1, cmd, budget_s=180)
     assert result.status == "success", result.reason
     assert result.audit.violations == ()
+
+
+def test_an_honest_t5_run_has_no_finding(tmp_path, monkeypatch):
+    """A third task folder end to end (T5 on generated rows of the covtype schema): the baseline, cut to the small
+    data, scores and leaves no finding (T3's own end-to-end run checks the same in its task tests)."""
+    from bench.tasks import data
+    from tests.conftest import generated_task
+    from tests.tasks.smalldata import make_covtype_like, write_covtype
+
+    def write_raw(path: Path) -> Path:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return write_covtype(path, make_covtype_like())
+
+    task = generated_task(tmp_path, monkeypatch, "t5_tabular_prediction", write_raw)
+    data.prepare(task, progress=False)
+    cut = 's/"batch_size": 4096/"batch_size": 256/; s/"epochs": 40/"epochs": 2/'
+    result = _run(task, f"sed '{cut}' train.py > run_1.py && python run_1.py > run_1.log 2>&1\n", budget_s=180)
+    assert result.status == "success", result.reason
+    assert result.audit.violations == ()
