@@ -199,6 +199,7 @@ class RunResult:
     # the agent ran in bench.sandbox; False with --unsandboxed, and for result.json files written before
     # sandboxes existed (they had none: from_dict reads a missing key as False)
     sandboxed: bool = True
+    hardware: str = ""  # the evaluation device in words (bench.protocol.describe_hardware); "" in older files
     scripts: dict = field(default_factory=dict)  # bench.tracking.relay.Relay.finalize(): launched, by status, runs
     launches_observed: list[dict] = field(default_factory=list)
     checkpoints_found: int = 0

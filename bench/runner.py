@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from bench import outcome, preflight
+from bench import outcome, preflight, protocol
 from bench.agents import get_agent, own_hosts_of
 from bench.durations import fmt_s
 from bench.pipeline import audit, collect, evaluate, launch, record, state, watch, workspace
@@ -275,6 +275,7 @@ def _result(
         timed_out=watched.timed_out,
         interrupted=watched.interrupted,
         device=device,
+        hardware=protocol.describe_hardware(device),
         workspace=str(ws.path),
         run_dir=str(ws.run_dir),
         outcome=decided,

@@ -11,6 +11,7 @@ import json
 import math
 from pathlib import Path
 
+from bench import protocol
 from bench.pipeline import state
 from bench.pipeline.workspace import Workspace
 from bench.result import RunResult
@@ -107,8 +108,13 @@ def record(writer: MlflowWriter, result: RunResult, ws: Workspace) -> str:
         schema.CHECKPOINTS: result.checkpoints_found,
         schema.LAUNCHES_OBSERVED: len(result.launches_observed),
     }
+    task = get_task(result.task)
+    found = deviations(result, task.budget_s)
+    metrics[schema.TASK_BASELINE] = result.baseline_score
     if result.score is not None:
         metrics[schema.SCORE] = result.score
+        if result.baseline_score:  # paper Eq. 1's term: comparable across tasks, higher is better on all
+            metrics[schema.REL_IMPROVEMENT] = result.direction.relative(result.score, result.baseline_score)
         metrics[schema.official_metric(result.metric)] = result.score
         metrics[schema.BEST_VAL] = result.outcome.best_val_score
     writer.log_metrics(run_id, [(k, v, 0, None) for k, v in metrics.items()])
@@ -131,11 +137,19 @@ def record(writer: MlflowWriter, result: RunResult, ws: Workspace) -> str:
     writer.set_tags(
         run_id,
         {
-            schema.RUN_NOTE: _note(result, scripts),
+            schema.RUN_NOTE: _note(result, scripts, found),
             schema.STATUS: result.status,
             schema.REASON: result.reason[:500],
             schema.PARTIAL_DATA: str(result.partial_data).lower(),
             schema.SANDBOXED: str(result.sandboxed).lower(),
+            schema.ENTRY: schema.entry_label(result.agent, result.model),
+            **schema.protocol_tags(
+                budget_s=result.budget_s,
+                task_budget_s=task.budget_s,
+                hardware=_hardware(result),
+                device=result.device,
+                deviations=found,
+            ),
             schema.PARTIAL_NOTES: "\n".join(result.partial_data_notes)[:5000],
             **schema.audit_tags(result.audit.violations),
         },
@@ -146,11 +160,28 @@ def record(writer: MlflowWriter, result: RunResult, ws: Workspace) -> str:
     return run_id
 
 
-def _note(result: RunResult, scripts: dict) -> str:
-    """The run page's description: the outcome in two lines of Markdown."""
+def deviations(result: RunResult, task_budget_s: float) -> list[protocol.Deviation]:
+    """How the run left the paper's protocol (budget, hardware, sandbox, data); empty when it did not."""
+    return protocol.deviations(
+        budget_s=result.budget_s,
+        task_budget_s=task_budget_s,
+        hardware=_hardware(result),
+        sandboxed=result.sandboxed,
+        partial_data=result.partial_data,
+    )
+
+
+def _hardware(result: RunResult) -> str:
+    return result.hardware or result.device  # result.json files older than the hardware field: the device
+
+
+def _note(result: RunResult, scripts: dict, found: list[protocol.Deviation]) -> str:
+    """The run page's description: the outcome in two lines of Markdown, then how it left the protocol."""
     score = f"{result.score:.4f}" if result.score is not None else "-"
     notes = result.partial_data_notes
     partial = "\n\n**Partial data** (not comparable with the paper): " + "; ".join(notes) if notes else ""
+    if found:
+        partial += "\n\n**Non-standard** (left out of comparisons with the paper): " + "; ".join(map(str, found))
     return (
         f"**{result.status}**: {result.metric} {score} on {result.split} "
         f"(baseline {result.baseline_score:g}); {scripts['launched']} scripts launched, "

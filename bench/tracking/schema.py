@@ -33,6 +33,16 @@ AUDIT_FINDINGS = "bench.audit.findings"  # the findings, one per line: "rule 4 d
 AUDIT_ARTIFACT = "audit.json"  # every finding with its evidence, on the agent run
 SANDBOXED = "bench.sandboxed"  # "true" when the agent ran in bench.sandbox; "false": --unsandboxed (or older runs)
 SYNTHETIC = "bench.synthetic"  # "true" for generated runs (benchmarks), never real results
+# the paper's protocol (bench.protocol): what a run had, and how it deviates (the reports mark such runs)
+PROTOCOL = "bench.protocol"  # standard | nonstandard
+DEVIATIONS = "bench.deviations"  # the deviations' kinds, comma-joined: budget,hardware,sandbox,partial-data
+DEVIATION_NOTES = "bench.deviation_notes"  # one sentence per deviation, one per line
+BUDGET_MINUTES = "bench.budget_minutes"  # this run's budget (a tag, so that the UI can group and filter by it)
+TASK_BUDGET_MINUTES = "bench.task_budget_minutes"  # the task's own budget (task.toml)
+HARDWARE = "bench.hardware"  # the evaluation device in words: "NVIDIA A100-SXM4-80GB", "cpu (..., 2 cores)"
+DEVICE = "bench.device"  # cuda | cpu
+ENTRY = "bench.entry"  # leaderboard entry label: the paper's name for a published CLI + model, else "agent (model)"
+PROTOCOL_STANDARD, PROTOCOL_NONSTANDARD = "standard", "nonstandard"
 
 SCRIPT = "bench.script"  # script runs: file name, e.g. run_3.py
 PID = "bench.pid"
@@ -42,6 +52,13 @@ CANDIDATE = "bench.candidate"  # eval runs: best | best-unloadable | window-<k>,
 KIND_AGENT = "agent"
 KIND_SCRIPT = "script"
 KIND_EVAL = "eval"
+KIND_SUMMARY = "summary"  # a campaign's roll-up: one run per leaderboard entry (bench report / bench run)
+KIND_CAMPAIGN = "campaign"  # the campaign's own run: the report's tables and figures as artifacts
+
+# --- experiments --------------------------------------------------------------------------------
+# MLflow 3 opens an experiment in the GenAI view (traces, judges) unless it says it is model training
+EXPERIMENT_KIND = "mlflow.experimentKind"
+EXPERIMENT_KIND_TRAINING = "custom_model_development"
 
 STATUSES = ("success", "failed", "refused", "timeout", "disqualified", "interrupted")
 
@@ -80,6 +97,10 @@ LAUNCHES_OBSERVED = "launches_observed"  # counted independently by process moni
 CHECKPOINTS = "checkpoints"
 ANYTIME = "anytime_score"  # official score of the best checkpoint of each 5-minute window; step = minutes
 BEST_VAL = "best_val_score"  # self-reported validation score of the scored checkpoint
+# paper Eq. 1's per-task term against the task baseline, sign-corrected so that higher is better on every task:
+# (s - b) / b where higher is better, (b - s) / b where lower is; comparable across tasks, unlike ``score``
+REL_IMPROVEMENT = "rel_improvement"
+TASK_BASELINE = "task_baseline"  # b: the task's baseline score (task.toml), the reference of rel_improvement
 # from the agent's parsed event stream (bench.agents.events.Tally.metrics())
 TOOL_CALLS = "tool_calls"
 SHELL_COMMANDS = "shell_commands"
@@ -95,7 +116,21 @@ EVAL_VAL_SCORE = "val_score"  # the checkpoint's self-reported validation score
 EVAL_SAVED_MINUTES = "saved_minutes"  # when it was saved, minutes into the budget
 
 # --- metrics on script runs -------------------------------------------------------------------
-CHECKPOINT_SCORE = "checkpoint_val_score"  # self-reported score of each saved checkpoint; step = save index
+# every series of a script run is on one step axis, the script's training step; wall time is its own series
+CHECKPOINT_SCORE = "checkpoint_val_score"  # self-reported score of each saved checkpoint; step = training step
+SCRIPT_SECONDS = "elapsed_s"  # seconds since the script started, one value per step it logged
+
+# --- summary runs (one per leaderboard entry of a campaign) -------------------------------------------
+SUMMARY_AGG = "agg"  # Eq. 1: mean over tasks of the mean's rel_improvement
+SUMMARY_AGG_MAX = "agg_max"  # the same with each task's best run
+SUMMARY_SUCCESS_RATE = "success_rate"  # successful runs / runs, all tasks
+SUMMARY_RUNS = "runs"
+SUMMARY_TASKS = "tasks"  # tasks with a defined Eq. 1 term
+
+
+def summary_task_metric(task: str, what: str) -> str:
+    """A per-task metric of a summary run: ``t6_mean``, ``t6_std``, ``t6_rel_mean``, ``t6_success_rate``, ..."""
+    return f"{task}_{what}"
 
 
 def official_metric(metric: str) -> str:
@@ -110,4 +145,30 @@ def run_tags(campaign: str, agent: str, task: str, repeat: int) -> dict[str, str
 
 def agent_run_tags(campaign: str, agent: str, model: str | None, task: str, repeat: int, run_dir: str) -> dict:
     """The tags of an agent run, set when it is created (status and reason follow at the end)."""
-    return {KIND: KIND_AGENT, **run_tags(campaign, agent, task, repeat), MODEL: model or "", WORKSPACE: run_dir}
+    return {
+        KIND: KIND_AGENT,
+        **run_tags(campaign, agent, task, repeat),
+        MODEL: model or "",
+        ENTRY: entry_label(agent, model),
+        WORKSPACE: run_dir,
+    }
+
+
+def entry_label(agent: str, model: str | None) -> str:
+    """The label the UI groups by: ``claude-code (claude-opus-4-7)``, or the agent alone for an offline one."""
+    return f"{agent} ({model})" if model else agent
+
+
+def protocol_tags(
+    *, budget_s: float, task_budget_s: float, hardware: str, device: str, deviations: list
+) -> dict[str, str]:
+    """The protocol facts of an agent run as tags (``deviations``: :class:`bench.protocol.Deviation` objects)."""
+    return {
+        PROTOCOL: PROTOCOL_NONSTANDARD if deviations else PROTOCOL_STANDARD,
+        DEVIATIONS: ",".join(d.kind for d in deviations),
+        DEVIATION_NOTES: "\n".join(str(d) for d in deviations)[:5000],
+        BUDGET_MINUTES: f"{budget_s / 60:g}",
+        TASK_BUDGET_MINUTES: f"{task_budget_s / 60:g}",
+        HARDWARE: hardware[:250],
+        DEVICE: device,
+    }

@@ -15,6 +15,7 @@ from functools import cache
 from pathlib import Path
 
 from bench.paths import mlruns_dir
+from bench.tracking import schema
 
 
 def default_uri() -> str:
@@ -93,10 +94,14 @@ def experiment_id(campaign: str) -> str:
     if exp is not None:
         if exp.lifecycle_stage == "deleted":
             c.restore_experiment(exp.experiment_id)
+        if schema.EXPERIMENT_KIND not in exp.tags:  # made by an older version, or by hand: training, not GenAI
+            c.set_experiment_tag(exp.experiment_id, schema.EXPERIMENT_KIND, schema.EXPERIMENT_KIND_TRAINING)
         return exp.experiment_id
     location = (artifact_root() / campaign).as_uri() if is_embedded() else None
     try:
-        return c.create_experiment(campaign, artifact_location=location)
+        # model training, not GenAI: MLflow 3's UI otherwise opens on traces and judges
+        tags = {schema.EXPERIMENT_KIND: schema.EXPERIMENT_KIND_TRAINING}
+        return c.create_experiment(campaign, artifact_location=location, tags=tags)
     except Exception:  # created meanwhile by another harness process
         exp = c.get_experiment_by_name(campaign)
         if exp is None:

@@ -1,0 +1,99 @@
+"""The paper's protocol facts of a run, and how a run deviates from them.
+
+The paper's results are comparable because every run had the same budget, hardware and rules (§3.4, Appendix D:
+one NVIDIA A100 80 GB, the task's own wall-clock budget, isolation). A run made otherwise is still useful (a
+CPU smoke test, a shorter pilot, a partial dataset) but must never sit unmarked beside the published rows. This
+module names each deviation once; the record step writes them as tags (:mod:`bench.tracking.schema`) and the
+reports mark and, for ``--published`` comparisons, leave out such runs.
+
+The hardware is described without importing torch (``nvidia-smi`` for a GPU, ``/proc/cpuinfo`` for a CPU), so
+that the harness does not pay a torch import to say what it runs on.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import subprocess
+from dataclasses import dataclass
+
+PAPER_HARDWARE = "NVIDIA A100 80GB"  # Appendix D: one A100 SXM4 80 GB on a DGX A100 node
+# the deviations a run can have, in the order the reports list them
+BUDGET, HARDWARE, SANDBOX, PARTIAL = "budget", "hardware", "sandbox", "partial-data"
+KINDS = (BUDGET, HARDWARE, SANDBOX, PARTIAL)
+
+
+@dataclass(frozen=True)
+class Deviation:
+    """One way a run left the paper's protocol: ``kind`` (one of :data:`KINDS`) and a sentence saying how."""
+
+    kind: str
+    note: str
+
+    def __str__(self) -> str:
+        return f"{self.kind}: {self.note}"
+
+
+def is_paper_gpu(name: str) -> bool:
+    """True for the paper's GPU class (an A100 with 80 GB), whatever the vendor string's exact spelling."""
+    n = name.upper().replace(" ", "").replace("-", "")
+    return "A100" in n and "80G" in n
+
+
+def deviations(
+    *, budget_s: float, task_budget_s: float, hardware: str, sandboxed: bool, partial_data: bool
+) -> list[Deviation]:
+    """How a run deviates from the protocol; empty for a run the paper would have counted."""
+    out = []
+    if abs(budget_s - task_budget_s) > 0.5:
+        out.append(Deviation(BUDGET, f"{budget_s / 60:g} min instead of the task's {task_budget_s / 60:g} min"))
+    if not is_paper_gpu(hardware):
+        out.append(Deviation(HARDWARE, f"{hardware or 'unknown'} instead of one {PAPER_HARDWARE}"))
+    if not sandboxed:
+        out.append(Deviation(SANDBOX, "the agent ran without the sandbox (--unsandboxed)"))
+    if partial_data:
+        out.append(Deviation(PARTIAL, "the task ran on an incomplete dataset"))
+    return out
+
+
+def describe_hardware(device: str) -> str:
+    """What the evaluation device is, in words: ``NVIDIA A100-SXM4-80GB`` or ``cpu (AMD EPYC 7742, 16 cores)``.
+
+    For ``cuda`` it is the first GPU the run may see (``CUDA_VISIBLE_DEVICES`` honoured), read from
+    ``nvidia-smi``; when that is missing or fails the answer is ``cuda (unknown GPU)``."""
+    if device.startswith("cuda"):
+        return _gpu_name() or "cuda (unknown GPU)"
+    return f"cpu ({_cpu_model()}, {os.cpu_count() or 1} cores)"
+
+
+def _gpu_name() -> str | None:
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return None
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
+    cmd = [smi, "--query-gpu=name,memory.total", "--format=csv,noheader"]
+    if visible:
+        cmd += ["-i", visible]
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=20, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    first = out.strip().splitlines()[0] if out.strip() else ""
+    name, _, memory = first.partition(",")
+    if not name:
+        return None
+    mib = "".join(c for c in memory if c.isdigit())
+    size = f" {round(int(mib) / 1024)}GB" if mib and "GB" not in name.upper() else ""
+    return f"{name.strip()}{size}"
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown CPU"
