@@ -52,6 +52,8 @@ class ScriptState:
     params_logged: bool = False
     metrics: int = 0
     helper_keys: dict[str, list[str]] = field(default_factory=dict)  # step -> keys logged by log_metrics()
+    last_step: int = 0  # the latest training step the script logged: the step axis of checkpoints and system metrics
+    seconds_step: int | None = None  # the step of the last wall-seconds value kept (one per step)
     checkpoints: list[dict] = field(default_factory=list)
     closed: bool = False
 
@@ -143,9 +145,8 @@ class Relay:
         for s in self.scripts.values():
             if s.run_id and not s.closed and _alive(s.pid, s.started):
                 values = self.sampler.sample(s.pid)
-                step = int(time.time() - s.started)
-                try:
-                    self.writer.log_metrics(s.run_id, [(k, v, step, None) for k, v in values.items()])
+                try:  # on the training-step axis too; their timestamps give the wall-clock view
+                    self.writer.log_metrics(s.run_id, [(k, v, s.last_step, None) for k, v in values.items()])
                 except TrackingError:
                     return
 
@@ -185,13 +186,21 @@ class Relay:
         return 0
 
     def _metric_rows(self, s: ScriptState, ev: dict) -> list[tuple]:
-        step, values = int(ev.get("step", 0)), dict(ev.get("metrics", {}))
+        step, values = _int(ev.get("step")), dict(ev.get("metrics", {}))
         if ev.get("src") == "stdout":  # a printed line: skip what log_metrics() already traced exactly
             values = {k: v for k, v in values.items() if k not in s.helper_keys.get(str(step), ())}
         else:
             s.helper_keys[str(step)] = list(values)
             for old in list(s.helper_keys)[:-64]:  # the printed echo follows within lines; keep a few steps
                 del s.helper_keys[old]
+        # wall seconds are a series of their own, one value per training step (the first logged at that step), so
+        # that a step logging a loss line and a validation line does not draw two points at one x
+        if schema.SCRIPT_SECONDS in values:
+            if s.seconds_step == step:
+                del values[schema.SCRIPT_SECONDS]
+            else:
+                s.seconds_step = step
+        s.last_step = max(s.last_step, step)
         return [(k, v, step, ev.get("t")) for k, v in values.items()]
 
     def _apply(self, s: ScriptState, ev: dict) -> None:
@@ -218,9 +227,10 @@ class Relay:
                 extra = {k: ev[k] for k in ("n_params", "device") if ev.get(k) is not None}
                 self.writer.log_params(s.run_id, {"config": ev["config"], **extra})
                 s.params_logged = True
-            index = len(s.checkpoints)
+            # on the training-step axis of the script's other metrics: the step it says, else the last one it logged
+            step = _int(ev.get("step")) if ev.get("step") is not None else s.last_step
             score = ev.get("val_score") if isinstance(ev.get("val_score"), int | float) else None
-            self.writer.log_metrics(s.run_id, [(schema.CHECKPOINT_SCORE, score, index, _time(ev.get("t")))])
+            self.writer.log_metrics(s.run_id, [(schema.CHECKPOINT_SCORE, score, step, _time(ev.get("t")))])
             entry = {k: ev.get(k) for k in ("path", "val_score", "metric", "step", "t")}
             ckpt, why = self._checkpoint_file(ev.get("path"))
             if ckpt is not None:

@@ -262,3 +262,41 @@ def test_a_relay_json_planted_in_the_workspace_is_never_read(ws, tmp_path):
     assert summary["statuses"] == {"FINISHED": 1}
     (run_id,) = [s["run_id"] for s in summary["scripts"]]
     assert len(mlflow.tracking.MlflowClient().get_metric_history(run_id, "loss")) == 5
+
+
+def test_script_metrics_share_the_training_step_axis_with_one_wall_seconds_value_per_step(ws, tmp_path):
+    """What train.py does: a loss line and a validation line at the same step, both with elapsed_s, and a
+    checkpoint at that step; a second checkpoint that names no step. In MLflow every series is on the training
+    step, and elapsed_s has one value per step (the first one logged there)."""
+    import mlflow
+
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    t = 1_700_000_000.0
+    lines = [
+        {"ev": "start", "t": t, "script": "run_1.py", "pid": 4242, "argv": ["run_1.py"], "source": "x = 1\n"},
+        {"ev": "metrics", "t": t + 1, "step": 20, "metrics": {"loss": 2.0, "elapsed_s": 1.0}},
+        {"ev": "metrics", "t": t + 2, "step": 20, "metrics": {"val_mse": 0.5, "elapsed_s": 1.5}},
+        {"ev": "checkpoint", "t": t + 3, "path": "checkpoints/a.pt", "val_score": 0.5, "step": 20},
+        {"ev": "metrics", "t": t + 4, "step": 40, "metrics": {"loss": 1.0, "elapsed_s": 3.0}},
+        {"ev": "metrics", "t": t + 5, "step": 40, "metrics": {"val_mse": 0.4, "elapsed_s": 3.5}},
+        {"ev": "checkpoint", "t": t + 6, "path": "checkpoints/b.pt", "val_score": 0.4},
+        {"ev": "end", "t": t + 7, "status": "FINISHED"},
+    ]
+    (spool / "4242.jsonl").write_text("".join(json.dumps(e) + "\n" for e in lines))
+    writer = MlflowWriter(f"test-axes-{uuid.uuid4().hex[:8]}")
+    parent = writer.create_run("agent", {schema.KIND: schema.KIND_AGENT})
+    Relay(writer, parent, spool, {}).finalize()
+
+    (child,) = mlflow.search_runs([writer.experiment_id], filter_string=f"tags.`{schema.PARENT}` = '{parent}'")[
+        "run_id"
+    ]
+    client = mlflow.tracking.MlflowClient()
+
+    def series(key):
+        return [(m.step, m.value) for m in sorted(client.get_metric_history(child, key), key=lambda m: m.timestamp)]
+
+    assert series("loss") == [(20, 2.0), (40, 1.0)]
+    assert series("val_mse") == [(20, 0.5), (40, 0.4)]
+    assert series(schema.CHECKPOINT_SCORE) == [(20, 0.5), (40, 0.4)]  # the second: the last step the script logged
+    assert series(schema.SCRIPT_SECONDS) == [(20, 1.0), (40, 3.0)]
