@@ -46,6 +46,18 @@ def test_bench_run_baseline_t6_end_to_end(generated_t6, capsys):
     assert 0.0 < parent[f"metrics.{schema.SCORE}"] < 5.0
     assert parent[f"metrics.{schema.SCRIPTS_LAUNCHED}"] == 1
     assert 0 < parent[f"metrics.{schema.BUDGET_UTILISATION}"] < 1
+    # paper Eq. 1's term for a lower-is-better task, against Table 2's T6 baseline (DLinear, MSE 0.384)
+    score = parent[f"metrics.{schema.SCORE}"]
+    assert parent[f"metrics.{schema.TASK_BASELINE}"] == 0.384
+    assert parent[f"metrics.{schema.REL_IMPROVEMENT}"] == pytest.approx((0.384 - score) / 0.384)
+    # 3 minutes of T6's 40 on this machine's CPU: two deviations from the protocol, each named
+    assert parent[f"tags.{schema.PROTOCOL}"] == "nonstandard"
+    assert parent[f"tags.{schema.DEVIATIONS}"] == "budget,hardware"
+    assert "3 min instead of the task's 40 min" in parent[f"tags.{schema.DEVIATION_NOTES}"]
+    assert parent[f"tags.{schema.BUDGET_MINUTES}"] == "3" and parent[f"tags.{schema.TASK_BUDGET_MINUTES}"] == "40"
+    assert parent[f"tags.{schema.HARDWARE}"].startswith("cpu (") and parent[f"tags.{schema.DEVICE}"] == "cpu"
+    assert parent[f"tags.{schema.ENTRY}"] == "baseline"
+    assert mlflow.get_experiment_by_name(name).tags[schema.EXPERIMENT_KIND] == "custom_model_development"
 
     scripts = runs_of(name, schema.KIND_SCRIPT)
     assert len(scripts) == 1
