@@ -21,12 +21,13 @@ import json
 import re
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 import psutil
 
 from bench.tracking import schema
+from bench.tracking.hook._bench_once import Seen, event_values
 from bench.tracking.sysmetrics import Sampler
 from bench.tracking.writer import MlflowWriter, TrackingError
 
@@ -34,6 +35,10 @@ SYSTEM_EVERY = 5  # polls between system-metric samples (x 2 s: one sample every
 MAX_READ = 16 << 20  # bytes of one spool file read per poll (a runaway spool must not fill the harness's memory)
 MAX_SOURCE = 1 << 20  # characters of a script's source kept as its artifact
 MAX_CHECKPOINT_BYTES = 8 << 30  # a checkpoint larger than this is not uploaded (T3's backbone is ~0.1 GB)
+# (key, step) pairs whose values the relay keeps (in relay.json): the output tee already drops printed copies of
+# traced values however late it reads them (hook/_bench_once.py); what is left for the relay is a line printed
+# just before the helper traces the same value, which reaches the spool within microseconds of the traced event
+RECENT_PAIRS = 512
 
 
 @dataclass
@@ -51,7 +56,7 @@ class ScriptState:
     error: str | None = None
     params_logged: bool = False
     metrics: int = 0
-    helper_keys: dict[str, list[str]] = field(default_factory=dict)  # step -> keys logged by log_metrics()
+    recent: list[list] = field(default_factory=list)  # [key, step, value, traced] of the last pairs logged (Seen)
     last_step: int = 0  # the latest training step the script logged: the step axis of checkpoints and system metrics
     seconds_step: int | None = None  # the step of the last wall-seconds value kept (one per step)
     checkpoints: list[dict] = field(default_factory=list)
@@ -83,6 +88,7 @@ class Relay:
         legacy = self.spool_dir.parent / "relay.json"
         self.state_file = Path(state_file) if state_file else legacy
         self.scripts: dict[str, ScriptState] = {}
+        self._recent: dict[str, Seen] = {}  # file -> the values last logged for it (saved as ScriptState.recent)
         self.warned = False
         self.sampler = Sampler()
         self._polls = 0
@@ -92,7 +98,9 @@ class Relay:
         saved_at = self.state_file if self.state_file.exists() else legacy if legacy.exists() else None
         if saved_at is not None:
             saved = json.loads(saved_at.read_text())
-            self.scripts = {k: ScriptState(**v) for k, v in saved.get("scripts", {}).items()}
+            known = {f.name for f in fields(ScriptState)}  # relay.json of an older version: its other fields dropped
+            scripts = saved.get("scripts", {}).items()
+            self.scripts = {k: ScriptState(**{n: x for n, x in v.items() if n in known}) for k, v in scripts}
         else:  # a new run: the state file exists from now on, so a relay.json the agent plants is never read
             self._save()
 
@@ -160,20 +168,32 @@ class Relay:
             return
         rows: list[tuple] = []  # consecutive metric events go to MLflow as one batch
         pending = 0  # bytes of those events, counted as read once the batch is recorded
-        for line in data[:end].splitlines(keepends=True):
-            try:
-                event = json.loads(line)
-            except ValueError:
-                event = None  # a torn or foreign line: skip it, never stop relaying
-            if isinstance(event, dict) and event.get("ev") == "metrics" and state.run_id is not None:
-                rows += self._metric_rows(state, event)
-                pending += len(line)
-                continue
-            pending = self._flush(state, rows, pending)
-            if isinstance(event, dict):
-                self._apply(state, event)
-            state.offset += len(line)  # advanced only once the event is recorded
-        self._flush(state, rows, pending)
+        recorded = self._memo(state)  # what the step bookkeeping was after the last event recorded
+        try:
+            for line in data[:end].splitlines(keepends=True):
+                try:
+                    event = json.loads(line)
+                except ValueError:
+                    event = None  # a torn or foreign line: skip it, never stop relaying
+                if isinstance(event, dict) and event.get("ev") == "metrics" and state.run_id is not None:
+                    rows += self._metric_rows(state, event)
+                    pending += len(line)
+                    continue
+                logged = bool(rows)
+                pending = self._flush(state, rows, pending)
+                if logged:
+                    recorded = self._memo(state)
+                if isinstance(event, dict):
+                    self._apply(state, event)  # a metrics event before the run exists is logged here, at once
+                    recorded = self._memo(state)
+                state.offset += len(line)  # advanced only once the event is recorded
+            self._flush(state, rows, pending)
+        except TrackingError:  # these lines are read again next time: forget that their values were logged
+            self._seen(state).values, state.seconds_step, state.last_step = recorded
+            raise
+
+    def _memo(self, s: ScriptState) -> tuple:
+        return {k: list(v) for k, v in self._seen(s).values.items()}, s.seconds_step, s.last_step
 
     def _flush(self, s: ScriptState, rows: list[tuple], pending: int) -> int:
         if rows:
@@ -186,13 +206,16 @@ class Relay:
         return 0
 
     def _metric_rows(self, s: ScriptState, ev: dict) -> list[tuple]:
-        step, values = _int(ev.get("step")), dict(ev.get("metrics", {}))
-        if ev.get("src") == "stdout":  # a printed line: skip what log_metrics() already traced exactly
-            values = {k: v for k, v in values.items() if k not in s.helper_keys.get(str(step), ())}
-        else:
-            s.helper_keys[str(step)] = list(values)
-            for old in list(s.helper_keys)[:-64]:  # the printed echo follows within lines; keep a few steps
-                del s.helper_keys[old]
+        found = event_values({**ev, "step": _int(ev.get("step"))})
+        if found is None:
+            return []
+        step, values = found
+        # one value, traced or printed: a printed value that copies one logged at its key and step is dropped, and a
+        # traced one that a line printed just before it copies (the output tee drops the copies it reads later)
+        traced, recent = ev.get("src") != "stdout", self._seen(s)
+        values = {k: v for k, v in values.items() if not recent.copy_of(k, step, v, traced)}
+        for k, v in values.items():
+            recent.add(k, step, v, traced)
         # wall seconds are a series of their own, one value per training step (the first logged at that step), so
         # that a step logging a loss line and a validation line does not draw two points at one x
         if schema.SCRIPT_SECONDS in values:
@@ -317,7 +340,14 @@ class Relay:
             ],
         }
 
+    def _seen(self, s: ScriptState) -> Seen:
+        if s.file not in self._recent:
+            self._recent[s.file] = Seen.of(RECENT_PAIRS, s.recent)
+        return self._recent[s.file]
+
     def _save(self) -> None:
+        for name, seen in self._recent.items():
+            self.scripts[name].recent = seen.rows()
         tmp = self.state_file.with_suffix(".tmp")
         tmp.write_text(
             json.dumps({"parent_run": self.parent_run, "scripts": {k: asdict(v) for k, v in self.scripts.items()}})

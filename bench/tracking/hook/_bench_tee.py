@@ -14,10 +14,15 @@ Contract with the traced process (all through the environment, nothing on the co
   read end of a control pipe and the write end of an acknowledgement pipe. At exit the script writes a byte to
   ``ctl``; this process then drains and copies what is in the pipes, spools its metrics and answers on
   ``ack``, so that the script's last output is on its real stdout before the script is reported to have ended.
-* ``BENCH_SPOOL_FILE``: the spool. ``BENCH_TEE_UPSTREAM``: the claims file (``<spool>.claims``) of an
-  enclosing traced script whose tee reads this script's fds ``BENCH_TEE_UPSTREAM_FDS`` (a sweep script that
-  runs ``train.py``); every metric line of those streams is claimed there before it is passed on, and a tee
-  skips the lines claimed in its own claims file, so that the enclosing run does not count them again.
+* ``BENCH_SPOOL_FILE``: the spool. A value the script traced there itself (the task helper ``log_metrics`` traces,
+  then prints) is not spooled again when its line is read: before it spools a printed line, the tee reads the
+  spool's new traced events, and drops each printed value that is a copy (at its printed precision) of a value
+  traced or spooled at the same key and step (``_bench_once.py``). The helper traces before it prints,
+  so the traced value is always there first, however late the tee reads.
+* ``BENCH_TEE_UPSTREAM``: the claims file (``<spool>.claims``) of an enclosing traced script whose tee reads this
+  script's fds ``BENCH_TEE_UPSTREAM_FDS`` (a sweep script that runs ``train.py``); every metric line of those
+  streams is claimed there before it is passed on, and a tee skips the lines claimed in its own claims file, so
+  that the enclosing run does not count them again.
 
 Nothing here may break the script: errors in parsing or spooling switch those off and copying goes on;
 a broken stdout (EPIPE) is drained and discarded, never pushed back to the script. SIGINT, SIGHUP and SIGTERM
@@ -31,6 +36,7 @@ import sys
 import time
 
 from _bench_logparse import clean, parse_line  # the hook folder is on sys.path (see sitecustomize)
+from _bench_once import Seen, TracedReader
 
 TAIL_LINES = 200
 TAIL_EVERY = 2.0  # seconds between tail rewrites (and once more at EOF)
@@ -57,6 +63,8 @@ class Tee:
         self.parsing = bool(spool) or bool(upstream)
         self.spool_fd = self.upstream_fd = self.claims_fd = None
         self.claims, self.claims_buf = {}, b""
+        self.seen = Seen()  # values traced by the script or spooled from its lines, by (key, step)
+        self.traced = TracedReader(spool, self.seen) if spool else None
         self.tail = []
         self.tail_dirty, self.tail_at = False, 0.0
         self.last_event, self.transient_at = None, 0.0
@@ -222,28 +230,34 @@ class Tee:
             self.transient_at = now
         self.last_event = key
         if self.spool:
-            self.emit(step, values)
+            self.traced.read()
+            values = {k: v for k, v in values.items() if not self.seen.copy_of(k, step, v, False)}
+            for k, v in self.emit(step, values).items() if values else ():
+                self.seen.add(k, step, v, False)
 
     def emit(self, step, values):
+        """Spool the values (as many as fit in one small atomic line); returns the ones spooled."""
         if self.spool_fd is None:
             try:
                 self.spool_fd = os.open(self.spool, os.O_WRONLY | os.O_APPEND)
             except OSError:
                 self.spool_fd = -1
         if self.spool_fd < 0:
-            return
+            return {}
         head = f'{{"ev":"metrics","t":{time.time()!r},"step":{step:d},"metrics":{{'
-        body, size = [], len(head) + 20
+        body, size, sent = [], len(head) + 20, {}
         for k, v in values.items():
             item = f'"{k}":{v!r}'
             size += len(item) + 1
             if size > MAX_EVENT:
                 break
             body.append(item)
+            sent[k] = v
         try:
             os.write(self.spool_fd, (head + ",".join(body) + '},"src":"stdout"}\n').encode())
         except OSError:
-            pass
+            return {}
+        return sent
 
     # --- claims: metric lines of traced child scripts ----------------------------------------------
     def claim_upstream(self, raw):
