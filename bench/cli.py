@@ -149,11 +149,12 @@ def _print_summary(results: list[RunResult]) -> None:
 
 def cmd_record(args: argparse.Namespace) -> int:
     if not Path(args.run_dir).is_dir():
-        raise InputError(f"no run directory {args.run_dir}: give the run dir bench run printed (with result.json)")
+        raise InputError(f"no run directory {args.run_dir}: give the run dir bench run printed")
     from bench.pipeline.record import load_run, record
     from bench.tracking.writer import MlflowWriter
 
-    _finished_or_say_how(Path(args.run_dir))
+    if not (Path(args.run_dir) / "result.json").is_file():
+        return _finish_from_spool(Path(args.run_dir))
     result, ws = load_run(Path(args.run_dir))
     result.mlflow_run_id = record(MlflowWriter(result.campaign), result, ws)
     result.write(ws.result_file)
@@ -161,14 +162,28 @@ def cmd_record(args: argparse.Namespace) -> int:
     return 0
 
 
-def _finished_or_say_how(run_dir: Path) -> None:
-    """A run directory without result.json: one line saying how to finish it (not done here: a resume ends the
-    run's processes and evaluates, more than ``bench record`` promises)."""
-    if (run_dir / "result.json").is_file():
-        return
-    if (run_dir / "run.json").is_file():
-        raise ResultError(f"{run_dir} has no result.json (the harness died?); finish it: bench run --resume {run_dir}")
-    raise ResultError(f"{run_dir} has no result.json and no run.json: no run of bench run was launched there")
+def _finish_from_spool(run_dir: Path) -> int:
+    """A run directory without result.json: its harness died before the result existed, so there is nothing to
+    record yet. Everything needed to make it is in the directory (run.json, the spool, relay.json, the evidence),
+    so the run is finished here exactly as ``bench run --resume`` finishes it, which also records it in MLflow."""
+    if not (run_dir / "run.json").is_file():
+        raise ResultError(f"{run_dir} has no result.json and no run.json: no run of bench run was launched there")
+    from bench import resume
+    from bench.pipeline import state
+    from bench.tracking.writer import MlflowWriter
+
+    if not state.read(run_dir).harness_alive():  # a live one: resume_run refuses it in one line, nothing is done
+        print(
+            f"bench record: {run_dir} has no result.json (its harness died); finishing the run from its spool and "
+            "relay state, as bench run --resume does",
+            flush=True,
+        )
+    result = resume.resume_run(run_dir)
+    # record.save said so if the store refused: the agent run is then still open, and the exit status says it
+    if not result.mlflow_run_id or MlflowWriter(result.campaign).get_run(result.mlflow_run_id).info.status == "RUNNING":
+        return 1
+    print(f"recorded {run_dir} as MLflow run {result.mlflow_run_id} ({result.status})")
+    return 0
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -269,7 +284,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.set_defaults(func=cmd_run)
 
-    s = sub.add_parser("record", help="(re)record a finished run directory in MLflow, e.g. after an outage")
+    s = sub.add_parser(
+        "record",
+        help="(re)record a run directory in MLflow, e.g. after an outage (one whose harness died: finished first)",
+    )
     s.add_argument("run_dir")
     s.set_defaults(func=cmd_record)
 

@@ -4,14 +4,18 @@ Each case is a `command` agent run end to end through `bench.runner.run` on the 
 doing one forbidden thing the way an agent would (edit prepare.py and put it back, `pip install --target`, fetch a
 URL, ...). The expected finding is derived from what the script did, not from the audit's code: the rule the paper
 gives it, the verdict, and a piece of evidence only the harness could have recorded (a hash, a command line it saw,
-a request its proxy refused, a path). The honest run (no finding at all) is the adversarial suite's `honest`
-fixture; the other task folders' honest baselines are checked in tests/tasks/test_conformance.py (rule 9's
-tolerance, the code patterns) and, for T1, end to end below.
+a request its proxy refused, a path). No false positive either: one honest run per task folder, end to end, must
+leave no finding. T6's is the adversarial suite's `honest` fixture; T1, T2, T4, T5 and T7 run below (their baselines
+cut to their small-data factory's settings); T3's own task test checks its end-to-end run the same way.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
+import shlex
+import shutil
 import uuid
 from pathlib import Path
 
@@ -21,6 +25,8 @@ from bench.result import RunResult
 from bench.runner import RunSpec, run
 from bench.sandbox.bwrap import probe
 from tests.bench.adversary import HONEST  # the fixtures guard and honest: tests/bench/conftest.py
+from tests.conftest import ROOT
+from tests.tasks.smalldata import factory
 
 pytestmark = [
     pytest.mark.slow,
@@ -176,20 +182,54 @@ def test_an_honest_t1_run_has_no_finding(generated_t1):
     assert result.audit.violations == ()
 
 
-def test_an_honest_t5_run_has_no_finding(tmp_path, monkeypatch):
-    """A third task folder end to end (T5 on generated rows of the covtype schema): the baseline, cut to the small
-    data, scores and leaves no finding (T3's own end-to-end run checks the same in its task tests)."""
+def _generated_folder(tmp_path: Path, monkeypatch, name: str):
+    """A copy of the real task folder ``name`` whose data mirror holds only the raw files its small-data factory
+    generates, each declared in the copy's task.toml by its own sha256 and size. A source the factory does not make
+    (T2's official zip, T4's hiv.zip) is absent from the mirror, so the harness takes its declared substitute, as it
+    does on the real mirror; the harness's code path (mirror copy, checksum, prepare.py --prepare) is the real one."""
+    folder = tmp_path / "tasks" / name
+    shutil.copytree(ROOT / "tasks" / name, folder)
+    raw, mirror = tmp_path / "raw", tmp_path / "mirror"
+    raw.mkdir()
+    factory(name).write_raw(raw)
+    blocks = (folder / "task.toml").read_text().split("[[data]]")
+    for made in sorted(raw.iterdir()):
+        (i,) = [i for i, b in enumerate(blocks) if i and f'file = "{made.name}"\n' in b]
+        block = re.sub(r"\n(md5|sha256|size) = .*", "", blocks[i])
+        dest = mirror / re.search(r'\nmirror = "([^"]+)"', block).group(1)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(made, dest)
+        digest = hashlib.sha256(made.read_bytes()).hexdigest()
+        line = f'file = "{made.name}"\n'
+        blocks[i] = block.replace(line, f'{line}sha256 = "{digest}"\nsize = {made.stat().st_size}\n', 1)
+    (folder / "task.toml").write_text("[[data]]".join(blocks))
+    monkeypatch.setenv("BENCH_TASKS_DIR", str(tmp_path / "tasks"))
+    monkeypatch.setenv("BENCH_DATA_MIRROR", str(mirror))
+    monkeypatch.setenv("BENCH_CACHE_DIR", str(tmp_path / "cache"))
+    from bench.tasks import get_task
+
+    return get_task(name.split("_")[0])
+
+
+@pytest.mark.parametrize(
+    ("name", "shorter"),
+    [
+        ("t2_image_classification", {"max_steps": 10}),  # one validation + checkpoint, not three: ~10 s, not ~30 s
+        ("t4_graph_learning", {}),
+        ("t5_tabular_prediction", {}),
+        ("t7_text_classification", {}),
+    ],
+)
+def test_an_honest_run_of_each_task_folder_has_no_finding(name, shorter, tmp_path, monkeypatch):
+    """The task's baseline on its generated data, cut the way an agent would (run_1.py: train.py with the small-data
+    factory's settings applied to CONFIG before main), scores and leaves no finding at all."""
     from bench.tasks import data
-    from tests.conftest import generated_task
-    from tests.tasks.smalldata import make_covtype_like, write_covtype
 
-    def write_raw(path: Path) -> Path:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        return write_covtype(path, make_covtype_like())
-
-    task = generated_task(tmp_path, monkeypatch, "t5_tabular_prediction", write_raw)
+    task = _generated_folder(tmp_path, monkeypatch, name)
     data.prepare(task, progress=False)
-    cut = 's/"batch_size": 4096/"batch_size": 256/; s/"epochs": 40/"epochs": 2/'
-    result = _run(task, f"sed '{cut}' train.py > run_1.py && python run_1.py > run_1.log 2>&1\n", budget_s=180)
+    cut = f"/^def main(/i CONFIG.update({factory(name).tiny | shorter!r})"
+    cmd = f"sed {shlex.quote(cut)} train.py > run_1.py && python run_1.py > run_1.log 2>&1\n"
+    result = _run(task, cmd, budget_s=180)
     assert result.status == "success", result.reason
-    assert result.audit.violations == ()
+    assert result.audit.violations == (), result.audit.violations
+    assert result.audit.checked == tuple(range(1, 10))

@@ -21,7 +21,7 @@ import psutil
 import pytest
 
 from bench.cli import main
-from bench.pipeline import state
+from bench.pipeline import state, workspace
 from bench.processes import TOKEN_VAR
 from bench.result import RunResult
 from bench.runner import RunSpec, run
@@ -239,16 +239,65 @@ def test_resume_with_the_store_unreachable_writes_the_result_and_says_how_to_rec
     assert RunResult.load(unfinished.run_dir).status == "interrupted"
 
 
-def test_bench_record_without_result_json_says_how_to_finish_in_one_line(tmp_path, capsys):
+class HarnessDied(BaseException):
+    """The harness's death between the watch and the end of the pipeline (nothing in the harness catches it)."""
+
+
+def test_bench_record_without_result_json_finishes_the_run_from_its_spool(generated_t6, monkeypatch, capsys):
+    """The harness dies after its agent's script logged and checkpointed, before result.json: `bench record` finishes
+    the run (the spool's unrelayed tail, collect, evaluate, audit, result.json) into the MLflow runs it left open."""
+    import bench.runner
+
+    short = LOGGER.replace("range(1_000_000)", "range(300)").replace("  # logs until something ends it", "")
+    spec = RunSpec(generated_t6, "command", campaign=campaign(), budget_s=60, grace_s=1, console=False)
+    spec.options, spec.sandbox = {"command": short}, False
+
+    def died(spec, ws, device, data_dir, notes, locked_sha, writer, relay, ended):  # runner.finish's place
+        relay.stop()  # the harness's relay thread dies with it
+        raise HarnessDied
+
+    with monkeypatch.context() as patch, pytest.raises(HarnessDied):
+        patch.setattr(bench.runner, "finish", died)
+        run(spec)
+    (run_dir,) = workspace.campaign_dir(spec.campaign).glob("t6-command-r1-*")
+    assert (run_dir / "run.json").is_file() and (run_dir / "relay.json").is_file()
+    assert not (run_dir / "result.json").exists()
+    assert (runs_of(spec.campaign)["status"] == "RUNNING").any()  # the agent run the harness opened
+    dead_harness(run_dir)  # the harness was this test's process: as if `bench` had died
+
+    capsys.readouterr()
+    assert main(["record", str(run_dir)]) == 0
+    out = capsys.readouterr().out
+    assert f"bench record: {run_dir} has no result.json" in out and "from its spool and relay state" in out
+    result = RunResult.load(run_dir)
+    assert result.status == "success", result.reason  # its checkpoint, written before the harness died, scored
+    assert result.mlflow_run_id == state.read(run_dir).mlflow_run_id  # the run the harness opened, not a new one
+    runs = runs_of(spec.campaign)
+    assert not (runs["status"] == "RUNNING").any(), runs[["tags.mlflow.runName", "status"]]
+    agent = runs[runs[f"tags.{schema.KIND}"] == schema.KIND_AGENT]
+    assert list(agent["run_id"]) == [result.mlflow_run_id] and list(agent[f"tags.{schema.STATUS}"]) == ["success"]
+    assert mlflow_values(spec.campaign) == spool_values(run_dir / "workspace") == 600  # 300 steps x (loss, lr)
+
+    assert main(["record", str(run_dir)]) == 0  # now an ordinary record of a finished run
+
+
+def test_bench_record_without_a_run_or_with_a_live_harness_says_so_in_one_line(generated_t6, tmp_path, capsys):
     run_dir = tmp_path / "t6-command-r1-x"
     run_dir.mkdir()
     assert main(["record", str(run_dir)]) == 1
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "no result.json and no run.json" in err
-    (run_dir / "run.json").write_text("{}")
-    assert main(["record", str(run_dir)]) == 1
-    err = capsys.readouterr().err.strip()
-    assert err.count("\n") == 0 and f"bench run --resume {run_dir}" in err
+
+    live = Path(quick_run(generated_t6, campaign()).run_dir)
+    (live / "result.json").unlink()
+    st = state.read(live)  # a run whose harness is alive (here: this test's process)
+    st.harness_pid, st.harness_started = os.getpid(), psutil.Process().create_time()
+    state.write(live, st)
+    capsys.readouterr()
+    assert main(["record", str(live)]) == 1
+    captured = capsys.readouterr()
+    assert captured.err.strip().count("\n") == 0 and "still being run by bench" in captured.err
+    assert "finishing" not in captured.out and not (live / "result.json").exists()
 
 
 def test_run_json_errors_are_one_clear_line(tmp_path, monkeypatch):
