@@ -34,6 +34,7 @@ from bench.processes import TOKEN_VAR, describe, end_tree, find_tree, running
 from bench.result import ResultError, RunResult
 from bench.runner import Ended, RunSpec, finish
 from bench.tasks import data, get_task
+from bench.termination import Termination
 from bench.tracking import schema
 from bench.tracking.writer import MlflowWriter, TrackingError
 
@@ -116,8 +117,11 @@ def resume_run(run_dir: Path, *, console: bool = True) -> RunResult:
     base = schema.run_tags(st.campaign, st.agent, st.task, st.repeat)
     relay = relay_for(writer, st.mlflow_run_id, ws, base)
     locked = evidence.locked_at_start(task.locked_files)
-    result = finish(spec, ws, st.device, data_dir, list(st.partial_notes), locked, writer, relay, ended)
-    _close_left_open(writer, result.mlflow_run_id)
+    with Termination(launched=True) as term:  # a SIGTERM now lets the result be written first (bench.termination)
+        result = finish(spec, ws, st.device, data_dir, list(st.partial_notes), locked, writer, relay, ended)
+        _close_left_open(writer, result.mlflow_run_id)
+    if term.pending:
+        raise KeyboardInterrupt
     return result
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from bench import outcome, preflight, protocol
+from bench import outcome, preflight, protocol, termination
 from bench.agents import get_agent, own_hosts_of
 from bench.durations import fmt_s
 from bench.pipeline import audit, collect, evaluate, launch, record, state, watch, workspace
@@ -43,6 +43,7 @@ class RunSpec:
     console: bool = True
     no_weights: bool = False  # run a task that provides pretrained weights without them (marked partial)
     sandbox: bool = True  # the agent runs in a bubblewrap sandbox (bench.sandbox); False: --unsandboxed, marked so
+    run_id: str | None = None  # the run directory's name (a campaign's stable id); None: task-agent-repeat-time
 
     @property
     def budget(self) -> float:
@@ -54,7 +55,18 @@ class RunSpec:
 
 
 def run(spec: RunSpec) -> RunResult:
-    """workspace -> launch -> watch -> collect -> evaluate -> audit -> record; returns the result (also on disk)."""
+    """workspace -> launch -> watch -> collect -> evaluate -> audit -> record; returns the result (also on disk).
+
+    SIGTERM and SIGINT follow :mod:`bench.termination`: before the launch they stop the run at once; after it, the
+    run is collected, evaluated, audited and recorded first, then KeyboardInterrupt is raised."""
+    with termination.Termination() as term:
+        result = _run(spec, term)
+    if result.interrupted or term.pending:
+        raise KeyboardInterrupt
+    return result
+
+
+def _run(spec: RunSpec, term: termination.Termination) -> RunResult:
     # bad input, an unknown agent, unwritable folders, missing weights, no sandbox: stopped before anything is created
     preflight.check_spec(spec)
     task, adapter = spec.task, get_agent(spec.agent)
@@ -64,13 +76,20 @@ def run(spec: RunSpec) -> RunResult:
     notes = _partial_notes(spec)  # read from the verified cache now, before any agent code runs
 
     ws = workspace.create(  # 1
-        task, data_dir, campaign=spec.campaign, agent=spec.agent, repeat=spec.repeat, weights=weight_files
+        task,
+        data_dir,
+        campaign=spec.campaign,
+        agent=spec.agent,
+        repeat=spec.repeat,
+        weights=weight_files,
+        run_id=spec.run_id,
     )
     evidence = Evidence(ws.run_dir)
     locked_sha = evidence.start(ws.path, task.locked_files, audit.scorer_inputs(task))
     print(f"[bench] {spec.label}: workspace {ws.path} (budget {fmt_s(spec.budget)})", flush=True)
     writer, relay = _track_live(spec, ws, notes)
 
+    term.launched = True  # from here a signal is noted: the run goes on to its result (bench.termination)
     agent = launch.launch(  # 2
         adapter,
         ws,
@@ -84,11 +103,10 @@ def run(spec: RunSpec) -> RunResult:
         evidence=evidence,
     )
     _save_state(spec, ws, device, data_dir, notes, agent, relay)
-    watched = watch.watch(agent, spec.budget, spec.grace_s, on_tick=_status_ticker(agent, relay))  # 3
-    result = finish(spec, ws, device, data_dir, notes, locked_sha, writer, relay, Ended.of(agent, watched))
-    if watched.interrupted:
-        raise KeyboardInterrupt
-    return result
+    watched = watch.watch(  # 3
+        agent, spec.budget, spec.grace_s, on_tick=_status_ticker(agent, relay), stopped=lambda: term.pending
+    )
+    return finish(spec, ws, device, data_dir, notes, locked_sha, writer, relay, Ended.of(agent, watched))
 
 
 @dataclass(frozen=True)
@@ -142,6 +160,7 @@ def finish(
     evaluations = evaluate.evaluate_candidates(  # 5
         ws, collected.selection, data_dir, device, spec.console, sandboxed=spec.sandbox
     )
+    ended = _after_signal(ended, evaluations, ws, spec.label)
     Evidence(ws.run_dir).end(ws.path, task.locked_files)
     audited = audit.audit(  # 6
         ws,
@@ -162,6 +181,26 @@ def finish(
     if audited.violations:
         print(f"[bench] {spec.label}: {audit.summary(audited)[:2000]}", flush=True)
     return result
+
+
+def _after_signal(ended: Ended, evaluations: list[Evaluation], ws: workspace.Workspace, label: str) -> Ended:
+    """A signal that came after the agent's wait (:mod:`bench.termination`): the run goes on and its reason says so;
+    but with a failed evaluation the scorer may have been stopped by the same signal, so nothing is recorded from
+    it: KeyboardInterrupt, and run.json stays for ``bench run --resume``."""
+    term = termination.current()
+    if term is None or not term.pending:
+        return ended
+    if any(not e.official.ok for e in evaluations):
+        print(
+            f"[bench] {label}: {term.describe()} during the evaluation, which did not complete; nothing is recorded "
+            f"from it. Finish the run with: bench run --resume {ws.run_dir}",
+            flush=True,
+        )
+        raise KeyboardInterrupt
+    if ended.watched.interrupted:  # the signal ended the agent: the outcome says interrupted already
+        return ended
+    late = f"bench got {term.describe()} after the agent's time and finished the run first"
+    return replace(ended, note=f"{ended.note}; {late}" if ended.note else late)
 
 
 def _save_state(

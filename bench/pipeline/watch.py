@@ -139,14 +139,21 @@ class Watched:
     interrupted: bool  # Ctrl-C or SIGTERM to the harness
 
 
-def watch(agent: LaunchedAgent, budget_s: float, grace_s: float, on_tick: Tick | None = None) -> Watched:
+def watch(
+    agent: LaunchedAgent,
+    budget_s: float,
+    grace_s: float,
+    on_tick: Tick | None = None,
+    stopped: Callable[[], bool] | None = None,
+) -> Watched:
     """Wait for the agent under the budget, then end everything the run left behind and drain its output.
 
     A Ctrl-C or SIGTERM to the harness ends the agent early; the run goes on to collect and record
-    what it produced (the caller re-raises KeyboardInterrupt at the very end).
+    what it produced (the caller re-raises KeyboardInterrupt at the very end). ``stopped()`` true: a signal
+    already came while the agent was being launched (:mod:`bench.termination`), so there is no wait at all.
     """
     watchdog = Watchdog(agent.proc, budget_s, grace_s=grace_s, token=agent.token, on_tick=on_tick).start()
-    interrupted = _wait(agent.proc)
+    interrupted = _wait(agent.proc, stopped)
     seconds = time.time() - agent.started_at
     watchdog.stop(let_grace_finish=not interrupted)
     agent.monitor.scan()  # a last look before the tree is ended
@@ -164,19 +171,37 @@ def watch(agent: LaunchedAgent, budget_s: float, grace_s: float, on_tick: Tick |
     return Watched(round(seconds, 3), agent.proc.returncode, watchdog.timed_out, interrupted)
 
 
-def _wait(proc: Popen) -> bool:
-    """Wait for the agent; a Ctrl-C or SIGTERM to the harness ends the wait early. Returns True if interrupted."""
+def _wait(proc: Popen, stopped: Callable[[], bool] | None = None) -> bool:
+    """Wait for the agent; a Ctrl-C or SIGTERM to the harness ends the wait early. Returns True if interrupted.
+
+    Both signals get a handler of their own for the wait only (the run's :class:`bench.termination.Termination`
+    notes signals without raising once the agent is launched). A signal landing after the agent exited, while the
+    handlers are put back, is handed on to the handler restored (the run stops after its record, but the agent,
+    which had finished, was not interrupted)."""
+    hit: dict[str, object] = {"waiting": True, "late": None}
 
     def on_term(signum, frame):
-        raise _Interrupted
+        if hit["waiting"]:
+            raise _Interrupted
+        hit["late"] = signum
 
-    old = signal.signal(signal.SIGTERM, on_term) if threading.current_thread() is threading.main_thread() else None
+    old = {}
+    interrupted = False
     try:
+        if threading.current_thread() is threading.main_thread():
+            old = {sig: signal.signal(sig, on_term) for sig in (signal.SIGTERM, signal.SIGINT)}
+        if stopped is not None and stopped():
+            raise _Interrupted
         proc.wait()
-        return False
+        hit["waiting"] = False
     except (KeyboardInterrupt, _Interrupted):
-        print("\n[bench] interrupted: ending the agent, then collecting and recording what it produced", flush=True)
-        return True
+        hit["waiting"], interrupted = False, True
     finally:
-        if old is not None:
-            signal.signal(signal.SIGTERM, old)
+        hit["waiting"] = False
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+    if hit["late"] is not None:
+        signal.raise_signal(hit["late"])
+    if interrupted:
+        print("\n[bench] interrupted: ending the agent, then collecting and recording what it produced", flush=True)
+    return interrupted

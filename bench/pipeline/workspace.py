@@ -112,20 +112,27 @@ def create(
     repeat: int,
     root: Path | None = None,
     weights: list[Path] | None = None,
+    run_id: str | None = None,
 ) -> Workspace:
     """Create the run directory with copies of the task files, the prepared data (less what the task holds out)
     and any pretrained weights.
 
-    Everything is copied, not linked: the agent may write into its copy without touching the
+    ``run_id`` names the run directory (a campaign's stable id, :mod:`bench.campaign.spec`, so that a re-run of the
+    campaign finds it); it must not exist yet (FileExistsError). Without it the name carries the time, as for
+    ``bench run``. Everything is copied, not linked: the agent may write into its copy without touching the
     originals that the official evaluation reads, and no link points out of the workspace (rule 5).
     """
-    stamp = time.strftime("%Y%m%d-%H%M%S")
     base = campaign_dir(campaign, root)
-    run_dir = base / f"{task.id}-{_slug(agent)}-r{repeat}-{stamp}"
-    n = 1
-    while run_dir.exists():
-        n += 1
-        run_dir = base / f"{task.id}-{_slug(agent)}-r{repeat}-{stamp}-{n}"
+    if run_id is not None:
+        run_dir = base / _slug(run_id)
+        run_dir.mkdir(parents=True)  # FileExistsError: never two runs in one directory
+    else:
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        run_dir = base / f"{task.id}-{_slug(agent)}-r{repeat}-{stamp}"
+        n = 1
+        while run_dir.exists():
+            n += 1
+            run_dir = base / f"{task.id}-{_slug(agent)}-r{repeat}-{stamp}-{n}"
     ws = Workspace(run_dir, task)
     ws.path.mkdir(parents=True)
     for name in COPIED:
