@@ -54,11 +54,28 @@ def open_storage(spec: str | None, ws: TrialWorkspace):
     from optuna.storages.journal import JournalFileBackend
 
     if spec and "://" in spec:
-        return spec, spec, None
+        return rdb_storage(spec), spec, None
     path = Path(spec) if spec else ws.journal
     path = path if path.is_absolute() else (ws.path / path)
     path.parent.mkdir(parents=True, exist_ok=True)
     return JournalStorage(JournalFileBackend(str(path))), str(path), path
+
+
+def rdb_storage(url: str):
+    """Optuna's storage on the database ``url``, its tables created once under the lock MLflow's schema is created
+    under (:func:`bench.tracking.store.schema_lock`; the database itself made if missing on PostgreSQL).
+
+    Why: workers starting together on a fresh database each create the tables and collide (a UniqueViolation on
+    PostgreSQL). Optuna needs a database of its own, not MLflow's: both keep their schema version in a table named
+    ``alembic_version``, and Optuna refuses a database whose version is MLflow's ("no longer compatible with the
+    table schema"); on one PostgreSQL server, ``.../mlflow`` and ``.../optuna``.
+    """
+    import optuna
+
+    from bench.tracking import store
+
+    with store.schema_lock(url):
+        return optuna.storages.RDBStorage(url)
 
 
 def main(argv: list[str] | None = None) -> int:

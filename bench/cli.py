@@ -86,7 +86,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         if go_on is None:
             if results:
                 _print_summary(results)
-            return 0 if all(r.status == "success" for r in results) else 1
+            return _exit_status(results)
         args.campaign, done = go_on, resume.finished_runs(go_on, args.agent or "")
     if not args.agent or not args.task:
         raise InputError("bench run needs --agent and --task (or --resume [CAMPAIGN|RUN_DIR] to finish runs)")
@@ -131,7 +131,12 @@ def cmd_run(args: argparse.Namespace) -> int:
             )
             results.append(run(spec))
     _print_summary(results)
-    return 0 if all(r.status == "success" for r in results) else 1
+    return _exit_status(results)
+
+
+def _exit_status(results: list[RunResult]) -> int:
+    """0 only when every run succeeded and is recorded in MLflow (a run that is not: ``bench record RUN_DIR``)."""
+    return 0 if all(r.status == "success" and r.tracking_error is None for r in results) else 1
 
 
 def _print_summary(results: list[RunResult]) -> None:
@@ -301,6 +306,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_report(sub)  # bench report
     add_baselines(sub)  # bench baselines tune | optuna-dashboard
+    from bench.tracking.server import add_cli as add_server
+
+    add_server(sub)  # bench server: a shared MLflow server on PostgreSQL
 
     s = sub.add_parser("ui", help="open the MLflow UI on the tracking store (lean: 1 worker)")
     s.add_argument("--host", default="127.0.0.1")

@@ -15,7 +15,7 @@ Layout of version 2 (the keys of :meth:`RunResult.to_dict`)::
     evaluations: [{candidate, path, script, val_score, metric, step, saved_s, window, official: {...}}],
     audit: {locked_sha256, violations: [{rule, reason}]},
     outcome: {status, score, reason, best_val_score},
-    workspace, run_dir, mlflow_run_id
+    workspace, run_dir, mlflow_run_id, tracking_error
 """
 
 from __future__ import annotations
@@ -205,6 +205,9 @@ class RunResult:
     checkpoints_found: int = 0
     rejected_checkpoints: list[dict] = field(default_factory=list)  # {path, reason}
     mlflow_run_id: str | None = None
+    # why MLflow has not recorded the run (the store refused or was unreachable); None once it has. `bench run`
+    # exits non-zero while it is set, and `bench record RUN_DIR` records the run and clears it
+    tracking_error: str | None = None
     schema_version: int = SCHEMA_VERSION
 
     # --- what readers ask -------------------------------------------------------------------

@@ -53,13 +53,14 @@ def save(result: RunResult, writer: MlflowWriter, ws: Workspace) -> RunResult:
     _write(result, ws)
     try:
         result.mlflow_run_id = record(writer, result, ws)
-        _write(result, ws)
     except TrackingError as e:
+        result.tracking_error = str(e)[:2000]  # the run's exit status says it: a campaign sees what to record
         print(
             f"[bench] could not record in MLflow ({e}); everything is in {result.result_file}. "
             f"Record it later with: bench record {ws.run_dir}",
             flush=True,
         )
+    _write(result, ws)
     return result
 
 
@@ -73,7 +74,8 @@ def _write(result: RunResult, ws: Workspace) -> None:
 
 
 def record(writer: MlflowWriter, result: RunResult, ws: Workspace) -> str:
-    """Write everything about the run to MLflow and return the agent run id (raises TrackingError)."""
+    """Write everything about the run to MLflow and return the agent run id (raises TrackingError); clears
+    ``result.tracking_error``."""
     run_id = result.mlflow_run_id
     if not run_id:
         tags = schema.agent_run_tags(
@@ -157,6 +159,7 @@ def record(writer: MlflowWriter, result: RunResult, ws: Workspace) -> str:
     writer.log_text(run_id, json.dumps(result.audit.to_dict(), indent=2), schema.AUDIT_ARTIFACT)
     mlflow_status = {"success": "FINISHED", "interrupted": "KILLED"}.get(result.status, "FAILED")
     writer.end_run(run_id, mlflow_status, result.started_at + result.wall_time_s)
+    result.tracking_error = None
     return run_id
 
 

@@ -46,18 +46,18 @@ def _client(uri: str):
 
     Several processes creating a new SQLite/PostgreSQL schema at once fail (duplicate tables on SQLite,
     a UniqueViolation on PostgreSQL; measured with MLflow 3.17: 4 processes on a fresh SQLite store, most
-    fail), so the harness does it here, before it starts an agent: under a file lock for the embedded store (harness
-    processes on one machine take turns), and for any store retried a few times, since a process that lost the race
-    finds the schema the winner made.
+    fail), so the harness does it here, before it starts an agent, under a lock: a file lock beside an SQLite
+    database (harness processes on one machine take turns), a PostgreSQL advisory lock for a PostgreSQL database
+    (harness processes on any node take turns: :mod:`bench.tracking.postgres`); and for any store retried a few
+    times, since a process that lost a race (a server's own start-up, another database) finds the schema made.
     """
     import mlflow
     from mlflow.tracking import MlflowClient
 
-    embedded = uri == default_uri()
-    if embedded:
+    if uri == default_uri():
         mlruns_dir().mkdir(parents=True, exist_ok=True)
     mlflow.set_tracking_uri(uri)
-    with _schema_lock(mlruns_dir() / ".schema.lock" if embedded else None):
+    with schema_lock(uri):
         for attempt in range(SCHEMA_TRIES):
             c = MlflowClient(tracking_uri=uri)
             try:
@@ -73,12 +73,22 @@ def _client(uri: str):
 SCHEMA_TRIES = 5
 
 
+def schema_lock(uri: str) -> contextlib.AbstractContextManager:
+    """The lock under which the schema of the database ``uri`` is created (a no-op for a server or another store)."""
+    scheme = uri.split(":", 1)[0].split("+", 1)[0]
+    if scheme == "sqlite" and uri.startswith("sqlite:///") and uri != "sqlite:///:memory:":
+        return _file_lock(Path(uri[len("sqlite:///") :]).parent / ".schema.lock")  # the embedded store: mlruns/
+    if scheme in ("postgresql", "postgres"):
+        from bench.tracking import postgres
+
+        return postgres.advisory_lock(uri, postgres.SCHEMA_LOCK)
+    return contextlib.nullcontext()
+
+
 @contextlib.contextmanager
-def _schema_lock(path: Path | None):
-    """An exclusive lock on ``path`` (none for a remote store), released when the block ends."""
-    if path is None:
-        yield
-        return
+def _file_lock(path: Path):
+    """An exclusive lock on ``path``, released when the block ends."""
+    path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         try:
