@@ -292,7 +292,7 @@ def intervals_figure(intervals: pd.DataFrame) -> Figure:
         ax.errorbar(
             r.agg,
             y,
-            xerr=[[r.agg - r.lo], [r.hi - r.agg]] if bounded else None,
+            xerr=[[max(0.0, r.agg - r.lo)], [max(0.0, r.hi - r.agg)]] if bounded else None,  # float noise: >= 0
             fmt="o",
             color="#1f77b4",
             capsize=3,
@@ -319,7 +319,7 @@ def paired_figure(comparison: dict) -> Figure:
         ax.errorbar(
             len(d) + 0.5,
             o["diff"],
-            yerr=[[o["diff"] - o["diff_lo"]], [o["diff_hi"] - o["diff"]]],
+            yerr=[[max(0.0, o["diff"] - o["diff_lo"])], [max(0.0, o["diff_hi"] - o["diff"])]],  # float noise: >= 0
             fmt="D",
             color="black",
             capsize=4,
