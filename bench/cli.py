@@ -301,6 +301,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--campaign", default="demo")
     s.set_defaults(func=cmd_demo)
 
+    from bench.campaign.cli import add_cli as add_campaign
+
+    add_campaign(sub)  # bench campaign run | resume | status CAMPAIGN.toml
+
     from analysis.report import add_cli as add_report
     from baselines.cli import add_cli as add_baselines
 

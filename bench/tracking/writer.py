@@ -84,6 +84,11 @@ class MlflowWriter:
         """Close a run: MLflow status FINISHED, FAILED or KILLED."""
         self._do("end run", "set_terminated", run_id, status=status, end_time=_ms(end_time))
 
+    def delete_run(self, run_id: str) -> None:
+        """Mark a run deleted (MLflow keeps it, restorable; searches leave it out): for an agent run opened by a
+        harness that died before it launched the agent (:mod:`bench.campaign.job` starts that run over)."""
+        self._do("delete run", "delete_run", run_id)
+
     # --- data --------------------------------------------------------------------------------
     def log_params(self, run_id: str, params: Mapping[str, Any]) -> None:
         from mlflow.entities import Param

@@ -1,0 +1,178 @@
+"""``bench campaign run|resume|status CAMPAIGN.toml``: a campaign from its file to its last run.
+
+``run`` and ``resume`` do the same thing, from wherever the campaign is: every run of the matrix that is not final
+is brought to its end (a run whose harness died is finished by :func:`bench.resume.resume_run`, the others run),
+final runs are never redone, and a final run that MLflow did not get is recorded. ``resume`` says so when there is
+nothing to resume (the campaign never started). Both check the whole file and the machine before anything starts
+(exit 2 with one line). Exit status: 0 when every run is final and recorded (whatever the agents' outcomes: a
+failed agent is a result), 1 when some are not (given up after their retries, or not recorded), 130 when a signal
+stopped the campaign.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+from collections import Counter
+
+from bench import preflight
+from bench.campaign import spec
+from bench.campaign.spec import Campaign
+from bench.durations import fmt_s
+from bench.preflight import InputError
+
+
+def add_cli(sub: argparse._SubParsersAction) -> None:
+    """The ``campaign`` subcommand of ``bench``."""
+    s = sub.add_parser("campaign", help="a matrix of agents x tasks x repeats from a TOML file: local GPUs or Slurm")
+    csub = s.add_subparsers(dest="campaign_command", required=True, metavar="{run,resume,status}")
+    for name, what in (
+        ("run", "run every run of the campaign that is not final (finished runs are never redone)"),
+        ("resume", "the same, for a campaign that was stopped or killed: finishes the runs whose harness died"),
+        ("status", "each run's state, the campaign's progress and an ETA from the budgets"),
+    ):
+        c = csub.add_parser(name, help=what, description=what)
+        c.add_argument("file", metavar="CAMPAIGN.toml")
+        c.set_defaults(func=cmd_campaign)
+    j = csub.add_parser("job")  # one run's process, started by an executor (bench.campaign.job.job_main)
+    j.add_argument("file")
+    j.add_argument("run_id")
+    j.set_defaults(func=cmd_campaign)
+
+
+def cmd_campaign(args: argparse.Namespace) -> int:
+    from bench.campaign import job  # the pipeline: imported when a campaign command runs, not for every `bench`
+
+    campaign = spec.load(args.file)
+    if args.campaign_command == "job":
+        return job.job_main(campaign, args.run_id)
+    if args.campaign_command == "status":
+        return status(campaign)
+    return start(campaign, resume=args.campaign_command == "resume")
+
+
+def check_machine(campaign: Campaign) -> None:
+    """Every agent's checks of ``bench run`` (folders, weights, sandbox, options) and the executor's needs."""
+    slurm = campaign.executor == "slurm"
+    for agent in campaign.agents:
+        preflight.check_run(
+            campaign.tasks(),
+            agent=agent.name,
+            campaign=campaign.name,
+            budget_s=campaign.budget_s,
+            grace_s=campaign.grace_s,
+            repeats=campaign.repeats,
+            model=agent.model,
+            options=dict(agent.options),
+            device=campaign.device,
+            no_weights=campaign.no_weights,
+            sandbox=campaign.sandbox and not slurm,  # a login node may lack what the compute nodes have
+        )
+    if slurm:
+        try:
+            import submitit  # noqa: F401
+        except ImportError:
+            raise InputError("executor = \"slurm\" needs submitit: pip install 'onegc-7rc[cluster]'") from None
+        if campaign.slurm.cluster == "slurm" and shutil.which("sbatch") is None:
+            raise InputError(
+                'executor = "slurm": no sbatch here; run on a Slurm login node (or slurm.cluster = "local")'
+            )
+
+
+def start(campaign: Campaign, *, resume: bool) -> int:
+    """``bench campaign run`` / ``resume`` (module docstring)."""
+    from bench.campaign import job
+    from bench.campaign.retry import CampaignLock
+
+    if resume and not campaign.folder.is_dir():
+        raise InputError(
+            f"campaign {campaign.name} has not started ({campaign.folder}): bench campaign run {campaign.file}"
+        )
+    check_machine(campaign)
+    with CampaignLock(campaign):
+        keys = campaign.runs()
+        seen = {k: job.inspect(campaign.run_dir(k)) for k in keys}
+        final = [k for k in keys if seen[k].state == "final"]
+        todo = [k for k in keys if seen[k].state != "final"]
+        unfinished = sum(seen[k].state == "unfinished" for k in todo)
+        print(
+            f"[campaign] {campaign.name}: {len(keys)} runs ({len(campaign.agents)} agent(s) x {len(campaign.task_ids)} "
+            f"task(s) x {campaign.repeats} repeat(s)); {len(final)} final, {unfinished} to finish (harness died), "
+            f"{len(todo) - unfinished} to run; {campaign.folder}",
+            flush=True,
+        )
+        if campaign.executor == "slurm":
+            from bench.campaign.slurm import SlurmExecutor
+
+            outcome = SlurmExecutor(campaign).run(todo, done_before=len(final))
+        else:
+            from bench.campaign.local import LocalExecutor, slots_for
+
+            outcome = LocalExecutor(campaign, slots_for(campaign)).run(todo, done_before=len(final))
+        seen = {k: job.inspect(campaign.run_dir(k)) for k in keys}
+        unrecorded = _record_missing(campaign, seen)
+    statuses = Counter(s.status for s in seen.values() if s.state == "final")
+    n_final = sum(statuses.values())
+    print(
+        f"[campaign] {campaign.name}: {n_final}/{len(keys)} final ("
+        + (", ".join(f"{n} {st}" for st, n in sorted(statuses.items())) or "none")
+        + f"); {len(outcome.gave_up)} given up, {len(unrecorded)} not recorded in MLflow",
+        flush=True,
+    )
+    for run_id, why in outcome.gave_up.items():
+        print(f"[campaign] {run_id}: {why}", flush=True)
+    if outcome.stopped:
+        print(f"[campaign] stopped; go on with: bench campaign resume {campaign.file}", flush=True)
+        return 130
+    return 0 if n_final == len(keys) and not unrecorded else 1
+
+
+def _record_missing(campaign: Campaign, seen: dict) -> list[str]:
+    """Record the final runs MLflow did not get (the store was unreachable at their end); the run ids still not
+    recorded (all of them, with one line, when the store cannot be reached now)."""
+    from bench.campaign import job
+    from bench.result import ResultError
+    from bench.tracking.writer import TrackingError
+
+    results = [s.result for s in seen.values() if s.result is not None]
+    if not results:
+        return []
+    try:
+        missing = job.unrecorded(campaign, results)
+    except TrackingError as e:
+        print(f"[campaign] cannot check the runs in MLflow ({e}); run bench campaign resume later", flush=True)
+        return [r.run_dir for r in results]
+    left = []
+    for result in missing:
+        try:
+            job.record_again(result)
+        except (TrackingError, ResultError, OSError) as e:
+            print(f"[campaign] {result.run_dir}: still not recorded ({e})", flush=True)
+            left.append(result.run_dir)
+    return left
+
+
+def status(campaign: Campaign) -> int:
+    """``bench campaign status``: every run's state, then the ETA of what is left."""
+    from bench.campaign import job
+    from bench.campaign.retry import last_events
+    from bench.campaign.view import Estimate, table
+
+    keys = campaign.runs()
+    seen = {k: job.inspect(campaign.run_dir(k)) for k in keys}
+    jobs: dict[str, str] = {}
+    if campaign.executor == "slurm":
+        from bench.campaign.slurm import SlurmExecutor
+
+        jobs = SlurmExecutor(campaign).recorded_jobs()
+        slots = campaign.slurm.array_parallelism
+    else:
+        from bench.campaign.local import slots_for
+
+        slots = len(slots_for(campaign))
+    print(table(campaign, seen, last_events(campaign), jobs))
+    left = [k for k in keys if seen[k].state != "final"]
+    if left:
+        eta = Estimate(campaign).eta(left, {}, min(slots, len(left)))
+        print(f"{len(left)} run(s) left: about {fmt_s(eta)} on {min(slots, len(left))} slot(s) (from the budgets)")
+    return 0

@@ -1,0 +1,173 @@
+"""One run of a campaign as a job: what state it is in, doing what it still needs, and what counts as an
+infrastructure failure (retried) rather than an agent's outcome (final).
+
+A run's state is read from its run directory (:func:`inspect`), never from a memory of what was launched, so that a
+campaign killed at any point finds the truth again:
+
+- ``final``: result.json is there. Whatever the status (success, failed, timeout, disqualified, refused,
+  interrupted) it is the run's outcome and is never redone;
+- ``running``: run.json names a harness that is alive (:meth:`bench.pipeline.state.RunState.harness_alive`);
+- ``unfinished``: run.json, no result.json, its harness is dead: finished by :func:`bench.resume.resume_run`;
+- ``stale``: the directory exists without run.json: a harness died before it launched the agent. Nothing of the
+  agent ran, so the run starts over: the directory is removed and the MLflow agent run it may have opened is
+  deleted (else the leaderboard would count a run that never happened);
+- ``pending``: no directory yet.
+
+An **infrastructure failure** is a job that ended with its run not final: its ``bench`` process crashed or was
+killed (a signal, an out-of-memory kill, a lost node, a scheduler's time limit) or stopped before a run directory
+existed (the data could not be fetched or verified, the tracking store's schema could not be made: exit 1). It is
+retried, up to the campaign's ``retries``: the retry resumes an unfinished run and starts a stale or pending one. A
+final run whose MLflow agent run is missing or was not closed with its status (the store was unreachable when it
+ended: :func:`unrecorded`) is recorded again from its result.json, as ``bench record`` does. Bad input (exit 2) is
+not retried: the campaign file and the machine are checked before anything starts.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.campaign.spec import Campaign, RunKey
+from bench.pipeline import state
+from bench.result import ResultError, RunResult
+from bench.runner import RunSpec, run
+from bench.tasks import get_task
+from bench.tracking import schema
+from bench.tracking.writer import MlflowWriter, TrackingError
+
+CPUS_VAR = "BENCH_CAMPAIGN_CPUS"  # the CPU set the local executor gives a run's bench process: "0,1,2,3"
+
+
+@dataclass(frozen=True)
+class Seen:
+    """What a run's directory says about it."""
+
+    state: str  # final | running | unfinished | stale | pending
+    result: RunResult | None = None
+    note: str = ""  # for a final run whose result.json cannot be read: why
+
+    @property
+    def status(self) -> str:
+        if self.result is not None:
+            return self.result.status
+        return "unreadable" if self.state == "final" else self.state
+
+
+def inspect(run_dir: Path) -> Seen:
+    """The run's state from its directory (module docstring)."""
+    if (run_dir / "result.json").is_file():
+        try:
+            return Seen("final", RunResult.load(run_dir))
+        except ResultError as e:  # written atomically: a newer schema or a hand edit; never redone either
+            return Seen("final", note=str(e))
+    if (run_dir / "run.json").is_file():
+        try:
+            alive = state.read(run_dir).harness_alive()
+        except state.RunStateError as e:
+            return Seen("final", note=str(e))  # not ours to touch: shown by status, never overwritten
+        return Seen("running" if alive else "unfinished")
+    return Seen("stale" if run_dir.exists() else "pending")
+
+
+def spec_of(campaign: Campaign, key: RunKey, console: bool = False) -> RunSpec:
+    """The :class:`bench.runner.RunSpec` of one run of the campaign (its run directory named by the stable id)."""
+    return RunSpec(
+        task=get_task(key.task),
+        agent=key.agent.name,
+        campaign=campaign.name,
+        repeat=key.repeat,
+        budget_s=campaign.budget_s,
+        grace_s=campaign.grace_s,
+        model=key.agent.model,
+        options=dict(key.agent.options),
+        device=campaign.device,
+        console=console,
+        no_weights=campaign.no_weights,
+        sandbox=campaign.sandbox,
+        run_id=key.run_id,
+    )
+
+
+def execute(campaign: Campaign, key: RunKey, *, console: bool = True) -> RunResult | None:
+    """Bring one run to its end in this process: start it, resume it, or leave it if final (None if it is being
+    run by a live harness). Raises what the runner raises (KeyboardInterrupt after a signal, DataError, ...)."""
+    from bench.resume import resume_run
+
+    run_dir = campaign.run_dir(key)
+    seen = inspect(run_dir)
+    if seen.state == "final":
+        print(f"[campaign] {key.run_id}: final already ({seen.status}); never redone", flush=True)
+        return seen.result
+    if seen.state == "running":
+        print(f"[campaign] {key.run_id}: its harness is alive (another process runs it); left alone", flush=True)
+        return None
+    if seen.state == "unfinished":
+        return resume_run(run_dir, console=console)
+    if seen.state == "stale":
+        discard(campaign, run_dir)
+    return run(spec_of(campaign, key, console))
+
+
+def discard(campaign: Campaign, run_dir: Path) -> None:
+    """Remove a run directory whose harness died before the launch, and the MLflow agent run it opened (found by
+    its workspace tag): the run starts over as if it had never begun. An unreachable store raises TrackingError
+    (the directory is kept: the next attempt looks again)."""
+    writer = MlflowWriter(campaign.name)
+    for found in agent_runs(campaign):
+        if found.data.tags.get(schema.WORKSPACE) == str(run_dir):
+            writer.delete_run(found.info.run_id)
+    print(f"[campaign] {run_dir.name}: its harness died before the agent started; starting it over", flush=True)
+    shutil.rmtree(run_dir)
+
+
+def unrecorded(campaign: Campaign, results: list[RunResult]) -> list[RunResult]:
+    """The final runs whose MLflow agent run is missing, still RUNNING or without the result's status (the store
+    was unreachable at their end). One search for the whole campaign; TrackingError if the store is unreachable."""
+    closed = {r.info.run_id: r.data.tags.get(schema.STATUS) for r in agent_runs(campaign) if r.info.status != "RUNNING"}
+    return [r for r in results if not r.mlflow_run_id or closed.get(r.mlflow_run_id) != r.status]
+
+
+def agent_runs(campaign: Campaign) -> list:
+    """The campaign's active MLflow agent runs (a read: none if its experiment does not exist yet); TrackingError
+    if the store cannot be reached."""
+    from bench.tracking import store
+
+    try:
+        client = store.client()
+        exp = client.get_experiment_by_name(campaign.name)
+        if exp is None:
+            return []
+        kind = f"tags.`{schema.KIND}` = '{schema.KIND_AGENT}'"
+        return list(client.search_runs([exp.experiment_id], filter_string=kind, max_results=50000))
+    except Exception as e:  # a read of the store: any failure means it cannot be reached now
+        raise TrackingError(f"tracking store {store.tracking_uri()} unavailable: {e}") from e
+
+
+def record_again(result: RunResult) -> None:
+    """Record a final run from its result.json (``bench record``); TrackingError if the store is still down."""
+    from bench.pipeline.record import load_run, record
+
+    result, ws = load_run(Path(result.run_dir))
+    result.mlflow_run_id = record(MlflowWriter(result.campaign), result, ws)
+    result.write(ws.result_file)
+    print(f"[campaign] {ws.run_dir.name}: recorded in MLflow as {result.mlflow_run_id}", flush=True)
+
+
+def job_main(campaign: Campaign, run_id: str, *, console: bool = True) -> int:
+    """``bench campaign job FILE RUN_ID``: the process of one run (started by an executor, never by hand).
+
+    It takes the CPU set the local executor gave it (``BENCH_CAMPAIGN_CPUS``: inherited by the agent and the
+    scorer) and ignores SIGUSR2, the signal submitit asks Slurm to send before a time limit (its default action
+    would end the harness, and the scorer and the agent, which inherit the setting, mid-step): submitit's own
+    process handles it (:mod:`bench.campaign.slurm`). 0: the run is final; 1: it is not (an infrastructure
+    failure); 130: stopped by a signal after what it could finish."""
+    cpus = os.environ.get(CPUS_VAR, "").strip()
+    if cpus and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {int(c) for c in cpus.split(",")})
+    signal.signal(signal.SIGUSR2, signal.SIG_IGN)
+    key = campaign.key(run_id)
+    result = execute(campaign, key, console=console)
+    return 0 if result is not None else 1

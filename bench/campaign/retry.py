@@ -1,0 +1,102 @@
+"""What happens after a run's job ended: final, retried, or given up; the campaign's own log of it; one campaign
+process at a time.
+
+The definition of an infrastructure failure (the only thing retried) is in :mod:`bench.campaign.job`. The count
+is per invocation of ``bench campaign run``/``resume``: a run given up now is tried again by the next invocation
+(someone fixed the data mirror, the store is back). Every decision is appended to ``.campaign/events.jsonl`` in
+the campaign's folder, so that ``bench campaign status`` can say why a run is not final.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import time
+from collections import Counter
+from pathlib import Path
+
+from bench.campaign.job import inspect
+from bench.campaign.spec import Campaign, RunKey
+from bench.preflight import InputError
+
+CONTROL = ".campaign"  # in the campaign's folder: its log, lock, children's output, submitit's files
+
+
+def control_dir(campaign: Campaign) -> Path:
+    return campaign.folder / CONTROL
+
+
+class Attempts:
+    """Infrastructure failures per run in this invocation, against the campaign's ``retries``."""
+
+    def __init__(self, campaign: Campaign) -> None:
+        self.campaign = campaign
+        self.failures: Counter[str] = Counter()
+        self.gave_up: dict[str, str] = {}  # run id -> why
+        self.log = control_dir(campaign) / "events.jsonl"
+
+    def ended(self, key: RunKey, how: str) -> str:
+        """A job of ``key`` ended (``how``: its exit, in words): ``final``, ``retry`` or ``gave-up``."""
+        seen = inspect(self.campaign.run_dir(key))
+        if seen.state == "final":
+            self.note(key, "final", seen.status)
+            return "final"
+        self.failures[key.run_id] += 1
+        n = self.failures[key.run_id]
+        why = f"{how}; the run is {seen.state} (no result.json): infrastructure failure {n}"
+        if n <= self.campaign.retries:
+            self.note(key, "retry", why)
+            return "retry"
+        self.gave_up[key.run_id] = why
+        self.note(key, "gave-up", f"{why}; gave up after {n} attempt(s)")
+        return "gave-up"
+
+    def note(self, key: RunKey, event: str, why: str) -> None:
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        line = {"time": round(time.time(), 3), "run_id": key.run_id, "event": event, "why": why}
+        with open(self.log, "a") as f:
+            f.write(json.dumps(line) + "\n")
+
+
+def last_events(campaign: Campaign) -> dict[str, dict]:
+    """The last logged event of each run (``bench campaign status``)."""
+    out: dict[str, dict] = {}
+    path = control_dir(campaign) / "events.jsonl"
+    for line in path.read_text().splitlines() if path.is_file() else ():
+        try:
+            ev = json.loads(line)
+            out[ev["run_id"]] = ev
+        except (ValueError, KeyError, TypeError):
+            continue  # a torn last line
+    return out
+
+
+class CampaignLock:
+    """One ``bench campaign run``/``resume`` per campaign at a time (two would start the same runs): an exclusive
+    lock on ``.campaign/lock``, released when the process ends however it ends."""
+
+    def __init__(self, campaign: Campaign) -> None:
+        self.path = control_dir(campaign) / "lock"
+        self._file = None
+
+    def __enter__(self) -> CampaignLock:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = open(self.path, "a+")
+        try:
+            fcntl.flock(self._file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._file.seek(0)
+            holder = self._file.read().strip() or "?"
+            self._file.close()
+            raise InputError(f"the campaign is being run by another bench campaign process ({holder})") from None
+        self._file.seek(0)
+        self._file.truncate()
+        self._file.write(f"pid {os.getpid()}")
+        self._file.flush()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._file is not None:
+            fcntl.flock(self._file, fcntl.LOCK_UN)
+            self._file.close()

@@ -1,0 +1,359 @@
+"""The campaign file: the matrix of agents x tasks x repeats and how it runs, read and checked whole before anything
+starts (a mistake found after an hour of runs costs the hour), every problem one line naming the key.
+
+::
+
+    name = "pilot"            # the campaign = the MLflow experiment = the workspaces' folder
+    tasks = ["t1", "t6"]      # or "all"
+    repeats = 5               # paper: 5 (Appendix B)
+    budget = "40m"            # optional: each task's own budget when absent (a run with another is non-standard)
+    [[agents]]
+    name = "claude-code"
+    model = "claude-opus-4-7"
+    [[agents]]
+    name = "command"
+    agent_command = "python train.py"
+
+Optional keys: ``grace`` (seconds after the budget before SIGKILL, 30), ``device`` (the evaluation's), ``sandbox``
+(true), ``no_weights`` (false), ``retries`` (2: infrastructure failures only, :mod:`bench.campaign.job`),
+``executor`` (``local`` or ``slurm``), ``gpus`` (the local executor's GPUs, e.g. ``[0, 1]``; found with
+``nvidia-smi -L`` when absent), per agent ``options`` (a table of adapter options) and a ``[slurm]`` table
+(:class:`SlurmSettings`).
+
+Stable run ids: each run of the matrix has a deterministic id, :func:`run_id`, which names its run directory
+under the workspaces folder. A re-run of the campaign finds the directory of every run it started: a finished
+run (result.json) is never redone, a run whose harness died is finished (:mod:`bench.resume`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bench import preflight
+from bench.agents import AGENTS, AgentError
+from bench.durations import parse_duration
+from bench.pipeline.workspace import campaign_dir
+from bench.preflight import InputError
+from bench.tasks import Task, TaskError, all_tasks, get_task
+
+TOP_KEYS = {
+    "name", "tasks", "repeats", "budget", "grace", "device", "sandbox", "no_weights", "retries", "executor", "gpus",
+    "agents", "slurm",
+}  # fmt: skip
+AGENT_KEYS = {"name", "model", "agent_command", "options"}
+EXECUTORS = ("local", "slurm")
+
+
+@dataclass(frozen=True)
+class SlurmSettings:
+    """The ``[slurm]`` table: how each run becomes a job of a Slurm job array (:mod:`bench.campaign.slurm`).
+
+    A job's time limit is the run's budget + grace + ``eval_margin`` (the collect, evaluate, audit and record after
+    the agent's time), so that a job is never ended by the scheduler while its run is within its budget."""
+
+    cluster: str = "slurm"  # submitit's AutoExecutor cluster: slurm, or local (submitit's own backend, no Slurm)
+    partition: str | None = None
+    gpus_per_task: int = 1  # 0 on a CPU-only cluster
+    cpus_per_task: int | None = None
+    mem_gb: float | None = None
+    array_parallelism: int = 64  # at most this many runs at once
+    eval_margin_s: float = 20 * 60
+    signal_delay_s: int = 120  # submitit's USR2 before the time limit: time to finish or leave the run resumable
+    setup: tuple[str, ...] = ()  # shell lines before each job (module load, source a venv, export ...)
+    additional: dict[str, object] = field(default_factory=dict)  # other sbatch options (account, qos, constraint)
+    poll_s: float = 30.0  # how often the campaign looks at its jobs
+
+
+SLURM_KEYS = {
+    "cluster", "partition", "gpus_per_task", "cpus_per_task", "mem_gb", "array_parallelism", "eval_margin",
+    "signal_delay_s", "setup", "additional", "poll_s",
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class AgentEntry:
+    """One ``[[agents]]`` entry: an agent of the dispatch table, its model and its adapter options."""
+
+    name: str
+    model: str | None = None
+    options: dict[str, str] = field(default_factory=dict, hash=False)  # (name, model) is unique in a campaign
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} ({self.model})" if self.model else self.name
+
+
+@dataclass(frozen=True)
+class RunKey:
+    """One run of the matrix, with its stable id."""
+
+    agent: AgentEntry
+    task: str
+    repeat: int
+    run_id: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.task}-{self.agent.label}-r{self.repeat}"
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-") or "x"
+
+
+def run_id(campaign: str, agent: str, model: str | None, task: str, repeat: int) -> str:
+    """The run's directory name: readable (task, agent, model, repeat) and, since two models can read the same once
+    made file-name safe (``a/b`` and ``a-b``), ended by 8 hex digits of sha256 over the exact values."""
+    key = json.dumps([campaign, agent, model or "", task, repeat])
+    digest = hashlib.sha256(key.encode()).hexdigest()[:8]
+    model_part = f"-{_slug(model)}" if model else ""
+    return f"{task}-{_slug(agent)}{model_part}-r{repeat}-{digest}"
+
+
+@dataclass(frozen=True)
+class Campaign:
+    """A validated campaign file."""
+
+    name: str
+    file: Path
+    task_ids: tuple[str, ...]
+    repeats: int
+    agents: tuple[AgentEntry, ...]
+    budget_s: float | None = None
+    grace_s: float = 30.0
+    device: str | None = None
+    sandbox: bool = True
+    no_weights: bool = False
+    retries: int = 2
+    executor: str = "local"
+    gpus: tuple[str, ...] | None = None
+    slurm: SlurmSettings = field(default_factory=SlurmSettings)
+
+    @property
+    def folder(self) -> Path:
+        """Where its run directories live (the same folder ``bench run --campaign NAME`` uses)."""
+        return campaign_dir(self.name)
+
+    def tasks(self) -> list[Task]:
+        return [get_task(t) for t in self.task_ids]
+
+    def runs(self) -> list[RunKey]:
+        """Every run of the matrix, repeat by repeat (each agent and task gets its first repeat before any second:
+        a campaign stopped early still covers the matrix)."""
+        return [
+            RunKey(agent, task, repeat, run_id(self.name, agent.name, agent.model, task, repeat))
+            for repeat in range(1, self.repeats + 1)
+            for task in self.task_ids
+            for agent in self.agents
+        ]
+
+    def run_dir(self, key: RunKey) -> Path:
+        return self.folder / key.run_id
+
+    def budget_of(self, task: str) -> float:
+        return self.budget_s if self.budget_s is not None else get_task(task).budget_s
+
+    def key(self, run_id: str) -> RunKey:
+        """The run of the matrix with this id (InputError if none: the file changed since the id was made)."""
+        for key in self.runs():
+            if key.run_id == run_id:
+                return key
+        raise InputError(f"{self.file}: no run {run_id!r} in campaign {self.name!r} (was the file changed?)")
+
+
+def load(path: Path) -> Campaign:
+    """Read and check a campaign file: InputError, TaskError or AgentError with one line naming the key."""
+    path = Path(path)
+    try:
+        raw = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise InputError(f"no campaign file {path}") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise InputError(f"{path} cannot be read: {e}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise InputError(f"{path} is not valid TOML: {e}") from None
+    where = str(path)
+
+    def bad(key: str, why: str) -> InputError:
+        return InputError(f"{where}: {key}: {why}")
+
+    _unknown(raw, TOP_KEYS, where, "")
+    name = raw.get("name")
+    if not isinstance(name, str):
+        raise bad("name", 'missing or not a string: name = "my-campaign" (the MLflow experiment)')
+    try:
+        preflight.check_campaign(name)
+    except InputError as e:
+        raise bad("name", str(e)) from None
+    repeats = _int(raw.get("repeats", 1), "repeats", bad)
+    if repeats < 1:
+        raise bad("repeats", f"must be at least 1 (got {repeats}); the paper runs 5")
+    budget_s = None
+    if "budget" in raw:
+        if not isinstance(raw["budget"], str):
+            raise bad("budget", f'write a duration as a string, e.g. budget = "40m" (got {raw["budget"]!r})')
+        try:
+            budget_s = parse_duration(raw["budget"])
+        except Exception as e:  # argparse's error type: the message is the one line
+            raise bad("budget", str(e)) from None
+        if not (math.isfinite(budget_s) and budget_s > 0):
+            raise bad("budget", f"must be a positive duration (got {raw['budget']!r})")
+    grace = raw.get("grace", 30.0)
+    if isinstance(grace, bool) or not isinstance(grace, int | float) or not math.isfinite(grace) or grace < 0:
+        raise bad("grace", f"must be a number of seconds >= 0 (got {grace!r}); the paper uses 30")
+    retries = _int(raw.get("retries", 2), "retries", bad)
+    if retries < 0:
+        raise bad("retries", f"must be 0 or more (got {retries})")
+    executor = raw.get("executor", "local")
+    if executor not in EXECUTORS:
+        raise bad("executor", f"must be one of {', '.join(EXECUTORS)} (got {executor!r})")
+    flags = {k: raw.get(k, d) for k, d in (("sandbox", True), ("no_weights", False))}
+    for k, v in flags.items():
+        if not isinstance(v, bool):
+            raise bad(k, f"must be true or false (got {v!r})")
+    device = raw.get("device")
+    if device is not None:
+        if not isinstance(device, str):
+            raise bad("device", f"must be a string, cpu or cuda (got {device!r})")
+        try:
+            preflight.check_device(device)
+        except InputError as e:
+            raise bad("device", str(e)) from None
+    campaign = Campaign(
+        name=name,
+        file=path.resolve(),
+        task_ids=_tasks(raw.get("tasks"), bad),
+        repeats=repeats,
+        agents=_agents(raw.get("agents"), where),
+        budget_s=budget_s,
+        grace_s=float(grace),
+        device=device,
+        sandbox=flags["sandbox"],
+        no_weights=flags["no_weights"],
+        retries=retries,
+        executor=executor,
+        gpus=_gpus(raw["gpus"], bad) if "gpus" in raw else None,
+        slurm=_slurm(raw.get("slurm", {}), where),
+    )
+    return campaign
+
+
+def _unknown(table: dict, known: set[str], where: str, prefix: str) -> None:
+    extra = sorted(set(table) - known)
+    if extra:
+        raise InputError(f"{where}: {prefix}{extra[0]}: unknown key; known: {', '.join(sorted(known))}")
+
+
+def _int(value: object, key: str, bad) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise bad(key, f"must be a whole number (got {value!r})")
+    return value
+
+
+def _tasks(value: object, bad) -> tuple[str, ...]:
+    if value == "all":
+        return tuple(t.id for t in all_tasks())
+    if not isinstance(value, list) or not value or not all(isinstance(t, str) and t.strip() for t in value):
+        raise bad("tasks", 'missing or not a list of task ids: tasks = ["t1", "t6"] or tasks = "all"')
+    ids = []
+    for t in value:
+        try:
+            ids.append(get_task(t.strip()).id)
+        except TaskError as e:
+            raise bad("tasks", str(e)) from None
+    if len(set(ids)) != len(ids):
+        raise bad("tasks", f"a task is listed twice: {', '.join(ids)}")
+    return tuple(ids)
+
+
+def _agents(value: object, where: str) -> tuple[AgentEntry, ...]:
+    if not isinstance(value, list) or not value or not all(isinstance(a, dict) for a in value):
+        raise InputError(f'{where}: agents: missing: add an [[agents]] table per agent, with name = "..."')
+    out: list[AgentEntry] = []
+    for i, raw in enumerate(value):
+        at = f"agents[{i}]"
+        _unknown(raw, AGENT_KEYS, where, f"{at}.")
+        name, model = raw.get("name"), raw.get("model")
+        if name not in AGENTS:
+            raise InputError(f"{where}: {at}.name: unknown agent {name!r}; known: {', '.join(sorted(AGENTS))}")
+        if model is not None and (not isinstance(model, str) or not model.strip()):
+            raise InputError(f"{where}: {at}.model: must be a non-empty string (got {model!r})")
+        options = raw.get("options", {})
+        if not isinstance(options, dict) or not all(isinstance(v, str) for v in options.values()):
+            raise InputError(f'{where}: {at}.options: must be a table of strings, e.g. options = {{ bin = "..." }}')
+        options = dict(options)
+        if "agent_command" in raw:
+            if name != "command":
+                raise InputError(f"{where}: {at}.agent_command: is for the command agent only; {name} would ignore it")
+            if not isinstance(raw["agent_command"], str):
+                raise InputError(f"{where}: {at}.agent_command: must be a string")
+            options["command"] = raw["agent_command"]
+        try:
+            preflight.check_agent(name, options, model)
+        except AgentError as e:
+            raise InputError(f"{where}: {at}: {e}") from None
+        entry = AgentEntry(name, model, options)
+        if any((a.name, a.model) == (entry.name, entry.model) for a in out):
+            raise InputError(f"{where}: {at}: {entry.label} is listed twice; each (agent, model) once per campaign")
+        out.append(entry)
+    return tuple(out)
+
+
+def _gpus(value: object, bad) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(g, int | str) and not isinstance(g, bool) for g in value):
+        raise bad("gpus", f"must be a list of GPU indices or UUIDs, e.g. gpus = [0, 1] (got {value!r})")
+    gpus = tuple(str(g).strip() for g in value)
+    if any(not g or "," in g for g in gpus) or len(set(gpus)) != len(gpus):
+        raise bad("gpus", f"each GPU once, one per entry (got {value!r})")
+    return gpus
+
+
+def _slurm(value: object, where: str) -> SlurmSettings:
+    if not isinstance(value, dict):
+        raise InputError(f"{where}: slurm: must be a table: [slurm]")
+    _unknown(value, SLURM_KEYS, where, "slurm.")
+
+    def bad(key: str, why: str) -> InputError:
+        return InputError(f"{where}: slurm.{key}: {why}")
+
+    kw: dict[str, object] = {}
+    if "cluster" in value:
+        if value["cluster"] not in ("slurm", "local"):
+            raise bad("cluster", f"must be slurm or local (submitit's local backend) (got {value['cluster']!r})")
+        kw["cluster"] = value["cluster"]
+    if "partition" in value:
+        if not isinstance(value["partition"], str):
+            raise bad("partition", "must be a string")
+        kw["partition"] = value["partition"]
+    for key, least in (("gpus_per_task", 0), ("cpus_per_task", 1), ("array_parallelism", 1), ("signal_delay_s", 0)):
+        if key in value:
+            n = _int(value[key], key, bad)
+            if n < least:
+                raise bad(key, f"must be at least {least} (got {n})")
+            kw[key] = n
+    for key in ("mem_gb", "poll_s"):
+        if key in value:
+            v = value[key]
+            if isinstance(v, bool) or not isinstance(v, int | float) or not v > 0:
+                raise bad(key, f"must be a positive number (got {v!r})")
+            kw[key] = float(v)
+    if "eval_margin" in value:
+        try:
+            kw["eval_margin_s"] = parse_duration(str(value["eval_margin"]))
+        except Exception as e:
+            raise bad("eval_margin", str(e)) from None
+    if "setup" in value:
+        if not isinstance(value["setup"], list) or not all(isinstance(s, str) for s in value["setup"]):
+            raise bad("setup", 'must be a list of shell lines, e.g. setup = ["module load cuda"]')
+        kw["setup"] = tuple(value["setup"])
+    if "additional" in value:
+        if not isinstance(value["additional"], dict):
+            raise bad("additional", 'must be a table of sbatch options, e.g. additional = { account = "lab" }')
+        kw["additional"] = dict(value["additional"])
+    return SlurmSettings(**kw)

@@ -1,0 +1,106 @@
+"""The local executor: GPUs found without torch, CPUs split evenly, each run in its own bench process with its own
+GPU and CPU set, and infrastructure failures retried (only those) while the other runs go on."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+
+import pytest
+
+from bench.campaign import local, spec
+from bench.campaign.job import CPUS_VAR
+from bench.cli import main
+from bench.result import RunResult
+from tests.bench.campaign.conftest import campaign_file
+
+SEES = 'echo "SEES CVD=${CUDA_VISIBLE_DEVICES-unset} CPUS=$(nproc)"'
+
+
+def test_gpus_from_cuda_visible_devices_else_nvidia_smi_without_torch(tmp_path):
+    fake = tmp_path / "nvidia-smi"
+    fake.write_text(
+        '#!/bin/sh\n[ "$1" = -L ] || exit 9\n'
+        "echo 'GPU 0: NVIDIA A100-SXM4-80GB (UUID: GPU-aaaa)'\necho 'GPU 1: NVIDIA A100-SXM4-80GB (UUID: GPU-bbbb)'\n"
+    )
+    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+    assert local.visible_gpus({}, str(fake)) == ["0", "1"]
+    assert local.visible_gpus({"CUDA_VISIBLE_DEVICES": "2,3"}, str(fake)) == ["2", "3"]  # the user's choice wins
+    assert local.visible_gpus({"CUDA_VISIBLE_DEVICES": ""}, str(fake)) == []
+    assert local.visible_gpus({}, str(tmp_path / "absent")) == []  # no driver: a CPU-only machine
+
+
+def test_cpus_are_split_evenly():
+    assert local.split_cpus(list(range(8)), 2) == [(0, 1, 2, 3), (4, 5, 6, 7)]
+    assert local.split_cpus([4, 0, 1, 2, 3], 2) == [(0, 1, 2), (3, 4)]
+    assert local.split_cpus([0, 1], 4) == [(0,), (1,), (0,), (1,)]  # fewer CPUs than GPUs: one each, shared
+
+
+def test_slots_one_per_gpu_or_one_with_every_cpu(task_folders, tmp_path, monkeypatch):
+    cpus = sorted(os.sched_getaffinity(0))
+    path, _ = campaign_file(tmp_path, 'tasks = ["t6"]\ngpus = [0, "1"]\n[[agents]]\nname = "baseline"\n')
+    slots = local.slots_for(spec.load(path))
+    half = len(cpus) // 2 + len(cpus) % 2
+    assert [s.gpu for s in slots] == ["0", "1"]
+    if len(cpus) >= 2:
+        assert slots[0].cpus == tuple(cpus[:half]) and slots[1].cpus == tuple(cpus[half:])
+    assert slots[1].env() == {"CUDA_VISIBLE_DEVICES": "1", CPUS_VAR: ",".join(map(str, slots[1].cpus))}
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    path, _ = campaign_file(tmp_path, 'tasks = ["t6"]\n[[agents]]\nname = "baseline"\n')
+    (cpu_only,) = local.slots_for(spec.load(path))
+    assert cpu_only.gpu is None and cpu_only.cpus == tuple(cpus) and "CUDA_VISIBLE_DEVICES" not in cpu_only.env()
+
+
+@pytest.mark.slow
+def test_each_run_sees_its_own_gpu_and_cpu_set(tasks, tmp_path, capsys):
+    """Two GPUs named in the file (there are none here: nothing uses them but the environment), two runs at once."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        pytest.skip("needs 2 CPUs to split")
+    body = 'tasks = ["t6"]\nrepeats = 2\nbudget = "30s"\ngrace = 2\ngpus = [0, 1]\n[[agents]]\nname = "command"\n'
+    path, name = campaign_file(tmp_path, body + f"agent_command = '{SEES}'\n")
+    assert main(["campaign", "run", str(path)]) == 0  # both final (failed: no checkpoint is a result, not an error)
+    half = len(cpus) // 2
+    seen = set()
+    for key in spec.load(path).runs():
+        run_dir = tmp_path / "workspaces" / name / key.run_id
+        assert RunResult.load(run_dir).status == "failed"
+        line = next(x for x in (run_dir / "agent.log").read_text().splitlines() if x.startswith("SEES"))
+        seen.add(line)
+    assert seen == {f"SEES CVD=0 CPUS={half}", f"SEES CVD=1 CPUS={len(cpus) - half}"}
+    out = capsys.readouterr()
+    assert "2 run(s) to go on 2 slot(s): gpu 0, gpu 1" in out.out and "2/2 final (2 failed)" in out.out
+
+
+@pytest.mark.slow
+def test_an_infrastructure_failure_is_retried_then_given_up_and_the_others_go_on(task_folders, tmp_path, capsys):
+    """T5's data cannot be fetched (its mirror file is gone): its run never gets a run directory, each attempt. T6's
+    runs are not held up. Once the mirror is back, resume runs it; finished runs are not redone."""
+    mirror = tmp_path / "mirror" / "covtype" / "covtype.data.gz"
+    assert mirror.is_file()
+    mirror.rename(tmp_path / "covtype.data.gz")
+    body = 'tasks = ["t5", "t6"]\nbudget = "20s"\ngrace = 2\nretries = 1\n[[agents]]\nname = "command"\n'
+    path, name = campaign_file(tmp_path, body + "agent_command = 'true'\n")
+    c = spec.load(path)
+    t5, t6 = c.runs()
+    assert main(["campaign", "run", str(path)]) == 1
+    out = capsys.readouterr()
+    assert "1/2 final (1 failed); 1 given up" in out.out, out.out
+    assert RunResult.load(c.run_dir(t6)).status == "failed" and not c.run_dir(t5).exists()
+    events = [json.loads(x) for x in (c.folder / ".campaign" / "events.jsonl").read_text().splitlines()]
+    mine = [e for e in events if e["run_id"] == t5.run_id]
+    assert [e["event"] for e in mine] == ["retry", "gave-up"]  # retries = 1: two attempts
+    assert "exit 1" in mine[-1]["why"] and "pending" in mine[-1]["why"]
+    assert "the mirror has no" in (c.folder / ".campaign" / "logs" / f"{t5.run_id}.log").read_text()
+
+    assert main(["campaign", "status", str(path)]) == 0
+    table = capsys.readouterr().out
+    assert f"{t5.run_id}" in table and "gave-up: exit 1" in table and "1/2 final" in table
+
+    (tmp_path / "covtype.data.gz").rename(mirror)
+    before = c.run_dir(t6).joinpath("result.json").read_bytes()
+    assert main(["campaign", "resume", str(path)]) == 0
+    assert RunResult.load(c.run_dir(t5)).status == "failed"
+    assert c.run_dir(t6).joinpath("result.json").read_bytes() == before  # final: never redone
+    assert "2/2 final (2 failed)" in capsys.readouterr().out
