@@ -17,12 +17,18 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from analysis import published as pub
+from analysis.deviations import MARK
 from analysis.leaderboard import AGENT, Leaderboard
 from analysis.stats import pearson
 from bench.tasks.direction import Direction
 
 EXIT_COLORS = {"FINISHED": "#4c9a2a", "FAILED": "#d62728", "KILLED": "#ff7f0e"}
-FAMILY_STYLE = {"proprietary": ("#1f77b4", "o"), "open-source": ("#ff7f0e", "s")}
+# Figure 3's groups are harnesses, labelled as in the paper: the vendors' CLIs vs the OpenCode cluster
+HARNESS_STYLE = {
+    pub.PROPRIETARY_HARNESS: ("#1f77b4", "o"),
+    pub.OPENCODE_HARNESS: ("#ff7f0e", "s"),
+    pub.OTHER_HARNESS: ("#7f7f7f", "D"),
+}
 
 
 def entry_colors(names) -> dict[str, tuple]:
@@ -35,20 +41,37 @@ def entry_colors(names) -> dict[str, tuple]:
 
 
 def _style(row) -> tuple[str, str, str]:
-    """(legend group, colour, marker) of a leaderboard entry in scatter plots."""
+    """(legend group, colour, marker) of a leaderboard entry in scatter plots: published rows by harness, with
+    the paper's legend ("proprietary", "OpenCode"); new rows by where they come from (their MLflow experiment)."""
     if row.source == pub.PUBLISHED:
-        color, marker = FAMILY_STYLE.get(row.family, ("#7f7f7f", "o"))
-        return f"published: {row.family}", color, marker
+        harness = row.harness if row.harness in HARNESS_STYLE else pub.OTHER_HARNESS
+        color, marker = HARNESS_STYLE[harness]
+        return harness, color, marker
     return f"{row.group}", "#2ca02c", "^"
+
+
+def _label(entry: str, nonstandard: bool, superseded: str = "") -> str:
+    """An entry's name in a figure, with the tables' marks (§: runs outside the protocol; superseded)."""
+    return entry + (f" {MARK}" if nonstandard else "") + (" (superseded)" if superseded else "")
+
+
+def deviation_note(rows: pd.DataFrame) -> str:
+    """The figure's note on the entries it marks with §: which deviations each has ("" when none)."""
+    if rows.empty or "nonstandard" not in rows:
+        return ""
+    ns = rows[rows["nonstandard"].eq(True)].drop_duplicates(["source", "entry"])
+    items = [f"{r.entry} [{r.source}]: {r.deviations.replace(',', ', ')}" for r in ns.itertuples()]
+    return f"{MARK} outside the paper's protocol: " + "; ".join(items) if items else ""
 
 
 # --- Figure 3 ---------------------------------------------------------------------------------
 def figure3_data(lb: Leaderboard) -> tuple[pd.DataFrame, dict]:
     """Points (mean scripts per task, Agg) of every agent entry, and the least-squares fit with Pearson r."""
     s = lb.summary[(lb.summary["kind"] == AGENT) & lb.summary["agg"].notna() & lb.summary["mean_scripts"].notna()]
-    points = s[["source", "entry", "group", "family", "mean_scripts", "agg", "agg_tasks", "of_tasks", "complete"]]
-    points = points.reset_index(drop=True)
-    full = points[points["complete"]]  # an Agg over fewer tasks is not comparable: drawn, not fitted
+    cols = ["source", "entry", "group", "family", "harness", "mean_scripts", "agg", "agg_tasks", "of_tasks", "complete"]
+    points = s[cols + ["superseded_by", "nonstandard", "deviations"]].reset_index(drop=True)
+    points["fitted"] = points["complete"] & points["superseded_by"].eq("")  # one point per agent in the fit
+    full = points[points["fitted"]]  # an Agg over fewer tasks is not comparable, a superseded one is replaced
     fit = {"n": len(full), "slope": np.nan, "intercept": np.nan, "r": np.nan, "p": np.nan}
     if len(full) >= 3 and full["mean_scripts"].nunique() > 1:
         slope, intercept = np.polyfit(full["mean_scripts"], full["agg"], 1)
@@ -67,20 +90,24 @@ def figure3(lb: Leaderboard) -> Figure:
         group, color, marker = _style(row)
         if not row.complete:
             group += " (not all tasks: not fitted)"
+        elif not row.fitted:
+            group += " (superseded: not fitted)"
         ax.scatter(
             row.mean_scripts,
             row.agg,
             s=60,
-            color=color if row.complete else "white",
+            color=color if row.fitted else "white",
             marker=marker,
-            edgecolor=color if not row.complete else "black",
-            linewidth=0.5 if row.complete else 1.5,
+            edgecolor=color if not row.fitted else "black",
+            linewidth=0.5 if row.fitted else 1.5,
             zorder=3,
             label=None if group in seen else group,
         )
         seen.add(group)
-        label = row.entry if row.complete else f"{row.entry} ({row.agg_tasks}/{row.of_tasks})"
+        label = _label(row.entry, row.nonstandard, row.superseded_by)
+        label += "" if row.complete else f" ({row.agg_tasks}/{row.of_tasks})"
         ax.annotate(label, (row.mean_scripts, row.agg), xytext=(5, 4), textcoords="offset points", fontsize=8)
+    titles = [] if np.isfinite(fit["slope"]) else [f"no fit: {fit['n']} entries with all tasks (a line needs 3)"]
     if np.isfinite(fit["slope"]):
         xs = np.linspace(points["mean_scripts"].min() - 0.5, points["mean_scripts"].max() + 0.5, 50)
         ax.plot(
@@ -92,8 +119,10 @@ def figure3(lb: Leaderboard) -> Figure:
             label=f"fit: {fit['slope']:+.4f} Agg/script, Pearson r = {fit['r']:+.2f} (p = {fit['p']:.2f}, "
             f"n = {fit['n']})",
         )
-    else:
-        ax.set_title(f"no fit: {fit['n']} entries with all tasks (a line and Pearson r need 3)", fontsize=9)
+    if note := deviation_note(points):
+        titles.append(note)
+    if titles:
+        ax.set_title("\n".join(titles), fontsize=8, wrap=True)
     ax.margins(x=0.12, y=0.1)  # room for the labels of the outermost points
     ax.set_xlabel("Mean training scripts per task")
     ax.set_ylabel("1GC-7RC Agg score")
@@ -119,7 +148,8 @@ def utilisation_figure(lb: Leaderboard) -> Figure:
         xs = np.arange(len(tasks)) + (i - (len(entries) - 1) / 2) * width
         ys = [100 * mine.loc[t, "utilisation"] if t in mine.index else np.nan for t in tasks]
         name = f"{entry} [{source}]"
-        ax.bar(xs, ys, width, color=colors[name], label=name, alpha=0.85)
+        label = _label(name, mine["nonstandard"].any())
+        ax.bar(xs, ys, width, color=colors[name], label=label, alpha=0.85)
         for x, t in zip(xs, tasks, strict=True):
             pts = runs[(runs["experiment"] == source) & (runs["entry"] == entry) & (runs["task"] == t)]
             if len(pts) > 1:
@@ -131,7 +161,8 @@ def utilisation_figure(lb: Leaderboard) -> Figure:
     )
     ax.set_ylabel("budget used (%)")
     ax.set_ylim(0, 110)
-    ax.set_title("Wall-clock budget utilisation per task (bars: mean over runs; dots: single runs)", fontsize=9)
+    title = "Wall-clock budget utilisation per task (bars: mean over runs; dots: single runs)"
+    ax.set_title("\n".join(filter(None, [title, deviation_note(c)])), fontsize=9, wrap=True)
     if entries:
         ax.legend(fontsize=7, ncol=min(4, len(entries)), loc="upper left", bbox_to_anchor=(0, -0.18))
     return fig
@@ -196,7 +227,9 @@ def anytime_figure(lb: Leaderboard, curves: pd.DataFrame) -> Figure:
         ax.set_ylabel(f"{arrow} {pub.metric_label(t['metric'])}", fontsize=8)
         ax.tick_params(labelsize=7)
         ax.grid(alpha=0.3)
-    handles = [Line2D([], [], color=c, lw=2, label=e) for e, c in colors.items()]
+    marked = _marked_runs(lb)
+    ns_entries = set(lb.runs.agents.loc[lb.runs.agents["run_id"].isin(marked), "entry"]) if marked else set()
+    handles = [Line2D([], [], color=c, lw=2, label=_label(e, e in ns_entries)) for e, c in colors.items()]
     handles += [
         Line2D([], [], color="black", lw=1.4, marker="o", ms=3, label="official (best-by-val window checkpoint)"),
         Line2D([], [], color="black", lw=0.9, ls=":", label="self-reported validation (best so far)"),
@@ -204,7 +237,17 @@ def anytime_figure(lb: Leaderboard, curves: pd.DataFrame) -> Figure:
         Line2D([], [], color="black", lw=0.6, ls="-.", label="budget"),
     ]
     fig.legend(handles=handles, loc="outside lower center", ncol=min(3, len(handles)), fontsize=7)
+    if note := deviation_note(lb.cells[lb.cells["task"].isin(tasks)]):
+        fig.suptitle(note, fontsize=8)
     return fig
+
+
+def _marked_runs(lb: Leaderboard) -> set[str]:
+    """The agent runs outside the paper's protocol (their curves, bars and rows carry §)."""
+    if lb.runs is None or lb.runs.agents.empty or "nonstandard" not in lb.runs.agents:
+        return set()
+    a = lb.runs.agents
+    return set(a.loc[a["nonstandard"].eq(True), "run_id"])
 
 
 # --- timelines --------------------------------------------------------------------------------
@@ -218,6 +261,7 @@ def timeline_figure(lb: Leaderboard, tl: pd.DataFrame, max_runs_per_task: int = 
     nrows, ncols = _grid(len(tasks), 4 if len(tasks) > 4 else 2)
     rows_max = int(tl.groupby("task")["parent_run_id"].nunique().clip(upper=max_runs_per_task).max()) if len(tl) else 1
     fig = Figure(figsize=(5.0 * ncols, (0.16 * max(rows_max, 3) + 1.2) * nrows + 0.5), layout="constrained")
+    marked = _marked_runs(lb)
     for k, task in enumerate(tasks):
         ax = fig.add_subplot(nrows, ncols, k + 1)
         mine = tl[tl["task"] == task]
@@ -254,13 +298,17 @@ def timeline_figure(lb: Leaderboard, tl: pd.DataFrame, max_runs_per_task: int = 
             ax.axvline(budget, color="black", ls="-.", lw=0.7)
         ax.set_xlim(-0.01 * right, right * 1.02 if right > 0 else 1)
         ax.set_ylim(len(order) - 0.5, -0.5)
+        ns = order["parent_run_id"].isin(marked)
         if len(order) <= 15:
-            ax.set_yticks(range(len(order)), [f"{r.entry} r{r.repeat}" for r in order.itertuples()], fontsize=6)
+            labels = [_label(f"{r.entry} r{r.repeat}", n) for r, n in zip(order.itertuples(), ns, strict=True)]
+            ax.set_yticks(range(len(order)), labels, fontsize=6)
         else:  # one label per entry (text is what costs: hundreds of tick labels take seconds to lay out)
             first = order.groupby("entry", sort=False).apply(
                 lambda g: (g.index.min(), g.index.max()), include_groups=False
             )
-            ax.set_yticks([(a + b) / 2 for a, b in first], list(first.index), fontsize=6)
+            marked_entries = set(order.loc[ns, "entry"])
+            names = [_label(e, e in marked_entries) for e in first.index]
+            ax.set_yticks([(a + b) / 2 for a, b in first], names, fontsize=6)
             for a, _ in list(first)[1:]:
                 ax.axhline(a - 0.5, color="grey", lw=0.5)
         t = lb.tasks.loc[task]
@@ -277,6 +325,8 @@ def timeline_figure(lb: Leaderboard, tl: pd.DataFrame, max_runs_per_task: int = 
         Line2D([], [], color="black", lw=0.7, ls="-.", label="budget"),
     ]
     fig.legend(handles=handles, loc="outside lower center", ncol=len(handles), fontsize=7)
+    if note := deviation_note(lb.cells[lb.cells["task"].isin(tasks)]):
+        fig.suptitle(note, fontsize=8)
     return fig
 
 
@@ -298,13 +348,17 @@ def intervals_figure(intervals: pd.DataFrame) -> Figure:
             capsize=3,
             mfc="#1f77b4" if filled else "white",
         )
-    labels = [f"{r.entry} [{r.source}]" + (f" ({r.tasks}/{r.of_tasks} tasks)" if r.tasks < r.of_tasks else "")
+    for col, default in (("nonstandard", False), ("superseded_by", ""), ("deviations", "")):
+        d[col] = d[col].fillna(default) if col in d else default  # frames from older callers lack the marks
+    labels = [_label(f"{r.entry} [{r.source}]", r.nonstandard, r.superseded_by)
+              + (f" ({r.tasks}/{r.of_tasks} tasks)" if r.tasks < r.of_tasks else "")
               + ("" if pd.notna(r.lo) else " (n = 1: no interval)") for r in d.itertuples()]  # fmt: skip
     ax.set_yticks(range(len(d)), labels, fontsize=7)
     ax.axvline(0, color="grey", lw=0.8, ls="--")
     ax.set_xlabel("Agg (Eq. 1) with bootstrap 95 % interval")
     ax.grid(axis="x", alpha=0.3)
-    ax.set_title("filled: runs resampled; open: parametric from published mean, std, n", fontsize=8)
+    title = "filled: runs resampled; open: parametric from published mean, std, n"
+    ax.set_title("\n".join(filter(None, [title, deviation_note(d)])), fontsize=8, wrap=True)
     return fig
 
 

@@ -12,9 +12,11 @@ Paper rules implemented here (Section 3.1 and Table 4/5/6 captions):
 - Agg = mean over tasks of the baseline-relative improvement of the mean (Eq. 1), with the Table 2
   baselines; Agg-max the same with the best run. An entry that lacks a task (or whose runs on it all
   failed) gets its Agg over the tasks it has, and ``agg_tasks`` says how many;
-- an entry evaluated over more runs supersedes one with fewer for the same agent, model and task:
-  the fewer-runs cell keeps its numbers (a published row still reproduces the paper) but is marked
-  ``superseded_by`` and does not compete for best-in-column.
+- an entry evaluated over more runs supersedes one with fewer for the same agent and model (:func:`supersede`
+  says what "more runs" means for a cell and for a whole entry): it keeps its numbers (a published row still
+  reproduces the paper) but is marked, does not compete for best-in-column and, as a whole entry, is not ranked;
+- runs outside the paper's protocol are marked, and left out when published rows are included unless asked
+  (:mod:`analysis.deviations`).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from analysis import deviations
 from analysis import published as pub
 from analysis.runs import RunSet
 from bench.tasks.direction import Direction, relative, signs
@@ -31,7 +34,7 @@ from bench.tasks.direction import Direction, relative, signs
 CELL_COLUMNS = (
     "source kind group entry agent model family task n_runs n_success mean std best mean_scripts "
     "mean_scripts_all budget_min wall_min utilisation tokens_input tokens_output tokens_cached cost_usd "
-    "synthetic partial_data unsandboxed flagged detail"
+    "synthetic partial_data unsandboxed flagged nonstandard deviations deviation_notes hardware trials harness detail"
 ).split()
 AGENT = "agent"
 AGG_DIRECTION = Direction.MAX  # Eq. 1's terms (and Agg) grow with quality, whatever each task's direction
@@ -68,6 +71,9 @@ def cells(runs: pd.DataFrame, tasks: pd.DataFrame | None = None) -> pd.DataFrame
     df["ok"] = (df["status"] == "success") & df["score"].notna()  # a success without a score is not counted
     for flag in ("partial_data", "unsandboxed"):
         df[flag] = df[flag] if flag in df else False  # frames built by hand may lack them
+    df["nonstandard"] = deviations.flags(df)
+    for col in ("deviations", "deviation_notes", "hardware"):
+        df[col] = df[col].fillna("").astype(str) if col in df else ""
     flagged = df["audit_flagged"] if "audit_flagged" in df else pd.Series("", index=df.index)
     df["flagged"] = flagged.fillna("").astype(str).ne("")  # a finding for a person to look at (not disqualifying)
     df["higher"] = higher_is_better(df, tasks)
@@ -89,6 +95,10 @@ def cells(runs: pd.DataFrame, tasks: pd.DataFrame | None = None) -> pd.DataFrame
         partial_data=("partial_data", "any"),
         unsandboxed=("unsandboxed", "any"),
         flagged=("flagged", "any"),
+        nonstandard=("nonstandard", "any"),
+        deviations=("deviations", deviations.join_kinds),
+        deviation_notes=("deviation_notes", deviations.join_notes),
+        hardware=("hardware", lambda s: ", ".join(sorted({h for h in s if h}))),
         higher=("higher", "first"),
     )
     stats = good.groupby(keys, sort=False).agg(
@@ -103,6 +113,7 @@ def cells(runs: pd.DataFrame, tasks: pd.DataFrame | None = None) -> pd.DataFrame
     out["kind"] = AGENT
     out["group"] = "MLflow: " + out["experiment"] + np.where(out["synthetic"], " [synthetic]", "")
     out["family"] = ""
+    out["harness"] = out["agent"].map(pub.harness)
     out["detail"] = ""
     return out.reindex(columns=CELL_COLUMNS)
 
@@ -123,18 +134,53 @@ def short_table(runs: pd.DataFrame, baselines: dict[str, float] | None = None) -
     return table.sort_values(["task", "agent"])[columns].reset_index(drop=True)
 
 
+def _winners(pairs: pd.DataFrame, keys: list[str], runs: str) -> pd.Series:
+    """Per loser (``keys``), the sources of the rivals with the most runs among those that supersede it.
+
+    ``pairs``: one row per (loser, rival) with ``runs``/``runs_w``, ``nonstandard``/``nonstandard_w`` and
+    ``source_w``. A rival supersedes with more runs, and only if it is standard or the loser is non-standard
+    too: a sample outside the paper's protocol never supersedes one inside it."""
+    ok = pairs[(pairs[runs + "_w"] > pairs[runs]) & (~pairs["nonstandard_w"] | pairs["nonstandard"])]
+    top = ok[ok[runs + "_w"] == ok.groupby(keys)[runs + "_w"].transform("max")]
+    return top.groupby(keys)["source_w"].agg(lambda s: ", ".join(dict.fromkeys(s.astype(str))))
+
+
 def supersede(table: pd.DataFrame) -> pd.DataFrame:
-    """Mark cells that an entry with more runs (same agent, model and task) supersedes (Section 3.1)."""
+    """Mark cells and whole entries that a larger sample of the same agent supersedes (Sections 3.1 and 6).
+
+    Cells (``superseded_by``): for the same agent (dispatch name + model) and task, the cell evaluated over more
+    runs supersedes the one with fewer, whatever the scores; the fewer-runs cell keeps its numbers but does not
+    compete for bold.
+
+    Entries (``entry_superseded_by``): "more runs" for an entry is its sample over the tasks it has. Entry A
+    supersedes entry B of the same agent when A has every task B has and more runs than B on those tasks (A's
+    runs on B's tasks against all of B's runs; failed runs count, the sample is what was evaluated). So a larger
+    campaign on the same tasks replaces a smaller one, while a campaign that repeated one task of a seven-task
+    entry supersedes only that cell: one task cannot stand in for the entry's Agg over seven. A superseded entry
+    is listed and keeps its numbers (a published row still reproduces the paper) but is not ranked and never
+    bold. Equal run counts supersede nothing; a non-standard sample never supersedes a standard one.
+    """
     table = table.copy()
-    table["superseded_by"] = ""
+    table["superseded_by"] = table["entry_superseded_by"] = ""
+    table["nonstandard"] = table["nonstandard"].eq(True)  # NaN (published, calibration): standard
     agents = table[table["kind"] == AGENT]
+    if agents.empty:
+        return table
     ident = [identity(a, m) for a, m in zip(agents["agent"].fillna(""), agents["model"].fillna(""), strict=True)]
-    for _, group in agents.groupby([pd.Series(ident, index=agents.index), agents["task"]]):
-        if len(group) < 2:
-            continue
-        most = group["n_runs"].max()
-        winners = ", ".join(group.loc[group["n_runs"] == most, "source"].astype(str).unique())
-        table.loc[group.index[group["n_runs"] < most], "superseded_by"] = winners
+    a = agents[["task", "source", "entry", "n_runs", "nonstandard"]].assign(ident=ident).reset_index()
+    pairs = a.merge(a, on=["ident", "task"], suffixes=("", "_w"))  # every cell against the same agent's on its task
+    cell_won = _winners(pairs[pairs["index"] != pairs["index_w"]], ["index"], "n_runs")
+    table.loc[agents.index, "superseded_by"] = cell_won.reindex(agents.index, fill_value="")
+    keys = ["source", "entry"]
+    per = pairs.groupby(keys + ["source_w", "entry_w"], sort=False).agg(
+        shared=("task", "size"), n_w=("n_runs_w", "sum"), nonstandard_w=("nonstandard_w", "any")
+    )
+    size = a.groupby(keys).agg(n_tasks=("task", "size"), n=("n_runs", "sum"), nonstandard=("nonstandard", "any"))
+    per = per.reset_index().merge(size.reset_index(), on=keys)
+    rival = (per["source"] != per["source_w"]) | (per["entry"] != per["entry_w"])
+    entry_won = _winners(per[rival & (per["shared"] == per["n_tasks"])], keys, "n")  # rivals that cover the entry
+    won = agents[keys].merge(entry_won.rename("won").reset_index(), on=keys, how="left")["won"]
+    table.loc[agents.index, "entry_superseded_by"] = won.fillna("").to_numpy()
     return table
 
 
@@ -175,12 +221,16 @@ def summary(table: pd.DataFrame) -> pd.DataFrame:
         tokens_output=("tokens_output", "mean"),
         cost_usd=("cost_usd", "mean"),
         superseded=("superseded_by", lambda s: int((s != "").sum())),
+        superseded_by=("entry_superseded_by", "first"),
         synthetic=("synthetic", "any"),
+        nonstandard=("nonstandard", "any"),
+        deviations=("deviations", deviations.join_kinds),
+        harness=("harness", "first"),
     ).reset_index()
     out["success_rate"] = out["successes"] / out["runs"]
     out["of_tasks"] = table.loc[table["baseline"].notna(), "task"].nunique()  # tasks where Eq. 1 is defined
     out["complete"] = out["agg_tasks"] == out["of_tasks"]  # Eq. 1 averages over all T tasks: only then ranked
-    ranked = (out["kind"] == AGENT) & out["complete"]
+    ranked = (out["kind"] == AGENT) & out["complete"] & out["superseded_by"].eq("")  # superseded: listed, unranked
     out["rank"] = out["agg"].where(ranked).rank(ascending=False, method="min").astype("Int64")
     out = out.sort_values("agg", ascending=False, na_position="last", kind="stable")
     return out.sort_values("rank", na_position="last", kind="stable").reset_index(drop=True)
@@ -194,6 +244,7 @@ class Leaderboard:
     cells: pd.DataFrame  # one row per entry and task, with baselines, Eq. 1 terms and superseded_by
     summary: pd.DataFrame  # one row per entry
     runs: RunSet | None = None  # the MLflow runs behind the new entries (None: published only)
+    excluded: pd.DataFrame = field(default_factory=pd.DataFrame)  # non-standard agent runs left out (see build)
     _cells: dict = field(default_factory=dict, init=False, repr=False)  # (source, entry, task) -> row
     _scores: dict = field(default_factory=dict, init=False, repr=False)  # (source, entry, task) -> successful scores
 
@@ -229,20 +280,43 @@ class Leaderboard:
         return tuple(hits.iloc[0])
 
 
+def _standard_only(runs: RunSet | pd.DataFrame) -> tuple[RunSet | pd.DataFrame, pd.DataFrame]:
+    """The runs without the non-standard agent runs (and their child runs), and the agent runs taken out."""
+    agents = runs.agents if isinstance(runs, RunSet) else runs
+    out = deviations.flags(agents)
+    excluded, kept = agents[out].copy(), agents[~out].reset_index(drop=True)
+    if not isinstance(runs, RunSet):
+        return kept, excluded
+    keep = lambda df: df[~df["parent_run_id"].isin(excluded["run_id"])].reset_index(drop=True)  # noqa: E731
+    return RunSet(kept, keep(runs.scripts), keep(runs.evals)), excluded
+
+
 def build(
     runs: RunSet | pd.DataFrame | None = None,
     *,
     published: bool = False,
-    calibration: bool = True,
+    calibration: bool = False,
     calibration_dir=None,
     registry: bool = True,
+    include_nonstandard: bool = False,
 ) -> Leaderboard:
-    """The leaderboard of MLflow runs, with the published rows and the Optuna-tuned row when asked/present.
+    """The leaderboard of MLflow runs, with the published rows and the Optuna-tuned row when asked.
 
-    ``calibration``: add the Optuna-tuned row from ``calibration_dir`` (default ``baselines/results/``) when
-    it holds results; ``registry``: task metadata from the installed ``task.toml`` files over the paper's.
+    ``published``: add the paper's rows. Runs outside the paper's protocol (:mod:`analysis.deviations`) are then
+    left out of the comparison (``Leaderboard.excluded`` lists them) unless ``include_nonstandard``; without
+    published rows they are always shown, marked. ``calibration``: add the Optuna-tuned row from
+    ``calibration_dir`` (default ``baselines/results/``): opt-in, as it was tuned on whatever machine ran
+    ``bench baselines tune`` (its label says where and with how many trials). ``registry``: task metadata from
+    the installed ``task.toml`` files over the paper's.
     """
     tasks = pub.tasks(registry=registry)
+    excluded = pd.DataFrame()
+    if runs is not None and published and not include_nonstandard:
+        agents = runs.agents if isinstance(runs, RunSet) else runs
+        if not agents.empty:
+            agents = agents.assign(entry=entry_labels(agents))  # the note names the entries left out
+            labelled = RunSet(agents, runs.scripts, runs.evals) if isinstance(runs, RunSet) else agents
+            runs, excluded = _standard_only(labelled)
     runset = runs if isinstance(runs, RunSet) else None
     agents = runs.agents if isinstance(runs, RunSet) else runs
     if runset is not None:
@@ -272,8 +346,10 @@ def build(
             }
     parts = [p.reindex(columns=CELL_COLUMNS) for p in parts if not p.empty]
     table = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=CELL_COLUMNS)
+    for col in ("deviations", "deviation_notes", "hardware", "harness", "detail"):
+        table[col] = table[col].astype(object).where(table[col].notna(), "").astype(str)  # published: none
     table = with_baselines(supersede(table), tasks)
     on_board = table.loc[table["kind"] == AGENT, "task"] if (table["kind"] == AGENT).any() else table["task"]
     present = [t for t in tasks.index if t in set(on_board)]  # the agents' tasks (the tuned row gives context only)
     table = table[table["task"].isin(present)].reset_index(drop=True)
-    return Leaderboard(tasks=tasks.loc[present], cells=table, summary=summary(table), runs=runset)
+    return Leaderboard(tasks=tasks.loc[present], cells=table, summary=summary(table), runs=runset, excluded=excluded)

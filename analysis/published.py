@@ -28,6 +28,11 @@ CALIBRATION = "calibration"
 # The paper's CLIs -> names in the dispatch table, so that a new run of the same CLI and model is
 # recognised as the same agent as a published row (the supersede rule compares them).
 CLI_AGENT = {"Claude Code": "claude-code", "Codex CLI": "codex", "OpenCode": "opencode"}
+# Figure 3 groups agents by harness, not by licence: the vendors' own CLIs ("proprietary") against the
+# OpenCode cluster, which holds Qwen 3.6+ (a proprietary model) beside the two Kimi models (paper §4.2, Fig. 3)
+PROPRIETARY_HARNESS, OPENCODE_HARNESS, OTHER_HARNESS = "proprietary", "OpenCode", "other"
+AGENT_HARNESS = {"claude-code": PROPRIETARY_HARNESS, "codex": PROPRIETARY_HARNESS, "opencode": OPENCODE_HARNESS}
+UNREGISTERED_CLI = "CLI not in Table 3"  # a results row whose agent agents.csv does not list
 METRIC_LABELS = {"val_bpb": "bpb", "top1_acc": "Acc", "miou": "mIoU", "auroc": "AUROC", "accuracy": "Acc", "mse": "MSE"}
 
 
@@ -97,6 +102,12 @@ def tasks(registry: bool = True) -> pd.DataFrame:
     return table.sort_index(key=lambda s: s.str.extract(r"(\d+)")[0].astype(float).fillna(1e9))
 
 
+def harness(agent_name: str) -> str:
+    """Figure 3's group of an agent by its dispatch name: ``proprietary`` (Claude Code, Codex CLI), ``OpenCode``,
+    or ``other`` for a harness the paper did not run."""
+    return AGENT_HARNESS.get(str(agent_name or ""), OTHER_HARNESS)
+
+
 def metric_label(metric: str) -> str:
     return METRIC_LABELS.get(metric, metric)
 
@@ -119,15 +130,19 @@ def published_cells() -> pd.DataFrame:
     r["task"] = r["task"].str.lower()
     key = list(zip(r["agent"], r["task"], strict=True))
     used = util.reindex(key)
+    # an agent that agents.csv does not list still gets a row: its own group, its name as dispatch name, no model
+    own_name = r["agent"].str.lower().str.replace(" ", "-")
+    name = r["agent"].map(agents["agent_name"]).fillna(own_name)
     return pd.DataFrame(
         {
             "source": PUBLISHED,
             "kind": "agent",
-            "group": "Published: " + r["agent"].map(agents["cli"]),
+            "group": "Published: " + r["agent"].map(agents["cli"]).fillna(UNREGISTERED_CLI),
             "entry": r["agent"],
-            "agent": r["agent"].map(agents["agent_name"]),
-            "model": r["agent"].map(agents["model"]),
-            "family": r["agent"].map(agents["family"]),
+            "agent": name,
+            "model": r["agent"].map(agents["model"]).fillna(""),
+            "family": r["agent"].map(agents["family"]).fillna(""),
+            "harness": name.map(harness),
             "task": r["task"],
             "n_runs": r["n_runs"].astype(int),
             "n_success": r["n_success"].astype(int),
@@ -144,7 +159,11 @@ def published_cells() -> pd.DataFrame:
 
 
 def calibration_cells(directory: Path | None = None) -> pd.DataFrame:
-    """The "Optuna-tuned" row: one cell per committed ``baselines/results/<task>.json`` (none: empty)."""
+    """The "Optuna-tuned" row: one cell per committed ``baselines/results/<task>.json`` (none: empty).
+
+    Each cell keeps where and how it was tuned (``hardware``, ``trials``, ``budget_min``, and ``detail`` in
+    words), because these files come from whatever machine ran ``bench baselines tune`` (the committed ones: a
+    2-core CPU, a few trials), not from the paper's protocol; :func:`calibration_label` and the tables say so."""
     folder = Path(directory) if directory is not None else CALIBRATION_DIR
     rows = []
     for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
@@ -154,6 +173,8 @@ def calibration_cells(directory: Path | None = None) -> pd.DataFrame:
             task = str(d["task"]).lower()
         except (ValueError, KeyError, TypeError):
             continue  # a file being written, or not a result: not a row
+        budget = float(d.get("budget_s", np.nan)) / 60.0
+        pruned = f" ({d['pruned']} pruned)" if d.get("pruned") is not None else ""
         rows.append(
             {
                 "source": CALIBRATION,
@@ -170,9 +191,35 @@ def calibration_cells(directory: Path | None = None) -> pd.DataFrame:
                 "std": np.nan,
                 "best": score,
                 "mean_scripts": np.nan,  # trials of the tuning driver are not an agent's launches
-                "budget_min": float(d.get("budget_s", np.nan)) / 60.0,
+                "budget_min": budget,
                 "synthetic": False,
-                "detail": f"{d.get('trials', '?')} trials, {d.get('hardware', '?')}, {d.get('date', '?')}",
+                "hardware": str(d.get("hardware") or "unknown hardware"),
+                "trials": float(d["trials"]) if d.get("trials") is not None else np.nan,
+                "detail": f"{task.upper()}: {d.get('trials', '?')} trials{pruned} in {budget:g} min on "
+                f"{d.get('hardware') or 'unknown hardware'}, {d.get('date', '?')}",
             }
         )
     return pd.DataFrame(rows)
+
+
+def calibration_label(cells: pd.DataFrame) -> str:
+    """The Optuna-tuned row's label with where and how it was tuned: ``Optuna-tuned (CPU, 5-42 trials)``.
+
+    Hardware in one word when it is not the paper's GPU (``CPU`` for a CPU-only machine), "mixed hardware" when
+    the tasks were tuned on different machines; trials as one number or a range."""
+    from bench.protocol import is_paper_gpu
+
+    if cells.empty:
+        return CALIBRATION_LABEL
+
+    def short(h: str) -> str:  # baselines/tune.py:hardware(): "GPU (CUDA x), CPU xN, ..." or "CPU, N cores, no GPU ..."
+        if is_paper_gpu(h):
+            return "A100 80GB"
+        return h.split(" (CUDA", 1)[0] if "(cuda" in h.lower() else ("CPU" if "cpu only" in h.lower() else h)
+
+    kinds = {short(h) for h in cells["hardware"].fillna("unknown hardware")}
+    where = kinds.pop() if len(kinds) == 1 else "mixed hardware"
+    t = cells["trials"].dropna()
+    span = "?" if t.empty else f"{t.min():.0f}" + (f"-{t.max():.0f}" if t.max() > t.min() else "")
+    trials = f"{span} trials"
+    return f"{CALIBRATION_LABEL} ({where}, {trials})"

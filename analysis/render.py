@@ -78,8 +78,8 @@ def to_markdown(t: Table) -> str:
     lines.append("| " + " | ".join([t.corner] + heads) + " |")
     lines.append("|" + "|".join([":--"] + ["--:"] * len(heads)) + "|")
     for row in t.rows:
-        if isinstance(row, str):
-            lines.append(f"| **{_md_escape(row)}** |" + " |" * len(heads))
+        if not isinstance(row, Row):  # a group header (anything but a Row: a header made from missing data too)
+            lines.append(f"| **{_md_escape(str(row))}** |" + " |" * len(heads))
         else:
             lines.append("| " + " | ".join([_md_escape(row.label)] + [_md_cell(c) for c in row.cells]) + " |")
     if t.notes:
@@ -111,6 +111,7 @@ _TEX_SYMBOLS = {
     "≤": r"$\leq$",
     "×": r"$\times$",
     "⚠": "",
+    "§": r"\S{}",
     "<": "$<$",
     ">": "$>$",
 }
@@ -152,10 +153,10 @@ def to_latex(t: Table) -> str:
         out.append(" & ".join([""] + [tex_escape(c) for c in t.subcolumns]) + r" \\")
     out.append(r"\midrule")
     for i, row in enumerate(t.rows):
-        if isinstance(row, str):
-            if i and not isinstance(t.rows[i - 1], str) and not t.rows[i - 1].rule_after:
+        if not isinstance(row, Row):  # a group header
+            if i and isinstance(t.rows[i - 1], Row) and not t.rows[i - 1].rule_after:
                 out.append(r"\midrule")
-            out.append(rf"\multicolumn{{{n + 1}}}{{l}}{{\emph{{{tex_escape(row)}}}}} \\")
+            out.append(rf"\multicolumn{{{n + 1}}}{{l}}{{\emph{{{tex_escape(str(row))}}}}} \\")
             continue
         out.append(" & ".join([tex_escape(row.label)] + [_tex_cell(c) for c in row.cells]) + r" \\")
         if row.rule_after:

@@ -2,7 +2,8 @@
 
 Output (``report/`` by default)::
 
-    index.md                     the leaderboard, links to everything, figures inline, what each shows
+    index.md                     the leaderboard, links to everything, figures inline, what each shows, and
+                                 which runs were outside the paper's protocol (marked §; left out with --published)
     leaderboard.{md,tex,csv}     entries ranked by Agg with bootstrap 95 % interval, Agg-max, success, cost
     cells.csv                    the long form: one row per entry and task with every statistic
     table4/5/6/8.{md,tex,csv}    the paper's layouts
@@ -28,8 +29,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis import curves, figures, stats, tables
+from analysis import curves, figures, notes, stats, tables
 from analysis import published as pub
+from analysis.deviations import excluded_note
 from analysis.leaderboard import AGENT, Leaderboard, build
 from analysis.render import to_markdown, write
 from analysis.runs import load
@@ -72,7 +74,7 @@ def _pair(lb: Leaderboard, compare: list[str] | None) -> tuple[str, str] | None:
             raise ReportError(f"--compare: {e.args[0]}") from e
         return compare[0], compare[1]
     agents = lb.summary[(lb.summary["kind"] == AGENT) & lb.summary["agg"].notna()]
-    ranked = agents[agents["complete"]]
+    ranked = agents[agents["rank"].notna()]  # complete and not superseded
     top = (ranked if len(ranked) >= 2 else agents).head(2)
     if len(top) < 2:
         return None
@@ -84,15 +86,27 @@ def write_report(
     experiments: list[str] | None = None,
     *,
     published: bool = False,
+    calibration: bool = False,
     calibration_dir: Path | None = None,
     compare: list[str] | None = None,
     n_boot: int = 2000,
+    include_nonstandard: bool = False,
 ) -> dict[str, list[Path]]:
-    """Load, compute and write everything; returns the written files by artefact name."""
+    """Load, compute and write everything; returns the written files by artefact name.
+
+    ``include_nonstandard``: with ``published``, keep the runs made outside the paper's protocol (marked);
+    by default they are left out of a comparison with the paper and the front page says so."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    runs = load(experiments)
-    lb = build(runs, published=published, calibration_dir=calibration_dir)
+    loaded = load(experiments)
+    lb = build(
+        loaded,
+        published=published,
+        calibration=calibration,
+        calibration_dir=calibration_dir,
+        include_nonstandard=include_nonstandard,
+    )
+    runs = lb.runs if lb.runs is not None else loaded  # without the runs left out
     if not (lb.cells["kind"] == AGENT).any():  # the Optuna-tuned row alone is no leaderboard
         raise ReportError(
             "no agent runs in the selected experiments"
@@ -134,7 +148,7 @@ def write_report(
     for name, make in jobs:  # (drawing in forked workers was slower on a busy 2-core machine: measured)
         paths = _save(make(), out, name) + [p for p in [out / f"{name}.csv"] if p.exists()]
         written[name] = list(dict.fromkeys(written.get(name, []) + paths))
-    (out / "index.md").write_text(_index(lb, runs, experiments, published, fit, comparison, written, intervals))
+    (out / "index.md").write_text(_index(lb, loaded, experiments, published, fit, comparison, written, intervals))
     return written
 
 
@@ -146,10 +160,13 @@ def _index(lb, runs, experiments, published, fit, comparison, written, intervals
         "",
         f"Generated {datetime.now(UTC):%Y-%m-%d %H:%M UTC}. MLflow experiments: "
         + (", ".join(f"`{e}`" for e in exps) or "none")
-        + f" ({len(runs.agents)} agent runs, {len(runs.scripts)} script runs, {len(runs.evals)} eval runs)"
+        + f" ({len(runs.agents)} agent runs, {len(runs.scripts)} script runs, {len(runs.evals)} eval runs"
+        + (f"; {len(lb.excluded)} non-standard agent runs left out" if len(lb.excluded) else "")
+        + ")"
         + (f"; published rows from {pub.PAPER}" if published else "")
         + (
-            "; Optuna-tuned calibration row from `baselines/results/`"
+            f"; {pub.calibration_label(lb.cells[lb.cells['source'] == pub.CALIBRATION])} calibration row from "
+            "`baselines/results/` (see the tables' notes)"
             if (lb.cells["source"] == pub.CALIBRATION).any()
             else ""
         )
@@ -163,11 +180,15 @@ def _index(lb, runs, experiments, published, fit, comparison, written, intervals
         ]
     if lb.cells["synthetic"].fillna(False).astype(bool).any():
         lines += ["**Contains synthetic runs (generated for benchmarks, not results).**", ""]
-    if partial := tables.partial_data_notes(lb):
+    if left_out := excluded_note(lb.excluded):
+        lines += [f"**{left_out}**", ""]
+    if nonstandard := notes.nonstandard_notes(lb):
+        lines += [f"**{note}**" for note in nonstandard] + [""]
+    if partial := notes.partial_data_notes(lb):
         lines += [f"**{note}**" for note in partial] + [""]
-    if unsandboxed := tables.unsandboxed_notes(lb):
+    if unsandboxed := notes.unsandboxed_notes(lb):
         lines += [f"**{note}**" for note in unsandboxed] + [""]
-    if flagged := tables.audit_notes(lb):
+    if flagged := notes.audit_notes(lb):
         lines += [f"**{note}**" for note in flagged] + [""]
     lines += [to_markdown(tables.leaderboard_table(lb, intervals)), "## Tables", ""]
     titles = {
@@ -225,8 +246,10 @@ def cmd_report(args: argparse.Namespace) -> int:
             Path(args.out),
             args.experiment,
             published=args.published,
+            calibration=args.calibration or args.calibration_dir is not None,
             calibration_dir=args.calibration_dir,
             compare=args.compare,
+            include_nonstandard=args.include_nonstandard,
         )
     except ReportError as e:
         print(f"bench report: {e}", file=sys.stderr)
@@ -257,10 +280,21 @@ def add_cli(subparsers) -> argparse.ArgumentParser:
         help="entries for the paired comparison, e.g. 'Opus 4.7' 'mine:baseline' (default: top two)",
     )
     s.add_argument(
+        "--include-nonstandard",
+        action="store_true",
+        help="with --published: keep runs made outside the paper's protocol (budget, hardware, sandbox, data), "
+        "marked; by default they are left out of the comparison with the paper",
+    )
+    s.add_argument(
+        "--calibration",
+        action="store_true",
+        help="add the Optuna-tuned row (baselines/results/*.json), labelled with where and how it was tuned",
+    )
+    s.add_argument(
         "--calibration-dir",
         type=Path,
         default=None,
-        help="tuned-baseline results for the Optuna-tuned row (default: baselines/results)",
+        help="tuned-baseline results for the Optuna-tuned row (default: baselines/results; implies --calibration)",
     )
     s.set_defaults(func=cmd_report)
     return s

@@ -3,7 +3,8 @@
 Three tables, one row per run, joined by ``run_id`` / ``parent_run_id``:
 
 - agent runs: agent, model, task, repeat, status, official score, wall time, budget utilisation,
-  scripts launched, tokens, cost (what the leaderboard and the paper's tables need);
+  scripts launched, tokens, cost (what the leaderboard and the paper's tables need), and whether the run
+  kept the paper's protocol (``nonstandard``, ``deviations``: see :mod:`analysis.deviations`);
 - script runs: every traced ``run_<x>.py`` with its start and end in minutes into the agent's budget
   (the timelines);
 - eval runs: every officially evaluated checkpoint with the minute it was saved (the anytime curves).
@@ -28,6 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from analysis import deviations
 from bench.tasks.direction import Direction
 from bench.tracking import schema, store
 
@@ -35,7 +37,7 @@ AGENT_COLUMNS = (
     "run_id experiment agent model task repeat status reason score metric higher_is_better budget_min "
     "wall_time_s budget_utilisation scripts_launched launches_observed checkpoints best_val_score "
     "tokens_input tokens_output tokens_cached cost_usd start_time end_time synthetic partial_data unsandboxed "
-    "audit_disqualified audit_flagged"
+    "audit_disqualified audit_flagged nonstandard deviations deviation_notes hardware"
 ).split()
 SCRIPT_COLUMNS = (
     "run_id parent_run_id experiment agent task repeat script exit reason start_time end_time start_min "
@@ -159,7 +161,7 @@ def _agents(w: pd.DataFrame, names: dict[str, str]) -> pd.DataFrame:
         return pd.DataFrame(columns=AGENT_COLUMNS)
     t = lambda k, d="": _col(w, f"t:{k}", d).fillna(d)  # noqa: E731
     score = _num(w, f"m:{schema.SCORE}").fillna(_first_official(w))
-    return pd.DataFrame(
+    out = pd.DataFrame(
         {
             "run_id": w["run_id"],
             "experiment": w["experiment_id"].map(names),
@@ -193,7 +195,12 @@ def _agents(w: pd.DataFrame, names: dict[str, str]) -> pd.DataFrame:
             "audit_disqualified": t(schema.AUDIT_DISQUALIFIED).fillna(""),
             "audit_flagged": t(schema.AUDIT_FLAGGED).fillna(""),
         }
-    )[AGENT_COLUMNS]
+    )
+    # the paper's protocol: the run's own verdict (bench.protocol tags), or one derived from what an older run has
+    tags = {k: t(k) for k in (schema.PROTOCOL, schema.DEVIATIONS, schema.DEVIATION_NOTES, schema.HARDWARE)}
+    params = {schema.PARAM_DEVICE: _col(w, f"p:{schema.PARAM_DEVICE}", "").fillna("")}
+    out[["nonstandard", "deviations", "deviation_notes", "hardware"]] = deviations.protocol_columns(tags, params, out)
+    return out[AGENT_COLUMNS]
 
 
 def _child(w: pd.DataFrame, names: dict[str, str]) -> dict[str, pd.Series]:

@@ -145,9 +145,13 @@ def bootstrap_agg(lb: Leaderboard, n_boot: int = 2000, seed: int = 0, level: flo
                 "n_boot": n_boot,
                 "tasks": len(samples),
                 "of_tasks": e.of_tasks,
+                "superseded_by": e.superseded_by,  # the figure marks what the tables mark
+                "nonstandard": e.nonstandard,
+                "deviations": e.deviations,
             }
         )
-    return pd.DataFrame(rows, columns=["source", "entry", "agg", "lo", "hi", "method", "n_boot", "tasks", "of_tasks"])
+    cols = ["source", "entry", "agg", "lo", "hi", "method", "n_boot", "tasks", "of_tasks"]
+    return pd.DataFrame(rows, columns=cols + ["superseded_by", "nonstandard", "deviations"])
 
 
 def compare(lb: Leaderboard, a: str, b: str, n_boot: int = 2000, seed: int = 0) -> dict:

@@ -15,10 +15,13 @@ import numpy as np
 import pandas as pd
 
 from analysis import published as pub
+from analysis.deviations import MARK
 from analysis.leaderboard import AGENT, AGG_DIRECTION, Leaderboard
+from analysis.notes import audit_notes, partial_data_notes, table_notes, unsandboxed_notes
 from analysis.render import Cell, Row, Table
 from bench.tasks.direction import Direction
-from bench.tracking import schema
+
+__all__ = ["audit_notes", "partial_data_notes", "unsandboxed_notes"]  # their home is analysis.notes
 
 NA = "N/A"
 
@@ -27,6 +30,7 @@ def fmt(value, decimals: int = 4, sign: bool = False) -> str:
     """A number as the paper prints it ('–' when missing)."""
     if value is None or (isinstance(value, float) and not math.isfinite(value)) or pd.isna(value):
         return "–"
+    value = value if round(value, decimals) != 0 else 0.0  # no "-0.000" from rounding noise
     return f"{value:+.{decimals}f}" if sign else f"{value:.{decimals}f}"
 
 
@@ -47,7 +51,8 @@ def _headers(lb: Leaderboard, last: str | None, last_sub: str | None) -> tuple[l
 
 def _best(lb: Leaderboard, column: str, decimals: int) -> set[tuple[str, str, str]]:
     """(source, entry, task) of the best agent value per task, at printed precision (ties all bold)."""
-    c = lb.cells[(lb.cells["kind"] == AGENT) & (lb.cells["superseded_by"] == "") & lb.cells[column].notna()]
+    c = lb.cells[(lb.cells["kind"] == AGENT) & lb.cells[column].notna()]
+    c = c[(c["superseded_by"] == "") & (c["entry_superseded_by"] == "")]  # superseded cells and entries never bold
     marks = set()
     for task, group in c.groupby("task"):
         values = group[column].round(decimals)
@@ -58,7 +63,7 @@ def _best(lb: Leaderboard, column: str, decimals: int) -> set[tuple[str, str, st
 
 def _best_summary(lb: Leaderboard, column: str, decimals: int = 3) -> set[tuple[str, str]]:
     """(source, entry) of the highest Agg / Agg-max among the ranked entries (Eq. 1: higher is better)."""
-    s = lb.summary[(lb.summary["kind"] == AGENT) & lb.summary["complete"] & lb.summary[column].notna()]
+    s = lb.summary[lb.summary["rank"].notna() & lb.summary[column].notna()]  # ranked: complete, not superseded
     if s.empty:
         return set()
     values = s[column].round(decimals)
@@ -86,7 +91,7 @@ def _reference_rows(lb: Leaderboard, value: str, with_last: bool) -> list[Row]:
         last = "agg" if value == "mean" else "agg_max"
         rows.append(
             Row(
-                pub.CALIBRATION_LABEL,
+                pub.calibration_label(cal),  # where and how it was tuned; the table note says more
                 cells + ([_agg_cell(lb, pub.CALIBRATION, pub.CALIBRATION_LABEL, last, set())] if with_last else []),
             )
         )
@@ -99,12 +104,30 @@ def _agent_rows(lb: Leaderboard, make_cell, last=None) -> list[Row | str]:
     out: list[Row | str] = []
     group = None
     for e in lb.entries().itertuples():
-        if e.group != group:
-            group = e.group
+        name = e.group if isinstance(e.group, str) and e.group else "Other entries"  # no group: still a header
+        if name != group:
+            group = name
             out.append(group)
         cells = [make_cell(lb.cell(e.source, e.entry, t), t) for t in lb.tasks.index]
-        out.append(Row(e.entry, cells + ([last(e.source, e.entry)] if last else [])))
+        out.append(Row(row_label(lb, e.source, e.entry), cells + ([last(e.source, e.entry)] if last else [])))
     return out
+
+
+def row_label(lb: Leaderboard, source: str, entry: str) -> str:
+    """An entry's label with its marks: § when it has runs outside the protocol, "(superseded)" when a larger
+    sample of the same agent replaces it (the notes say by what and how)."""
+    s = lb.summary[(lb.summary["source"] == source) & (lb.summary["entry"] == entry)]
+    if s.empty:
+        return entry
+    r = s.iloc[0]
+    return entry + (f" {MARK}" if r["nonstandard"] else "") + (" (superseded)" if r["superseded_by"] else "")
+
+
+def _marks(c: pd.Series, note: str) -> tuple[str, bool]:
+    """A cell's note with § for non-standard runs and who supersedes it; whether it is muted (superseded)."""
+    by = c["superseded_by"] or c["entry_superseded_by"]
+    parts = [note, MARK if c["nonstandard"] else "", f"(superseded by {by})" if by else ""]
+    return " ".join(p for p in parts if p), bool(by)
 
 
 def _flagged(c: pd.Series) -> bool:
@@ -116,23 +139,25 @@ def _score_cell(c: pd.Series | None, column: str, bold: set, with_std: bool) -> 
         return Cell("")
     flag = _flagged(c)
     note = f"{int(c['n_success'])}/{int(c['n_runs'])}" if flag else ""
+    note, muted = _marks(c, note)
     if pd.isna(c[column]):
         return Cell(NA, flag=flag, note=note)
     text = fmt(c[column])
     if with_std and pd.notna(c["std"]):
         text += f" ± {fmt(c['std'])}"
-    muted = bool(c["superseded_by"])
-    note = (note + " " if note else "") + (f"(superseded by {c['superseded_by']})" if muted else "")
-    return Cell(text, bold=(c["source"], c["entry"], c["task"]) in bold, flag=flag, note=note.strip(), muted=muted)
+    return Cell(text, bold=(c["source"], c["entry"], c["task"]) in bold, flag=flag, note=note, muted=muted)
 
 
-def _tidy(lb: Leaderboard, column: str, bold: set, agg_column: str) -> pd.DataFrame:
+def _tidy(lb: Leaderboard, column: str, bold: set, agg_column: str, best_agg: set) -> pd.DataFrame:
     c = lb.cells
-    data = c[["source", "group", "entry", "task", "n_runs", "n_success", column, "std", "superseded_by"]].copy()
+    keep = ["source", "group", "entry", "task", "n_runs", "n_success", column, "std", "superseded_by"]
+    data = c[keep + ["entry_superseded_by", "nonstandard", "deviations"]].copy()
     data = data.rename(columns={column: "value"})
     data["bold"] = [(s, e, t) in bold for s, e, t in zip(c["source"], c["entry"], c["task"], strict=True)]
     data["flag_success_below_100"] = c["n_success"] < c["n_runs"]
-    agg = lb.summary[["source", "group", "entry", agg_column, "agg_tasks"]].rename(columns={agg_column: "value"})
+    agg = lb.summary[["source", "group", "entry", agg_column, "agg_tasks", "rank", "nonstandard", "deviations"]]
+    agg = agg.rename(columns={agg_column: "value"})
+    agg["bold"] = [(s, e) in best_agg for s, e in zip(agg["source"], agg["entry"], strict=True)]
     agg["task"] = agg_column
     return pd.concat([data, agg], ignore_index=True)
 
@@ -154,8 +179,8 @@ def table4(lb: Leaderboard) -> Table:
     t.rows += _agent_rows(
         lb, lambda c, _: _score_cell(c, "mean", bold, True), lambda s, e: _agg_cell(lb, s, e, "agg", best_agg)
     )
-    t.data = _tidy(lb, "mean", bold, "agg")
-    t.notes = _notes(lb)
+    t.data = _tidy(lb, "mean", bold, "agg", best_agg)
+    t.notes = table_notes(lb)
     return t
 
 
@@ -175,8 +200,8 @@ def table6(lb: Leaderboard) -> Table:
     t.rows += _agent_rows(
         lb, lambda c, _: _score_cell(c, "best", bold, False), lambda s, e: _agg_cell(lb, s, e, "agg_max", best_agg)
     )
-    t.data = _tidy(lb, "best", bold, "agg_max")
-    t.notes = _notes(lb)
+    t.data = _tidy(lb, "best", bold, "agg_max", best_agg)
+    t.notes = table_notes(lb)
     return t
 
 
@@ -188,7 +213,9 @@ def table5(lb: Leaderboard) -> Table:
         if c is None:
             return Cell("")
         scripts = c["mean_scripts"] if pd.notna(c["mean_scripts"]) else np.nan
-        return Cell(f"{int(c['n_success'])}/{int(c['n_runs'])} – {_count(scripts)}", flag=_flagged(c))
+        note, muted = _marks(c, "")
+        return Cell(f"{int(c['n_success'])}/{int(c['n_runs'])} – {_count(scripts)}", flag=_flagged(c), note=note,
+                    muted=muted)  # fmt: skip
 
     t = Table(
         "table5",
@@ -200,7 +227,9 @@ def table5(lb: Leaderboard) -> Table:
     )
     t.rows = _agent_rows(lb, cell)
     data = lb.cells[lb.cells["kind"] == AGENT]
-    t.data = data[["source", "group", "entry", "task", "n_runs", "n_success", "mean_scripts", "mean_scripts_all"]]
+    t.data = data[["source", "group", "entry", "task", "n_runs", "n_success", "mean_scripts", "mean_scripts_all",
+                   "nonstandard", "deviations"]]  # fmt: skip
+    t.notes = table_notes(lb)
     return t
 
 
@@ -220,7 +249,8 @@ def table8(lb: Leaderboard) -> Table:
     c["used_min"] = np.minimum(c["used_min"], c["budget_min"])  # time past the budget is grace, not budget
     for (source, entry), g in c.groupby(["source", "entry"], sort=False):
         model = g["model"].iloc[0]
-        t.rows.append(f"{entry}" + (f" ({model})" if model and model not in entry else "") + f" [{source}]")
+        label = row_label(lb, source, entry)
+        t.rows.append(f"{label}" + (f" ({model})" if model and model not in entry else "") + f" [{source}]")
         for r in g.itertuples():
             title = lb.tasks.loc[r.task, "title"]
             t.rows.append(
@@ -240,9 +270,12 @@ def table8(lb: Leaderboard) -> Table:
             )
         )
     c["utilisation_pct"] = 100 * c["utilisation"]
-    t.data = c[["source", "entry", "model", "task", "n_runs", "budget_min", "used_min", "utilisation_pct"]]
+    cols = ["source", "entry", "model", "task", "n_runs", "budget_min", "used_min", "utilisation_pct", "nonstandard"]
+    t.data = c[cols + ["deviations"]]
     if c.empty:
         t.notes = ["No entry has timing data (published: only GPT 5.5, Table 8; MLflow runs always have it)."]
+    else:
+        t.notes = table_notes(lb)
     return t
 
 
@@ -272,18 +305,18 @@ def leaderboard_table(lb: Leaderboard, intervals: pd.DataFrame | None = None) ->
         "Entries ranked by Agg (Eq. 1, mean over successful runs); 95 % CI: "
         "bootstrap percentile interval of Agg; Success: successful / all runs; Tasks: tasks in Agg / tasks in "
         "the table (entries without all of them are not ranked); an entry with more runs supersedes one with "
-        "fewer for the same agent and task (Section 3.1).",
+        "fewer for the same agent (Section 3.1): listed, not ranked. § marks runs outside the paper's protocol.",
         cols,
         None,
         corner="Entry",
     )
     for r in s.itertuples():
-        rank = f"{r.rank}. " if pd.notna(r.rank) else ""
+        rank = f"{r.rank}. " if pd.notna(r.rank) else ""  # unranked: not all tasks, or superseded
         ci = f"[{fmt(r.lo, 3, True)}, {fmt(r.hi, 3, True)}]" if pd.notna(r.lo) else "–"
         tokens = r.tokens_input + r.tokens_output if pd.notna(r.tokens_input) and pd.notna(r.tokens_output) else np.nan
         t.rows.append(
             Row(
-                f"{rank}{r.entry}",
+                f"{rank}{row_label(lb, r.source, r.entry)}",
                 [
                     Cell(r.source),
                     Cell(fmt(r.agg, 3, True)),
@@ -299,7 +332,7 @@ def leaderboard_table(lb: Leaderboard, intervals: pd.DataFrame | None = None) ->
             )
         )
     t.data = s
-    t.notes = _notes(lb)
+    t.notes = table_notes(lb)
     return t
 
 
@@ -350,52 +383,3 @@ def paired_table(comparison: dict) -> Table:
         f"interval {ci}; Wilcoxon signed-rank over tasks p = {fmt(o['p_wilcoxon'], 3)} (n = {o['n_tasks']})."
     ]
     return t
-
-
-def _notes(lb: Leaderboard) -> list[str]:
-    notes = []
-    sup = lb.cells[lb.cells["superseded_by"] != ""]
-    for r in sup.itertuples():
-        notes.append(
-            f"{r.entry} [{r.source}] on {r.task.upper()} ({r.n_runs} runs) is superseded by {r.superseded_by}."
-        )
-    if (lb.cells["source"] == pub.PUBLISHED).any():
-        notes.append(f"Published rows: the paper's numbers ({pub.PAPER}), Agg recomputed with Eq. 1.")
-    if lb.cells["synthetic"].fillna(False).astype(bool).any():
-        notes.append("Rows marked [synthetic] are generated runs (benchmarks), not results.")
-    notes += partial_data_notes(lb)
-    notes += unsandboxed_notes(lb)
-    notes += audit_notes(lb)
-    return notes
-
-
-def audit_notes(lb) -> list[str]:
-    """Cells with a run the audit flagged (a finding that does not disqualify: a refused request that may be the
-    CLI's own, a process that ignored SIGTERM, a late checkpoint): the score stands, a person should look."""
-    flagged = lb.cells[lb.cells["flagged"].eq(True)] if "flagged" in lb.cells else lb.cells.iloc[:0]
-    return [
-        f"{r.entry} [{r.source}] on {r.task.upper()} has runs with flagged audit findings "
-        f"({schema.AUDIT_FLAGGED}): read their {schema.AUDIT_ARTIFACT} before trusting the score."
-        for r in flagged.itertuples()
-    ]
-
-
-def unsandboxed_notes(lb) -> list[str]:
-    """Cells with a run made without the sandbox (``bench run --unsandboxed``): its agent could have set its own
-    score, so the cell is not a trustworthy result."""
-    flagged = lb.cells[lb.cells["unsandboxed"].eq(True)] if "unsandboxed" in lb.cells else lb.cells.iloc[:0]
-    return [
-        f"{r.entry} [{r.source}] on {r.task.upper()} has runs made WITHOUT the sandbox ({schema.SANDBOXED}=false): "
-        "the agent could reach the harness's files, so its score is not a trustworthy result."
-        for r in flagged.itertuples()
-    ]
-
-
-def partial_data_notes(lb) -> list[str]:
-    """Cells scored on incomplete data (a mirror subset, missing weights): not comparable with the paper."""
-    partial = lb.cells[lb.cells["partial_data"].eq(True)]
-    return [
-        f"{r.entry} [{r.source}] on {r.task.upper()} ran on PARTIAL data (see the runs' {schema.PARTIAL_NOTES}): "
-        "not comparable with the paper's numbers."
-        for r in partial.itertuples()
-    ]
