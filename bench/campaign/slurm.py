@@ -96,7 +96,6 @@ def _executor(campaign: Campaign, budget_s: float):
         "stderr_to_stdout": True,
         "slurm_array_parallelism": s.array_parallelism,
         "slurm_signal_delay_s": s.signal_delay_s,
-        "local_signal_delay_s": s.signal_delay_s,
     }
     if s.gpus_per_task:
         params["gpus_per_node"] = s.gpus_per_task
