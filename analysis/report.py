@@ -259,6 +259,9 @@ def cmd_report(args: argparse.Namespace) -> int:
         f"report: {n} files in {Path(args.out).resolve()} ({time.perf_counter() - started:.1f} s); "
         f"start with {Path(args.out) / 'index.md'}"
     )
+    from analysis import summary  # the campaign and summary runs in MLflow: one line per experiment, never a failure
+
+    summary.after_report(Path(args.out), args.experiment, render=write_report)
     return 0
 
 

@@ -86,6 +86,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         if go_on is None:
             if results:
                 _print_summary(results)
+                _campaign_summaries(results, args)
             return _exit_status(results)
         args.campaign, done = go_on, resume.finished_runs(go_on, args.agent or "")
     if not args.agent or not args.task:
@@ -131,7 +132,23 @@ def cmd_run(args: argparse.Namespace) -> int:
             )
             results.append(run(spec))
     _print_summary(results)
+    _campaign_summaries(results, args)
     return _exit_status(results)
+
+
+def _campaign_summaries(results: list[RunResult], args: argparse.Namespace) -> None:
+    """The campaign summary of each campaign the runs went into (analysis/summary.py: Agg per entry and the report,
+    as MLflow runs). Best effort: a failure is one line; the runs are recorded and the exit status is theirs."""
+    if getattr(args, "no_summary", False) or not results:
+        return
+    try:
+        from analysis import summary
+        from analysis.report import write_report
+    except Exception as e:  # the analysis cannot even be imported: the runs still stand
+        print(f"[bench] campaign summary not written: {type(e).__name__}: {e}", flush=True)
+        return
+    for campaign in dict.fromkeys(r.campaign for r in results):
+        print(f"[bench] {summary.summary_line(campaign, render=write_report)}", flush=True)
 
 
 def _exit_status(results: list[RunResult]) -> int:
@@ -198,10 +215,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_ui(args: argparse.Namespace) -> int:
-    from bench.tracking import store
+    from bench.tracking import store, views
 
     uri = store.tracking_uri()
     store.client()  # make sure the schema exists before the server reads it
+    try:
+        campaigns = views.experiments(args.experiment)
+    except LookupError as e:
+        raise InputError(f"bench ui --experiment: {e}") from e
     cmd = [
         "mlflow",
         "server",
@@ -217,13 +238,33 @@ def cmd_ui(args: argparse.Namespace) -> int:
     if store.is_embedded():
         cmd += ["--artifacts-destination", str(store.artifact_root())]
     env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
-    print(f"MLflow UI on http://{args.host}:{args.port}  (store {uri}); Ctrl-C to stop", flush=True)
+    base = f"http://{'127.0.0.1' if args.host in ('0.0.0.0', '::') else args.host}:{args.port}"
+    print(f"MLflow UI on {base}  (store {uri}); Ctrl-C to stop", flush=True)
+    _print_view_links(base, campaigns)
     bin_dir = Path(sys.executable).parent
     cmd[0] = str(bin_dir / "mlflow") if (bin_dir / "mlflow").exists() else "mlflow"
     try:
         return subprocess.call(cmd, env=env)
     except KeyboardInterrupt:
         return 0
+
+
+def _print_view_links(base: str, campaigns: list[tuple[str, str]], most: int = 10) -> None:
+    """Per campaign, links to its runs table with the benchmark's columns and to its agents compared (saved views,
+    bench/tracking/views.py; written here too, so that campaigns recorded before the views existed get them)."""
+    from bench.tracking import views
+    from bench.tracking.writer import MlflowWriter, TrackingError
+
+    for name, exp_id in campaigns[:most]:
+        try:
+            views.save(MlflowWriter(name))
+        except TrackingError as e:
+            print(f"  {name}: views not saved ({e}); the experiment: {views.url(base, exp_id, None)}", flush=True)
+            continue
+        print(f"  {name}: runs            {views.url(base, exp_id, views.RUNS_VIEW)}", flush=True)
+        print(f"  {name}: compare agents  {views.url(base, exp_id, views.COMPARE_VIEW)}", flush=True)
+    if len(campaigns) > most:
+        print(f"  ... and {len(campaigns) - most} more campaigns: bench ui --experiment NAME", flush=True)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -287,6 +328,11 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="run the agent without the bubblewrap sandbox (where bwrap cannot run; the run is marked unsandboxed)",
     )
+    s.add_argument(
+        "--no-summary",
+        action="store_true",
+        help="skip the campaign summary at the end (MLflow runs with Agg per entry and the report as artifacts)",
+    )
     s.set_defaults(func=cmd_run)
 
     s = sub.add_parser(
@@ -317,6 +363,12 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("ui", help="open the MLflow UI on the tracking store (lean: 1 worker)")
     s.add_argument("--host", default="127.0.0.1")
     s.add_argument("--port", type=int, default=5000)
+    s.add_argument(
+        "--experiment",
+        action="append",
+        metavar="NAME",
+        help="campaign to link (repeatable; default: every experiment with agent runs, latest first)",
+    )
     s.set_defaults(func=cmd_ui)
     return p
 

@@ -8,6 +8,8 @@ Run hierarchy in one experiment per campaign::
     agent run   (bench.kind=agent)    one agent on one task, one repeat
       script run  (bench.kind=script)   every run_<x>.py / train.py the agent launched
       eval run    (bench.kind=eval)     official evaluation of a selected checkpoint
+    campaign run (bench.kind=campaign) the campaign's report (bench report's files) as artifacts
+      summary run (bench.kind=summary)  one leaderboard entry: Agg, Agg-max, success, per-task statistics
 """
 
 from __future__ import annotations
@@ -126,6 +128,15 @@ SUMMARY_AGG_MAX = "agg_max"  # the same with each task's best run
 SUMMARY_SUCCESS_RATE = "success_rate"  # successful runs / runs, all tasks
 SUMMARY_RUNS = "runs"
 SUMMARY_TASKS = "tasks"  # tasks with a defined Eq. 1 term
+# per task (summary_task_metric(task, what)): mean and std of the successful runs' scores, the Eq. 1 term of the mean,
+# successful runs / runs, and the runs
+SUMMARY_MEAN, SUMMARY_STD, SUMMARY_REL_MEAN = "mean", "std", "rel_mean"
+SUMMARY_TASK_SUCCESS_RATE, SUMMARY_N_RUNS = "success_rate", "n_runs"
+SUMMARY_TASK_STATS = (SUMMARY_MEAN, SUMMARY_STD, SUMMARY_REL_MEAN, SUMMARY_TASK_SUCCESS_RATE, SUMMARY_N_RUNS)
+REPORT_ARTIFACTS = "report"  # the campaign run's folder of `bench report` outputs
+
+# --- the MLflow UI's saved views (experiment tags; bench.tracking.views) ---------------------------------------------
+SHARED_VIEW_PREFIX = "mlflow.sharedViewState."  # + view id: MLflow 3.17's saved views ("Views" menu of the runs tab)
 
 
 def summary_task_metric(task: str, what: str) -> str:

@@ -120,8 +120,35 @@ class MlflowWriter:
         if Path(path).exists():
             self._do("log artifact", "log_artifact", run_id, str(path), artifact_path)
 
+    def log_artifacts(self, run_id: str, folder: Path, artifact_path: str | None = None) -> None:
+        """Every file under ``folder``, under ``artifact_path`` (a file of the same name is replaced)."""
+        if Path(folder).is_dir():
+            self._do("log artifacts", "log_artifacts", run_id, str(folder), artifact_path)
+
+    def set_experiment_tag(self, key: str, value: str) -> None:
+        """A tag on the campaign's experiment (the UI's saved views live in such tags: bench.tracking.views)."""
+        self._client()
+        self._do("set experiment tag", "set_experiment_tag", self._experiment_id, key, value)
+
     def get_run(self, run_id: str):
         return self._do("get run", "get_run", run_id)
+
+    def find_runs(self, kind: str, tags: Mapping[str, str]) -> list[str]:
+        """Ids of the campaign's active runs of ``kind`` whose tags equal ``tags``, oldest first.
+
+        Only the kind goes into MLflow's filter (a constant of the schema); the other tags are compared here, so
+        that values with quotes (entry labels, campaign names) need no escaping in a filter string.
+        """
+        self._client()
+        found = self._do(
+            "search runs",
+            "search_runs",
+            [self._experiment_id],
+            filter_string=f"tags.`{schema.KIND}` = '{kind}'",
+            max_results=1000,
+            order_by=["attributes.start_time ASC"],
+        )
+        return [r.info.run_id for r in found if all(r.data.tags.get(k) == str(v) for k, v in tags.items())]
 
     def open_children(self, parent: str) -> list[str]:
         """Ids of the runs nested under ``parent`` that are still RUNNING (what a killed harness left open)."""

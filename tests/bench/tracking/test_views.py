@@ -1,0 +1,72 @@
+"""The MLflow UI's saved views (bench/tracking/views.py) and the links `bench ui` prints.
+
+The URL and the tag format are MLflow 3.17's (read from its UI bundle); tests/bench/test_ui_browser.py checks that
+a real UI applies them. Here: the strings, by hand, and which experiments get links.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import uuid
+
+import pytest
+
+from bench.tracking import schema, store, views
+from bench.tracking.writer import MlflowWriter
+
+
+def test_links_open_the_runs_tab_with_the_view_named():
+    assert (
+        views.url("http://127.0.0.1:5000/", "7", views.COMPARE_VIEW)
+        == "http://127.0.0.1:5000/#/experiments/7/runs?viewStateShareKey=bench-compare"
+    )
+    assert (
+        views.url("http://h:1", "12", views.RUNS_VIEW, mode="CHART")
+        == "http://h:1/#/experiments/12/runs?viewStateShareKey=bench-runs&compareRunsMode=CHART"
+    )
+    assert views.url("http://h:1", "12", None) == "http://h:1/#/experiments/12/runs"
+
+
+def test_the_envelope_is_the_one_the_ui_writes():
+    view = views.all_views()[1]
+    envelope = json.loads(view.envelope(1_795_000_000_000))
+    assert set(envelope) == {"name", "createdAt", "updatedAt", "state"}
+    assert envelope["createdAt"] == envelope["updatedAt"] == 1_795_000_000_000
+    assert isinstance(envelope["state"], str) and json.loads(envelope["state"]) == view.state
+    assert len(view.envelope(0)) < 20_000  # the UI refuses to save a larger view; MLflow's tag limit is 20,000
+    assert view.state["columnOrder"] == view.state["selectedColumns"]
+    assert view.state["selectedColumns"][:3] == [
+        "metrics.`score`",
+        "metrics.`rel_improvement`",
+        "metrics.`scripts_launched`",
+    ]
+
+
+def test_bench_ui_links_campaigns_with_agent_runs_and_refuses_unknown_ones(capsys):
+    from bench import cli
+
+    with_runs, without = f"ui-{uuid.uuid4().hex[:6]}", f"ui-empty-{uuid.uuid4().hex[:6]}"
+    w = MlflowWriter(with_runs)
+    w.end_run(w.create_run("t6-baseline-r1", {schema.KIND: schema.KIND_AGENT}))
+    MlflowWriter(without).experiment_id  # noqa: B018 (creates the experiment, with no run)
+    names = [name for name, _ in views.experiments()]
+    assert with_runs in names and without not in names
+    assert views.experiments([without]) == [(without, MlflowWriter(without).experiment_id)]
+    with pytest.raises(LookupError, match="no experiment 'nope"):
+        views.experiments(["nope-" + with_runs])
+
+    exp_id = w.experiment_id
+    cli._print_view_links("http://127.0.0.1:5099", [(with_runs, exp_id)])
+    out = capsys.readouterr().out.splitlines()
+    assert out == [
+        f"  {with_runs}: runs            http://127.0.0.1:5099/#/experiments/{exp_id}/runs?viewStateShareKey=bench-runs",
+        f"  {with_runs}: compare agents  "
+        f"http://127.0.0.1:5099/#/experiments/{exp_id}/runs?viewStateShareKey=bench-compare",
+    ]
+    tags = store.client().get_experiment(exp_id).tags
+    assert {schema.SHARED_VIEW_PREFIX + v for v in (views.RUNS_VIEW, views.COMPARE_VIEW)} <= set(tags)
+
+    args = argparse.Namespace(host="127.0.0.1", port=5099, experiment=["nope-" + with_runs])
+    with pytest.raises(cli.InputError, match="bench ui --experiment: no experiment"):
+        cli.cmd_ui(args)  # refused before any server starts
