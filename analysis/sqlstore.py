@@ -31,8 +31,9 @@ def missing() -> bool:
 
 
 def engine():
-    """A SQLAlchemy engine on the tracking database, or None when the store is not a database (a server)."""
-    uri = store.tracking_uri()
+    """A SQLAlchemy engine on the tracking database (for a server: the one ``$BENCH_TRACKING_DB`` names, which
+    ``bench server`` prints), or None when there is none to read."""
+    uri = store.database_uri()
     if uri.split(":", 1)[0].split("+", 1)[0] not in DB_SCHEMES:
         return None
     if missing():

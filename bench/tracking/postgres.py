@@ -5,7 +5,7 @@ and Optuna workers writing at once; SQLite serialises them on one file that must
 holds both MLflow's tables and Optuna's (their names do not overlap), so a campaign has one place to back up.
 
 - :class:`Cluster`: a private PostgreSQL cluster in a folder (``initdb`` + ``pg_ctl``, run as the ``postgres`` user
-  when we are root, since PostgreSQL refuses to run as root), listening on 127.0.0.1 or every interface. What
+  when we are root, since PostgreSQL refuses to run as root), listening on 127.0.0.1 and trusting local users. What
   ``bench server --postgres DIR`` and the tests (``tests/pg.py``) start; a site with its own PostgreSQL passes its
   URL instead.
 - :func:`advisory_lock`: MLflow creates its schema on first use, and processes doing that at once collide (a
@@ -50,7 +50,7 @@ class Cluster:
 
     root: Path
     port: int = 5432
-    listen: str = "127.0.0.1"  # "*" for a campaign's other nodes (then give the postgres user a password)
+    listen: str = "127.0.0.1"  # it trusts every connection: never "*" without passwords (pg_hba.conf) first
 
     @property
     def data(self) -> Path:
@@ -91,9 +91,12 @@ class Cluster:
         return self._run("pg_ctl", "-D", str(self.data), "status", check=False).returncode == 0
 
     def start(self) -> None:
-        """Start it (created if needed) and wait until it takes connections; a running cluster is left as it is."""
+        """Start it (created if needed) and wait until it takes connections; a running one is left as it is (its
+        port is then the one it listens on)."""
         self.init()
-        if self.running():
+        if self.running():  # on the port it was started with (postmaster.pid's fourth line)
+            lines = (self.data / "postmaster.pid").read_text().splitlines()
+            self.port = int(lines[3]) if len(lines) > 3 and lines[3].strip().isdigit() else self.port
             return
         opts = f"-c listen_addresses={self.listen} -p {self.port} -k {self.root} -c max_connections=200"
         self._run("pg_ctl", "-D", str(self.data), "-o", opts, "-l", str(self.log), "-w", "-t", "120", "start")

@@ -161,7 +161,9 @@ def add_cli(sub) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    s.add_argument("--postgres", type=Path, metavar="DIR", help="start (or create) a private PostgreSQL in DIR")
+    s.add_argument(
+        "--postgres", type=Path, metavar="DIR", help="start (or create) a private PostgreSQL in DIR (127.0.0.1 only)"
+    )
     s.add_argument("--pg-port", type=int, default=5432, help="its port (default 5432)")
     s.add_argument("--database", default="mlflow", help="the database on it (default mlflow)")
     s.add_argument("--backend-store-uri", metavar="URL", help="an existing database instead: postgresql+psycopg://...")
@@ -181,9 +183,8 @@ def cmd_server(args: argparse.Namespace) -> int:
         return 2
     cluster = None
     backend = args.backend_store_uri
-    if args.postgres:
-        listen = "*" if args.host not in ("127.0.0.1", "localhost") else "127.0.0.1"
-        cluster = postgres.Cluster(args.postgres.resolve(), args.pg_port, listen)
+    if args.postgres:  # local connections only: it trusts them (the nodes talk to the MLflow server, not to it)
+        cluster = postgres.Cluster(args.postgres.resolve(), args.pg_port)
         cluster.start()
         backend = cluster.uri(args.database)
     artifacts = args.artifacts_destination or store.artifact_root()
@@ -194,7 +195,8 @@ def cmd_server(args: argparse.Namespace) -> int:
     print(
         f"MLflow server on {shown} (backend {backend}, artifacts {server.artifacts}); Ctrl-C to stop.\n"
         f"On every node:  export MLFLOW_TRACKING_URI={shown}\n"
-        f"Optuna storage: --storage {optuna_storage(backend)}",
+        f"Optuna storage: --storage {optuna_storage(backend)}\n"
+        f"Fast reports:   export {store.DATABASE_ENV}={backend}  (bench report reads its tables)",
         flush=True,
     )
     try:

@@ -17,6 +17,10 @@ from pathlib import Path
 from bench.paths import mlruns_dir
 from bench.tracking import schema
 
+# the database behind a tracking server, for readers that may read it directly (bench report): `bench server` prints
+# it; a server does not say its backend, and reading the tables is ~20x faster than a request per run (issue #16)
+DATABASE_ENV = "BENCH_TRACKING_DB"
+
 
 def default_uri() -> str:
     return f"sqlite:///{mlruns_dir() / 'mlflow.db'}"
@@ -25,6 +29,14 @@ def default_uri() -> str:
 def tracking_uri() -> str:
     """The URI in force: ``MLFLOW_TRACKING_URI`` if set, else the embedded store."""
     return os.environ.get("MLFLOW_TRACKING_URI") or default_uri()
+
+
+def database_uri() -> str:
+    """The tracking database: the store itself if it is one, else ``$BENCH_TRACKING_DB`` for a server ("" if unset)."""
+    uri = tracking_uri()
+    if uri.startswith(("http://", "https://")):
+        return os.environ.get(DATABASE_ENV, "")
+    return uri
 
 
 def is_embedded() -> bool:

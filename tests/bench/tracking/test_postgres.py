@@ -173,3 +173,56 @@ def test_an_optuna_study_with_two_worker_processes_on_a_fresh_postgres_database(
     trials = optuna.load_study(study_name="two-workers", storage=url).trials
     assert len(trials) == 24 and all(t.state == optuna.trial.TrialState.COMPLETE for t in trials)
     assert len({t.number for t in trials}) == 24
+
+
+# --- bench report through the server ------------------------------------------------------------------------------
+def test_histories_through_the_server_in_bulk_equal_the_databases(mlflow_server, monkeypatch, capsys):
+    """What ``bench report`` reads through a server (bulk requests, cut batches asked again in halves) and through the
+    database behind it (``BENCH_TRACKING_DB``) are the same, and equal the public API's one request per run."""
+    import mlflow
+
+    from bench.tracking import store
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_server.url)
+    monkeypatch.delenv(store.DATABASE_ENV, raising=False)
+    store._client.cache_clear()
+    try:
+        _compare_histories(mlflow_server, monkeypatch, capsys)
+    finally:  # the other tests' store again (store.client() made the server this process's tracking URI)
+        store._client.cache_clear()
+        mlflow.set_tracking_uri(store.default_uri())
+
+
+def _compare_histories(mlflow_server, monkeypatch, capsys) -> None:
+    import importlib.util
+
+    from mlflow.tracking import MlflowClient
+
+    from analysis import runs, serverstore, sqlstore
+    from bench.tracking import schema, store
+
+    spec = importlib.util.spec_from_file_location("synthetic", ROOT / "tests" / "analysis" / "synthetic.py")
+    synthetic = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(synthetic)
+    campaign = f"report-{uuid.uuid4().hex[:8]}"
+    counts = synthetic.generate(campaign, agents=2, tasks=2, repeats=2, scripts=4)
+    assert sqlstore.engine() is None  # a server, its database not named: the bulk path
+    scripts = runs.load(campaign).scripts["run_id"].tolist()
+    assert len(scripts) == counts["script"]
+
+    client = MlflowClient(mlflow_server.url)
+    one_by_one = sorted(
+        (rid, m.step, m.value) for rid in scripts for m in client.get_metric_history(rid, schema.CHECKPOINT_SCORE)
+    )
+    assert len(one_by_one) > len(scripts)  # several checkpoints a script: histories, not last values
+
+    def table(df):
+        return sorted(zip(df["run_id"], df["step"], df["value"], strict=True))
+
+    assert table(runs.metric_history(scripts, schema.CHECKPOINT_SCORE)) == one_by_one
+    assert "bulk histories from the server failed" not in capsys.readouterr().err
+    monkeypatch.setattr(serverstore, "VALUES_PER_REQUEST", 3)  # every batch comes back full: halves, then one run
+    assert table(serverstore.history(scripts, schema.CHECKPOINT_SCORE)) == one_by_one
+    monkeypatch.setenv(store.DATABASE_ENV, mlflow_server.backend)
+    assert sqlstore.engine() is not None
+    assert table(runs.metric_history(scripts, schema.CHECKPOINT_SCORE)) == one_by_one
