@@ -69,13 +69,9 @@ def check_device(device: str | None) -> None:
     if device is None or device == "cpu":
         return
     if device == "cuda":
-        try:
-            import torch
+        from bench import protocol
 
-            available = torch.cuda.is_available()
-        except ImportError:
-            available = False
-        if not available:
+        if protocol.default_device() != "cuda":  # torch.cuda.is_available(), read without importing torch
             raise InputError("--device cuda: no CUDA device is available here; use --device cpu (or leave it out)")
         return
     if re.fullmatch(r"cuda:\d+", device):

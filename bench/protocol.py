@@ -6,8 +6,9 @@ CPU smoke test, a shorter pilot, a partial dataset) but must never sit unmarked 
 module names each deviation once; the record step writes them as tags (:mod:`bench.tracking.schema`) and the
 reports mark and, for ``--published`` comparisons, leave out such runs.
 
-The hardware is described without importing torch (``nvidia-smi`` for a GPU, ``/proc/cpuinfo`` for a CPU), so
-that the harness does not pay a torch import to say what it runs on.
+The hardware is described, and the evaluation device chosen (:func:`default_device`), without importing torch
+(``nvidia-smi`` for a GPU, ``/proc/cpuinfo`` for a CPU), so that the harness does not pay a torch import to say
+what it runs on.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import platform
 import shutil
 import subprocess
 from dataclasses import dataclass
+from pathlib import Path
 
 PAPER_HARDWARE = "NVIDIA A100 80GB"  # Appendix D: one A100 SXM4 80 GB on a DGX A100 node
 # the deviations a run can have, in the order the reports list them
@@ -97,3 +99,47 @@ def _cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine() or "unknown CPU"
+
+
+def default_device() -> str:
+    """``cuda`` when this machine has a GPU that torch can use, else ``cpu``: what ``torch.cuda.is_available()``
+    says, read without importing torch (2.7 s of a `bench run` that takes seconds, issue #16).
+
+    The answer is ``cuda`` when the installed torch is a CUDA (or ROCm) build (its ``torch/version.py``), the
+    run may see a device (``CUDA_VISIBLE_DEVICES`` is not empty or ``-1``) and the driver shows one
+    (``/proc/driver/nvidia/gpus/*``, else ``nvidia-smi -L``; ``/dev/kfd`` for ROCm). ``--device`` overrides it.
+    """
+    import importlib.util
+
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and visible.strip() in ("", "-1"):
+        return "cpu"
+    try:
+        spec = importlib.util.find_spec("torch")  # finds the package without importing it
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None or not spec.submodule_search_locations:
+        return "cpu"
+    try:
+        build = (Path(next(iter(spec.submodule_search_locations))) / "version.py").read_text()
+    except OSError:
+        return "cpu"
+    built_for = {
+        name: value
+        for line in build.splitlines()
+        for name in ("cuda", "hip")
+        if line.startswith((f"{name} =", f"{name}:")) and (value := line.partition("=")[2].strip()) != "None"
+    }
+    if "hip" in built_for:
+        return "cuda" if Path("/dev/kfd").exists() else "cpu"
+    if "cuda" not in built_for:
+        return "cpu"
+    gpus = Path("/proc/driver/nvidia/gpus")
+    if gpus.is_dir() and any(gpus.iterdir()):
+        return "cuda"
+    smi = shutil.which("nvidia-smi")
+    try:
+        listed = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=20).stdout if smi else ""
+    except (OSError, subprocess.SubprocessError):
+        listed = ""
+    return "cuda" if "GPU" in listed else "cpu"

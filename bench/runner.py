@@ -12,6 +12,7 @@ calls too for a run whose harness died (from ``run.json``, :mod:`bench.pipeline.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -87,7 +88,7 @@ def _run(spec: RunSpec, term: termination.Termination) -> RunResult:
     evidence = Evidence(ws.run_dir)
     locked_sha = evidence.start(ws.path, task.locked_files, audit.scorer_inputs(task))
     print(f"[bench] {spec.label}: workspace {ws.path} (budget {fmt_s(spec.budget)})", flush=True)
-    writer, relay = _track_live(spec, ws, notes)
+    writer, relay, opening = _track_live(spec, ws, notes)
 
     term.launched = True  # from here a signal is noted: the run goes on to its result (bench.termination)
     agent = launch.launch(  # 2
@@ -102,6 +103,7 @@ def _run(spec: RunSpec, term: termination.Termination) -> RunResult:
         sandbox=spec.sandbox,
         evidence=evidence,
     )
+    opening.join()  # the agent run is open by now (run.json names it); MLflow's start-up ran beside the agent's
     _save_state(spec, ws, device, data_dir, notes, agent, relay)
     watched = watch.watch(  # 3
         agent, spec.budget, spec.grace_s, on_tick=_status_ticker(agent, relay), stopped=lambda: term.pending
@@ -332,8 +334,15 @@ def _result(
     )
 
 
-def _track_live(spec: RunSpec, ws: workspace.Workspace, notes: list[str]) -> tuple[MlflowWriter, Relay]:
-    """Open the agent run now (the UI shows it live) and start relaying the scripts' spool; failures only degrade."""
+def _track_live(
+    spec: RunSpec, ws: workspace.Workspace, notes: list[str]
+) -> tuple[MlflowWriter, Relay, threading.Thread]:
+    """Open the agent run (the UI shows it live) and relay the scripts' spool into it; failures only degrade.
+
+    The run is opened in a thread, beside the agent's launch: MLflow's import, client and schema check take ~2 s
+    (issue #16), which the agent's own start-up covers. The relay exists before the agent starts (its state file
+    must) and starts relaying once the run is open (the spool keeps what comes before); join the thread before
+    anything needs the run's id."""
     writer = MlflowWriter(spec.campaign)
     tags = {
         **schema.agent_run_tags(spec.campaign, spec.agent, spec.model, spec.task.id, spec.repeat, str(ws.run_dir)),
@@ -341,8 +350,10 @@ def _track_live(spec: RunSpec, ws: workspace.Workspace, notes: list[str]) -> tup
         schema.PARTIAL_DATA: str(bool(notes)).lower(),
         schema.SANDBOXED: str(spec.sandbox).lower(),
     }
-    parent = record.open_agent_run(writer, spec.label, tags)
     base = schema.run_tags(spec.campaign, spec.agent, spec.task.id, spec.repeat)
-    relay = record.relay_for(writer, parent, ws, base)
-    relay.start()
-    return writer, relay
+    relay = record.relay_for(writer, None, ws, base)
+    opening = threading.Thread(
+        target=lambda: relay.attach(record.open_agent_run(writer, spec.label, tags)), name="bench-open-run", daemon=True
+    )
+    opening.start()
+    return writer, relay, opening

@@ -15,6 +15,7 @@ import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from bench.pipeline import checkpoint_meta
 from bench.tasks import Direction
 
 WINDOW_S = 300.0  # the paper's 5-minute windows
@@ -53,14 +54,16 @@ class Rejected:
 
 
 def read(path: Path, started_at: float, arrived_at: float | None = None) -> Checkpoint:
-    """Read a checkpoint's metadata without loading its weights into memory (mmap).
+    """Read a checkpoint's metadata without its weights (and without torch: :mod:`bench.pipeline.checkpoint_meta`).
 
     ``arrived_at``: when the harness first saw the file (None: its modification time, for tools that read
     checkpoints outside a run). Raises :class:`NotACheckpoint` for a file that is not a scored checkpoint of this run.
     """
-    import torch
+    payload = checkpoint_meta.load(path)  # without torch: the harness never imports it (issue #16)
+    if payload is None:  # not torch's zip format (its legacy one): torch reads it, or refuses it
+        import torch
 
-    payload = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        payload = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     if not isinstance(payload, dict) or "state_dict" not in payload or "config" not in payload:
         raise NotACheckpoint("not a save_checkpoint() payload (needs state_dict and config)")
     score = float(payload.get("val_score", float("nan")))

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from bench import protocol
 from bench.checksums import sha256
 from bench.pipeline.collect import Checkpoint, Selection
 from bench.pipeline.launch import HARNESS_ONLY
@@ -31,12 +32,8 @@ EVAL_TIMEOUT_S = float(os.environ.get("BENCH_EVAL_TIMEOUT", 15 * 60))
 
 
 def default_device() -> str:
-    try:
-        import torch
-
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    except ImportError:
-        return "cpu"
+    """``cuda`` if torch could use a GPU here, else ``cpu``, decided without importing torch (:mod:`bench.protocol`)."""
+    return protocol.default_device()
 
 
 CHECKPOINT = "checkpoint.pt"  # the candidate's name inside its evaluation folder

@@ -118,6 +118,13 @@ class Relay:
                     print(f"[bench] the relay cannot save its progress ({e}); retried, nothing is lost", flush=True)
                     self.warned = True
 
+    def attach(self, parent_run: str | None) -> None:
+        """Relay into ``parent_run`` (the agent run, opened while the agent started), and start relaying."""
+        with self._lock:
+            self.parent_run = parent_run
+            self._save()
+        self.start()
+
     def stop(self) -> None:
         self._stop.set()
         if self._thread is not None:
