@@ -18,8 +18,9 @@ killed (a signal, an out-of-memory kill, a lost node, a scheduler's time limit) 
 existed (the data could not be fetched or verified, the tracking store's schema could not be made: exit 1). It is
 retried, up to the campaign's ``retries``: the retry resumes an unfinished run and starts a stale or pending one. A
 final run whose MLflow agent run is missing or was not closed with its status (the store was unreachable when it
-ended: :func:`unrecorded`) is recorded again from its result.json, as ``bench record`` does. Bad input (exit 2) is
-not retried: the campaign file and the machine are checked before anything starts.
+ended: :func:`unrecorded`) is recorded again from its result.json, as ``bench record`` does. Bad input is not
+retried: the campaign file and the machine are checked before anything starts, and a run's process that still
+finds some (exit 2: a node without the sandbox or the weights) is given up at once.
 """
 
 from __future__ import annotations

@@ -176,7 +176,7 @@ class LocalExecutor:
 
     def _ended(self, child: _Child, code: int, attempts: Attempts, queue: deque, out: LocalOutcome, view) -> None:
         how = f"its bench process was killed by {signal.Signals(-code).name}" if code < 0 else f"exit {code}"
-        verdict = attempts.ended(child.key, how)
+        verdict = attempts.ended(child.key, how, code)
         seen = inspect(self.campaign.run_dir(child.key))
         if verdict == "final":
             out.final[child.key.run_id] = seen.status

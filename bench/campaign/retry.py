@@ -36,8 +36,10 @@ class Attempts:
         self.gave_up: dict[str, str] = {}  # run id -> why
         self.log = control_dir(campaign) / "events.jsonl"
 
-    def ended(self, key: RunKey, how: str) -> str:
-        """A job of ``key`` ended (``how``: its exit, in words): ``final``, ``retry`` or ``gave-up``."""
+    def ended(self, key: RunKey, how: str, code: int | None = None) -> str:
+        """A job of ``key`` ended (``how``: its exit, in words; ``code``: its exit status when known): ``final``,
+        ``retry`` or ``gave-up``. Exit status 2 is bad input found by the run's own checks (this node lacks what the
+        campaign's checks found where it started): no retry would change it."""
         seen = inspect(self.campaign.run_dir(key))
         if seen.state == "final":
             self.note(key, "final", seen.status)
@@ -45,7 +47,9 @@ class Attempts:
         self.failures[key.run_id] += 1
         n = self.failures[key.run_id]
         why = f"{how}; the run is {seen.state} (no result.json): infrastructure failure {n}"
-        if n <= self.campaign.retries:
+        if code == 2:
+            why = f"{how}: bad input for this run (see its log); the run is {seen.state}"
+        elif n <= self.campaign.retries:
             self.note(key, "retry", why)
             return "retry"
         self.gave_up[key.run_id] = why

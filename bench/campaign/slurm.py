@@ -189,7 +189,7 @@ class SlurmExecutor:
                         continue
                     del watching[key]
                     estimate.observed(key, time.monotonic() - t0)
-                    verdict = attempts.ended(key, f"job {job_id} ended")
+                    verdict = attempts.ended(key, f"job {job_id} ended", self._exit_code(job))
                     if verdict == "final":
                         out.final[key.run_id] = self._status(key)
                         view.say(f"{key.run_id}: {out.final[key.run_id]} (job {job_id})")
@@ -227,6 +227,14 @@ class SlurmExecutor:
         if cluster == "local" and job is not None:
             return job.done()
         return not job_alive(job_id, cluster)
+
+    @staticmethod
+    def _exit_code(job) -> int | None:
+        """The run process's exit status as the job returned it (None: unknown, e.g. the job was killed)."""
+        try:
+            return int(job.result()) if job is not None and job.paths.result_pickle.exists() else None
+        except Exception:  # the job raised, or its result cannot be read: unknown
+            return None
 
     def _status(self, key: RunKey) -> str:
         from bench.campaign.job import inspect

@@ -5,15 +5,21 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import stat
+import subprocess
+import sys
+import time
 
 import pytest
 
 from bench.campaign import local, spec
 from bench.campaign.job import CPUS_VAR
 from bench.cli import main
+from bench.pipeline import state
 from bench.result import RunResult
 from tests.bench.campaign.conftest import campaign_file
+from tests.bench.campaign.test_kill_resume import agent_runs
 
 SEES = 'echo "SEES CVD=${CUDA_VISIBLE_DEVICES-unset} CPUS=$(nproc)"'
 
@@ -104,3 +110,45 @@ def test_an_infrastructure_failure_is_retried_then_given_up_and_the_others_go_on
     assert RunResult.load(c.run_dir(t5)).status == "failed"
     assert c.run_dir(t6).joinpath("result.json").read_bytes() == before  # final: never redone
     assert "2/2 final (2 failed)" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_a_killed_harness_is_an_infrastructure_failure_its_retry_resumes_the_run(tasks, tmp_path):
+    """The run's bench process is SIGKILLed mid-run (an out-of-memory kill): the campaign retries it, and the retry
+    finishes that run (bench run --resume) instead of starting a second one."""
+    body = 'tasks = ["t6"]\nbudget = "40s"\ngrace = 2\n[[agents]]\nname = "command"\nagent_command = "sleep 60"\n'
+    path, name = campaign_file(tmp_path, body)
+    c = spec.load(path)
+    (key,) = c.runs()
+    log = tmp_path / "campaign.log"
+    with open(log, "wb") as out:
+        argv = [sys.executable, "-m", "bench.cli", "campaign", "run", str(path)]
+        proc = subprocess.Popen(argv, stdout=out, stderr=out)
+    try:
+        deadline = time.monotonic() + 300
+        while not (c.run_dir(key) / "run.json").is_file():
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.2)
+        os.kill(state.read(c.run_dir(key)).harness_pid, signal.SIGKILL)  # the run's bench process, not the campaign
+        assert proc.wait(timeout=300) == 0, log.read_text()[-3000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    result = RunResult.load(c.run_dir(key))
+    assert result.status == "interrupted" and "finished by bench run --resume" in result.reason, result.reason
+    events = [json.loads(x) for x in (c.folder / ".campaign" / "events.jsonl").read_text().splitlines()]
+    assert [e["event"] for e in events] == ["retry", "final"]
+    assert "killed by SIGKILL" in events[0]["why"] and "unfinished" in events[0]["why"]
+    assert len(agent_runs(name)) == 1
+
+
+def test_bad_input_found_by_a_run_is_given_up_at_once_other_exits_are_retried(task_folders, tmp_path):
+    from bench.campaign.retry import Attempts
+
+    path, _ = campaign_file(tmp_path, 'tasks = ["t6"]\nretries = 3\n[[agents]]\nname = "baseline"\n')
+    c = spec.load(path)
+    (key,) = c.runs()
+    attempts = Attempts(c)
+    assert attempts.ended(key, "exit 1", 1) == "retry"
+    assert attempts.ended(key, "its bench process was killed by SIGKILL", -9) == "retry"
+    assert attempts.ended(key, "exit 2", 2) == "gave-up" and "bad input" in attempts.gave_up[key.run_id]
