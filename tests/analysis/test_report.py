@@ -125,7 +125,7 @@ def test_notebook_02_compares_agents_from_mlflow(real_store, notebooks, monkeypa
     nb = notebooks.execute(ROOT / "notebooks" / "02_agent_strategies.ipynb")
     text = notebooks.text(nb)
     assert "4 agent runs, 8 script runs" in text and "**Table 4.**" in text and "⚠2/3" in text
-    assert notebooks.images(nb) == 5  # scores, child-run curves, anytime, timelines, intervals
+    assert notebooks.images(nb) == 6  # scores, strategies per task, child-run curves, anytime, timelines, intervals
 
 
 # --- the synthetic store (fast) ---------------------------------------------------------------
