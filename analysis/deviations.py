@@ -1,7 +1,7 @@
 """Runs outside the paper's protocol: read or derived per run, marked in every view, left out of paper comparisons.
 
 The paper's rows are comparable because every run had one A100 80 GB, the task's own budget, the sandbox and the
-full data (§3.4, Appendix D). A run made otherwise (``make demo``'s 8-minute CPU T1 run, a pilot, a partial
+full data (§3.4, Appendix B). A run made otherwise (``make demo``'s 8-minute CPU T1 run, a pilot, a partial
 mirror) is useful for its own campaign but must not sit unmarked beside the published rows, and by default must
 not be compared with them at all: :func:`split` takes such runs out when published rows are included
 (``bench report --published``; ``--include-nonstandard`` keeps them, marked).

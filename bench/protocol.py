@@ -1,6 +1,6 @@
 """The paper's protocol facts of a run, and how a run deviates from them.
 
-The paper's results are comparable because every run had the same budget, hardware and rules (§3.4, Appendix D:
+The paper's results are comparable because every run had the same budget, hardware and rules (§3.4, Appendix B:
 one NVIDIA A100 80 GB, the task's own wall-clock budget, isolation). A run made otherwise is still useful (a
 CPU smoke test, a shorter pilot, a partial dataset) but must never sit unmarked beside the published rows. This
 module names each deviation once; the record step writes them as tags (:mod:`bench.tracking.schema`) and the
@@ -20,7 +20,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-PAPER_HARDWARE = "NVIDIA A100 80GB"  # Appendix D: one A100 SXM4 80 GB on a DGX A100 node
+PAPER_HARDWARE = "NVIDIA A100 80GB"  # Appendix B: one A100 SXM4 80 GB on a DGX A100 node
 # the deviations a run can have, in the order the reports list them
 BUDGET, HARDWARE, SANDBOX, PARTIAL = "budget", "hardware", "sandbox", "partial-data"
 KINDS = (BUDGET, HARDWARE, SANDBOX, PARTIAL)

@@ -1,4 +1,4 @@
-"""The paper's protocol (Appendix D: one A100 80 GB, the task's own budget, isolation) and how a run deviates."""
+"""The paper's protocol (Appendix B: one A100 80 GB, the task's own budget, isolation) and how a run deviates."""
 
 from __future__ import annotations
 
