@@ -21,18 +21,7 @@ import time
 import uuid
 
 from bench.paths import ROOT
-
-STORE = """
-import sys, time
-t0 = float(sys.argv[1])
-while time.time() < t0:
-    time.sleep(0.001)
-from bench.tracking import store
-eid = store.experiment_id("parallel")
-run = store.client().create_run(eid)
-store.client().set_terminated(run.info.run_id)
-print("ok", eid)
-"""
+from tests.bench.tracking.test_store_concurrent import START as STORE  # the same harness start, on PostgreSQL
 
 
 def together(code: str, argv_of, n: int, env: dict, delay: float = 8.0) -> list[str]:
