@@ -48,8 +48,18 @@ def artifact_root() -> Path:
 
 
 def client():
-    """An MlflowClient on the store in force (one per URI, created once)."""
-    return _client(tracking_uri())
+    """An MlflowClient on the store in force (one per URI, created once); MLflow's module-level API follows it.
+
+    The fluent API (``mlflow.search_runs``, what notebooks and tests use) keeps the last URI it was given, so it is
+    pointed again at the store in force on every call: a process that used another store meanwhile (a campaign
+    in a folder of its own, then the default one) must not go on reading the other one."""
+    import mlflow
+
+    uri = tracking_uri()
+    c = _client(uri)
+    if mlflow.get_tracking_uri() != uri:
+        mlflow.set_tracking_uri(uri)
+    return c
 
 
 @cache
