@@ -15,7 +15,8 @@ Output (``report/`` by default)::
     agg_intervals.{png,pdf,csv}  Agg with bootstrap 95 % intervals
     paired.{png,pdf}
 
-``add_cli`` plugs the sub-command into ``bench``'s parser; ``python -m analysis.report`` runs it alone.
+The sub-command's arguments live in :mod:`analysis.report_cli` (light, read on every ``bench`` start); ``python -m
+analysis.report`` runs it alone.
 """
 
 from __future__ import annotations
@@ -265,50 +266,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_cli(subparsers) -> argparse.ArgumentParser:
-    """Add the ``report`` sub-command to ``bench``'s sub-parsers (``set_defaults(func=cmd_report)``)."""
-    s = subparsers.add_parser("report", help="leaderboard, the paper's tables and figures, anytime curves, timelines")
-    s.add_argument(
-        "--experiment",
-        action="append",
-        metavar="NAME",
-        help="MLflow experiment (campaign) to report; repeat for several (default: all with agent runs)",
-    )
-    s.add_argument("--out", default="report", help="output folder (default: ./report)")
-    s.add_argument("--published", action="store_true", help="add the paper's published rows")
-    s.add_argument(
-        "--compare",
-        nargs=2,
-        metavar=("A", "B"),
-        help="entries for the paired comparison, e.g. 'Opus 4.7' 'mine:baseline' (default: top two)",
-    )
-    s.add_argument(
-        "--include-nonstandard",
-        action="store_true",
-        help="with --published: keep runs made outside the paper's protocol (budget, hardware, sandbox, data), "
-        "marked; by default they are left out of the comparison with the paper",
-    )
-    s.add_argument(
-        "--calibration",
-        action="store_true",
-        help="add the Optuna-tuned row (baselines/results/*.json), labelled with where and how it was tuned",
-    )
-    s.add_argument(
-        "--calibration-dir",
-        type=Path,
-        default=None,
-        help="tuned-baseline results for the Optuna-tuned row (default: baselines/results; implies --calibration)",
-    )
-    s.set_defaults(func=cmd_report)
-    return s
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m analysis.report")
-    add_cli(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["report", *(sys.argv[1:] if argv is None else argv)])
-    return args.func(args)
-
-
 if __name__ == "__main__":
+    from analysis.report_cli import main
+
     sys.exit(main())

@@ -351,7 +351,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_campaign(sub)  # bench campaign run | resume | status CAMPAIGN.toml
 
-    from analysis.report import add_cli as add_report
+    from analysis.report_cli import add_cli as add_report
     from baselines.cli import add_cli as add_baselines
 
     add_report(sub)  # bench report

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import figures, leaderboard, published, render, report, tables
+from analysis import figures, leaderboard, published, render, report_cli, tables
 from analysis.runs import load
 from bench.tracking import schema
 from bench.tracking.writer import MlflowWriter
@@ -159,12 +159,12 @@ def test_bench_report_published_leaves_out_a_demo_run_unless_asked(tmp_path):
         tags = {schema.PROTOCOL: "nonstandard", schema.DEVIATIONS: kinds, schema.HARDWARE: hw}
         _agent_run(w, "baseline", task, budget, tags, {schema.PARAM_DEVICE: "cpu"}, BASELINE[task])
     out = tmp_path / "default"
-    assert report.main(["--experiment", campaign, "--published", "--out", str(out)]) == 0
+    assert report_cli.main(["--experiment", campaign, "--published", "--out", str(out)]) == 0
     assert f"MLflow: {campaign}" not in (out / "table4.md").read_text()
     assert len(pd.read_csv(out / "figure3.csv")) == 7
     assert "2 non-standard run(s) (budget, hardware) left out" in (out / "index.md").read_text()
     out = tmp_path / "asked"
-    assert report.main(["--experiment", campaign, "--published", "--include-nonstandard", "--out", str(out)]) == 0
+    assert report_cli.main(["--experiment", campaign, "--published", "--include-nonstandard", "--out", str(out)]) == 0
     t4 = (out / "table4.md").read_text()
     assert f"**MLflow: {campaign}**" in t4 and "| baseline § |" in t4
     assert f"§ baseline [{campaign}] on T1 has runs outside the paper's protocol (budget, hardware)" in t4
@@ -206,7 +206,7 @@ def test_the_optuna_tuned_row_is_opt_in_and_says_where_it_was_tuned(tmp_path):
     assert f"T1: 5 trials (3 pruned) in 40 min on {cpu}, 2026-11-22" in note
     assert f"T6: 42 trials (32 pruned) in 10 min on {cpu}" in note
     parser = argparse.ArgumentParser(prog="bench")
-    report.add_cli(parser.add_subparsers(dest="command", required=True))
+    report_cli.add_cli(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["report"])
     assert not args.calibration and not args.include_nonstandard
     args = parser.parse_args(["report", "--calibration", "--include-nonstandard"])

@@ -7,6 +7,8 @@ generated data; ``synthetic_store`` is generated through the MlflowWriter (sever
 from __future__ import annotations
 
 import argparse
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +16,7 @@ import pandas as pd
 import pytest
 from matplotlib.image import imread
 
-from analysis import curves, figures, leaderboard, render, report, tables
+from analysis import curves, figures, leaderboard, render, report_cli, tables
 from analysis.runs import AGENT_COLUMNS, RunSet, agent_runs, load, metric_history
 from bench.tracking import schema
 
@@ -90,7 +92,7 @@ def test_curves_and_timeline_from_child_runs(real_store):
 @pytest.mark.slow
 def test_bench_report_writes_every_table_and_figure(real_store, tmp_path):
     out = tmp_path / "report"
-    assert report.main(["--experiment", real_store, "--out", str(out)]) == 0
+    assert report_cli.main(["--experiment", real_store, "--out", str(out)]) == 0
     for name in TABLES:
         for ext in ("md", "tex", "csv"):
             assert (out / f"{name}.{ext}").stat().st_size > 0, f"{name}.{ext}"
@@ -109,7 +111,7 @@ def test_bench_report_writes_every_table_and_figure(real_store, tmp_path):
 def test_report_with_published_rows_side_by_side(real_store, tmp_path):
     out = tmp_path / "both"
     # the runs had 3 (1) of T6's 40 minutes on a CPU: outside the paper's protocol, shown only when asked, marked §
-    assert report.main(["--experiment", real_store, "--out", str(out), "--published", "--include-nonstandard"]) == 0
+    assert report_cli.main(["--experiment", real_store, "--out", str(out), "--published", "--include-nonstandard"]) == 0
     t4 = (out / "table4.md").read_text()
     assert "**Published: Claude Code**" in t4 and f"**MLflow: {real_store}**" in t4
     assert "| command § |" in t4 and "(budget, hardware)" in t4
@@ -210,16 +212,16 @@ def test_every_figure_draws_from_the_synthetic_store(synthetic_store):
 
 def test_cli_plugs_into_bench_and_reports_errors(tmp_path, capsys):
     parser = argparse.ArgumentParser(prog="bench")
-    report.add_cli(parser.add_subparsers(dest="command", required=True))
+    report_cli.add_cli(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["report", "--experiment", "a", "--experiment", "b", "--published", "--out", "x"])
-    assert args.func is report.cmd_report and args.experiment == ["a", "b"] and args.published and args.out == "x"
+    assert args.func is report_cli.cmd_report and args.experiment == ["a", "b"] and args.published and args.out == "x"
     assert parser.parse_args(["report"]).out == "report" and parser.parse_args(["report"]).experiment is None
-    assert report.main(["--experiment", "no-such-campaign", "--out", str(tmp_path / "r")]) == 1
+    assert report_cli.main(["--experiment", "no-such-campaign", "--out", str(tmp_path / "r")]) == 1
     assert "no agent runs" in capsys.readouterr().err
-    assert report.main(["--experiment", "no-such-campaign", "--published", "--out", str(tmp_path / "p")]) == 0
+    assert report_cli.main(["--experiment", "no-such-campaign", "--published", "--out", str(tmp_path / "p")]) == 0
     assert (tmp_path / "p" / "figure3.png").exists() and "Not drawn" in (tmp_path / "p" / "index.md").read_text()
     bad = ["--experiment", "no-such-campaign", "--published", "--compare", "Opus 4.7", "Nobody", "--out", str(tmp_path)]
-    assert report.main(bad) == 1 and "unknown entry 'Nobody'" in capsys.readouterr().err
+    assert report_cli.main(bad) == 1 and "unknown entry 'Nobody'" in capsys.readouterr().err
 
 
 def test_a_task_without_baseline_is_shown_but_not_in_agg():
@@ -305,3 +307,11 @@ def test_official_anytime_keeps_the_earlier_checkpoint_on_a_tie_and_follows_the_
         "t7-0": pytest.approx([0.51, 0.61, 0.61, 0.61]),
     }
     assert by["minute"].apply(list).to_dict() == {"t6-0": [5.0, 10.0, 15.0, 20.0], "t7-0": [5.0, 10.0, 15.0, 20.0]}
+
+
+def test_bench_starts_without_the_reports_libraries():
+    """Every ``bench`` start builds the whole parser, ``bench report`` included: that must not import pandas or
+    matplotlib (about 0.6 s), which only the report itself needs."""
+    code = "import sys, bench.cli; bench.cli.build_parser(); print(sorted({'pandas', 'matplotlib'} & set(sys.modules)))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"

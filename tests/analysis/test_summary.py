@@ -218,10 +218,10 @@ def test_bench_run_prints_one_line_when_the_summary_fails(monkeypatch, capsys):
 
 @pytest.mark.slow
 def test_bench_report_writes_the_summary_with_its_files(hand_store, tmp_path, capsys):
-    from analysis import report
+    from analysis import report_cli
 
     out = tmp_path / "report"
-    assert report.main(["--experiment", hand_store, "--out", str(out)]) == 0
+    assert report_cli.main(["--experiment", hand_store, "--out", str(out)]) == 0
     (line,) = [s for s in capsys.readouterr().out.splitlines() if s.startswith("campaign summary of")]
     (camp_run,) = runs_of(hand_store, schema.KIND_CAMPAIGN)
     assert line.startswith(f"campaign summary of {hand_store}: MLflow run {camp_run.info.run_id} (2 entries, ")

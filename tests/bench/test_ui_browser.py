@@ -6,7 +6,7 @@ for Python against `bench ui` started by the test on a free 127.0.0.1 port, over
 shows the documented columns in their order, the campaign run holds one summary run per agent with its Agg, and the
 compare view (grouped by bench.entry) shows each agent's mean rel_improvement, reached by the README's three clicks
 too. The screenshot of the compare view is saved under the test's tmp folder; with BENCH_UPDATE_SCREENSHOT=1 it
-replaces the README's image (docs/images/mlflow-compare-agents.png).
+replaces the README's image (analysis/images/mlflow-compare-agents.png).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ except ImportError:  # the test extra not installed
     expect = sync_playwright = None
 
 ROOT = Path(__file__).resolve().parents[2]
-SCREENSHOT = ROOT / "docs" / "images" / "mlflow-compare-agents.png"
+SCREENSHOT = ROOT / "analysis" / "images" / "mlflow-compare-agents.png"
 CHROMIUM = next((p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None)
 T6, T5 = 0.384, 0.806  # the tasks' baselines (task.toml): T6 MSE, lower is better; T5 accuracy, higher is better
 

@@ -1,0 +1,63 @@
+"""The ``bench report`` sub-command's arguments, apart from the report itself.
+
+``bench`` builds its whole parser on every start, ``bench run`` included; the report pulls in pandas and matplotlib
+(about 0.6 s here), so this module names the arguments with argparse alone and imports :mod:`analysis.report`
+only when ``bench report`` (or ``python -m analysis.report``) actually runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from analysis import report
+
+    return report.cmd_report(args)
+
+
+def add_cli(subparsers) -> argparse.ArgumentParser:
+    """Add the ``report`` sub-command to ``bench``'s sub-parsers (``set_defaults(func=cmd_report)``)."""
+    s = subparsers.add_parser("report", help="leaderboard, the paper's tables and figures, anytime curves, timelines")
+    s.add_argument(
+        "--experiment",
+        action="append",
+        metavar="NAME",
+        help="MLflow experiment (campaign) to report; repeat for several (default: all with agent runs)",
+    )
+    s.add_argument("--out", default="report", help="output folder (default: ./report)")
+    s.add_argument("--published", action="store_true", help="add the paper's published rows")
+    s.add_argument(
+        "--compare",
+        nargs=2,
+        metavar=("A", "B"),
+        help="entries for the paired comparison, e.g. 'Opus 4.7' 'mine:baseline' (default: top two)",
+    )
+    s.add_argument(
+        "--include-nonstandard",
+        action="store_true",
+        help="with --published: keep runs made outside the paper's protocol (budget, hardware, sandbox, data), "
+        "marked; by default they are left out of the comparison with the paper",
+    )
+    s.add_argument(
+        "--calibration",
+        action="store_true",
+        help="add the Optuna-tuned row (baselines/results/*.json), labelled with where and how it was tuned",
+    )
+    s.add_argument(
+        "--calibration-dir",
+        type=Path,
+        default=None,
+        help="tuned-baseline results for the Optuna-tuned row (default: baselines/results; implies --calibration)",
+    )
+    s.set_defaults(func=cmd_report)
+    return s
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m analysis.report")
+    add_cli(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["report", *(sys.argv[1:] if argv is None else argv)])
+    return args.func(args)
