@@ -16,7 +16,7 @@ Output (``report/`` by default)::
     paired.{png,pdf}
 
 The sub-command's arguments live in :mod:`analysis.report_cli` (light, read on every ``bench`` start); ``python -m
-analysis.report`` runs it alone.
+analysis.report_cli`` runs it alone.
 """
 
 from __future__ import annotations
@@ -264,9 +264,3 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     summary.after_report(Path(args.out), args.experiment, render=write_report)
     return 0
-
-
-if __name__ == "__main__":
-    from analysis.report_cli import main
-
-    sys.exit(main())

@@ -1,14 +1,16 @@
-"""The ``bench report`` sub-command's arguments, apart from the report itself.
+"""The ``bench report`` sub-command's arguments, and the campaign summaries the run commands write, apart from the
+report itself.
 
 ``bench`` builds its whole parser on every start, ``bench run`` included; the report pulls in pandas and matplotlib
 (about 0.6 s here), so this module names the arguments with argparse alone and imports :mod:`analysis.report`
-only when ``bench report`` (or ``python -m analysis.report``) actually runs.
+only when ``bench report`` (or ``python -m analysis.report``) actually runs, or a summary is written.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 
 
@@ -16,6 +18,20 @@ def cmd_report(args: argparse.Namespace) -> int:
     from analysis import report
 
     return report.cmd_report(args)
+
+
+def write_summaries(campaigns: Iterable[str], prefix: str = "[bench]") -> None:
+    """The campaign summary of each campaign (:mod:`analysis.summary`: Agg per entry and the report, as MLflow runs),
+    one printed line each; what ``bench run`` and ``bench campaign run`` do at their end. Best effort: a failure is
+    one line, since the runs are recorded and the command's exit status is theirs."""
+    try:
+        from analysis import summary
+        from analysis.report import write_report
+    except Exception as e:  # the analysis cannot even be imported: the runs still stand
+        print(f"{prefix} campaign summary not written: {type(e).__name__}: {e}", flush=True)
+        return
+    for campaign in dict.fromkeys(campaigns):
+        print(f"{prefix} {summary.summary_line(campaign, render=write_report)}", flush=True)
 
 
 def add_cli(subparsers) -> argparse.ArgumentParser:
@@ -57,7 +73,11 @@ def add_cli(subparsers) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m analysis.report")
+    parser = argparse.ArgumentParser(prog="python -m analysis.report_cli")
     add_cli(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["report", *(sys.argv[1:] if argv is None else argv)])
     return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

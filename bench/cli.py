@@ -137,18 +137,12 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _campaign_summaries(results: list[RunResult], args: argparse.Namespace) -> None:
-    """The campaign summary of each campaign the runs went into (analysis/summary.py: Agg per entry and the report,
-    as MLflow runs). Best effort: a failure is one line; the runs are recorded and the exit status is theirs."""
+    """The campaign summary of each campaign the runs went into, unless ``--no-summary``."""
     if getattr(args, "no_summary", False) or not results:
         return
-    try:
-        from analysis import summary
-        from analysis.report import write_report
-    except Exception as e:  # the analysis cannot even be imported: the runs still stand
-        print(f"[bench] campaign summary not written: {type(e).__name__}: {e}", flush=True)
-        return
-    for campaign in dict.fromkeys(r.campaign for r in results):
-        print(f"[bench] {summary.summary_line(campaign, render=write_report)}", flush=True)
+    from analysis.report_cli import write_summaries
+
+    write_summaries(r.campaign for r in results)
 
 
 def _exit_status(results: list[RunResult]) -> int:

@@ -111,6 +111,10 @@ def start(campaign: Campaign, *, resume: bool) -> int:
             outcome = LocalExecutor(campaign, slots_for(campaign)).run(todo, done_before=len(final))
         seen = {k: job.inspect(campaign.run_dir(k)) for k in keys}
         unrecorded = _record_missing(campaign, seen)
+        if any(s.state == "final" for s in seen.values()):  # the summary runs and the report, once per campaign
+            from analysis.report_cli import write_summaries
+
+            write_summaries([campaign.name], prefix="[campaign]")
     statuses = Counter(s.status for s in seen.values() if s.state == "final")
     n_final = sum(statuses.values())
     print(

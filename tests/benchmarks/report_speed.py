@@ -6,7 +6,7 @@
    one synthetic campaign through the harness's MlflowWriter: 7 agents x 7 tasks x 5 repeats = 245 agent
    runs, 12 script runs each on average (2,940), 3 eval runs per successful run, every run tagged
    ``bench.synthetic=true``.
-2. ``bench report`` (or ``python -m analysis.report`` where the CLI is not wired yet) runs on it as a
+2. ``bench report`` (or ``python -m analysis.report_cli`` where the CLI is not wired yet) runs on it as a
    user would run it: a new process, imports included, every table and figure written.
 
 Target (issue: analysis): under 10 s.
@@ -41,7 +41,7 @@ def _generator():
 def _report_command(out: Path, published: bool) -> list[str]:
     bench = Path(sys.executable).parent / "bench"
     wired = bench.exists() and subprocess.run([str(bench), "report", "--help"], capture_output=True).returncode == 0
-    cmd = [str(bench), "report"] if wired else [sys.executable, "-m", "analysis.report"]
+    cmd = [str(bench), "report"] if wired else [sys.executable, "-m", "analysis.report_cli"]
     return cmd + ["--experiment", CAMPAIGN, "--out", str(out)] + (["--published"] if published else [])
 
 

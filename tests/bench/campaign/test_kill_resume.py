@@ -44,6 +44,13 @@ def agent_runs(name: str):
     return mlflow.search_runs([exp.experiment_id], filter_string=f"tags.`{schema.KIND}` = '{schema.KIND_AGENT}'")
 
 
+def kind_runs(name: str, kind: str, column: str = "run_id") -> list[str]:
+    """The ``column`` of the campaign's runs of ``kind`` (campaign, summary)."""
+    exp = mlflow.get_experiment_by_name(name)
+    found = mlflow.search_runs([exp.experiment_id], filter_string=f"tags.`{schema.KIND}` = '{kind}'")
+    return [] if found.empty else list(found[column.replace("`", "")])
+
+
 @pytest.mark.slow
 def test_a_campaign_killed_halfway_resumes_to_exactly_one_run_per_cell_and_a_report(tasks, tmp_path, capsys):
     t0 = time.perf_counter()
@@ -98,9 +105,15 @@ def test_a_campaign_killed_halfway_resumes_to_exactly_one_run_per_cell_and_a_rep
     assert sorted(runs["run_id"]) == sorted(r.mlflow_run_id for r in results)  # each run dir's own MLflow run
     assert all(runs[f"tags.{schema.STATUS}"].isin(schema.STATUSES))
     resumed_at = time.perf_counter() - t0
+    # the campaign's summary in MLflow (issue #15), written once at the end: one summary run per agent, the report
+    (camp,) = kind_runs(name, schema.KIND_CAMPAIGN)
+    assert f"[campaign] campaign summary of {name}: MLflow run {camp} (2 entries, " in out, out
+    assert sorted(kind_runs(name, schema.KIND_SUMMARY, f"tags.`{schema.AGENT}`")) == ["baseline", "command"]
+    report = {f.path for f in store.client().list_artifacts(camp, schema.REPORT_ARTIFACTS)}
+    assert f"{schema.REPORT_ARTIFACTS}/leaderboard.csv" in report, report
 
     assert main(["campaign", "run", str(path)]) == 0  # a third time: nothing to do, nothing added
-    assert len(agent_runs(name)) == 8
+    assert len(agent_runs(name)) == 8 and kind_runs(name, schema.KIND_CAMPAIGN) == [camp]
     assert main(["report", "--experiment", name, "--out", str(tmp_path / "report")]) == 0
     assert any((tmp_path / "report").iterdir())
     statuses = sorted(r.status for r in results)
