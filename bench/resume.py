@@ -61,8 +61,10 @@ def finished(run_dir: Path) -> RunResult | None:
         raise ResumeError(f"{run_dir} has a result.json that cannot be read ({e}); it is not redone") from None
 
 
-def resume_run(run_dir: Path, *, console: bool = True) -> RunResult:
-    """Finish one run directory whose harness died; returns its result (also in result.json and MLflow)."""
+def resume_run(run_dir: Path, *, console: bool = True, by: str = "bench run --resume") -> RunResult:
+    """Finish one run directory whose harness died; returns its result (also in result.json and MLflow).
+
+    ``by``: the command that finished it, named in the run's reason (``bench record`` also finishes such a run)."""
     run_dir = Path(run_dir).resolve()
     if not run_dir.is_dir():
         raise ResumeError(f"no run directory {run_dir}")
@@ -92,7 +94,7 @@ def resume_run(run_dir: Path, *, console: bool = True) -> RunResult:
         arrivals=_arrivals(ws, evidence),
         launches=_launches(evidence),
         agent_events=_agent_events(ws),
-        note=f"the harness died at ~{fmt_s(died_s)} ({died_s:.0f} s); finished by bench run --resume",
+        note=f"the harness died at ~{fmt_s(died_s)} ({died_s:.0f} s); finished by {by}",
     )
     left = f"; ended {len(ended_pids)} process(es) of the run still running" if ended_pids else ""
     print(f"[bench] {st.label}: resuming {run_dir} (its harness died ~{died_s:.0f} s into the run{left})", flush=True)

@@ -271,6 +271,7 @@ def test_bench_record_without_result_json_finishes_the_run_from_its_spool(genera
     assert f"bench record: {run_dir} has no result.json" in out and "from its spool and relay state" in out
     result = RunResult.load(run_dir)
     assert result.status == "success", result.reason  # its checkpoint, written before the harness died, scored
+    assert result.reason.endswith("; finished by bench record"), result.reason
     assert result.mlflow_run_id == state.read(run_dir).mlflow_run_id  # the run the harness opened, not a new one
     runs = runs_of(spec.campaign)
     assert not (runs["status"] == "RUNNING").any(), runs[["tags.mlflow.runName", "status"]]
