@@ -9,7 +9,8 @@ On T6 with generated ETTh1-shaped data (``tests/conftest.py``'s generator, the r
 - B: ``python train.py`` in a folder holding the task's files and the prepared data.
 
 They run in turn, A B A B ..., ``--runs`` times each; the figure is the median of the pairwise ratios A/B (pairs keep
-the ratio meaningful when the machine's speed drifts). Issue #16 measured 14.0 s vs 7.3 s (1.9x); target <= 1.3x; the README gives the latest figures.
+the ratio meaningful when the machine's speed drifts). Issue #16 measured 14.0 s vs 7.3 s (1.9x); target <= 1.3x;
+the README gives the latest figures.
 ``--print-commands`` sets everything up and prints the two commands with their environment, for another timer.
 """
 
