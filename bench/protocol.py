@@ -23,7 +23,8 @@ from pathlib import Path
 PAPER_HARDWARE = "NVIDIA A100 80GB"  # Appendix B: one A100 SXM4 80 GB on a DGX A100 node
 # the deviations a run can have, in the order the reports list them
 BUDGET, HARDWARE, SANDBOX, PARTIAL = "budget", "hardware", "sandbox", "partial-data"
-KINDS = (BUDGET, HARDWARE, SANDBOX, PARTIAL)
+CUT_SHORT = "cut-short"  # the harness, not the agent or the budget, ended the agent's time (a signal, its death)
+KINDS = (BUDGET, HARDWARE, SANDBOX, PARTIAL, CUT_SHORT)
 
 
 @dataclass(frozen=True)
@@ -44,9 +45,19 @@ def is_paper_gpu(name: str) -> bool:
 
 
 def deviations(
-    *, budget_s: float, task_budget_s: float, hardware: str, sandboxed: bool, partial_data: bool
+    *,
+    budget_s: float,
+    task_budget_s: float,
+    hardware: str,
+    sandboxed: bool,
+    partial_data: bool,
+    cut_short_at_s: float | None = None,
 ) -> list[Deviation]:
-    """How a run deviates from the protocol; empty for a run the paper would have counted."""
+    """How a run deviates from the protocol; empty for a run the paper would have counted.
+
+    ``cut_short_at_s``: when the harness was interrupted (a signal) or died (and ``bench run --resume`` finished the
+    run), the seconds into the run at which that happened. Before the budget's end the agent may not have had its
+    whole budget: the run is then a measurement of the infrastructure as much as of the agent, and is marked."""
     out = []
     if abs(budget_s - task_budget_s) > 0.5:
         out.append(Deviation(BUDGET, f"{budget_s / 60:g} min instead of the task's {task_budget_s / 60:g} min"))
@@ -56,6 +67,14 @@ def deviations(
         out.append(Deviation(SANDBOX, "the agent ran without the sandbox (--unsandboxed)"))
     if partial_data:
         out.append(Deviation(PARTIAL, "the task ran on an incomplete dataset"))
+    if cut_short_at_s is not None and cut_short_at_s < budget_s - 0.5:
+        out.append(
+            Deviation(
+                CUT_SHORT,
+                f"the harness was stopped {cut_short_at_s / 60:.1f} min into the {budget_s / 60:g} min budget "
+                "(a signal, or it died and the run was resumed): the agent may not have had its whole budget",
+            )
+        )
     return out
 
 

@@ -164,13 +164,14 @@ def record(writer: MlflowWriter, result: RunResult, ws: Workspace) -> str:
 
 
 def deviations(result: RunResult, task_budget_s: float) -> list[protocol.Deviation]:
-    """How the run left the paper's protocol (budget, hardware, sandbox, data); empty when it did not."""
+    """How the run left the paper's protocol (budget, hardware, sandbox, data, cut short); empty when it did not."""
     return protocol.deviations(
         budget_s=result.budget_s,
         task_budget_s=task_budget_s,
         hardware=_hardware(result),
         sandboxed=result.sandboxed,
         partial_data=result.partial_data,
+        cut_short_at_s=result.wall_time_s if result.interrupted else None,
     )
 
 

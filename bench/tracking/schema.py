@@ -37,7 +37,7 @@ SANDBOXED = "bench.sandboxed"  # "true" when the agent ran in bench.sandbox; "fa
 SYNTHETIC = "bench.synthetic"  # "true" for generated runs (benchmarks), never real results
 # the paper's protocol (bench.protocol): what a run had, and how it deviates (the reports mark such runs)
 PROTOCOL = "bench.protocol"  # standard | nonstandard
-DEVIATIONS = "bench.deviations"  # the deviations' kinds, comma-joined: budget,hardware,sandbox,partial-data
+DEVIATIONS = "bench.deviations"  # the deviations' kinds, comma-joined: budget,hardware,sandbox,partial-data,cut-short
 DEVIATION_NOTES = "bench.deviation_notes"  # one sentence per deviation, one per line
 BUDGET_MINUTES = "bench.budget_minutes"  # this run's budget (a tag, so that the UI can group and filter by it)
 TASK_BUDGET_MINUTES = "bench.task_budget_minutes"  # the task's own budget (task.toml)

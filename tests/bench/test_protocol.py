@@ -38,6 +38,8 @@ def test_a_run_like_the_papers_has_no_deviation():
         ({"hardware": "NVIDIA A100-SXM4-40GB"}, ["hardware"]),  # the 40 GB A100 has half the memory
         ({"sandboxed": False}, ["sandbox"]),
         ({"partial_data": True}, ["partial-data"]),
+        ({"cut_short_at_s": 600.0}, ["cut-short"]),  # a signal or the harness's death 10 min into 40
+        ({"cut_short_at_s": FORTY_MIN + 25}, []),  # stopped in the grace period: the agent had its whole budget
         (
             {"budget_s": 60.0, "hardware": "", "sandboxed": False, "partial_data": True},
             ["budget", "hardware", "sandbox", "partial-data"],
@@ -46,6 +48,12 @@ def test_a_run_like_the_papers_has_no_deviation():
 )
 def test_each_deviation_is_named(overrides, expected):
     assert kinds(**overrides) == expected
+
+
+def test_a_run_cut_short_says_when_in_words():
+    facts = dict(hardware="NVIDIA A100-SXM4-80GB", sandboxed=True, partial_data=False)
+    (d,) = protocol.deviations(budget_s=FORTY_MIN, task_budget_s=FORTY_MIN, cut_short_at_s=90.0, **facts)
+    assert str(d).startswith("cut-short: the harness was stopped 1.5 min into the 40 min budget")
 
 
 def test_a_deviation_says_how_in_words():

@@ -150,6 +150,9 @@ def test_sigkilled_harness_is_finished_by_resume_and_loses_no_metric_value(gener
     agent = runs[runs[f"tags.{schema.KIND}"] == schema.KIND_AGENT].iloc[0]
     assert agent["run_id"] == state.read(run_dir).mlflow_run_id  # the live run was completed, not a second one
     assert agent[f"tags.{schema.STATUS}"] == "success" and "bench run --resume" in agent[f"tags.{schema.REASON}"]
+    # the agent lost the rest of its 60 s budget with the harness: marked, and left out of comparisons with the paper
+    assert "cut-short" in agent[f"tags.{schema.DEVIATIONS}"].split(",")
+    assert agent[f"tags.{schema.PROTOCOL}"] == schema.PROTOCOL_NONSTANDARD
     script = runs[runs[f"tags.{schema.KIND}"] == schema.KIND_SCRIPT]
     assert list(script["status"]) == ["KILLED"]
     noted = [json.loads(line) for line in (run_dir / "evidence" / "processes.jsonl").read_text().splitlines()]
