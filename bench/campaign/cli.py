@@ -33,6 +33,13 @@ def add_cli(sub: argparse._SubParsersAction) -> None:
     ):
         c = csub.add_parser(name, help=what, description=what)
         c.add_argument("file", metavar="CAMPAIGN.toml")
+        if name != "status":
+            c.add_argument(
+                "--redo-cut-short",
+                action="store_true",
+                help="run again the cells whose run the harness cut short (Ctrl-C, scancel, preemption, a dead "
+                "harness): the old run directory moves to .campaign/retired/, its MLflow run is deleted",
+            )
         c.set_defaults(func=cmd_campaign)
     j = csub.add_parser("job")  # one run's process, started by an executor (bench.campaign.job.job_main)
     j.add_argument("file")
@@ -48,7 +55,7 @@ def cmd_campaign(args: argparse.Namespace) -> int:
         return job.job_main(campaign, args.run_id)
     if args.campaign_command == "status":
         return status(campaign)
-    return start(campaign, resume=args.campaign_command == "resume")
+    return start(campaign, resume=args.campaign_command == "resume", redo_cut_short=args.redo_cut_short)
 
 
 def check_machine(campaign: Campaign) -> None:
@@ -79,7 +86,7 @@ def check_machine(campaign: Campaign) -> None:
             )
 
 
-def start(campaign: Campaign, *, resume: bool) -> int:
+def start(campaign: Campaign, *, resume: bool, redo_cut_short: bool = False) -> int:
     """``bench campaign run`` / ``resume`` (module docstring)."""
     from bench.campaign import job
     from bench.campaign.retry import CampaignLock
@@ -92,6 +99,8 @@ def start(campaign: Campaign, *, resume: bool) -> int:
     with CampaignLock(campaign):
         keys = campaign.runs()
         seen = {k: job.inspect(campaign.run_dir(k)) for k in keys}
+        if redo_cut_short:
+            seen.update(_retire_cut_short(campaign, seen))
         final = [k for k in keys if seen[k].state == "final"]
         todo = [k for k in keys if seen[k].state != "final"]
         unfinished = sum(seen[k].state == "unfinished" for k in todo)
@@ -129,6 +138,20 @@ def start(campaign: Campaign, *, resume: bool) -> int:
         print(f"[campaign] stopped; go on with: bench campaign resume {campaign.file}", flush=True)
         return 130
     return 0 if n_final == len(keys) and not unrecorded else 1
+
+
+def _retire_cut_short(campaign: Campaign, seen: dict) -> dict:
+    """``--redo-cut-short``: each final run the harness cut short is set aside (:func:`bench.campaign.job.retire`);
+    its cell is then pending. Returns the new states."""
+    from bench.campaign import job
+
+    again = {}
+    for key, was in seen.items():
+        if was.state == "final" and was.result is not None and job.cut_short(was.result):
+            moved = job.retire(campaign, campaign.run_dir(key))
+            print(f"[campaign] {key.run_id}: cut short ({was.status}), runs again; the old run is in {moved}")
+            again[key] = job.inspect(campaign.run_dir(key))
+    return again
 
 
 def _record_missing(campaign: Campaign, seen: dict) -> list[str]:

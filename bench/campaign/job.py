@@ -116,12 +116,38 @@ def discard(campaign: Campaign, run_dir: Path) -> None:
     """Remove a run directory whose harness died before the launch, and the MLflow agent run it opened (found by
     its workspace tag): the run starts over as if it had never begun. An unreachable store raises TrackingError
     (the directory is kept: the next attempt looks again)."""
+    _delete_agent_runs(campaign, run_dir)
+    print(f"[campaign] {run_dir.name}: its harness died before the agent started; starting it over", flush=True)
+    shutil.rmtree(run_dir)
+
+
+def cut_short(result: RunResult) -> bool:
+    """The harness, not the agent or its budget, ended the agent's time: the run's ``cut-short`` deviation (a
+    Ctrl-C, ``scancel``, a preemption, or a harness that died and was resumed before the budget's end)."""
+    from bench import protocol
+    from bench.pipeline.record import deviations
+
+    return any(d.kind == protocol.CUT_SHORT for d in deviations(result, get_task(result.task).budget_s))
+
+
+def retire(campaign: Campaign, run_dir: Path) -> Path:
+    """Set a final run aside so that its cell runs again (``--redo-cut-short``): the directory, evidence and all,
+    moves to ``.campaign/retired/`` and its MLflow agent run is deleted (MLflow keeps deleted runs restorable:
+    ``mlflow runs restore``), so the store still holds one agent run per cell. Returns where the directory went."""
+    _delete_agent_runs(campaign, run_dir)  # first: an unreachable store raises and nothing has moved
+    retired = campaign.folder / ".campaign" / "retired"
+    retired.mkdir(parents=True, exist_ok=True)
+    n = 1 + sum(1 for p in retired.iterdir() if p.name.startswith(f"{run_dir.name}."))
+    dest = retired / f"{run_dir.name}.{n}"
+    run_dir.rename(dest)
+    return dest
+
+
+def _delete_agent_runs(campaign: Campaign, run_dir: Path) -> None:
     writer = MlflowWriter(campaign.name)
     for found in agent_runs(campaign):
         if found.data.tags.get(schema.WORKSPACE) == str(run_dir):
             writer.delete_run(found.info.run_id)
-    print(f"[campaign] {run_dir.name}: its harness died before the agent started; starting it over", flush=True)
-    shutil.rmtree(run_dir)
 
 
 def unrecorded(campaign: Campaign, results: list[RunResult]) -> list[RunResult]:

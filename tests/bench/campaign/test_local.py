@@ -18,6 +18,7 @@ from bench.campaign.job import CPUS_VAR
 from bench.cli import main
 from bench.pipeline import state
 from bench.result import RunResult
+from bench.tracking import schema
 from tests.bench.campaign.conftest import campaign_file
 from tests.bench.campaign.test_kill_resume import agent_runs
 
@@ -140,6 +141,19 @@ def test_a_killed_harness_is_an_infrastructure_failure_its_retry_resumes_the_run
     assert [e["event"] for e in events] == ["retry", "final"]
     assert "killed by SIGKILL" in events[0]["why"] and "unfinished" in events[0]["why"]
     assert len(agent_runs(name)) == 1
+
+    # the resumed run lost most of its 40 s to the kill: --redo-cut-short runs its cell again, the old run set aside
+    assert "cut-short" in agent_runs(name)[f"tags.{schema.DEVIATIONS}"].iloc[0].split(",")
+    assert main(["campaign", "resume", str(path), "--redo-cut-short"]) == 0
+    again = RunResult.load(c.run_dir(key))
+    assert again.status == "timeout" and not again.interrupted, again.reason  # `sleep 60` given its whole 40 s
+    (old,) = (c.folder / ".campaign" / "retired").iterdir()
+    assert RunResult.load(old).status == "interrupted"  # evidence and all, kept
+    runs = agent_runs(name)  # one agent run per cell: the cut-short one deleted (restorable in MLflow)
+    assert list(runs["run_id"]) == [again.mlflow_run_id]
+    assert "cut-short" not in runs[f"tags.{schema.DEVIATIONS}"].iloc[0].split(",")
+    assert main(["campaign", "resume", str(path), "--redo-cut-short"]) == 0  # nothing cut short now: nothing redone
+    assert RunResult.load(c.run_dir(key)).to_dict() == again.to_dict()
 
 
 def test_bad_input_found_by_a_run_is_given_up_at_once_other_exits_are_retried(task_folders, tmp_path):
