@@ -147,7 +147,7 @@ def _retire_cut_short(campaign: Campaign, seen: dict) -> dict:
 
     again = {}
     for key, was in seen.items():
-        if was.state == "final" and was.result is not None and job.cut_short(was.result):
+        if was.state == "final" and was.result and job.cut_short(was.result):
             moved = job.retire(campaign, campaign.run_dir(key))
             print(f"[campaign] {key.run_id}: cut short ({was.status}), runs again; the old run is in {moved}")
             again[key] = job.inspect(campaign.run_dir(key))
@@ -198,6 +198,13 @@ def status(campaign: Campaign) -> int:
 
         slots = len(slots_for(campaign))
     print(table(campaign, seen, last_events(campaign), jobs))
+    short = [k for k, was in seen.items() if was.state == "final" and was.result and job.cut_short(was.result)]
+    if short:  # final, but not a full-budget measurement of the agent
+        print(
+            f"{len(short)} run(s) cut short by the harness ({', '.join(k.run_id for k in short[:3])}"
+            f"{', ...' if len(short) > 3 else ''}): bench campaign resume {campaign.file} --redo-cut-short runs "
+            "them again"
+        )
     left = [k for k in keys if seen[k].state != "final"]
     if left:
         eta = Estimate(campaign).eta(left, {}, min(slots, len(left)))
