@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import atexit
 import os
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 from bench import preflight
@@ -384,24 +382,5 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
-def entry() -> None:
-    """The ``bench`` executable: :func:`main`, then a quick exit.
-
-    Tearing down an interpreter that loaded MLflow, pandas and matplotlib (about 2,600 modules) took 0.7 s here
-    after every command, ``bench run`` included. Once the command is done and no other thread is left, nothing in
-    that teardown is needed: the output streams are flushed and the exit handlers run (MLflow's, logging's), then
-    the process ends. With another thread still alive the ordinary exit waits for it, as Python's always does."""
-    code = main()
-    if threading.active_count() > 1:
-        sys.exit(code)
-    atexit._run_exitfuncs()  # what an ordinary exit runs first, in the same (reverse) order
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):  # a closed pipe (bench ... | head): nothing more can be said on it
-            pass
-    os._exit(code)
-
-
 if __name__ == "__main__":
-    entry()
+    sys.exit(main())
