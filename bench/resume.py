@@ -85,16 +85,20 @@ def resume_run(run_dir: Path, *, console: bool = True, by: str = "bench run --re
     ended_pids = _end_leftovers(st, evidence)
 
     died_s = round(min(max(0.0, st.harness_died_at - st.started_at), st.budget_s + st.grace_s), 3)
+    if st.watched is not None:  # it died after the agent's time had ended: that time is the run's, as the watch saw it
+        watched, when = Watched(**st.watched), "after the agent's time"
+    else:  # it died while the agent worked: the agent's time ended with it
+        watched, when = Watched(died_s, None, died_s >= st.budget_s, True), f"at ~{fmt_s(died_s)} ({died_s:.0f} s)"
     ended = Ended(
         started_at=st.started_at,
         argv=list(st.agent_argv),
         endpoints=tuple(st.endpoints),
         sandboxed=st.sandbox,
-        watched=Watched(died_s, None, died_s >= st.budget_s, True),
+        watched=watched,
         arrivals=_arrivals(ws, evidence),
         launches=_launches(evidence),
         agent_events=_agent_events(ws),
-        note=f"the harness died at ~{fmt_s(died_s)} ({died_s:.0f} s); finished by {by}",
+        note=f"the harness died {when}; finished by {by}",
     )
     left = f"; ended {len(ended_pids)} process(es) of the run still running" if ended_pids else ""
     print(f"[bench] {st.label}: resuming {run_dir} (its harness died ~{died_s:.0f} s into the run{left})", flush=True)

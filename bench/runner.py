@@ -13,7 +13,7 @@ calls too for a run whose harness died (from ``run.json``, :mod:`bench.pipeline.
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from bench import outcome, preflight, protocol, termination
@@ -108,6 +108,7 @@ def _run(spec: RunSpec, term: termination.Termination) -> RunResult:
     watched = watch.watch(  # 3
         agent, spec.budget, spec.grace_s, on_tick=_status_ticker(agent, relay), stopped=lambda: term.pending
     )
+    _save_watched(ws, watched)
     return finish(spec, ws, device, data_dir, notes, locked_sha, writer, relay, Ended.of(agent, watched))
 
 
@@ -243,6 +244,17 @@ def _save_state(
         )
     except state.RunStateError as e:
         print(f"[bench] the run goes on but cannot be resumed if the harness dies: {e}", flush=True)
+
+
+def _save_watched(ws: workspace.Workspace, watched: watch.Watched) -> None:
+    """How the agent's time ended, into run.json: a harness that dies after this (while evaluating, say) did not
+    cut the agent short, and ``--resume`` must not say it did."""
+    try:
+        st = state.read(ws.run_dir)
+        st.watched = asdict(watched)
+        state.write(ws.run_dir, st)
+    except state.RunStateError as e:
+        print(f"[bench] a resume would not know how the agent's time ended: {e}", flush=True)
 
 
 def _partial_notes(spec: RunSpec) -> list[str]:

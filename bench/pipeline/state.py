@@ -50,6 +50,7 @@ class RunState:
     harness_pid: int = field(default_factory=os.getpid)
     harness_started: float = field(default_factory=lambda: _create_time(os.getpid()) or 0.0)
     harness_died_at: float | None = None  # set by the first --resume: the harness's last sign of life
+    watched: dict | None = None  # how the agent's time ended (watch.Watched), once it has; None while the agent runs
     version: int = VERSION
 
     def harness_alive(self) -> bool:
@@ -97,7 +98,7 @@ def read(run_dir: Path) -> RunState:
     if int(raw.get("version", VERSION)) > VERSION:
         raise RunStateError(f"{target} has version {raw['version']}, newer than this toolkit's {VERSION}: upgrade")
     names = {f.name for f in fields(RunState)}
-    optional = {"harness_pid", "harness_started", "harness_died_at", "version"}
+    optional = {"harness_pid", "harness_started", "harness_died_at", "watched", "version"}
     missing = sorted(names - set(raw) - optional)
     if missing:
         raise RunStateError(f"{target} lacks {', '.join(missing)}: it was not written by bench run")

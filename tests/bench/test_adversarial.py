@@ -319,3 +319,38 @@ def test_a_model_that_learns_from_the_evaluation_stream_is_disqualified(guard):
     assert result.status == "disqualified" and result.score is None, result.reason
     assert "sent before" in result.reason and [v.rule for v in result.audit.violations] == [7], result.reason
     guard.check(result, "never-planted")
+
+
+def test_an_agent_cannot_stop_its_harness_to_get_a_redo(guard, honest):
+    """A run the harness cut short is marked `cut-short` and `bench campaign resume --redo-cut-short` runs it again,
+    so an agent doing badly would gain a second try by stopping its harness. It signals everything it can name
+    (every process, its process group, its parent, each pid in /proc, a pkill of bench and pytest), then trains as
+    the honest agent does: the harness (a process of its own here, so that a signal that got through would show in
+    its exit code rather than stop this test session) must see nothing, and the run ends uncut with the honest score.
+    """
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from bench.pipeline.workspace import campaign_dir
+
+    attack = (  # the shell ignores the signals it sends, so that only the harness could be hurt by them
+        "trap '' TERM INT\n"
+        "kill -TERM -1 2>/dev/null; kill -TERM 0 2>/dev/null; kill -INT $PPID 2>/dev/null\n"
+        "for p in /proc/[0-9]*; do kill -TERM ${p#/proc/} 2>/dev/null; done\n"
+        "pkill -TERM -f bench 2>/dev/null; pkill -TERM -f pytest 2>/dev/null; sleep 1\n"
+    )
+    name = f"adv-{uuid.uuid4().hex[:6]}"
+    argv = [sys.executable, "-m", "bench.cli", "run", "--agent", "command", "--task", guard.task.id, "--campaign", name]
+    argv += ["--budget", "120s", "--grace", "3", "--quiet", "--no-summary", "--agent-command", attack + HONEST]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=600, env=env)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    (run_dir,) = campaign_dir(name).iterdir()
+    result = RunResult.load(run_dir)
+    assert result.status == "success" and not result.interrupted, result.reason
+    assert result.score == pytest.approx(honest.score, rel=1e-6)
+    assert "SIGTERM" not in result.reason and "SIGINT" not in result.reason
+    assert "cut-short" not in json.dumps(result.to_dict())
+    guard.check(result, "never-planted")

@@ -171,13 +171,35 @@ def quick_run(task, name: str, repeat: int = 1) -> RunResult:
     return run(spec)
 
 
-def dead_harness(run_dir: Path) -> None:
-    """As if the harness that wrote run.json had died: its pid names no process any more."""
+def dead_harness(run_dir: Path, while_agent_ran: bool = False) -> None:
+    """As if the harness that wrote run.json had died: its pid names no process any more. ``while_agent_ran``: it
+    died before the watch ended, so run.json does not say how the agent's time ended."""
     gone = subprocess.Popen(["true"])
     gone.wait()
     st = state.read(run_dir)
     st.harness_pid, st.harness_started = gone.pid, 0.0
+    if while_agent_ran:
+        st.watched = None
     state.write(run_dir, st)
+
+
+def test_a_harness_that_died_after_the_agents_time_did_not_cut_it_short(generated_t6, capsys):
+    """The harness dies while evaluating (the agent, `true`, had ended on its own): the resumed run is the agent's
+    own outcome with its own wall time, not `interrupted`, and carries no cut-short deviation."""
+    from bench.pipeline.record import deviations
+
+    done = quick_run(generated_t6, campaign())
+    Path(done.result_file).unlink()
+    dead_harness(Path(done.run_dir))
+    assert state.read(Path(done.run_dir)).watched["interrupted"] is False  # what the live watch saw
+    assert main(["run", "--resume", str(done.run_dir), "--quiet"]) == 1  # no checkpoint: failed, as before
+    resumed = RunResult.load(done.run_dir)
+    assert resumed.status == "failed" and not resumed.interrupted, resumed.reason
+    assert resumed.wall_time_s == done.wall_time_s and resumed.agent_exit_code == 0
+    assert "the harness died after the agent's time; finished by bench run --resume" in resumed.reason
+    assert [d.kind for d in deviations(resumed, generated_t6.budget_s)] == [
+        d.kind for d in deviations(done, generated_t6.budget_s)
+    ]
 
 
 def test_resume_of_a_finished_or_live_run_does_nothing(generated_t6, capsys):
@@ -204,7 +226,7 @@ def test_campaign_resume_finds_only_the_unfinished_run_then_skips_finished_repea
     finished = quick_run(generated_t6, name, repeat=1)
     unfinished = quick_run(generated_t6, name, repeat=2)
     Path(unfinished.result_file).unlink()
-    dead_harness(Path(unfinished.run_dir))
+    dead_harness(Path(unfinished.run_dir), while_agent_ran=True)
     kept = finished.result_file.read_bytes()
     capsys.readouterr()
 
@@ -229,7 +251,7 @@ def test_campaign_resume_finds_only_the_unfinished_run_then_skips_finished_repea
 def test_resume_with_the_store_unreachable_writes_the_result_and_says_how_to_record(generated_t6, monkeypatch, capsys):
     unfinished = quick_run(generated_t6, campaign())
     Path(unfinished.result_file).unlink()
-    dead_harness(Path(unfinished.run_dir))
+    dead_harness(Path(unfinished.run_dir), while_agent_ran=True)
     with monkeypatch.context() as patch:
         patch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:9")  # nothing listens on the discard port
         patch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")  # refused at once, not after MLflow's backoff
@@ -342,7 +364,8 @@ def test_result_json_on_a_full_disk_is_one_line_saying_what_to_do(generated_t6, 
     assert not list(run_dir.glob("*.tmp")) and not (run_dir / "result.json").exists()
     dead_harness(run_dir)  # the harness was this test's process: as if `bench` had exited
     assert main(["run", "--resume", str(run_dir), "--quiet"]) == 1  # resumed once the disk has room again
-    assert RunResult.load(run_dir).status == "interrupted"
+    resumed = RunResult.load(run_dir)  # the disk failed after the agent's time: its own outcome, not interrupted
+    assert resumed.status == "failed" and not resumed.interrupted, resumed.reason
 
 
 def test_a_replayed_spool_after_a_kill_duplicates_no_metric_value(tmp_path):

@@ -109,6 +109,7 @@ def test_sigterm_to_the_group_while_evaluating_leaves_the_run_for_resume(generat
     assert main(["run", "--resume", str(run_dir), "--quiet"]) == 0
     result = RunResult.load(run_dir)
     assert result.status == "success", result.reason
+    assert not result.interrupted and "after the agent's time" in result.reason  # the agent had had its time
     runs = _agent_runs(name)
     assert len(runs) == 1 and runs["status"].iloc[0] == "FINISHED"
 
