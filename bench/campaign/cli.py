@@ -104,10 +104,12 @@ def start(campaign: Campaign, *, resume: bool, redo_cut_short: bool = False) -> 
         final = [k for k in keys if seen[k].state == "final"]
         todo = [k for k in keys if seen[k].state != "final"]
         unfinished = sum(seen[k].state == "unfinished" for k in todo)
+        alive = sum(seen[k].state == "running" for k in todo)
         print(
             f"[campaign] {campaign.name}: {len(keys)} runs ({len(campaign.agents)} agent(s) x {len(campaign.task_ids)} "
             f"task(s) x {campaign.repeats} repeat(s)); {len(final)} final, {unfinished} to finish (harness died), "
-            f"{len(todo) - unfinished} to run; {campaign.folder}",
+            + (f"{alive} held by a live harness (waited for), " if alive else "")
+            + f"{len(todo) - unfinished - alive} to run; {campaign.folder}",
             flush=True,
         )
         if campaign.executor == "slurm":

@@ -11,6 +11,9 @@ process gets ``CUDA_VISIBLE_DEVICES`` set to its GPU (the agent, its scripts and
 a CPU set: the CPUs this process may use split evenly between the slots (``sched_setaffinity`` in the child,
 inherited by everything it starts), so that a run's data loaders do not starve its neighbour.
 
+A run whose harness is alive in another process (a campaign killed a moment ago, its harness still dying) is
+waited for, then counted if that harness ended it, else finished here.
+
 A SIGTERM or SIGINT to this process starts nothing more and hands SIGTERM on to the runs (each finishes its
 evaluation and record, :mod:`bench.termination`); it returns once they have ended.
 """
@@ -127,20 +130,22 @@ class LocalExecutor:
         out, attempts, estimate = LocalOutcome(), Attempts(self.campaign), Estimate(self.campaign)
         view = LiveView(self.campaign, done_before + len(keys), every_s=self.every_s)
         queue, free = deque(keys), list(self.slots)
+        waiting: dict[RunKey, float] = {}  # runs whose harness lives in another process: until it ends
         logs = control_dir(self.campaign) / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         view.say(f"{len(keys)} run(s) to go on {len(self.slots)} slot(s): {', '.join(s.where for s in self.slots)}")
         old = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
         try:
-            while (queue and not self._signals) or self._children:
+            while ((queue or waiting) and not self._signals) or self._children:
+                self._check_waiting(waiting, queue, out, view)
                 while free and queue and not self._signals:
                     key = queue.popleft()
                     seen = inspect(self.campaign.run_dir(key))
                     if seen.state == "final":
                         out.final[key.run_id] = seen.status
                     elif seen.state == "running":
-                        out.elsewhere.append(key.run_id)
-                        view.say(f"{key.run_id}: its harness is alive in another process; left to it")
+                        waiting[key] = time.monotonic()
+                        view.say(f"{key.run_id}: its harness is alive in another process; waiting for it to end")
                     else:
                         self._start(key, free.pop(0), logs / f"{key.run_id}.log", view, attempts)
                 for pid, child in list(self._children.items()):
@@ -160,8 +165,26 @@ class LocalExecutor:
             for sig, handler in old.items():
                 signal.signal(sig, handler)
             view.close()
-        out.stopped = bool(self._signals) and bool(queue)
+        out.elsewhere = [k.run_id for k in waiting]
+        out.stopped = bool(self._signals) and bool(queue or waiting)
         return out
+
+    def _check_waiting(self, waiting: dict[RunKey, float], queue: deque, out: LocalOutcome, view: LiveView) -> None:
+        """A run left to a harness in another process is taken back when that harness ends: counted if it ended
+        the run, else queued first (its job resumes it). Why wait rather than leave it: a harness killed just now
+        (a lost node, ``kill -9`` of the campaign and ``resume`` at once) can outlive the kill by a moment, and a
+        resume must still bring every run to its end."""
+        for key in list(waiting):
+            seen = inspect(self.campaign.run_dir(key))
+            if seen.state == "running":
+                continue
+            del waiting[key]
+            if seen.state == "final":
+                out.final[key.run_id] = seen.status
+                view.say(f"{key.run_id}: {seen.status}, ended by the harness that ran it")
+            else:
+                queue.appendleft(key)
+                view.say(f"{key.run_id}: its harness has ended ({seen.state}); finishing the run here")
 
     def _start(self, key: RunKey, slot: Slot, log: Path, view: LiveView, attempts: Attempts) -> None:
         env = {**os.environ, **slot.env(), "PYTHONUNBUFFERED": "1"}

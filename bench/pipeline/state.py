@@ -62,7 +62,7 @@ class RunState:
 def _create_time(pid: int) -> float | None:
     try:
         proc = psutil.Process(pid)
-        return None if proc.status() == psutil.STATUS_ZOMBIE else proc.create_time()
+        return None if proc.status() in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD) else proc.create_time()
     except psutil.Error:
         return None
 

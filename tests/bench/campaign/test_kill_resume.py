@@ -89,7 +89,10 @@ def test_a_campaign_killed_halfway_resumes_to_exactly_one_run_per_cell_and_a_rep
     capsys.readouterr()
     assert main(["campaign", "resume", str(path)]) == 0, capsys.readouterr()
     out = capsys.readouterr().out
-    assert "8/8 final" in out and f"{len(finished_before)} final, 1 to finish (harness died)" in out, out
+    # the killed harness is dead by now, or dying (then the resume waits for it, then finishes the run)
+    assert "8/8 final" in out, out
+    n = len(finished_before)
+    assert f"{n} final, 1 to finish (harness died)" in out or f"{n} final, 0 to finish (harness died), 1 held" in out
     for d, before in finished_before.items():
         assert (d / "result.json").read_bytes() == before  # final runs are never redone
     caught = RunResult.load(in_flight)

@@ -9,6 +9,7 @@ import signal
 import stat
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -157,6 +158,43 @@ def test_a_killed_harness_is_an_infrastructure_failure_its_retry_resumes_the_run
     assert "cut-short" not in runs[f"tags.{schema.DEVIATIONS}"].iloc[0].split(",")
     assert main(["campaign", "resume", str(path), "--redo-cut-short"]) == 0  # nothing cut short now: nothing redone
     assert RunResult.load(c.run_dir(key)).to_dict() == again.to_dict()
+
+
+def test_a_run_whose_harness_still_lives_elsewhere_is_waited_for_then_finished_here(task_folders, tmp_path):
+    """``kill -9`` of a campaign and ``resume`` at once: the killed run's harness can outlive the kill by a moment
+    (CI caught it: the resume left that run to a harness that was dying and ended with 7/8 final). The executor
+    waits for that harness, then starts the run's job (which resumes it) instead of leaving it unfinished."""
+    import psutil
+
+    path, _ = campaign_file(tmp_path, 'tasks = ["t6"]\n[[agents]]\nname = "command"\nagent_command = "true"\n')
+    c = spec.load(path)
+    (key,) = c.runs()
+    harness = subprocess.Popen(["sleep", "2"])  # the harness of another process, about to end
+    threading.Thread(target=harness.wait, daemon=True).start()  # reaped as its parent would
+    run_dir = c.run_dir(key)
+    run_dir.mkdir(parents=True)
+    fields = dict.fromkeys(("task", "agent", "campaign", "label", "token", "device", "data_dir"), "x")
+    state.write(
+        run_dir,
+        state.RunState(
+            **fields, repeat=1, budget_s=1, grace_s=1, model=None, options={}, no_weights=False, sandbox=False,
+            agent_pid=harness.pid, started_at=time.time(), agent_argv=[], endpoints=[], mlflow_run_id=None,
+            partial_notes=[], harness_pid=harness.pid, harness_started=psutil.Process(harness.pid).create_time(),
+        ),
+    )  # fmt: skip
+    from bench.campaign import job
+
+    assert job.inspect(run_dir).state == "running"
+    started = tmp_path / "started"
+
+    class Executor(local.LocalExecutor):
+        def command(self, key):  # the job's process: says it started, then bad input (given up, not retried)
+            return [sys.executable, "-c", f"open({str(started)!r}, 'w').write({key.run_id!r}); raise SystemExit(2)"]
+
+    t0 = time.monotonic()
+    outcome = Executor(c, [local.Slot(None, (0,))], poll_s=0.05, every_s=1000).run([key])
+    assert started.read_text() == key.run_id and time.monotonic() - t0 >= 1.5  # after the other harness ended
+    assert outcome.elsewhere == [] and key.run_id in outcome.gave_up and not outcome.stopped
 
 
 def test_bad_input_found_by_a_run_is_given_up_at_once_other_exits_are_retried(task_folders, tmp_path):
