@@ -3,7 +3,7 @@ report itself.
 
 ``bench`` builds its whole parser on every start, ``bench run`` included; the report pulls in pandas and matplotlib
 (about 0.6 s here), so this module names the arguments with argparse alone and imports :mod:`analysis.report`
-only when ``bench report`` (or ``python -m analysis.report``) actually runs, or a summary is written.
+only when ``bench report`` (or ``python -m analysis.report_cli``) actually runs, or a summary is written.
 """
 
 from __future__ import annotations

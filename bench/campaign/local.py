@@ -158,6 +158,7 @@ class LocalExecutor:
                     estimate.observed(child.key, time.monotonic() - child.t0)
                     self._ended(child, code, attempts, queue, out, view)
                 running = {c.key: (c.slot.where, c.t0) for c in self._children.values()}
+                running.update({k: ("another process", t0) for k, t0 in waiting.items()})
                 eta = estimate.eta(list(queue), {k: t0 for k, (_, t0) in running.items()}, len(self.slots))
                 view.update(done_before + len(out.final), running, eta)
                 time.sleep(self.poll_s)

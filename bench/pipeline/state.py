@@ -106,6 +106,10 @@ def read(run_dir: Path) -> RunState:
         state = RunState(**{k: v for k, v in raw.items() if k in names})
         state.repeat, state.agent_pid = int(state.repeat), int(state.agent_pid)
         state.budget_s, state.grace_s, state.started_at = map(float, (state.budget_s, state.grace_s, state.started_at))
+        if state.watched is not None:  # what a resume rebuilds the watch's outcome from: checked here, not there
+            from bench.pipeline.watch import Watched
+
+            Watched(**state.watched)
     except (TypeError, ValueError) as e:
         raise RunStateError(f"{target} mistypes a field ({e})") from e
     return state

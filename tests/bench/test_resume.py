@@ -6,6 +6,7 @@ the ``bench`` process itself is SIGKILLed while an unsandboxed agent's script is
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -333,6 +334,12 @@ def test_run_json_errors_are_one_clear_line(tmp_path, monkeypatch):
     (tmp_path / "run.json").write_text(json.dumps({"task": "t6"}))
     with pytest.raises(state.RunStateError, match="lacks agent"):
         state.read(tmp_path)
+    good = state.RunState("t6", "command", "c", 1, 60, 2, None, {}, "cpu", False, True, "l", "tok", 1, 0.0, [], [],
+                          None, [], "/d")  # fmt: skip
+    for bad in ({"wall_time_s": 3.0}, [3.0, 0, False, False]):  # a hand edit of how the agent's time ended
+        (tmp_path / "run.json").write_text(json.dumps({**dataclasses.asdict(good), "watched": bad}))
+        with pytest.raises(state.RunStateError, match="mistypes a field"):
+            state.read(tmp_path)
 
     def full(*args, **kwargs):
         raise OSError(28, "No space left on device")
