@@ -353,6 +353,9 @@ def build_parser() -> argparse.ArgumentParser:
     from bench.tracking.server import add_cli as add_server
 
     add_server(sub)  # bench server: a shared MLflow server on PostgreSQL
+    from bench.sandbox.doctor import add_cli as add_sandbox
+
+    add_sandbox(sub)  # bench sandbox view: the view a run's sandboxes get, and why
 
     s = sub.add_parser("ui", help="open the MLflow UI on the tracking store (lean: 1 worker)")
     s.add_argument("--host", default="127.0.0.1")

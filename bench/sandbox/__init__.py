@@ -1,13 +1,14 @@
-"""The agent sandbox (bubblewrap): one writable workspace, the harness's places hidden, no network but the
+"""The agent sandbox (bubblewrap): an allow-listed view with one writable workspace, no network but the
 model's API, and a process tree that cannot outlive the run.
 
 Why a sandbox and not conventions: the benchmark measures agents that may cheat (DESIGN.md, "Trust
 boundary"). Without one, an agent's code can rewrite ``result.json``, other runs, the prepared data, the
 tracking store and the harness itself, reach the internet, and leave processes behind that no process
 group or run token finds. With it, those are not rules an audit checks afterwards but things that cannot
-happen. The pieces: :mod:`.bwrap` (the binary and its probe), :mod:`.policy` (the file-system view),
-:mod:`.network` (the bridges out), :mod:`.environment` (the allow-listed variables) and
-:mod:`.launcher` (the first process inside).
+happen. The pieces: :mod:`.bwrap` (the binary and its probe), :mod:`.view` (the allow-list: what a sandbox
+sees and why), :mod:`.policy` (one sandbox's view and its bwrap arguments), :mod:`.sockets` (the host's unix
+sockets a view would show, masked), :mod:`.network` (the bridges out), :mod:`.environment` (the allow-listed
+variables) and :mod:`.launcher` (the first process inside). ``bench sandbox view`` prints the view.
 
     with Sandbox(Policy(cwd=ws, writable=(ws, home), readable=default_readable(), hidden=default_hidden(),
                         endpoints=("https://api.anthropic.com",))) as box:
@@ -18,7 +19,8 @@ process started inside it: those are ordinary processes in namespaces that alrea
 
 Caveats: ``--die-with-parent`` uses the kernel's parent-death signal, which fires when the *thread* that
 started bwrap exits, so start it from a thread that lives as long as the run (the runner's main thread).
-GPUs: the NVIDIA device nodes are bound when present (``Policy.gpu``); this is not tested on a GPU here.
+GPUs: the NVIDIA device nodes, driver libraries and toolkits are bound when present (``Policy.gpu``); tested on
+a simulated layout, not on a GPU here.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ IGNORE_TERM = ["/bin/sh", "-c", 'trap "" TERM; exec "$@"', "bench-sandbox"]
 
 
 def interpreter_paths(python: str = sys.executable) -> tuple[Path, ...]:
-    """What the launcher needs to run even when it lives under a hidden path (a pyenv under ``~``)."""
+    """What the launcher needs to run: the interpreter's prefixes and folders (a pyenv under ``~``), the launcher."""
     exe = Path(python)
     return (
         Path(sys.prefix),

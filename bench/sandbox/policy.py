@@ -1,12 +1,14 @@
-"""What an agent's processes may see and touch, and the bwrap arguments that build exactly that view.
+"""What a sandbox's processes may see and touch, and the bwrap arguments that build exactly that view.
 
-The view starts from the whole machine bound read-only (so the repo, the task originals, the venv and the
-system's tools are there and cannot change), then empties the harness's own places with private tmpfs
-mounts (the data cache, other runs, the tracking store, the user's home, /tmp), then binds back the few
-paths a process needs: read-only what Python imports even when it lives under a hidden place (a pyenv
-under ``~``, the pinned agent CLIs under the cache), read-write the run's workspace and private home.
-Every path keeps its own name inside, so spool paths, checkpoint paths and the cwd-based process
-monitoring mean the same on both sides. Mounts are made parents first: the most specific path wins.
+The view is an allow-list (:mod:`.view` lists its entries and why each is there): the sandbox's root is an
+empty read-only tmpfs, and only the system's programs and libraries, ``/etc`` without its secrets, Python, the
+files of this package a sandbox runs, the CLIs, the GPU's needs and the run's own folders are bound into it.
+A path nobody bound does not exist inside: a dataset copy in ``/data`` or another user's home cannot be found
+by any ``find /``. Read-write are only the workspace (or nothing, for the predictor), the private home and what
+an adapter declares. Harness places (:func:`.view.harness_places`) that lie under a bound path are covered by
+an empty read-only tmpfs; unix sockets of the host that the view would show are masked (:mod:`.sockets`).
+Every path keeps its own name inside, so spool paths, checkpoint paths and the cwd-based process monitoring
+mean the same on both sides. Mounts are made parents first: the most specific path wins.
 
 Why the capability drop and the read-only ``/proc/sys``: run by root, bwrap keeps every capability
 unless told otherwise, and uid 0 without capabilities may still write most of ``/proc/sys`` (a kernel
@@ -16,64 +18,70 @@ is skipped when the directory itself is not writable, which is the usual case.
 
 from __future__ import annotations
 
-import glob
 import os
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.sandbox import sockets
+from bench.sandbox.view import (
+    DEV,
+    DEVFS,
+    EMPTY,
+    LINK,
+    MASK,
+    PROCFS,
+    RO,
+    RO_TRY,
+    RW,
+    SCRATCH,
+    Bind,
+    gpu_binds,
+    harness_places,
+    readable_binds,
+    system_binds,
+)
+
 TEMP_DIRS = (Path("/tmp"), Path("/var/tmp"))
 # proc entries that write to the kernel of the whole machine, not the sandbox's namespaces
 PROC_READ_ONLY = ("/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus", "/proc/fs")
-# NVIDIA device nodes CUDA opens; /proc/driver/nvidia and /sys come with --proc and the read-only root
-GPU_NODES = ("/dev/nvidia*", "/dev/nvidia-uvm*", "/dev/nvidia-caps")
+_RANK = {EMPTY: 0, SCRATCH: 1, RO: 2, RW: 3}  # same path: the higher wins
 
-_HIDDEN, _SCRATCH, _READABLE, _WRITABLE = range(4)  # same path: the later kind wins
+Grant = Path | Bind  # a path (its reason given by the field it is in) or a Bind with its own reason
 
 
 @dataclass(frozen=True)
 class Policy:
     """One sandbox's view of the file system and the network.
 
-    ``scratch`` paths are hidden like ``hidden`` ones but stay writable (a private, empty, lost-at-the-end
-    tmpfs: the agent's /tmp); every other hidden path is an empty read-only directory, so that a write into
-    the data cache fails loudly instead of vanishing. A path both hidden and scratch is scratch.
+    ``scratch`` paths are private, empty, writable tmpfs mounts lost at the end (the sandbox's /tmp); a
+    ``hidden`` path is an empty read-only tmpfs where it lies under a bound path (so that a write into a
+    harness place fails loudly instead of vanishing) and absent everywhere else. A path both hidden and scratch
+    is scratch. ``system``: the system part of the allow-list (``/usr``, ``/etc``, ...; off only in tests that
+    check the order of the mounts); ``gpu``: the GPU's part.
     """
 
     cwd: Path
-    writable: tuple[Path, ...]  # bound read-write at the same path (a workspace, a private HOME)
-    readable: tuple[Path, ...] = ()  # bound read-only at the same path even when under a hidden path
-    hidden: tuple[Path, ...] = ()  # replaced by an empty private tmpfs (harness paths)
+    writable: tuple[Grant, ...]  # bound read-write at the same path (a workspace, a private HOME)
+    readable: tuple[Grant, ...] = ()  # bound read-only at the same path
+    hidden: tuple[Path, ...] = ()  # harness places: an empty read-only tmpfs wherever a bound path shows them
     endpoints: tuple[str, ...] = ()  # URLs reachable from inside; () = no network at all
     network_log: Path | None = None  # where the proxy records each request (the audit's rule 3 evidence); the
     # proxy then runs even without endpoints, refusing everything, so that attempts are seen, not only blocked
-    gpu: bool = True  # --dev-bind /dev/nvidia*, /dev/nvidia-uvm*, /dev/nvidia-caps when present (untested here)
+    gpu: bool = True  # the NVIDIA device nodes, driver libraries and toolkits when present (view.gpu_binds)
     scratch: tuple[Path, ...] = TEMP_DIRS
+    system: bool = True
 
 
 def default_hidden() -> tuple[Path, ...]:
-    """The harness's places: the cache (prepared data, other runs), workspaces, the tracking store, the data
-    mirror, the user's home (keys, logins), and the machine's temp and runtime folders. /dev/shm is the
-    sandbox's own through ``--dev``."""
-    from bench.paths import cache_dir, mlruns_dir, workspaces_dir
-
-    paths = [cache_dir(), workspaces_dir(), mlruns_dir(), Path.home(), *TEMP_DIRS, Path("/run")]
-    if os.environ.get("BENCH_DATA_MIRROR"):
-        paths.append(Path(os.environ["BENCH_DATA_MIRROR"]))
-    return _unique(paths)
+    """The harness's places (:func:`.view.harness_places`)."""
+    return harness_places()
 
 
-def default_readable() -> tuple[Path, ...]:
-    """What Python and the agent CLIs need even when it lives under a hidden path: the interpreter's
-    prefixes, the import path, the repository (the tracer hook, an editable install) and the pinned CLIs."""
-    from bench.agents.install import clis_dir
-    from bench.paths import ROOT
-
-    paths = [Path(sys.prefix), Path(sys.base_prefix), Path(sys.exec_prefix), Path(sys.base_exec_prefix)]
-    paths += [Path(p) for p in sys.path if p and os.path.exists(p)]
-    paths += [Path(sys.executable).parent, ROOT, clis_dir()]
-    return _unique(paths)
+def default_readable(purpose: str = "agent", pythonpath: str = "") -> tuple[Bind, ...]:
+    """What a sandbox of ``purpose`` (``agent`` or ``predictor``) reads beyond the system (:mod:`.view`)."""
+    return tuple(readable_binds(purpose, sys.executable, pythonpath))
 
 
 def _resolve(path: Path | str) -> Path:
@@ -88,27 +96,81 @@ def _under(path: Path, parent: Path) -> bool:
     return path == parent or parent in path.parents
 
 
-def mounts(policy: Policy) -> list[tuple[Path, int]]:
-    """(path, kind) for each mount the view needs, parents first; missing paths and redundant binds dropped."""
-    kinds: dict[Path, int] = {}
-    scratch = set(_unique(policy.scratch))
-    for kind, paths in (
-        (_HIDDEN, policy.hidden),
-        (_SCRATCH, policy.scratch),
-        (_READABLE, policy.readable),
-        (_WRITABLE, policy.writable),
-    ):
-        for path in _unique(paths):
-            if path.exists() and (path != Path("/") or kind == _WRITABLE):  # never hide the root (HOME=/)
-                kinds[path] = max(kinds.get(path, kind), _SCRATCH if kind == _HIDDEN and path in scratch else kind)
-    kept: list[tuple[Path, int]] = []
-    for path, kind in sorted(kinds.items(), key=lambda item: (len(item[0].parts), item[1], str(item[0]))):
-        # what the path shows without a mount of its own: its nearest mounted ancestor's kind (the root is
-        # bound read-only); a mount that would show the same is left out
-        parent = next((k for p, k in reversed(kept) if _under(path, p)), _READABLE)
-        if kind != parent:
-            kept.append((path, kind))
+def _grants(items: Iterable[Grant], mode: str, why: str) -> list[Bind]:
+    out = []
+    for item in items:
+        if isinstance(item, Bind):
+            out.append(Bind(_resolve(item.path), mode, item.why))
+        else:
+            out.append(Bind(_resolve(item), mode, why))
+    return out
+
+
+def _order(bind: Bind) -> tuple:
+    return (len(bind.path.parts), _RANK.get(bind.mode, 4), str(bind.path))
+
+
+def mounts(binds: Iterable[Bind], keep_missing: bool = False) -> list[Bind]:
+    """The ro/rw/empty/scratch binds the view needs, parents first: for each path the strongest mode, then
+    without missing paths (unless ``keep_missing``: a view printed for a run not made yet) and without a
+    mount that would show what its nearest mounted ancestor shows already (a hidden place under nothing
+    bound is simply absent; scratch and bound paths under nothing bound are mounted)."""
+    best: dict[Path, Bind] = {}
+    for bind in binds:
+        if not (keep_missing or bind.path.exists()) or (bind.path == Path("/") and bind.mode != RW):
+            continue  # never hide nor re-bind the root (HOME=/): it is the sandbox's own, read-only
+        old = best.get(bind.path)
+        if old is None or _RANK[bind.mode] > _RANK[old.mode]:
+            best[bind.path] = bind
+    kept: list[Bind] = []
+    for bind in sorted(best.values(), key=_order):
+        parent = next((k.mode for k in reversed(kept) if _under(bind.path, k.path)), None)
+        if parent is None and bind.mode == EMPTY:
+            continue  # absent anyway
+        if bind.mode != parent:
+            kept.append(bind)
     return kept
+
+
+def plan(
+    policy: Policy,
+    runtime_dir: Path | None = None,
+    socket_paths: Iterable[Path] | None = None,
+    keep_missing: bool = False,
+) -> list[Bind]:
+    """Every entry of ``policy``'s view in the order bwrap makes them. ``runtime_dir``: the network bridges'
+    sockets, read-only; ``socket_paths``: the host's bound unix sockets (:func:`.sockets.bound` when None)."""
+    out = [Bind(Path("/dev"), DEVFS, "minimal /dev: null, zero, full, random, urandom, tty, pts, shm")]
+    out.append(Bind(Path("/proc"), PROCFS, "the sandbox's own processes only (its PID namespace)"))
+    out += [Bind(Path(p), RO_TRY, "kernel settings of the whole machine: read-only") for p in PROC_READ_ONLY]
+    binds = system_binds() if policy.system else []
+    masks = [b for b in binds if b.mode == MASK]
+    links = [b for b in binds if b.mode == LINK]
+    extra = gpu_binds() if policy.gpu else []
+    devs = [b for b in extra if b.mode == DEV]
+    binds = [b for b in binds + extra if b.mode in _RANK]
+    binds += _grants(policy.readable, RO, "declared readable")
+    binds += _grants(policy.hidden, EMPTY, "a harness place")
+    binds += _grants(policy.scratch, SCRATCH, "private scratch space, empty at the start, lost at the end")
+    binds += _grants(policy.writable, RW, "declared writable (the workspace, the private home)")
+    if runtime_dir is not None:
+        binds.append(Bind(_resolve(runtime_dir), RO, "the network bridges' sockets (the only way out)"))
+    kept = mounts(binds, keep_missing)
+    out += sorted(links + kept + devs + masks + _socket_masks(kept, runtime_dir, socket_paths), key=_order)
+    return out
+
+
+def _socket_masks(kept: list[Bind], runtime_dir: Path | None, socket_paths: Iterable[Path] | None) -> list[Bind]:
+    """A mask over each host socket the mounts would show, but the sandbox's own bridges."""
+    out = []
+    for path in sockets.bound() if socket_paths is None else socket_paths:
+        path = _resolve(path)
+        if runtime_dir is not None and _under(path, _resolve(runtime_dir)):
+            continue
+        shown = next((k.mode for k in reversed(kept) if _under(path, k.path)), None)
+        if shown in (RO, RW) and sockets.is_socket(path):
+            out.append(Bind(path, MASK, "a host's unix socket (connect needs no write access)"))
+    return out
 
 
 def _low_port_args(endpoints: tuple[str, ...]) -> list[str]:
@@ -123,27 +185,36 @@ def _low_port_args(endpoints: tuple[str, ...]) -> list[str]:
     return [*as_root, "--cap-add", "CAP_NET_BIND_SERVICE"]
 
 
+def render(binds: Iterable[Bind]) -> list[str]:
+    """bwrap's mount options for ``binds`` (in order), then the read-only remounts of the empty tmpfs mounts
+    and of the root (bwrap makes the bind points inside a tmpfs first, so these come after every bind)."""
+    args: list[str] = []
+    read_only = []
+    for b in binds:
+        p = str(b.path)
+        if b.mode == DEVFS:
+            args += ["--dev", p]
+        elif b.mode == PROCFS:
+            args += ["--proc", p]
+        elif b.mode in (RO, RW, DEV, RO_TRY):
+            args += [{RO: "--ro-bind", RW: "--bind", DEV: "--dev-bind", RO_TRY: "--ro-bind-try"}[b.mode], p, p]
+        elif b.mode == LINK:
+            args += ["--symlink", b.target, p]
+        elif b.mode == MASK:
+            args += ["--ro-bind", os.devnull, p]
+        else:  # empty, scratch
+            args += ["--tmpfs", p]
+            if b.mode == EMPTY:
+                read_only.append(p)
+    for p in read_only:
+        args += ["--remount-ro", p]
+    return [*args, "--remount-ro", "/"]
+
+
 def bwrap_args(policy: Policy, runtime_dir: Path | None = None) -> list[str]:
     """bwrap's options (no binary, no command) for ``policy``; ``runtime_dir`` (the network bridges' sockets)
     is bound read-only at its own path. Every path is resolved, so symlinks cannot aim a bind elsewhere."""
-    args = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
-    for entry in PROC_READ_ONLY:
-        args += ["--ro-bind-try", entry, entry]
-    args += ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--die-with-parent"]
+    args = ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--die-with-parent"]
     args += ["--cap-drop", "ALL", *_low_port_args(policy.endpoints)]
-    if policy.gpu:
-        for node in dict.fromkeys(n for pattern in GPU_NODES for n in sorted(glob.glob(pattern))):
-            args += ["--dev-bind", node, node]
-    read_only_tmpfs = []
-    extra = [(_resolve(runtime_dir), _READABLE)] if runtime_dir is not None else []
-    for path, kind in sorted(mounts(policy) + extra, key=lambda item: (len(item[0].parts), item[1], str(item[0]))):
-        p = str(path)
-        if kind in (_HIDDEN, _SCRATCH):
-            args += ["--tmpfs", p]
-            if kind == _HIDDEN:
-                read_only_tmpfs.append(p)
-        else:
-            args += ["--ro-bind" if kind == _READABLE else "--bind", p, p]
-    for p in read_only_tmpfs:  # after every bind: bwrap makes the bind points inside the tmpfs first
-        args += ["--remount-ro", p]
+    args += render(plan(policy, runtime_dir))
     return [*args, "--chdir", str(_resolve(policy.cwd))]

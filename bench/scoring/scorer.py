@@ -49,11 +49,12 @@ def load_task_module(task_dir: Path):
 
 
 def sandbox_wrap(eval_dir: Path):
-    """The predictor's sandbox: the staged folder and the Python it needs readable, the harness's places (data
-    cache, workspaces, store, mirror, home, /tmp) hidden, nothing writable, no network, its own PID namespace."""
+    """The predictor's sandbox: the allow-list's system and Python, the predictor's own files and the staged
+    folder readable (bench.sandbox.view: no repository, no data cache, no other run, no CLI), nothing
+    writable, no network, its own PID namespace."""
     from bench.sandbox import Policy, Sandbox, default_hidden, default_readable
 
-    readable = (*default_readable(), eval_dir)
+    readable = (*default_readable("predictor"), eval_dir)
     return Sandbox(Policy(cwd=eval_dir, writable=(), readable=readable, hidden=default_hidden(), endpoints=()))
 
 

@@ -60,11 +60,13 @@ def test_nothing_outside_the_workspace_can_be_written(harness, inside, policy_of
     assert set(seen) == set(targets)
     # /tmp is the sandbox's own scratch tmpfs: a write there lands in it, never in the host's file (checked below)
     assert [name for name, what in seen.items() if what == "ok"] == ["tmp"], seen
-    # read-only where it is visible (the repo, the venv, /etc), missing where it is hidden (the harness's places)
-    for name in ("task_original", "tasks_dir", "venv_site_packages", "repo_bench", "etc"):
+    # read-only where it is visible (the venv, the package's few files, /etc), missing where the allow-list does
+    # not reach (the task originals in the repository, the harness's places)
+    for name in ("venv_site_packages", "venv_python_module", "repo_bench", "etc"):
         assert seen[name] in ("EROFS", "EACCES"), (name, seen[name])
-    for name in ("prepared", "mirror", "home", "mlruns", "sibling", "own_result", "own_log", "run_dir"):
+    for name in ("task_original", "tasks_dir", "prepared", "mirror", "home", "mlruns", "sibling", "own_result"):
         assert seen[name] in ("ENOENT", "EROFS"), (name, seen[name])
+    assert seen["task_original"] == "ENOENT" and seen["own_log"] in ("ENOENT", "EROFS") and seen["run_dir"] == "EROFS"
     assert {name: digest(Path(p)) for name, p in targets.items() if Path(p).is_file()} == before
     assert not list(venv_site.glob("planted-by-agent.txt")) and not list(tasks_file.parent.glob("planted-*"))
 

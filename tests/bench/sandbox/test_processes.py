@@ -29,6 +29,8 @@ from bench.sandbox import Sandbox
 
 pytestmark = pytest.mark.usefixtures("bwrap_ok")
 GONE_WITHIN_S = 5.0
+# as bench.pipeline.launch gives an agent: this Python first on PATH (a pyenv's shims are not in the view)
+AGENT_ENV = {**os.environ, "PATH": os.pathsep.join((os.path.dirname(sys.executable), os.environ.get("PATH", "")))}
 
 
 def marker() -> str:
@@ -177,7 +179,9 @@ def test_the_grace_period_holds_inside_the_sandbox(harness, policy_of):
     dying of the SIGTERM, it would be SIGKILLed at once), then the sandbox ends by itself."""
     agent = f"python -c {shlex.quote(CHECKPOINT_ON_TERM)} & sleep 1000"
     with Sandbox(policy_of(harness)) as box:
-        proc = subprocess.Popen(box.wrap(["bash", "-c", agent]), start_new_session=True, stdin=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            box.wrap(["bash", "-c", agent]), start_new_session=True, stdin=subprocess.DEVNULL, env=AGENT_ENV
+        )
         assert wait_until(lambda: (harness.ws / "ready").exists(), 20)
         dog = Watchdog(proc, budget_s=0.5, grace_s=10, token=None).start()
         proc.wait(30)
@@ -194,7 +198,9 @@ def test_the_grace_period_ends_with_sigkill_of_everything(harness, policy_of):
     stubborn = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(1000)"
     agent = f"{escape(mark)}; python -c {shlex.quote(stubborn)} & sleep 1000"
     with Sandbox(policy_of(harness)) as box:
-        proc = subprocess.Popen(box.wrap(["bash", "-c", agent]), start_new_session=True, stdin=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            box.wrap(["bash", "-c", agent]), start_new_session=True, stdin=subprocess.DEVNULL, env=AGENT_ENV
+        )
         assert wait_until(lambda: alive(mark), 20)
         t0 = time.monotonic()
         dog = Watchdog(proc, budget_s=0.5, grace_s=2, token=None).start()
