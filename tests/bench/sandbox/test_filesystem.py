@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
 
 from bench.paths import ROOT
-from bench.sandbox import Policy, default_hidden
+from bench.sandbox import Policy, default_hidden, default_readable
 
 pytestmark = pytest.mark.usefixtures("bwrap_ok")
 
@@ -180,3 +182,57 @@ def test_a_predictor_sees_its_read_only_eval_folder_under_the_hidden_workspaces(
     policy = Policy(cwd=eval_dir, writable=(), readable=(eval_dir,), hidden=default_hidden(), endpoints=())
     seen = inside(policy, code, timeout=180)
     assert seen == {"cwd": str(eval_dir), "files": ["train.py"], "write": "EROFS", "run_dir": ["best"], "torch": True}
+
+
+@pytest.fixture
+def dataset_copies():
+    """Copies of a dataset where researchers keep them and no deny-list names them: /srv, /mnt, /opt, /var,
+    another user's home, a top-level /data-like folder; removed afterwards."""
+    tag = uuid.uuid4().hex[:10]
+    folders = [
+        Path(p) for p in (f"/srv/{tag}", f"/mnt/{tag}", f"/home/{tag}", f"/data-{tag}", f"/opt/{tag}", f"/var/{tag}")
+    ]
+    files = []
+    for folder in folders:
+        folder.mkdir(parents=True)
+        files.append(folder / f"ETTh1-{tag}.csv")
+        files[-1].write_text(
+            "date,HUFL,HULL,MUFL,MULL,LUFL,LULL,OT\n2016-07-01 00:00:00,5.8,2.0,1.5,0.5,4.2,1.3,30.5\n"
+        )
+    try:
+        yield tag, files
+    finally:
+        for folder in folders:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.mark.parametrize("purpose", ["agent", "predictor"])
+def test_find_from_the_root_finds_no_dataset_copy(purpose, dataset_copies, harness, inside, policy_of):
+    """The agent's (and the predictor's) `find / -iname '*etth1*'`: the copies are not there, not even their
+    folders; the root holds only what the allow-list binds."""
+    tag, files = dataset_copies
+    if purpose == "agent":
+        policy = policy_of(harness)
+    else:
+        eval_dir = harness.run_dir / "eval" / "best"
+        eval_dir.mkdir(parents=True)
+        policy = Policy(
+            cwd=eval_dir, writable=(), readable=(*default_readable("predictor"), eval_dir), hidden=default_hidden()
+        )
+    code = (
+        "import json, os, subprocess\n"
+        f"files = {json.dumps([str(f) for f in files])}\n"
+        "found = subprocess.run(['find', '/', '-iname', '*etth1*', '-not', '-path', '/proc/*'],\n"
+        "                       capture_output=True, text=True).stdout.split()\n"
+        "def read(p):\n    try:\n        return open(p).read()\n"
+        "    except OSError as e:\n        return type(e).__name__\n"
+        "print(json.dumps({'found': found, 'read': [read(f) for f in files], 'root': sorted(os.listdir('/'))}))\n"
+    )
+    seen = inside(policy, code, env={"PATH": "/usr/bin:/bin"})
+    assert seen["found"] == [] and set(seen["read"]) == {"FileNotFoundError"}, seen
+    assert not any(tag in name for name in seen["root"])
+    allowed = {"bin", "dev", "etc", "lib", "lib32", "lib64", "libx32", "proc", "sbin", "sys", "tmp", "usr", "var"}
+    # plus the first folder of each path the run binds (the venv, the interpreter, the workspace): /work, /root
+    bound_tops = {Path(p).parts[1] for p in (sys.prefix, sys.base_prefix, harness.ws)}
+    assert set(seen["root"]) <= allowed | bound_tops, seen["root"]
+    assert "home" not in seen["root"] and "srv" not in seen["root"] and "mnt" not in seen["root"]
