@@ -20,6 +20,7 @@ from bench import outcome, preflight, protocol, termination
 from bench.agents import get_agent, own_hosts_of
 from bench.durations import fmt_s
 from bench.pipeline import audit, collect, evaluate, launch, record, state, watch, workspace
+from bench.pipeline.arrivals import Arrival
 from bench.pipeline.evidence import Evidence
 from bench.result import Audit, Evaluation, RunResult
 from bench.tasks import Task, data, weights
@@ -121,7 +122,7 @@ class Ended:
     endpoints: tuple[str, ...]
     sandboxed: bool
     watched: watch.Watched
-    arrivals: dict[Path, float]  # when the harness first saw each checkpoint
+    arrivals: dict[Path, Arrival]  # each checkpoint: when the harness first saw it and its current content
     launches: list[dict]  # the scripts the launch monitor saw running (Launch.to_dict())
     agent_events: dict  # AgentStream.summary()
     note: str = ""  # why the run was finished late (``--resume``): added to the outcome's reason
@@ -134,7 +135,7 @@ class Ended:
             endpoints=tuple(agent.endpoints),
             sandboxed=agent.sandboxed,
             watched=watched,
-            arrivals=dict(agent.arrivals.seen),
+            arrivals=dict(agent.arrivals.files),
             launches=[seen.to_dict() for seen in agent.monitor.launches.values()],
             agent_events=agent.stream.summary(),
         )

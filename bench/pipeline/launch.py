@@ -47,7 +47,7 @@ class LaunchedAgent:
     started_at: float  # time.time() at the launch; checkpoint times and the budget count from here
     stream: AgentStream
     monitor: LaunchMonitor
-    arrivals: Arrivals  # when each file of checkpoints/ was first seen
+    arrivals: Arrivals  # each file of checkpoints/: when it was first seen, when its current content was
     status: StatusLine
     sandbox: Sandbox | None = None  # None: run unsandboxed; closed by watch.watch once the run's processes ended
     evidence: Evidence | None = None  # what the harness observes for the audit (run_dir/evidence)
@@ -118,13 +118,12 @@ def launch(
     extra = {"HOME": str(ctx.home), **agent.env(ctx)}  # a private HOME for every agent, not only the CLIs
     writable = (ctx.home, *_declared(writable_of(agent, ctx)))
     endpoints = endpoints_of(agent, ctx)
-    pythonpath = extra.get("PYTHONPATH", "")  # the toolkit's own agent names the repository: its packages are bound
-    box = _sandbox(ws, writable, endpoints, evidence, pythonpath) if sandbox else None
+    box = _sandbox(ws, writable, endpoints, evidence) if sandbox else None
     token = uuid.uuid4().hex
     become_subreaper()
     status = StatusLine(label, enabled=console)
     locked = ws.task.locked_files if ws.task is not None else ()  # (a bare workspace, as tests build, has none)
-    arrivals = Arrivals(ws.checkpoints, on_new=lambda p, t: evidence.note_arrival(ws.path, p, t, locked)).start()
+    arrivals = Arrivals(ws.checkpoints, on_new=lambda p, a: evidence.note_arrival(ws.path, p, a, locked)).start()
     started = time.time()
     try:
         proc = subprocess.Popen(
@@ -147,8 +146,8 @@ def launch(
 
 
 def _declared(writable: tuple[Path, ...]) -> tuple[Path, ...]:
-    """The folders an adapter asks to write, refused when one is or holds a harness place (the repository, the
-    tracking store, the cache, another workspace, /tmp): binding it read-write would undo the sandbox there."""
+    """The folders an adapter asks to write, refused when one is or holds a harness place (the tracking store,
+    the cache, another workspace, /tmp): binding it read-write would undo the sandbox for that place."""
     hidden = default_hidden()
     for folder in writable:
         folder = Path(os.path.realpath(folder))
@@ -161,23 +160,15 @@ def _declared(writable: tuple[Path, ...]) -> tuple[Path, ...]:
     return writable
 
 
-def _sandbox(
-    ws: Workspace,
-    writable: tuple[Path, ...],
-    endpoints: tuple[str, ...],
-    evidence: Evidence,
-    pythonpath: str = "",
-) -> Sandbox:
+def _sandbox(ws: Workspace, writable: tuple[Path, ...], endpoints: tuple[str, ...], evidence: Evidence) -> Sandbox:
     """The agent's sandbox: it writes its workspace, its private home and what its adapter declares
-    (``writable``), reads only the allow-list (the system, Python, the tracer, its CLI: bench.sandbox.view;
-    of the repository only the toolkit's packages, and those only when its ``pythonpath`` names the
-    repository), sees none of the harness's places, and reaches only its ``endpoints``; every request through
-    its proxy is noted in the evidence."""
+    (``writable``), reads what Python and its CLI need, sees none of the harness's places, and reaches only
+    its ``endpoints``; every request through its proxy is noted in the evidence."""
     evidence.dir.mkdir(parents=True, exist_ok=True)
     policy = Policy(
         cwd=ws.path,
         writable=(ws.path, *writable),
-        readable=default_readable("agent", pythonpath),
+        readable=default_readable(),
         hidden=default_hidden(),
         endpoints=endpoints,
         network_log=evidence.path("network.jsonl"),

@@ -16,7 +16,7 @@ from bench.pipeline import state
 from bench.pipeline.workspace import Workspace
 from bench.result import RunResult
 from bench.tasks import get_task
-from bench.tracking import schema
+from bench.tracking import accounting, schema
 from bench.tracking.relay import Relay
 from bench.tracking.writer import MlflowWriter, TrackingError
 
@@ -83,7 +83,10 @@ def record(writer: MlflowWriter, result: RunResult, ws: Workspace) -> str:
         )
         run_id = writer.create_run(result.label, tags, start_time=result.started_at)
     base = schema.run_tags(result.campaign, result.agent, result.task, result.repeat)
-    scripts = relay_for(writer, run_id, ws, base).finalize()
+    relay = relay_for(writer, run_id, ws, base)
+    relay.finalize()
+    relay.keep([(e.path, e.script) for e in result.evaluations])  # the scored files, whatever the upload cap left
+    scripts = result.scripts = relay.summary()  # result.json is written again after this (save)
 
     writer.log_params(
         run_id,
@@ -109,6 +112,7 @@ def record(writer: MlflowWriter, result: RunResult, ws: Workspace) -> str:
         schema.SCRIPTS_LAUNCHED: scripts["launched"],
         schema.CHECKPOINTS: result.checkpoints_found,
         schema.LAUNCHES_OBSERVED: len(result.launches_observed),
+        **accounting.metrics(scripts),  # what the relay dropped or left, counted (issue 21)
     }
     task = get_task(result.task)
     found = deviations(result, task.budget_s)
@@ -144,6 +148,7 @@ def record(writer: MlflowWriter, result: RunResult, ws: Workspace) -> str:
             schema.REASON: result.reason[:500],
             schema.PARTIAL_DATA: str(result.partial_data).lower(),
             schema.SANDBOXED: str(result.sandboxed).lower(),
+            schema.RELAY_DROPPED: "\n".join(accounting.lines(scripts))[:5000],
             schema.ENTRY: schema.entry_label(result.agent, result.model),
             **schema.protocol_tags(
                 budget_s=result.budget_s,
@@ -186,6 +191,9 @@ def _note(result: RunResult, scripts: dict, found: list[protocol.Deviation]) -> 
     partial = "\n\n**Partial data** (not comparable with the paper): " + "; ".join(notes) if notes else ""
     if found:
         partial += "\n\n**Non-standard** (left out of comparisons with the paper): " + "; ".join(map(str, found))
+    if relayed := accounting.lines(scripts):
+        partial += "\n\n**Relay** (values or checkpoints that did not reach MLflow; details in result.json): "
+        partial += "; ".join(relayed)  # the relay's own words and counts: no agent-chosen text
     return (
         f"**{result.status}**: {result.metric} {score} on {result.split} "
         f"(baseline {result.baseline_score:g}); {scripts['launched']} scripts launched, "

@@ -49,6 +49,7 @@ PROTOCOL_STANDARD, PROTOCOL_NONSTANDARD = "standard", "nonstandard"
 SCRIPT = "bench.script"  # script runs: file name, e.g. run_3.py
 PID = "bench.pid"
 EXIT = "bench.exit"  # FINISHED | FAILED | KILLED, as observed
+RELAY_DROPPED = "bench.relay.dropped"  # agent runs: what the relay dropped or left, one "reason: count" per line
 CANDIDATE = "bench.candidate"  # eval runs: best | best-unloadable | window-<k>, comma-joined (best,window-3)
 
 KIND_AGENT = "agent"
@@ -112,6 +113,12 @@ TOKENS_INPUT = "tokens_input"
 TOKENS_OUTPUT = "tokens_output"
 TOKENS_CACHED = "tokens_cached"
 COST_USD = "cost_usd"
+# what the relay could not bring from the spool into MLflow (bench.tracking.limits): counted, with the reasons
+RELAY_VALUES = "relay_values"  # script values the store took
+RELAY_VALUES_DROPPED = "relay_values_dropped"  # values dropped (refused by the store's limits, over the cap, copies)
+RELAY_VALUES_UNRELAYED = "relay_values_unrelayed"  # values left in the spool (the store unreachable, unread bytes)
+RELAY_CHECKPOINTS_NOT_UPLOADED = "relay_checkpoints_not_uploaded"  # checkpoint events whose file was not uploaded
+RELAY_UNREAD_BYTES = "relay_unread_bytes"  # spool bytes the relay never read (past the per-script cap)
 
 # --- eval runs ------------------------------------------------------------------------------
 EVAL_VAL_SCORE = "val_score"  # the checkpoint's self-reported validation score
