@@ -23,6 +23,7 @@ from bench.pipeline import audit, collect, evaluate, launch, record, state, watc
 from bench.pipeline.arrivals import Arrival
 from bench.pipeline.evidence import Evidence
 from bench.result import Audit, Evaluation, RunResult
+from bench.sandbox.limits import Limits
 from bench.tasks import Task, data, weights
 from bench.tracking import schema
 from bench.tracking.relay import Relay
@@ -46,6 +47,7 @@ class RunSpec:
     no_weights: bool = False  # run a task that provides pretrained weights without them (marked partial)
     sandbox: bool = True  # the agent runs in a bubblewrap sandbox (bench.sandbox); False: --unsandboxed, marked so
     run_id: str | None = None  # the run directory's name (a campaign's stable id); None: task-agent-repeat-time
+    limits: Limits = field(default_factory=Limits)  # memory, processes, workspace, log, evaluation time (limits.py)
 
     @property
     def budget(self) -> float:
@@ -103,6 +105,7 @@ def _run(spec: RunSpec, term: termination.Termination) -> RunResult:
         console=spec.console,
         sandbox=spec.sandbox,
         evidence=evidence,
+        limits=spec.limits,
     )
     opening.join()  # the agent run is open by now (run.json names it); MLflow's start-up ran beside the agent's
     _save_state(spec, ws, device, data_dir, notes, agent, relay)
@@ -162,7 +165,7 @@ def finish(
         ws.checkpoints, ended.started_at, task.metric, task.direction, deadline, ended.arrivals, ran
     )
     evaluations = evaluate.evaluate_candidates(  # 5
-        ws, collected.selection, data_dir, device, spec.console, sandboxed=spec.sandbox
+        ws, collected.selection, data_dir, device, spec.console, sandboxed=spec.sandbox, budget_s=spec.limits.eval_s
     )
     ended = _after_signal(ended, evaluations, ws, spec.label)
     Evidence(ws.run_dir).end(ws.path, task.locked_files)
@@ -308,6 +311,11 @@ def _result(
     if ended.note:  # finished by --resume: the outcome says so (an interrupted run's reason is the note itself)
         why = ended.note if decided.status == "interrupted" else f"{decided.reason}; {ended.note}"
         decided = replace(decided, reason=why)
+    if watched.ended_why:  # a limit ended the agent's time before its budget
+        decided = replace(decided, reason=f"{decided.reason}; the harness ended the agent early: {watched.ended_why}")
+    limits = {"settings": spec.limits.to_dict(), "hit": [], **watched.limits}
+    if hit := evaluate.budget_hit(evaluations, spec.limits.eval_s):
+        limits["hit"] = [*limits["hit"], hit]
     return RunResult(
         task=task.id,
         task_name=task.name,
@@ -344,6 +352,7 @@ def _result(
         partial_data=bool(notes),
         partial_data_notes=notes,
         sandboxed=ended.sandboxed,
+        limits=limits,
     )
 
 

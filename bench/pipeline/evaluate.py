@@ -25,7 +25,7 @@ from pathlib import Path
 
 from bench import protocol
 from bench.checksums import sha256
-from bench.pipeline.collect import Checkpoint, Selection
+from bench.pipeline.collect import Checkpoint, NotACheckpoint, Selection, verify_copy
 from bench.pipeline.launch import HARNESS_ONLY
 from bench.pipeline.workspace import Workspace
 from bench.result import Evaluation, Official
@@ -150,8 +150,11 @@ def evaluate_candidates(
                 print(f"[bench] evaluating {label}: {ckpt.path.name} (val {ckpt.val_score:.4f})", flush=True)
             try:
                 stage(ws.task, ws.path, eval_dir, ckpt.path)
+                timed = verify_copy(ckpt, eval_dir / CHECKPOINT)  # the bytes scored are the bytes placed in time
             except OSError as e:  # the checkpoint vanished or cannot be read
                 done[ckpt.path] = Official.from_dict({"error": f"cannot stage the checkpoint: {e}", UNLOADABLE: True})
+            except NotACheckpoint as e:  # it changed after collect timed it: those bytes have no time, not scored
+                done[ckpt.path] = Official.from_dict({"error": str(e), UNLOADABLE: True})
             else:
                 timeout = min(EVAL_TIMEOUT_S, left)  # what is left of the run's evaluation budget
                 official = evaluate(
@@ -165,7 +168,7 @@ def evaluate_candidates(
                     validate=label.startswith("best"),  # the scored one (rule 9), not the anytime curve's
                 )
                 done[ckpt.path] = Official.from_dict(
-                    {**official.to_dict(), **_provenance(ckpt.path, eval_dir, ckpt.script)}
+                    {**official.to_dict(), **_provenance(ckpt.path, eval_dir, ckpt.script), "checkpoint_sha256": timed}
                 )
         return done[ckpt.path]
 

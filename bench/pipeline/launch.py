@@ -31,6 +31,7 @@ from bench.pipeline.workspace import Workspace
 from bench.processes import TOKEN_VAR, become_subreaper
 from bench.progress import StatusLine
 from bench.sandbox import Policy, Sandbox, agent_environment, default_hidden, default_readable
+from bench.sandbox.limits import Limits, RunGroup
 from bench.tracking import HOOK_DIR
 
 # never inherited by an agent: a run id would make MLflow resume the parent; the tracer's own variables
@@ -52,6 +53,7 @@ class LaunchedAgent:
     sandbox: Sandbox | None = None  # None: run unsandboxed; closed by watch.watch once the run's processes ended
     evidence: Evidence | None = None  # what the harness observes for the audit (run_dir/evidence)
     endpoints: tuple[str, ...] = ()  # the URLs its sandbox may reach (none: an offline agent)
+    limits: RunGroup | None = None  # its memory and process limits (a cgroup or rlimits); removed by watch.watch
 
     @property
     def sandboxed(self) -> bool:
@@ -96,6 +98,7 @@ def launch(
     console: bool = True,
     sandbox: bool = True,
     evidence: Evidence | None = None,
+    limits: Limits | None = None,
 ) -> LaunchedAgent:
     """Start ``agent`` in ``ws`` with the standard prompt; returns at once, the agent runs on.
 
@@ -118,7 +121,10 @@ def launch(
     extra = {"HOME": str(ctx.home), **agent.env(ctx)}  # a private HOME for every agent, not only the CLIs
     writable = (ctx.home, *_declared(writable_of(agent, ctx)))
     endpoints = endpoints_of(agent, ctx)
-    box = _sandbox(ws, writable, endpoints, evidence) if sandbox else None
+    limits = limits or Limits()
+    group = RunGroup(limits)  # a cgroup when this machine lets the harness make one, else rlimits (limits.py)
+    pythonpath = extra.get("PYTHONPATH", "")  # the toolkit's own agent names the repository: its packages are bound
+    box = _sandbox(ws, writable, endpoints, evidence, group, pythonpath) if sandbox else None
     token = uuid.uuid4().hex
     become_subreaper()
     status = StatusLine(label, enabled=console)
@@ -134,20 +140,22 @@ def launch(
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # the watchdog signals the group; inside, --unshare-pid ends the rest
+            preexec_fn=None if box else group.preexec,  # sandboxed: the sandbox's first shell and launcher
         )
     except BaseException:
+        group.remove()
         arrivals.stop()
         if box:
             box.close()
         raise
-    stream = AgentStream(proc, ws.log, ws.events, status, console, parser_of(agent, ctx), model).start()
+    stream = AgentStream(proc, ws.log, ws.events, status, console, parser_of(agent, ctx), model, limits).start()
     monitor = LaunchMonitor(proc.pid, token, ws.path, evidence=evidence).start()
-    return LaunchedAgent(proc, argv, token, started, stream, monitor, arrivals, status, box, evidence, endpoints)
+    return LaunchedAgent(proc, argv, token, started, stream, monitor, arrivals, status, box, evidence, endpoints, group)
 
 
 def _declared(writable: tuple[Path, ...]) -> tuple[Path, ...]:
-    """The folders an adapter asks to write, refused when one is or holds a harness place (the tracking store,
-    the cache, another workspace, /tmp): binding it read-write would undo the sandbox for that place."""
+    """The folders an adapter asks to write, refused when one is or holds a harness place (the repository, the
+    tracking store, the cache, another workspace, /tmp): binding it read-write would undo the sandbox there."""
     hidden = default_hidden()
     for folder in writable:
         folder = Path(os.path.realpath(folder))
@@ -160,17 +168,26 @@ def _declared(writable: tuple[Path, ...]) -> tuple[Path, ...]:
     return writable
 
 
-def _sandbox(ws: Workspace, writable: tuple[Path, ...], endpoints: tuple[str, ...], evidence: Evidence) -> Sandbox:
+def _sandbox(
+    ws: Workspace,
+    writable: tuple[Path, ...],
+    endpoints: tuple[str, ...],
+    evidence: Evidence,
+    limits: RunGroup,
+    pythonpath: str = "",
+) -> Sandbox:
     """The agent's sandbox: it writes its workspace, its private home and what its adapter declares
-    (``writable``), reads what Python and its CLI need, sees none of the harness's places, and reaches only
-    its ``endpoints``; every request through its proxy is noted in the evidence."""
+    (``writable``), reads only the allow-list (the system, Python, the tracer, its CLI: bench.sandbox.view;
+    of the repository only the toolkit's packages, and those only when its ``pythonpath`` names the
+    repository), sees none of the harness's places, and reaches only its ``endpoints``; every request through
+    its proxy is noted in the evidence."""
     evidence.dir.mkdir(parents=True, exist_ok=True)
     policy = Policy(
         cwd=ws.path,
         writable=(ws.path, *writable),
-        readable=default_readable(),
+        readable=default_readable("agent", pythonpath),
         hidden=default_hidden(),
         endpoints=endpoints,
         network_log=evidence.path("network.jsonl"),
     )
-    return Sandbox(policy)
+    return Sandbox(policy, limits=limits)
