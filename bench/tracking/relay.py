@@ -12,26 +12,34 @@ becomes a plain file name, a checkpoint is uploaded only from inside the workspa
 and up to a size, sources and lines are bounded, and a run the spool leaves open (a forged ``start``
 without its ``end``) is closed as KILLED when the agent's run is over. ``relay.json`` belongs to the
 harness and is kept in the run directory, out of the agent's reach.
+
+Nothing in a spool can stop the relay (issue 21): each value is checked against the store's limits first
+(:mod:`bench.tracking.limits`) and dropped, counted by reason, when it breaks one; a batch the store refuses anyway
+is split until the refused values are alone; a script is cut at the caps (values, checkpoint uploads, spool bytes)
+with a count; system metrics are sampled in a thread of their own (:class:`~bench.tracking.sysmetrics.SystemMetrics`).
+At the end :meth:`Relay.summary` accounts for every value: relayed + dropped + left unrelayed = written.
 """
 
 from __future__ import annotations
 
+import copy
 import difflib
 import json
-import re
 import threading
 import time
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, fields
 from pathlib import Path
 
-import psutil
+from bench.tracking import accounting, limits, schema
+from bench.tracking.hook._bench_once import Seen
+from bench.tracking.limits import Tally
+from bench.tracking.script_state import COUNTED, ScriptState, _int, _text, _time, metric_rows, safe_name
+from bench.tracking.sysmetrics import INTERVAL_S, SystemMetrics, Target
+from bench.tracking.writer import MlflowWriter, TrackingError, TrackingRefused
 
-from bench.tracking import schema
-from bench.tracking.hook._bench_once import Seen, event_values
-from bench.tracking.sysmetrics import Sampler
-from bench.tracking.writer import MlflowWriter, TrackingError
-
-SYSTEM_EVERY = 5  # polls between system-metric samples (x 2 s: one sample every ~10 s)
+BATCH = 1000  # values per store call (MLflow's MAX_METRICS_PER_BATCH); also what the relay holds in memory per script
+MAX_RECORDED = 200  # checkpoint events kept in relay.json per script (the counts cover the rest)
+MAX_DEFERRED = 1000  # paths of checkpoints not uploaded for the cap, kept to upload those the evaluation scores
 MAX_READ = 16 << 20  # bytes of one spool file read per poll (a runaway spool must not fill the harness's memory)
 MAX_SOURCE = 1 << 20  # characters of a script's source kept as its artifact
 MAX_CHECKPOINT_BYTES = 8 << 30  # a checkpoint larger than this is not uploaded (T3's backbone is ~0.1 GB)
@@ -39,28 +47,6 @@ MAX_CHECKPOINT_BYTES = 8 << 30  # a checkpoint larger than this is not uploaded 
 # traced values however late it reads them (hook/_bench_once.py); what is left for the relay is a line printed
 # just before the helper traces the same value, which reaches the spool within microseconds of the traced event
 RECENT_PAIRS = 512
-
-
-@dataclass
-class ScriptState:
-    """What the relay knows about one traced process."""
-
-    file: str
-    offset: int = 0
-    run_id: str | None = None
-    script: str = ""
-    pid: int = 0
-    started: float = 0.0
-    ended: float | None = None
-    status: str | None = None  # FINISHED | FAILED | KILLED once closed
-    error: str | None = None
-    params_logged: bool = False
-    metrics: int = 0
-    recent: list[list] = field(default_factory=list)  # [key, step, value, traced] of the last pairs logged (Seen)
-    last_step: int = 0  # the latest training step the script logged: the step axis of checkpoints and system metrics
-    seconds_step: int | None = None  # the step of the last wall-seconds value kept (one per step)
-    checkpoints: list[dict] = field(default_factory=list)
-    closed: bool = False
 
 
 class Relay:
@@ -90,8 +76,8 @@ class Relay:
         self.scripts: dict[str, ScriptState] = {}
         self._recent: dict[str, Seen] = {}  # file -> the values last logged for it (saved as ScriptState.recent)
         self.warned = False
-        self.sampler = Sampler()
-        self._polls = 0
+        self._running: list[Target] = []  # replaced whole, read by the system-metrics thread without the lock
+        self.system = SystemMetrics(lambda: self._running, writer.log_metrics, INTERVAL_S)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -104,18 +90,19 @@ class Relay:
         else:  # a new run: the state file exists from now on, so a relay.json the agent plants is never read
             self._save()
 
-    # --- thread ------------------------------------------------------------------------------
+    # --- threads -----------------------------------------------------------------------------
     def start(self) -> None:
         self._thread = threading.Thread(target=self._loop, name="bench-relay", daemon=True)
         self._thread.start()
+        self.system.start()
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval):
             try:
                 self.poll()
-            except OSError as e:  # relay.json unwritable (a full disk): the spool keeps everything, retried later
+            except Exception as e:  # relay.json unwritable (a full disk), or a bug: the spool keeps everything
                 if not self.warned:
-                    print(f"[bench] the relay cannot save its progress ({e}); retried, nothing is lost", flush=True)
+                    print(f"[bench] the relay could not go on ({e}); retried, nothing is lost", flush=True)
                     self.warned = True
 
     def attach(self, parent_run: str | None) -> None:
@@ -127,6 +114,7 @@ class Relay:
 
     def stop(self) -> None:
         self._stop.set()
+        self.system.stop()
         if self._thread is not None:
             self._thread.join(timeout=60)
 
@@ -137,45 +125,45 @@ class Relay:
         return sum(1 for s in self.scripts.values() if s.script)
 
     def poll(self) -> bool:
-        """Relay every complete new line; returns False if the tracking store failed (retried next time)."""
+        """Relay every complete new line; returns False if the tracking store failed (retried next time).
+
+        Each script on its own: one whose events the store does not take waits, the others go on."""
         with self._lock:
             ok = True
             for path in sorted(self.spool_dir.glob("*.jsonl")):
                 state = self.scripts.setdefault(path.name, ScriptState(file=path.name))
                 try:
                     self._read(path, state)
+                    state.store_error = None
                 except TrackingError as e:
                     ok = False
+                    state.store_error = str(e)[:500]
                     if not self.warned:
                         print(f"[bench] tracking degraded, events stay spooled and are retried: {e}", flush=True)
                         self.warned = True
-            self._polls += 1
-            if ok and self._polls % SYSTEM_EVERY == 0:
-                self._sample_system()
+            self._publish()
             self._save()
             return ok
 
-    def _sample_system(self) -> None:
-        """CPU, memory (and GPU) of every running traced script, on its run; best effort."""
-        for s in self.scripts.values():
-            if s.run_id and not s.closed and _alive(s.pid, s.started):
-                values = self.sampler.sample(s.pid)
-                try:  # on the training-step axis too; their timestamps give the wall-clock view
-                    self.writer.log_metrics(s.run_id, [(k, v, s.last_step, None) for k, v in values.items()])
-                except TrackingError:
-                    return
+    def _publish(self) -> None:
+        """What the system-metrics thread samples: the scripts whose run is open (a new list, never changed)."""
+        running = [s for s in self.scripts.values() if s.run_id and not s.closed]
+        self._running = [(s.run_id, s.pid, s.started, s.last_step) for s in running]
 
     def _read(self, path: Path, state: ScriptState) -> None:
+        left = limits.MAX_SPOOL_BYTES - state.offset
+        if left <= 0:  # past the cap: nothing more of this file is read (the summary counts its bytes)
+            return
         with open(path, "rb") as f:
             f.seek(state.offset)
-            data = f.read(MAX_READ)
+            data = f.read(min(MAX_READ, left))
         end = data.rfind(b"\n") + 1  # only complete lines: the writer may be mid-line
         if end == 0 and len(data) == MAX_READ:  # one "line" longer than a whole read: not an event, pass over it
             state.offset += len(data)
             return
-        rows: list[tuple] = []  # consecutive metric events go to MLflow as one batch
+        rows: list[tuple] = []  # consecutive metric events go to MLflow in batches
         pending = 0  # bytes of those events, counted as read once the batch is recorded
-        recorded = self._memo(state)  # what the step bookkeeping was after the last event recorded
+        recorded = self._memo(state)  # what the bookkeeping was after the last event recorded
         try:
             for line in data[:end].splitlines(keepends=True):
                 try:
@@ -183,8 +171,11 @@ class Relay:
                 except ValueError:
                     event = None  # a torn or foreign line: skip it, never stop relaying
                 if isinstance(event, dict) and event.get("ev") == "metrics" and state.run_id is not None:
-                    rows += self._metric_rows(state, event)
+                    rows += self._metric_rows(state, event, len(rows))
                     pending += len(line)
+                    if len(rows) >= BATCH:
+                        pending = self._flush(state, rows, pending)
+                        recorded = self._memo(state)
                     continue
                 logged = bool(rows)
                 pending = self._flush(state, rows, pending)
@@ -195,16 +186,20 @@ class Relay:
                     recorded = self._memo(state)
                 state.offset += len(line)  # advanced only once the event is recorded
             self._flush(state, rows, pending)
-        except TrackingError:  # these lines are read again next time: forget that their values were logged
-            self._seen(state).values, state.seconds_step, state.last_step = recorded
+        except TrackingError:  # these lines are read again next time: forget what was counted from them
+            seen, counted = recorded
+            self._seen(state).values = seen
+            for name, value in counted.items():
+                setattr(state, name, value)
             raise
 
     def _memo(self, s: ScriptState) -> tuple:
-        return {k: list(v) for k, v in self._seen(s).values.items()}, s.seconds_step, s.last_step
+        seen = {k: list(v) for k, v in self._seen(s).values.items()}
+        return seen, {name: copy.deepcopy(getattr(s, name)) for name in COUNTED}
 
     def _flush(self, s: ScriptState, rows: list[tuple], pending: int) -> int:
         if rows:
-            s.metrics += self.writer.log_metrics(s.run_id, rows)
+            self._log(s, rows)
             rows.clear()
             s.offset += pending
             self._save()  # at least once: a harness killed now replays at most this batch (the store dedupes it)
@@ -212,26 +207,16 @@ class Relay:
         s.offset += pending
         return 0
 
-    def _metric_rows(self, s: ScriptState, ev: dict) -> list[tuple]:
-        found = event_values({**ev, "step": _int(ev.get("step"))})
-        if found is None:
-            return []
-        step, values = found
-        # one value, traced or printed: a printed value that copies one logged at its key and step is dropped, and a
-        # traced one that a line printed just before it copies (the output tee drops the copies it reads later)
-        traced, recent = ev.get("src") != "stdout", self._seen(s)
-        values = {k: v for k, v in values.items() if not recent.copy_of(k, step, v, traced)}
-        for k, v in values.items():
-            recent.add(k, step, v, traced)
-        # wall seconds are a series of their own, one value per training step (the first logged at that step), so
-        # that a step logging a loss line and a validation line does not draw two points at one x
-        if schema.SCRIPT_SECONDS in values:
-            if s.seconds_step == step:
-                del values[schema.SCRIPT_SECONDS]
-            else:
-                s.seconds_step = step
-        s.last_step = max(s.last_step, step)
-        return [(k, v, step, ev.get("t")) for k, v in values.items()]
+    def _log(self, s: ScriptState, rows: list[tuple]) -> None:
+        """Log checked rows; the ones the store refuses anyway are dropped with its message, never retried."""
+        refused = self.writer.log_values(s.run_id, rows)
+        tally = Tally(s.dropped, s.examples)
+        for (key, *_), why in refused:
+            tally.drop("store-refused", f"{key[:100]}: {why}")
+        s.metrics += len(rows) - len(refused)
+
+    def _metric_rows(self, s: ScriptState, ev: dict, queued: int = 0) -> list[tuple]:
+        return metric_rows(s, ev, self._seen(s), queued)
 
     def _apply(self, s: ScriptState, ev: dict) -> None:
         kind = ev.get("ev")
@@ -240,7 +225,7 @@ class Relay:
             self._ensure_run(s)
             rec, run = self.writer, s.run_id
             argv = ev.get("argv") if isinstance(ev.get("argv"), list) else []
-            rec.log_params(run, {"argv": " ".join(map(str, argv)), "pid": s.pid})
+            self._params(s, {"argv": " ".join(map(str, argv)), "pid": s.pid})
             source = str(ev.get("source", ""))[:MAX_SOURCE]
             rec.log_text(run, source, f"source/{s.script}")
             if self.baseline_source and s.script != "train.py":
@@ -251,39 +236,91 @@ class Relay:
             return
         self._ensure_run(s)
         if kind == "metrics":  # only before the run exists (the batched path in _read covers the rest)
-            s.metrics += self.writer.log_metrics(s.run_id, self._metric_rows(s, ev))
+            self._log(s, self._metric_rows(s, ev))
         elif kind == "checkpoint":
-            if not s.params_logged and isinstance(ev.get("config"), dict):
-                extra = {k: ev[k] for k in ("n_params", "device") if ev.get(k) is not None}
-                self.writer.log_params(s.run_id, {"config": ev["config"], **extra})
-                s.params_logged = True
-            # on the training-step axis of the script's other metrics: the step it says, else the last one it logged
-            step = _int(ev.get("step")) if ev.get("step") is not None else s.last_step
-            score = ev.get("val_score") if isinstance(ev.get("val_score"), int | float) else None
-            self.writer.log_metrics(s.run_id, [(schema.CHECKPOINT_SCORE, score, step, _time(ev.get("t")))])
-            entry = {k: ev.get(k) for k in ("path", "val_score", "metric", "step", "t")}
-            ckpt, why = self._checkpoint_file(ev.get("path"))
-            if ckpt is not None:
-                self.writer.log_artifact(s.run_id, ckpt, "checkpoints")
-            else:
-                entry["not_uploaded"] = why
-            s.checkpoints.append(entry)
+            self._checkpoint(s, ev)
         elif kind == "end":
             status = ev.get("status") if ev.get("status") in ("FINISHED", "FAILED", "KILLED") else "FAILED"
             s.ended, s.status, s.error = _time(ev.get("t")), status, _text(ev.get("error"))
             self._close(s)
+
+    def _params(self, s: ScriptState, params: dict) -> None:
+        """Params whose keys MLflow takes (the others counted); a set the store refuses anyway is dropped whole."""
+        from bench.tracking.writer import flatten
+
+        flat = flatten(params)
+        good = {k: v for k, v in flat.items() if limits.key_problem(k) is None}
+        s.params_dropped += len(flat) - len(good)
+        try:
+            self.writer.log_params(s.run_id, good)
+        except TrackingRefused:
+            s.params_dropped += len(good)
+
+    def _checkpoint(self, s: ScriptState, ev: dict) -> None:
+        if not s.params_logged and isinstance(ev.get("config"), dict):
+            extra = {k: ev[k] for k in ("n_params", "device") if ev.get(k) is not None}
+            self._params(s, {"config": ev["config"], **extra})
+            s.params_logged = True
+        # on the training-step axis of the script's other metrics: the step it says, else the last one it logged
+        step = ev.get("step") if ev.get("step") is not None else s.last_step
+        score = {
+            "ev": "metrics",
+            "step": step,
+            "t": _time(ev.get("t")),
+            "metrics": {schema.CHECKPOINT_SCORE: ev.get("val_score")},
+        }
+        self._log(s, self._metric_rows(s, score))
+        s.checkpoint_events += 1
+        entry = {k: ev.get(k) for k in ("path", "val_score", "metric", "step", "t")}
+        ckpt, why = self._checkpoint_file(ev.get("path"))
+        if ckpt is not None and s.uploaded >= limits.MAX_CHECKPOINT_UPLOADS:
+            if len(s.deferred) < MAX_DEFERRED and str(ckpt) not in s.deferred:
+                s.deferred.append(str(ckpt))
+            ckpt, why = None, "over-cap"
+        if ckpt is not None:
+            self.writer.log_artifact(s.run_id, ckpt, "checkpoints")
+            s.uploaded += 1
+        else:
+            entry["not_uploaded"] = why
+            s.not_uploaded[why] = s.not_uploaded.get(why, 0) + 1
+        if len(s.checkpoints) < MAX_RECORDED:
+            s.checkpoints.append(entry)
 
     def _checkpoint_file(self, raw: object) -> tuple[Path | None, str]:
         """The checkpoint a spool event names, if it is a file of ``checkpoints/`` of a sane size; else why not."""
         try:
             path = Path(str(raw)).resolve(strict=True)
         except (OSError, RuntimeError, ValueError):
-            return None, f"no such file: {str(raw)[:200]}"
+            return None, "no-such-file"
         if not path.is_relative_to(self.checkpoints_dir) or not path.is_file():
-            return None, f"not a file of {self.checkpoints_dir}: {str(raw)[:200]}"
+            return None, "outside-checkpoints"
         if path.stat().st_size > MAX_CHECKPOINT_BYTES:
-            return None, f"larger than {MAX_CHECKPOINT_BYTES >> 30} GiB"
+            return None, "too-large"
         return path, ""
+
+    def keep(self, checkpoints: list[tuple[str, str]]) -> None:
+        """Upload the checkpoints the evaluation scored, ``(path, script)``, that the upload cap left out: the
+        selection's files are on their script's run whatever the script flooded."""
+        with self._lock:
+            for raw, script in checkpoints:
+                path, _ = self._checkpoint_file(raw)
+                owners = [s for s in self.scripts.values() if path and s.run_id and str(path) in s.deferred]
+                # past MAX_DEFERRED paths: the latest run of its script that left checkpoints out for the cap
+                owners = owners or [
+                    s for s in self.scripts.values() if path and s.script == script and s.not_uploaded.get("over-cap")
+                ]
+                if not owners:
+                    continue
+                s = owners[-1]
+                try:
+                    self.writer.log_artifact(s.run_id, path, "checkpoints")
+                except TrackingError:
+                    continue
+                if str(path) in s.deferred:
+                    s.deferred.remove(str(path))
+                s.uploaded += 1
+                s.not_uploaded["over-cap"] -= 1
+            self._save()
 
     def _ensure_run(self, s: ScriptState) -> None:
         if s.run_id is None and self.parent_run is None:
@@ -301,12 +338,18 @@ class Relay:
         self.writer.set_tags(s.run_id, tags)
         self.writer.end_run(s.run_id, s.status, s.ended)
         s.closed = True
+        self._publish()
 
     # --- the end -----------------------------------------------------------------------------
     def finalize(self) -> dict:
-        """Relay what is left, then close as KILLED every run without an end event (called once the run is over)."""
+        """Relay all that is left, then close as KILLED every run without an end event (called once the run is
+        over); what could not be relayed is counted, with why, in :meth:`summary`."""
         self.stop()
-        self.poll()
+        while True:  # a flood is more than one read: go on while the spool is read further
+            before = sum(s.offset for s in self.scripts.values())
+            ok = self.poll()
+            if not ok or sum(s.offset for s in self.scripts.values()) == before:
+                break
         with self._lock:
             for s in self.scripts.values():  # the agent's tree has ended: whatever is still open was killed
                 if s.run_id and not s.closed:
@@ -322,30 +365,14 @@ class Relay:
                         self.writer.log_text(s.run_id, tail.read_text(errors="replace"), "stdout_tail.txt")
                     except TrackingError:
                         break
+            for s in self.scripts.values():
+                s.unrelayed, s.unread_bytes = accounting.left(self.spool_dir / s.file, s.offset, MAX_READ)
             self._save()
         return self.summary()
 
     def summary(self) -> dict:
-        statuses = [s.status or "RUNNING" for s in self.scripts.values() if s.script]
-        return {
-            "launched": self.launches,
-            "statuses": {k: statuses.count(k) for k in sorted(set(statuses))},
-            "unrelayed": sum(1 for s in self.scripts.values() if s.script and not s.closed),
-            "scripts": [
-                {
-                    "script": s.script,
-                    "pid": s.pid,
-                    "status": s.status,
-                    "run_id": s.run_id,
-                    "started": s.started,
-                    "ended": s.ended,
-                    "checkpoints": len(s.checkpoints),
-                    "error": s.error,
-                }
-                for s in self.scripts.values()
-                if s.script
-            ],
-        }
+        """Per script and in all: the runs, and what became of every value and checkpoint the spool holds."""
+        return accounting.summary(list(self.scripts.values()))
 
     def _seen(self, s: ScriptState) -> Seen:
         if s.file not in self._recent:
@@ -360,33 +387,3 @@ class Relay:
             json.dumps({"parent_run": self.parent_run, "scripts": {k: asdict(v) for k, v in self.scripts.items()}})
         )
         tmp.replace(self.state_file)
-
-
-def safe_name(raw: object) -> str:
-    """A script name from a spool event as a plain file name (it names MLflow runs and artifact paths)."""
-    name = re.sub(r"[^A-Za-z0-9_.-]", "_", str(raw or "?"))[-128:]
-    return name if name.strip(".") else "_"
-
-
-def _int(raw: object) -> int:
-    try:
-        return int(raw)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return 0
-
-
-def _time(raw: object) -> float:
-    return float(raw) if isinstance(raw, int | float) and not isinstance(raw, bool) else time.time()
-
-
-def _text(raw: object) -> str | None:
-    return None if raw is None else str(raw)[:2000]
-
-
-def _alive(pid: int, started: float) -> bool:
-    """True while the traced process still runs (guarding against pid reuse)."""
-    try:
-        p = psutil.Process(pid)
-        return p.create_time() <= started + 1 and p.status() != psutil.STATUS_ZOMBIE
-    except (psutil.NoSuchProcess, psutil.AccessDenied):
-        return False

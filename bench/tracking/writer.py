@@ -26,6 +26,15 @@ class TrackingError(RuntimeError):
     """The tracking store refused or could not be reached; what was spooled is kept."""
 
 
+class TrackingRefused(TrackingError):
+    """The store answered and refused what it was given (MLflow's INVALID_PARAMETER_VALUE): sending it again cannot
+    help, unlike an outage; the relay drops what was refused, with this message as the reason."""
+
+
+REFUSALS = {"INVALID_PARAMETER_VALUE"}  # MLflow's error codes for "this input is invalid" (SQL store and REST alike)
+MAX_REFUSALS = 64  # store refusals one log_values call bisects before it drops the rest of its rows with the reason
+
+
 def flatten(params: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
     """Nested config -> flat ``{"optim.lr": "0.0003"}``, values cut to MLflow's 6,000 characters."""
     flat: dict[str, str] = {}
@@ -64,7 +73,8 @@ class MlflowWriter:
         try:
             return getattr(c, fn)(*args, **kwargs)
         except Exception as e:
-            raise TrackingError(f"{what} failed on {store.tracking_uri()}: {e}") from e
+            kind = TrackingRefused if getattr(e, "error_code", None) in REFUSALS else TrackingError
+            raise kind(f"{what} failed on {store.tracking_uri()}: {e}") from e
 
     # --- runs --------------------------------------------------------------------------------
     def create_run(
@@ -112,6 +122,35 @@ class MlflowWriter:
         for i in range(0, len(items), 1000):
             self._do("log metrics", "log_batch", run_id, metrics=items[i : i + 1000])
         return len(items)
+
+    def log_values(self, run_id: str, rows: list[tuple[str, float, int, float | None]]) -> list[tuple[tuple, str]]:
+        """Log ``(key, value, step, unix_time)`` rows checked beforehand (:mod:`bench.tracking.limits`; NaN is kept);
+        returns the rows the store refused anyway, each with its message.
+
+        MLflow refuses a whole batch for one bad value; a refused batch is split in halves until the refused rows
+        are alone, so that one value the checks missed costs itself, never its batch. Past ``MAX_REFUSALS`` the
+        rest of the rows are returned with the last message. An outage raises :class:`TrackingError`.
+        """
+        refused: list[tuple[tuple, str]] = []
+        for i in range(0, len(rows), 1000):
+            self._log_or_split(run_id, rows[i : i + 1000], refused)
+        return refused
+
+    def _log_or_split(self, run_id: str, rows: list[tuple], refused: list[tuple[tuple, str]]) -> None:
+        from mlflow.entities import Metric
+
+        if len(refused) >= MAX_REFUSALS:
+            refused += [(row, refused[-1][1]) for row in rows]
+            return
+        try:
+            self._do("log metrics", "log_batch", run_id, metrics=[Metric(k, v, _ms(t), s) for k, v, s, t in rows])
+        except TrackingRefused as e:
+            if len(rows) == 1:
+                refused.append((rows[0], str(e)))
+                return
+            half = len(rows) // 2
+            self._log_or_split(run_id, rows[:half], refused)
+            self._log_or_split(run_id, rows[half:], refused)
 
     def log_text(self, run_id: str, text: str, artifact_file: str) -> None:
         self._do("log text", "log_text", run_id, text, artifact_file)

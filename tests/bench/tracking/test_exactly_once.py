@@ -116,7 +116,7 @@ def test_a_batch_the_store_refuses_is_logged_whole_on_the_retry(tmp_path):
     writer = MlflowWriter(f"test-refused-{uuid.uuid4().hex[:8]}")
     parent = writer.create_run("agent", {schema.KIND: schema.KIND_AGENT})
     relay = Relay(writer, parent, spool, {}, state_file=tmp_path / "relay.json")
-    real, calls = writer.log_metrics, []
+    real, calls = writer.log_values, []
 
     def refuse_once(run_id, rows):
         calls.append(len(rows))
@@ -124,7 +124,7 @@ def test_a_batch_the_store_refuses_is_logged_whole_on_the_retry(tmp_path):
             raise TrackingError("store down")
         return real(run_id, rows)
 
-    writer.log_metrics = refuse_once
+    writer.log_values = refuse_once
     assert relay.poll() is False
     assert relay.poll() is True
     summary = relay.finalize()

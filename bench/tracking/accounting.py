@@ -1,0 +1,133 @@
+"""What the relay did with a run's spool, in numbers: relayed + dropped (by reason) + left unrelayed = written.
+
+``result.json`` carries :func:`summary` (as ``scripts``), and the agent run its lines (:func:`lines`: the tag
+``bench.relay.dropped``, the description). The counts come from :class:`~bench.tracking.script_state.ScriptState`,
+which the relay keeps in ``relay.json``; the values left in the spool are counted by reading what was not relayed.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from bench.tracking import limits, schema
+from bench.tracking.script_state import ScriptState
+
+
+def left(path: Path, offset: int, chunk: int) -> tuple[int, int]:
+    """Values in the bytes of a spool file past ``offset`` (what the relay did not relay), read ``chunk`` bytes at a
+    time up to the byte cap, and the bytes past the cap, never read."""
+    size = path.stat().st_size if path.is_file() else offset
+    end, at, values = min(size, limits.MAX_SPOOL_BYTES), offset, 0
+    if at < end:
+        with open(path, "rb") as f:
+            f.seek(at)
+            while at < end and (data := f.read(min(chunk, end - at))):
+                at += len(data)
+                values += sum(_values(line) for line in data.splitlines())
+    return values, max(0, size - max(offset, limits.MAX_SPOOL_BYTES))
+
+
+def _values(line: bytes) -> int:
+    try:
+        ev = json.loads(line)
+    except ValueError:
+        return 0
+    if isinstance(ev, dict) and ev.get("ev") == "metrics" and isinstance(ev.get("metrics"), dict):
+        return len(ev["metrics"])
+    return int(isinstance(ev, dict) and ev.get("ev") == "checkpoint")  # its self-reported score
+
+
+def _add(into: dict[str, int], counts: dict[str, int]) -> None:
+    for k, n in counts.items():
+        into[k] = into.get(k, 0) + n
+
+
+def summary(states: list[ScriptState]) -> dict:
+    """The relay's part of ``result.json``: launches, statuses, and per script and in all what became of each value
+    and checkpoint event (``unrelayed``: scripts with something left in their spool or a run left open)."""
+    scripts = [s for s in states if s.script]
+    statuses = [s.status or "RUNNING" for s in scripts]
+    dropped: dict[str, int] = {}
+    not_uploaded: dict[str, int] = {}
+    for s in states:
+        _add(dropped, s.dropped)
+        _add(not_uploaded, s.not_uploaded)
+    return {
+        "launched": len(scripts),
+        "statuses": {k: statuses.count(k) for k in sorted(set(statuses))},
+        "unrelayed": sum(1 for s in scripts if not s.closed or s.unrelayed or s.unread_bytes),
+        "relay": {
+            "values": {
+                "relayed": sum(s.metrics for s in states),
+                "dropped": {k: n for k, n in sorted(dropped.items()) if n},
+                "unrelayed": sum(s.unrelayed for s in states),
+            },
+            "checkpoints": {
+                "events": sum(s.checkpoint_count for s in states),
+                "uploaded": sum(s.uploaded for s in states),
+                "not_uploaded": {k: n for k, n in sorted(not_uploaded.items()) if n},
+            },
+            "params_dropped": sum(s.params_dropped for s in states),
+            "unread_bytes": sum(s.unread_bytes for s in states),
+            "store_errors": sorted({s.store_error for s in states if s.store_error}),
+            "caps": {
+                "values_per_script": limits.MAX_VALUES_PER_SCRIPT,
+                "checkpoint_uploads_per_script": limits.MAX_CHECKPOINT_UPLOADS,
+                "spool_bytes_per_script": limits.MAX_SPOOL_BYTES,
+            },
+        },
+        "scripts": [
+            {
+                "script": s.script,
+                "pid": s.pid,
+                "status": s.status,
+                "run_id": s.run_id,
+                "started": s.started,
+                "ended": s.ended,
+                "checkpoints": s.checkpoint_count,
+                "checkpoints_uploaded": s.uploaded,
+                "error": s.error,
+                "values": s.metrics,
+                "dropped": {k: n for k, n in s.dropped.items() if n},
+                "examples": {k: v for k, v in s.examples.items() if s.dropped.get(k)},  # agent text: not Markdown
+                "unrelayed": s.unrelayed,
+                "unread_bytes": s.unread_bytes,
+            }
+            for s in scripts
+        ],
+    }
+
+
+def lines(scripts: dict) -> list[str]:
+    """What was dropped or left, one line per reason (no agent-chosen text: these go into tags and Markdown);
+    empty when everything was relayed. ``scripts``: a :func:`summary` (older result.json files have no relay part).
+    """
+    relay = scripts.get("relay")
+    if not relay:
+        return []
+    out = [f"dropped {line}" for line in limits.describe(relay["values"]["dropped"])]
+    if relay["values"]["unrelayed"]:
+        n = relay["values"]["unrelayed"]
+        out.append(f"left unrelayed: {n:,} values (the store did not take them; its message is in result.json)")
+    out += [f"not uploaded {line}" for line in limits.describe(relay["checkpoints"]["not_uploaded"], "checkpoints")]
+    if relay["unread_bytes"]:
+        cap = relay["caps"]["spool_bytes_per_script"]
+        out.append(f"left unread: {relay['unread_bytes']:,} spool bytes (past the cap of {cap:,} bytes per script)")
+    if relay.get("params_dropped"):
+        out.append(f"dropped {relay['params_dropped']:,} params (names MLflow refuses)")
+    return out
+
+
+def metrics(scripts: dict) -> dict[str, float]:
+    """The agent run's metrics of the relay's accounting (none for a result.json older than it)."""
+    relay = scripts.get("relay")
+    if not relay:
+        return {}
+    return {
+        schema.RELAY_VALUES: relay["values"]["relayed"],
+        schema.RELAY_VALUES_DROPPED: sum(relay["values"]["dropped"].values()),
+        schema.RELAY_VALUES_UNRELAYED: relay["values"]["unrelayed"],
+        schema.RELAY_CHECKPOINTS_NOT_UPLOADED: sum(relay["checkpoints"]["not_uploaded"].values()),
+        schema.RELAY_UNREAD_BYTES: relay["unread_bytes"],
+    }
