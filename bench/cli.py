@@ -97,6 +97,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             raise InputError(f"--agent-command is for --agent command only; the {args.agent} agent would ignore it")
         options["command"] = args.agent_command
     tasks = _tasks(args.task)
+    limits = _limits(args)  # InputError for a size or duration that is not one
     preflight.check_run(  # every argument, before any data, workspace or MLflow run is created
         tasks,
         agent=args.agent,
@@ -129,11 +130,32 @@ def cmd_run(args: argparse.Namespace) -> int:
                 console=not args.quiet,
                 no_weights=args.no_weights,
                 sandbox=not args.unsandboxed,
+                limits=limits,
             )
             results.append(run(spec))
     _print_summary(results)
     _campaign_summaries(results, args)
     return _exit_status(results)
+
+
+def _limit_flags(s: argparse.ArgumentParser) -> None:
+    """The run's limits (bench/sandbox/limits.py: defaults fit one A100 80 GB of a DGX A100 node)."""
+    s.add_argument("--memory", metavar="SIZE", help="memory of the agent's processes together: 64G (default: 64G, "
+                   "at most 80%% of this machine's RAM), or none")  # fmt: skip
+    s.add_argument("--max-processes", metavar="N", help="processes and threads of the agent (default 4096), or none")
+    s.add_argument("--workspace-limit", metavar="SIZE", help="workspace size; 10%% more ends the run (default 200G)")
+    s.add_argument("--log-limit", metavar="SIZE", help="agent.log: its first and last half kept (default 128M)")
+    s.add_argument("--eval-budget", metavar="DURATION", help="evaluation time for all candidates (default 1h)")
+
+
+def _limits(args: argparse.Namespace):
+    return preflight.parse_limits(
+        memory=args.memory,
+        processes=args.max_processes,
+        workspace=args.workspace_limit,
+        log=args.log_limit,
+        eval_budget=args.eval_budget,
+    )
 
 
 def _campaign_summaries(results: list[RunResult], args: argparse.Namespace) -> None:
@@ -327,6 +349,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="skip the campaign summary at the end (MLflow runs with Agg per entry and the report as artifacts)",
     )
+    _limit_flags(s)
     s.set_defaults(func=cmd_run)
 
     s = sub.add_parser(

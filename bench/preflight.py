@@ -21,6 +21,7 @@ from typing import Protocol
 
 from bench import paths
 from bench.agents import AgentError, check_of, get_agent
+from bench.sandbox.limits import LimitError, Limits, parse_size
 from bench.tasks import Task, weights
 
 
@@ -38,6 +39,7 @@ class Spec(Protocol):
     device: str | None
     no_weights: bool
     sandbox: bool
+    limits: Limits
 
 
 class InputError(ValueError):
@@ -117,6 +119,59 @@ def check_weights(tasks: Iterable[Task], no_weights: bool) -> None:
             raise InputError(str(e)) from None
 
 
+def parse_limits(
+    *,
+    memory: str | None = None,
+    processes: str | None = None,
+    workspace: str | None = None,
+    log: str | None = None,
+    eval_budget: str | None = None,
+) -> Limits:
+    """The run's :class:`~bench.sandbox.limits.Limits` from the flags' text (None: the default; ``none``: no limit
+    for memory, processes and the workspace), checked: InputError saying what to give."""
+    from bench.durations import parse_duration
+
+    def size(flag: str, text: str | None, default):
+        if text is None:
+            return default
+        if text.strip().lower() == "none":
+            return None
+        try:
+            return parse_size(text)
+        except LimitError as e:
+            raise InputError(f"{flag}: {e}") from None
+
+    base = Limits()
+    try:
+        procs = base.processes if processes is None else None if processes.strip().lower() == "none" else int(processes)
+    except ValueError:
+        raise InputError(f"--max-processes {processes!r} is not a count: give a whole number, e.g. 4096") from None
+    try:
+        seconds = base.eval_s if eval_budget is None else float(parse_duration(eval_budget))
+    except Exception as e:  # argparse.ArgumentTypeError from parse_duration
+        raise InputError(f"--eval-budget {eval_budget!r} is not a duration ({e}): e.g. 30m or 1h") from None
+    log_bytes = size("--log-limit", log, base.log_bytes)
+    if log_bytes is None:
+        raise InputError("--log-limit none: agent.log always has a limit; give a size, e.g. 1G")
+    limits = Limits(
+        memory_bytes=size("--memory", memory, base.memory_bytes),
+        processes=procs,
+        workspace_bytes=size("--workspace-limit", workspace, base.workspace_bytes),
+        log_bytes=log_bytes,
+        eval_s=seconds,
+    )
+    check_limits(limits)
+    return limits
+
+
+def check_limits(limits: Limits) -> None:
+    """A limit no run can live with (a memory limit of 1 KB, an evaluation budget of 0 s): InputError."""
+    try:
+        limits.check()
+    except LimitError as e:
+        raise InputError(str(e)) from None
+
+
 def check_sandbox(sandbox: bool) -> None:
     """SandboxUnavailable (why, what to do, or --unsandboxed) before anything is created."""
     if sandbox:
@@ -167,6 +222,7 @@ def check_spec(spec: Spec) -> None:
         no_weights=spec.no_weights,
         sandbox=spec.sandbox,
     )
+    check_limits(spec.limits)
 
 
 __all__ = ["AgentError", "InputError", "check_run", "check_spec"]

@@ -12,6 +12,7 @@ Layout of version 2 (the keys of :meth:`RunResult.to_dict`)::
     started_at, wall_time_s, budget_utilisation, agent_argv, agent_exit_code,
     timed_out, interrupted, agent_events, device, partial_data, partial_data_notes,
     scripts, launches_observed, checkpoints_found, rejected_checkpoints,    what the watch and collect steps saw
+    limits: {settings, enforcement, hit: [{limit, value, ...}]},             the run's limits and those it hit
     evaluations: [{candidate, path, script, val_score, metric, step, saved_s, window, official: {...}}],
     audit: {locked_sha256, violations: [{rule, reason}]},
     outcome: {status, score, reason, best_val_score},
@@ -204,6 +205,9 @@ class RunResult:
     launches_observed: list[dict] = field(default_factory=list)
     checkpoints_found: int = 0
     rejected_checkpoints: list[dict] = field(default_factory=list)  # {path, reason}
+    # the run's limits (bench.sandbox.limits): {settings, enforcement, hit: [{limit, value, ...what happened}]};
+    # hit is empty when the run stayed within all of them ({} in files written before limits existed)
+    limits: dict = field(default_factory=dict)
     mlflow_run_id: str | None = None
     # why MLflow has not recorded the run (the store refused or was unreachable); None once it has. `bench run`
     # exits non-zero while it is set, and `bench record RUN_DIR` records the run and clears it

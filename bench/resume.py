@@ -10,8 +10,8 @@ evidence (checkpoint arrivals, launches), the agent's ``events.jsonl``. Resuming
    in the evidence, then ended;
 3. the shared end of the pipeline (:func:`bench.runner.finish`) runs: every spooled event is relayed (the relay
    resumes from ``relay.json``; script runs left open are closed as KILLED), the checkpoints are collected (placed
-   in time by their recorded arrival, else their mtime), evaluated, audited, and the result is written and recorded
-   with status ``interrupted`` and the reason (a scored best checkpoint still makes it a success).
+   in time by when the harness first saw their content, else their mtime), evaluated, audited, and the result is
+   written and recorded with status ``interrupted`` and the reason (a scored best checkpoint still makes it a success).
 
 For a campaign, every run directory with ``run.json`` and no ``result.json`` is resumed.
 """
@@ -26,6 +26,7 @@ import psutil
 
 from bench.durations import fmt_s
 from bench.pipeline import state, workspace
+from bench.pipeline.arrivals import Arrival, look
 from bench.pipeline.evidence import Evidence
 from bench.pipeline.record import relay_for
 from bench.pipeline.state import RunState, RunStateError
@@ -196,15 +197,22 @@ def _carries_token(pid: int, token: str) -> bool:
     return False
 
 
-def _arrivals(ws: workspace.Workspace, evidence: Evidence) -> dict[Path, float]:
-    """When each checkpoint was first seen by the harness; the files it never saw (written after it died), by
-    their modification time."""
-    seen = evidence.arrivals(ws.path)
-    for path in ws.checkpoints.rglob("*") if ws.checkpoints.is_dir() else ():
-        if path not in seen and path.is_file():
-            with suppress(OSError):
-                seen[path] = path.stat().st_mtime
-    return seen
+def _arrivals(ws: workspace.Workspace, evidence: Evidence) -> dict[Path, Arrival]:
+    """Each checkpoint as the harness recorded it (first sight; its content's time and identity). A file written
+    after the harness died is placed at its modification time (nobody was looking); one whose bytes changed since
+    the last record, at its mtime but never before that record. Both are added to the evidence (a change is an
+    overwrite: rule 6), so the audit sees them and a second resume reads them back."""
+    files = evidence.arrivals(ws.path)
+    if ws.checkpoints.is_dir():
+        locked = ws.task.locked_files if ws.task is not None else ()
+        look(
+            ws.checkpoints,
+            files,
+            on_new=lambda p, a: evidence.note_arrival(ws.path, p, a, locked),
+            clock=lambda st, _known: st.st_mtime,
+            fallback="mtime",
+        )
+    return files
 
 
 def _launches(evidence: Evidence) -> list[dict]:

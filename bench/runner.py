@@ -20,8 +20,10 @@ from bench import outcome, preflight, protocol, termination
 from bench.agents import get_agent, own_hosts_of
 from bench.durations import fmt_s
 from bench.pipeline import audit, collect, evaluate, launch, record, state, watch, workspace
+from bench.pipeline.arrivals import Arrival
 from bench.pipeline.evidence import Evidence
 from bench.result import Audit, Evaluation, RunResult
+from bench.sandbox.limits import Limits
 from bench.tasks import Task, data, weights
 from bench.tracking import schema
 from bench.tracking.relay import Relay
@@ -45,6 +47,7 @@ class RunSpec:
     no_weights: bool = False  # run a task that provides pretrained weights without them (marked partial)
     sandbox: bool = True  # the agent runs in a bubblewrap sandbox (bench.sandbox); False: --unsandboxed, marked so
     run_id: str | None = None  # the run directory's name (a campaign's stable id); None: task-agent-repeat-time
+    limits: Limits = field(default_factory=Limits)  # memory, processes, workspace, log, evaluation time (limits.py)
 
     @property
     def budget(self) -> float:
@@ -102,6 +105,7 @@ def _run(spec: RunSpec, term: termination.Termination) -> RunResult:
         console=spec.console,
         sandbox=spec.sandbox,
         evidence=evidence,
+        limits=spec.limits,
     )
     opening.join()  # the agent run is open by now (run.json names it); MLflow's start-up ran beside the agent's
     _save_state(spec, ws, device, data_dir, notes, agent, relay)
@@ -121,7 +125,7 @@ class Ended:
     endpoints: tuple[str, ...]
     sandboxed: bool
     watched: watch.Watched
-    arrivals: dict[Path, float]  # when the harness first saw each checkpoint
+    arrivals: dict[Path, Arrival]  # each checkpoint: when the harness first saw it and its current content
     launches: list[dict]  # the scripts the launch monitor saw running (Launch.to_dict())
     agent_events: dict  # AgentStream.summary()
     note: str = ""  # why the run was finished late (``--resume``): added to the outcome's reason
@@ -134,7 +138,7 @@ class Ended:
             endpoints=tuple(agent.endpoints),
             sandboxed=agent.sandboxed,
             watched=watched,
-            arrivals=dict(agent.arrivals.seen),
+            arrivals=dict(agent.arrivals.files),
             launches=[seen.to_dict() for seen in agent.monitor.launches.values()],
             agent_events=agent.stream.summary(),
         )
@@ -161,7 +165,7 @@ def finish(
         ws.checkpoints, ended.started_at, task.metric, task.direction, deadline, ended.arrivals, ran
     )
     evaluations = evaluate.evaluate_candidates(  # 5
-        ws, collected.selection, data_dir, device, spec.console, sandboxed=spec.sandbox
+        ws, collected.selection, data_dir, device, spec.console, sandboxed=spec.sandbox, budget_s=spec.limits.eval_s
     )
     ended = _after_signal(ended, evaluations, ws, spec.label)
     Evidence(ws.run_dir).end(ws.path, task.locked_files)
@@ -307,6 +311,11 @@ def _result(
     if ended.note:  # finished by --resume: the outcome says so (an interrupted run's reason is the note itself)
         why = ended.note if decided.status == "interrupted" else f"{decided.reason}; {ended.note}"
         decided = replace(decided, reason=why)
+    if watched.ended_why:  # a limit ended the agent's time before its budget
+        decided = replace(decided, reason=f"{decided.reason}; the harness ended the agent early: {watched.ended_why}")
+    limits = {"settings": spec.limits.to_dict(), "hit": [], **watched.limits}
+    if hit := evaluate.budget_hit(evaluations, spec.limits.eval_s):
+        limits["hit"] = [*limits["hit"], hit]
     return RunResult(
         task=task.id,
         task_name=task.name,
@@ -343,6 +352,7 @@ def _result(
         partial_data=bool(notes),
         partial_data_notes=notes,
         sandboxed=ended.sandboxed,
+        limits=limits,
     )
 
 

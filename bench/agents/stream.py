@@ -5,6 +5,13 @@ rewrite it). When the agent's adapter names a stream parser (``parser_name``), e
 also parsed into normalised events (``bench.agents.events``): appended to ``events.jsonl``,
 counted in a :class:`~bench.agents.events.Tally` that feeds the live status line, and shown on the
 console as one short line per event instead of the CLI's raw JSON.
+
+Bounded, whatever the agent prints (:mod:`bench.sandbox.limits`): a line is read at most
+``Limits.line_bytes`` long (a 600 MB line with no newline costs the harness one chunk of memory, not 600 MB;
+the rest of it is dropped, counted and noted in the log), and ``agent.log`` keeps its first and its last half of
+``Limits.log_bytes``: the head is written as it comes, the tail goes to two alternating segment files of a quarter
+each, and at the end the newest ~half is appended after a line saying how many bytes were cut. ``events.jsonl``
+stops growing at the same size (events past it are still counted for the status line and the summary).
 """
 
 from __future__ import annotations
@@ -15,6 +22,66 @@ import threading
 from pathlib import Path
 
 from bench.progress import StatusLine
+from bench.sandbox.limits import Limits
+
+CONSOLE_CHARS = 2000  # a plain line shown on the console at most this long
+
+
+class CappedLog:
+    """An append-only log that keeps its first ``cap // 2`` bytes and about its last ``cap // 2`` (never more
+    than ``cap`` on disk in all), noting the cut; :meth:`close` puts the tail after the head."""
+
+    def __init__(self, path: Path, cap: int) -> None:
+        self.path, self.head_cap, self.seg_cap = Path(path), cap // 2, max(1, cap // 4)
+        self.f = open(self.path, "ab")
+        self.written = self.f.tell()  # a resumed log keeps what it had
+        self.segments = [self.path.with_name(f".{self.path.name}.tail{i}") for i in (0, 1)]
+        self.seg: int | None = None  # the tail segment being written
+        self.seg_f = None
+        self.seg_written = 0
+        self.dropped = 0  # bytes written to segments and then overwritten (the cut)
+
+    def write(self, data: bytes) -> None:
+        room = self.head_cap - self.written
+        if room > 0:
+            self.f.write(data[:room])
+            self.f.flush()
+            self.written += min(room, len(data))
+            data = data[room:]
+        while data:
+            if self.seg_f is None or self.seg_written >= self.seg_cap:
+                self._next_segment()
+            part = data[: self.seg_cap - self.seg_written]
+            self.seg_f.write(part)
+            self.seg_f.flush()
+            self.seg_written += len(part)
+            data = data[len(part) :]
+
+    def _next_segment(self) -> None:
+        if self.seg_f is not None:
+            self.seg_f.close()
+        self.seg = 0 if self.seg is None else 1 - self.seg
+        path = self.segments[self.seg]
+        if path.exists():
+            self.dropped += path.stat().st_size  # the older segment is overwritten: those bytes are cut
+        self.seg_f, self.seg_written = open(path, "wb"), 0
+
+    def close(self) -> int:
+        """Append the tail (the older segment, then the newer) after a note of the cut; returns the bytes cut."""
+        if self.seg_f is not None:
+            self.seg_f.close()
+            self.seg_f = None
+            order = [self.segments[1 - self.seg], self.segments[self.seg]]
+            if self.dropped:
+                self.f.write(f"\n[bench] agent.log cut here: {self.dropped} bytes left out (log limit)\n".encode())
+            for seg in order:
+                if seg.exists():
+                    with open(seg, "rb") as src:
+                        while chunk := src.read(1 << 20):
+                            self.f.write(chunk)
+                    seg.unlink()
+        self.f.close()
+        return self.dropped
 
 
 def _render(ev) -> str | None:
@@ -40,8 +107,15 @@ class AgentStream:
         console: bool,
         parser_name: str | None = None,
         model: str | None = None,
+        limits: Limits | None = None,
     ):
         self.proc, self.log, self.events_file, self.status, self.console = proc, log, events_file, status, console
+        self.limits = limits or Limits()
+        self.log_cut = 0  # bytes of agent.log left out between its head and its tail
+        self.lines_cut = 0  # lines longer than the line limit
+        self.line_bytes_dropped = 0  # what those lines lost past the limit
+        self.events_dropped = 0  # events parsed but not written (events.jsonl at its limit)
+        self._events_written = events_file.stat().st_size if events_file.exists() else 0
         self.parser = self.tally = None
         if parser_name:
             from bench.agents.events import Tally
@@ -59,15 +133,29 @@ class AgentStream:
         if self.parser is not None:
             self._handle(self.parser.finish(), None)
 
+    def _lines(self, log: CappedLog):
+        """The agent's lines, each at most ``line_bytes`` (what a longer line has past that is counted, dropped,
+        and noted in the log where it was cut)."""
+        cap, stdout = self.limits.line_bytes, self.proc.stdout
+        while raw := stdout.readline(cap):
+            log.write(raw)
+            if not raw.endswith(b"\n") and len(raw) >= cap:
+                dropped = 0
+                while (more := stdout.readline(cap)) and not more.endswith(b"\n"):
+                    dropped += len(more)
+                dropped += len(more.rstrip(b"\n"))
+                self.lines_cut += 1
+                self.line_bytes_dropped += dropped
+                log.write(f"\n[bench] line cut at {cap} bytes: {dropped} more bytes left out\n".encode())
+            yield raw.decode("utf-8", errors="replace").rstrip("\n")
+
     def _run(self) -> None:
-        with open(self.log, "ab") as f:
-            for raw in iter(self.proc.stdout.readline, b""):
-                f.write(raw)
-                f.flush()
-                line = raw.decode("utf-8", errors="replace").rstrip("\n")
+        log = CappedLog(self.log, self.limits.log_bytes)
+        try:
+            for line in self._lines(log):
                 if self.parser is None:
                     if self.console:
-                        self.status.print(line)
+                        self.status.print(line[:CONSOLE_CHARS])
                     continue
                 try:
                     events = self.parser.feed(line)
@@ -76,13 +164,20 @@ class AgentStream:
                     if self.console:
                         self.status.print(f"[bench] could not parse agent output: {e}")
                 self._handle(events, line)
+        finally:
+            self.log_cut = log.close()
 
     def _handle(self, events: list, line: str | None) -> None:
         if events:
             with open(self.events_file, "a", encoding="utf-8") as f:
                 for ev in events:
                     self.tally.add(ev)
-                    f.write(json.dumps(ev.to_dict(), default=str) + "\n")
+                    text = json.dumps(ev.to_dict(), default=str) + "\n"
+                    if self._events_written + len(text) > self.limits.log_bytes:
+                        self.events_dropped += 1
+                        continue
+                    f.write(text)
+                    self._events_written += len(text)
             self.status.set(**self.tally.status_fields())
         if not self.console:
             return
@@ -90,7 +185,21 @@ class AgentStream:
         for text in shown:
             self.status.print(text)
         if not events and line and not line.lstrip().startswith("{"):
-            self.status.print(line)  # plain text from a JSON-speaking CLI (warnings, errors)
+            self.status.print(line[:CONSOLE_CHARS])  # plain text from a JSON-speaking CLI (warnings, errors)
+
+    def limits_hit(self) -> list[dict]:
+        """``result.json``'s lines for the output limits this run passed (empty: none)."""
+        out = []
+        if self.log_cut:
+            out.append({"limit": "log", "value": self.limits.log_bytes, "dropped_bytes": self.log_cut})
+        if self.lines_cut:
+            out.append(
+                {"limit": "line", "value": self.limits.line_bytes, "lines": self.lines_cut,
+                 "dropped_bytes": self.line_bytes_dropped}
+            )  # fmt: skip
+        if self.events_dropped:
+            out.append({"limit": "events", "value": self.limits.log_bytes, "dropped_events": self.events_dropped})
+        return out
 
     def summary(self) -> dict:
         """What the event stream says about the run (empty for agents without a parser)."""

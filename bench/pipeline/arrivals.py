@@ -1,54 +1,199 @@
-"""When each checkpoint appeared, as the harness saw it (beside the watch step).
+"""When each checkpoint's content appeared, as the harness saw it (beside the watch step).
 
-A file's modification time is the agent's to set (``touch -d``, ``cp -p``), so the collect step does not
-place checkpoints in time by it: this thread lists ``checkpoints/`` about once a second while the agent
-runs and remembers when each file was first seen; a last look is taken once the agent's tree has ended.
-A checkpoint is thus at most about a second late on the anytime curve, and never earlier than it was.
+A file's modification time is the agent's to set (``touch -d``, ``cp -p``), and a file's name says nothing about
+what it holds at the end: a placeholder saved at 3 s and overwritten at minute 6 is the minute-6 model. So this
+thread lists ``checkpoints/`` about once a second while the agent runs and records each file's **identity**
+(size, inode, mtime and ctime in ns, and the sha256 of its bytes) when it first sees it and again whenever it
+changes. A checkpoint is placed at the time the harness first saw its *current content*
+(:attr:`Arrival.at`), at most about a second late and never earlier; a last look is taken once the agent's tree
+has ended, so content written during the grace or between the last polls is placed at that look.
+
+Polling stays cheap with many or large files: a file is re-read only when its ``stat`` moved. Any write,
+truncation, ``chmod`` or rename changes the ctime (which no process can set) or the inode, so a rewrite with the
+same size and a restored mtime (``touch -r``) is caught; a file replaced by rename is a new inode. A file whose
+``stat`` moves while it is being hashed is still being written: it is looked at again at the next poll. Only
+regular files count: a symbolic link is never a checkpoint (collect rejects it), and ``*.tmp`` files are the task
+helper's saves in progress. What the thread records goes to the evidence as it comes (``on_new``), so a harness
+killed mid-run loses nothing (:mod:`bench.resume` reads it back).
 """
 
 from __future__ import annotations
 
+import os
+import stat
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+
+from bench.checksums import sha256
+
+IN_PROGRESS = ".tmp"  # the task helper writes <name>.tmp and renames it: not a checkpoint yet
+
+
+@dataclass(frozen=True)
+class Identity:
+    """What a checkpoint's content was when the harness looked: its ``stat`` and the sha256 of its bytes."""
+
+    size: int
+    ino: int
+    mtime_ns: int
+    ctime_ns: int
+    sha256: str
+
+    def same_stat(self, st: os.stat_result) -> bool:
+        """True if ``st`` is this file unchanged: no write, truncation, chmod or replacement since (ctime)."""
+        return (st.st_size, st.st_ino, st.st_mtime_ns, st.st_ctime_ns) == (
+            self.size,
+            self.ino,
+            self.mtime_ns,
+            self.ctime_ns,
+        )
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: object) -> Identity | None:
+        """The identity recorded in the evidence, or None for a record without one (an older harness's)."""
+        if not isinstance(d, dict) or not isinstance(d.get("sha256"), str):
+            return None
+        try:
+            return cls(int(d["size"]), int(d["ino"]), int(d["mtime_ns"]), int(d["ctime_ns"]), d["sha256"])
+        except (KeyError, TypeError, ValueError):
+            return None
+
+
+@dataclass(frozen=True)
+class Arrival:
+    """One checkpoint file as the harness saw it.
+
+    ``first_seen``: when its name first appeared; ``at``: when the harness first saw its current content (where
+    the anytime curve and the windows place it); ``identity``: that content (None: recorded by a harness that kept
+    no identities, placed at its first sight as then); ``changes``: how often the content was replaced after the
+    first sight (an overwrite is rule 6 evidence); ``fallback``: how a time was taken other than by looking
+    (``"mtime"``: the file was written after the harness died, :mod:`bench.resume`)."""
+
+    first_seen: float
+    at: float
+    identity: Identity | None
+    changes: int = 0
+    fallback: str | None = None
+
+
+def identify(path: Path, st: os.stat_result | None = None) -> Identity | None:
+    """The identity of the regular file at ``path`` now; None if it is not one, vanished, or changed while read
+    (being written: look again later)."""
+    try:
+        before = st or os.lstat(path)
+        if not stat.S_ISREG(before.st_mode):
+            return None
+        digest = sha256(path)
+        after = os.lstat(path)
+    except OSError:
+        return None
+    ident = Identity(before.st_size, before.st_ino, before.st_mtime_ns, before.st_ctime_ns, digest)
+    return ident if ident.same_stat(after) else None
+
+
+def checkpoint_files(directory: Path) -> Iterator[tuple[Path, os.stat_result]]:
+    """Each regular file under ``directory`` (links not followed, saves in progress left out) with its lstat."""
+    for folder, _dirs, files in os.walk(directory):
+        for name in files:
+            if name.endswith(IN_PROGRESS):
+                continue
+            path = Path(folder) / name
+            try:
+                st = os.lstat(path)
+            except OSError:  # removed while listed
+                continue
+            if stat.S_ISREG(st.st_mode):
+                yield path, st
+
+
+# how a look places content it has not seen before: the time of the look (a live run), or e.g. the mtime (resume)
+Clock = Callable[[os.stat_result, Arrival | None], float]
+
+
+def look(
+    directory: Path,
+    files: dict[Path, Arrival],
+    on_new: Callable[[Path, Arrival], None] | None = None,
+    clock: Clock | None = None,
+    fallback: str | None = None,
+) -> None:
+    """One look at ``directory``: new files and files whose content changed are (re)recorded in ``files``.
+
+    The time of new content is ``time.time()`` taken after its bytes were hashed, so never before they existed;
+    ``clock`` replaces it where no one was looking (``--resume``: the mtime, never before the content last seen).
+    ``on_new(path, arrival)`` is called for each record (new file or changed content), not for a file whose
+    ``stat`` moved but whose bytes are the same (a ``touch``, a ``chmod``, the same bytes renamed over it)."""
+    try:
+        listed = list(checkpoint_files(directory))
+    except OSError:  # the agent may remove folders while they are listed: look again next time
+        return
+    for path, st in listed:
+        known = files.get(path)
+        if known is not None and known.identity is not None and known.identity.same_stat(st):
+            continue
+        ident = identify(path, st)
+        if ident is None:
+            continue  # vanished, or still being written
+        if known is not None and known.identity is not None and known.identity.sha256 == ident.sha256:
+            files[path] = replace(known, identity=ident)  # the same bytes: its time stands
+            continue
+        if known is not None and known.identity is None:  # kept by an older harness: no content to compare
+            files[path] = replace(known, identity=ident)
+            continue
+        at = clock(st, known) if clock is not None else time.time()
+        if known is None:
+            arrival = Arrival(first_seen=at, at=at, identity=ident, fallback=fallback)
+        else:
+            arrival = Arrival(known.first_seen, max(at, known.at), ident, known.changes + 1, fallback)
+        files[path] = arrival
+        if on_new is not None:
+            try:
+                on_new(path, arrival)
+            except Exception:  # the evidence is kept best-effort; the arrival itself is noted above
+                pass
 
 
 class Arrivals:
-    """Polls a folder in a daemon thread; ``seen`` maps each file to the ``time.time()`` it was first listed."""
+    """Polls a folder in a daemon thread; ``files`` maps each checkpoint to its :class:`Arrival`."""
 
-    def __init__(self, directory: Path, interval: float = 1.0, on_new: Callable[[Path, float], None] | None = None):
-        """``on_new(path, seen_at)`` is called for each new file (the evidence keeps it on disk as it comes)."""
+    def __init__(
+        self, directory: Path, interval: float = 1.0, on_new: Callable[[Path, Arrival], None] | None = None
+    ) -> None:
+        """``on_new(path, arrival)`` is called for each new file and each change of content (the evidence keeps
+        it on disk as it comes)."""
         self.directory, self.interval, self.on_new = Path(directory), interval, on_new
-        self.seen: dict[Path, float] = {}
+        self.files: dict[Path, Arrival] = {}
+        self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="bench-arrivals", daemon=True)
+
+    @property
+    def seen(self) -> dict[Path, float]:
+        """When the harness first saw each file's current content (``time.time()``)."""
+        with self._lock:
+            return {path: a.at for path, a in self.files.items()}
 
     def start(self) -> Arrivals:
         self.scan()  # what is there before the agent starts (nothing, in a fresh workspace)
         self._thread.start()
         return self
 
-    def stop(self) -> dict[Path, float]:
-        """End the polling and take the last look; returns ``seen``."""
+    def stop(self) -> dict[Path, Arrival]:
+        """End the polling and take the last look; returns ``files``."""
         self._stop.set()
         self._thread.join(timeout=10)
         self.scan()
-        return self.seen
+        return dict(self.files)
 
     def scan(self) -> None:
-        now = time.time()
-        try:
-            for path in self.directory.rglob("*"):
-                if path not in self.seen and path.is_file():
-                    self.seen[path] = now
-                    if self.on_new is not None:
-                        try:
-                            self.on_new(path, now)
-                        except Exception:  # the evidence is kept best-effort; the arrival itself is noted above
-                            pass
-        except OSError:  # the agent may remove files or folders while they are listed: look again next time
-            pass
+        with self._lock:
+            look(self.directory, self.files, self.on_new)
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval):

@@ -4,18 +4,23 @@ A checkpoint is a file in the workspace's ``checkpoints/`` saved by the task hel
 ``save_checkpoint()``: a dict with the state dict, the ``build_model`` config, the script
 name, the self-reported validation score and the metric name. The harness ranks by that
 self-reported score (the official score comes later, from the isolated evaluation) and
-places each file in time by when the harness first saw it (:mod:`bench.pipeline.arrivals`), not by
-its modification time, which the agent can set. A file whose modification time or own ``time`` field
-is older than the run was copied in or back-dated, and is rejected with that reason.
+places each file in time by when the harness first saw its *content* (:mod:`bench.pipeline.arrivals`), not by
+its name's first sight (a placeholder overwritten later is the later model) nor by its modification time,
+which the agent can set. The content read here must be the content that was timed: a file whose bytes differ
+from the last identity the harness recorded is rejected, and the evaluation checks the staged copy against the
+same sha256 (:func:`verify_copy`). A file whose modification time or own ``time`` field is older than the run
+was copied in or back-dated, and is rejected with that reason; a symbolic link is never a checkpoint.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+from bench.checksums import sha256
 from bench.pipeline import checkpoint_meta
+from bench.pipeline.arrivals import IN_PROGRESS, Arrival
 from bench.tasks import Direction
 
 WINDOW_S = 300.0  # the paper's 5-minute windows
@@ -31,14 +36,18 @@ class Checkpoint:
     val_score: float
     metric: str
     step: int | None
-    saved_s: float  # seconds after the agent started
+    saved_s: float  # seconds after the agent started: when the harness first saw this content
+    sha256: str | None = None  # the content that was timed (None: no identity recorded); the evaluation checks it
+    first_seen_s: float | None = None  # when its name was first seen, if earlier than its content (an overwrite)
 
     @property
     def window(self) -> int:
         return int(self.saved_s // WINDOW_S)
 
     def to_dict(self) -> dict:
+        """The fields an :class:`~bench.result.Evaluation` carries (the hash goes into its official provenance)."""
         d = asdict(self)
+        del d["sha256"], d["first_seen_s"]
         d["path"], d["window"] = str(self.path), self.window
         return d
 
@@ -56,8 +65,9 @@ class Rejected:
 def read(path: Path, started_at: float, arrived_at: float | None = None) -> Checkpoint:
     """Read a checkpoint's metadata without its weights (and without torch: :mod:`bench.pipeline.checkpoint_meta`).
 
-    ``arrived_at``: when the harness first saw the file (None: its modification time, for tools that read
-    checkpoints outside a run). Raises :class:`NotACheckpoint` for a file that is not a scored checkpoint of this run.
+    ``arrived_at``: when the harness first saw the file's content (None: its modification time, for tools that
+    read checkpoints outside a run). Raises :class:`NotACheckpoint` for a file that is not a scored checkpoint of
+    this run.
     """
     payload = checkpoint_meta.load(path)  # without torch: the harness never imports it (issue #16)
     if payload is None:  # not torch's zip format (its legacy one): torch reads it, or refuses it
@@ -85,32 +95,71 @@ def read(path: Path, started_at: float, arrived_at: float | None = None) -> Chec
     )
 
 
+def timed(path: Path, arrival: Arrival, started_at: float) -> tuple[float, str | None]:
+    """(when the harness first saw the content ``path`` holds now, its sha256). Raises :class:`NotACheckpoint`
+    when the bytes are not the last ones the harness recorded (written after its last look): they were never timed.
+    A file whose ``stat`` is the recorded one is not read again (any write moves the ctime)."""
+    ident = arrival.identity
+    if ident is None:  # recorded by a harness that kept no identities: its first sight, as then
+        return arrival.at, None
+    if ident.same_stat(path.lstat()):
+        return arrival.at, ident.sha256
+    now = sha256(path)
+    if now != ident.sha256:
+        raise NotACheckpoint(
+            f"its content changed after the harness's last look (sha256 {ident.sha256[:12]} seen "
+            f"{arrival.at - started_at:.1f} s after the start, {now[:12]} now): not the content that was timed"
+        )
+    return arrival.at, now
+
+
+def verify_copy(ckpt: Checkpoint, copy: Path) -> str:
+    """The sha256 of ``copy`` (a candidate staged for evaluation), which must be the content collect timed:
+    raises :class:`NotACheckpoint` otherwise (the file changed after it was timed; it is not scored)."""
+    digest = sha256(copy)
+    if ckpt.sha256 is not None and digest != ckpt.sha256:
+        raise NotACheckpoint(
+            f"the staged copy of {ckpt.path.name} is not the content the harness timed (sha256 {digest[:12]}, "
+            f"recorded {ckpt.sha256[:12]} at {ckpt.saved_s:.1f} s): the file changed after collection"
+        )
+    return digest
+
+
 def scan(
     directory: Path,
     started_at: float,
     metric: str,
     deadline_s: float | None = None,
-    arrivals: dict[Path, float] | None = None,
+    arrivals: dict[Path, Arrival] | None = None,
     scripts: set[str] | None = None,
 ) -> tuple[list[Checkpoint], list[Rejected]]:
     """Every readable scored checkpoint under ``directory``; the others with the reason they were skipped.
 
-    ``arrivals`` (from :class:`~bench.pipeline.arrivals.Arrivals`): when each file was first seen; a file the
-    harness never saw during the run is rejected. ``scripts``: the top-level workspace scripts that ran (traced
-    or seen running) plus ``train.py``; a checkpoint naming any other code (``../x.py``, an absolute path, a
-    file that never ran) is rejected, since its ``build_model`` is what the official evaluation would run.
+    ``arrivals`` (from :class:`~bench.pipeline.arrivals.Arrivals`): each file's first sight and when its current
+    content was first seen; a file the harness never saw during the run, or whose bytes are not the last it
+    recorded, is rejected. ``scripts``: the top-level workspace scripts that ran (traced or seen running) plus
+    ``train.py``; a checkpoint naming any other code (``../x.py``, an absolute path, a file that never ran) is
+    rejected, since its ``build_model`` is what the official evaluation would run.
     """
     found, rejected = [], []
-    for path in sorted(p for p in Path(directory).rglob("*") if p.is_file() and not p.name.endswith(".tmp")):
+    listed = (p for p in Path(directory).rglob("*") if p.is_file() or p.is_symlink())
+    for path in sorted(p for p in listed if not p.name.endswith(IN_PROGRESS)):
+        if path.is_symlink():
+            rejected.append(Rejected(path, "a symbolic link, not a checkpoint file"))
+            continue
         if arrivals is not None and path not in arrivals:
             rejected.append(Rejected(path, "not seen in checkpoints/ while the run was going on"))
             continue
         try:
-            ckpt = read(path, started_at, None if arrivals is None else arrivals[path])
+            at, digest = (None, None) if arrivals is None else timed(path, arrivals[path], started_at)
+            ckpt = read(path, started_at, at)
         except Exception as e:  # a malformed file must not stop the collection of the others
             why = str(e) if isinstance(e, NotACheckpoint) else f"unreadable checkpoint: {type(e).__name__}: {e}"
             rejected.append(Rejected(path, why))
             continue
+        if arrivals is not None:
+            first = arrivals[path].first_seen - started_at
+            ckpt = replace(ckpt, sha256=digest, first_seen_s=first if first < ckpt.saved_s else None)
         if scripts is not None and ckpt.script not in scripts:
             rejected.append(Rejected(path, f"names the script {ckpt.script[:200]!r}, not a workspace script that ran"))
         elif ckpt.metric != metric:
@@ -173,7 +222,7 @@ def collect(
     metric: str,
     direction: Direction,
     deadline_s: float,
-    arrivals: dict[Path, float] | None = None,
+    arrivals: dict[Path, Arrival] | None = None,
     scripts: set[str] | None = None,
 ) -> Collected:
     """Scan ``directory`` for scored checkpoints that appeared before ``deadline_s`` and select the candidates."""

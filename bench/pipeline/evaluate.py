@@ -5,6 +5,11 @@ the workspace copies), the agent's top-level scripts (for their ``build_model``)
 and nothing else. The trusted scorer (:mod:`bench.scoring.scorer`, a subprocess) reads the inputs and labels
 from the harness's prepared cache, runs the model in a sandboxed predictor that sees only that folder, computes
 the task's metric and probes the forward contract; what it prints is the official result.
+
+One time budget covers every candidate of a run (``Limits.eval_s``, :mod:`bench.sandbox.limits`): each candidate
+gets what is left of it (at most the scorer's own :data:`EVAL_TIMEOUT_S`), and once it is spent the remaining
+candidates are not scored and say why. A predictor that sleeps in its forward thus holds the GPU for the budget
+(plus the last scorer's minute to report), never for a timeout per candidate.
 """
 
 from __future__ import annotations
@@ -20,15 +25,19 @@ from pathlib import Path
 
 from bench import protocol
 from bench.checksums import sha256
-from bench.pipeline.collect import Checkpoint, Selection
+from bench.pipeline.collect import Checkpoint, NotACheckpoint, Selection, verify_copy
 from bench.pipeline.launch import HARNESS_ONLY
 from bench.pipeline.workspace import Workspace
 from bench.result import Evaluation, Official
+from bench.sandbox.limits import Limits
 from bench.tasks import Task, data
 
 # An agent script that trains at import time (no `if __name__ == "__main__":` guard) would hang
 # the evaluation; this bounds it (BENCH_EVAL_TIMEOUT, seconds).
 EVAL_TIMEOUT_S = float(os.environ.get("BENCH_EVAL_TIMEOUT", 15 * 60))
+SCORER_GRACE_S = 60.0  # after its timeout the scorer may take this long to report before it is killed
+MIN_CANDIDATE_S = 10.0  # less than this left of the budget: the candidate is not started
+BUDGET_SPENT = "eval_budget_spent"  # key of an official result the run's evaluation budget cut or left unscored
 
 
 def default_device() -> str:
@@ -88,7 +97,9 @@ def evaluate(
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH" and k not in HARNESS_ONLY}
     t0 = time.time()
     try:
-        proc = subprocess.run(cmd, cwd=eval_dir.parent, env=env, capture_output=True, text=True, timeout=timeout_s + 60)
+        proc = subprocess.run(
+            cmd, cwd=eval_dir.parent, env=env, capture_output=True, text=True, timeout=timeout_s + SCORER_GRACE_S
+        )
     except subprocess.TimeoutExpired:
         return Official.from_dict({"error": f"evaluation exceeded {timeout_s:.0f} s"})
     result = _last_json(proc.stdout)
@@ -102,7 +113,13 @@ def evaluate(
 
 
 def evaluate_candidates(
-    ws: Workspace, selection: Selection, data_dir: Path, device: str, console: bool = True, sandboxed: bool = True
+    ws: Workspace,
+    selection: Selection,
+    data_dir: Path,
+    device: str,
+    console: bool = True,
+    sandboxed: bool = True,
+    budget_s: float | None = None,
 ) -> list[Evaluation]:
     """Official evaluation of each distinct candidate (the overall best first, then each window's best).
 
@@ -111,7 +128,11 @@ def evaluate_candidates(
     broken forward contract, which disqualifies), the next checkpoints by validation score are scored in turn
     (at most :data:`MAX_FALLBACKS`): the first that loads is labelled ``best``, the ones before it
     ``best-unloadable``, so that an unusable file does not fail a run that saved usable ones.
+
+    ``budget_s`` (default ``Limits().eval_s``) bounds all of it together: see the module's docstring.
     """
+    budget = Limits().eval_s if budget_s is None else float(budget_s)
+    deadline = time.monotonic() + budget
     done: dict[Path, Official] = {}
     try:
         data.verify_prepared(ws.task)
@@ -119,26 +140,35 @@ def evaluate_candidates(
         done = {ckpt.path: Official.from_dict({"error": str(e)}) for _, ckpt in selection.candidates()}
 
     def score(label: str, ckpt: Checkpoint) -> Official:
+        left = deadline - time.monotonic()
+        if ckpt.path not in done and left < MIN_CANDIDATE_S:
+            why = f"not scored: the run's evaluation budget of {budget:.0f} s was spent before this candidate"
+            return Official.from_dict({"error": why, BUDGET_SPENT: True})  # not kept: nothing was tried
         if ckpt.path not in done:
             eval_dir = ws.eval_dir / f"{len(done):02d}-{ckpt.path.stem}"[:120]
             if console:
                 print(f"[bench] evaluating {label}: {ckpt.path.name} (val {ckpt.val_score:.4f})", flush=True)
             try:
                 stage(ws.task, ws.path, eval_dir, ckpt.path)
+                timed = verify_copy(ckpt, eval_dir / CHECKPOINT)  # the bytes scored are the bytes placed in time
             except OSError as e:  # the checkpoint vanished or cannot be read
                 done[ckpt.path] = Official.from_dict({"error": f"cannot stage the checkpoint: {e}", UNLOADABLE: True})
+            except NotACheckpoint as e:  # it changed after collect timed it: those bytes have no time, not scored
+                done[ckpt.path] = Official.from_dict({"error": str(e), UNLOADABLE: True})
             else:
+                timeout = min(EVAL_TIMEOUT_S, left)  # what is left of the run's evaluation budget
                 official = evaluate(
                     ws.task,
                     eval_dir,
                     data_dir,
                     script=ckpt.script,
                     device=device,
+                    timeout_s=timeout,
                     sandboxed=sandboxed,
                     validate=label.startswith("best"),  # the scored one (rule 9), not the anytime curve's
                 )
                 done[ckpt.path] = Official.from_dict(
-                    {**official.to_dict(), **_provenance(ckpt.path, eval_dir, ckpt.script)}
+                    {**official.to_dict(), **_provenance(ckpt.path, eval_dir, ckpt.script), "checkpoint_sha256": timed}
                 )
         return done[ckpt.path]
 
@@ -149,6 +179,22 @@ def evaluate_candidates(
         else:
             out.append(Evaluation(candidate=label, official=score(label, ckpt), **ckpt.to_dict()))
     return out
+
+
+def _budget_note(official: Official, timeout: float, deadline: float, budget: float) -> dict:
+    """The keys that say a failed candidate ran until the run's evaluation budget ran out (empty otherwise)."""
+    if official.ok or timeout >= EVAL_TIMEOUT_S or deadline - time.monotonic() >= MIN_CANDIDATE_S:
+        return {}
+    return {BUDGET_SPENT: True, "error": f"{official.why_not} (the run's evaluation budget of {budget:.0f} s ran out)"}
+
+
+def budget_hit(evaluations: list[Evaluation], budget_s: float) -> dict | None:
+    """``result.json``'s line for the evaluation budget when it cut or skipped a candidate (None: it did not)."""
+    cut = [e for e in evaluations if e.official.raw.get(BUDGET_SPENT)]
+    if not cut:
+        return None
+    spent = sum(float(e.official.raw.get("eval_wall_s") or 0) for e in evaluations)
+    return {"limit": "evaluation", "value": budget_s, "candidates_cut": len(cut), "spent_s": round(spent, 1)}
 
 
 MAX_FALLBACKS = 5  # checkpoints scored after an unloadable best, at most

@@ -8,7 +8,9 @@ to the workspace, outside the sandbox's view::
                           locked files)
     manifest-end.json     the same once the run's processes have ended
     inputs.json           sha256 of the scorer's inputs (the prepared data, the task's locked originals) at start
-    arrivals.jsonl        each checkpoint as the harness first saw it, with the locked files' state at that moment
+    arrivals.jsonl        each checkpoint as the harness first saw it and each later change of its content: its
+                          identity (size, inode, mtime, ctime, sha256), first_seen and seen_at (the content's
+                          time), the change count, and the locked files' state at that moment
     launches.jsonl        each workspace script the launch monitor saw running (argv, sha256 of the source)
     sources/<sha256>.py   a copy of that source taken when the process was seen (edits after it do not count)
     network.jsonl         every request the sandbox's proxy received (host, port, allowed or refused)
@@ -31,6 +33,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from bench.checksums import sha256
+from bench.pipeline.arrivals import Arrival, Identity
 
 MAX_FILES = 200_000  # a manifest stops listing here (a runaway agent must not fill the harness's memory)
 STAT_KEYS = ("size", "mtime_ns", "ctime_ns", "ino")  # any of them moving means the file was written or replaced
@@ -151,12 +154,23 @@ class Evidence:
         except OSError:
             return ""
 
-    def arrivals(self, workspace: Path) -> dict[Path, float]:
-        """When each checkpoint was first seen (absolute path -> time.time()), from ``arrivals.jsonl``."""
-        out: dict[Path, float] = {}
+    def arrivals(self, workspace: Path) -> dict[Path, Arrival]:
+        """Each checkpoint as recorded in ``arrivals.jsonl`` (absolute path -> :class:`Arrival`): its first sight,
+        then each change of content in order; the last record is the content the file must still hold."""
+        out: dict[Path, Arrival] = {}
         for rec in self.lines("arrivals.jsonl"):
-            if "path" in rec:
-                out.setdefault(Path(workspace) / rec["path"], float(rec.get("seen_at", rec["t"])))
+            if not isinstance(rec.get("path"), str):
+                continue
+            path = Path(workspace) / rec["path"]
+            try:
+                at = float(rec.get("seen_at", rec.get("t")))
+            except (TypeError, ValueError):
+                continue
+            ident, known = Identity.from_dict(rec.get("identity")), out.get(path)
+            if known is None:
+                out[path] = Arrival(at, at, ident, 0, rec.get("fallback"))
+            elif ident is not None and (known.identity is None or ident.sha256 != known.identity.sha256):
+                out[path] = Arrival(known.first_seen, max(at, known.at), ident, known.changes + 1, rec.get("fallback"))
         return out
 
     # the harness's observations -----------------------------------------------------------------------------
@@ -179,15 +193,20 @@ class Evidence:
         """Once nothing of the run runs any more (also on ``--resume``): the workspace as the run left it."""
         self.write_json("manifest-end.json", manifest(workspace, locked))
 
-    def note_arrival(self, workspace: Path, path: Path, seen_at: float, locked: Iterable[str]) -> None:
-        self.append(
-            "arrivals.jsonl",
-            {
-                "path": path.relative_to(workspace).as_posix(),
-                "seen_at": seen_at,
-                "locked": locked_state(workspace, locked),
-            },
-        )
+    def note_arrival(self, workspace: Path, path: Path, arrival: Arrival, locked: Iterable[str]) -> None:
+        """A checkpoint first seen, or its content seen changed (``arrival.changes`` > 0): one line, at once."""
+        record = {
+            "path": path.relative_to(workspace).as_posix(),
+            "seen_at": arrival.at,
+            "first_seen": arrival.first_seen,
+            "change": arrival.changes,
+            "locked": locked_state(workspace, locked),
+        }
+        if arrival.identity is not None:
+            record["identity"] = arrival.identity.to_dict()
+        if arrival.fallback:
+            record["fallback"] = arrival.fallback
+        self.append("arrivals.jsonl", record)
 
     def note_processes(self, phase: str, procs: list[dict]) -> None:
         """Processes of the run alive at ``phase`` ("grace-over", "end", "resume"): pid, command line, start."""

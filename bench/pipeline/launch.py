@@ -31,6 +31,7 @@ from bench.pipeline.workspace import Workspace
 from bench.processes import TOKEN_VAR, become_subreaper
 from bench.progress import StatusLine
 from bench.sandbox import Policy, Sandbox, agent_environment, default_hidden, default_readable
+from bench.sandbox.limits import Limits, RunGroup
 from bench.tracking import HOOK_DIR
 
 # never inherited by an agent: a run id would make MLflow resume the parent; the tracer's own variables
@@ -47,11 +48,12 @@ class LaunchedAgent:
     started_at: float  # time.time() at the launch; checkpoint times and the budget count from here
     stream: AgentStream
     monitor: LaunchMonitor
-    arrivals: Arrivals  # when each file of checkpoints/ was first seen
+    arrivals: Arrivals  # each file of checkpoints/: when it was first seen, when its current content was
     status: StatusLine
     sandbox: Sandbox | None = None  # None: run unsandboxed; closed by watch.watch once the run's processes ended
     evidence: Evidence | None = None  # what the harness observes for the audit (run_dir/evidence)
     endpoints: tuple[str, ...] = ()  # the URLs its sandbox may reach (none: an offline agent)
+    limits: RunGroup | None = None  # its memory and process limits (a cgroup or rlimits); removed by watch.watch
 
     @property
     def sandboxed(self) -> bool:
@@ -96,6 +98,7 @@ def launch(
     console: bool = True,
     sandbox: bool = True,
     evidence: Evidence | None = None,
+    limits: Limits | None = None,
 ) -> LaunchedAgent:
     """Start ``agent`` in ``ws`` with the standard prompt; returns at once, the agent runs on.
 
@@ -118,13 +121,15 @@ def launch(
     extra = {"HOME": str(ctx.home), **agent.env(ctx)}  # a private HOME for every agent, not only the CLIs
     writable = (ctx.home, *_declared(writable_of(agent, ctx)))
     endpoints = endpoints_of(agent, ctx)
+    limits = limits or Limits()
+    group = RunGroup(limits)  # a cgroup when this machine lets the harness make one, else rlimits (limits.py)
     pythonpath = extra.get("PYTHONPATH", "")  # the toolkit's own agent names the repository: its packages are bound
-    box = _sandbox(ws, writable, endpoints, evidence, pythonpath) if sandbox else None
+    box = _sandbox(ws, writable, endpoints, evidence, group, pythonpath) if sandbox else None
     token = uuid.uuid4().hex
     become_subreaper()
     status = StatusLine(label, enabled=console)
     locked = ws.task.locked_files if ws.task is not None else ()  # (a bare workspace, as tests build, has none)
-    arrivals = Arrivals(ws.checkpoints, on_new=lambda p, t: evidence.note_arrival(ws.path, p, t, locked)).start()
+    arrivals = Arrivals(ws.checkpoints, on_new=lambda p, a: evidence.note_arrival(ws.path, p, a, locked)).start()
     started = time.time()
     try:
         proc = subprocess.Popen(
@@ -135,15 +140,17 @@ def launch(
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # the watchdog signals the group; inside, --unshare-pid ends the rest
+            preexec_fn=None if box else group.preexec,  # sandboxed: the sandbox's first shell and launcher
         )
     except BaseException:
+        group.remove()
         arrivals.stop()
         if box:
             box.close()
         raise
-    stream = AgentStream(proc, ws.log, ws.events, status, console, parser_of(agent, ctx), model).start()
+    stream = AgentStream(proc, ws.log, ws.events, status, console, parser_of(agent, ctx), model, limits).start()
     monitor = LaunchMonitor(proc.pid, token, ws.path, evidence=evidence).start()
-    return LaunchedAgent(proc, argv, token, started, stream, monitor, arrivals, status, box, evidence, endpoints)
+    return LaunchedAgent(proc, argv, token, started, stream, monitor, arrivals, status, box, evidence, endpoints, group)
 
 
 def _declared(writable: tuple[Path, ...]) -> tuple[Path, ...]:
@@ -166,6 +173,7 @@ def _sandbox(
     writable: tuple[Path, ...],
     endpoints: tuple[str, ...],
     evidence: Evidence,
+    limits: RunGroup,
     pythonpath: str = "",
 ) -> Sandbox:
     """The agent's sandbox: it writes its workspace, its private home and what its adapter declares
@@ -182,4 +190,4 @@ def _sandbox(
         endpoints=endpoints,
         network_log=evidence.path("network.jsonl"),
     )
-    return Sandbox(policy)
+    return Sandbox(policy, limits=limits)

@@ -6,6 +6,13 @@ agent exits before the budget the runner calls :func:`~bench.processes.end_tree`
 are ended (they would hold the GPU of the next run and write checkpoints after scoring). :func:`watch` does
 all of it for a launched agent: start the :class:`Watchdog`, wait, let the grace play out after a timeout, end
 the tree, then stop the launch monitor and the checkpoint arrivals and drain the agent's output.
+
+The run's other limits are watched here too (:mod:`bench.sandbox.limits`): the workspace's size is measured every
+few seconds by a thread of its own (:class:`WorkspaceGuard`); passing the limit is noted, passing it by
+:data:`~bench.sandbox.limits.WORKSPACE_MARGIN` more ends the run as the budget would (SIGTERM, the grace,
+SIGKILL), so a disk filling up costs the agent its remaining time, not the machine its disk. At the end the run's
+cgroup is read for what the kernel refused (memory, processes) and removed; every limit hit goes into
+:attr:`Watched.limits`, which ``result.json`` carries.
 """
 
 from __future__ import annotations
@@ -15,11 +22,13 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from subprocess import Popen
 
 from bench.pipeline.launch import LaunchedAgent
 from bench.processes import describe, end_tree, find_tree, running, signal_tree
+from bench.sandbox.limits import WORKSPACE_CHECK_S, WORKSPACE_MARGIN, tree_bytes
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +51,8 @@ class Watchdog:
         self.budget_expired_at: float | None = None  # time.time() stamps, for logs; deadlines use time.monotonic
         self.killed_at: float | None = None
         self.killed_pids: list[int] = []
+        self.ended_why: str | None = None  # a limit ended the run before its budget (end())
+        self._ended_at_s: float | None = None  # elapsed seconds at that end's SIGTERM
         self._lock = threading.Lock()
         self._stop = threading.Event()  # ends the thread before the budget
         self._cancel = threading.Event()  # ends it at any point, grace included
@@ -61,6 +72,27 @@ class Watchdog:
         """Whether the budget expired (the tree got SIGTERM)."""
         with self._lock:
             return self.budget_expired_at is not None
+
+    @property
+    def _term_at_s(self) -> float | None:
+        """Elapsed seconds at which the tree got SIGTERM (the budget, or a limit's :meth:`end`); None before."""
+        with self._lock:
+            if self.budget_expired_at is not None:
+                return self.budget_s if self._ended_at_s is None else min(self.budget_s, self._ended_at_s)
+            return self._ended_at_s
+
+    def end(self, why: str) -> None:
+        """End the run now as the budget would (SIGTERM to the tree, then the grace): a limit was passed."""
+        with self._lock:
+            if self._ended_at_s is not None or self.budget_expired_at is not None:
+                return
+            self.ended_why = why
+            self._ended_at_s = (time.monotonic() - self._t0) if self._t0 is not None else 0.0
+        log.warning("ending pid %s: %s", self.proc.pid, why)
+        try:
+            signal_tree(self.proc.pid, find_tree(self.proc.pid, self.token), signal.SIGTERM)
+        except Exception:
+            log.warning("could not signal the tree of pid %s", self.proc.pid, exc_info=True)
 
     @property
     def elapsed_s(self) -> float:
@@ -90,8 +122,9 @@ class Watchdog:
             except Exception:  # the watchdog must survive anything and keep enforcing the budget
                 log.warning("watchdog of pid %s: unexpected error", self.proc.pid, exc_info=True)
             # before the budget stop() ends the thread; after it only a cancel does (the grace is owed to scripts)
-            expired = self.timed_out
-            pause = min(self.tick_s, max(0.01, self.budget_s + (self.grace_s if expired else 0.0) - self.elapsed_s))
+            term = self._term_at_s
+            expired = term is not None
+            pause = min(self.tick_s, max(0.01, (term + self.grace_s if expired else self.budget_s) - self.elapsed_s))
             if (self._cancel if expired else self._stop).wait(pause):
                 break
         with self._lock:
@@ -99,8 +132,8 @@ class Watchdog:
 
     def _step(self) -> bool:
         """One tick: act on the deadline that passed and report progress; True when the watchdog is done."""
-        elapsed, pid = self.elapsed_s, self.proc.pid
-        if not self.timed_out:
+        elapsed, pid, term = self.elapsed_s, self.proc.pid, self._term_at_s
+        if term is None:
             if self.proc.poll() is not None:
                 return True  # the agent exited by itself; the runner ends leftovers with end_tree
             if elapsed >= self.budget_s:
@@ -108,7 +141,7 @@ class Watchdog:
                     self.budget_expired_at = time.time()
                 log.warning("budget of %.0f s expired for pid %s: SIGTERM to the tree", self.budget_s, pid)
                 signal_tree(pid, find_tree(pid, self.token), signal.SIGTERM)
-        elif elapsed >= self.budget_s + self.grace_s:
+        elif elapsed >= term + self.grace_s:
             pids = end_tree(pid, self.token, term_timeout=0.0)  # SIGTERM went out at the budget already
             with self._lock:
                 self.killed_at, self.killed_pids = time.time(), pids
@@ -129,6 +162,60 @@ class _Interrupted(Exception):
     pass
 
 
+class WorkspaceGuard:
+    """A thread that measures the workspace every :data:`WORKSPACE_CHECK_S` (or ten times the last measure's
+    time, when that is longer) and notes when it passed ``limit``; past ``limit * (1 + WORKSPACE_MARGIN)`` it
+    ends the run through the watchdog."""
+
+    def __init__(self, workspace: Path, limit: int, watchdog: Watchdog, check_s: float = WORKSPACE_CHECK_S) -> None:
+        self.workspace, self.limit, self.watchdog, self.check_s = Path(workspace), int(limit), watchdog, check_s
+        self.end_at = int(self.limit * (1 + WORKSPACE_MARGIN))
+        self.hit: dict | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="bench-workspace-guard", daemon=True)
+
+    def start(self) -> WorkspaceGuard:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+        if self.hit is None:  # one last measure: a file written just before the end counts too
+            self.measure()
+
+    def measure(self) -> int:
+        t0 = time.monotonic()
+        size = tree_bytes(self.workspace, stop_at=self.end_at)
+        self._walk_s = time.monotonic() - t0
+        if size > self.limit:
+            if self.hit is None:
+                self.hit = {
+                    "limit": "workspace",
+                    "value": self.limit,
+                    "bytes": size,
+                    "at_s": self._at(),
+                    "ended": False,
+                }
+            self.hit["bytes"] = max(self.hit["bytes"], size)
+            if size > self.end_at and not self.hit["ended"] and not self._stop.is_set():
+                self.hit["ended"] = True
+                mib = f"{size / 2**20:.0f} MiB, over its {self.limit / 2**20:.0f} MiB limit"
+                self.watchdog.end(f"the workspace holds {mib}")
+        return size
+
+    def _at(self) -> float:
+        return round(self.watchdog.elapsed_s, 1)
+
+    def _run(self) -> None:
+        self._walk_s = 0.0
+        while not self._stop.wait(max(self.check_s, 10 * self._walk_s)):
+            try:
+                self.measure()
+            except Exception:  # the guard must not take the run down; the next measure tries again
+                log.warning("workspace guard: measure failed", exc_info=True)
+
+
 @dataclass(frozen=True)
 class Watched:
     """How the agent's time ended."""
@@ -137,6 +224,8 @@ class Watched:
     exit_code: int | None
     timed_out: bool  # the budget expired and the tree got SIGTERM
     interrupted: bool  # Ctrl-C or SIGTERM to the harness
+    limits: dict = field(default_factory=dict)  # the run's limits: settings, how they were held, which were hit
+    ended_why: str | None = None  # a limit ended the agent's time before its budget (the reason says which)
 
 
 def watch(
@@ -153,9 +242,15 @@ def watch(
     already came while the agent was being launched (:mod:`bench.termination`), so there is no wait at all.
     """
     watchdog = Watchdog(agent.proc, budget_s, grace_s=grace_s, token=agent.token, on_tick=on_tick).start()
+    limits = agent.stream.limits
+    guard = None
+    if limits.workspace_bytes is not None:
+        guard = WorkspaceGuard(agent.monitor.workspace, limits.workspace_bytes, watchdog).start()
     interrupted = _wait(agent.proc, stopped)
     seconds = time.time() - agent.started_at
     watchdog.stop(let_grace_finish=not interrupted)
+    if guard is not None:
+        guard.stop()
     agent.monitor.scan()  # a last look before the tree is ended
     if agent.evidence is not None:  # what outlived the agent's session (rule 6: work after the agent was done)
         if watchdog.killed_pids:
@@ -168,7 +263,15 @@ def watch(
     agent.arrivals.stop()  # the last look at checkpoints/, now that nothing of the run writes there
     agent.stream.join(timeout=10)
     agent.status.close()
-    return Watched(round(seconds, 3), agent.proc.returncode, watchdog.timed_out, interrupted)
+    hits = [*(agent.limits.hits() if agent.limits else []), *agent.stream.limits_hit()]
+    if guard is not None and guard.hit is not None:
+        hits.append(guard.hit)
+    summary = {"settings": limits.to_dict(), **(agent.limits.describe() if agent.limits else {}), "hit": hits}
+    if agent.limits is not None:
+        agent.limits.remove()
+    return Watched(
+        round(seconds, 3), agent.proc.returncode, watchdog.timed_out, interrupted, summary, watchdog.ended_why
+    )
 
 
 def _wait(proc: Popen, stopped: Callable[[], bool] | None = None) -> bool:

@@ -104,7 +104,8 @@ def no_package_installs(ctx: Context) -> list[Violation]:
 
 def within_budget(ctx: Context) -> list[Violation]:
     """Rule 6: scripts started after the budget, processes that ignored SIGTERM until the grace was over or were
-    still running when the harness ended the run after the budget, checkpoints that came too late. All of it was
+    still running when the harness ended the run after the budget, checkpoints that came too late or were
+    overwritten after they were first seen (placed at their new content's time). All of it was
     stopped or discarded by the harness, hence flags: the work did not count, a person may want to know."""
     out = []
     late = [
@@ -122,11 +123,47 @@ def within_budget(ctx: Context) -> list[Violation]:
     if alive:
         out.append(finding(6, f"{len(alive)} process(es) of the run were still running past the budget", alive, FLAG))
     too_late = [
-        f"{r['path']}: {r['reason']}" for r in ctx.rejected if "deadline" in r["reason"] or "not seen" in r["reason"]
+        f"{r['path']}: {r['reason']}"
+        for r in ctx.rejected
+        if any(why in r["reason"] for why in ("deadline", "not seen", "after the harness's last look"))
     ]
     if too_late:
         out.append(
             finding(6, f"{len(too_late)} checkpoint(s) came after the deadline and were not scored", too_late, FLAG)
+        )
+    overwritten = _overwrites(ctx)
+    if overwritten:
+        why = (
+            f"{len(overwritten)} checkpoint(s) were overwritten after the harness first saw them: each is placed "
+            "at the time its last content was seen, not at its first sight"
+        )
+        out.append(finding(6, why, overwritten, FLAG))
+    return out
+
+
+def _overwrites(ctx: Context) -> list[str]:
+    """Checkpoints whose content changed after the harness first saw them (``arrivals.jsonl`` records each change
+    with the new content's identity): one line each, with both times. The later content is the one scored and it is
+    placed at its own time (:mod:`bench.pipeline.collect`); a name saved early and filled late gains nothing, but a
+    person may want to know (an honest script that rewrites ``best.pt`` shows here too)."""
+    first: dict[str, dict] = {}
+    last: dict[str, tuple[int, dict]] = {}
+    for n, rec in enumerate(ctx.evidence.lines("arrivals.jsonl"), 1):
+        path = rec.get("path")
+        if not isinstance(path, str) or not isinstance(rec.get("seen_at"), int | float):
+            continue
+        if path not in first:
+            first[path] = rec
+        elif isinstance(rec.get("change"), int) and rec["change"] > 0:
+            last[path] = (n, rec)
+    out = []
+    for path, (n, rec) in last.items():
+        was, now = (first[path].get("identity") or {}), (rec.get("identity") or {})
+        how = " (written after the harness died: its mtime)" if rec.get("fallback") == "mtime" else ""
+        out.append(
+            f"arrivals.jsonl#{n}: {path[:200]} first seen at {first[path]['seen_at'] - ctx.started_at:.1f} s, "
+            f"content changed at {rec['seen_at'] - ctx.started_at:.1f} s{how} ({rec['change']} change(s); sha256 "
+            f"{str(was.get('sha256'))[:12]} -> {str(now.get('sha256'))[:12]})"
         )
     return out
 

@@ -34,6 +34,7 @@ from pathlib import Path
 
 from bench.sandbox.bwrap import SandboxUnavailable, probe, require
 from bench.sandbox.environment import agent_environment
+from bench.sandbox.limits import RunGroup
 from bench.sandbox.network import Network
 from bench.sandbox.policy import Policy, bwrap_args, default_hidden, default_readable
 
@@ -74,7 +75,8 @@ class Sandbox:
     Raises :class:`SandboxUnavailable` when bwrap cannot run here (:func:`probe` says why).
     """
 
-    def __init__(self, policy: Policy, *, python: str | None = None) -> None:
+    def __init__(self, policy: Policy, *, python: str | None = None, limits: RunGroup | None = None) -> None:
+        self.limits = limits  # memory and processes: the run's cgroup joined first, or the launcher's rlimits
         self.binary = require()
         self.python = python or sys.executable
         self.policy = policy
@@ -96,8 +98,9 @@ class Sandbox:
         for name, value in self.network.env.items():
             args += ["--setenv", name, value]
         listen = [a for spec in self.network.listen for a in ("--listen", spec)]
-        inner = [self.python, "-I", "-S", str(LAUNCHER), *listen, "--", *argv]
-        return [*IGNORE_TERM, self.binary, *args, "--", *inner]
+        rlimits = self.limits.launcher_args() if self.limits else []
+        inner = [self.python, "-I", "-S", str(LAUNCHER), *listen, *rlimits, "--", *argv]
+        return [*(self.limits.prelude() if self.limits else IGNORE_TERM), self.binary, *args, "--", *inner]
 
     def close(self) -> None:
         """Stop the bridges and remove the runtime folder (idempotent)."""

@@ -1,6 +1,7 @@
 """The first process inside a sandbox: the inner end of the network bridges, and the agent's supervisor.
 
-Run by bwrap as ``python -I -S launcher.py [--listen HOST:PORT=UNIX_SOCKET ...] -- AGENT ARGV``; standard
+Run by bwrap as ``python -I -S launcher.py [--listen HOST:PORT=UNIX_SOCKET ...] [--rlimit NAME=N ...] -- AGENT ARGV``;
+standard
 library only and imported by nothing it needs, because it runs before (and beside) any agent code, with
 ``-I -S`` so that no ``PYTHONPATH``, user site or tracer hook is read.
 
@@ -17,7 +18,10 @@ to write a last checkpoint. So this process starts the agent as its child and:
 
 Its exit status is the agent's (128 + N when a signal N ended it). Each ``--listen`` makes it listen on a
 loopback TCP port of the sandbox's own network namespace and carry every connection to a unix socket that
-the harness serves outside (:mod:`bench.sandbox.network`): the only way out of ``--unshare-net``.
+the harness serves outside (:mod:`bench.sandbox.network`): the only way out of ``--unshare-net``. Each
+``--rlimit DATA=N`` / ``NPROC=N`` lowers that resource limit just before the agent starts (the agent and all it
+starts inherit it; the launcher and bwrap, already running, keep theirs): the memory and process limits of a run
+for which no cgroup could be made (:mod:`bench.sandbox.limits` says why DATA and not AS).
 """
 
 from __future__ import annotations
@@ -139,13 +143,28 @@ def others_alive() -> bool:
     return False
 
 
+def set_rlimits(specs: list[str]) -> None:
+    """``NAME=N`` for each resource.RLIMIT_NAME to lower to N (soft and hard; never above the hard limit)."""
+    import resource
+
+    for spec in specs:
+        name, _, value = spec.partition("=")
+        res = getattr(resource, f"RLIMIT_{name}")
+        _, hard = resource.getrlimit(res)
+        n = int(value) if hard == resource.RLIM_INFINITY else min(int(value), hard)
+        resource.setrlimit(res, (n, n))
+
+
 def main(argv: list[str]) -> int:
     if "--" not in argv:
-        print("usage: launcher.py [--listen HOST:PORT=SOCKET ...] -- COMMAND ...", file=sys.stderr)
+        print(
+            "usage: launcher.py [--listen HOST:PORT=SOCKET ...] [--rlimit NAME=N ...] -- COMMAND ...", file=sys.stderr
+        )
         return 2
     split = argv.index("--")
     options, command = argv[:split], argv[split + 1 :]
     specs = [options[i + 1] for i, o in enumerate(options) if o == "--listen" and i + 1 < len(options)]
+    rlimits = [options[i + 1] for i, o in enumerate(options) if o == "--rlimit" and i + 1 < len(options)]
     try:
         servers = [s for spec in specs for s in listen(spec)]
     except (OSError, ValueError) as e:
@@ -169,6 +188,11 @@ def main(argv: list[str]) -> int:
         return 2
     if state["terminating"]:
         return 128 + signal.SIGTERM  # ended before the agent started
+    try:
+        set_rlimits(rlimits)
+    except (AttributeError, ValueError, OSError) as e:
+        print(f"[sandbox] cannot set the run's limits {rlimits}: {e}", file=sys.stderr, flush=True)
+        return 125
     try:  # Python ignores SIGPIPE; the agent gets the default action of every signal, as from a shell
         state["child"] = pid = os.posix_spawnp(command[0], command, os.environ, setsigdef=RESET)
     except OSError as e:

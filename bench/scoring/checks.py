@@ -1,126 +1,267 @@
-"""What the forward contract promises, checked from outputs alone (the scorer runs no agent code to check it).
+"""What the forward contract promises, checked from outputs alone, with probes the model cannot see coming.
 
-Each probe is a batch built from evaluation inputs the scored predictor has already answered, sent to a SECOND,
-fresh predictor process, whose answers are compared sample by sample with the scored ones. A fresh process knows
-nothing the first one saw, so a model cannot recognise a probe by having seen its twin:
+The scorer runs no agent code to check the contract. It asks a SECOND, fresh predictor process again for parts of
+the scored feed and compares its answers, sample by sample, with what the scored predictor answered. Where it
+asks comes from a per-evaluation secret (:func:`draw_secret`, the :mod:`secrets` module) that no predictor ever
+sees; the scorer records the secret and the plan it gave (:meth:`Plan.evidence`) in its result only after scoring,
+so anyone can recompute the positions from the secret and the feed (:func:`plan` is a pure function of both).
 
-* determinism: the first scored batch again, as it was; the same outputs ("the same number twice");
-* history independence: samples from across the evaluation (the last of evenly spaced later batches), which the
-  scored process answered after seeing everything before them; a fresh process must answer them the same. A model
-  that learns from the evaluation stream (T6's windows and T1's blocks reveal earlier targets) does not;
-* batch independence: the first samples in reverse order, one fewer, in one batch (for T6, consecutive windows that
-  overlap each other's targets); a sample's outputs must not depend on which other samples share its batch;
-* causality (tasks that name a causal input, T1): the same blocks with every position after a cut replaced by
-  text from other blocks; the outputs up to the cut must not change.
+* **Cold replays** (determinism, history independence). Stretches of consecutive feed batches at secret positions,
+  sent to the fresh predictor as the scorer sent them: the same batches, shapes and order, one after another, with
+  a gap of at least one batch between stretches. The first stretch never starts at the feed's start, so the fresh
+  process lacks the history the scored one had before every stretch. A model that learns from the evaluation
+  stream (T6's windows reveal earlier windows' targets; T1's blocks are the text so far) cannot reproduce outputs
+  that depended on what it never saw, whatever it guesses about where it is; a model that keeps state over only
+  its last N requests differs on the first N outputs of each stretch, and every output of a stretch is compared.
+  Stretches are stratified (one in each of :data:`STRETCHES` equal segments of the feed, at a secret offset), so
+  a model that is stateful only over part of the feed meets a stretch with a probability that grows with that part
+  (every part longer than two segments surely; see the residual risk below).
+* **Causality** (tasks that name a causal input, T1): inside a replay stretch, one batch (at a secret offset) has
+  every position after a secret cut replaced by text from elsewhere in the feed that follows the same characters
+  (so the splice reads like text), the character right after the cut differing; the outputs up to the cut must
+  not change. Judged only when the replay itself matched (a stateful model is already caught, for that reason).
+* **Batch independence**: samples of the feed regrouped into batches of the feed's own size (two full batches
+  mixed, reordered); where the feed has no two full batches alike (one sample per batch: T1, T6; or one batch) the
+  batch is consecutive samples at a secret position, reversed and one fewer (the old probe). That one has a size
+  the feed never had, so it is the LAST request the fresh predictor gets: recognising it gains nothing, every
+  replay answer is in.
 
-Tolerances allow float rounding of different batch shapes (and bf16 autocast on a GPU), nothing like the
-differences a model that reads other samples or later positions produces (measured in the tests).
+Residual risk (stated, not hidden): a model that is stateful over a short part of the feed only (less than two
+segments) escapes with the probability that no stretch meets that part; its gain is bounded by that part's share
+of the score. On a GPU the tolerance (5 % of the output's scale, for bf16) lets a stateful correction smaller than
+that pass. Where the evaluation inputs are the agent's own data (T1 scores on val), a model can carry them in its
+weights: no probe can tell that from learning, and it needs no state.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+import math
+import secrets
+from dataclasses import dataclass, field
 
 import numpy as np
 
-PROBE_SAMPLES = 8  # samples per probe batch: enough to mix windows, small enough to cost nothing
+PROBE_SAMPLES = 8  # samples of the batch-independence probe when the feed sends one sample a batch
+REPLAY_SHARE = 1 / 8  # share of the feed's batches the cold replays send again (T6: 352 of 2,785 windows)
+MIN_REPLAYED = 16  # ... but at least this many (short feeds cost nothing)
+STRETCHES = 16  # stratified stretches (fewer on short feeds: each needs a gap before it)
+CAUSAL_CUTS = 2  # causality probes (each in its own stretch when there are two)
 TOLERANCE = {"cpu": 1e-4, "cuda": 5e-2}  # max |a - b| / max |b| for float outputs
 MISMATCH = {"cpu": 1e-3, "cuda": 1e-2}  # fraction of differing integer outputs (argmax ties)
 
+DETERMINISM, HISTORY, BATCH, CAUSALITY = "determinism", "history-independence", "batch-independence", "causality"
 
-@dataclass
+Feed = list[dict[str, np.ndarray]]
+
+
+def draw_secret() -> str:
+    """A fresh secret for one evaluation (128 bits): the probes' positions follow from it and nothing else."""
+    return secrets.token_hex(16)
+
+
+@dataclass(frozen=True)
 class Probe:
-    id: str  # determinism, batch-independence, causality@<cut>
-    name: str  # what a failure means, in words
+    """One request to the fresh predictor and the scored outputs it must reproduce."""
+
+    promise: str  # DETERMINISM, HISTORY, BATCH or CAUSALITY
     inputs: dict[str, np.ndarray]
-    expected: np.ndarray  # the scored predictor's outputs for the same samples
-    view: Callable[[np.ndarray], np.ndarray] = lambda out: out  # which part of the outputs must agree
+    rows: tuple[tuple[int, int], ...]  # (batch, row) of the scored feed whose outputs it must give, in order
+    stretch: int | None = None  # which replay stretch it belongs to
+    upto: int | None = None  # causality: only positions <= upto (dim 1) must agree
+    where: str = ""  # in words, for the reason
+
+    def expected(self, outputs: list[np.ndarray]) -> np.ndarray:
+        (b, _), n = self.rows[0], len(self.rows)
+        if n == len(outputs[b]) and all(r == i and c == b for i, (c, r) in enumerate(self.rows)):
+            return outputs[b]
+        return np.concatenate([outputs[c][r : r + 1] for c, r in self.rows])
+
+    def view(self, out: np.ndarray) -> np.ndarray:
+        return out if self.upto is None else out[:, : self.upto + 1]
 
 
-def _take(batches: list[dict[str, np.ndarray]], k: int) -> tuple[dict[str, np.ndarray], list[tuple[int, int]]]:
-    """Up to ``k`` samples of the scored batches as one batch (only batches shaped like the first one: T1's shorter
-    last block is left out), and where each came from as (batch, row)."""
-    shape = {name: a.shape[1:] for name, a in batches[0].items()}
-    where: list[tuple[int, int]] = []
-    for b, inputs in enumerate(batches):
-        if {name: a.shape[1:] for name, a in inputs.items()} == shape:
-            n = len(next(iter(inputs.values())))
-            where += [(b, r) for r in range(n)][: k - len(where)]
-        if len(where) == k:
-            break
-    rows = {name: np.concatenate([batches[b][name][r : r + 1] for b, r in where]) for name in shape}
-    return rows, where
+@dataclass(frozen=True)
+class Plan:
+    """The probes of one evaluation, in the order the fresh predictor gets them, and what to record about them."""
+
+    secret: str
+    n_batches: int
+    stretches: tuple[tuple[int, int], ...]  # [start, end) of feed batches, replayed in this order
+    probes: tuple[Probe, ...]
+    record: dict = field(default_factory=dict)  # causality and batch-independence details, for the evidence
+
+    @property
+    def promises(self) -> list[str]:
+        """The promises these probes check, in a fixed order (the scorer's ``checks``)."""
+        found = {p.promise for p in self.probes}
+        if self.stretches and self.stretches[0][0] > 0:
+            found.add(DETERMINISM)  # a replay from mid-stream checks both
+        return [p for p in (DETERMINISM, HISTORY, BATCH, CAUSALITY) if p in found]
+
+    def evidence(self) -> dict:
+        """What the result records after scoring: the secret and every position it gave."""
+        replayed = sum(e - s for s, e in self.stretches)
+        stretches = [list(s) for s in self.stretches]
+        return {
+            "secret": self.secret,
+            "batches": self.n_batches,
+            "replayed": replayed,
+            "stretches": stretches,
+            **self.record,
+        }
 
 
-def _spread(batches: list[dict[str, np.ndarray]], k: int) -> list[tuple[int, int]]:
-    """(batch, last row) of up to ``k`` evenly spaced batches after the first, shaped like the first one."""
-    shape = {name: a.shape[1:] for name, a in batches[0].items()}
-    alike = [b for b in range(1, len(batches)) if {n: a.shape[1:] for n, a in batches[b].items()} == shape]
-    if not alike:
-        return []
-    picked = sorted({alike[i] for i in np.linspace(0, len(alike) - 1, min(k, len(alike))).round().astype(int)})
-    return [(b, len(next(iter(batches[b].values()))) - 1) for b in picked]
+def _shape(inputs: dict[str, np.ndarray]) -> tuple:
+    return tuple((name, a.shape) for name, a in inputs.items())
 
 
-def probes(
-    batches: list[dict[str, np.ndarray]], outputs: list[np.ndarray], causal: str | None, seed: int = 0
-) -> list[Probe]:
-    """The probes for one scored evaluation: ``batches`` were sent, ``outputs`` came back."""
-    found = [
-        Probe(
-            "determinism",
-            "the same inputs gave different outputs (the model is not deterministic)",
-            batches[0],
-            outputs[0],
-        )
-    ]
-    later = _spread(batches, PROBE_SAMPLES)
-    if later:
-        found.append(
-            Probe(
-                "history-independence",
-                "outputs changed with what the predictor had been sent before (a model must not learn from the "
-                "evaluation inputs)",
-                {name: np.concatenate([batches[b][name][r : r + 1] for b, r in later]) for name in batches[0]},
-                np.concatenate([outputs[b][r : r + 1] for b, r in later]),
-            )
-        )
-    sample, where = _take(batches, PROBE_SAMPLES)
-    if len(where) >= 2:
-        expected = np.concatenate([outputs[b][r : r + 1] for b, r in where])
-        # reversed AND one sample fewer: the batch's members change, not only their order, so mixing that ignores
-        # order (adding the batch mean) is caught even when the first scored batch held these very samples
-        order = np.arange(len(where))[::-1][:-1]
-        found.append(
-            Probe(
-                "batch-independence",
-                "a sample's outputs changed with the other samples in its batch (outputs must not depend on them)",
-                {k: v[order] for k, v in sample.items()},
-                expected[order],
-            )
-        )
-    if causal:
-        x = sample[causal]
-        expected = np.concatenate([outputs[b][r : r + 1] for b, r in where])
-        rng = np.random.default_rng(seed)
-        length = x.shape[1]
-        for cut in sorted({length // 2, int(rng.integers(1, max(2, length - 1)))}):
-            changed = x.copy()
-            donor = np.roll(x, 1, axis=0) if len(x) > 1 else x[:, ::-1]
-            changed[:, cut + 1 :] = donor[:, cut + 1 :]
-            if np.array_equal(changed, x):
-                continue
-            found.append(
-                Probe(
-                    f"causality@{cut}",
-                    f"outputs at positions <= {cut} changed when only later positions did (the model is not causal)",
-                    {**sample, causal: changed},
-                    expected,
-                    view=lambda out, c=cut: out[:, : c + 1],
-                )
-            )
-    return found
+def _sample_shape(inputs: dict[str, np.ndarray]) -> tuple:
+    return tuple((name, a.shape[1:]) for name, a in inputs.items())
+
+
+def _stretches(n: int, rng: np.random.Generator) -> list[tuple[int, int]]:
+    """Stratified stretches over batches 1 .. n-1 (over batch 0 alone for a one-batch feed), each after a gap."""
+    if n == 1:
+        return [(0, 1)]
+    mid = n - 1
+    k = min(STRETCHES, max(1, mid // 2))
+    bounds = np.linspace(1, n, k + 1).round().astype(int)
+    budget = min(mid, max(MIN_REPLAYED, math.ceil(n * REPLAY_SHARE)))
+    shortest = int(np.diff(bounds).min())
+    length = max(1, min(budget // k, shortest - 1 if k > 1 else shortest))
+    out = []
+    for i, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:], strict=True)):
+        first = int(lo) + (1 if i > 0 else 0)  # a gap after the stretch before: its history is not the scored one
+        out.append((s := int(rng.integers(first, max(first, int(hi) - length) + 1)), s + length))
+    return out
+
+
+def _splice(rows: np.ndarray, block: np.ndarray, cut: int, rng: np.random.Generator) -> tuple[np.ndarray, list[int]]:
+    """``block`` with positions after ``cut`` replaced by text that follows the same last characters elsewhere in
+    ``rows`` (longest context of 3, 2, 1 that has a candidate) with a different character right after the cut;
+    any other row's tail if none has. Returns the new block and [donor row, donor position]."""
+    length, tail = len(block), len(block) - 1 - cut
+    for k in (3, 2, 1):
+        if cut + 1 < k:
+            continue
+        ok = np.ones((len(rows), cut + 1), dtype=bool)  # candidate donor positions p <= cut (its tail must fit)
+        for j in range(k):  # rows[:, p - j] == block[cut - j]
+            ok[:, k - 1 :] &= rows[:, k - 1 - j : cut + 1 - j] == block[cut - j]
+        ok[:, : k - 1] = False
+        ok &= rows[:, 1 : cut + 2] != block[cut + 1]
+        found = np.argwhere(ok)
+        if len(found):
+            r, p = (int(v) for v in found[rng.integers(len(found))])
+            return np.concatenate([block[: cut + 1], rows[r, p + 1 : p + 1 + tail]]), [r, p]
+    for r in rng.permutation(len(rows)):
+        if rows[r, cut + 1] != block[cut + 1] and rows.shape[1] == length:
+            return np.concatenate([block[: cut + 1], rows[r, cut + 1 :]]), [int(r), cut]
+    return block, []
+
+
+def _causality(feed: Feed, causal: str, stretches, rng) -> tuple[dict[int, tuple[int, int, dict]], list[dict]]:
+    """Causality probes: {feed batch: (stretch, cut, inputs)} to send in its stretch's place, and their record."""
+    alike = [b for b, x in enumerate(feed) if x[causal].shape[1:] == feed[0][causal].shape[1:]]
+    rows = np.concatenate([feed[b][causal] for b in alike]) if alike else None
+    placed, record = {}, []
+    for st in rng.permutation(len(stretches))[:CAUSAL_CUTS]:
+        s, e = stretches[int(st)]
+        b = int(rng.integers(s, e))
+        x = feed[b][causal]
+        if x.shape[1] < 3 or rows is None or len(rows) < 2:
+            continue
+        cut = int(rng.integers(1, x.shape[1] - 1))
+        changed, donors = x.copy(), []
+        for i in range(len(x)):
+            changed[i], donor = _splice(rows, x[i], cut, rng)
+            donors.append(donor)
+        if np.array_equal(changed, x):
+            continue
+        placed[b] = (int(st), cut, {**feed[b], causal: changed})
+        record.append({"batch": b, "cut": cut, "donors": donors})
+    return placed, sorted(record, key=lambda r: r["batch"])
+
+
+def _batch_probe(feed: Feed, rng: np.random.Generator) -> tuple[dict[str, np.ndarray], list, dict] | None:
+    """Samples of the feed in other company: (inputs, rows, record), or None when no batch can hold two."""
+    sizes = [len(next(iter(x.values()))) for x in feed]
+    full = max(sizes)
+    groups: dict[tuple, list[int]] = {}
+    for b, x in enumerate(feed):
+        if sizes[b] == full and full >= 2:
+            groups.setdefault(_shape(x), []).append(b)
+    pairs = [bs for bs in groups.values() if len(bs) >= 2]
+    if pairs:  # two full batches mixed and reordered: the feed's own size and shapes
+        bs = pairs[int(rng.integers(len(pairs)))]
+        a, c = (int(v) for v in rng.choice(bs, 2, replace=False))
+        keep = np.sort(rng.choice(full, full // 2, replace=False))
+        take = np.sort(rng.choice(full, full - full // 2, replace=False))
+        rows = [(a, int(r)) for r in keep] + [(c, int(r)) for r in take]
+        rows = [rows[i] for i in rng.permutation(full)]
+        kind = {"regrouped": [a, c]}
+    else:  # one sample a batch (or one batch): consecutive samples reversed, one fewer, sent last
+        alike = [b for b, x in enumerate(feed) if _sample_shape(x) == _sample_shape(feed[0])]
+        every = [(b, r) for b in alike for r in range(sizes[b])]
+        if len(every) < 2:
+            return None
+        k = min(PROBE_SAMPLES, len(every))
+        start = int(rng.integers(0, len(every) - k + 1))
+        rows = every[start : start + k][::-1][:-1]
+        kind = {"reversed": [list(rows[-1]), list(rows[0])]}
+    inputs = {name: np.concatenate([feed[b][name][r : r + 1] for b, r in rows]) for name in feed[0]}
+    return inputs, rows, {**kind, "size": len(rows)}
+
+
+def plan(feed: Feed, causal: str | None, secret: str) -> Plan:
+    """The probes for one scored feed (``feed``: the inputs the scorer sends, in order): a pure function of the
+    feed and the secret, so the positions recorded after scoring can be checked by anyone holding both."""
+    rng = np.random.default_rng(int(secret, 16))
+    n = len(feed)
+    stretches = _stretches(n, rng)
+    placed, causal_record = _causality(feed, causal, stretches, rng) if causal else ({}, [])
+    promise = HISTORY if n > 1 else DETERMINISM
+    probes: list[Probe] = []
+    for i, (s, e) in enumerate(stretches):
+        for b in range(s, e):
+            rows = tuple((b, r) for r in range(len(next(iter(feed[b].values())))))
+            if b in placed:
+                _, cut, inputs = placed[b]
+                probes.append(Probe(CAUSALITY, inputs, rows, i, cut, f"batch {b}, cut after position {cut}"))
+            else:
+                probes.append(Probe(promise, feed[b], rows, i, None, f"batch {b}"))
+    record: dict = {"causality": causal_record} if causal else {}
+    batch = _batch_probe(feed, rng)
+    if batch is not None:
+        inputs, rows, record["batch_independence"] = batch
+        probes.append(Probe(BATCH, inputs, tuple(rows), None, None, f"{len(rows)} samples in one batch"))
+    return Plan(secret, n, tuple(stretches), tuple(probes), record)
+
+
+REASONS = {
+    DETERMINISM: "the same inputs gave different outputs in a fresh predictor (the model is not deterministic)",
+    HISTORY: "outputs changed with what the predictor had been sent before: a fresh predictor replaying stretches "
+    "of the feed in order answered differently (a model must not learn from the evaluation inputs, and must be "
+    "deterministic)",
+    BATCH: "a sample's outputs changed with the other samples in its batch (outputs must not depend on them)",
+    CAUSALITY: "outputs up to a position changed when only later positions did (the model is not causal)",
+}
+
+
+def judge(found: Plan, answers: list[np.ndarray], outputs: list[np.ndarray], device: str) -> list[str]:
+    """Each broken promise in words (empty: all kept). ``answers`` are the fresh predictor's, probe by probe."""
+    bad: dict[str, list[str]] = {}
+    for probe, got in zip(found.probes, answers, strict=True):
+        why = disagreement(probe.view(got), probe.view(probe.expected(outputs)), device)
+        if why:
+            bad.setdefault(probe.promise, []).append(f"{probe.where}: {why}")
+    if DETERMINISM in bad or HISTORY in bad:
+        bad.pop(CAUSALITY, None)  # the replay already differed there: a causality verdict would not be about causality
+    out = []
+    for promise in (DETERMINISM, HISTORY, BATCH, CAUSALITY):
+        if promise in bad:
+            asked = sum(p.promise == promise for p in found.probes)
+            out.append(f"{REASONS[promise]} ({len(bad[promise])} of {asked} probes differ; first {bad[promise][0]})")
+    return out
 
 
 def disagreement(got: np.ndarray, expected: np.ndarray, device: str) -> str | None:

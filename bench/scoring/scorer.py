@@ -8,9 +8,11 @@ the locked file defines once: ``eval_batches`` (inputs and labels, batched and o
 a label before the outputs for it are returned), ``score`` (the metric) and the feed constants. It never imports,
 unpickles or executes anything from the workspace: the model runs in a sandboxed predictor process
 (:mod:`bench.scoring.predictor`) that receives inputs over a pipe and returns outputs. A second, fresh predictor
-then answers the forward-contract probes (:mod:`bench.scoring.checks`). Prints one JSON object, the official
-result (task, metric, value, val_value, direction, split, checkpoint, script, seconds, n, checks); on any failure
-the same object with ``error`` (and ``violation`` when the forward contract is broken, ``unloadable: true`` when the
+answers the forward-contract probes (:mod:`bench.scoring.checks`): cold replays of stretches of the feed and
+batches shaped like the feed's, at positions drawn from a secret no predictor sees. Prints one JSON object, the
+official result (task, metric, value, val_value, direction, split, checkpoint, script, seconds, n, checks, and
+``probes``: the secret and every position it gave, published only now); on any failure the same object with
+``error`` (and ``violation`` with ``probes`` when the forward contract is broken, ``unloadable: true`` when the
 model could not be built or the checkpoint not loaded into it) and no value.
 """
 
@@ -22,18 +24,24 @@ import json
 import math
 import os
 import sys
+import threading
 import time
 import tomllib
 from pathlib import Path
 
 import numpy as np
 
-from bench.scoring.checks import disagreement, probes
+from bench.scoring import checks
 from bench.scoring.session import LoadError, PredictorError, Session
 
 
 class ContractViolation(RuntimeError):
-    """The model broke the forward contract (rule 7): the run is disqualified, not merely unscored."""
+    """The model broke the forward contract (rule 7): the run is disqualified, not merely unscored. ``probes``: the
+    plan's evidence (its secret and positions), recorded with the violation."""
+
+    def __init__(self, message: str, probes: dict | None = None) -> None:
+        super().__init__(message)
+        self.probes = probes or {}
 
 
 def load_task_module(task_dir: Path):
@@ -70,17 +78,22 @@ def score_checkpoint(
     sandboxed: bool = True,
     log: Path | None = None,
     validate: bool = True,
+    secret: str | None = None,
 ) -> dict:
     """Feed every evaluation batch to a predictor, score its outputs, probe the forward contract; the result dict.
 
     The scored predictor starts first, so that building the model overlaps with loading the task and its labels;
-    the prober starts once the scored one is ready, so that its start-up overlaps with the round trips (which keep
-    about one core busy) instead of competing with the two start-ups on the critical path.
+    the prober starts once the scored one is ready, so that its start-up overlaps with the round trips instead of
+    competing with the two start-ups on the critical path. The probes' positions follow from ``secret`` (drawn
+    here, :func:`checks.draw_secret`, unless a test gives one), which stays in this process until the result
+    records it. On a CPU the prober answers its probes while the scored predictor answers the feed (its inputs
+    are known in advance; a core each); on a GPU it starts after the scored one is closed (one model in memory).
     """
     t0 = time.time()
     log = log or eval_dir.with_suffix(".predictor.log")
     sandbox = sandbox_wrap(eval_dir) if sandboxed else None
     wrap = sandbox.wrap if sandbox is not None else None
+    secret = secret or checks.draw_secret()
 
     def session() -> Session:
         return Session(eval_dir, checkpoint, script, device=device, timeout_s=timeout_s, log=log, wrap=wrap)
@@ -90,17 +103,20 @@ def score_checkpoint(
             task = load_task_module(task_dir)
             feed = task.eval_batches(task.EVAL_SPLIT, str(data_dir), task.FEED_BATCH_SIZE)
             inputs, targets = [x for x, _ in feed], [y for _, y in feed]
+            found = checks.plan(inputs, getattr(task, "CAUSAL_INPUT", None), secret)
             scored.ready()
-            with session() as prober:
+            with session() as prober, _Answers(prober, found, start=device == "cpu") as answers:
                 outputs = [scored.predict(x) for x in inputs]
                 # after the scored feed, so that it cannot have shaped it; rule 9 reads it for the scored checkpoint
                 val_value = _validation(task, scored, data_dir) if validate else None
-                scored.close()  # before the probes: on a GPU, one model in memory at a time while it computes
+                scored.close()  # before a GPU's probes: one model in memory at a time while it computes
                 result = task.score(outputs, targets)
                 value = float(result[task.METRIC])
                 if not math.isfinite(value):
                     raise PredictorError(f"the {task.METRIC} is {value}")
-                checks = _probe(prober, inputs, outputs, getattr(task, "CAUSAL_INPUT", None), device)
+                broken = checks.judge(found, answers.all(), outputs, device)
+                if broken:
+                    raise ContractViolation("forward contract broken: " + "; ".join(broken), found.evidence())
     finally:
         if sandbox is not None:
             sandbox.close()
@@ -109,9 +125,50 @@ def score_checkpoint(
         "val_value": val_value if val_value is not None else (value if task.EVAL_SPLIT == "val" else None),
         "n": int(result.get("n", sum(len(y) for y in targets))),
         "n_params": scored.n_params,
-        "checks": checks,
+        "checks": found.promises,
+        "probes": found.evidence(),
         "seconds": round(time.time() - t0, 3),
     }
+
+
+class _Answers:
+    """The prober's answers to every probe of a plan, asked in the plan's order: in a thread started at once
+    (``start``, a CPU: the probes' inputs are known before the feed) or when first needed (a GPU, after the scored
+    predictor is closed). Leaving the block early (the scored predictor failed) ends the prober first, so that the
+    thread, blocked on it, ends too."""
+
+    def __init__(self, prober: Session, found: checks.Plan, start: bool) -> None:
+        self.prober, self.found = prober, found
+        self.answers: list[np.ndarray] = []
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._ask, daemon=True)
+        if start:
+            self.thread.start()
+
+    def _ask(self) -> None:
+        try:
+            for probe in self.found.probes:
+                self.answers.append(self.prober.predict(probe.inputs))
+        except BaseException as e:  # noqa: BLE001 - re-raised in the scorer's thread by all()
+            self.error = e
+
+    def all(self) -> list[np.ndarray]:
+        if self.thread.ident is None:  # not started (a GPU): ask now, in this thread
+            self._ask()
+        else:
+            self.thread.join()
+        if self.error is not None:
+            raise self.error
+        return self.answers
+
+    def __enter__(self) -> _Answers:
+        return self
+
+    def __exit__(self, kind, *_) -> None:
+        if kind is not None:
+            self.prober.close()
+        if self.thread.ident:
+            self.thread.join()
 
 
 def _validation(task, scored: Session, data_dir: Path) -> float | None:
@@ -122,21 +179,6 @@ def _validation(task, scored: Session, data_dir: Path) -> float | None:
         return None
     feed = task.eval_batches("val", str(data_dir), task.FEED_BATCH_SIZE)
     return float(task.score([scored.predict(x) for x, _ in feed], [y for _, y in feed])[task.METRIC])
-
-
-def _probe(prober: Session, inputs: list, outputs: list, causal: str | None, device: str) -> list[str]:
-    """Ask the second, fresh predictor every probe; raises :class:`ContractViolation` naming each broken promise
-    (one cheat often breaks several: a model that mixes its batch also answers differently to re-asked samples)."""
-    found = probes(inputs, outputs, causal)
-    broken = []
-    for probe in found:
-        got = prober.predict(probe.inputs)
-        why = disagreement(probe.view(got), probe.view(probe.expected), device)
-        if why:
-            broken.append(f"{probe.name} ({why})")
-    if broken:
-        raise ContractViolation("forward contract broken: " + "; ".join(broken))
-    return [p.id for p in found]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -169,7 +211,8 @@ def main(argv: list[str] | None = None) -> int:
             validate=not args.no_val,
         )
     except ContractViolation as e:
-        print(json.dumps({**head, "error": str(e), "violation": str(e), "seconds": round(time.time() - t0, 3)}))
+        seconds = round(time.time() - t0, 3)
+        print(json.dumps({**head, "error": str(e), "violation": str(e), "probes": e.probes, "seconds": seconds}))
         return 1
     except LoadError as e:
         print(json.dumps({**head, "error": str(e), "unloadable": True, "seconds": round(time.time() - t0, 3)}))

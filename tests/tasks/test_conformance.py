@@ -355,7 +355,7 @@ def test_official_score_through_the_scorer_is_the_tasks_metric(small, name, tmp_
     assert result["value"] == pytest.approx(last_json(run["proc"])["value"], rel=REL, abs=1e-12)
     # every probe the feed allows: history independence needs more than one batch (the small data's eval split
     # fits in one for T2-T5 and T7)
-    assert set(expected_probes(1)) <= set(result["checks"]) <= set(PROBES) | {"causality@128", "causality@217"}
+    assert set(expected_probes(1)) <= set(result["checks"]) <= {*PROBES, "causality"}
     # no false positive of the rule-9 audit: the harness's own validation score of the honest checkpoint agrees
     # with the one its script reported, within the audit's stated tolerance
     from bench.pipeline.collect import read

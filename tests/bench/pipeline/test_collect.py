@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
+import shutil
 import time
 from pathlib import Path
 
+import pytest
 import torch
 
-from bench.pipeline.arrivals import Arrivals
-from bench.pipeline.collect import Checkpoint, scan, select
+from bench.pipeline.arrivals import Arrival, Arrivals, identify
+from bench.pipeline.collect import Checkpoint, NotACheckpoint, scan, select, verify_copy
 from bench.tasks import Direction
 
 
@@ -66,6 +69,11 @@ def _save(
         os.utime(path, (mtime, mtime))
 
 
+def _seen(path: Path, at: float) -> Arrival:
+    """``path`` as the harness would have recorded it at ``at``: its current content, first seen then."""
+    return Arrival(first_seen=at, at=at, identity=identify(path))
+
+
 def test_scan_reads_metadata_times_files_and_rejects_malformed_ones(tmp_path):
     start = 1_000_000.0
     _save(tmp_path / "ok1.pt", 0.4, mtime=start + 30)
@@ -90,7 +98,7 @@ def test_the_harness_clock_places_checkpoints_not_their_mtime_and_copies_are_rej
     _save(tmp_path / "copied_in.pt", 0.01, mtime=start + 10, saved=start - 3600)  # cp from an earlier run
     _save(tmp_path / "back_dated.pt", 0.02, mtime=start - 3600, saved=start + 10)  # touch -d '1 hour ago'
     _save(tmp_path / "unseen.pt", 0.03, mtime=start + 20)  # never listed while the run went on
-    seen = {tmp_path / n: start + 30 for n in ("future_mtime.pt", "copied_in.pt", "back_dated.pt")}
+    seen = {tmp_path / n: _seen(tmp_path / n, start + 30) for n in ("future_mtime.pt", "copied_in.pt", "back_dated.pt")}
     found, rejected = scan(tmp_path, started_at=start, metric="mse", deadline_s=1000, arrivals=seen)
     assert [(c.path.name, c.saved_s, c.window) for c in found] == [("future_mtime.pt", 30.0, 0)]
     reasons = {r.path.name: r.reason for r in rejected}
@@ -115,7 +123,8 @@ def test_arrivals_notes_first_sight_and_takes_a_last_look_when_stopped(tmp_path)
     arrivals.interval = 3600  # no more polls: only stop()'s last look can see the next file
     time.sleep(0.2)
     (tmp_path / "last.pt").write_bytes(b"z")
-    seen = arrivals.stop()
+    arrivals.stop()
+    seen = arrivals.seen
     assert set(seen) == {tmp_path / "before.pt", tmp_path / "sub" / "during.pt", tmp_path / "last.pt"}
     assert t0 <= seen[tmp_path / "before.pt"] <= first <= seen[tmp_path / "last.pt"] <= time.time()
     assert seen[tmp_path / "sub" / "during.pt"] == first
@@ -139,3 +148,54 @@ def test_a_checkpoint_may_name_only_a_workspace_script_that_ran(tmp_path):
         "abs.pt": "names the script '/tmp/evil.py', not a workspace script that ran",
         "no.pt": "names the script 'run_9.py', not a workspace script that ran",
     }
+
+
+def test_an_overwritten_checkpoint_is_placed_at_its_new_content_not_its_first_sight(tmp_path):
+    """The time travel attack: a placeholder at 3 s, the minute-6 model written over it. Window 1, at 361 s."""
+    start = time.time() - 400
+    path = tmp_path / "early.pt"
+    path.write_bytes(b"placeholder")
+    placeholder = _seen(path, start + 3)
+    _save(path, 0.1, mtime=start + 3)  # rewritten in place, its mtime put back
+    arrival = Arrival(first_seen=placeholder.first_seen, at=start + 361, identity=identify(path), changes=1)
+    _save(tmp_path / "honest.pt", 0.2, mtime=start + 200)
+    arrivals = {path: arrival, tmp_path / "honest.pt": _seen(tmp_path / "honest.pt", start + 200)}
+    found, rejected = scan(tmp_path, started_at=start, metric="mse", deadline_s=600, arrivals=arrivals)
+    assert rejected == []
+    early = next(c for c in found if c.path == path)
+    assert (early.saved_s, early.window, early.first_seen_s) == (361.0, 1, 3.0)
+    assert early.sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert next(c for c in found if c.path.name == "honest.pt").first_seen_s is None  # never changed
+    sel = select(found, Direction.MIN)
+    assert sel.best.path == path and sel.best.saved_s == 361.0
+    assert {k: c.path.name for k, c in sel.windows.items()} == {0: "honest.pt", 1: "early.pt"}
+
+
+def test_bytes_that_are_not_the_last_recorded_content_are_rejected_and_a_touch_is_not_a_change(tmp_path):
+    start = time.time() - 100
+    _save(tmp_path / "after_last_look.pt", 0.1, mtime=start + 10)
+    _save(tmp_path / "touched.pt", 0.2, mtime=start + 10)
+    arrivals = {tmp_path / n: _seen(tmp_path / n, start + 20) for n in ("after_last_look.pt", "touched.pt")}
+    _save(tmp_path / "after_last_look.pt", 0.01, mtime=start + 10)  # written after the harness's last look
+    os.utime(tmp_path / "touched.pt", (start + 50, start + 50))  # the same bytes: the stat moved, not the content
+    (tmp_path / "link.pt").symlink_to(tmp_path / "touched.pt")
+    found, rejected = scan(tmp_path, started_at=start, metric="mse", deadline_s=600, arrivals={
+        **arrivals, tmp_path / "link.pt": arrivals[tmp_path / "touched.pt"]})  # fmt: skip
+    assert [(c.path.name, c.saved_s) for c in found] == [("touched.pt", pytest.approx(20.0))]
+    reasons = {r.path.name: r.reason for r in rejected}
+    assert reasons["link.pt"] == "a symbolic link, not a checkpoint file"
+    assert reasons["after_last_look.pt"].startswith("its content changed after the harness's last look (sha256 ")
+    assert reasons["after_last_look.pt"].endswith("now): not the content that was timed")
+
+
+def test_the_staged_copy_must_be_the_content_that_was_timed(tmp_path):
+    path = tmp_path / "a.pt"
+    _save(path, 0.3)
+    found, _ = scan(tmp_path, started_at=time.time() - 10, metric="mse", arrivals={path: _seen(path, time.time())})
+    ckpt = found[0]
+    copy = tmp_path / "staged.pt"
+    shutil.copyfile(path, copy)
+    assert verify_copy(ckpt, copy) == hashlib.sha256(path.read_bytes()).hexdigest()
+    copy.write_bytes(copy.read_bytes()[:-1] + b"!")
+    with pytest.raises(NotACheckpoint, match="is not the content the harness timed"):
+        verify_copy(ckpt, copy)

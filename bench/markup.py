@@ -1,0 +1,40 @@
+"""Text the agent chose (a checkpoint's file name, a script's name, a metric key, its own messages), made safe to put
+into Markdown and HTML that a person reads: the MLflow run's description, the reports under ``analysis/``.
+
+Why: these names are the agent's to pick, and a name such as ``x](http://evil)<img src=x onerror=alert(1)>|.pt``
+placed verbatim in a description becomes a link, an image with a script, or a broken table in the page a
+reviewer trusts. Two ways, for two places:
+
+- :func:`md_text` for running text: HTML's ``& < >`` as entities, every character Markdown gives a meaning inline
+  (emphasis, code, links, tables, headings, autolinks ``http://`` and ``www.``, e-mail) escaped with a backslash,
+  line breaks as spaces (so no line can start a heading, list or quote). It renders as the very characters given.
+- :func:`md_code` for a name shown as code: a code span whose backtick fence is longer than any run of backticks
+  in the name (CommonMark's rule), so nothing inside is interpreted; HTML is inert inside a code span.
+
+Tag values are not Markdown (MLflow shows them as text), but :func:`md_text` is what to use for a tag that a view
+renders as Markdown.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+
+_INLINE = re.compile(r"([\\`*_{}\[\]()#|~!:@$^=+-])")
+
+
+def md_text(text: object) -> str:
+    """``text`` as Markdown that renders as exactly these characters, on one line (see the module docstring)."""
+    flat = re.sub(r"[\r\n\t\f\v]+", " ", str(text))
+    escaped = html.escape(flat, quote=False)  # & first, then < > (entities are inert to Markdown)
+    escaped = _INLINE.sub(r"\\\1", escaped)
+    return escaped.replace("www.", "www\\.")
+
+
+def md_code(text: object) -> str:
+    """``text`` as one inline code span (newlines as spaces), whatever backticks it holds."""
+    flat = re.sub(r"[\r\n]+", " ", str(text))
+    longest = max((len(run) for run in re.findall(r"`+", flat)), default=0)
+    fence = "`" * (longest + 1)
+    pad = " " if flat.startswith("`") or flat.endswith("`") or not flat.strip() else ""
+    return f"{fence}{pad}{flat}{pad}{fence}"

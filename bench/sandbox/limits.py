@@ -1,0 +1,386 @@
+"""The resource limits of one run: the agent's memory and process count, its workspace's size, its output, and the
+time the evaluation of all its candidates may take.
+
+Why: without them an agent (or a model it trained) can take the machine from its harness: a 600 MB line of output
+held in the harness's memory, a memory hog or fork bomb that the kernel's OOM killer or the pid table settles by
+killing whatever it picks, a workspace that fills the disk the run directories share, a predictor that sleeps in
+its forward and holds the GPU for hours past the run's budget. Each limit here has a default that fits the
+paper's machine (one A100 80 GB of a DGX A100 node: 1/8 of its 1 TB RAM and 128 cores), a ``bench run`` flag
+(:mod:`bench.cli`), a check before anything is created (:mod:`bench.preflight`), and a line in ``result.json``
+when it was hit.
+
+How memory and processes are held, best first:
+
+- **a cgroup** the harness makes for the run (v2 when its own group has the ``memory`` and ``pids`` controllers
+  delegated to it; else the v1 ``memory`` and ``pids`` hierarchies when they are writable, as for root in many
+  containers): ``memory.max`` (v1 ``memory.limit_in_bytes``) covers the whole tree, page cache included, and
+  the kernel kills inside the group only; ``pids.max`` counts every process and thread of the tree. The sandbox's
+  first shell joins it before bwrap starts (:func:`shell_prelude`), so nothing escapes by forking early; the
+  counters (``memory.events``, ``pids.events``) say afterwards whether a limit was hit.
+- **rlimits** where no cgroup can be made: ``RLIMIT_DATA`` (the private writable memory of each process: heap and
+  anonymous mappings) rather than ``RLIMIT_AS``, because CUDA and PyTorch reserve huge address ranges they never
+  touch and fail under an address-space limit, while those reservations are not writable private data;
+  ``RLIMIT_NPROC`` for processes. Both are weaker: per process (a tree of N processes may hold N times the memory)
+  and, for ``RLIMIT_NPROC``, per real user and never enforced for root (the kernel exempts uid 0 even inside a
+  user namespace mapped to it): a root harness without a cgroup has no process limit, and ``result.json`` says so.
+  They are set by the sandbox's launcher just before it starts the agent (:mod:`bench.sandbox.launcher`).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import resource
+import shlex
+import time
+import uuid
+import weakref
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+KIB, MIB, GIB = 2**10, 2**20, 2**30
+
+DEFAULT_MEMORY = 64 * GIB  # half of one GPU's share of a DGX A100 node's RAM (1 TB / 8 GPUs = 128 GB)
+MEMORY_SHARE = 0.8  # but never more than this share of this machine's RAM: the harness must outlive the agent
+DEFAULT_PROCESSES = 4096  # processes and threads (a cgroup counts threads): data loaders, a Node CLI, OpenMP pools
+DEFAULT_WORKSPACE = 200 * GIB  # the data copies (T3's VOC is the largest, ~2 GB) and many checkpoints
+WORKSPACE_MARGIN = 0.10  # passing the limit is noted; passing it by this share more ends the run
+DEFAULT_LOG = 128 * MIB  # agent.log: the first and the last half of this are kept
+LINE_BYTES = 4 * MIB  # one output line is read at most this long; the rest of it is dropped (and counted)
+DEFAULT_EVAL_S = 3600.0  # all candidates of a run together; one candidate gets at most the scorer's own 15 min
+WORKSPACE_CHECK_S = 5.0  # how often the watch measures the workspace (longer when a measure itself is slow)
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b)?\s*$", re.I)
+
+
+class LimitError(ValueError):
+    """A limit that cannot be used (not a size, zero, negative); the message says what to give instead."""
+
+
+def parse_size(text: str) -> int:
+    """``"64G"``, ``"512MiB"``, ``"1.5g"``, ``"1048576"`` -> bytes (powers of 1024)."""
+    m = _SIZE.match(str(text))
+    if not m:
+        raise LimitError(f"{text!r} is not a size: give a number with an optional unit, e.g. 64G, 512M or 300MiB")
+    return int(float(m.group(1)) * 1024 ** "_kmgt".index((m.group(2) or "_").lower()))
+
+
+def machine_memory() -> int:
+    """This machine's RAM in bytes (``/proc/meminfo``'s MemTotal; 0 when unknown)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return 0
+
+
+def default_memory() -> int:
+    """:data:`DEFAULT_MEMORY`, or :data:`MEMORY_SHARE` of this machine's RAM when that is less."""
+    total = machine_memory()
+    return min(DEFAULT_MEMORY, int(total * MEMORY_SHARE)) if total else DEFAULT_MEMORY
+
+
+@dataclass(frozen=True)
+class Limits:
+    """One run's limits; ``None`` switches a limit off (``--memory none``), which ``result.json`` then shows."""
+
+    memory_bytes: int | None = field(default_factory=default_memory)
+    processes: int | None = DEFAULT_PROCESSES
+    workspace_bytes: int | None = DEFAULT_WORKSPACE
+    log_bytes: int = DEFAULT_LOG
+    eval_s: float = DEFAULT_EVAL_S
+
+    @property
+    def line_bytes(self) -> int:
+        return max(1024, min(LINE_BYTES, self.log_bytes // 2))
+
+    def check(self) -> None:
+        """LimitError for a limit no run can live with (the flags' names in the message)."""
+        for flag, value, least in (
+            ("--memory", self.memory_bytes, 64 * MIB),
+            ("--max-processes", self.processes, 16),
+            ("--workspace-limit", self.workspace_bytes, MIB),
+            ("--log-limit", self.log_bytes, 64 * KIB),
+        ):
+            if value is not None and (not isinstance(value, int) or value < least):
+                raise LimitError(f"{flag} {value} is too small to run anything: give at least {least} (or 'none')")
+        if not (math.isfinite(self.eval_s) and self.eval_s >= 10):
+            raise LimitError(f"--eval-budget {self.eval_s:g} s cannot score a checkpoint: give at least 10s, e.g. 1h")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+# --- cgroups -------------------------------------------------------------------------------------------------------
+def _own_groups(proc_cgroup: str = "/proc/self/cgroup") -> dict[str, str]:
+    """``{"": "/path"}`` for v2 and ``{"memory": "/path", "pids": "/path"}`` for v1, from ``/proc/self/cgroup``."""
+    out = {}
+    for line in Path(proc_cgroup).read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        for c in controllers.split(",") if controllers else [""]:
+            out[c] = path
+    return out
+
+
+def _mounts(mountinfo: str = "/proc/self/mountinfo") -> dict[str, Path]:
+    """Where each hierarchy is mounted: ``""`` (v2) and the v1 controllers' names."""
+    out: dict[str, Path] = {}
+    for line in Path(mountinfo).read_text().splitlines():
+        left, _, right = line.partition(" - ")
+        fields, rest = left.split(), right.split()
+        if len(fields) < 5 or len(rest) < 3:
+            continue
+        if rest[0] == "cgroup2":
+            out.setdefault("", Path(fields[4]))
+        elif rest[0] == "cgroup":
+            for option in rest[2].split(","):
+                if option in ("memory", "pids"):
+                    out.setdefault(option, Path(fields[4]))
+    return out
+
+
+@dataclass(frozen=True)
+class CgroupSupport:
+    """Where this harness may make the run's groups: ``version`` 2 (one parent) or 1 (memory and pids parents)."""
+
+    version: int
+    parents: dict[str, Path]  # "" for v2; "memory" and "pids" for v1
+
+
+def _writable_dir(path: Path) -> bool:
+    return path.is_dir() and os.access(path, os.W_OK | os.X_OK)
+
+
+def cgroup_support(
+    proc_cgroup: str = "/proc/self/cgroup", mountinfo: str = "/proc/self/mountinfo"
+) -> CgroupSupport | None:
+    """The cgroups this process can make with memory and pids limits; None when it can make none (then rlimits).
+
+    v2 needs both controllers in the own group's ``cgroup.subtree_control`` (delegated, e.g. by
+    ``systemd-run --user --scope -p Delegate=yes``) and the group writable; v1 needs the two hierarchies writable."""
+    try:
+        own, mounts = _own_groups(proc_cgroup), _mounts(mountinfo)
+    except (OSError, ValueError):
+        return None
+    if "" in own and "" in mounts:
+        parent = mounts[""] / own[""].lstrip("/")
+        try:
+            enabled = (parent / "cgroup.subtree_control").read_text().split()
+        except OSError:
+            enabled = []
+        if {"memory", "pids"} <= set(enabled) and _writable_dir(parent):
+            return CgroupSupport(2, {"": parent})
+    if {"memory", "pids"} <= set(own) and {"memory", "pids"} <= set(mounts):
+        parents = {c: mounts[c] / own[c].lstrip("/") for c in ("memory", "pids")}
+        if all(_writable_dir(p) for p in parents.values()):
+            return CgroupSupport(1, parents)
+    return None
+
+
+class RunGroup:
+    """The cgroup(s) of one run: made with the limits set, joined by the sandbox's first shell, read for what was
+    hit, removed at the end. Every failure to make one leaves ``paths`` empty: the run falls back to rlimits."""
+
+    def __init__(self, limits: Limits, name: str | None = None, support: CgroupSupport | None | str = "detect") -> None:
+        self.limits = limits
+        self.support = cgroup_support() if support == "detect" else support  # None: no cgroup, rlimits
+        self.paths: dict[str, Path] = {}
+        self.error: str | None = None
+        if self.support is None or (limits.memory_bytes is None and limits.processes is None):
+            return
+        name = name or f"bench-{uuid.uuid4().hex[:12]}"
+        try:
+            for controller, parent in self.support.parents.items():
+                path = parent / name
+                path.mkdir()
+                self.paths[controller] = path
+            self._set()
+        except OSError as e:
+            self.error = f"no cgroup ({e}); rlimits instead"
+            self.remove()
+        # a harness that fails between the launch and the watch's remove() still removes its groups on exit
+        self._finalizer = weakref.finalize(self, _remove, dict(self.paths))
+
+    def _set(self) -> None:
+        mem, procs = self.limits.memory_bytes, self.limits.processes
+        if self.support.version == 2:
+            path = self.paths[""]
+            (path / "memory.max").write_text(str(mem) if mem else "max")
+            (path / "memory.swap.max").exists() and (path / "memory.swap.max").write_text("0")
+            (path / "pids.max").write_text(str(procs) if procs else "max")
+        else:
+            if mem:
+                (self.paths["memory"] / "memory.limit_in_bytes").write_text(str(mem))
+                swap = self.paths["memory"] / "memory.memsw.limit_in_bytes"
+                if swap.exists():
+                    try:
+                        swap.write_text(str(mem))  # no swap beyond the limit either (when swap accounting is on)
+                    except OSError:
+                        pass
+            (self.paths["pids"] / "pids.max").write_text(str(procs) if procs else "max")
+
+    @property
+    def active(self) -> bool:
+        return bool(self.paths)
+
+    @property
+    def enforcement(self) -> str:
+        return f"cgroup v{self.support.version}" if self.active else "rlimit"
+
+    def procs_files(self) -> list[Path]:
+        return [p / "cgroup.procs" for p in self.paths.values()]
+
+    def prelude(self) -> list[str]:
+        """The sandbox's first command: SIGTERM ignored, the run's cgroups joined (:func:`shell_prelude`)."""
+        return shell_prelude(self.procs_files())
+
+    def launcher_args(self) -> list[str]:
+        """The launcher's rlimits, only without a cgroup (with one they would pre-empt its accounting)."""
+        return [] if self.active else rlimit_args(self.limits)
+
+    def preexec(self) -> None:
+        """For a process started without the sandbox (``--unsandboxed``): join the cgroups, or set the rlimits."""
+        if self.active:
+            for f in self.procs_files():
+                f.write_text("0")
+        else:
+            set_rlimits(self.limits.memory_bytes, self.limits.processes)
+
+    def describe(self) -> dict:
+        """``result.json``'s account of how memory and processes were held."""
+        how = self.enforcement
+        out = {"enforcement": how}
+        if not self.active and self.limits.processes and not nproc_binds():
+            out["note"] = "RLIMIT_NPROC does not bind root: no process limit without a cgroup"
+        if self.error:
+            out["cgroup_error"] = self.error
+        return out
+
+    def hits(self) -> list[dict]:
+        """What the kernel refused or killed in the group: memory (OOM kills, allocations over the limit) and pids
+        (forks refused at ``pids.max``)."""
+        out = []
+        if not self.active:
+            return out
+        if self.support.version == 2:
+            mem = _keyed(self.paths[""] / "memory.events")
+            pids = _keyed(self.paths[""] / "pids.events")
+            oom, over = mem.get("oom_kill", 0), mem.get("max", 0)
+            refused = pids.get("max", 0)
+        else:
+            oom = _keyed(self.paths["memory"] / "memory.oom_control").get("oom_kill", 0)
+            over = _int(self.paths["memory"] / "memory.failcnt")
+            refused = _keyed(self.paths["pids"] / "pids.events").get("max", 0)
+        if oom or over:
+            out.append({"limit": "memory", "value": self.limits.memory_bytes, "oom_kills": oom, "refused": over})
+        if refused:
+            out.append({"limit": "processes", "value": self.limits.processes, "forks_refused": refused})
+        return out
+
+    def remove(self) -> None:
+        """Kill what is left in the group (the watch ended the tree already) and remove it (idempotent)."""
+        _remove(self.paths)
+        self.paths = {}
+
+
+def _remove(paths: dict[str, Path]) -> None:
+    for path in paths.values():
+        if not path.exists():
+            continue
+        kill = path / "cgroup.kill"
+        try:
+            if kill.exists():
+                kill.write_text("1")
+            else:
+                for pid in (path / "cgroup.procs").read_text().split():
+                    try:
+                        os.kill(int(pid), 9)
+                    except OSError:
+                        pass
+        except OSError:
+            pass
+        for _ in range(50):  # the killed processes leave the group within moments
+            try:
+                path.rmdir()
+                break
+            except OSError:
+                if not (path / "cgroup.procs").exists():
+                    break  # not a cgroup (a test's folder): nothing will leave it
+                time.sleep(0.1)
+
+
+def _keyed(path: Path) -> dict[str, int]:
+    try:
+        return {k: int(v) for k, v in (line.split() for line in path.read_text().splitlines() if line.strip())}
+    except (OSError, ValueError):
+        return {}
+
+
+def _int(path: Path) -> int:
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return 0
+
+
+def shell_prelude(procs_files: list[Path]) -> list[str]:
+    """``sh -c`` that ignores SIGTERM (bwrap must outlive the watchdog's SIGTERM: :mod:`bench.sandbox`), joins the
+    run's cgroups, then execs the rest of its arguments; it refuses to start (exit 125) when it cannot join."""
+    join = "".join(f"echo $$ > {shlex.quote(str(f))} || exit 125; " for f in procs_files)
+    return ["/bin/sh", "-c", f'trap "" TERM; {join}exec "$@"', "bench-sandbox"]
+
+
+# --- rlimits -------------------------------------------------------------------------------------------------------
+def rlimit_args(limits: Limits | None) -> list[str]:
+    """The launcher's ``--rlimit NAME=VALUE`` options for ``limits`` (memory as RLIMIT_DATA, processes as NPROC)."""
+    if limits is None:
+        return []
+    out = []
+    if limits.memory_bytes:
+        out += ["--rlimit", f"DATA={limits.memory_bytes}"]
+    if limits.processes:
+        out += ["--rlimit", f"NPROC={limits.processes}"]
+    return out
+
+
+def set_rlimits(memory_bytes: int | None, processes: int | None, cpu_s: int | None = None) -> None:
+    """Lower this process's rlimits (a preexec function's body; never raises them above the hard limits)."""
+    for res, value in ((resource.RLIMIT_DATA, memory_bytes), (resource.RLIMIT_NPROC, processes)):
+        if value:
+            _, hard = resource.getrlimit(res)
+            value = value if hard == resource.RLIM_INFINITY else min(value, hard)
+            resource.setrlimit(res, (value, value))
+    if cpu_s:
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 5))
+
+
+def nproc_binds() -> bool:
+    """Whether RLIMIT_NPROC limits this process's children: never for root (the kernel exempts uid 0)."""
+    return os.getuid() != 0
+
+
+# --- disk ---------------------------------------------------------------------------------------------------------
+def tree_bytes(root: Path, stop_at: int | None = None) -> int:
+    """The bytes under ``root``: each regular file's size once (hard links counted once), not following links;
+    stops counting once past ``stop_at`` (a workspace of a million files must not stall the watch)."""
+    total, seen, stack = 0, set(), [str(root)]
+    while stack:
+        try:
+            entries = os.scandir(stack.pop())
+        except OSError:
+            continue
+        with entries:
+            for entry in entries:
+                try:
+                    if entry.is_dir(follow_symlinks=False):
+                        stack.append(entry.path)
+                    elif entry.is_file(follow_symlinks=False):
+                        st = entry.stat(follow_symlinks=False)
+                        if (st.st_dev, st.st_ino) not in seen:
+                            seen.add((st.st_dev, st.st_ino))
+                            total += max(st.st_size, st.st_blocks * 512)
+                except OSError:
+                    continue
+        if stop_at is not None and total > stop_at:
+            break
+    return total

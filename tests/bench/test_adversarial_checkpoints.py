@@ -1,0 +1,76 @@
+"""Checkpoint time travel (issue 21): a checkpoint is placed in time by its content, not by its name.
+
+The attack: save a placeholder at once, train honestly, then overwrite the placeholder in place (same inode, its
+modification time put back with ``touch -r``) with the trained model and a slightly better self-reported score.
+If the harness timed the name, the trained model would be the overall best "saved at ~1 s", in the first window.
+It must be placed when the harness saw the new content, and the overwrite must be a rule 6 flag naming the file
+with both times. Run end to end on T6 through the real pipeline (``tests/bench/adversary.py``).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from bench.pipeline import collect
+from bench.sandbox.bwrap import probe
+from tests.bench.adversary import HONEST, _run
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(probe() is not None, reason=f"no usable sandbox here: {probe()}"),
+]
+
+WINDOW_S = 5.0  # the test's windows: the placeholder (~1 s) and the overwrite (> 8 s) fall in different ones
+
+# seen at the harness's first polls, before anything trains
+PLACEHOLDER = "mkdir -p checkpoints && printf placeholder > checkpoints/early.pt && sleep 3\n"
+
+OVERWRITE = r"""
+sleep 6
+python - <<'EOF'
+import glob, io, os, time, torch
+src = sorted(glob.glob("checkpoints/run_1_*.pt"))[-1]
+payload = torch.load(src, weights_only=False)
+payload["val_score"] *= 1 - 1e-7  # just better than the honest file: the overall best
+buf = io.BytesIO()
+torch.save(payload, buf)
+st = os.stat("checkpoints/early.pt")
+with open("checkpoints/early.pt", "r+b") as f:  # in place: the same inode, the same name
+    f.truncate(0)
+    f.write(buf.getvalue())
+os.utime("checkpoints/early.pt", ns=(st.st_atime_ns, st.st_mtime_ns))  # touch -r: the placeholder's mtime
+open("overwritten_at.txt", "w").write(repr(time.time()))
+EOF
+"""
+
+
+def test_an_overwritten_placeholder_is_placed_at_its_new_content_and_flagged(guard, honest, monkeypatch):
+    monkeypatch.setattr(collect, "WINDOW_S", WINDOW_S)
+    result = _run(guard.task, PLACEHOLDER + HONEST + OVERWRITE)
+    assert result.status == "success", result.reason
+    overwritten_s = float((Path(result.workspace) / "overwritten_at.txt").read_text()) - result.started_at
+    best = next(e for e in result.evaluations if e.candidate == "best")
+    assert Path(best.path).name == "early.pt"  # the better self-reported score: selected, but at its true time
+    assert best.saved_s >= overwritten_s, (best.saved_s, overwritten_s)  # the harness saw it after it was written
+    assert best.saved_s <= overwritten_s + 30  # ... at its next look (about a second; generous for a loaded box)
+    assert best.window == int(best.saved_s // WINDOW_S) >= 1
+    assert best.official.ok and best.official.value == pytest.approx(honest.score, rel=1e-6)  # the trained weights
+    assert best.official.raw["checkpoint_sha256"] == _sha256(Path(result.workspace) / "checkpoints" / "early.pt")
+    flags = [v for v in result.audit.violations if v.rule == 6 and "overwritten" in v.reason]
+    assert len(flags) == 1 and flags[0].verdict == "flag", result.audit.violations
+    text = " ".join(flags[0].evidence)
+    assert "checkpoints/early.pt" in text
+    first, changed = (
+        float(x) for x in re.search(r"first seen at ([\d.]+) s, content changed at ([\d.]+) s", text).groups()
+    )
+    assert first < overwritten_s < changed and changed == pytest.approx(best.saved_s, abs=0.1), text
+    guard.check(result, "never-planted")
+
+
+def _sha256(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
