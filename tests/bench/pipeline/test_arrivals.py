@@ -11,6 +11,7 @@ import hashlib
 import os
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -197,7 +198,10 @@ def test_a_record_of_an_older_harness_without_identity_is_placed_at_its_first_si
 
 
 def test_on_resume_a_change_after_the_harness_died_is_placed_at_its_mtime_never_before_the_last_record(tmp_path):
-    """What ``bench.resume`` does: the recorded identities, then one look that places what nobody saw by mtime."""
+    """``bench run --resume``: the recorded identities, then one look that places what nobody saw by its mtime."""
+    from bench.pipeline.workspace import Workspace
+    from bench.resume import _arrivals
+
     run_dir, ws, evidence = _workspace(tmp_path)
     folder = ws / "checkpoints"
     (folder / "kept.pt").write_bytes(b"kept")
@@ -210,14 +214,14 @@ def test_on_resume_a_change_after_the_harness_died_is_placed_at_its_mtime_never_
     os.utime(folder / "changed.pt", (recorded - 100, recorded - 100))
     (folder / "late.pt").write_bytes(b"late")
     os.utime(folder / "late.pt", (recorded + 5, recorded + 5))
-    again = evidence.arrivals(ws)
-    look(folder, again, lambda p, a: evidence.note_arrival(ws, p, a, []), clock=lambda st, _k: st.st_mtime,
-         fallback="mtime")  # fmt: skip
+    again = _arrivals(Workspace(run_dir, SimpleNamespace(locked_files=("prepare.py",))), evidence)
     assert again[folder / "kept.pt"] == files[folder / "kept.pt"]
     assert again[folder / "changed.pt"].at == recorded and again[folder / "changed.pt"].changes == 1
+    assert again[folder / "changed.pt"].identity.sha256 == _sha(b"new")
     assert again[folder / "changed.pt"].fallback == "mtime"
     assert again[folder / "late.pt"].at == pytest.approx(recorded + 5) and again[folder / "late.pt"].fallback == "mtime"
     assert evidence.arrivals(ws) == again  # noted, so a second resume reads the same
+    assert evidence.lines("arrivals.jsonl")[-1]["locked"]["prepare.py"]["sha256"]  # with the locked files' state
 
 
 def test_an_overwrite_is_a_rule_6_flag_naming_the_file_with_both_times(tmp_path):
