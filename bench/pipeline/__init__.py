@@ -7,7 +7,7 @@ does, and adds the rule audit of §3.4 and the recording:
     launch.py          2. the agent process with the standard prompt; its output parsed live           (paper 2, 3)
     watch.py           3. the wall-clock budget: SIGTERM at the budget, SIGKILL after the grace        (paper 4)
     launch_monitor.py     beside 3: an independent count of the scripts the agent's process tree runs
-    arrivals.py           beside 3: when each checkpoint appeared, as the harness saw it (not its mtime)
+    arrivals.py           beside 3: when each checkpoint's content appeared (stat + sha256), as the harness saw it
     collect.py         4. scored checkpoints -> the best by self-reported validation + each window's  (paper 5)
     evaluate.py        5. the ORIGINAL prepare.py scores the candidates, outside the workspace         (paper 5)
     audit.py           6. the paper's rules checked from evidence the agent could not write           (paper §3.4)
