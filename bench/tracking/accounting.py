@@ -43,16 +43,24 @@ def _add(into: dict[str, int], counts: dict[str, int]) -> None:
         into[k] = into.get(k, 0) + n
 
 
+def _split(counts: dict[str, int]) -> tuple[dict[str, int], dict[str, int]]:
+    """Counts by reason -> (dropped, merged): a copy of a value relayed once is no loss, so it is not a drop."""
+    dropped = {k: n for k, n in sorted(counts.items()) if n and k not in limits.MERGED}
+    return dropped, {k: n for k, n in sorted(counts.items()) if n and k in limits.MERGED}
+
+
 def summary(states: list[ScriptState]) -> dict:
     """The relay's part of ``result.json``: launches, statuses, and per script and in all what became of each value
-    and checkpoint event (``unrelayed``: scripts with something left in their spool or a run left open)."""
+    and checkpoint event (``unrelayed``: scripts with something left in their spool or a run left open). Every value
+    read is counted once: relayed + dropped + merged (copies) + unrelayed = the values the spool holds."""
     scripts = [s for s in states if s.script]
     statuses = [s.status or "RUNNING" for s in scripts]
-    dropped: dict[str, int] = {}
+    counts: dict[str, int] = {}
     not_uploaded: dict[str, int] = {}
     for s in states:
-        _add(dropped, s.dropped)
+        _add(counts, s.dropped)
         _add(not_uploaded, s.not_uploaded)
+    dropped, merged = _split(counts)
     return {
         "launched": len(scripts),
         "statuses": {k: statuses.count(k) for k in sorted(set(statuses))},
@@ -60,7 +68,8 @@ def summary(states: list[ScriptState]) -> dict:
         "relay": {
             "values": {
                 "relayed": sum(s.metrics for s in states),
-                "dropped": {k: n for k, n in sorted(dropped.items()) if n},
+                "dropped": dropped,
+                "merged": merged,
                 "unrelayed": sum(s.unrelayed for s in states),
             },
             "checkpoints": {
@@ -89,7 +98,8 @@ def summary(states: list[ScriptState]) -> dict:
                 "checkpoints_uploaded": s.uploaded,
                 "error": s.error,
                 "values": s.metrics,
-                "dropped": {k: n for k, n in s.dropped.items() if n},
+                "dropped": _split(s.dropped)[0],
+                "merged": _split(s.dropped)[1],
                 "examples": {k: v for k, v in s.examples.items() if s.dropped.get(k)},  # agent text: not Markdown
                 "unrelayed": s.unrelayed,
                 "unread_bytes": s.unread_bytes,

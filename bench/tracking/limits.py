@@ -46,6 +46,7 @@ REASONS = {
     "repeat": "a second wall-seconds value at one step (one per step)",
     "store-refused": "refused by the tracking store (its message is kept)",
 }
+MERGED = ("copy", "repeat")  # not losses: the value is relayed once (result.json counts them apart, as "merged")
 CHECKPOINT_REASONS = {
     "over-cap": f"past the cap of {MAX_CHECKPOINT_UPLOADS} uploads per script",
     "no-such-file": "the file it names does not exist",

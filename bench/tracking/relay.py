@@ -22,7 +22,6 @@ At the end :meth:`Relay.summary` accounts for every value: relayed + dropped + l
 
 from __future__ import annotations
 
-import copy
 import difflib
 import json
 import threading
@@ -35,7 +34,7 @@ from bench.tracking.hook._bench_once import Seen
 from bench.tracking.limits import Tally
 from bench.tracking.script_state import COUNTED, ScriptState, _int, _text, _time, metric_rows, safe_name
 from bench.tracking.sysmetrics import INTERVAL_S, SystemMetrics, Target
-from bench.tracking.writer import MlflowWriter, TrackingError, TrackingRefused
+from bench.tracking.writer import MlflowWriter, TrackingError, TrackingRefused, flatten
 
 BATCH = 1000  # values per store call (MLflow's MAX_METRICS_PER_BATCH); also what the relay holds in memory per script
 MAX_RECORDED = 200  # checkpoint events kept in relay.json per script (the counts cover the rest)
@@ -195,7 +194,7 @@ class Relay:
 
     def _memo(self, s: ScriptState) -> tuple:
         seen = {k: list(v) for k, v in self._seen(s).values.items()}
-        return seen, {name: copy.deepcopy(getattr(s, name)) for name in COUNTED}
+        return seen, {name: _copy(getattr(s, name)) for name in COUNTED}
 
     def _flush(self, s: ScriptState, rows: list[tuple], pending: int) -> int:
         if rows:
@@ -246,8 +245,6 @@ class Relay:
 
     def _params(self, s: ScriptState, params: dict) -> None:
         """Params whose keys MLflow takes (the others counted); a set the store refuses anyway is dropped whole."""
-        from bench.tracking.writer import flatten
-
         flat = flatten(params)
         good = {k: v for k, v in flat.items() if limits.key_problem(k) is None}
         s.params_dropped += len(flat) - len(good)
@@ -347,8 +344,8 @@ class Relay:
         self.stop()
         while True:  # a flood is more than one read: go on while the spool is read further
             before = sum(s.offset for s in self.scripts.values())
-            ok = self.poll()
-            if not ok or sum(s.offset for s in self.scripts.values()) == before:
+            self.poll()  # a script the store does not take waits; the others are read to their end
+            if sum(s.offset for s in self.scripts.values()) == before:
                 break
         with self._lock:
             for s in self.scripts.values():  # the agent's tree has ended: whatever is still open was killed
@@ -387,3 +384,8 @@ class Relay:
             json.dumps({"parent_run": self.parent_run, "scripts": {k: asdict(v) for k, v in self.scripts.items()}})
         )
         tmp.replace(self.state_file)
+
+
+def _copy(value: object) -> object:
+    """A copy of a counter field deep enough to restore it (entries of its lists and dicts are never changed)."""
+    return list(value) if isinstance(value, list) else dict(value) if isinstance(value, dict) else value

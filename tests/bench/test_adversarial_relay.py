@@ -4,7 +4,8 @@ Before: one value the store refuses (a 300-character key, a key with ``<``, a st
 relay for good (its later values and checkpoints never reached MLflow, its run ended KILLED) and result.json said
 nothing was left unrelayed; a flood lost values and checkpoint uploads without a word. Now each value is checked
 against the store's limits on its own, a refused one is dropped with its reason, and result.json and the agent run
-account for every value the spool holds: relayed + dropped (by reason) + left unrelayed = written.
+account for every value the spool holds: relayed + dropped (by reason) + merged (printed copies of traced values)
++ left unrelayed = written.
 """
 
 from __future__ import annotations
@@ -151,7 +152,7 @@ def test_a_flood_is_cut_at_the_cap_with_an_honest_count_and_bounded_memory(guard
     relayed = _stored(scripts)
     values = accounting["values"]
     assert values["relayed"] == relayed
-    assert relayed + sum(values["dropped"].values()) + values["unrelayed"] == written
+    assert relayed + sum(values["dropped"].values()) + sum(values["merged"].values()) + values["unrelayed"] == written
     flood = next(s for s in result.scripts["scripts"] if s["script"] == "flood.py")
     assert flood["values"] == cap and flood["dropped"]["over-cap"] == FLOOD_VALUES + FLOOD_CHECKPOINTS - cap
     assert flood["status"] == "FINISHED"  # its end event was read past the cap

@@ -93,7 +93,7 @@ def test_refused_values_are_dropped_by_reason_and_the_rest_of_the_script_is_rela
     }
     assert script["examples"]["key-characters"] == "a<b" and script["values"] == 11
     values = summary["relay"]["values"]
-    assert values["relayed"] + sum(values["dropped"].values()) + values["unrelayed"] == 11 + 10
+    assert values["merged"] == {} and values["relayed"] + sum(values["dropped"].values()) == 11 + 10
     lines = accounting.lines(summary)
     assert lines[0].startswith("dropped value-infinite: 2 values") or "key-too-long: 1 values" in "\n".join(lines)
 
@@ -170,7 +170,7 @@ def test_what_the_store_never_took_is_counted_as_left_unrelayed(tmp_path):
     writer.log_values = down
     summary = relay.finalize()
     assert summary["unrelayed"] == 1
-    assert summary["relay"]["values"] == {"relayed": 0, "dropped": {}, "unrelayed": 15}
+    assert summary["relay"]["values"] == {"relayed": 0, "dropped": {}, "merged": {}, "unrelayed": 15}
     assert any(line.startswith("left unrelayed: 15 values") for line in accounting.lines(summary))
 
 
