@@ -82,6 +82,7 @@ def summary(states: list[ScriptState]) -> dict:
             "store_errors": sorted({s.store_error for s in states if s.store_error}),
             "caps": {
                 "values_per_script": limits.MAX_VALUES_PER_SCRIPT,
+                "values_per_run": limits.MAX_VALUES_PER_RUN,
                 "checkpoint_uploads_per_script": limits.MAX_CHECKPOINT_UPLOADS,
                 "spool_bytes_per_script": limits.MAX_SPOOL_BYTES,
             },

@@ -9,7 +9,6 @@ checks them against it): a value that breaks one is dropped, counted under its r
 
 The caps bound what a flood costs the harness (time to relay, memory, artifact space); each cut is counted, so
 ``result.json`` still accounts for every value: relayed + dropped (by reason) + left unrelayed = written.
-Measured on the 2-core CPU machine: the relay puts ~14,000 values/s into the SQLite store.
 """
 
 from __future__ import annotations
@@ -23,9 +22,12 @@ _KEY_CHARACTERS = re.compile(r"^[/\w.\- :]*$")  # validate_param_and_metric_name
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1  # steps and timestamps are BigInteger columns (a wider one: OverflowError)
 
 # --- the relay's caps (per traced script) ------------------------------------------------------------------------
-# A real run logs far fewer: T1 logging 3 values at every one of ~36,000 steps an hour is ~110,000. At ~14,000
-# values/s a full script takes ~70 s to relay at the end of a run if none of it was relayed live.
-MAX_VALUES_PER_SCRIPT = 1_000_000
+# A real run logs far fewer: T1 logging 3 values at every one of ~36,000 steps an hour is ~110,000. The store takes
+# ~5,000 values per CPU-second (MLflow 3.17, SQLite, the 2-core CPU machine; ~1,000/s of wall time there when it was
+# shared by 8 busy processes), so a run at its cap costs the harness ~7 CPU-minutes at its end if nothing was
+# relayed live; the harness's memory does not grow with it (the spool is read 16 MB at a time).
+MAX_VALUES_PER_SCRIPT = 500_000
+MAX_VALUES_PER_RUN = 2_000_000  # all scripts of a run together (a thousand small floods are one big one)
 # Checkpoint files uploaded live per script (the ones the evaluation scores are uploaded at the end in any case).
 MAX_CHECKPOINT_UPLOADS = 100
 # Spool bytes read per script: past this the relay reads nothing more of the file (it says how many bytes it left).
@@ -42,6 +44,7 @@ REASONS = {
     "step-not-an-integer": "a step that is not an integer",
     "timestamp-out-of-range": "a time that is not a number in MLflow's range (a non-negative 64-bit count of ms)",
     "over-cap": f"past the cap of {MAX_VALUES_PER_SCRIPT:,} values per script",
+    "over-run-cap": f"past the cap of {MAX_VALUES_PER_RUN:,} values per run",
     "copy": "a printed copy of a value the script traced (one value, relayed once)",
     "repeat": "a second wall-seconds value at one step (one per step)",
     "store-refused": "refused by the tracking store (its message is kept)",

@@ -73,6 +73,7 @@ class Relay:
         legacy = self.spool_dir.parent / "relay.json"
         self.state_file = Path(state_file) if state_file else legacy
         self.scripts: dict[str, ScriptState] = {}
+        self._others = 0  # values the other scripts relayed, while one is read (the cap per run)
         self._recent: dict[str, Seen] = {}  # file -> the values last logged for it (saved as ScriptState.recent)
         self.warned = False
         self._running: list[Target] = []  # replaced whole, read by the system-metrics thread without the lock
@@ -160,6 +161,7 @@ class Relay:
         if end == 0 and len(data) == MAX_READ:  # one "line" longer than a whole read: not an event, pass over it
             state.offset += len(data)
             return
+        self._others = sum(o.metrics for o in self.scripts.values() if o is not state)  # for the run's cap
         rows: list[tuple] = []  # consecutive metric events go to MLflow in batches
         pending = 0  # bytes of those events, counted as read once the batch is recorded
         recorded = self._memo(state)  # what the bookkeeping was after the last event recorded
@@ -215,7 +217,7 @@ class Relay:
         s.metrics += len(rows) - len(refused)
 
     def _metric_rows(self, s: ScriptState, ev: dict, queued: int = 0) -> list[tuple]:
-        return metric_rows(s, ev, self._seen(s), queued)
+        return metric_rows(s, ev, self._seen(s), queued, self._others)
 
     def _apply(self, s: ScriptState, ev: dict) -> None:
         kind = ev.get("ev")

@@ -57,9 +57,10 @@ class ScriptState:
         return max(self.checkpoint_events, len(self.checkpoints))
 
 
-def metric_rows(s: ScriptState, ev: dict, recent: Seen, queued: int = 0) -> list[tuple]:
+def metric_rows(s: ScriptState, ev: dict, recent: Seen, queued: int = 0, others: int = 0) -> list[tuple]:
     """The ``(key, value, step, time)`` rows of a metrics event that MLflow takes; the others counted in ``s.dropped``
-    under their reason (``queued``: rows of the script not logged yet, which count towards its cap)."""
+    under their reason (``queued``: rows of the script not logged yet, which count towards its cap; ``others``:
+    values the run's other scripts relayed, which count towards the run's)."""
     raw = ev.get("metrics")
     if not isinstance(raw, dict):
         return []
@@ -97,6 +98,10 @@ def metric_rows(s: ScriptState, ev: dict, recent: Seen, queued: int = 0) -> list
     room = max(0, limits.MAX_VALUES_PER_SCRIPT - s.metrics - queued)
     if len(values) > room:
         tally.drop("over-cap", f"step {step}", len(values) - room)
+        values = dict(list(values.items())[:room])
+    room = max(0, limits.MAX_VALUES_PER_RUN - others - s.metrics - queued)
+    if len(values) > room:
+        tally.drop("over-run-cap", f"step {step}", len(values) - room)
         values = dict(list(values.items())[:room])
     t = ev.get("t")
     return [(k, v, step, t) for k, v in values.items()]

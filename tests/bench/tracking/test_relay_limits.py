@@ -186,3 +186,20 @@ def test_a_flood_is_relayed_in_bounded_reads(tmp_path, monkeypatch):
     summary = relay.finalize()
     assert summary["relay"]["values"]["relayed"] == 2000 and summary["scripts"][0]["status"] == "FINISHED"
     assert time.monotonic() - started < 120
+
+
+def test_the_run_cap_counts_every_script_of_the_run(tmp_path, monkeypatch):
+    """Many small floods are one big one: past the run's cap, each further value is counted, not relayed."""
+    monkeypatch.setattr(limits, "MAX_VALUES_PER_RUN", 30)
+    spool = tmp_path / "spool"
+    for pid in (1, 2):
+        events = [{**START, "pid": pid}] + [
+            {"ev": "metrics", "t": T, "step": s, "metrics": {"a": s}} for s in range(20)
+        ]
+        _spool(spool, events, f"{pid}.jsonl")
+    relay, _, _ = _relay(tmp_path, spool)
+    summary = relay.finalize()
+    first, second = summary["scripts"]
+    assert (first["values"], first["dropped"]) == (20, {})
+    assert (second["values"], second["dropped"]) == (10, {"over-run-cap": 10})
+    assert "over-run-cap: 10 values (past the cap of" in "\n".join(accounting.lines(summary))
