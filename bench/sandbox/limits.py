@@ -36,7 +36,7 @@ import shlex
 import time
 import uuid
 import weakref
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 KIB, MIB, GIB = 2**10, 2**20, 2**30
@@ -181,14 +181,24 @@ class RunGroup:
     """The cgroup(s) of one run: made with the limits set, joined by the sandbox's first shell, read for what was
     hit, removed at the end. Every failure to make one leaves ``paths`` empty: the run falls back to rlimits."""
 
-    def __init__(self, limits: Limits, name: str | None = None, support: CgroupSupport | None | str = "detect") -> None:
+    def __init__(
+        self,
+        limits: Limits,
+        name: str | None = None,
+        support: CgroupSupport | None | str = "detect",
+        *,
+        data_rlimit: bool = True,
+    ) -> None:
         self.limits = limits
+        self.data_rlimit = data_rlimit  # False: no RLIMIT_DATA fallback (a CUDA process, untested under it)
         self.support = cgroup_support() if support == "detect" else support  # None: no cgroup, rlimits
         self.paths: dict[str, Path] = {}
         self.error: str | None = None
         if self.support is None or (limits.memory_bytes is None and limits.processes is None):
             return
         name = name or f"bench-{uuid.uuid4().hex[:12]}"
+        for parent in self.support.parents.values():
+            _sweep(parent)
         try:
             for controller, parent in self.support.parents.items():
                 path = parent / name
@@ -236,7 +246,9 @@ class RunGroup:
 
     def launcher_args(self) -> list[str]:
         """The launcher's rlimits, only without a cgroup (with one they would pre-empt its accounting)."""
-        return [] if self.active else rlimit_args(self.limits)
+        if self.active:
+            return []
+        return rlimit_args(self.limits if self.data_rlimit else replace(self.limits, memory_bytes=None))
 
     def preexec(self) -> None:
         """For a process started without the sandbox (``--unsandboxed``): join the cgroups, or set the rlimits."""
@@ -281,6 +293,21 @@ class RunGroup:
         """Kill what is left in the group (the watch ended the tree already) and remove it (idempotent)."""
         _remove(self.paths)
         self.paths = {}
+
+
+STALE_S = 3600.0  # an empty run group this old was left by a harness or scorer that was killed: removed
+
+
+def _sweep(parent: Path) -> None:
+    """Remove the empty ``bench-*`` groups under ``parent`` older than :data:`STALE_S` (a SIGKILLed scorer cannot
+    remove its predictor's group; an empty group holds nothing but a directory)."""
+    now = time.time()
+    for path in parent.glob("bench-*"):
+        try:
+            if now - path.stat().st_mtime > STALE_S and not (path / "cgroup.procs").read_text().strip():
+                path.rmdir()
+        except OSError:
+            continue
 
 
 def _remove(paths: dict[str, Path]) -> None:
@@ -328,6 +355,13 @@ def shell_prelude(procs_files: list[Path]) -> list[str]:
     run's cgroups, then execs the rest of its arguments; it refuses to start (exit 125) when it cannot join."""
     join = "".join(f"echo $$ > {shlex.quote(str(f))} || exit 125; " for f in procs_files)
     return ["/bin/sh", "-c", f'trap "" TERM; {join}exec "$@"', "bench-sandbox"]
+
+
+def predictor_limits(device: str) -> RunGroup:
+    """The predictor's memory and processes (its sandbox, :mod:`bench.scoring.scorer`): the run's defaults in a cgroup
+    of its own; without one, RLIMIT_DATA on a CPU only (on a GPU, the session's wall-clock deadline and the run's
+    evaluation budget bound it: an rlimit under CUDA is not tested here) and RLIMIT_NPROC."""
+    return RunGroup(Limits(), data_rlimit=device != "cuda")
 
 
 # --- rlimits -------------------------------------------------------------------------------------------------------

@@ -56,14 +56,16 @@ def load_task_module(task_dir: Path):
     return module
 
 
-def sandbox_wrap(eval_dir: Path):
+def sandbox_wrap(eval_dir: Path, device: str = "cpu"):
     """The predictor's sandbox: the allow-list's system and Python, the predictor's own files and the staged
     folder readable (bench.sandbox.view: no repository, no data cache, no other run, no CLI), nothing
     writable, no network, its own PID namespace."""
     from bench.sandbox import Policy, Sandbox, default_hidden, default_readable
+    from bench.sandbox.limits import predictor_limits
 
     readable = (*default_readable("predictor"), eval_dir)
-    return Sandbox(Policy(cwd=eval_dir, writable=(), readable=readable, hidden=default_hidden(), endpoints=()))
+    policy = Policy(cwd=eval_dir, writable=(), readable=readable, hidden=default_hidden(), endpoints=())
+    return Sandbox(policy, limits=predictor_limits(device))  # memory and processes: bench.sandbox.limits
 
 
 def score_checkpoint(
@@ -91,7 +93,7 @@ def score_checkpoint(
     """
     t0 = time.time()
     log = log or eval_dir.with_suffix(".predictor.log")
-    sandbox = sandbox_wrap(eval_dir) if sandboxed else None
+    sandbox = sandbox_wrap(eval_dir, device) if sandboxed else None
     wrap = sandbox.wrap if sandbox is not None else None
     secret = secret or checks.draw_secret()
 
@@ -120,6 +122,7 @@ def score_checkpoint(
     finally:
         if sandbox is not None:
             sandbox.close()
+            sandbox.limits.remove()
     return {
         "value": value,
         "val_value": val_value if val_value is not None else (value if task.EVAL_SPLIT == "val" else None),

@@ -169,3 +169,8 @@ def test_tree_bytes_counts_each_file_once_and_follows_no_link(tmp_path):
     with open(tmp_path / "sparse", "wb") as f:
         f.truncate(10 * GIB)  # a sparse file counts by its size: copying it (staging) would write all of it
     assert tree_bytes(tmp_path) == blocks + 10 * GIB
+
+
+def test_a_gpu_predictor_without_a_cgroup_gets_no_data_rlimit():
+    cuda = RunGroup(Limits(memory_bytes=GIB, processes=64), support=None, data_rlimit=False)
+    assert cuda.launcher_args() == ["--rlimit", "NPROC=64"]  # CUDA's reservations are not tested under RLIMIT_DATA
