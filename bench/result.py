@@ -201,7 +201,9 @@ class RunResult:
     # sandboxes existed (they had none: from_dict reads a missing key as False)
     sandboxed: bool = True
     hardware: str = ""  # the evaluation device in words (bench.protocol.describe_hardware); "" in older files
-    scripts: dict = field(default_factory=dict)  # bench.tracking.relay.Relay.finalize(): launched, by status, runs
+    # bench.tracking.accounting.summary(): launched, by status, runs; "relay": what became of every spool value and
+    # checkpoint event (relayed, dropped by reason, merged copies, left unrelayed, unread bytes) and the caps in force
+    scripts: dict = field(default_factory=dict)
     launches_observed: list[dict] = field(default_factory=list)
     checkpoints_found: int = 0
     rejected_checkpoints: list[dict] = field(default_factory=list)  # {path, reason}
