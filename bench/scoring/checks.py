@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 PROBE_SAMPLES = 8  # samples of the batch-independence probe when the feed sends one sample a batch
-REPLAY_SHARE = 1 / 8  # share of the feed's batches the cold replays send again (T6: 352 of 2,785 windows)
+REPLAY_SHARE = 1 / 8  # share of the feed's batches the cold replays send again (T6: 16 x 21 = 336 of 2,785)
 MIN_REPLAYED = 16  # ... but at least this many (short feeds cost nothing)
 STRETCHES = 16  # stratified stretches (fewer on short feeds: each needs a gap before it)
 CAUSAL_CUTS = 2  # causality probes (each in its own stretch when there are two)
@@ -121,8 +121,8 @@ def _sample_shape(inputs: dict[str, np.ndarray]) -> tuple:
 
 def _stretches(n: int, rng: np.random.Generator) -> list[tuple[int, int]]:
     """Stratified stretches over batches 1 .. n-1 (over batch 0 alone for a one-batch feed), each after a gap."""
-    if n == 1:
-        return [(0, 1)]
+    if n <= 1:
+        return [(0, 1)] if n else []
     mid = n - 1
     k = min(STRETCHES, max(1, mid // 2))
     bounds = np.linspace(1, n, k + 1).round().astype(int)
@@ -230,7 +230,7 @@ def plan(feed: Feed, causal: str | None, secret: str) -> Plan:
             else:
                 probes.append(Probe(promise, feed[b], rows, i, None, f"batch {b}"))
     record: dict = {"causality": causal_record} if causal else {}
-    batch = _batch_probe(feed, rng)
+    batch = _batch_probe(feed, rng) if feed else None
     if batch is not None:
         inputs, rows, record["batch_independence"] = batch
         probes.append(Probe(BATCH, inputs, tuple(rows), None, None, f"{len(rows)} samples in one batch"))
