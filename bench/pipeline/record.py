@@ -12,6 +12,7 @@ import math
 from pathlib import Path
 
 from bench import protocol
+from bench.markup import md_text
 from bench.pipeline import state
 from bench.pipeline.workspace import Workspace
 from bench.result import RunResult
@@ -149,6 +150,7 @@ def record(writer: MlflowWriter, result: RunResult, ws: Workspace) -> str:
             schema.PARTIAL_DATA: str(result.partial_data).lower(),
             schema.SANDBOXED: str(result.sandboxed).lower(),
             schema.RELAY_DROPPED: "\n".join(accounting.lines(scripts))[:5000],
+            schema.LIMITS_HIT: ",".join(dict.fromkeys(str(h.get("limit")) for h in result.limits.get("hit", []))),
             schema.ENTRY: schema.entry_label(result.agent, result.model),
             **schema.protocol_tags(
                 budget_s=result.budget_s,
@@ -185,19 +187,25 @@ def _hardware(result: RunResult) -> str:
 
 
 def _note(result: RunResult, scripts: dict, found: list[protocol.Deviation]) -> str:
-    """The run page's description: the outcome in two lines of Markdown, then how it left the protocol."""
+    """The run page's description: the outcome in two lines of Markdown, then how it left the protocol. Every text
+    that can carry an agent's choice (the reason names its checkpoints and scripts) goes in escaped
+    (:func:`bench.markup.md_text`): a checkpoint named like a link or an HTML tag shows as its name."""
     score = f"{result.score:.4f}" if result.score is not None else "-"
     notes = result.partial_data_notes
-    partial = "\n\n**Partial data** (not comparable with the paper): " + "; ".join(notes) if notes else ""
+    partial = "\n\n**Partial data** (not comparable with the paper): " + md_text("; ".join(notes)) if notes else ""
     if found:
-        partial += "\n\n**Non-standard** (left out of comparisons with the paper): " + "; ".join(map(str, found))
+        partial += "\n\n**Non-standard** (left out of comparisons with the paper): " + md_text(
+            "; ".join(map(str, found))
+        )
     if relayed := accounting.lines(scripts):
         partial += "\n\n**Relay** (values or checkpoints that did not reach MLflow; details in result.json): "
         partial += "; ".join(relayed)  # the relay's own words and counts: no agent-chosen text
+    if hit := result.limits.get("hit"):
+        partial += "\n\n**Limits hit**: " + md_text(", ".join(str(h.get("limit")) for h in hit))
     return (
-        f"**{result.status}**: {result.metric} {score} on {result.split} "
+        f"**{result.status}**: {md_text(result.metric)} {score} on {md_text(result.split)} "
         f"(baseline {result.baseline_score:g}); {scripts['launched']} scripts launched, "
-        f"{result.wall_time_s / 60:.1f} of {result.budget_s / 60:g} min used.\n\n{result.reason}{partial}"
+        f"{result.wall_time_s / 60:.1f} of {result.budget_s / 60:g} min used.\n\n{md_text(result.reason)}{partial}"
     )
 
 

@@ -34,6 +34,8 @@ AUDIT_FLAGGED = "bench.audit.flagged"  # rules with a flagged finding for a pers
 AUDIT_FINDINGS = "bench.audit.findings"  # the findings, one per line: "rule 4 disqualify: a package install ..."
 AUDIT_ARTIFACT = "audit.json"  # every finding with its evidence, on the agent run
 SANDBOXED = "bench.sandboxed"  # "true" when the agent ran in bench.sandbox; "false": --unsandboxed (or older runs)
+LIMITS_HIT = "bench.limits_hit"  # the run's limits it passed, comma-joined: memory,processes,workspace,log,line,events,
+# evaluation ("" when none; bench.sandbox.limits); the details are in result.json's limits
 SYNTHETIC = "bench.synthetic"  # "true" for generated runs (benchmarks), never real results
 # the paper's protocol (bench.protocol): what a run had, and how it deviates (the reports mark such runs)
 PROTOCOL = "bench.protocol"  # standard | nonstandard
