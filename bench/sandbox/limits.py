@@ -5,7 +5,8 @@ Why: without them an agent (or a model it trained) can take the machine from its
 held in the harness's memory, a memory hog or fork bomb that the kernel's OOM killer or the pid table settles by
 killing whatever it picks, a workspace that fills the disk the run directories share, a predictor that sleeps in
 its forward and holds the GPU for hours past the run's budget. Each limit here has a default that fits the
-paper's machine (one A100 80 GB of a DGX A100 node: 1/8 of its 1 TB RAM and 128 cores), a ``bench run`` flag
+paper's machine (Appendix B: one A100 80 GB of a DGX A100 node with 64 GB of system RAM and 16 cores allocated to
+the run), a ``bench run`` flag
 (:mod:`bench.cli`), a check before anything is created (:mod:`bench.preflight`), and a line in ``result.json``
 when it was hit.
 
@@ -41,7 +42,7 @@ from pathlib import Path
 
 KIB, MIB, GIB = 2**10, 2**20, 2**30
 
-DEFAULT_MEMORY = 64 * GIB  # half of one GPU's share of a DGX A100 node's RAM (1 TB / 8 GPUs = 128 GB)
+DEFAULT_MEMORY = 64 * GIB  # the paper's allocation (Appendix B: 64 GB of system RAM per run)
 MEMORY_SHARE = 0.8  # but never more than this share of this machine's RAM: the harness must outlive the agent
 DEFAULT_PROCESSES = 4096  # processes and threads (a cgroup counts threads): data loaders, a Node CLI, OpenMP pools
 DEFAULT_WORKSPACE = 200 * GIB  # the data copies (T3's VOC is the largest, ~2 GB) and many checkpoints
