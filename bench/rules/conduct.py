@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
+from bench.pipeline.collect import UNTIMED
 from bench.result import FLAG, Violation
 from bench.rules.context import Context, finding
 
@@ -125,12 +126,16 @@ def within_budget(ctx: Context) -> list[Violation]:
     too_late = [
         f"{r['path']}: {r['reason']}"
         for r in ctx.rejected
-        if any(why in r["reason"] for why in ("deadline", "not seen", "after the harness's last look"))
+        if any(why in r["reason"] for why in ("deadline", "not seen"))
     ]
     if too_late:
         out.append(
             finding(6, f"{len(too_late)} checkpoint(s) came after the deadline and were not scored", too_late, FLAG)
         )
+    untimed = [f"{r['path']}: {r['reason']}" for r in ctx.rejected if UNTIMED in r["reason"]]
+    if untimed:
+        why = f"{len(untimed)} checkpoint(s) hold bytes the harness never saw while the run went on: not scored"
+        out.append(finding(6, why, untimed, FLAG))
     overwritten = _overwrites(ctx)
     if overwritten:
         why = (

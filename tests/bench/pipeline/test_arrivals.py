@@ -17,6 +17,7 @@ import pytest
 
 from bench.pipeline import arrivals as arrivals_mod
 from bench.pipeline.arrivals import Arrival, Arrivals, Identity, identify, look
+from bench.pipeline.collect import UNTIMED
 from bench.pipeline.evidence import Evidence
 from bench.rules.conduct import within_budget
 from bench.rules.context import Context
@@ -224,7 +225,7 @@ def test_on_resume_a_change_after_the_harness_died_is_placed_at_its_mtime_never_
     assert evidence.lines("arrivals.jsonl")[-1]["locked"]["prepare.py"]["sha256"]  # with the locked files' state
 
 
-def test_an_overwrite_is_a_rule_6_flag_naming_the_file_with_both_times(tmp_path):
+def test_an_overwrite_is_a_rule_6_flag_naming_the_file_with_both_times_and_untimed_bytes_are_one_too(tmp_path):
     run_dir, ws, evidence = _workspace(tmp_path)
     started = 1_000_000.0
 
@@ -236,7 +237,8 @@ def test_an_overwrite_is_a_rule_6_flag_naming_the_file_with_both_times(tmp_path)
         evidence.append("arrivals.jsonl", line)
     ctx = Context(
         workspace=ws, run_dir=run_dir, task_id="t6", locked=(), locked_sha256={}, evaluations=[],
-        started_at=started, budget_s=600, agent_argv=[], rejected=[], offline=True,
+        started_at=started, budget_s=600, agent_argv=[], offline=True,
+        rejected=[{"path": "checkpoints/mapped.pt", "reason": f"{UNTIMED} (sha256 ...)"}],
     )  # fmt: skip
     flags = [v for v in within_budget(ctx) if "overwritten" in v.reason]
     assert len(flags) == 1 and flags[0].verdict == "flag" and flags[0].rule == 6
@@ -244,3 +246,7 @@ def test_an_overwrite_is_a_rule_6_flag_naming_the_file_with_both_times(tmp_path)
         "arrivals.jsonl#3: checkpoints/early.pt first seen at 3.0 s, content changed at 361.3 s "
         "(1 change(s); sha256 aaaaaaaaaaaa -> bbbbbbbbbbbb)",
     )
+    untimed = [v for v in within_budget(ctx) if "never saw" in v.reason]
+    assert [(v.rule, v.verdict, v.evidence) for v in untimed] == [
+        (6, "flag", (f"checkpoints/mapped.pt: {UNTIMED} (sha256 ...)",))
+    ]

@@ -6,6 +6,7 @@ import hashlib
 import os
 import shutil
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -184,8 +185,22 @@ def test_bytes_that_are_not_the_last_recorded_content_are_rejected_and_a_touch_i
     assert [(c.path.name, c.saved_s) for c in found] == [("touched.pt", pytest.approx(20.0))]
     reasons = {r.path.name: r.reason for r in rejected}
     assert reasons["link.pt"] == "a symbolic link, not a checkpoint file"
-    assert reasons["after_last_look.pt"].startswith("its content changed after the harness's last look (sha256 ")
-    assert reasons["after_last_look.pt"].endswith("now): not the content that was timed")
+    assert reasons["after_last_look.pt"].startswith("its bytes are not the ones the harness timed (sha256 ")
+    assert reasons["after_last_look.pt"].endswith(
+        "now): written after the harness's last look, or without moving its stat"
+    )
+
+
+def test_an_unmoved_stat_does_not_vouch_for_the_bytes(tmp_path):
+    """Bytes rewritten through a shared mapping move no time until written back: the hash decides, not the stat."""
+    start = time.time() - 100
+    path = tmp_path / "mapped.pt"
+    _save(path, 0.1, mtime=start + 10)
+    recorded = _seen(path, start + 20)
+    other = replace(recorded.identity, sha256=hashlib.sha256(b"the bytes the harness saw").hexdigest())
+    assert other.same_stat(os.lstat(path))  # to the polls, nothing happened
+    found, rejected = scan(tmp_path, started_at=start, metric="mse", arrivals={path: replace(recorded, identity=other)})
+    assert found == [] and "its bytes are not the ones the harness timed" in rejected[0].reason
 
 
 def test_the_staged_copy_must_be_the_content_that_was_timed(tmp_path):
