@@ -8,10 +8,13 @@ changes. A checkpoint is placed at the time the harness first saw its *current c
 (:attr:`Arrival.at`), at most about a second late and never earlier; a last look is taken once the agent's tree
 has ended, so content written during the grace or between the last polls is placed at that look.
 
-Polling stays cheap with many or large files: a file is re-read only when its ``stat`` moved. Any write,
+Polling stays cheap with many or large files: a file is re-read only when its ``stat`` moved. A ``write``,
 truncation, ``chmod`` or rename changes the ctime (which no process can set) or the inode, so a rewrite with the
 same size and a restored mtime (``touch -r``) is caught; a file replaced by rename is a new inode. A file whose
-``stat`` moves while it is being hashed is still being written: it is looked at again at the next poll. Only
+``stat`` moves while it is being hashed is still being written: it is looked at again at the next poll. Bytes
+written again through a shared memory mapping move no time until the kernel writes them back, so the polls may
+miss them: the collect step therefore hashes every checkpoint once at the end and rejects bytes that were never
+recorded, and the evaluation checks the staged copy against the same hash. Only
 regular files count: a symbolic link is never a checkpoint (collect rejects it), and ``*.tmp`` files are the task
 helper's saves in progress. What the thread records goes to the evidence as it comes (``on_new``), so a harness
 killed mid-run loses nothing (:mod:`bench.resume` reads it back).
