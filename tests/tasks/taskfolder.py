@@ -66,9 +66,8 @@ def with_feed(task_dir: Path, dest: Path, feed: int) -> Path:
 def expected_probes(n_batches: int) -> list[str]:
     """The probes an honest model passes when the scorer fed it ``n_batches`` batches.
 
-    History independence re-asks samples of the batches AFTER the first (bench.scoring.checks._spread): a scorer
-    that fed a single batch has none to ask, so it answers only determinism and batch independence. (Only later
-    batches shaped like the first count: T4's padded batches of another shape are never re-asked.)
+    History independence replays stretches of the feed that start AFTER its first batch (bench.scoring.checks): a
+    scorer that fed a single batch has none to replay, so it answers only determinism and batch independence.
     """
     return [p for p in PROBES if n_batches > 1 or p != "history-independence"]
 
