@@ -12,6 +12,9 @@ evidence (checkpoint arrivals, launches), the agent's ``events.jsonl``. Resuming
    resumes from ``relay.json``; script runs left open are closed as KILLED), the checkpoints are collected (placed
    in time by when the harness first saw their content, else their mtime), evaluated, audited, and the result is
    written and recorded with status ``interrupted`` and the reason (a scored best checkpoint still makes it a success).
+   It runs under the run's own limits, recorded in ``run.json`` at the launch (the evaluation budget, the
+   predictor's memory and processes, the settings ``result.json`` shows); a ``run.json`` from before runs had limits
+   gets the defaults, and the console and ``result.json``'s ``limits.note`` say so.
 
 For a campaign, every run directory with ``run.json`` and no ``result.json`` is resumed.
 """
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import os
 from contextlib import suppress
+from dataclasses import replace
 from pathlib import Path
 
 import psutil
@@ -34,6 +38,7 @@ from bench.pipeline.watch import Watched
 from bench.processes import TOKEN_VAR, describe, end_tree, find_tree, running
 from bench.result import ResultError, RunResult
 from bench.runner import Ended, RunSpec, finish
+from bench.sandbox.limits import Limits
 from bench.tasks import data, get_task
 from bench.termination import Termination
 from bench.tracking import schema
@@ -103,6 +108,7 @@ def resume_run(run_dir: Path, *, console: bool = True, by: str = "bench run --re
     )
     left = f"; ended {len(ended_pids)} process(es) of the run still running" if ended_pids else ""
     print(f"[bench] {st.label}: resuming {run_dir} (its harness died ~{died_s:.0f} s into the run{left})", flush=True)
+    limits, ended = _limits(st, ended)
     spec = RunSpec(
         task=task,
         agent=st.agent,
@@ -116,6 +122,7 @@ def resume_run(run_dir: Path, *, console: bool = True, by: str = "bench run --re
         console=console,
         no_weights=st.no_weights,
         sandbox=st.sandbox,
+        limits=limits,
     )
     data_dir = Path(st.data_dir)
     if not data_dir.is_dir():  # the cache moved or was cleared since: prepare it again (verified as for a run)
@@ -165,6 +172,21 @@ def finished_runs(campaign: str, agent: str) -> set[tuple[str, int]]:
             if result.agent == agent:
                 out.add((result.task, result.repeat))
     return out
+
+
+OLD_LIMITS_NOTE = "run.json predates the run's limits: the resume used the defaults"
+
+
+def _limits(st: RunState, ended: Ended) -> tuple[Limits, Ended]:
+    """The limits the run was launched with (its evaluation budget, the predictor's memory and processes, the
+    settings result.json shows), from run.json; a run.json written before runs had limits gets the defaults, said
+    on the console and in result.json's ``limits.note``."""
+    recorded = st.run_limits()  # checked when run.json was read
+    if recorded is not None:
+        return recorded, ended
+    print(f"[bench] {st.label}: {OLD_LIMITS_NOTE} (evaluation budget {Limits().eval_s:.0f} s)", flush=True)
+    watched = replace(ended.watched, limits={**ended.watched.limits, "note": OLD_LIMITS_NOTE})
+    return Limits(), replace(ended, watched=watched)
 
 
 def _last_sign_of_life(run_dir: Path, st: RunState) -> float:

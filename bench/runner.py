@@ -108,6 +108,7 @@ def _run(spec: RunSpec, term: termination.Termination) -> RunResult:
         limits=spec.limits,
     )
     opening.join()  # the agent run is open by now (run.json names it); MLflow's start-up ran beside the agent's
+    relay.follow(agent.proc.pid, agent.token)  # system metrics by host pid: the spool's pids are the sandbox's
     _save_state(spec, ws, device, data_dir, notes, agent, relay)
     watched = watch.watch(  # 3
         agent, spec.budget, spec.grace_s, on_tick=_status_ticker(agent, relay), stopped=lambda: term.pending
@@ -244,6 +245,7 @@ def _save_state(
                 mlflow_run_id=relay.parent_run,
                 partial_notes=list(notes),
                 data_dir=str(data_dir),
+                limits=spec.limits.to_dict(),  # a resume evaluates under the run's own limits
             ),
         )
     except state.RunStateError as e:

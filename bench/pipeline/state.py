@@ -15,6 +15,8 @@ from pathlib import Path
 
 import psutil
 
+from bench.sandbox.limits import LimitError, Limits
+
 STATE_FILE = "run.json"
 VERSION = 1
 
@@ -51,12 +53,19 @@ class RunState:
     harness_started: float = field(default_factory=lambda: _create_time(os.getpid()) or 0.0)
     harness_died_at: float | None = None  # set by the first --resume: the harness's last sign of life
     watched: dict | None = None  # how the agent's time ended (watch.Watched), once it has; None while the agent runs
+    # the run's limits (Limits.to_dict(): memory, processes, workspace, log, evaluation budget), so that a resume
+    # evaluates under the run's own; None in files written before runs had limits (a resume uses the defaults)
+    limits: dict | None = None
     version: int = VERSION
 
     def harness_alive(self) -> bool:
         """The harness that wrote this file still runs (same pid and same start time: not a reused pid)."""
         started = _create_time(self.harness_pid)
         return started is not None and abs(started - self.harness_started) < 0.05
+
+    def run_limits(self) -> Limits | None:
+        """The limits the run was launched with (checked when read); None for a run.json that has none."""
+        return None if self.limits is None else Limits.from_dict(self.limits)
 
 
 def _create_time(pid: int) -> float | None:
@@ -98,7 +107,7 @@ def read(run_dir: Path) -> RunState:
     if int(raw.get("version", VERSION)) > VERSION:
         raise RunStateError(f"{target} has version {raw['version']}, newer than this toolkit's {VERSION}: upgrade")
     names = {f.name for f in fields(RunState)}
-    optional = {"harness_pid", "harness_started", "harness_died_at", "watched", "version"}
+    optional = {"harness_pid", "harness_started", "harness_died_at", "watched", "limits", "version"}
     missing = sorted(names - set(raw) - optional)
     if missing:
         raise RunStateError(f"{target} lacks {', '.join(missing)}: it was not written by bench run")
@@ -112,6 +121,10 @@ def read(run_dir: Path) -> RunState:
             Watched(**state.watched)
     except (TypeError, ValueError) as e:
         raise RunStateError(f"{target} mistypes a field ({e})") from e
+    try:  # what a resume evaluates under: a hand-edited or foreign value is refused here, not used
+        state.run_limits()
+    except LimitError as e:
+        raise RunStateError(f"{target}: limits: {e}; fix it or remove the key (a resume then uses the defaults)") from e
     return state
 
 

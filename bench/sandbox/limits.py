@@ -95,21 +95,62 @@ class Limits:
     def line_bytes(self) -> int:
         return max(1024, min(LINE_BYTES, self.log_bytes // 2))
 
-    def check(self) -> None:
-        """LimitError for a limit no run can live with (the flags' names in the message)."""
-        for flag, value, least in (
-            ("--memory", self.memory_bytes, 64 * MIB),
-            ("--max-processes", self.processes, 16),
-            ("--workspace-limit", self.workspace_bytes, MIB),
-            ("--log-limit", self.log_bytes, 64 * KIB),
-        ):
-            if value is not None and (not isinstance(value, int) or value < least):
-                raise LimitError(f"{flag} {value} is too small to run anything: give at least {least} (or 'none')")
-        if not (math.isfinite(self.eval_s) and self.eval_s >= 10):
-            raise LimitError(f"--eval-budget {self.eval_s:g} s cannot score a checkpoint: give at least 10s, e.g. 1h")
+    def check(self, names: dict[str, str] | None = None) -> None:
+        """LimitError for a limit no run can live with; the message names it by its ``bench run`` flag, or by
+        ``names[field]`` (a campaign file's key)."""
+        names = {**FLAGS, **(names or {})}
+        for key, least in LEAST.items():
+            value = getattr(self, key)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
+                raise LimitError(
+                    f"{names[key]} {value} is too small to run anything: give at least {least} (or 'none')"
+                )
+        if not (math.isfinite(self.eval_s) and self.eval_s >= MIN_EVAL_S):
+            raise LimitError(
+                f"{names['eval_s']} {self.eval_s:g} s cannot score a checkpoint: give at least {MIN_EVAL_S:g}s, e.g. 1h"
+            )
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    @classmethod
+    def from_dict(cls, raw: object) -> Limits:
+        """The limits a run recorded (``run.json``, :mod:`bench.pipeline.state`), checked: LimitError naming the
+        field for a missing or unknown key, a wrong type or a value no run can live with (a hand edit, a newer
+        toolkit), so that a resume never runs under limits nobody set."""
+        if not isinstance(raw, dict):
+            raise LimitError(f"not a table of limits (got {raw!r})")
+        known = set(FLAGS)
+        if extra := sorted(set(raw) - known):
+            raise LimitError(f"unknown limit {extra[0]!r}; known: {', '.join(sorted(known))}")
+        if missing := sorted(known - set(raw)):
+            raise LimitError(f"lacks {', '.join(missing)}")
+        for key in ("memory_bytes", "processes", "workspace_bytes", "log_bytes"):
+            value = raw[key]
+            off = value is None and key != "log_bytes"
+            if not off and (isinstance(value, bool) or not isinstance(value, int)):
+                raise LimitError(
+                    f"{key} must be a whole number{' or null' if key != 'log_bytes' else ''} (got {value!r})"
+                )
+        eval_s = raw["eval_s"]
+        if isinstance(eval_s, bool) or not isinstance(eval_s, int | float):
+            raise LimitError(f"eval_s must be a number of seconds (got {eval_s!r})")
+        limits = cls(**{**raw, "eval_s": float(eval_s)})
+        limits.check(names={k: k for k in FLAGS})
+        return limits
+
+
+# each limit's ``bench run`` flag (and a campaign file's key: the flag's name with underscores), and the least
+# value a run can live with
+FLAGS = {
+    "memory_bytes": "--memory",
+    "processes": "--max-processes",
+    "workspace_bytes": "--workspace-limit",
+    "log_bytes": "--log-limit",
+    "eval_s": "--eval-budget",
+}
+LEAST = {"memory_bytes": 64 * MIB, "processes": 16, "workspace_bytes": MIB, "log_bytes": 64 * KIB}
+MIN_EVAL_S = 10.0
 
 
 # --- cgroups -------------------------------------------------------------------------------------------------------

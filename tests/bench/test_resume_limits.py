@@ -1,0 +1,133 @@
+"""A resumed run keeps the limits it was launched with (run.json's ``limits``), and run.json's limits are checked
+when read: a run whose harness died evaluates under its own evaluation budget, and its result.json shows the
+settings of its launch, not the defaults of whoever resumes it."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
+
+from bench.cli import main
+from bench.pipeline import evaluate, state
+from bench.result import RunResult
+from bench.resume import OLD_LIMITS_NOTE
+from bench.runner import RunSpec, run
+from bench.sandbox.limits import GIB, MIB, Limits
+
+# every one of them differs from its default, so that a resume that fell back to the defaults shows
+OWN = Limits(memory_bytes=3 * GIB, processes=300, workspace_bytes=7 * GIB, log_bytes=8 * MIB, eval_s=123.0)
+
+
+def _state(**changes) -> dict:
+    st = state.RunState("t6", "command", "c", 1, 60, 2, None, {}, "cpu", False, True, "l", "tok", 1, 0.0, [], [],
+                        None, [], "/d", limits=OWN.to_dict())  # fmt: skip
+    return {**dataclasses.asdict(st), **changes}
+
+
+def test_run_json_keeps_the_limits_and_reads_them_back(tmp_path):
+    (tmp_path / "run.json").write_text(json.dumps(_state()))
+    assert state.read(tmp_path).run_limits() == OWN
+    off = {**OWN.to_dict(), "memory_bytes": None, "processes": None, "workspace_bytes": None}  # "none" flags
+    (tmp_path / "run.json").write_text(json.dumps(_state(limits=off)))
+    assert state.read(tmp_path).run_limits() == Limits(None, None, None, 8 * MIB, 123.0)
+    old = _state()
+    del old["limits"]  # a run.json from before runs had limits: still read, no limits
+    (tmp_path / "run.json").write_text(json.dumps(old))
+    assert state.read(tmp_path).run_limits() is None
+
+
+@pytest.mark.parametrize(
+    ("limits", "says"),
+    [
+        ("64G", "not a table of limits"),
+        ({**OWN.to_dict(), "swap_bytes": 1}, "unknown limit 'swap_bytes'"),
+        ({k: v for k, v in OWN.to_dict().items() if k != "eval_s"}, "lacks eval_s"),
+        ({**OWN.to_dict(), "memory_bytes": "3G"}, "memory_bytes must be a whole number or null"),
+        ({**OWN.to_dict(), "processes": True}, "processes must be a whole number"),
+        ({**OWN.to_dict(), "log_bytes": None}, "log_bytes must be a whole number"),
+        ({**OWN.to_dict(), "eval_s": "1h"}, "eval_s must be a number of seconds"),
+        ({**OWN.to_dict(), "memory_bytes": 1000}, "memory_bytes 1000 is too small"),
+        ({**OWN.to_dict(), "eval_s": 0}, "eval_s 0 s cannot score a checkpoint"),
+    ],
+)
+def test_malformed_limits_in_run_json_are_one_clear_line(tmp_path, limits, says):
+    (tmp_path / "run.json").write_text(json.dumps(_state(limits=limits)))
+    with pytest.raises(state.RunStateError) as e:
+        state.read(tmp_path)
+    message = str(e.value)
+    assert "\n" not in message and says in message, message
+    assert message.startswith(f"{tmp_path / 'run.json'}: limits: "), message
+    assert "remove the key" in message
+
+
+def _unfinished(task, limits: Limits) -> Path:
+    """A run (an agent that does nothing, unsandboxed: fast) whose harness 'died' while the agent ran: run.json
+    and no result.json, its harness pid gone."""
+    spec = RunSpec(task, "command", campaign=f"test-{uuid.uuid4().hex[:8]}", budget_s=30, grace_s=1, console=False)
+    spec.options, spec.sandbox, spec.limits = {"command": "true"}, False, limits
+    done = run(spec)
+    run_dir = Path(done.run_dir)
+    Path(done.result_file).unlink()
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    st = state.read(run_dir)
+    st.harness_pid, st.harness_started, st.watched = gone.pid, 0.0, None
+    state.write(run_dir, st)
+    return run_dir
+
+
+def _budgets(monkeypatch) -> list[float]:
+    """The evaluation budget each evaluate_candidates call got (the runner passes the run's limits.eval_s)."""
+    seen, real = [], evaluate.evaluate_candidates
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs.get("budget_s"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(evaluate, "evaluate_candidates", spy)
+    return seen
+
+
+def test_a_resumed_run_keeps_its_own_limits(generated_t6, monkeypatch, capsys):
+    run_dir = _unfinished(generated_t6, OWN)
+    assert json.loads((run_dir / "run.json").read_text())["limits"] == OWN.to_dict()  # written at the launch
+    budgets = _budgets(monkeypatch)
+    assert main(["run", "--resume", str(run_dir), "--quiet"]) == 1  # no checkpoint: not a success
+    resumed = RunResult.load(run_dir)
+    assert resumed.status == "interrupted", resumed.reason
+    assert budgets == [123.0]  # the run's own evaluation budget, not the default hour
+    assert resumed.limits["settings"] == OWN.to_dict()
+    assert "note" not in resumed.limits
+    assert OLD_LIMITS_NOTE not in capsys.readouterr().out
+
+
+def test_a_run_json_from_before_limits_resumes_with_the_defaults_and_says_so(generated_t6, monkeypatch, capsys):
+    run_dir = _unfinished(generated_t6, OWN)
+    raw = json.loads((run_dir / "run.json").read_text())
+    del raw["limits"]  # as an older bench wrote it
+    (run_dir / "run.json").write_text(json.dumps(raw))
+    budgets = _budgets(monkeypatch)
+    capsys.readouterr()
+    assert main(["run", "--resume", str(run_dir), "--quiet"]) == 1
+    resumed = RunResult.load(run_dir)
+    assert budgets == [3600.0]  # Limits' default: one hour for all candidates
+    assert resumed.limits["settings"] == Limits().to_dict()
+    assert resumed.limits["note"] == OLD_LIMITS_NOTE
+    assert f"{OLD_LIMITS_NOTE} (evaluation budget 3600 s)" in capsys.readouterr().out
+
+
+def test_a_resume_refuses_a_run_json_with_malformed_limits_in_one_line(generated_t6, capsys):
+    run_dir = _unfinished(generated_t6, OWN)
+    raw = json.loads((run_dir / "run.json").read_text())
+    raw["limits"]["eval_s"] = -5
+    (run_dir / "run.json").write_text(json.dumps(raw))
+    capsys.readouterr()
+    assert main(["run", "--resume", str(run_dir)]) != 0
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "limits: eval_s -5 s cannot score a checkpoint" in err, err
+    assert not (run_dir / "result.json").exists()
