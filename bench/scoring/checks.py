@@ -15,7 +15,8 @@ so anyone can recompute the positions from the secret and the feed (:func:`plan`
   its last N requests differs on the first N outputs of each stretch, and every output of a stretch is compared.
   Stretches are stratified (one in each of :data:`STRETCHES` equal segments of the feed, at a secret offset), so
   a model that is stateful only over part of the feed meets a stretch with a probability that grows with that part
-  (every part longer than two segments surely; see the residual risk below).
+  (every part longer than two segments surely; see the residual risk below). The segments' grid is shifted by the
+  secret too: no batch is replayed for no secret (or for every one).
 * **Causality** (tasks that name a causal input, T1): inside a replay stretch, one batch (at a secret offset) has
   every position after a secret cut replaced by text from elsewhere in the feed that follows the same characters
   (so the splice reads like text), the character right after the cut differing; the outputs up to the cut must
@@ -120,19 +121,29 @@ def _sample_shape(inputs: dict[str, np.ndarray]) -> tuple:
 
 
 def _stretches(n: int, rng: np.random.Generator) -> list[tuple[int, int]]:
-    """Stratified stretches over batches 1 .. n-1 (over batch 0 alone for a one-batch feed), each after a gap."""
+    """Stratified stretches over batches 1 .. n-1 (over batch 0 alone for a one-batch feed), each after a gap.
+
+    The segments' grid is shifted by a secret offset, so that no batch is a segment's edge for every secret (a
+    stretch never starts on a segment's first batch, which keeps the gap): every batch is replayed with about the
+    same probability, none never."""
     if n <= 1:
         return [(0, 1)] if n else []
     mid = n - 1
     k = min(STRETCHES, max(1, mid // 2))
-    bounds = np.linspace(1, n, k + 1).round().astype(int)
+    seg = mid / k
     budget = min(mid, max(MIN_REPLAYED, math.ceil(n * REPLAY_SHARE)))
-    shortest = int(np.diff(bounds).min())
-    length = max(1, min(budget // k, shortest - 1 if k > 1 else shortest))
-    out = []
-    for i, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:], strict=True)):
-        first = int(lo) + (1 if i > 0 else 0)  # a gap after the stretch before: its history is not the scored one
-        out.append((s := int(rng.integers(first, max(first, int(hi) - length) + 1)), s + length))
+    length = max(1, min(budget // k, int(seg) - 1 if k > 1 else int(seg)))
+    shift = rng.uniform(0, seg)
+    edges = sorted({1, n} | {e for j in range(k + 1) if 1 < (e := int(round(1 + shift + j * seg))) < n})
+    out: list[tuple[int, int]] = []
+    for lo, hi in zip(edges[:-1], edges[1:], strict=True):
+        first = lo + (1 if out else 0)  # a gap after the stretch before: its history is not the scored one
+        if out and first <= out[-1][1]:
+            first = out[-1][1] + 1
+        if first >= hi:
+            continue
+        size = min(length, hi - first)
+        out.append((s := int(rng.integers(first, hi - size + 1)), s + size))
     return out
 
 
