@@ -89,6 +89,7 @@ def spec_of(campaign: Campaign, key: RunKey, console: bool = False) -> RunSpec:
         no_weights=campaign.no_weights,
         sandbox=campaign.sandbox,
         run_id=key.run_id,
+        limits=campaign.limits,
     )
 
 

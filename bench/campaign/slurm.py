@@ -7,7 +7,9 @@ job_main`), which starts, resumes or leaves the run as its directory says, so a 
   Slurm sets ``CUDA_VISIBLE_DEVICES`` to the job's), ``cpus_per_task``, ``mem_gb``, ``partition``, and any sbatch
   option through ``additional``. Runs are grouped by budget, one array per budget, each job's time limit the
   budget + grace + ``eval_margin`` + one minute of start-up, so that no job meets its limit while its run is
-  within its budget.
+  within its budget. ``eval_margin`` follows the campaign's ``eval_budget`` (the evaluation of all of a run's
+  candidates, 1 h by default): that budget, the scorer's minute to report and 10 minutes for the rest, unless
+  the file gives one (which must cover the budget and the minute).
 - Signals. submitit asks Slurm for SIGUSR2 ``signal_delay_s`` before the time limit (some clusters send it on
   preemption too); submitit's handler calls :meth:`RunJob.checkpoint`, which hands SIGTERM to the run's process
   (it finishes its collect, evaluate and record if it can: :mod:`bench.termination`), waits for it, and returns the
@@ -79,8 +81,9 @@ class RunJob:
 
 
 def time_limit_min(campaign: Campaign, budget_s: float) -> int:
-    """A job's time limit in minutes: budget + grace + the evaluation margin + a minute to start."""
-    return math.ceil((budget_s + campaign.grace_s + campaign.slurm.eval_margin_s + 60) / 60)
+    """A job's time limit in minutes: budget + grace + the evaluation margin (which follows the campaign's evaluation
+    budget: :attr:`Campaign.eval_margin_s`) + a minute to start."""
+    return math.ceil((budget_s + campaign.grace_s + campaign.eval_margin_s + 60) / 60)
 
 
 def _executor(campaign: Campaign, budget_s: float):

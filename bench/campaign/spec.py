@@ -20,6 +20,20 @@ Optional keys: ``grace`` (seconds after the budget before SIGKILL, 30), ``device
 ``nvidia-smi -L`` when absent), per agent ``options`` (a table of adapter options) and a ``[slurm]`` table
 (:class:`SlurmSettings`).
 
+Each run's limits (:mod:`bench.sandbox.limits`), the ``bench run`` flags of the same name with underscores and the
+same defaults, for every run of the campaign::
+
+    memory = "64G"            # --memory: the agent's processes together, and the predictor's (default 64G, at most
+                              #   80 % of the node's RAM; "none": no limit)
+    max_processes = 4096      # --max-processes: processes and threads ("none": no limit)
+    workspace_limit = "200G"  # --workspace-limit: 10 % more ends the run ("none": no limit)
+    log_limit = "128M"        # --log-limit: agent.log keeps its first and last half
+    eval_budget = "1h"        # --eval-budget: the evaluation of all of a run's candidates together
+
+A size is a string with a unit (``"512M"``, ``"1.5G"``, powers of 1024) or a whole number of bytes; the evaluation
+budget is a duration like ``budget``. The Slurm executor's job time limit follows ``eval_budget`` (``slurm.
+eval_margin``, :class:`SlurmSettings`).
+
 Stable run ids: each run of the matrix has a deterministic id, :func:`run_id`, which names its run directory
 under the workspaces folder. A re-run of the campaign finds the directory of every run it started: a finished
 run (result.json) is never redone, a run whose harness died is finished (:mod:`bench.resume`).
@@ -37,17 +51,24 @@ from pathlib import Path
 
 from bench import preflight
 from bench.agents import AGENTS, AgentError
-from bench.durations import parse_duration
+from bench.durations import fmt_s, parse_duration
+from bench.pipeline.evaluate import SCORER_GRACE_S
 from bench.pipeline.workspace import campaign_dir
 from bench.preflight import InputError
+from bench.sandbox.limits import LEAST, MIN_EVAL_S, LimitError, Limits, parse_size
 from bench.tasks import Task, TaskError, all_tasks, get_task
 
+LIMIT_KEYS = {  # the key of each limit (Limits' field), named after its bench run flag
+    "memory": "memory_bytes", "max_processes": "processes", "workspace_limit": "workspace_bytes",
+    "log_limit": "log_bytes", "eval_budget": "eval_s",
+}  # fmt: skip
 TOP_KEYS = {
     "name", "tasks", "repeats", "budget", "grace", "device", "sandbox", "no_weights", "retries", "executor", "gpus",
-    "agents", "slurm",
+    "agents", "slurm", *LIMIT_KEYS,
 }  # fmt: skip
 AGENT_KEYS = {"name", "model", "agent_command", "options"}
 EXECUTORS = ("local", "slurm")
+AFTER_EVAL_S = 10 * 60  # a Slurm job's time after the evaluation: the relay's last values, collect, audit, record
 
 
 @dataclass(frozen=True)
@@ -55,7 +76,8 @@ class SlurmSettings:
     """The ``[slurm]`` table: how each run becomes a job of a Slurm job array (:mod:`bench.campaign.slurm`).
 
     A job's time limit is the run's budget + grace + ``eval_margin`` (the collect, evaluate, audit and record after
-    the agent's time), so that a job is never ended by the scheduler while its run is within its budget."""
+    the agent's time), so that a job is never ended by the scheduler while its run is within its budget. Left out,
+    ``eval_margin`` follows the campaign's evaluation budget (:func:`eval_margin_s`); given, it must cover it."""
 
     cluster: str = "slurm"  # submitit's AutoExecutor cluster: slurm, or local (submitit's own backend, no Slurm)
     partition: str | None = None
@@ -63,7 +85,7 @@ class SlurmSettings:
     cpus_per_task: int | None = None
     mem_gb: float | None = None
     array_parallelism: int = 64  # at most this many runs at once
-    eval_margin_s: float = 20 * 60
+    eval_margin_s: float | None = None  # None: the evaluation budget + the scorer's grace + AFTER_EVAL_S
     signal_delay_s: int = 120  # submitit's USR2 before the time limit: time to finish or leave the run resumable
     setup: tuple[str, ...] = ()  # shell lines before each job (module load, source a venv, export ...)
     additional: dict[str, object] = field(default_factory=dict)  # other sbatch options (account, qos, constraint)
@@ -134,6 +156,7 @@ class Campaign:
     executor: str = "local"
     gpus: tuple[str, ...] | None = None
     slurm: SlurmSettings = field(default_factory=SlurmSettings)
+    limits: Limits = field(default_factory=Limits)  # every run's (bench.sandbox.limits); the flags' defaults
 
     @property
     def folder(self) -> Path:
@@ -155,6 +178,14 @@ class Campaign:
 
     def run_dir(self, key: RunKey) -> Path:
         return self.folder / key.run_id
+
+    @property
+    def eval_margin_s(self) -> float:
+        """What a Slurm job gets after the agent's time (:class:`SlurmSettings`): ``slurm.eval_margin`` when given,
+        else the evaluation budget, the scorer's grace to report and :data:`AFTER_EVAL_S` for the rest."""
+        if self.slurm.eval_margin_s is not None:
+            return self.slurm.eval_margin_s
+        return self.limits.eval_s + SCORER_GRACE_S + AFTER_EVAL_S
 
     def budget_of(self, task: str) -> float:
         return self.budget_s if self.budget_s is not None else get_task(task).budget_s
@@ -225,6 +256,15 @@ def load(path: Path) -> Campaign:
             preflight.check_device(device)
         except InputError as e:
             raise bad("device", str(e)) from None
+    limits = _limits(raw, bad)
+    slurm = _slurm(raw.get("slurm", {}), where)
+    least = limits.eval_s + SCORER_GRACE_S
+    if slurm.eval_margin_s is not None and slurm.eval_margin_s < least:
+        raise InputError(
+            f"{where}: slurm.eval_margin: {fmt_s(slurm.eval_margin_s)} does not cover the evaluation budget "
+            f"({fmt_s(limits.eval_s)}) and the scorer's {SCORER_GRACE_S:.0f} s to report: Slurm would end jobs in "
+            f"their evaluation; give at least {fmt_s(least)} or leave it out (then {fmt_s(least + AFTER_EVAL_S)})"
+        )
     campaign = Campaign(
         name=name,
         file=path.resolve(),
@@ -239,9 +279,60 @@ def load(path: Path) -> Campaign:
         retries=retries,
         executor=executor,
         gpus=_gpus(raw["gpus"], bad) if "gpus" in raw else None,
-        slurm=_slurm(raw.get("slurm", {}), where),
+        slurm=slurm,
+        limits=limits,
     )
     return campaign
+
+
+def _limits(raw: dict, bad) -> Limits:
+    """The ``memory``, ``max_processes``, ``workspace_limit``, ``log_limit`` and ``eval_budget`` keys, each
+    checked as its ``bench run`` flag is (:func:`bench.preflight.parse_limits`); the defaults for those absent."""
+    values = Limits().to_dict()
+    for key, name in LIMIT_KEYS.items():
+        if key not in raw:
+            continue
+        value = raw[key]
+        off = isinstance(value, str) and value.strip().lower() == "none"
+        if off and key in ("log_limit", "eval_budget"):
+            what = 'agent.log always has a limit; give a size, e.g. log_limit = "1G"'
+            if key == "eval_budget":
+                what = 'the evaluation always has a budget; give a duration, e.g. eval_budget = "1h"'
+            raise bad(key, f"cannot be none: {what}")
+        if off:
+            values[name] = None
+        elif key == "eval_budget":
+            if not isinstance(value, str):
+                raise bad(key, f'write a duration as a string, e.g. eval_budget = "1h" (got {value!r})')
+            try:
+                values[name] = float(parse_duration(value))
+            except Exception as e:  # argparse's error type: the message is the one line
+                raise bad(key, str(e)) from None
+            if not (math.isfinite(values[name]) and values[name] >= MIN_EVAL_S):
+                raise bad(key, f'{value!r} cannot score a checkpoint: give at least {MIN_EVAL_S:g}s, e.g. "1h"')
+        elif key == "max_processes":
+            values[name] = _int(value, key, bad)
+        elif isinstance(value, str):
+            try:
+                values[name] = parse_size(value)
+            except LimitError as e:
+                raise bad(key, str(e)) from None
+        elif isinstance(value, int) and not isinstance(value, bool):
+            values[name] = value  # bytes
+        else:
+            raise bad(key, f'write a size as a string, e.g. {key} = "64G", or "none" (got {value!r})')
+        least = LEAST.get(name)
+        if least is not None and values[name] is not None and values[name] < least:
+            raise bad(key, f'{value!r} is too small to run anything: give at least {_size(least, key)} (or "none")')
+    return Limits(**values)
+
+
+def _size(n: int, key: str) -> str:
+    """A limit's least value as the file would write it: 16 processes, "64M" bytes."""
+    if key == "max_processes":
+        return str(n)
+    unit, size = next((u, b) for u, b in (("G", 2**30), ("M", 2**20), ("K", 2**10), ("", 1)) if n % b == 0)
+    return f'"{n // size}{unit}"'
 
 
 def _unknown(table: dict, known: set[str], where: str, prefix: str) -> None:
