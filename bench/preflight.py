@@ -108,6 +108,24 @@ def check_agent(agent: str, options: dict[str, str], model: str | None) -> None:
     check_of(get_agent(agent), options, model)
 
 
+def check_api(agents: Iterable[tuple[str, str | None]], *, endpoints: bool = True) -> None:
+    """Each LLM agent's credential, then (``endpoints``, unless ``BENCH_API_CHECK=0``) its endpoint, key and model,
+    asked of all agents at once in parallel (:mod:`bench.agents.credentials`, :mod:`bench.agents.endpoints`):
+    InputError naming the agent and what to set. Offline and generic agents have nothing to check."""
+    from bench.agents import credentials
+    from bench.agents import endpoints as api
+
+    needs = [n for agent, model in agents if (n := credentials.need_of(agent, model)) is not None]
+    for need in needs:  # the cheap, local half first: a missing key needs no request to be found
+        if need.credential is None:
+            raise InputError(need.missing())
+    if not (endpoints and api.enabled() and needs):
+        return
+    for need, found in zip(needs, api.probe_all(needs), strict=True):
+        if why := api.problem(need, found):
+            raise InputError(why)
+
+
 def check_weights(tasks: Iterable[Task], no_weights: bool) -> None:
     """A task that provides pretrained weights needs them installed (or ``--no-weights``)."""
     if no_weights:
@@ -194,16 +212,21 @@ def check_run(
     device: str | None = None,
     no_weights: bool = False,
     sandbox: bool = True,
+    endpoints: bool = True,
 ) -> None:
     """Every check of a ``bench run`` invocation, cheapest first; raises InputError, AgentError or
-    SandboxUnavailable, and creates nothing."""
+    SandboxUnavailable, and creates nothing. ``endpoints``: ask the agent's model endpoint too (a request with a
+    short timeout; a campaign asks all its agents at once before, :func:`check_api`)."""
     check_numbers(budget_s, grace_s, repeats, first_repeat)
     check_campaign(campaign)
     check_agent(agent, dict(options or {}), model)
+    check_api([(agent, model)], endpoints=False)  # the credential: local, no request
     check_device(device)
     check_places()
     check_weights(tasks, no_weights)
     check_sandbox(sandbox)
+    if endpoints:
+        check_api([(agent, model)])
 
 
 def check_spec(spec: Spec) -> None:
@@ -221,8 +244,9 @@ def check_spec(spec: Spec) -> None:
         device=spec.device,
         no_weights=spec.no_weights,
         sandbox=spec.sandbox,
+        endpoints=False,  # asked by bench run and bench campaign before; a campaign's job does not ask again
     )
     check_limits(spec.limits)
 
 
-__all__ = ["AgentError", "InputError", "check_run", "check_spec"]
+__all__ = ["AgentError", "InputError", "check_api", "check_run", "check_spec"]

@@ -59,7 +59,8 @@ def cmd_campaign(args: argparse.Namespace) -> int:
 
 
 def check_machine(campaign: Campaign) -> None:
-    """Every agent's checks of ``bench run`` (folders, weights, sandbox, options) and the executor's needs."""
+    """Every agent's checks of ``bench run`` (folders, weights, sandbox, options, credentials), the executor's needs,
+    then every LLM agent's endpoint, key and model, asked in parallel (:func:`bench.preflight.check_api`)."""
     slurm = campaign.executor == "slurm"
     for agent in campaign.agents:
         preflight.check_run(
@@ -74,6 +75,7 @@ def check_machine(campaign: Campaign) -> None:
             device=campaign.device,
             no_weights=campaign.no_weights,
             sandbox=campaign.sandbox and not slurm,  # a login node may lack what the compute nodes have
+            endpoints=False,  # all agents at once, below
         )
     if slurm:
         try:
@@ -84,6 +86,7 @@ def check_machine(campaign: Campaign) -> None:
             raise InputError(
                 'executor = "slurm": no sbatch here; run on a Slurm login node (or slurm.cluster = "local")'
             )
+    preflight.check_api([(agent.name, agent.model) for agent in campaign.agents])
 
 
 def start(campaign: Campaign, *, resume: bool, redo_cut_short: bool = False) -> int:

@@ -8,6 +8,8 @@ No case gets as far as launching an agent.
 from __future__ import annotations
 
 import os
+import socket
+import time
 from pathlib import Path
 
 import pytest
@@ -112,9 +114,28 @@ CASES = [
         "are not installed",
     ),
     ("record-missing-dir", lambda tmp: ["record", str(tmp / "no-such-run")], None, "no run directory"),
+    (  # the CLI would print "Not logged in · Please run /login" and be recorded as a failed agent
+        "claude-code-without-a-key",
+        ["run", "--agent", "claude-code", "--task", "t6", "--quiet"],
+        lambda tmp: {v: None for v in ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN")},
+        "claude-code: no credential: set ANTHROPIC_API_KEY (or CLAUDE_CODE_OAUTH_TOKEN from `claude setup-token`)",
+    ),
+    (  # the CLI would retry "Reconnecting..." for its whole budget
+        "codex-endpoint-unreachable",
+        ["run", "--agent", "codex", "--task", "t6", "--quiet"],
+        lambda tmp: {"OPENAI_API_KEY": "sk-test", "OPENAI_BASE_URL": f"http://127.0.0.1:{_closed_port()}/v1"},
+        "codex: the endpoint http://127.0.0.1:",
+    ),
 ]
 if not CUDA:
     CASES.append(("device-cuda-unavailable", [*RUN, "--device", "cuda"], None, "no CUDA device is available"))
+
+
+def _closed_port() -> int:
+    """A loopback port nothing listens on (bound, then closed)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 @pytest.fixture
@@ -149,6 +170,20 @@ def test_bad_input_is_one_line_exit_2_and_creates_nothing(argv, env, phrase, pla
     assert len(lines) == 1 and lines[0].startswith("bench: ") and lines[0].strip() != "bench:", err
     assert phrase in lines[0], lines[0]
     assert _created(watched) == []
+
+
+@pytest.mark.parametrize("case", ["claude-code-without-a-key", "codex-endpoint-unreachable"])
+def test_an_llm_agent_without_key_or_route_is_refused_in_seconds(case, places, tmp_path, monkeypatch, capsys):
+    """issue 22: no run directory, no MLflow run, no cache entry, one line, exit 2, in seconds (not a budget)."""
+    _, argv, env, phrase = next(c for c in CASES if c[0] == case)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # no login of the machine's user is found
+    for var, value in env(tmp_path).items():
+        monkeypatch.delenv(var, raising=False) if value is None else monkeypatch.setenv(var, value)
+    t0 = time.monotonic()
+    assert main(list(argv)) == 2
+    assert time.monotonic() - t0 < 20  # the endpoint check's timeout is 8 s; a refused port answers at once
+    assert phrase in capsys.readouterr().err
+    assert _created(list(places.values())) == [] and not any(p.exists() for p in places.values())
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")

@@ -1,0 +1,187 @@
+"""What each LLM agent needs to reach its model: which API, at which base URL, with which credential.
+
+Checked before a run creates anything (:mod:`bench.preflight`) and shown by ``bench agents check``: a CLI started
+without its key does not say which variable to set (Claude Code prints "Not logged in · Please run /login"), and
+one without a route retries for its whole budget (Codex: "Reconnecting..."), so that a campaign would fill with
+false agent failures. The rules per CLI, read from each CLI's documentation and its pinned release (the variable
+names are in the binaries):
+
+- ``claude-code``: ``ANTHROPIC_API_KEY`` (sent as ``x-api-key``), ``ANTHROPIC_AUTH_TOKEN`` (a gateway's bearer
+  token) or ``CLAUDE_CODE_OAUTH_TOKEN`` (a Claude subscription login, from ``claude setup-token``), in the order
+  Claude Code prefers them; base URL ``ANTHROPIC_BASE_URL`` (without ``/v1``).
+- ``codex``: ``OPENAI_API_KEY`` or ``CODEX_API_KEY``, or a ChatGPT login: ``auth.json`` in ``CODEX_HOME``
+  (default ``~/.codex``) with ``tokens.access_token`` (or a stored ``OPENAI_API_KEY``). With ``OPENAI_BASE_URL``
+  the adapter's own provider reads ``OPENAI_API_KEY`` only.
+- ``gemini``: ``GEMINI_API_KEY``, or a Google login: ``~/.gemini/oauth_creds.json``.
+- ``opencode`` and ``aider``: the key of the model's provider (its ``provider/`` prefix): ``openrouter/`` ->
+  ``OPENROUTER_API_KEY``, ``openai/`` and ``bench/`` -> ``OPENAI_API_KEY`` (``bench/`` also needs
+  ``OPENAI_BASE_URL``), ``anthropic/`` -> ``ANTHROPIC_API_KEY``. A provider without a rule is not checked.
+- ``generic`` and the offline agents (baseline, command, optuna): nothing to check.
+
+A credential found is described by its kind and where it came from, never by its value.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# the APIs whose endpoint can be asked for its model list (bench.agents.endpoints)
+ANTHROPIC, OPENAI, GEMINI, OPENROUTER = "anthropic", "openai", "gemini", "openrouter"
+# Claude Code's model aliases, resolved by the CLI itself: not in any model list
+CLAUDE_ALIASES = ("default", "sonnet", "opus", "haiku", "opusplan", "best")
+
+
+@dataclass(frozen=True)
+class Credential:
+    """A credential found: ``kind`` (api key, gateway token, ... login), ``source`` (a variable or a file); the
+    headers for the endpoint check are kept out of repr and never printed."""
+
+    kind: str
+    source: str
+    headers: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
+    login: bool = False  # a subscription login: the model list may refuse it, so a 401 is not judged
+
+    def __str__(self) -> str:
+        return f"{self.kind} ({self.source})"
+
+
+@dataclass(frozen=True)
+class Need:
+    """What one agent with one model needs: its API, base URL, model (as the API names it) and how to say what is
+    missing (``hint``: what to set)."""
+
+    agent: str
+    api: str | None  # one of ANTHROPIC, OPENAI, GEMINI, OPENROUTER; None: an API without a model list we know
+    base_url: str
+    base_variable: str | None  # the variable that moved base_url (None: the vendor's own API)
+    model: str | None  # the model name to look for in the list (None: not checked)
+    credentials: tuple[Credential, ...]  # what was found, preferred first
+    hint: str  # what to set when nothing is found
+
+    @property
+    def credential(self) -> Credential | None:
+        return self.credentials[0] if self.credentials else None
+
+    def missing(self) -> str:
+        """The one-line problem when no credential is found."""
+        return f"{self.agent}: no credential: set {self.hint}"
+
+
+def _env(env: Mapping[str, str] | None) -> Mapping[str, str]:
+    return os.environ if env is None else env
+
+
+def _key(env: Mapping[str, str], var: str, header: str, prefix: str = "", kind: str = "api key") -> list[Credential]:
+    value = (env.get(var) or "").strip()
+    return [Credential(kind, var, {header: prefix + value})] if value else []
+
+
+def _codex_login(env: Mapping[str, str], home: Path) -> list[Credential]:
+    """Codex's stored login: ``$CODEX_HOME/auth.json`` (default ``~/.codex/auth.json``)."""
+    folder = Path(env["CODEX_HOME"]) if env.get("CODEX_HOME") else home / ".codex"
+    path = folder / "auth.json"
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return []
+    if not isinstance(data, dict):
+        return []
+    tokens = data.get("tokens") if isinstance(data.get("tokens"), dict) else {}
+    if tokens.get("access_token"):
+        return [Credential("ChatGPT login", str(path), {"Authorization": f"Bearer {tokens['access_token']}"}, True)]
+    if data.get("OPENAI_API_KEY"):
+        return [Credential("api key", str(path), {"Authorization": f"Bearer {data['OPENAI_API_KEY']}"})]
+    return []
+
+
+def _gemini_login(home: Path) -> list[Credential]:
+    path = home / ".gemini" / "oauth_creds.json"
+    return [Credential("Google login", str(path), {}, True)] if path.is_file() else []
+
+
+def _openai_like(agent: str, env: Mapping[str, str], model: str, default_base: str, *vars: str) -> Need:
+    """An OpenAI-compatible API: the base URL from the first of ``vars`` set (else ``default_base``)."""
+    var = next((v for v in vars if env.get(v)), None)
+    creds = _key(env, "OPENAI_API_KEY", "Authorization", "Bearer ")
+    return Need(agent, OPENAI, env[var] if var else default_base, var, model, tuple(creds), "OPENAI_API_KEY")
+
+
+def _provider_need(agent: str, model: str, env: Mapping[str, str], base_vars: tuple[str, ...]) -> Need | None:
+    """opencode's and aider's ``provider/model`` names (a bare name is OpenAI's, as LiteLLM reads it); ``base_vars``:
+    the variables that move the ``openai/`` and ``anthropic/`` APIs for this CLI (aider's; opencode's built-in
+    providers keep the vendors' URLs, and its ``bench/`` provider is ``OPENAI_BASE_URL``)."""
+    provider, _, name = model.partition("/") if "/" in model else ("openai", "", model)
+    if provider == "openrouter":
+        creds = _key(env, "OPENROUTER_API_KEY", "Authorization", "Bearer ")
+        return Need(agent, OPENROUTER, "https://openrouter.ai/api/v1", None, name, tuple(creds), "OPENROUTER_API_KEY")
+    if provider == "anthropic":
+        var = "ANTHROPIC_BASE_URL" if base_vars and env.get("ANTHROPIC_BASE_URL") else None
+        base = env[var] if var else "https://api.anthropic.com"
+        creds = _key(env, "ANTHROPIC_API_KEY", "x-api-key")
+        return Need(agent, ANTHROPIC, base, var, name, tuple(creds), "ANTHROPIC_API_KEY")
+    if provider == "bench":  # opencode's OpenAI-compatible endpoint; without the URL its own check refuses it
+        return _openai_like(agent, env, name, "", "OPENAI_BASE_URL") if env.get("OPENAI_BASE_URL") else None
+    if provider == "openai":
+        return _openai_like(agent, env, name, "https://api.openai.com/v1", *base_vars)
+    return None
+
+
+def need_of(
+    agent: str, model: str | None, env: Mapping[str, str] | None = None, home: Path | None = None
+) -> Need | None:
+    """What ``agent`` with ``model`` (None: its default) needs; None for an agent with nothing to check (offline,
+    generic, a provider without a rule). ``env`` and ``home`` default to this process's (tests give their own)."""
+    from bench.agents import aider, claude_code, codex, gemini, opencode
+
+    env, home = _env(env), Path(home) if home is not None else Path.home()
+    if agent == "claude-code":
+        model = model or claude_code.DEFAULT_MODEL
+        var = "ANTHROPIC_BASE_URL" if env.get("ANTHROPIC_BASE_URL") else None
+        creds = [
+            *_key(env, "ANTHROPIC_API_KEY", "x-api-key"),
+            *_key(env, "ANTHROPIC_AUTH_TOKEN", "Authorization", "Bearer ", "gateway token"),
+            *_key(env, "CLAUDE_CODE_OAUTH_TOKEN", "Authorization", "Bearer ", "Claude login"),
+        ]
+        creds = [Credential(c.kind, c.source, c.headers, c.source == "CLAUDE_CODE_OAUTH_TOKEN") for c in creds]
+        bare = model.split("[", 1)[0]  # "sonnet[1m]": an alias with the long-context suffix
+        return Need(
+            agent,
+            ANTHROPIC,
+            env[var] if var else "https://api.anthropic.com",
+            var,
+            None if bare in CLAUDE_ALIASES else bare,
+            tuple(creds),
+            "ANTHROPIC_API_KEY (or CLAUDE_CODE_OAUTH_TOKEN from `claude setup-token`)",
+        )
+    if agent == "codex":
+        model = model or codex.DEFAULT_MODEL
+        if env.get("OPENAI_BASE_URL"):  # the adapter's provider "bench" reads OPENAI_API_KEY only
+            creds = _key(env, "OPENAI_API_KEY", "Authorization", "Bearer ")
+            return Need(agent, OPENAI, env["OPENAI_BASE_URL"], "OPENAI_BASE_URL", model, tuple(creds), "OPENAI_API_KEY")
+        creds = [
+            *_key(env, "OPENAI_API_KEY", "Authorization", "Bearer "),
+            *_key(env, "CODEX_API_KEY", "Authorization", "Bearer "),
+            *_codex_login(env, home),
+        ]
+        base = "https://api.openai.com/v1"
+        hint = "OPENAI_API_KEY (or log in with `codex login`: ~/.codex/auth.json, or CODEX_HOME)"
+        return Need(agent, OPENAI, base, None, model, tuple(creds), hint)
+    if agent == "gemini":
+        model = model or gemini.DEFAULT_MODEL
+        var = "GOOGLE_GEMINI_BASE_URL" if env.get("GOOGLE_GEMINI_BASE_URL") else None
+        creds = [*_key(env, "GEMINI_API_KEY", "x-goog-api-key"), *_gemini_login(home)]
+        base = env[var] if var else "https://generativelanguage.googleapis.com"
+        hint = "GEMINI_API_KEY (or log in with Google in `gemini`: ~/.gemini/oauth_creds.json)"
+        return Need(agent, GEMINI, base, var, model, tuple(creds), hint)
+    if agent == "opencode":
+        return _provider_need(agent, model or opencode.DEFAULT_MODEL, env, ())
+    if agent == "aider":
+        return _provider_need(agent, model or aider.DEFAULT_MODEL, env, ("OPENAI_BASE_URL", "OPENAI_API_BASE"))
+    return None
+
+
+__all__ = ["Credential", "Need", "need_of"]
