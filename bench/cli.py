@@ -98,6 +98,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         options["command"] = args.agent_command
     tasks = _tasks(args.task)
     limits = _limits(args)  # InputError for a size or duration that is not one
+    if args.api_fail_window is not None:  # read by bench.agents.health in this process and the runs it starts
+        from bench.agents.health import WINDOW_VAR
+
+        if not args.api_fail_window > 0:
+            raise InputError("--api-fail-window must be a positive duration: e.g. 3m (the default) or 90s")
+        os.environ[WINDOW_VAR] = f"{float(args.api_fail_window):g}"
     preflight.check_run(  # every argument, before any data, workspace or MLflow run is created
         tasks,
         agent=args.agent,
@@ -337,6 +343,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--grace", type=float, default=30.0, help="seconds after the budget before SIGKILL (paper: 30)")
     s.add_argument("--device", help="evaluation device (default: cuda if available)")
+    s.add_argument(
+        "--api-fail-window",
+        type=parse_duration,
+        metavar="DURATION",
+        help="end a run whose model API keeps failing this long (auth errors, no route): an infrastructure "
+        "failure, recorded interrupted (default 3m)",
+    )
     s.add_argument("--quiet", action="store_true", help="do not stream the agent's output")
     s.add_argument("--no-weights", action="store_true", help="run T3 without its pretrained weights (marked partial)")
     s.add_argument(

@@ -1,7 +1,8 @@
 """The paper's run status, decided from the evidence the pipeline gathered (after the audit, before the record).
 
 In this order: a broken rule (a finding with the verdict ``disqualify``) disqualifies; a best checkpoint with an
-official score is a success; an interrupted harness is ``interrupted``; an over-refusal (Appendix A) is ``refused``;
+official score is a success; an interrupted harness is ``interrupted``, and so is a model API that kept failing
+(an infrastructure failure, :mod:`bench.agents.health`); an over-refusal (Appendix A) is ``refused``;
 otherwise the run ``failed`` (or hit a ``timeout`` when the budget ended it), with the reason a person needs first.
 The agent's exit code is never trusted on its own.
 """
@@ -33,6 +34,8 @@ def decide(
         return Outcome("success", reason, score=best.official.value, best_val_score=best.val_score)
     if interrupted:
         return Outcome("interrupted", "the harness was interrupted")
+    if failure := agent_events.get("api_failure"):  # the model API, not the agent: campaigns run it again
+        return Outcome("interrupted", f"infrastructure failure: {failure.get('why', 'the model API failed')}")
     if agent_events.get("refused"):
         return Outcome("refused", "the agent refused to work on the task (over-refusal)")
     if best is not None:

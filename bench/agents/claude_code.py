@@ -66,6 +66,10 @@ class ClaudeCodeParser(Parser):
         t, msg, out = o.get("type"), o.get("message") or {}, []
         if t == "system" and o.get("subtype") == "init":
             self.model = self.model or o.get("model")
+        elif t == "system" and o.get("subtype") == "api_retry":  # the CLI retries a failed API call (10 times)
+            status = o.get("error_status")
+            what = f"API error {status}" if status else "API request got no HTTP answer (connection error)"
+            out += self.message(f"{what} ({o.get('error')}), retry {o.get('attempt')}/{o.get('max_retries')}", o, True)
         elif t == "assistant":  # one event per content block; the usage is repeated on each
             for b in msg.get("content") or []:
                 if b.get("type") == "tool_use":

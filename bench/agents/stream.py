@@ -116,12 +116,14 @@ class AgentStream:
         self.line_bytes_dropped = 0  # what those lines lost past the limit
         self.events_dropped = 0  # events parsed but not written (events.jsonl at its limit)
         self._events_written = events_file.stat().st_size if events_file.exists() else 0
-        self.parser = self.tally = None
+        self.parser = self.tally = self.health = None
         if parser_name:
             from bench.agents.events import Tally
+            from bench.agents.health import ApiHealth
             from bench.agents.parsers import make_parser
 
             self.parser, self.tally = make_parser(parser_name, model=model), Tally()
+            self.health = ApiHealth()  # the model API failing for minutes ends the run (bench.agents.health)
         self._thread = threading.Thread(target=self._run, name="bench-stream", daemon=True)
 
     def start(self) -> AgentStream:
@@ -172,6 +174,7 @@ class AgentStream:
             with open(self.events_file, "a", encoding="utf-8") as f:
                 for ev in events:
                     self.tally.add(ev)
+                    self.health.add(ev)
                     text = json.dumps(ev.to_dict(), default=str) + "\n"
                     if self._events_written + len(text) > self.limits.log_bytes:
                         self.events_dropped += 1
@@ -202,5 +205,9 @@ class AgentStream:
         return out
 
     def summary(self) -> dict:
-        """What the event stream says about the run (empty for agents without a parser)."""
-        return {} if self.tally is None else self.tally.summary()
+        """What the event stream says about the run (empty for agents without a parser); ``api_failure`` when the
+        model API failed as :mod:`bench.agents.health` says (an infrastructure failure, bench.outcome)."""
+        if self.tally is None:
+            return {}
+        failure = self.health.failure()
+        return {**self.tally.summary(), **({"api_failure": failure} if failure else {})}

@@ -104,6 +104,7 @@ def start(campaign: Campaign, *, resume: bool, redo_cut_short: bool = False) -> 
         seen = {k: job.inspect(campaign.run_dir(k)) for k in keys}
         if redo_cut_short:
             seen.update(_retire_cut_short(campaign, seen))
+        seen.update(_retire_infra_failures(campaign, seen))
         final = [k for k in keys if seen[k].state == "final"]
         todo = [k for k in keys if seen[k].state != "final"]
         unfinished = sum(seen[k].state == "unfinished" for k in todo)
@@ -155,6 +156,20 @@ def _retire_cut_short(campaign: Campaign, seen: dict) -> dict:
         if was.state == "final" and was.result and job.cut_short(was.result):
             moved = job.retire(campaign, campaign.run_dir(key))
             print(f"[campaign] {key.run_id}: cut short ({was.status}), runs again; the old run is in {moved}")
+            again[key] = job.inspect(campaign.run_dir(key))
+    return again
+
+
+def _retire_infra_failures(campaign: Campaign, seen: dict) -> dict:
+    """Final runs whose model API kept failing (:func:`bench.campaign.job.infra_failure`, given up by an earlier
+    invocation) are set aside and run again by this one. Returns the new states."""
+    from bench.campaign import job
+
+    again = {}
+    for key, was in seen.items():
+        if was.state == "final" and was.result and (why := job.infra_failure(was.result)):
+            moved = job.retire(campaign, campaign.run_dir(key))
+            print(f"[campaign] {key.run_id}: {why}; runs again, the old run is in {moved}", flush=True)
             again[key] = job.inspect(campaign.run_dir(key))
     return again
 

@@ -16,7 +16,9 @@ campaign killed at any point finds the truth again:
 An **infrastructure failure** is a job that ended with its run not final: its ``bench`` process crashed or was
 killed (a signal, an out-of-memory kill, a lost node, a scheduler's time limit) or stopped before a run directory
 existed (the data could not be fetched or verified, the tracking store's schema could not be made: exit 1). It is
-retried, up to the campaign's ``retries``: the retry resumes an unfinished run and starts a stale or pending one. A
+retried, up to the campaign's ``retries``: the retry resumes an unfinished run and starts a stale or pending one. So
+is a final run whose model API kept failing (:func:`infra_failure`: recorded ``interrupted`` by the health check of
+:mod:`bench.agents.health`): it is set aside in ``.campaign/retired/`` (:func:`retire`) and its cell runs again. A
 final run whose MLflow agent run is missing or was not closed with its status (the store was unreachable when it
 ended: :func:`unrecorded`) is recorded again from its result.json, as ``bench record`` does. Bad input is not
 retried: the campaign file and the machine are checked before anything starts, and a run's process that still
@@ -129,6 +131,16 @@ def cut_short(result: RunResult) -> bool:
     from bench.pipeline.record import deviations
 
     return any(d.kind == protocol.CUT_SHORT for d in deviations(result, get_task(result.task).budget_s))
+
+
+def infra_failure(result: RunResult) -> str | None:
+    """Why a final run is an infrastructure failure rather than the agent's outcome: its model API kept failing
+    (:mod:`bench.agents.health`; recorded ``interrupted``). None for any other run. Such a run is set aside
+    (:func:`retire`) and run again, as a crashed job is."""
+    failure = (result.agent_events or {}).get("api_failure")
+    if result.status != "interrupted" or not isinstance(failure, dict):
+        return None
+    return str(failure.get("why") or "the model API failed")
 
 
 def retire(campaign: Campaign, run_dir: Path) -> Path:

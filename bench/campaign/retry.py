@@ -16,7 +16,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from bench.campaign.job import inspect
+from bench.campaign.job import infra_failure, inspect, retire
 from bench.campaign.spec import Campaign, RunKey
 from bench.preflight import InputError
 
@@ -41,12 +41,27 @@ class Attempts:
         ``retry`` or ``gave-up``. Exit status 2 is bad input found by the run's own checks (this node lacks what the
         campaign's checks found where it started): no retry would change it."""
         seen = inspect(self.campaign.run_dir(key))
-        if seen.state == "final":
+        api = infra_failure(seen.result) if seen.result is not None else None
+        if seen.state == "final" and api is None:
             self.note(key, "final", seen.status)
             return "final"
         self.failures[key.run_id] += 1
         n = self.failures[key.run_id]
         why = f"{how}; the run is {seen.state} (no result.json): infrastructure failure {n}"
+        if api is not None:  # recorded, but the model API failed, not the agent: set aside and run again
+            why = f"infrastructure failure {n}: {api}"
+            if n > self.campaign.retries:
+                self.gave_up[key.run_id] = why
+                self.note(key, "gave-up", f"{why}; gave up after {n} attempt(s), the run stays recorded")
+                return "gave-up"
+            try:
+                moved = retire(self.campaign, self.campaign.run_dir(key))
+            except Exception as e:  # the store cannot be reached to delete its agent run: keep the run as it is
+                self.gave_up[key.run_id] = f"{why}; not set aside ({e})"
+                self.note(key, "gave-up", self.gave_up[key.run_id])
+                return "gave-up"
+            self.note(key, "retry", f"{why}; the run moved to {moved}")
+            return "retry"
         if code == 2:
             why = f"{how}: bad input for this run (see its log); the run is {seen.state}"
         elif n <= self.campaign.retries:

@@ -246,6 +246,8 @@ def watch(
     guard = None
     if limits.workspace_bytes is not None:
         guard = WorkspaceGuard(agent.monitor.workspace, limits.workspace_bytes, watchdog).start()
+    if getattr(agent.stream, "health", None) is not None:  # a model API failing for minutes ends the run early
+        agent.stream.health.end_with(watchdog.end)
     interrupted = _wait(agent.proc, stopped)
     seconds = time.time() - agent.started_at
     watchdog.stop(let_grace_finish=not interrupted)
