@@ -59,6 +59,12 @@ def cmd_agents(args: argparse.Namespace) -> int:
         from bench.agents.install import install_main
 
         return install_main(args.names)
+    if getattr(args, "agents_command", None) == "check":
+        from bench.agents.check import check_main
+
+        if args.model and not args.names:
+            raise InputError("bench agents check --model needs the agent(s) it is for: e.g. check codex --model M")
+        return check_main(args.names, {n: args.model for n in args.names} if args.model else None)
     for name, agent in sorted(AGENTS.items()):
         print(f"{name:14} {agent.description}")
     return 0
@@ -300,6 +306,13 @@ def build_parser() -> argparse.ArgumentParser:
     asub = s.add_subparsers(dest="agents_command")
     a = asub.add_parser("install", help="install pinned agent CLIs into the cache (npm / a private venv)")
     a.add_argument("names", nargs="+", help="claude-code, codex, opencode, gemini, aider, or all")
+    a.set_defaults(func=cmd_agents)
+    a = asub.add_parser(
+        "check",
+        help="per agent: CLI installed, credential found (kind and where, never the value), endpoint answering",
+    )
+    a.add_argument("names", nargs="*", help="agents to check (default: all); exit 1 if one of them is not ready")
+    a.add_argument("--model", help="the model to look for in the endpoint's list (default: each agent's)")
     a.set_defaults(func=cmd_agents)
 
     s = sub.add_parser("data", help="download, verify and prepare task data")

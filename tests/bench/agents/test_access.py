@@ -189,3 +189,35 @@ def test_check_api_names_the_first_agent_not_ready(monkeypatch, tmp_path):
             check_api([("codex", "gpt-4")])
         monkeypatch.setenv("BENCH_API_CHECK", "0")  # the endpoint is not asked; the credential still is
         check_api([("codex", "gpt-4")])
+
+
+def test_bench_agents_check_shows_cli_credential_and_endpoint(monkeypatch, tmp_path, capsys):
+    from bench.cli import main
+
+    clis = tmp_path / "clis"
+    fake = clis / "codex-0.169.0"
+    (fake / "node_modules" / ".bin").mkdir(parents=True)
+    (fake / "node_modules" / ".bin" / "codex").write_text("")
+    (fake / ".bench-installed").write_text("")  # installed, as install.py marks it
+    monkeypatch.setenv("BENCH_CLI_DIR", str(clis))
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for var in ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN", "ANTHROPIC_BASE_URL"):
+        monkeypatch.delenv(var, raising=False)
+    with MockLLM(model="gpt-5.5") as llm:
+        monkeypatch.setenv("OPENAI_BASE_URL", llm.url + "/v1")
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-never-shown")
+        assert main(["agents", "check", "codex", "baseline"]) == 0
+        ready = capsys.readouterr().out.splitlines()
+        assert main(["agents", "check", "codex", "claude-code"]) == 1  # a named agent is not ready
+        missing = capsys.readouterr().out.splitlines()
+    assert ready[0].split() == ["agent", "CLI", "credential", "endpoint", "status"]
+    codex = ready[1].split()
+    assert codex[:5] == ["codex", "0.169.0", "api", "key", "(OPENAI_API_KEY)"]
+    assert codex[5:8] == ["HTTP", "200", "in"] and codex[-2:] == [f"({llm.url}/v1)", "ready"]
+    assert ready[2].split() == ["baseline", "-", "-", "-", "offline"]
+    assert "sk-never-shown" not in "\n".join(ready + missing)
+    claude = missing[2]
+    assert claude.startswith("claude-code  not installed (2.1.197)") and " none " in claude
+    assert claude.endswith(
+        "no credential: set ANTHROPIC_API_KEY (or CLAUDE_CODE_OAUTH_TOKEN from `claude setup-token`)"
+    )

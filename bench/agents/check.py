@@ -1,0 +1,77 @@
+"""``bench agents check``: per agent, is its CLI installed, is a credential found, does its endpoint answer?
+
+The same rules as the check before a run (:mod:`bench.agents.credentials`, :mod:`bench.agents.endpoints`), for
+every agent at once, as a table: the endpoints are asked in parallel with the short timeout, so the table comes in
+seconds even when every endpoint is unreachable. Nothing is installed or created; a credential is shown by its kind
+and where it was found, never by its value.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bench.agents import AGENTS, AgentError
+from bench.agents import endpoints as api
+from bench.agents.credentials import need_of
+from bench.agents.install import CLIS, is_installed
+
+
+@dataclass(frozen=True)
+class Row:
+    agent: str
+    cli: str
+    credential: str
+    endpoint: str
+    verdict: str  # "ready", "offline", "not checked" or the one-line problem
+    ready: bool
+
+
+def rows(names: list[str] | None = None, models: dict[str, str] | None = None) -> list[Row]:
+    """One row per agent (``names``: these, in this order; else all), each LLM agent with ``models[name]`` or its
+    default model."""
+    names = names or sorted(AGENTS)
+    models = models or {}
+    needs = {n: need_of(n, models.get(n)) for n in names}
+    asked = [need for need in needs.values() if need is not None]
+    probes = api.probe_all(asked) if api.enabled() else [None] * len(asked)
+    found = dict(zip([id(n) for n in asked], probes, strict=True))
+    out = []
+    for name in names:
+        spec = CLIS.get(name)
+        cli = "-" if spec is None else f"{spec.version}" if is_installed(name) else f"not installed ({spec.version})"
+        need = needs[name]
+        if need is None:
+            offline = name in ("baseline", "command", "optuna")
+            out.append(Row(name, cli, "-", "-", "offline" if offline else "not checked", True))
+            continue
+        probe = found[id(need)]
+        cred = str(need.credential) if need.credential else "none"
+        where = probe.describe() if probe is not None else "not asked"
+        problem = api.problem(need, probe)
+        if problem is None and spec is not None and not is_installed(name):
+            problem = f"{name}: installed on first use, or now: bench agents install {name}"
+            out.append(Row(name, cli, cred, f"{where} ({need.base_url})", problem.split(": ", 1)[1], True))
+            continue
+        verdict = "ready" if problem is None else problem.split(": ", 1)[1]
+        out.append(Row(name, cli, cred, f"{where} ({need.base_url})", verdict, problem is None))
+    return out
+
+
+def table(found: list[Row]) -> str:
+    head = Row("agent", "CLI", "credential", "endpoint", "status", True)
+    cols = [(r.agent, r.cli, r.credential, r.endpoint, r.verdict) for r in [head, *found]]
+    widths = [max(len(c[i]) for c in cols) for i in range(4)]
+    return "\n".join("  ".join(c[i].ljust(widths[i]) for i in range(4)) + "  " + c[4] for c in cols)
+
+
+def check_main(names: list[str], models: dict[str, str] | None = None) -> int:
+    """The table; exit 1 when an agent named on the command line is not ready (0 for the overview of all)."""
+    unknown = [n for n in names if n not in AGENTS]
+    if unknown:
+        raise AgentError(f"unknown agent {unknown[0]!r}; known agents: {', '.join(sorted(AGENTS))}")
+    found = rows(names or None, models)
+    print(table(found), flush=True)
+    return 1 if names and not all(r.ready for r in found) else 0
+
+
+__all__ = ["Row", "check_main", "rows", "table"]
