@@ -17,6 +17,7 @@ from bench.agents.credentials import need_of
 from bench.preflight import InputError, check_api
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the repository root: tests.mockllm
+from tests.bench.campaign.conftest import task_folders  # noqa: E402, F401 (a fixture)
 from tests.mockllm import MockLLM  # noqa: E402
 
 
@@ -221,3 +222,26 @@ def test_bench_agents_check_shows_cli_credential_and_endpoint(monkeypatch, tmp_p
     assert claude.endswith(
         "no credential: set ANTHROPIC_API_KEY (or CLAUDE_CODE_OAUTH_TOKEN from `claude setup-token`)"
     )
+
+
+@pytest.mark.usefixtures("task_folders")
+def test_a_campaign_with_an_agent_lacking_its_key_fails_before_its_first_run(tmp_path, monkeypatch, capsys):
+    """The baseline could run; claude-code has no key: refused whole, before any run, folder or MLflow run."""
+    from bench.cli import main
+    from tests.bench.campaign.conftest import campaign_file
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("BENCH_MLRUNS_DIR", str(tmp_path / "mlruns"))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    for var in ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN"):
+        monkeypatch.delenv(var, raising=False)
+    body = 'tasks = ["t6"]\nbudget = "40s"\n[[agents]]\nname = "baseline"\n[[agents]]\nname = "claude-code"\n'
+    path, _ = campaign_file(tmp_path, body)
+    capsys.readouterr()
+    assert main(["campaign", "run", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        "bench: claude-code: no credential: set ANTHROPIC_API_KEY "
+        "(or CLAUDE_CODE_OAUTH_TOKEN from `claude setup-token`)"
+    )
+    assert not (tmp_path / "workspaces").exists() and not (tmp_path / "mlruns").exists()
