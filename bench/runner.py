@@ -107,8 +107,8 @@ def _run(spec: RunSpec, term: termination.Termination) -> RunResult:
         evidence=evidence,
         limits=spec.limits,
     )
+    relay.follow(agent.proc.pid, agent.token)  # system metrics by host pid from now (spool pids are the sandbox's)
     opening.join()  # the agent run is open by now (run.json names it); MLflow's start-up ran beside the agent's
-    relay.follow(agent.proc.pid, agent.token)  # system metrics by host pid: the spool's pids are the sandbox's
     _save_state(spec, ws, device, data_dir, notes, agent, relay)
     watched = watch.watch(  # 3
         agent, spec.budget, spec.grace_s, on_tick=_status_ticker(agent, relay), stopped=lambda: term.pending

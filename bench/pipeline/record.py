@@ -17,7 +17,7 @@ from bench.pipeline import state
 from bench.pipeline.workspace import Workspace
 from bench.result import RunResult
 from bench.tasks import get_task
-from bench.tracking import accounting, schema
+from bench.tracking import accounting, schema, sysmetrics
 from bench.tracking.relay import Relay
 from bench.tracking.writer import MlflowWriter, TrackingError
 
@@ -114,6 +114,7 @@ def record(writer: MlflowWriter, result: RunResult, ws: Workspace) -> str:
         schema.CHECKPOINTS: result.checkpoints_found,
         schema.LAUNCHES_OBSERVED: len(result.launches_observed),
         **accounting.metrics(scripts),  # what the relay dropped or left, counted (issue 21)
+        **sysmetrics.agent_metrics(scripts),  # the tree's GPU memory peak and mean utilisation (absent without NVML)
     }
     task = get_task(result.task)
     found = deviations(result, task.budget_s)
@@ -150,6 +151,7 @@ def record(writer: MlflowWriter, result: RunResult, ws: Workspace) -> str:
             schema.PARTIAL_DATA: str(result.partial_data).lower(),
             schema.SANDBOXED: str(result.sandboxed).lower(),
             schema.RELAY_DROPPED: "\n".join(accounting.lines(scripts))[:5000],
+            schema.GPU_METRICS: sysmetrics.note(scripts)[:500],
             schema.LIMITS_HIT: ",".join(dict.fromkeys(str(h.get("limit")) for h in result.limits.get("hit", []))),
             schema.ENTRY: schema.entry_label(result.agent, result.model),
             **schema.protocol_tags(
@@ -202,6 +204,8 @@ def _note(result: RunResult, scripts: dict, found: list[protocol.Deviation]) -> 
         partial += "; ".join(relayed)  # the relay's own words and counts: no agent-chosen text
     if hit := result.limits.get("hit"):
         partial += "\n\n**Limits hit**: " + md_text(", ".join(str(h.get("limit")) for h in hit))
+    if (gpu := sysmetrics.note(scripts)) not in ("", "nvml"):
+        partial += "\n\n**System metrics**: " + gpu  # the harness's own words (no agent text): "no GPU metrics ..."
     return (
         f"**{result.status}**: {md_text(result.metric)} {score} on {md_text(result.split)} "
         f"(baseline {result.baseline_score:g}); {scripts['launched']} scripts launched, "

@@ -29,7 +29,7 @@ import time
 from dataclasses import asdict, fields
 from pathlib import Path
 
-from bench.tracking import accounting, limits, schema
+from bench.tracking import accounting, limits, schema, sysmetrics
 from bench.tracking.hook._bench_once import Seen
 from bench.tracking.limits import Tally
 from bench.tracking.script_state import COUNTED, ScriptState, _int, _text, _time, metric_rows, safe_name
@@ -87,6 +87,7 @@ class Relay:
             known = {f.name for f in fields(ScriptState)}  # relay.json of an older version: its other fields dropped
             scripts = saved.get("scripts", {}).items()
             self.scripts = {k: ScriptState(**{n: x for n, x in v.items() if n in known}) for k, v in scripts}
+            self.system.totals.update(saved.get("system") or {})  # the agent tree's GPU figures so far
         else:  # a new run: the state file exists from now on, so a relay.json the agent plants is never read
             self._save()
 
@@ -111,6 +112,11 @@ class Relay:
             self.parent_run = parent_run
             self._save()
         self.start()
+
+    def follow(self, root_pid: int, token: str | None) -> None:
+        """Sample the scripts by their host processes, found among the agent's (the tree of ``root_pid`` on the host
+        and the processes carrying the run ``token``), and the whole tree on the agent run (:mod:`.sysmetrics`)."""
+        self.system.follow(root_pid, token, lambda: self.parent_run)
 
     def stop(self) -> None:
         self._stop.set()
@@ -148,7 +154,9 @@ class Relay:
     def _publish(self) -> None:
         """What the system-metrics thread samples: the scripts whose run is open (a new list, never changed)."""
         running = [s for s in self.scripts.values() if s.run_id and not s.closed]
-        self._running = [(s.run_id, s.pid, s.started, s.last_step) for s in running]
+        self._running = [(s.run_id, s.pid, s.started, s.last_step, s.script) for s in running]
+        for s in running:  # the host process each script was bound to (relay.json), for a person to check
+            s.host_pid = self.system.host_pid(s.run_id) or s.host_pid
 
     def _read(self, path: Path, state: ScriptState) -> None:
         left = limits.MAX_SPOOL_BYTES - state.offset
@@ -371,7 +379,7 @@ class Relay:
 
     def summary(self) -> dict:
         """Per script and in all: the runs, and what became of every value and checkpoint the spool holds."""
-        return accounting.summary(list(self.scripts.values()))
+        return {**accounting.summary(list(self.scripts.values())), "system": sysmetrics.summary(self.system.totals)}
 
     def _seen(self, s: ScriptState) -> Seen:
         if s.file not in self._recent:
@@ -383,7 +391,13 @@ class Relay:
             self.scripts[name].recent = seen.rows()
         tmp = self.state_file.with_suffix(".tmp")
         tmp.write_text(
-            json.dumps({"parent_run": self.parent_run, "scripts": {k: asdict(v) for k, v in self.scripts.items()}})
+            json.dumps(
+                {
+                    "parent_run": self.parent_run,
+                    "scripts": {k: asdict(v) for k, v in self.scripts.items()},
+                    "system": dict(self.system.totals),
+                }
+            )
         )
         tmp.replace(self.state_file)
 

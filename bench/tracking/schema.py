@@ -51,6 +51,7 @@ PROTOCOL_STANDARD, PROTOCOL_NONSTANDARD = "standard", "nonstandard"
 SCRIPT = "bench.script"  # script runs: file name, e.g. run_3.py
 PID = "bench.pid"
 EXIT = "bench.exit"  # FINISHED | FAILED | KILLED, as observed
+GPU_METRICS = "bench.gpu_metrics"  # agent runs: "nvml", or "no GPU metrics (...)" and why (tracking.sysmetrics)
 RELAY_DROPPED = "bench.relay.dropped"  # agent runs: what the relay dropped or left, one "reason: count" per line
 CANDIDATE = "bench.candidate"  # eval runs: best | best-unloadable | window-<k>, comma-joined (best,window-3)
 
@@ -121,6 +122,9 @@ RELAY_VALUES_DROPPED = "relay_values_dropped"  # values dropped (refused by the 
 RELAY_VALUES_UNRELAYED = "relay_values_unrelayed"  # values left in the spool (the store unreachable, unread bytes)
 RELAY_CHECKPOINTS_NOT_UPLOADED = "relay_checkpoints_not_uploaded"  # checkpoint events whose file was not uploaded
 RELAY_UNREAD_BYTES = "relay_unread_bytes"  # spool bytes the relay never read (past the per-script cap)
+# the agent's whole process tree on the GPU, from NVML (absent, not 0, without it: bench.tracking.sysmetrics)
+GPU_MEMORY_PEAK_MB = "gpu_memory_peak_mb"  # the largest GPU memory the tree held at one sample, MB
+GPU_UTILIZATION_MEAN = "gpu_utilization_mean_percent"  # mean GPU utilisation over the run's samples (0 off the GPU)
 
 # --- eval runs ------------------------------------------------------------------------------
 EVAL_VAL_SCORE = "val_score"  # the checkpoint's self-reported validation score
@@ -130,6 +134,12 @@ EVAL_SAVED_MINUTES = "saved_minutes"  # when it was saved, minutes into the budg
 # every series of a script run is on one step axis, the script's training step; wall time is its own series
 CHECKPOINT_SCORE = "checkpoint_val_score"  # self-reported score of each saved checkpoint; step = training step
 SCRIPT_SECONDS = "elapsed_s"  # seconds since the script started, one value per step it logged
+# sampled by the harness on the host (bench.tracking.sysmetrics): on script runs on the training-step axis, on the
+# agent run (its whole tree) on seconds since the launch
+SYSTEM_CPU = "system/cpu_percent"  # 100 = one core, the process and its descendants
+SYSTEM_MEMORY = "system/memory_mb"  # resident memory of the process and its descendants
+SYSTEM_GPU_MEMORY = "system/gpu_memory_mb"  # NVML: GPU memory of those processes
+SYSTEM_GPU_UTILIZATION = "system/gpu_utilization_percent"  # NVML: utilisation of the busiest GPU they are on
 
 # --- summary runs (one per leaderboard entry of a campaign) -------------------------------------------
 SUMMARY_AGG = "agg"  # Eq. 1: mean over tasks of the mean's rel_improvement

@@ -27,7 +27,8 @@ class ScriptState:
     offset: int = 0
     run_id: str | None = None
     script: str = ""
-    pid: int = 0
+    pid: int = 0  # as the spool says: the pid inside the sandbox's namespace (often 4), meaningless on the host
+    host_pid: int = 0  # the host process the harness bound it to and sampled (bench.tracking.hostpids); 0: none
     started: float = 0.0
     ended: float | None = None
     status: str | None = None  # FINISHED | FAILED | KILLED once closed

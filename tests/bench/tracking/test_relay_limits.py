@@ -4,7 +4,8 @@ a batch the store refuses anyway is split, the caps cut a flood with a count, an
 from __future__ import annotations
 
 import json
-import os
+import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -142,17 +143,25 @@ def test_the_caps_cut_a_flood_with_a_count_and_the_scored_checkpoint_is_uploaded
 
 def test_system_metrics_go_on_while_a_script_cannot_be_relayed(tmp_path):
     """A script whose events the store will not take must not stop the samples (they used to stop with it)."""
-    me = psutil.Process()
-    start = {**START, "pid": os.getpid(), "t": me.create_time()}
-    spool = _spool(tmp_path / "spool", [start, {"ev": "metrics", "t": T, "step": 7, "metrics": {"loss": 1.0}}])
-    relay, writer, _ = _relay(tmp_path, spool)
+    (tmp_path / "run_1.py").write_text("import time\ntime.sleep(60)\n")
+    script = subprocess.Popen([sys.executable, str(tmp_path / "run_1.py")])  # the script, as the harness sees it
+    try:
+        start = {**START, "pid": script.pid, "t": psutil.Process(script.pid).create_time()}
+        spool = _spool(tmp_path / "spool", [start, {"ev": "metrics", "t": T, "step": 7, "metrics": {"loss": 1.0}}])
+        relay, writer, _ = _relay(tmp_path, spool)
+        relay.system.tick = 3600.0  # no thread's samples beside this test's own
+        relay.follow(script.pid, None)  # the agent's tree: here the script itself
 
-    def down(run_id, rows):
-        raise TrackingError("store refuses this script's values")
+        def down(run_id, rows):
+            raise TrackingError("store refuses this script's values")
 
-    writer.log_values = down
-    assert relay.poll() is False and relay.poll() is False  # stuck on its values
-    relay.system.sample_once()
+        writer.log_values = down
+        assert relay.poll() is False and relay.poll() is False  # stuck on its values
+        relay.system.sample_once()  # finds the script's process and binds it to its run
+        relay.system.sample_once(force=True)
+    finally:
+        script.kill()
+        script.wait()
     (state,) = relay.scripts.values()
     history = mlflow.tracking.MlflowClient().get_metric_history(state.run_id, "system/memory_mb")
     assert len(history) == 1 and history[0].value > 0
