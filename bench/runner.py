@@ -166,7 +166,7 @@ def finish(
         ws.checkpoints, ended.started_at, task.metric, task.direction, deadline, ended.arrivals, ran
     )
     evaluations = evaluate.evaluate_candidates(  # 5
-        ws, collected.selection, data_dir, device, spec.console, sandboxed=spec.sandbox, budget_s=spec.limits.eval_s
+        ws, collected.selection, data_dir, device, spec.console, sandboxed=spec.sandbox, limits=spec.limits
     )
     ended = _after_signal(ended, evaluations, ws, spec.label)
     Evidence(ws.run_dir).end(ws.path, task.locked_files)
@@ -318,6 +318,7 @@ def _result(
     limits = {"settings": spec.limits.to_dict(), "hit": [], **watched.limits}
     if hit := evaluate.budget_hit(evaluations, spec.limits.eval_s):
         limits["hit"] = [*limits["hit"], hit]
+    limits["hit"] = [*limits["hit"], *evaluate.predictor_hits(evaluations)]  # the predictor OOM-killed, forks refused
     return RunResult(
         task=task.id,
         task_name=task.name,

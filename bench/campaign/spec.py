@@ -51,24 +51,19 @@ from pathlib import Path
 
 from bench import preflight
 from bench.agents import AGENTS, AgentError
-from bench.durations import fmt_s, parse_duration
-from bench.pipeline.evaluate import SCORER_GRACE_S
+from bench.campaign import limit_keys
+from bench.durations import parse_duration
 from bench.pipeline.workspace import campaign_dir
 from bench.preflight import InputError
-from bench.sandbox.limits import LEAST, MIN_EVAL_S, LimitError, Limits, parse_size
+from bench.sandbox.limits import Limits
 from bench.tasks import Task, TaskError, all_tasks, get_task
 
-LIMIT_KEYS = {  # the key of each limit (Limits' field), named after its bench run flag
-    "memory": "memory_bytes", "max_processes": "processes", "workspace_limit": "workspace_bytes",
-    "log_limit": "log_bytes", "eval_budget": "eval_s",
-}  # fmt: skip
 TOP_KEYS = {
     "name", "tasks", "repeats", "budget", "grace", "device", "sandbox", "no_weights", "retries", "executor", "gpus",
-    "agents", "slurm", *LIMIT_KEYS,
+    "agents", "slurm", *limit_keys.KEYS,
 }  # fmt: skip
 AGENT_KEYS = {"name", "model", "agent_command", "options"}
 EXECUTORS = ("local", "slurm")
-AFTER_EVAL_S = 10 * 60  # a Slurm job's time after the evaluation: the relay's last values, collect, audit, record
 
 
 @dataclass(frozen=True)
@@ -77,7 +72,8 @@ class SlurmSettings:
 
     A job's time limit is the run's budget + grace + ``eval_margin`` (the collect, evaluate, audit and record after
     the agent's time), so that a job is never ended by the scheduler while its run is within its budget. Left out,
-    ``eval_margin`` follows the campaign's evaluation budget (:func:`eval_margin_s`); given, it must cover it."""
+    ``eval_margin`` follows the campaign's evaluation budget (:func:`bench.campaign.limit_keys.eval_margin_s`);
+    given, it must cover it."""
 
     cluster: str = "slurm"  # submitit's AutoExecutor cluster: slurm, or local (submitit's own backend, no Slurm)
     partition: str | None = None
@@ -182,10 +178,10 @@ class Campaign:
     @property
     def eval_margin_s(self) -> float:
         """What a Slurm job gets after the agent's time (:class:`SlurmSettings`): ``slurm.eval_margin`` when given,
-        else the evaluation budget, the scorer's grace to report and :data:`AFTER_EVAL_S` for the rest."""
+        else the evaluation budget, the scorer's grace to report and the rest (:func:`limit_keys.eval_margin_s`)."""
         if self.slurm.eval_margin_s is not None:
             return self.slurm.eval_margin_s
-        return self.limits.eval_s + SCORER_GRACE_S + AFTER_EVAL_S
+        return limit_keys.eval_margin_s(self.limits)
 
     def budget_of(self, task: str) -> float:
         return self.budget_s if self.budget_s is not None else get_task(task).budget_s
@@ -256,15 +252,9 @@ def load(path: Path) -> Campaign:
             preflight.check_device(device)
         except InputError as e:
             raise bad("device", str(e)) from None
-    limits = _limits(raw, bad)
+    limits = limit_keys.parse(raw, bad)
     slurm = _slurm(raw.get("slurm", {}), where)
-    least = limits.eval_s + SCORER_GRACE_S
-    if slurm.eval_margin_s is not None and slurm.eval_margin_s < least:
-        raise InputError(
-            f"{where}: slurm.eval_margin: {fmt_s(slurm.eval_margin_s)} does not cover the evaluation budget "
-            f"({fmt_s(limits.eval_s)}) and the scorer's {SCORER_GRACE_S:.0f} s to report: Slurm would end jobs in "
-            f"their evaluation; give at least {fmt_s(least)} or leave it out (then {fmt_s(least + AFTER_EVAL_S)})"
-        )
+    limit_keys.check_margin(slurm.eval_margin_s, limits, where)
     campaign = Campaign(
         name=name,
         file=path.resolve(),
@@ -283,56 +273,6 @@ def load(path: Path) -> Campaign:
         limits=limits,
     )
     return campaign
-
-
-def _limits(raw: dict, bad) -> Limits:
-    """The ``memory``, ``max_processes``, ``workspace_limit``, ``log_limit`` and ``eval_budget`` keys, each
-    checked as its ``bench run`` flag is (:func:`bench.preflight.parse_limits`); the defaults for those absent."""
-    values = Limits().to_dict()
-    for key, name in LIMIT_KEYS.items():
-        if key not in raw:
-            continue
-        value = raw[key]
-        off = isinstance(value, str) and value.strip().lower() == "none"
-        if off and key in ("log_limit", "eval_budget"):
-            what = 'agent.log always has a limit; give a size, e.g. log_limit = "1G"'
-            if key == "eval_budget":
-                what = 'the evaluation always has a budget; give a duration, e.g. eval_budget = "1h"'
-            raise bad(key, f"cannot be none: {what}")
-        if off:
-            values[name] = None
-        elif key == "eval_budget":
-            if not isinstance(value, str):
-                raise bad(key, f'write a duration as a string, e.g. eval_budget = "1h" (got {value!r})')
-            try:
-                values[name] = float(parse_duration(value))
-            except Exception as e:  # argparse's error type: the message is the one line
-                raise bad(key, str(e)) from None
-            if not (math.isfinite(values[name]) and values[name] >= MIN_EVAL_S):
-                raise bad(key, f'{value!r} cannot score a checkpoint: give at least {MIN_EVAL_S:g}s, e.g. "1h"')
-        elif key == "max_processes":
-            values[name] = _int(value, key, bad)
-        elif isinstance(value, str):
-            try:
-                values[name] = parse_size(value)
-            except LimitError as e:
-                raise bad(key, str(e)) from None
-        elif isinstance(value, int) and not isinstance(value, bool):
-            values[name] = value  # bytes
-        else:
-            raise bad(key, f'write a size as a string, e.g. {key} = "64G", or "none" (got {value!r})')
-        least = LEAST.get(name)
-        if least is not None and values[name] is not None and values[name] < least:
-            raise bad(key, f'{value!r} is too small to run anything: give at least {_size(least, key)} (or "none")')
-    return Limits(**values)
-
-
-def _size(n: int, key: str) -> str:
-    """A limit's least value as the file would write it: 16 processes, "64M" bytes."""
-    if key == "max_processes":
-        return str(n)
-    unit, size = next((u, b) for u, b in (("G", 2**30), ("M", 2**20), ("K", 2**10), ("", 1)) if n % b == 0)
-    return f'"{n // size}{unit}"'
 
 
 def _unknown(table: dict, known: set[str], where: str, prefix: str) -> None:

@@ -29,7 +29,7 @@ from bench.pipeline.collect import Checkpoint, NotACheckpoint, Selection, verify
 from bench.pipeline.launch import HARNESS_ONLY
 from bench.pipeline.workspace import Workspace
 from bench.result import Evaluation, Official
-from bench.sandbox.limits import Limits
+from bench.sandbox.limits import GIB, KIB, MIB, Limits
 from bench.tasks import Task, data
 
 # An agent script that trains at import time (no `if __name__ == "__main__":` guard) would hang
@@ -72,11 +72,13 @@ def evaluate(
     timeout_s: float = EVAL_TIMEOUT_S,
     sandboxed: bool = True,
     validate: bool = True,
+    limits: Limits | None = None,
 ) -> Official:
     """Score the staged ``eval_dir`` with the trusted scorer: its JSON as an :class:`Official`, or why there is none.
 
     ``validate``: also the scorer's own validation score (``val_value``, rule 9's evidence); the window candidates,
-    which only draw the anytime curve, skip that pass."""
+    which only draw the anytime curve, skip that pass. ``limits``: the run's, whose memory and process limits hold
+    the predictors (the defaults when None); a failure that came with a limit hit says so first."""
     # -I: not even the working directory goes on sys.path, so nothing an agent wrote can be imported here
     cmd = [
         sys.executable,
@@ -94,6 +96,8 @@ def evaluate(
         cmd.append("--unsandboxed")
     if not validate:
         cmd.append("--no-val")
+    if limits is not None:
+        cmd += ["--memory", str(limits.memory_bytes or "none"), "--max-processes", str(limits.processes or "none")]
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH" and k not in HARNESS_ONLY}
     t0 = time.time()
     try:
@@ -109,7 +113,60 @@ def evaluate(
     elif proc.returncode != 0 and "error" not in result:
         result["error"] = f"the scorer exited {proc.returncode}"
     result["eval_wall_s"] = round(time.time() - t0, 3)
-    return Official.from_dict(result)
+    return Official.from_dict(_limit_reason(result))
+
+
+PREDICTOR_LIMITS = "predictor_limits"  # the scorer's key: what the predictors' cgroup refused or killed
+
+
+def _real_hits(result: dict) -> list[dict]:
+    """The predictor's limit hits that end a process: an out-of-memory kill (a cgroup's count of allocations that
+    met the limit also counts page cache it reclaimed, which harms nothing) and forks refused."""
+    hits = result.get(PREDICTOR_LIMITS) or []
+    return [h for h in hits if isinstance(h, dict) and (h.get("oom_kills") or h.get("forks_refused"))]
+
+
+def _limit_reason(result: dict) -> dict:
+    """A failed evaluation whose predictor hit its memory or process limit says so first: an out-of-memory kill
+    otherwise reads as 'the predictor ended without an answer (exit -9)'."""
+    if "error" not in result:
+        return result
+    why = []
+    for hit in _real_hits(result):
+        if hit.get("limit") == "memory":
+            why.append(f"the predictor passed its memory limit ({fmt_size(hit.get('value'))})")
+        elif hit.get("limit") == "processes":
+            why.append(f"the predictor passed its process limit ({hit.get('value')} processes and threads)")
+    return {**result, "error": "; ".join([*why, str(result["error"])])} if why else result
+
+
+def fmt_size(n: int | None) -> str:
+    """``1.5 GiB``, ``300 MiB``: a limit as a person reads it (``none`` for no limit)."""
+    if n is None:
+        return "none"
+    units = (("TiB", 2**40), ("GiB", GIB), ("MiB", MIB), ("KiB", KIB))
+    unit, size = next(((u, b) for u, b in units if n >= b), ("B", 1))
+    return f"{n / size:.3g} {unit}"
+
+
+def predictor_hits(evaluations: list[Evaluation]) -> list[dict]:
+    """``result.json``'s lines for the predictor's limits (``predictor-memory``, ``predictor-processes``): what each
+    limit killed or refused over all candidates, and which candidates it failed."""
+    out: dict[str, dict] = {}
+    seen: set[int] = set()
+    for e in evaluations:
+        if id(e.official) in seen:  # a candidate listed twice (best and its window) was scored once
+            continue
+        seen.add(id(e.official))
+        for hit in _real_hits(e.official.raw):
+            line = out.setdefault(f"predictor-{hit['limit']}", {"limit": f"predictor-{hit['limit']}", "candidates": []})
+            line["value"] = hit.get("value")
+            for key in ("oom_kills", "refused", "forks_refused"):
+                if key in hit:
+                    line[key] = line.get(key, 0) + int(hit[key])
+            if not e.official.ok:
+                line["candidates"].append(e.candidate)
+    return list(out.values())
 
 
 def evaluate_candidates(
@@ -120,6 +177,7 @@ def evaluate_candidates(
     console: bool = True,
     sandboxed: bool = True,
     budget_s: float | None = None,
+    limits: Limits | None = None,
 ) -> list[Evaluation]:
     """Official evaluation of each distinct candidate (the overall best first, then each window's best).
 
@@ -129,9 +187,10 @@ def evaluate_candidates(
     (at most :data:`MAX_FALLBACKS`): the first that loads is labelled ``best``, the ones before it
     ``best-unloadable``, so that an unusable file does not fail a run that saved usable ones.
 
-    ``budget_s`` (default ``Limits().eval_s``) bounds all of it together: see the module's docstring.
+    ``budget_s`` (default ``limits.eval_s``, else ``Limits().eval_s``) bounds all of it together: see the module's
+    docstring. ``limits``: the run's, whose memory and processes hold the predictors.
     """
-    budget = Limits().eval_s if budget_s is None else float(budget_s)
+    budget = (limits or Limits()).eval_s if budget_s is None else float(budget_s)
     deadline = time.monotonic() + budget
     done: dict[Path, Official] = {}
     try:
@@ -166,6 +225,7 @@ def evaluate_candidates(
                     timeout_s=timeout,
                     sandboxed=sandboxed,
                     validate=label.startswith("best"),  # the scored one (rule 9), not the anytime curve's
+                    limits=limits,
                 )
                 done[ckpt.path] = Official.from_dict(
                     {**official.to_dict(), **_provenance(ckpt.path, eval_dir, ckpt.script), "checkpoint_sha256": timed}

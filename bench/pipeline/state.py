@@ -15,7 +15,7 @@ from pathlib import Path
 
 import psutil
 
-from bench.sandbox.limits import LimitError, Limits
+from bench.sandbox.limits import FLAGS, LimitError, Limits
 
 STATE_FILE = "run.json"
 VERSION = 1
@@ -65,7 +65,7 @@ class RunState:
 
     def run_limits(self) -> Limits | None:
         """The limits the run was launched with (checked when read); None for a run.json that has none."""
-        return None if self.limits is None else Limits.from_dict(self.limits)
+        return None if self.limits is None else limits_of(self.limits)
 
 
 def _create_time(pid: int) -> float | None:
@@ -126,6 +126,27 @@ def read(run_dir: Path) -> RunState:
     except LimitError as e:
         raise RunStateError(f"{target}: limits: {e}; fix it or remove the key (a resume then uses the defaults)") from e
     return state
+
+
+def limits_of(raw: object) -> Limits:
+    """The limits a run recorded (``Limits.to_dict()``), checked: LimitError naming the field for a missing or
+    unknown key, a wrong type or a value no run can live with (a hand edit, a newer toolkit), so that a resume
+    never runs under limits nobody set."""
+    if not isinstance(raw, dict):
+        raise LimitError(f"not a table of limits (got {raw!r})")
+    if extra := sorted(set(raw) - set(FLAGS)):
+        raise LimitError(f"unknown limit {extra[0]!r}; known: {', '.join(sorted(FLAGS))}")
+    if missing := sorted(set(FLAGS) - set(raw)):
+        raise LimitError(f"lacks {', '.join(missing)}")
+    for key in ("memory_bytes", "processes", "workspace_bytes", "log_bytes"):
+        value, may_be_off = raw[key], key != "log_bytes"  # null: switched off ("none"); agent.log always has one
+        if not (value is None and may_be_off) and (isinstance(value, bool) or not isinstance(value, int)):
+            raise LimitError(f"{key} must be a whole number{' or null' if may_be_off else ''} (got {value!r})")
+    if isinstance(raw["eval_s"], bool) or not isinstance(raw["eval_s"], int | float):
+        raise LimitError(f"eval_s must be a number of seconds (got {raw['eval_s']!r})")
+    limits = Limits(**{**raw, "eval_s": float(raw["eval_s"])})
+    limits.check(names={k: k for k in FLAGS})
+    return limits
 
 
 def disk_error(target: Path, err: OSError, run_dir: Path) -> RunStateError:

@@ -40,6 +40,8 @@ import weakref
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+from bench.sandbox.disk import tree_bytes  # noqa: F401 (the watch's measure of the workspace, with the limits)
+
 KIB, MIB, GIB = 2**10, 2**20, 2**30
 
 DEFAULT_MEMORY = 64 * GIB  # the paper's allocation (Appendix B: 64 GB of system RAM per run)
@@ -113,42 +115,13 @@ class Limits:
     def to_dict(self) -> dict:
         return asdict(self)
 
-    @classmethod
-    def from_dict(cls, raw: object) -> Limits:
-        """The limits a run recorded (``run.json``, :mod:`bench.pipeline.state`), checked: LimitError naming the
-        field for a missing or unknown key, a wrong type or a value no run can live with (a hand edit, a newer
-        toolkit), so that a resume never runs under limits nobody set."""
-        if not isinstance(raw, dict):
-            raise LimitError(f"not a table of limits (got {raw!r})")
-        known = set(FLAGS)
-        if extra := sorted(set(raw) - known):
-            raise LimitError(f"unknown limit {extra[0]!r}; known: {', '.join(sorted(known))}")
-        if missing := sorted(known - set(raw)):
-            raise LimitError(f"lacks {', '.join(missing)}")
-        for key in ("memory_bytes", "processes", "workspace_bytes", "log_bytes"):
-            value = raw[key]
-            off = value is None and key != "log_bytes"
-            if not off and (isinstance(value, bool) or not isinstance(value, int)):
-                raise LimitError(
-                    f"{key} must be a whole number{' or null' if key != 'log_bytes' else ''} (got {value!r})"
-                )
-        eval_s = raw["eval_s"]
-        if isinstance(eval_s, bool) or not isinstance(eval_s, int | float):
-            raise LimitError(f"eval_s must be a number of seconds (got {eval_s!r})")
-        limits = cls(**{**raw, "eval_s": float(eval_s)})
-        limits.check(names={k: k for k in FLAGS})
-        return limits
-
 
 # each limit's ``bench run`` flag (and a campaign file's key: the flag's name with underscores), and the least
 # value a run can live with
 FLAGS = {
-    "memory_bytes": "--memory",
-    "processes": "--max-processes",
-    "workspace_bytes": "--workspace-limit",
-    "log_bytes": "--log-limit",
-    "eval_s": "--eval-budget",
-}
+    "memory_bytes": "--memory", "processes": "--max-processes", "workspace_bytes": "--workspace-limit",
+    "log_bytes": "--log-limit", "eval_s": "--eval-budget",
+}  # fmt: skip
 LEAST = {"memory_bytes": 64 * MIB, "processes": 16, "workspace_bytes": MIB, "log_bytes": 64 * KIB}
 MIN_EVAL_S = 10.0
 
@@ -399,11 +372,18 @@ def shell_prelude(procs_files: list[Path]) -> list[str]:
     return ["/bin/sh", "-c", f'trap "" TERM; {join}exec "$@"', "bench-sandbox"]
 
 
-def predictor_limits(device: str) -> RunGroup:
-    """The predictor's memory and processes (its sandbox, :mod:`bench.scoring.scorer`): the run's defaults in a cgroup
-    of its own; without one, RLIMIT_DATA on a CPU only (on a GPU, the session's wall-clock deadline and the run's
-    evaluation budget bound it: an rlimit under CUDA is not tested here) and RLIMIT_NPROC."""
-    return RunGroup(Limits(), data_rlimit=device != "cuda")
+def predictor_limits(device: str, limits: Limits | None = None) -> RunGroup:
+    """The predictors' memory and processes (their sandbox, :mod:`bench.scoring.scorer`): the run's ``limits`` (the
+    defaults when None) in a cgroup of their own; without one, RLIMIT_DATA on a CPU only (on a GPU, the session's
+    wall-clock deadline and the run's evaluation budget bound it: an rlimit under CUDA is not tested here) and
+    RLIMIT_NPROC. On a CPU the scored predictor and the prober run at once in that group, each with its own copy of
+    the model, so the group gets twice the run's memory (at most :func:`default_memory`): a model that fit the
+    agent's limit fits there too, and an out-of-memory kill of the prober is never an honest model's doing."""
+    run = limits or Limits()
+    memory = run.memory_bytes
+    if memory is not None and device != "cuda":
+        memory = max(memory, min(2 * memory, default_memory()))
+    return RunGroup(Limits(memory_bytes=memory, processes=run.processes), data_rlimit=device != "cuda")
 
 
 # --- rlimits -------------------------------------------------------------------------------------------------------
@@ -433,30 +413,3 @@ def set_rlimits(memory_bytes: int | None, processes: int | None, cpu_s: int | No
 def nproc_binds() -> bool:
     """Whether RLIMIT_NPROC limits this process's children: never for root (the kernel exempts uid 0)."""
     return os.getuid() != 0
-
-
-# --- disk ---------------------------------------------------------------------------------------------------------
-def tree_bytes(root: Path, stop_at: int | None = None) -> int:
-    """The bytes under ``root``: each regular file's size once (hard links counted once), not following links;
-    stops counting once past ``stop_at`` (a workspace of a million files must not stall the watch)."""
-    total, seen, stack = 0, set(), [str(root)]
-    while stack:
-        try:
-            entries = os.scandir(stack.pop())
-        except OSError:
-            continue
-        with entries:
-            for entry in entries:
-                try:
-                    if entry.is_dir(follow_symlinks=False):
-                        stack.append(entry.path)
-                    elif entry.is_file(follow_symlinks=False):
-                        st = entry.stat(follow_symlinks=False)
-                        if (st.st_dev, st.st_ino) not in seen:
-                            seen.add((st.st_dev, st.st_ino))
-                            total += max(st.st_size, st.st_blocks * 512)
-                except OSError:
-                    continue
-        if stop_at is not None and total > stop_at:
-            break
-    return total

@@ -13,7 +13,10 @@ batches shaped like the feed's, at positions drawn from a secret no predictor se
 official result (task, metric, value, val_value, direction, split, checkpoint, script, seconds, n, checks, and
 ``probes``: the secret and every position it gave, published only now); on any failure the same object with
 ``error`` (and ``violation`` with ``probes`` when the forward contract is broken, ``unloadable: true`` when the
-model could not be built or the checkpoint not loaded into it) and no value.
+model could not be built or the checkpoint not loaded into it) and no value. Both carry ``predictor_limits``: what
+the predictors' cgroup refused or killed (``--memory``/``--max-processes``, the run's limits:
+:func:`bench.sandbox.limits.predictor_limits`), read before it is removed, since an out-of-memory kill otherwise
+reads as a predictor that ended without an answer.
 """
 
 from __future__ import annotations
@@ -28,11 +31,15 @@ import threading
 import time
 import tomllib
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from bench.scoring import checks
 from bench.scoring.session import LoadError, PredictorError, Session
+
+if TYPE_CHECKING:
+    from bench.sandbox.limits import Limits
 
 
 class ContractViolation(RuntimeError):
@@ -56,7 +63,7 @@ def load_task_module(task_dir: Path):
     return module
 
 
-def sandbox_wrap(eval_dir: Path, device: str = "cpu"):
+def sandbox_wrap(eval_dir: Path, device: str = "cpu", limits: Limits | None = None):
     """The predictor's sandbox: the allow-list's system and Python, the predictor's own files and the staged
     folder readable (bench.sandbox.view: no repository, no data cache, no other run, no CLI), nothing
     writable, no network, its own PID namespace."""
@@ -65,7 +72,7 @@ def sandbox_wrap(eval_dir: Path, device: str = "cpu"):
 
     readable = (*default_readable("predictor"), eval_dir)
     policy = Policy(cwd=eval_dir, writable=(), readable=readable, hidden=default_hidden(), endpoints=())
-    return Sandbox(policy, limits=predictor_limits(device))  # memory and processes: bench.sandbox.limits
+    return Sandbox(policy, limits=predictor_limits(device, limits))  # memory and processes: bench.sandbox.limits
 
 
 def score_checkpoint(
@@ -81,6 +88,7 @@ def score_checkpoint(
     log: Path | None = None,
     validate: bool = True,
     secret: str | None = None,
+    limits: Limits | None = None,  # the run's memory and processes, for the predictors' group; None: defaults
 ) -> dict:
     """Feed every evaluation batch to a predictor, score its outputs, probe the forward contract; the result dict.
 
@@ -93,7 +101,8 @@ def score_checkpoint(
     """
     t0 = time.time()
     log = log or eval_dir.with_suffix(".predictor.log")
-    sandbox = sandbox_wrap(eval_dir, device) if sandboxed else None
+    sandbox = sandbox_wrap(eval_dir, device, limits) if sandboxed else None
+    hits: list[dict] = []  # what the predictors' group refused or killed (read before it is removed)
     wrap = sandbox.wrap if sandbox is not None else None
     secret = secret or checks.draw_secret()
 
@@ -119,8 +128,12 @@ def score_checkpoint(
                 broken = checks.judge(found, answers.all(), outputs, device)
                 if broken:
                     raise ContractViolation("forward contract broken: " + "; ".join(broken), found.evidence())
+    except Exception as e:  # an out-of-memory kill reads as a predictor that ended without an answer: say why
+        e.predictor_limits = sandbox.limits.hits() if sandbox is not None else []
+        raise
     finally:
         if sandbox is not None:
+            hits = sandbox.limits.hits()
             sandbox.close()
             sandbox.limits.remove()
     return {
@@ -131,6 +144,7 @@ def score_checkpoint(
         "checks": found.promises,
         "probes": found.evidence(),
         "seconds": round(time.time() - t0, 3),
+        "predictor_limits": hits,
     }
 
 
@@ -203,6 +217,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=900.0)
     parser.add_argument("--unsandboxed", action="store_true")
     parser.add_argument("--no-val", action="store_true", help="skip the validation pass (a window candidate)")
+    parser.add_argument("--memory", type=_limit, default="", help="the run's memory limit in bytes, or none")
+    parser.add_argument("--max-processes", type=_limit, default="", help="the run's process limit, or none")
     args = parser.parse_args(argv)
     with open(args.task_dir / "task.toml", "rb") as f:  # the names only: prepare.py (and torch) load later
         toml = tomllib.load(f)
@@ -220,19 +236,36 @@ def main(argv: list[str] | None = None) -> int:
             timeout_s=args.timeout,
             sandboxed=not args.unsandboxed,
             validate=not args.no_val,
+            limits=_run_limits(args.memory, args.max_processes),
         )
     except ContractViolation as e:
         seconds = round(time.time() - t0, 3)
+        head["predictor_limits"] = getattr(e, "predictor_limits", [])
         print(json.dumps({**head, "error": str(e), "violation": str(e), "probes": e.probes, "seconds": seconds}))
         return 1
     except LoadError as e:
+        head["predictor_limits"] = getattr(e, "predictor_limits", [])
         print(json.dumps({**head, "error": str(e), "unloadable": True, "seconds": round(time.time() - t0, 3)}))
         return 1
     except (PredictorError, ValueError, TypeError) as e:
+        head["predictor_limits"] = getattr(e, "predictor_limits", [])
         print(json.dumps({**head, "error": str(e), "seconds": round(time.time() - t0, 3)}))
         return 1
     print(json.dumps({**head, **result}, default=_plain))
     return 0
+
+
+def _limit(text: str) -> int | None | str:
+    """``--memory``/``--max-processes``: a whole number, ``none`` (no limit), or "" (the default)."""
+    return None if text == "none" else "" if text == "" else int(text)
+
+
+def _run_limits(memory: int | None | str, processes: int | None | str) -> Limits | None:
+    """The run's limits for the predictors' group (:func:`bench.sandbox.limits.predictor_limits`); None: defaults."""
+    from bench.sandbox.limits import Limits
+
+    given = {k: v for k, v in (("memory_bytes", memory), ("processes", processes)) if v != ""}
+    return Limits(**given) if given else None
 
 
 def _plain(value):

@@ -81,12 +81,12 @@ def _unfinished(task, limits: Limits) -> Path:
     return run_dir
 
 
-def _budgets(monkeypatch) -> list[float]:
-    """The evaluation budget each evaluate_candidates call got (the runner passes the run's limits.eval_s)."""
+def _limits_seen(monkeypatch) -> list[Limits]:
+    """The limits each evaluate_candidates call got (its evaluation budget, the predictors' memory and processes)."""
     seen, real = [], evaluate.evaluate_candidates
 
     def spy(*args, **kwargs):
-        seen.append(kwargs.get("budget_s"))
+        seen.append(kwargs["limits"])
         return real(*args, **kwargs)
 
     monkeypatch.setattr(evaluate, "evaluate_candidates", spy)
@@ -96,11 +96,11 @@ def _budgets(monkeypatch) -> list[float]:
 def test_a_resumed_run_keeps_its_own_limits(generated_t6, monkeypatch, capsys):
     run_dir = _unfinished(generated_t6, OWN)
     assert json.loads((run_dir / "run.json").read_text())["limits"] == OWN.to_dict()  # written at the launch
-    budgets = _budgets(monkeypatch)
+    seen = _limits_seen(monkeypatch)
     assert main(["run", "--resume", str(run_dir), "--quiet"]) == 1  # no checkpoint: not a success
     resumed = RunResult.load(run_dir)
     assert resumed.status == "interrupted", resumed.reason
-    assert budgets == [123.0]  # the run's own evaluation budget, not the default hour
+    assert seen == [OWN]  # the run's own evaluation budget (123 s, not the default hour), memory and processes
     assert resumed.limits["settings"] == OWN.to_dict()
     assert "note" not in resumed.limits
     assert OLD_LIMITS_NOTE not in capsys.readouterr().out
@@ -111,11 +111,11 @@ def test_a_run_json_from_before_limits_resumes_with_the_defaults_and_says_so(gen
     raw = json.loads((run_dir / "run.json").read_text())
     del raw["limits"]  # as an older bench wrote it
     (run_dir / "run.json").write_text(json.dumps(raw))
-    budgets = _budgets(monkeypatch)
+    seen = _limits_seen(monkeypatch)
     capsys.readouterr()
     assert main(["run", "--resume", str(run_dir), "--quiet"]) == 1
     resumed = RunResult.load(run_dir)
-    assert budgets == [3600.0]  # Limits' default: one hour for all candidates
+    assert [limits.eval_s for limits in seen] == [3600.0]  # Limits' default: one hour for all candidates
     assert resumed.limits["settings"] == Limits().to_dict()
     assert resumed.limits["note"] == OLD_LIMITS_NOTE
     assert f"{OLD_LIMITS_NOTE} (evaluation budget 3600 s)" in capsys.readouterr().out
