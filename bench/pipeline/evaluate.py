@@ -227,8 +227,14 @@ def evaluate_candidates(
                     validate=label.startswith("best"),  # the scored one (rule 9), not the anytime curve's
                     limits=limits,
                 )
+                extra = _budget_note(official, timeout, deadline, budget)
                 done[ckpt.path] = Official.from_dict(
-                    {**official.to_dict(), **_provenance(ckpt.path, eval_dir, ckpt.script), "checkpoint_sha256": timed}
+                    {
+                        **official.to_dict(),
+                        **_provenance(ckpt.path, eval_dir, ckpt.script),
+                        "checkpoint_sha256": timed,
+                        **extra,
+                    }
                 )
         return done[ckpt.path]
 
