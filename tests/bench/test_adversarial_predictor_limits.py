@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import uuid
 
+import mlflow
 import pytest
 
 from bench.pipeline import evaluate
@@ -18,6 +19,7 @@ from bench.runner import RunSpec, run
 from bench.sandbox import limits as limits_mod
 from bench.sandbox.bwrap import probe
 from bench.sandbox.limits import GIB, MIB, Limits
+from bench.tracking import schema
 
 # a forward that allocates and touches 4 GiB (a float32 tensor of 2**30 ones); building and saving the model does not
 GREEDY = r"""
@@ -70,6 +72,7 @@ def test_a_predictor_that_passes_its_memory_limit_fails_its_candidate_and_says_s
     assert hits["predictor-memory"]["candidates"] == ["best"]
     assert "memory" not in hits  # the agent's own processes stayed within its limit: the forward never ran there
     assert RunResult.load(result.run_dir).limits == result.limits  # on disk as returned
+    assert "predictor-memory" in mlflow.get_run(result.mlflow_run_id).data.tags[schema.LIMITS_HIT]  # and in MLflow
     guard.check(result, "no-marker-planted")
 
 
