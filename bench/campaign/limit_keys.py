@@ -80,6 +80,17 @@ def eval_margin_s(limits: Limits) -> float:
     return limits.eval_s + SCORER_GRACE_S + AFTER_EVAL_S
 
 
+def fit_to_margin(given_s: float, limits: Limits) -> Limits:
+    """The limits with an evaluation budget that fits a ``slurm.eval_margin`` given without ``eval_budget`` (a file
+    written before the key existed keeps working): the margin less the scorer's grace and the time after the
+    evaluation (:data:`AFTER_EVAL_S`, at most half the margin); a 20-minute margin leaves 9 minutes. A margin too
+    short for even :data:`MIN_EVAL_S` is left to :func:`check_margin` to refuse."""
+    fitted = given_s - SCORER_GRACE_S - min(AFTER_EVAL_S, given_s / 2)
+    if fitted < MIN_EVAL_S:
+        return limits
+    return Limits(**{**limits.to_dict(), "eval_s": min(limits.eval_s, fitted)})
+
+
 def check_margin(given_s: float | None, limits: Limits, where: str) -> None:
     """InputError for a ``slurm.eval_margin`` that does not cover the evaluation budget and the scorer's grace."""
     least = limits.eval_s + SCORER_GRACE_S

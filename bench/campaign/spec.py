@@ -254,6 +254,8 @@ def load(path: Path) -> Campaign:
             raise bad("device", str(e)) from None
     limits = limit_keys.parse(raw, bad)
     slurm = _slurm(raw.get("slurm", {}), where)
+    if slurm.eval_margin_s is not None and "eval_budget" not in raw:  # a file written before eval_budget existed
+        limits = limit_keys.fit_to_margin(slurm.eval_margin_s, limits)
     limit_keys.check_margin(slurm.eval_margin_s, limits, where)
     campaign = Campaign(
         name=name,

@@ -73,3 +73,14 @@ def test_a_slurm_jobs_time_limit_follows_the_evaluation_budget(task_folders, tmp
     given = base + 'eval_budget = "15m"\n' + AGENT + '[slurm]\neval_margin = "16m"\n'
     c = spec.load(campaign_file(tmp_path, given)[0])
     assert c.eval_margin_s == 960 and time_limit_min(c, c.budget_s) == 58  # (2400 + 30 + 960 + 60) / 60 = 57.5
+
+
+def test_an_eval_margin_given_without_an_eval_budget_sets_the_budget_it_fits(task_folders, tmp_path):
+    """A campaign file written before eval_budget existed (``eval_margin = "20m"``) keeps working: its runs' evaluation
+    budget is what the margin leaves after the scorer's 60 s and the 10 minutes after the evaluation."""
+    base = 'tasks = ["t6"]\nbudget = "40m"\nexecutor = "slurm"\n' + AGENT
+    c = spec.load(campaign_file(tmp_path, base + '[slurm]\neval_margin = "20m"\n')[0])
+    assert c.limits.eval_s == 1200 - 60 - 600  # 9 minutes
+    assert c.eval_margin_s == 1200 and time_limit_min(c, c.budget_s) == 62  # (2400 + 30 + 1200 + 60) / 60 = 61.5
+    c = spec.load(campaign_file(tmp_path, base + '[slurm]\neval_margin = "4m"\n')[0])
+    assert c.limits.eval_s == 240 - 60 - 120  # the time after the evaluation takes at most half of a short margin
