@@ -172,14 +172,16 @@ class _Answers:
     def all(self) -> list[np.ndarray]:
         """Every answer; a predictor that failed on a request shaped like the feed's (its own batches replayed, a
         causality block), after the scored one answered them all, broke the contract: crashing where it guesses it
-        is probed must not turn a disqualification into a mere failure. Timeouts and load errors stay errors."""
+        is probed must not turn a disqualification into a mere failure. Timeouts, load errors and a predictor killed
+        by a signal (a memory limit's kill is one: the prober may share the scored one's group) stay errors."""
         if self.thread.ident is None:  # not started (a GPU): ask now, in this thread
             self._ask()
         else:
             self.thread.join()
         if isinstance(self.error, PredictorError) and not isinstance(self.error, LoadError):
             probe = self.found.probes[len(self.answers)]
-            if not self.prober.timed_out and probe.promise != checks.BATCH:
+            killed = (self.prober.proc.poll() or 0) < 0
+            if not self.prober.timed_out and not killed and probe.promise != checks.BATCH:
                 why = f"a fresh predictor failed on a request the scored one answered ({probe.where}): {self.error}"
                 raise ContractViolation(f"forward contract broken: {why}", self.found.evidence()) from self.error
         if self.error is not None:

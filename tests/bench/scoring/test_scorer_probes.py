@@ -13,11 +13,21 @@ from bench.scoring.session import LoadError, PredictorError
 FEED = [{"x": np.full((1, 4, 2), i, np.float32)} for i in range(200)]
 
 
-class Prober:
-    """Answers each window with its mean; raises ``error`` at request ``fail_at``."""
+class Process:
+    def __init__(self, returncode: int | None) -> None:
+        self.returncode = returncode
 
-    def __init__(self, fail_at: int | None = None, error: Exception | None = None, timed_out: bool = False) -> None:
+    def poll(self) -> int | None:
+        return self.returncode
+
+
+class Prober:
+    """Answers each window with its mean; raises ``error`` at request ``fail_at`` (its process then exited with
+    ``returncode``: None still exiting, 1 on its own, -9 killed)."""
+
+    def __init__(self, fail_at=None, error=None, timed_out: bool = False, returncode: int | None = None) -> None:
         self.fail_at, self.error, self.timed_out, self.asked, self.closed = fail_at, error, timed_out, [], False
+        self.proc = Process(returncode)
 
     def predict(self, inputs):
         if len(self.asked) == self.fail_at:
@@ -39,16 +49,22 @@ def test_every_probe_is_asked_in_the_plans_order(start):
     assert checks.judge(found, got, [x["x"].mean(axis=1) for x in FEED], "cpu") == []
 
 
-def test_a_predictor_that_fails_on_a_replayed_request_breaks_the_contract():
+@pytest.mark.parametrize("returncode", [None, 1])
+def test_a_predictor_that_fails_on_a_replayed_request_breaks_the_contract(returncode):
     found = checks.plan(FEED, None, "ab" * 16)
-    with _Answers(Prober(3, PredictorError("ValueError: not the scored process")), found, start=True) as answers:
+    prober = Prober(3, PredictorError("ValueError: not the scored process"), returncode=returncode)
+    with _Answers(prober, found, start=True) as answers:
         with pytest.raises(ContractViolation, match="a fresh predictor failed on a request the scored one answered"):
             answers.all()
 
 
 @pytest.mark.parametrize(
     "prober",
-    [Prober(3, PredictorError("the evaluation exceeded its time limit"), timed_out=True), Prober(0, LoadError("x"))],
+    [
+        Prober(3, PredictorError("the evaluation exceeded its time limit"), timed_out=True),
+        Prober(0, LoadError("x")),
+        Prober(3, PredictorError("the predictor ended without an answer (exit -9)"), returncode=-9),  # a memory kill
+    ],
 )
 def test_timeouts_and_load_errors_stay_errors(prober):
     found = checks.plan(FEED, None, "cd" * 16)
