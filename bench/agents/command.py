@@ -13,7 +13,7 @@ from bench.agents.base import AgentError, LaunchContext
 class CommandAgent:
     name = "command"
     option_names = ("command",)
-    description = "runs a shell command as the agent: --agent-command 'python run_1.py'"
+    description = "runs a shell command as the agent: --agent-command 'cp train.py run_1.py && python run_1.py'"
 
     passthrough: tuple[str, ...] = ()  # offline: no key, no network
 
