@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -243,56 +242,15 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_ui(args: argparse.Namespace) -> int:
-    from bench.tracking import store, views
+    """bench/tracking/ui.py: a busy port or an unknown campaign is one line before anything starts."""
+    from bench.tracking import ui
 
-    uri = store.tracking_uri()
-    store.client()  # make sure the schema exists before the server reads it
     try:
-        campaigns = views.experiments(args.experiment)
+        return ui.serve(args.host, args.port, args.experiment)
     except LookupError as e:
         raise InputError(f"bench ui --experiment: {e}") from e
-    cmd = [
-        "mlflow",
-        "server",
-        "--backend-store-uri",
-        uri,
-        "--host",
-        args.host,
-        "--port",
-        str(args.port),
-        "--workers",
-        "1",
-    ]
-    if store.is_embedded():
-        cmd += ["--artifacts-destination", str(store.artifact_root())]
-    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
-    base = f"http://{'127.0.0.1' if args.host in ('0.0.0.0', '::') else args.host}:{args.port}"
-    print(f"MLflow UI on {base}  (store {uri}); Ctrl-C to stop", flush=True)
-    _print_view_links(base, campaigns)
-    bin_dir = Path(sys.executable).parent
-    cmd[0] = str(bin_dir / "mlflow") if (bin_dir / "mlflow").exists() else "mlflow"
-    try:
-        return subprocess.call(cmd, env=env)
-    except KeyboardInterrupt:
-        return 0
-
-
-def _print_view_links(base: str, campaigns: list[tuple[str, str]], most: int = 10) -> None:
-    """Per campaign, links to its runs table with the benchmark's columns and to its agents compared (saved views,
-    bench/tracking/views.py; written here too, so that campaigns recorded before the views existed get them)."""
-    from bench.tracking import views
-    from bench.tracking.writer import MlflowWriter, TrackingError
-
-    for name, exp_id in campaigns[:most]:
-        try:
-            views.save(MlflowWriter(name))
-        except TrackingError as e:
-            print(f"  {name}: views not saved ({e}); the experiment: {views.url(base, exp_id, None)}", flush=True)
-            continue
-        print(f"  {name}: runs            {views.url(base, exp_id, views.RUNS_VIEW)}", flush=True)
-        print(f"  {name}: compare agents  {views.url(base, exp_id, views.COMPARE_VIEW)}", flush=True)
-    if len(campaigns) > most:
-        print(f"  ... and {len(campaigns) - most} more campaigns: bench ui --experiment NAME", flush=True)
+    except ui.PortBusy as e:
+        raise InputError(f"bench ui: {e}") from e
 
 
 def build_parser() -> argparse.ArgumentParser:

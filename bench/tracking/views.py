@@ -9,12 +9,20 @@ the installed UI bundle (``mlflow/server/js/build/static/js``): the envelope ``{
 "state"}`` where ``state`` is the JSON of the search facets and the UI state together (plain JSON is accepted, a
 compressed one too), at most 20,000 characters; the UI ignores the view when the URL also carries a search facet.
 
-Two views per campaign, rewritten with the same ids (idempotent) by the campaign summary and by ``bench ui``:
+Three views per campaign, rewritten with the same ids (idempotent) by the campaign summary and by ``bench ui``; none
+averages a raw score over tasks (an MSE with an accuracy is a number without meaning):
 
 - ``bench-runs``: every run, newest first, with :func:`selected_columns` (script and eval runs nested under their
   agent run, the summary runs under the campaign run);
-- ``bench-compare``: agent runs only, grouped by ``bench.entry`` with the groups' means (the mean
-  ``rel_improvement`` of an entry over its runs is Agg when every task has the same number of successful runs).
+- ``bench-tasks``: agent runs only, grouped by task, then by ``bench.entry``: per task, each agent's mean score,
+  rel_improvement, scripts and time over its runs (a group row averages the runs of one agent on one task);
+- ``bench-compare``: the campaign's summary runs (:mod:`analysis.summary`), one per agent, best Agg first: Agg,
+  Agg-max and success rate, the paper's Eq. 1 over the tasks.
+
+Links open the UI in its model-training mode (``workflowType=machine_learning``: :mod:`bench.tracking.uiapp` says why
+the page MLflow serves makes it the default too). MLflow 3.17's runs table prints a metric's stored value unrounded
+(it has no precision setting); the views make the value columns wide enough that a value is not cut, and the charts
+(``compareRunsMode=CHART``) and the campaign run's description show rounded values.
 
 The column order and widths are applied by the UI after the table is drawn; on a slow first load it can keep its
 default order (metrics alphabetically), the columns themselves are always the view's (tests/bench/test_ui_browser.py).
@@ -52,9 +60,21 @@ TAG_COLUMNS = (
     schema.BUDGET_MINUTES,
     schema.AUDIT_DISQUALIFIED,
 )
-WIDE = (schema.SCORE, schema.REL_IMPROVEMENT, schema.SUMMARY_AGG)  # wide enough for six decimals
+# column widths (px): a float's 17 digits fit in 180, with a group row's " (average)" in 250; the run name column
+# holds "Group: bench.task: t6, bench.entry: ..." in a grouped view
+METRIC_PX, GROUPED_METRIC_PX, TAG_PX, NAME_PX, GROUPED_NAME_PX = 180, 250, 130, 220, 300
+RUN_NAME = "attributes.`Run Name`"
 SHARE_PARAM = "viewStateShareKey"  # the URL parameter naming the saved view
-RUNS_VIEW, COMPARE_VIEW = "bench-runs", "bench-compare"
+MODE_PARAM, TRAINING = "workflowType", "machine_learning"  # the UI's mode: "Model training", not "GenAI"
+RUNS_VIEW, TASKS_VIEW, COMPARE_VIEW = "bench-runs", "bench-tasks", "bench-compare"
+COMPARE_METRICS = (
+    schema.SUMMARY_AGG,
+    schema.SUMMARY_AGG_MAX,
+    schema.SUMMARY_SUCCESS_RATE,
+    schema.SUMMARY_RUNS,
+    schema.SUMMARY_TASKS,
+)
+COMPARE_TAGS = (schema.ENTRY, schema.AGENT, schema.MODEL)
 
 
 def column_key(kind: str, name: str) -> str:
@@ -69,11 +89,17 @@ def selected_columns(summaries: bool = True) -> list[str]:
     return [column_key("metrics", m) for m in metrics] + [column_key("tags", t) for t in tags]
 
 
+def compare_columns() -> list[str]:
+    """The overall comparison's columns: a summary run's Agg, Agg-max, success rate, runs and tasks, its entry."""
+    return [column_key("metrics", m) for m in COMPARE_METRICS] + [column_key("tags", t) for t in COMPARE_TAGS]
+
+
 @dataclass(frozen=True)
 class View:
     id: str
-    name: str
+    name: str  # as the UI's "Views" menu lists it
     state: dict
+    label: str  # what bench ui prints before its link
 
     def envelope(self, now_ms: int) -> str:
         """The experiment tag's value, as the UI's "Save view" writes it (its ``state`` is a JSON string)."""
@@ -82,9 +108,13 @@ class View:
         )
 
 
-def _state(search_filter: str, order_by: str, ascending: bool, group_by: str | None) -> dict:
+def _widths(columns: list[str], grouped: bool) -> dict[str, int]:
+    metric_px, name_px = (GROUPED_METRIC_PX, GROUPED_NAME_PX) if grouped else (METRIC_PX, NAME_PX)
+    return {RUN_NAME: name_px} | {c: metric_px if c.startswith("metrics.") else TAG_PX for c in columns}
+
+
+def _state(search_filter: str, order_by: str, ascending: bool, columns: list[str], group_by: tuple[str, ...]) -> dict:
     """A view's state: the search facets and the UI state the saved-view loader picks from it."""
-    columns = selected_columns(summaries=group_by is None)  # grouped: agent runs only, no summary columns
     return {
         "searchFilter": search_filter,
         "orderByKey": order_by,
@@ -94,11 +124,11 @@ def _state(search_filter: str, order_by: str, ascending: bool, group_by: str | N
         "modelVersionFilter": "All Runs",
         "datasetsFilter": [],
         "selectedColumns": columns,
-        "columnOrder": columns,  # else metrics come alphabetically, tags in the order the runs list them
-        "columnWidths": {column_key("metrics", m): 150 for m in WIDE if column_key("metrics", m) in columns},
+        "columnOrder": [RUN_NAME, *columns],  # else metrics come alphabetically, tags in the order the runs list them
+        "columnWidths": _widths(columns, grouped=bool(group_by)),
         "runsHiddenMode": "SHOW_ALL",  # the charts show every run, not the UI's default first ten
-        "groupBy": (
-            {"aggregateFunction": "average", "groupByKeys": [{"mode": "tag", "groupByData": group_by}]}
+        "groupBy": (  # several keys: one group per combination (task t6 and agent baseline), sorted by the first
+            {"aggregateFunction": "average", "groupByKeys": [{"mode": "tag", "groupByData": k} for k in group_by]}
             if group_by
             else None
         ),
@@ -107,13 +137,28 @@ def _state(search_filter: str, order_by: str, ascending: bool, group_by: str | N
 
 
 def all_views() -> tuple[View, ...]:
+    """The campaign's views, in the order bench ui prints their links."""
     agents_only = f"tags.`{schema.KIND}` = '{schema.KIND_AGENT}'"
+    summaries_only = f"tags.`{schema.KIND}` = '{schema.KIND_SUMMARY}'"
     return (
-        View(RUNS_VIEW, "1GC-7RC: runs", _state("", "attributes.start_time", False, None)),
+        View(RUNS_VIEW, "1GC-7RC: runs", _state("", "attributes.start_time", False, selected_columns(), ()), "runs"),
+        View(
+            TASKS_VIEW,
+            "1GC-7RC: per task",
+            _state(
+                agents_only,
+                column_key("tags", schema.TASK),
+                True,
+                selected_columns(summaries=False),
+                (schema.TASK, schema.ENTRY),
+            ),
+            "per task",
+        ),
         View(
             COMPARE_VIEW,
-            "1GC-7RC: compare agents",
-            _state(agents_only, column_key("metrics", schema.REL_IMPROVEMENT), False, schema.ENTRY),
+            "1GC-7RC: compare agents (Agg)",
+            _state(summaries_only, column_key("metrics", schema.SUMMARY_AGG), False, compare_columns(), ()),
+            "compare agents",
         ),
     )
 
@@ -126,13 +171,13 @@ def save(writer) -> None:
 
 
 def url(base: str, experiment_id: str, view: str | None = RUNS_VIEW, mode: str | None = None) -> str:
-    """The link to an experiment's runs tab opening ``view``; ``mode`` ``CHART`` opens the charts beside the table."""
+    """The link to an experiment's runs tab opening ``view``, in the UI's model-training mode; ``mode`` ``CHART``
+    opens the charts beside the table."""
     query = [f"{SHARE_PARAM}={quote(view)}"] if view else []
     if mode:
         query.append(f"compareRunsMode={quote(mode)}")
-    return f"{base.rstrip('/')}/#/experiments/{quote(str(experiment_id))}/runs" + (
-        "?" + "&".join(query) if query else ""
-    )
+    query.append(f"{MODE_PARAM}={TRAINING}")
+    return f"{base.rstrip('/')}/#/experiments/{quote(str(experiment_id))}/runs?" + "&".join(query)
 
 
 def experiments(names: list[str] | None = None) -> list[tuple[str, str]]:

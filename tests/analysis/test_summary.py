@@ -175,15 +175,17 @@ def test_the_saved_views_are_written_on_the_experiment(hand_store):
     summary.write_campaign(hand_store)
     tags = store.client().get_experiment_by_name(hand_store).tags
     compare = json.loads(tags[schema.SHARED_VIEW_PREFIX + views.COMPARE_VIEW])
-    assert compare["name"] == "1GC-7RC: compare agents" and compare["createdAt"] == compare["updatedAt"]
+    assert compare["name"] == "1GC-7RC: compare agents (Agg)" and compare["createdAt"] == compare["updatedAt"]
     state = json.loads(compare["state"])  # the UI parses the state string a second time
-    assert state["groupBy"] == {
+    assert state["groupBy"] is None and state["searchFilter"] == "tags.`bench.kind` = 'summary'"
+    assert state["selectedColumns"][:3] == ["metrics.`agg`", "metrics.`agg_max`", "metrics.`success_rate`"]
+    tasks = json.loads(json.loads(tags[schema.SHARED_VIEW_PREFIX + views.TASKS_VIEW])["state"])
+    assert tasks["groupBy"] == {
         "aggregateFunction": "average",
-        "groupByKeys": [{"mode": "tag", "groupByData": "bench.entry"}],
+        "groupByKeys": [{"mode": "tag", "groupByData": "bench.task"}, {"mode": "tag", "groupByData": "bench.entry"}],
     }
-    assert state["searchFilter"] == "tags.`bench.kind` = 'agent'"
-    assert state["selectedColumns"][:2] == ["metrics.`score`", "metrics.`rel_improvement`"]
-    assert "tags.`bench.entry`" in state["selectedColumns"]
+    assert tasks["searchFilter"] == "tags.`bench.kind` = 'agent'"
+    assert tasks["selectedColumns"][:2] == ["metrics.`score`", "metrics.`rel_improvement`"]
     runs = json.loads(json.loads(tags[schema.SHARED_VIEW_PREFIX + views.RUNS_VIEW])["state"])
     assert runs["groupBy"] is None and runs["searchFilter"] == ""
 

@@ -12,30 +12,51 @@ import uuid
 
 import pytest
 
-from bench.tracking import schema, store, views
+from bench.tracking import schema, store, ui, views
 from bench.tracking.writer import MlflowWriter
 
 
-def test_links_open_the_runs_tab_with_the_view_named():
+def test_links_open_the_runs_tab_with_the_view_named_in_model_training_mode():
     assert (
         views.url("http://127.0.0.1:5000/", "7", views.COMPARE_VIEW)
-        == "http://127.0.0.1:5000/#/experiments/7/runs?viewStateShareKey=bench-compare"
+        == "http://127.0.0.1:5000/#/experiments/7/runs?viewStateShareKey=bench-compare&workflowType=machine_learning"
     )
     assert (
         views.url("http://h:1", "12", views.RUNS_VIEW, mode="CHART")
         == "http://h:1/#/experiments/12/runs?viewStateShareKey=bench-runs&compareRunsMode=CHART"
+        "&workflowType=machine_learning"
     )
-    assert views.url("http://h:1", "12", None) == "http://h:1/#/experiments/12/runs"
+    assert views.url("http://h:1", "12", None) == "http://h:1/#/experiments/12/runs?workflowType=machine_learning"
+
+
+def test_no_view_averages_a_raw_score_over_tasks():
+    """A grouped view groups by task first (an average inside one task is meaningful); the overall comparison shows
+    the summary runs' Agg (Eq. 1 over tasks), never a group row over all of an agent's runs."""
+    by_id = {v.id: v for v in views.all_views()}
+    assert list(by_id) == [views.RUNS_VIEW, views.TASKS_VIEW, views.COMPARE_VIEW]
+    for view in by_id.values():
+        group = view.state["groupBy"]
+        if group is not None:
+            assert group["groupByKeys"][0] == {"mode": "tag", "groupByData": "bench.task"}
+    tasks = by_id[views.TASKS_VIEW].state
+    assert [k["groupByData"] for k in tasks["groupBy"]["groupByKeys"]] == ["bench.task", "bench.entry"]
+    assert tasks["searchFilter"] == "tags.`bench.kind` = 'agent'"
+    compare = by_id[views.COMPARE_VIEW].state
+    assert compare["groupBy"] is None and compare["searchFilter"] == "tags.`bench.kind` = 'summary'"
+    assert compare["selectedColumns"][:3] == ["metrics.`agg`", "metrics.`agg_max`", "metrics.`success_rate`"]
+    assert compare["orderByKey"] == "metrics.`agg`" and compare["orderByAsc"] is False
+    assert "metrics.`score`" not in compare["selectedColumns"]
 
 
 def test_the_envelope_is_the_one_the_ui_writes():
-    view = views.all_views()[1]
+    view = views.all_views()[1]  # per task
     envelope = json.loads(view.envelope(1_795_000_000_000))
     assert set(envelope) == {"name", "createdAt", "updatedAt", "state"}
     assert envelope["createdAt"] == envelope["updatedAt"] == 1_795_000_000_000
     assert isinstance(envelope["state"], str) and json.loads(envelope["state"]) == view.state
     assert len(view.envelope(0)) < 20_000  # the UI refuses to save a larger view; MLflow's tag limit is 20,000
-    assert view.state["columnOrder"] == view.state["selectedColumns"]
+    assert view.state["columnOrder"] == [views.RUN_NAME, *view.state["selectedColumns"]]
+    assert set(view.state["columnWidths"]) == set(view.state["columnOrder"])
     assert view.state["selectedColumns"][:3] == [
         "metrics.`score`",
         "metrics.`rel_improvement`",
@@ -57,15 +78,16 @@ def test_bench_ui_links_campaigns_with_agent_runs_and_refuses_unknown_ones(capsy
         views.experiments(["nope-" + with_runs])
 
     exp_id = w.experiment_id
-    cli._print_view_links("http://127.0.0.1:5099", [(with_runs, exp_id)])
+    ui.print_links("http://127.0.0.1:5099", [(with_runs, exp_id)])
     out = capsys.readouterr().out.splitlines()
+    link = f"http://127.0.0.1:5099/#/experiments/{exp_id}/runs?viewStateShareKey"
     assert out == [
-        f"  {with_runs}: runs            http://127.0.0.1:5099/#/experiments/{exp_id}/runs?viewStateShareKey=bench-runs",
-        f"  {with_runs}: compare agents  "
-        f"http://127.0.0.1:5099/#/experiments/{exp_id}/runs?viewStateShareKey=bench-compare",
+        f"  {with_runs}: runs             {link}=bench-runs&workflowType=machine_learning",
+        f"  {with_runs}: per task         {link}=bench-tasks&workflowType=machine_learning",
+        f"  {with_runs}: compare agents   {link}=bench-compare&workflowType=machine_learning",
     ]
     tags = store.client().get_experiment(exp_id).tags
-    assert {schema.SHARED_VIEW_PREFIX + v for v in (views.RUNS_VIEW, views.COMPARE_VIEW)} <= set(tags)
+    assert {schema.SHARED_VIEW_PREFIX + v for v in (views.RUNS_VIEW, views.TASKS_VIEW, views.COMPARE_VIEW)} <= set(tags)
 
     args = argparse.Namespace(host="127.0.0.1", port=5099, experiment=["nope-" + with_runs])
     with pytest.raises(cli.InputError, match="bench ui --experiment: no experiment"):

@@ -1,0 +1,163 @@
+"""``bench ui``: MLflow's UI on the tracking store, started and stopped like a server command.
+
+- A busy port is refused before anything starts: one line, exit status 2 (else the links printed would lead to
+  whatever already listens there, an older ``bench ui`` with an older store, and the command would "work").
+- The MLflow server (its CLI process and uvicorn under it) runs in a process group of its own, so that the terminal's
+  Ctrl-C reaches ``bench ui`` alone; SIGINT, SIGTERM and SIGHUP to ``bench ui`` end that whole group (SIGTERM, then
+  SIGKILL after :data:`GRACE_S`) before it exits, and nothing is left holding the port.
+- The links are printed once the server answers, each opening a saved view (:mod:`bench.tracking.views`) in the UI's
+  model-training mode; the server is MLflow's app with the model-training default (:mod:`bench.tracking.uiapp`).
+- Lean: one worker and no job runner (``bench server`` measures it: 2 processes, ~0.5 GB).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from importlib.metadata import entry_points
+from pathlib import Path
+
+from bench.tracking import store, views
+
+APP = "bench-ui"  # the mlflow.app entry point of pyproject.toml -> bench.tracking.uiapp:app
+GRACE_S = 20.0  # from SIGTERM to SIGKILL of the server's group
+READY_S = 180.0  # the server answers in ~5 s on a loaded 2-core machine; a cold import can take much longer
+MOST = 10  # campaigns linked
+
+
+class PortBusy(OSError):
+    """Something already listens on the host and port ``bench ui`` was asked for."""
+
+
+class _Stop(Exception):  # noqa: N818 (a signal's way out of the wait, not an error)
+    def __init__(self, signum: int):
+        self.signum = signum
+
+
+def check_port(host: str, port: int) -> None:
+    """Raise :class:`PortBusy` if ``host:port`` cannot be bound as the server will bind it (SO_REUSEADDR, as uvicorn
+    does: a port in TIME_WAIT is free, one with a listener is not)."""
+    try:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        with socket.create_server((host, port), family=family):
+            pass
+    except OSError as e:
+        if e.errno == errno.EADDRINUSE:
+            raise PortBusy(
+                f"port {port} on {host} is already in use (another bench ui or MLflow server?): stop it, or give "
+                f"bench ui --port N"
+            ) from e
+        raise
+
+
+def app_registered() -> bool:
+    """Whether this environment has the ``bench-ui`` app (an install older than the entry point has not)."""
+    return any(e.name == APP for e in entry_points(group="mlflow.app"))
+
+
+def command(host: str, port: int, app: bool) -> list[str]:
+    """The ``mlflow server`` command line on the store in force."""
+    here = Path(sys.executable).parent / "mlflow"
+    cmd = [str(here) if here.exists() else "mlflow", "server", "--backend-store-uri", store.tracking_uri()]
+    cmd += ["--host", host, "--port", str(port), "--workers", "1"]
+    if store.is_embedded():
+        cmd += ["--artifacts-destination", str(store.artifact_root())]
+    if app:
+        cmd += ["--app-name", APP]
+    return cmd
+
+
+def stop(proc: subprocess.Popen, grace_s: float = GRACE_S) -> None:
+    """End the server's whole process group: SIGTERM, then SIGKILL after ``grace_s``."""
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, grace_s)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break  # the group is gone
+        try:
+            proc.wait(timeout=wait_s)
+        except subprocess.TimeoutExpired:
+            continue
+        try:  # the leader is gone; its workers may not be
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            break
+    proc.poll()
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url + "/health", timeout=5) as answer:
+            return answer.status == 200
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def wait_ready(proc: subprocess.Popen, base: str, timeout_s: float = READY_S) -> None:
+    """Until the server answers ``/health``; RuntimeError if it exits first or stays silent ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while proc.poll() is None:
+        if _answers(base):
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the MLflow server did not answer on {base} within {timeout_s:.0f} s")
+        time.sleep(0.5)
+    raise RuntimeError(f"the MLflow server exited with status {proc.returncode} before answering (its output above)")
+
+
+def print_links(base: str, campaigns: list[tuple[str, str]], most: int = MOST) -> None:
+    """Per campaign, a link to each saved view (written here too, so that campaigns recorded before the views
+    existed get them)."""
+    from bench.tracking.writer import MlflowWriter, TrackingError
+
+    for name, exp_id in campaigns[:most]:
+        try:
+            views.save(MlflowWriter(name))
+        except TrackingError as e:
+            print(f"  {name}: views not saved ({e}); the experiment: {views.url(base, exp_id, None)}", flush=True)
+            continue
+        for view in views.all_views():
+            print(f"  {name}: {view.label:<16} {views.url(base, exp_id, view.id)}", flush=True)
+    if len(campaigns) > most:
+        print(f"  ... and {len(campaigns) - most} more campaigns: bench ui --experiment NAME", flush=True)
+
+
+def serve(host: str, port: int, names: list[str] | None) -> int:
+    """``bench ui``: check the port and the campaigns, start the server, print the links, wait; the exit status."""
+    store.client()  # make sure the schema exists before the server reads it
+    campaigns = views.experiments(names)  # LookupError for an unknown name
+    check_port(host, port)
+    app = app_registered()
+    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+    base = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}"
+    print(f"starting the MLflow UI on {base}  (store {store.tracking_uri()}) ...", flush=True)
+
+    def on_signal(signum, _frame):
+        raise _Stop(signum)
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    proc = None
+    try:
+        proc = subprocess.Popen(command(host, port, app), env=env, start_new_session=True)
+        wait_ready(proc, base)
+        print(f"MLflow UI on {base}; Ctrl-C to stop", flush=True)
+        if not app:
+            print("  (this install predates the bench-ui app: run pages may open in GenAI mode; make install)")
+        print_links(base, campaigns)
+        return proc.wait()
+    except _Stop:
+        return 0
+    finally:
+        for s in previous:  # a second Ctrl-C must not cut the stop short and leave the server holding the port
+            signal.signal(s, signal.SIG_IGN)
+        if proc is not None:
+            stop(proc)
+        for s, handler in previous.items():
+            signal.signal(s, handler)
