@@ -1,0 +1,266 @@
+"""The user guide's examples work as written: every shell command in a fenced block of README.md or docs/*.md is
+run here, or listed in SKIP with the reason it is not (a GPU, an API key, a long run, a server).
+
+A new example is therefore run by default; one that cannot run here must be skipped on purpose, with its reason.
+Commands run in a temporary cache and store (never the user's ``~/.cache/1gc-7rc`` or ``mlruns/``), in a folder
+holding the campaign files the docs show, against a small generated store with the campaigns the docs name (the
+runs carry ``bench.synthetic=true``). Commands that need real data run when ``BENCH_DATA_MIRROR`` is set.
+The docs' links, campaign files and mirror layout are checked too: a page that points nowhere teaches nothing.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+SHELL = {"bash", "sh", "shell"}
+FENCE = re.compile(r"^```([^\n]*)\n(.*?)^```[ \t]*$", re.M | re.S)
+
+KEY = "needs an API key and a model endpoint"
+GPU_LONG = "a benchmark run on a GPU: hours, and API keys"
+SERVER = "starts a server that runs until stopped"
+PLACEHOLDER = "a placeholder value for the reader to fill in"
+
+# command (as written, comments stripped) -> why it is not run here
+SKIP: dict[str, str] = {
+    "make demo": "installs the toolkit and runs ~10 min (the demo's own test covers it)",
+    "make test": "the whole test suite",
+    "bench run --agent baseline --task t6 --budget 3m --repeats 5 --campaign mine": "five runs: > 1 min on 2 cores",
+    "bench ui --experiment mine": SERVER,
+    "bench ui": SERVER,
+    "bench ui --experiment mine --port 5001": SERVER,
+    "bench ui --experiment two-agents": SERVER,
+    "export ANTHROPIC_API_KEY=sk-ant-...": PLACEHOLDER + " (a key)",
+    "export OPENAI_API_KEY=sk-...": PLACEHOLDER + " (a key)",
+    "export BENCH_DATA_MIRROR=/path/to/data": PLACEHOLDER + "; the test uses BENCH_DATA_MIRROR when it is set",
+    "bench agents install claude-code codex": "downloads from npm's registry: minutes, and network",
+    "bench agents install all": "downloads from npm's registry and PyPI: minutes, and network",
+    "bench campaign run two-agents.toml": GPU_LONG,
+    "bench campaign run pilot.toml": GPU_LONG,
+    "bench campaign resume pilot.toml": GPU_LONG,
+    "bench data prepare t1,t6": "T1 and T6 together: run below one by one (bench data prepare t6, t1)",
+    "bench run --agent claude-code --model claude-opus-4-7 --task t1": KEY,
+    "bench run --agent optuna --task t6 --budget 5m": "5 minutes of trials",
+    "bench run --resume ~/.cache/1gc-7rc/workspaces/mine/t6-baseline-r1-20250101-120000": PLACEHOLDER
+    + " (a run directory whose harness died)",
+    "bench run --resume mine --agent baseline --task t6 --repeats 5": "five runs: > 1 min on 2 cores",
+    "bench weights install dinov3_convnext_tiny_pretrain_lvd1689m-21b726bb.pth "
+    "dinov3_vits16_pretrain_lvd1689m-08c60483.pth": "needs the gated DINOv3 files, downloaded by hand",
+    "bench baselines tune --task t6 --trials 40 --budget 10m": "10 minutes of trials",
+    "bench optuna-dashboard": SERVER,
+    "pip install -e '.[postgres]'": "installs packages into the environment",
+    "bench server --postgres /shared/bench-pg --host 0.0.0.0 --port 5000 --artifacts-destination "
+    "/shared/bench-artifacts": SERVER + " (and PostgreSQL)",
+    "export MLFLOW_TRACKING_URI=http://head:5000": PLACEHOLDER + " (a cluster's head node)",
+    "export BENCH_TRACKING_DB=postgresql+psycopg://postgres@127.0.0.1:5432/mlflow": PLACEHOLDER + " (a database)",
+    "bench baselines tune --task t6 --storage postgresql+psycopg://postgres@127.0.0.1:5432/optuna": SERVER
+    + " is needed first (PostgreSQL), then a tuning run of the task's budget",
+}
+
+# commands that read the real data: run when BENCH_DATA_MIRROR is set (they copy from it, then prepare)
+NEEDS_DATA = {
+    "bench data prepare t6",
+    "bench data prepare t1",
+    "bench run --agent baseline --task t6",
+    "bench run --agent command --agent-command 'cp train.py run_1.py && python run_1.py' --task t6 --budget 2m",
+}
+
+# command -> (exit status, text its output must hold); default (0, "")
+EXPECT: dict[str, tuple[int, str]] = {
+    "bench agents check": (0, "no credential: set ANTHROPIC_API_KEY"),  # no key here; exit 1 only for agents named
+    "bench agents check claude-code codex": (1, "no credential: set OPENAI_API_KEY"),
+    "bench agents check claude-code --model claude-opus-4-7": (1, "claude-code"),
+    "bench campaign status two-agents.toml": (0, "0/20 final"),
+    "bench campaign status pilot.toml": (0, "0/20 final"),
+    "bench tasks": (0, "t6_time_series_forecasting"),
+    "bench sandbox view": (0, "the predictor's sandbox"),
+    "bench report --experiment mine --out report-mine": (0, "index.md"),
+    "bench data prepare t6": (0, "t6: prepared data"),
+    "bench run --agent baseline --task t6": (0, "success"),
+    "bench run --agent command --agent-command 'cp train.py run_1.py && python run_1.py' --task t6 --budget 2m": (
+        0,
+        "success",
+    ),
+}
+
+SYNTHETIC_CAMPAIGNS = ("mine", "two-agents")  # the campaigns the docs report on
+
+
+def _strip_comment(line: str) -> str:
+    """The line without its shell comment: a '#' outside quotes that starts a word."""
+    quote = ""
+    for i, ch in enumerate(line):
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "#" and (i == 0 or line[i - 1].isspace()):
+            return line[:i].rstrip()
+    return line.rstrip()
+
+
+def fences(path: Path) -> list[tuple[str, str]]:
+    """(language, text) of each fenced block of a Markdown file."""
+    return [(m.group(1).strip(), m.group(2)) for m in FENCE.finditer(path.read_text())]
+
+
+def commands(text: str) -> list[str]:
+    """The commands of a shell block: comments dropped, backslash continuations joined, spaces collapsed."""
+    out, pending = [], ""
+    for raw in text.splitlines():
+        line = _strip_comment(raw)
+        if line.endswith("\\"):
+            pending += line[:-1] + " "
+            continue
+        line = " ".join((pending + line).split())
+        pending = ""
+        if line:
+            out.append(line)
+    return out
+
+
+def examples() -> list[tuple[str, str]]:
+    """(file, command) for every command shown in a shell block."""
+    return [
+        (path.relative_to(ROOT).as_posix(), cmd)
+        for path in DOCS
+        for lang, text in fences(path)
+        if lang in SHELL
+        for cmd in commands(text)
+    ]
+
+
+EXAMPLES = examples()
+TO_RUN = sorted({cmd for _, cmd in EXAMPLES if cmd not in SKIP})
+
+
+def test_the_docs_have_examples_and_every_fence_says_its_language() -> None:
+    """An untagged fence could hide a command from this test: every block says bash, toml, text, python, ..."""
+    untagged = [p.relative_to(ROOT).as_posix() for p in DOCS for lang, _ in fences(p) if not lang]
+    assert untagged == [], f"give these fences a language (bash for commands, text for output): {untagged}"
+    assert len(TO_RUN) >= 10 and len(EXAMPLES) >= 30, (len(TO_RUN), len(EXAMPLES))
+
+
+def test_every_skipped_example_is_still_shown() -> None:
+    """A skip list entry whose example left the docs is stale: it would skip a command nobody reads."""
+    shown = {cmd for _, cmd in EXAMPLES}
+    assert sorted(set(SKIP) - shown) == [] and sorted(NEEDS_DATA - shown) == [] and sorted(set(EXPECT) - shown) == []
+
+
+@pytest.fixture(scope="module")
+def docs_env(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
+    """A working folder with the docs' campaign files, and an environment whose cache and store are temporary and
+    hold a small generated campaign for each name the docs report on; no API key, no tracking server."""
+    base = tmp_path_factory.mktemp("docs")
+    work, home = base / "work", base / "home"
+    work.mkdir()
+    home.mkdir()
+    for path in DOCS:
+        for lang, text in fences(path):
+            if lang == "toml" and "name" in (spec := tomllib.loads(text)):
+                (work / f"{spec['name']}.toml").write_text(text)
+    secret = re.compile(r"^(MLFLOW_|BENCH_|ANTHROPIC_|OPENAI_|CODEX_|CLAUDE_|GEMINI_|GOOGLE_|OPENROUTER_)")
+    env = {k: v for k, v in os.environ.items() if not secret.match(k)}
+    env.update(
+        HOME=str(home),
+        BENCH_CACHE_DIR=str(base / "cache"),
+        BENCH_MLRUNS_DIR=str(base / "mlruns"),
+        BENCH_API_CHECK="0",
+        PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+    )
+    if os.environ.get("BENCH_DATA_MIRROR"):
+        env["BENCH_DATA_MIRROR"] = os.environ["BENCH_DATA_MIRROR"]
+    spec = importlib.util.spec_from_file_location("docs_synthetic", ROOT / "tests" / "analysis" / "synthetic.py")
+    names = ", ".join(repr(c) for c in SYNTHETIC_CAMPAIGNS)
+    code = (
+        f"import importlib.util, sys; spec = importlib.util.spec_from_file_location('s', {str(spec.origin)!r}); "
+        "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m); "
+        f"[m.generate(c, agents=2, tasks=2, repeats=2, scripts=1, evals=1, fail_every=0) for c in ({names},)]"
+    )
+    subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, check=True, timeout=300)
+    return work, env
+
+
+@pytest.mark.parametrize("cmd", TO_RUN)
+def test_example_runs_as_written(cmd: str, docs_env: tuple[Path, dict[str, str]]) -> None:
+    work, env = docs_env
+    if cmd in NEEDS_DATA:
+        if not env.get("BENCH_DATA_MIRROR"):
+            pytest.skip("needs the real data: set BENCH_DATA_MIRROR")
+        if " run " in f" {cmd} ":
+            from bench.sandbox.bwrap import probe
+
+            if (why := probe()) is not None:
+                pytest.skip(f"no usable sandbox here: {why}")
+    status, text = EXPECT.get(cmd, (0, ""))
+    done = subprocess.run(
+        ["bash", "-c", cmd], cwd=work, env=env, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode == status, f"{cmd!r} exited {done.returncode}, the docs expect {status}:\n{output[-3000:]}"
+    assert text in output, f"{cmd!r} printed no {text!r}:\n{output[-3000:]}"
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def _anchors(path: Path) -> set[str]:
+    text = FENCE.sub("", path.read_text())
+    return {_slug(m.group(1)) for m in re.finditer(r"^#{1,6} (.+)$", text, re.M)}
+
+
+def test_every_link_between_the_pages_arrives() -> None:
+    """Relative links (files and #anchors) from README.md, docs/ and ARCHITECTURE.md point at what exists."""
+    broken = []
+    for path in [*DOCS, ROOT / "ARCHITECTURE.md"]:
+        text = FENCE.sub("", path.read_text())
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"[a-z]+:", target):
+                continue
+            file, _, anchor = target.partition("#")
+            dest = (path.parent / file).resolve() if file else path
+            if not dest.exists() or (anchor and dest.is_file() and anchor not in _anchors(dest)):
+                broken.append(f"{path.relative_to(ROOT)}: {target}")
+    assert broken == []
+
+
+def test_the_mirror_layout_names_every_file_a_task_reads() -> None:
+    """docs/tasks-and-data.md's table is how a user lays out an offline mirror: every task.toml's mirror path is
+    in it, so a new data source cannot be added without saying where it goes."""
+    page = (ROOT / "docs" / "tasks-and-data.md").read_text()
+    paths = {
+        source["mirror"]
+        for toml in sorted((ROOT / "tasks").glob("*/task.toml"))
+        for source in tomllib.loads(toml.read_text()).get("data", [])
+    }
+    paths |= {
+        source["manifest"]
+        for toml in sorted((ROOT / "tasks").glob("*/task.toml"))
+        for source in tomllib.loads(toml.read_text()).get("data", [])
+        if "manifest" in source
+    }
+    assert len(paths) >= 15
+    assert sorted(p for p in paths if f"`{p}`" not in page) == []
+
+
+def test_readme_is_short_and_no_page_cites_internal_issues() -> None:
+    """The README teaches the first hour (under 200 lines); the rest is in docs/. Issue numbers mean nothing to a
+    reader outside the project."""
+    assert len((ROOT / "README.md").read_text().splitlines()) < 200
+    cited = [
+        f"{p.relative_to(ROOT)}: {m.group(0)}"
+        for p in [*DOCS, ROOT / "ARCHITECTURE.md"]
+        for m in re.finditer(r"\bissues? #?\d+", p.read_text(), re.I)
+    ]
+    assert cited == []
