@@ -29,6 +29,13 @@ class LaunchContext:
     home: Path  # a private HOME for CLIs that keep state there, outside the workspace
     model: str | None = None
     options: dict[str, str] = field(default_factory=dict)
+    # base-URL variable -> the metering gateway's URL inside the sandbox (bench.agents.gateway): the adapter points
+    # its CLI there instead of at the API; empty when the run has no gateway (unsandboxed, BENCH_GATEWAY=0)
+    base_urls: dict[str, str] = field(default_factory=dict)
+
+    def base_url(self, variable: str) -> str | None:
+        """The base URL the CLI is given for ``variable``: the gateway's when there is one, else the harness's."""
+        return self.base_urls.get(variable) or os.environ.get(variable) or None
 
 
 class Agent(Protocol):
@@ -50,6 +57,8 @@ class Agent(Protocol):
         """URLs the agent's sandbox may reach (its model API); () for an offline agent: no network at all."""
         ...
 
+    # optional: ``gateway_var(ctx) -> str | None``, the base-URL variable through which the CLI can be pointed at the
+    # metering gateway (bench.agents.gateway), None when it cannot for this run (a login served by another host)
     # optional: ``own_hosts``, hosts the CLI asks by itself (update checks, telemetry), which the audit does not
     # count against the run (they are refused all the same)
     # optional: ``writable(ctx) -> tuple[Path, ...]``, folders outside the workspace the agent must write (the

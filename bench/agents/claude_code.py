@@ -32,6 +32,9 @@ class ClaudeCodeAgent:
     def endpoints(self, ctx: LaunchContext) -> tuple[str, ...]:
         return api_endpoints(("ANTHROPIC_BASE_URL",), "https://api.anthropic.com")
 
+    def gateway_var(self, ctx: LaunchContext) -> str | None:
+        return "ANTHROPIC_BASE_URL"  # API keys and the OAuth token alike are sent to the base URL
+
     def command(self, ctx: LaunchContext) -> list[str]:
         return [
             cli_binary(self.name, ctx.options),
@@ -54,6 +57,8 @@ class ClaudeCodeAgent:
                 "DISABLE_TELEMETRY": "1",
             }
         )
+        if ctx.base_urls.get("ANTHROPIC_BASE_URL"):
+            env["ANTHROPIC_BASE_URL"] = ctx.base_urls["ANTHROPIC_BASE_URL"]
         if hasattr(os, "geteuid") and os.geteuid() == 0:
             env["IS_SANDBOX"] = "1"
         return env

@@ -46,6 +46,15 @@ class CodexAgent:
     def endpoints(self, ctx: LaunchContext) -> tuple[str, ...]:
         return api_endpoints(("OPENAI_BASE_URL",), "https://api.openai.com")
 
+    gateway_default_path = "/v1"  # the built-in provider's https://api.openai.com/v1
+
+    def gateway_var(self, ctx: LaunchContext) -> str | None:
+        """With a key (or a base URL), the ``bench`` provider can be pointed at the gateway; a ChatGPT login alone
+        talks to chatgpt.com's own backend, which no base URL replaces."""
+        if any(os.environ.get(v) for v in ("OPENAI_API_KEY", "CODEX_API_KEY", "OPENAI_BASE_URL")):
+            return "OPENAI_BASE_URL"
+        return None
+
     def command(self, ctx: LaunchContext) -> list[str]:
         config = [
             "allow_login_shell=false",
@@ -53,11 +62,12 @@ class CodexAgent:
             "shell_environment_policy.ignore_default_excludes=true",
             'shell_environment_policy.exclude=["*_API_KEY", "*_AUTH_TOKEN"]',
         ]
-        base_url = os.environ.get("OPENAI_BASE_URL")
+        base_url = ctx.base_url("OPENAI_BASE_URL")
         if base_url:
+            key = "OPENAI_API_KEY" if os.environ.get("OPENAI_API_KEY") or not os.environ.get("CODEX_API_KEY") else ""
             provider = (
                 f'{{name={_toml(PROVIDER)}, base_url={_toml(base_url)}, wire_api="responses", '
-                f'env_key="OPENAI_API_KEY"}}'
+                f'env_key="{key or "CODEX_API_KEY"}"}}'
             )
             config += [f"model_provider={_toml(PROVIDER)}", f"model_providers.{PROVIDER}={provider}"]
         argv = [

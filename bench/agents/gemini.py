@@ -11,6 +11,7 @@ talks to nothing but the model API.
 from __future__ import annotations
 
 import json
+import os
 
 from bench.agents import pricing
 from bench.agents.base import LaunchContext, api_endpoints
@@ -38,6 +39,13 @@ class GeminiAgent:
     def endpoints(self, ctx: LaunchContext) -> tuple[str, ...]:
         return api_endpoints(("GOOGLE_GEMINI_BASE_URL",), "https://generativelanguage.googleapis.com")
 
+    def gateway_var(self, ctx: LaunchContext) -> str | None:
+        """With an API key (or a base URL) the CLI talks to GOOGLE_GEMINI_BASE_URL; a Google login talks to Code
+        Assist's own host, which no base URL replaces."""
+        if os.environ.get("GEMINI_API_KEY") or os.environ.get("GOOGLE_GEMINI_BASE_URL"):
+            return "GOOGLE_GEMINI_BASE_URL"
+        return None
+
     def command(self, ctx: LaunchContext) -> list[str]:
         binary = cli_binary(self.name, ctx.options)
         return [
@@ -57,6 +65,8 @@ class GeminiAgent:
         settings = ctx.home / ".gemini" / "settings.json"
         settings.parent.mkdir(parents=True, exist_ok=True)
         settings.write_text(json.dumps(SETTINGS, indent=2))
+        if ctx.base_urls.get("GOOGLE_GEMINI_BASE_URL"):
+            env["GOOGLE_GEMINI_BASE_URL"] = ctx.base_urls["GOOGLE_GEMINI_BASE_URL"]
         return env
 
 

@@ -6,15 +6,17 @@ counts. Claude Code's own ``total_cost_usd`` is always preferred where a CLI rep
 
 Token semantics of :func:`cost`: ``tokens_input`` is every prompt token of the run, cached ones
 included; ``tokens_cached`` is the part of it that was read from the provider's prompt cache (billed
-at the cached-input price). Cache *writes* are billed at the plain input price here (Anthropic bills
-them at 1.25x), and long-context surcharges (Gemini and Claude above 200k prompt tokens, Qwen
-tiers) are ignored: treat the result as an estimate.
+at the cached-input price). Cache *writes* (``tokens_cache_write``, which only the metering gateway
+sees) are billed at the row's ``cache_write`` rate (Anthropic: 1.25x input, the 5-minute cache);
+long-context surcharges (Gemini and Claude above 200k prompt tokens, Qwen tiers) are ignored:
+treat the result as an estimate.
 
 NONE OF THESE ROWS IS VERIFIED (``verified=False``): they were written without web access, from the
 most recent public list prices the author knew for the same or the closest earlier model. Several of
 the paper's models (April 2026) are newer than that knowledge; their rows carry the price of the
 closest predecessor and say so in ``note``. Check each row against its ``source`` before quoting a
-cost, then set ``verified=True`` and update the date.
+cost, then set ``verified=True`` and update the date. Every row says where (:attr:`Price.url`) and as of
+when (:attr:`Price.date`) its prices held; :func:`describe` puts both next to a figure.
 """
 
 from __future__ import annotations
@@ -33,6 +35,18 @@ class Price:
     source: str  # "list price as of <date>, <url>"
     verified: bool = False
     note: str = ""
+    cache_write: float | None = None  # prompt-cache writes (Anthropic: 1.25x input, 5-minute cache); None: input
+
+    @property
+    def url(self) -> str:
+        """Where the row's prices can be checked."""
+        return self.source.rsplit(", ", 1)[-1]
+
+    @property
+    def date(self) -> str:
+        """The date the row's prices were the list price (YYYY-MM-DD)."""
+        m = re.search(r"\d{4}-\d{2}-\d{2}", self.source)
+        return m.group(0) if m else ""
 
 
 _ANTHROPIC = "https://www.anthropic.com/pricing#api"
@@ -50,22 +64,28 @@ def _src(date: str, url: str) -> str:
 # Keys are canonical model ids; lookup() also accepts provider prefixes, date suffixes and ALIASES.
 PRICES: dict[str, Price] = {
     # --- the paper's models (Table 3); all newer than the prices known here: check them ---
-    "claude-sonnet-4-6": Price(3.00, 0.30, 15.00, _src("2025-09-29", _ANTHROPIC), note="claude-sonnet-4-5 price"),
-    "claude-opus-4-6": Price(5.00, 0.50, 25.00, _src("2025-11-24", _ANTHROPIC), note="claude-opus-4-5 price"),
-    "claude-opus-4-7": Price(5.00, 0.50, 25.00, _src("2025-11-24", _ANTHROPIC), note="claude-opus-4-5 price"),
+    "claude-sonnet-4-6": Price(
+        3.00, 0.30, 15.00, _src("2025-09-29", _ANTHROPIC), cache_write=3.75, note="claude-sonnet-4-5 price"
+    ),
+    "claude-opus-4-6": Price(
+        5.00, 0.50, 25.00, _src("2025-11-24", _ANTHROPIC), cache_write=6.25, note="claude-opus-4-5 price"
+    ),
+    "claude-opus-4-7": Price(
+        5.00, 0.50, 25.00, _src("2025-11-24", _ANTHROPIC), cache_write=6.25, note="claude-opus-4-5 price"
+    ),
     "gpt-5.5": Price(1.75, 0.175, 14.00, _src("2025-12-11", _OPENAI), note="gpt-5.2 price"),
     "kimi-k2.5": Price(0.60, 0.15, 2.50, _src("2025-09-05", _MOONSHOT), note="kimi-k2-0905 price"),
     "kimi-k2.6": Price(0.60, 0.15, 2.50, _src("2025-09-05", _MOONSHOT), note="kimi-k2-0905 price"),
     "qwen3.6-plus": Price(0.40, 0.08, 1.20, _src("2025-09-01", _QWEN), note="qwen-plus price, non-thinking output"),
     # --- common others ---
-    "claude-opus-4-5": Price(5.00, 0.50, 25.00, _src("2025-11-24", _ANTHROPIC)),
-    "claude-opus-4-1": Price(15.00, 1.50, 75.00, _src("2025-08-05", _ANTHROPIC)),
-    "claude-opus-4": Price(15.00, 1.50, 75.00, _src("2025-05-22", _ANTHROPIC)),
-    "claude-sonnet-4-5": Price(3.00, 0.30, 15.00, _src("2025-09-29", _ANTHROPIC)),
-    "claude-sonnet-4": Price(3.00, 0.30, 15.00, _src("2025-05-22", _ANTHROPIC)),
-    "claude-haiku-4-5": Price(1.00, 0.10, 5.00, _src("2025-10-15", _ANTHROPIC)),
-    "claude-3-7-sonnet": Price(3.00, 0.30, 15.00, _src("2025-02-24", _ANTHROPIC)),
-    "claude-3-5-haiku": Price(0.80, 0.08, 4.00, _src("2024-11-04", _ANTHROPIC)),
+    "claude-opus-4-5": Price(5.00, 0.50, 25.00, _src("2025-11-24", _ANTHROPIC), cache_write=6.25),
+    "claude-opus-4-1": Price(15.00, 1.50, 75.00, _src("2025-08-05", _ANTHROPIC), cache_write=18.75),
+    "claude-opus-4": Price(15.00, 1.50, 75.00, _src("2025-05-22", _ANTHROPIC), cache_write=18.75),
+    "claude-sonnet-4-5": Price(3.00, 0.30, 15.00, _src("2025-09-29", _ANTHROPIC), cache_write=3.75),
+    "claude-sonnet-4": Price(3.00, 0.30, 15.00, _src("2025-05-22", _ANTHROPIC), cache_write=3.75),
+    "claude-haiku-4-5": Price(1.00, 0.10, 5.00, _src("2025-10-15", _ANTHROPIC), cache_write=1.25),
+    "claude-3-7-sonnet": Price(3.00, 0.30, 15.00, _src("2025-02-24", _ANTHROPIC), cache_write=3.75),
+    "claude-3-5-haiku": Price(0.80, 0.08, 4.00, _src("2024-11-04", _ANTHROPIC), cache_write=1),
     "gpt-5.2": Price(1.75, 0.175, 14.00, _src("2025-12-11", _OPENAI)),
     "gpt-5.1": Price(1.25, 0.125, 10.00, _src("2025-11-13", _OPENAI)),
     "gpt-5": Price(1.25, 0.125, 10.00, _src("2025-08-07", _OPENAI)),
@@ -133,12 +153,33 @@ def lookup(model: str | None) -> tuple[str, Price] | None:
     return (key, PRICES[key]) if key else None
 
 
-def cost(model: str | None, tokens_input: int, tokens_output: int, tokens_cached: int = 0) -> float | None:
-    """USD for a run's tokens at list price; None for an unknown model. See the module doc for semantics."""
+def cost(
+    model: str | None, tokens_input: int, tokens_output: int, tokens_cached: int = 0, tokens_cache_write: int = 0
+) -> float | None:
+    """USD for a run's tokens at list price; None for an unknown model. See the module doc for semantics;
+    ``tokens_cache_write`` (part of ``tokens_input``) are billed at the row's cache-write rate."""
     found = lookup(model)
     if found is None:
         return None
     p = found[1]
     cached = max(0, min(tokens_cached, tokens_input))
-    usd = (tokens_input - cached) * p.input + cached * p.cached_input + tokens_output * p.output
+    written = max(0, min(tokens_cache_write, tokens_input - cached))
+    plain = tokens_input - cached - written
+    rate = p.input if p.cache_write is None else p.cache_write
+    usd = plain * p.input + cached * p.cached_input + written * rate + tokens_output * p.output
     return round(usd / 1e6, 6)
+
+
+def describe(model: str | None) -> str:
+    """Which row priced ``model``, with its source and date ("claude-opus-4-7: 5.0/0.5/25.0 USD per 1M tokens
+    in/cached/out, list price of 2025-11-24, https://...; unverified"); a sentence saying so for an unknown model."""
+    found = lookup(model)
+    if found is None:
+        return f"{model or 'no model'}: not in the price table (bench/agents/pricing.py): cost unknown"
+    key, p = found
+    state = "verified" if p.verified else "unverified"
+    note = f" ({p.note})" if p.note else ""
+    return (
+        f"{key}: {p.input}/{p.cached_input}/{p.output} USD per 1M tokens in/cached/out, list price of {p.date}, "
+        f"{p.url}; {state}{note}"
+    )

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.agents import Agent, AgentError, LaunchContext, endpoints_of, parser_of, passthrough_of, writable_of
+from bench.agents.gateway import LOG_NAME, Gateway
+from bench.agents.metering import plan as metering_plan
 from bench.agents.prompt import standard_prompt
 from bench.agents.stream import AgentStream
 from bench.pipeline.arrivals import Arrivals
@@ -54,6 +56,7 @@ class LaunchedAgent:
     evidence: Evidence | None = None  # what the harness observes for the audit (run_dir/evidence)
     endpoints: tuple[str, ...] = ()  # the URLs its sandbox may reach (none: an offline agent)
     limits: RunGroup | None = None  # its memory and process limits (a cgroup or rlimits); removed by watch.watch
+    gateway: Gateway | None = None  # the metering gateway its LLM requests go through (bench.agents.gateway)
 
     @property
     def sandboxed(self) -> bool:
@@ -99,13 +102,16 @@ def launch(
     sandbox: bool = True,
     evidence: Evidence | None = None,
     limits: Limits | None = None,
+    max_cost: float | None = None,
 ) -> LaunchedAgent:
     """Start ``agent`` in ``ws`` with the standard prompt; returns at once, the agent runs on.
 
     ``sandbox``: run it in a bubblewrap sandbox (raises :class:`~bench.sandbox.SandboxUnavailable` when none
     can be built here); paths are the same inside and out, so nothing downstream changes. ``evidence``: where the
     harness keeps what it observes for the audit (requests through the sandbox's proxy, command lines, checkpoint
-    arrivals with the locked files' state); the run directory's ``evidence/`` by default."""
+    arrivals with the locked files' state); the run directory's ``evidence/`` by default. ``max_cost``: the run's API
+    budget in USD, enforced by the metering gateway (:mod:`bench.agents.metering`), which a sandboxed CLI agent's
+    LLM requests go through; its log is ``evidence/llm.jsonl``."""
     evidence = evidence or Evidence(ws.run_dir)
     ctx = LaunchContext(
         task=ws.task,
@@ -116,15 +122,20 @@ def launch(
         model=model,
         options=dict(options or {}),
     )
+    endpoints = endpoints_of(agent, ctx)
+    evidence.dir.mkdir(parents=True, exist_ok=True)
+    # the CLI's LLM requests through the metering gateway (its base URL pointed there; no direct route to the API)
+    meter = metering_plan(agent, ctx, endpoints, evidence.path(LOG_NAME), max_cost) if sandbox else None
+    ctx = meter.ctx if meter else ctx
     argv = agent.command(ctx)
     ctx.home.mkdir(parents=True, exist_ok=True)
     extra = {"HOME": str(ctx.home), **agent.env(ctx)}  # a private HOME for every agent, not only the CLIs
     writable = (ctx.home, *_declared(writable_of(agent, ctx)))
-    endpoints = endpoints_of(agent, ctx)
     limits = limits or Limits()
     group = RunGroup(limits)  # a cgroup when this machine lets the harness make one, else rlimits (limits.py)
     pythonpath = extra.get("PYTHONPATH", "")  # the toolkit's own agent names the repository: its packages are bound
-    box = _sandbox(ws, writable, endpoints, evidence, group, pythonpath) if sandbox else None
+    reach, services = ((), meter.services) if meter else (endpoints, None)
+    box = _sandbox(ws, writable, reach, evidence, group, pythonpath, services) if sandbox else None
     token = uuid.uuid4().hex
     become_subreaper()
     status = StatusLine(label, enabled=console)
@@ -150,7 +161,10 @@ def launch(
         raise
     stream = AgentStream(proc, ws.log, ws.events, status, console, parser_of(agent, ctx), model, limits).start()
     monitor = LaunchMonitor(proc.pid, token, ws.path, evidence=evidence).start()
-    return LaunchedAgent(proc, argv, token, started, stream, monitor, arrivals, status, box, evidence, endpoints, group)
+    gw = meter.gateway if meter else None
+    return LaunchedAgent(
+        proc, argv, token, started, stream, monitor, arrivals, status, box, evidence, endpoints, group, gw
+    )
 
 
 def _declared(writable: tuple[Path, ...]) -> tuple[Path, ...]:
@@ -175,6 +189,7 @@ def _sandbox(
     evidence: Evidence,
     limits: RunGroup,
     pythonpath: str = "",
+    services: dict | None = None,
 ) -> Sandbox:
     """The agent's sandbox: it writes its workspace, its private home and what its adapter declares
     (``writable``), reads only the allow-list (the system, Python, the tracer, its CLI: bench.sandbox.view;
@@ -190,4 +205,4 @@ def _sandbox(
         endpoints=endpoints,
         network_log=evidence.path("network.jsonl"),
     )
-    return Sandbox(policy, limits=limits)
+    return Sandbox(policy, limits=limits, services=services)

@@ -26,9 +26,11 @@ a simulated layout, not on a GPU here.
 from __future__ import annotations
 
 import shutil
+import socket
 import sys
 import tempfile
 import weakref
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -75,14 +77,22 @@ class Sandbox:
     Raises :class:`SandboxUnavailable` when bwrap cannot run here (:func:`probe` says why).
     """
 
-    def __init__(self, policy: Policy, *, python: str | None = None, limits: RunGroup | None = None) -> None:
+    def __init__(
+        self,
+        policy: Policy,
+        *,
+        python: str | None = None,
+        limits: RunGroup | None = None,
+        services: dict[int, Callable[[socket.socket], None]] | None = None,
+    ) -> None:
         self.limits = limits  # memory and processes: the run's cgroup joined first, or the launcher's rlimits
         self.binary = require()
         self.python = python or sys.executable
         self.policy = policy
-        networked = policy.endpoints or policy.network_log is not None
+        networked = policy.endpoints or policy.network_log is not None or services
         self.runtime_dir = Path(tempfile.mkdtemp(prefix="bench-sandbox-")) if networked else None
-        self.network = Network(policy.endpoints, self.runtime_dir, policy.network_log)
+        # services: loopback ports inside served by handlers of the harness (the metering gateway)
+        self.network = Network(policy.endpoints, self.runtime_dir, policy.network_log, services)
         self._finalizer = weakref.finalize(self, _cleanup, self.network, self.runtime_dir)
         try:
             self.network.start()

@@ -27,6 +27,7 @@ import json
 import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -238,10 +239,18 @@ class Network:
     """The bridges of one sandbox. ``listen`` are the launcher's ``--listen`` arguments, ``env`` the proxy
     variables for inside; both empty without endpoints. Start with :meth:`start`, end with :meth:`close`."""
 
-    def __init__(self, endpoints: tuple[str, ...], runtime_dir: Path | None, log: Path | None = None) -> None:
+    def __init__(
+        self,
+        endpoints: tuple[str, ...],
+        runtime_dir: Path | None,
+        log: Path | None = None,
+        services: dict[int, Callable[[socket.socket], None]] | None = None,
+    ) -> None:
         self.endpoints = [parse_endpoint(u) for u in endpoints]
         self.log = RequestLog(log) if log is not None else None
-        if (self.endpoints or log is not None) and runtime_dir is None:
+        # loopback ports inside served by a handler here (the metering gateway: bench.agents.gateway), not forwarded
+        self.services = dict(services or {})
+        if (self.endpoints or log is not None or self.services) and runtime_dir is None:
             raise ValueError("endpoints need a runtime folder for their bridges' sockets")
         self.runtime_dir = Path(runtime_dir) if runtime_dir is not None else None
         self.listen: list[str] = []
@@ -258,10 +267,14 @@ class Network:
             self._servers.append(UnixServer(path, forward_to(e.host, port), f"port-{port}"))
             host = f"[{e.host}]" if ":" in e.host else e.host  # localhost: the launcher listens on v4 and v6
             self.listen.append(f"{host}:{port}={path}")
+        for port, handler in sorted(self.services.items()):
+            path = Path(self.runtime_dir) / f"service-{port}.sock"
+            self._servers.append(UnixServer(path, handler, f"service-{port}"))
+            self.listen.append(f"127.0.0.1:{port}={path}")
         remote = {(e.host, e.port) for e in self.endpoints if not e.loopback}
         if remote or self.log is not None:
             proxy_port = PROXY_PORT
-            while proxy_port in ports:
+            while proxy_port in ports or proxy_port in self.services:
                 proxy_port += 1
             path = Path(self.runtime_dir) / "proxy.sock"
             self._servers.append(UnixServer(path, connect_proxy(remote, self.log), "proxy"))

@@ -51,6 +51,10 @@ PROTOCOL_STANDARD, PROTOCOL_NONSTANDARD = "standard", "nonstandard"
 SCRIPT = "bench.script"  # script runs: file name, e.g. run_3.py
 PID = "bench.pid"
 EXIT = "bench.exit"  # FINISHED | FAILED | KILLED, as observed
+# where the agent run's cost_usd came from: "gateway" (the metering gateway's tokens x the price table), "cli" (the
+# CLI's own figure), "cli-tokens" (the CLI's token counts x the price table) or "unknown" (bench.agents.metering)
+COST_SOURCE = "bench.cost_source"
+API_BUDGET = "bench.api_budget"  # "--max-cost $X: spent, requests refused from <time>" / "$X, $Y used" (the gateway)
 GPU_METRICS = "bench.gpu_metrics"  # agent runs: "nvml", or "no GPU metrics (...)" and why (tracking.sysmetrics)
 RELAY_DROPPED = "bench.relay.dropped"  # agent runs: what the relay dropped or left, one "reason: count" per line
 CANDIDATE = "bench.candidate"  # eval runs: best | best-unloadable | window-<k>, comma-joined (best,window-3)
@@ -116,6 +120,9 @@ TOKENS_INPUT = "tokens_input"
 TOKENS_OUTPUT = "tokens_output"
 TOKENS_CACHED = "tokens_cached"
 COST_USD = "cost_usd"
+# from the metering gateway (bench.agents.gateway), also as series over the run (cumulative, step = seconds)
+LLM_REQUESTS = "llm_requests"  # HTTP requests the CLI sent to its API through the gateway
+LLM_ERRORS = "llm_errors"  # of which answered with an error status, unanswered, or refused by the API budget
 # what the relay could not bring from the spool into MLflow (bench.tracking.limits): counted, with the reasons
 RELAY_VALUES = "relay_values"  # script values the store took
 RELAY_VALUES_DROPPED = "relay_values_dropped"  # values dropped (refused by the store's limits, over the cap, copies)

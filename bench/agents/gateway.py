@@ -1,0 +1,319 @@
+"""The metering gateway: every LLM request of a sandboxed CLI, forwarded to its API and counted on the way.
+
+The CLI is pointed, through its own base-URL setting (``ANTHROPIC_BASE_URL``, Codex's provider ``base_url``,
+``GOOGLE_GEMINI_BASE_URL``), at ``http://127.0.0.1:PORT`` inside its sandbox; the sandbox's launcher carries that
+port to a unix socket served here, on the harness's side (:class:`bench.sandbox.network.Network`'s ``services``).
+The gateway forwards each request to the real endpoint over TLS (the certificate verified, as any client would)
+and streams the answer back piece by piece as it arrives (SSE is never buffered whole), so no CLI has to honour
+proxy variables and the harness, not the CLI, says what a run used.
+
+Per request it appends one JSON line to ``llm.jsonl`` in the run's evidence, written when the request ends (a
+killed run keeps every line so far): time, API, model, HTTP status, latency, input/output/cached tokens read from
+the answer (:mod:`bench.agents.usage`), their cost at the price table's rates (:mod:`bench.agents.pricing`), and
+``complete: false`` with ``cut`` when the answer ended before its usage did (the CLI killed at the budget mid-stream:
+what had streamed is counted). Credentials (``Authorization``, ``x-api-key``, ``x-goog-api-key``, ``?key=``) are
+forwarded untouched and never written: the line holds the path without its query.
+
+``max_cost``: once the run's cost reaches it, every further model request is answered at once, without reaching
+the API, by an error in the API's own format (Anthropic and Gemini: 402; OpenAI: 429 ``insufficient_quota``,
+which Codex does not retry) that says the run's API budget is spent; the line says ``refused: budget``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import json
+import socket
+import ssl
+import threading
+import time
+from pathlib import Path
+from urllib.parse import parse_qsl, urlencode, urlsplit
+
+from bench.agents import pricing
+from bench.agents.usage import Usage, api_of, request_model
+
+LOG_NAME = "llm.jsonl"
+INSIDE_PORT = 47800  # the first loopback port inside the sandbox that reaches a gateway (one per upstream)
+MAX_HEAD = 64 * 1024
+MAX_BODY = 64 << 20  # a request body larger than this is refused (413): the CLIs send tens of kB
+IDLE_TIMEOUT_S = 600.0  # a kept-alive client connection with no next request
+UPSTREAM_TIMEOUT_S = 600.0  # the longest silence inside an answer (a model thinking before its first token)
+LOG_LIMIT = 100_000  # lines; a request loop must not fill the harness's disk
+SECRET_PARAMS = ("key", "api_key", "apikey", "access_token")
+HOP = {"connection", "keep-alive", "proxy-connection", "proxy-authorization", "te", "trailer", "transfer-encoding"}
+HOP |= {"upgrade", "host", "content-length", "accept-encoding"}
+BUDGET_PREFIX = "1GC-7RC: the run's API budget"
+
+
+def budget_message(max_cost: float, spent: float) -> str:
+    return (
+        f"{BUDGET_PREFIX} of ${max_cost:.2f} is spent (${spent:.4f} used): no further model requests are possible "
+        "in this run. Stop here."
+    )
+
+
+def refusal(api: str | None, path: str, message: str) -> tuple[int, dict]:
+    """The HTTP status and JSON body that API uses for a request it will not serve (so that the CLI shows the text
+    to its model and does not retry)."""
+    if api == "anthropic" or path.split("?", 1)[0].endswith("/messages"):
+        return 402, {"type": "error", "error": {"type": "billing_error", "message": message}}
+    if api == "gemini" or "/v1beta/" in path:
+        return 402, {"error": {"code": 402, "message": message, "status": "FAILED_PRECONDITION"}}
+    quota = {"message": message, "type": "insufficient_quota", "code": "insufficient_quota", "param": None}
+    return 429, {"error": quota}
+
+
+def safe_path(path: str) -> str:
+    """The request path as logged: query parameters that carry keys have their values removed."""
+    parts = urlsplit(path)
+    if not parts.query:
+        return parts.path
+    pairs = parse_qsl(parts.query, keep_blank_values=True)
+    q = [(k, "REDACTED" if k.lower() in SECRET_PARAMS else v) for k, v in pairs]
+    return f"{parts.path}?{urlencode(q)}"
+
+
+class _Upstream(http.client.HTTPSConnection):
+    """An HTTPS connection to ``host`` that may dial another address (``resolve``, tests' non-loopback names served
+    on this machine) while checking the certificate against ``host``."""
+
+    def __init__(self, host: str, port: int, address: str, context: ssl.SSLContext) -> None:
+        super().__init__(host, port, timeout=UPSTREAM_TIMEOUT_S, context=context)
+        self._address = address
+
+    def connect(self) -> None:
+        sock = socket.create_connection((self._address, self.port), self.timeout)
+        self.sock = self._context.wrap_socket(sock, server_hostname=self.host)
+
+
+class Gateway:
+    """One upstream API (``https://api.anthropic.com``, ``https://api.openai.com/v1``, a loopback mock) and its log.
+
+    ``resolve``: host -> address to dial instead of asking DNS; ``cafile``: a CA to trust beside the system's;
+    ``max_cost``: the run's API budget in USD (None: none). :meth:`handle` serves one client connection (given to a
+    :class:`bench.sandbox.network.UnixServer`); :attr:`spent` is the running cost."""
+
+    def __init__(
+        self,
+        upstream: str,
+        log: Path,
+        *,
+        max_cost: float | None = None,
+        resolve: dict[str, str] | None = None,
+        cafile: str | None = None,
+        model: str | None = None,
+    ) -> None:
+        parts = urlsplit(upstream)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"not an http(s) endpoint: {upstream!r}")
+        self.upstream, self.scheme, self.host = upstream, parts.scheme, parts.hostname
+        self.port = parts.port or (443 if self.scheme == "https" else 80)
+        self.base_path = parts.path.rstrip("/")
+        self.log, self.max_cost, self.model = Path(log), max_cost, model
+        self.address = (resolve or {}).get(self.host, self.host)
+        self.context = ssl.create_default_context()
+        if cafile:
+            self.context.load_verify_locations(cafile)
+        self.spent = 0.0
+        self.capped = False  # the budget refused a request
+        self._lock = threading.Lock()
+        self._lines = 0
+
+    def inside_url(self, port: int) -> str:
+        """The base URL the CLI is given: the gateway's port inside, with the upstream's path (``/v1``)."""
+        return f"http://127.0.0.1:{port}{self.base_path}"
+
+    # --- one client connection ---------------------------------------------------------------------------
+    def handle(self, conn: socket.socket) -> None:
+        conn.settimeout(IDLE_TIMEOUT_S)
+        rfile = conn.makefile("rb")
+        up: http.client.HTTPConnection | None = None
+        try:
+            while True:
+                req = _read_request(rfile)
+                if req is None:
+                    return
+                method, path, headers, body = req
+                up, keep = self._one(conn, up, method, path, headers, body)
+                if not keep:
+                    return
+        except (OSError, ValueError, http.client.HTTPException):
+            return
+        finally:
+            if up is not None:
+                up.close()
+            with contextlib.suppress(OSError):
+                rfile.close()
+                conn.close()
+
+    def _connect(self) -> http.client.HTTPConnection:
+        if self.scheme == "https":
+            return _Upstream(self.host, self.port, self.address, self.context)
+        return http.client.HTTPConnection(self.address, self.port, timeout=UPSTREAM_TIMEOUT_S)
+
+    def _one(self, conn, up, method: str, path: str, headers: list[tuple[str, str]], body: bytes):
+        """Forward one request and stream its answer back; returns the upstream connection to reuse and whether
+        the client connection stays open."""
+        t0 = time.time()
+        api = api_of(method, path)
+        parsed = _json(body) if api else None
+        rec: dict = {"t": round(t0, 3), "method": method, "path": safe_path(path)[:300], "api": api}
+        rec["model"] = request_model(api, path, parsed) or self.model
+        rec["stream"] = bool(parsed and parsed.get("stream")) or ":streamGenerateContent" in path
+        if api == "chat" and parsed and parsed.get("stream"):  # the usage arrives only when asked for
+            opts = parsed.get("stream_options") if isinstance(parsed.get("stream_options"), dict) else {}
+            if not opts.get("include_usage"):
+                parsed["stream_options"] = {**opts, "include_usage": True}
+                body = json.dumps(parsed).encode()
+        close = any(k.lower() == "connection" and v.lower() == "close" for k, v in headers)
+        if api and self.max_cost is not None and self.spent >= self.max_cost:
+            self.capped = True
+            status, payload = refusal(api, path, budget_message(self.max_cost, self.spent))
+            self._note({**rec, "status": status, "refused": "budget", "latency_s": round(time.time() - t0, 3)})
+            _send_json(conn, status, payload)
+            return up, not close
+        out = [(k, v) for k, v in headers if k.lower() not in HOP]
+        out += [("Host", self.host if self.port in (80, 443) else f"{self.host}:{self.port}")]
+        out += [("Accept-Encoding", "identity"), ("Content-Length", str(len(body)))]
+        resp = None
+        for attempt in (0, 1):  # a kept-alive upstream connection may have been closed meanwhile: one redial
+            if up is None:
+                up = self._connect()
+            try:
+                up.putrequest(method, path, skip_host=True, skip_accept_encoding=True)
+                for k, v in out:
+                    up.putheader(k, v)
+                up.endheaders(body if body or method in ("POST", "PUT", "PATCH") else None)
+                resp = up.getresponse()
+                break
+            except (OSError, http.client.HTTPException) as e:
+                up.close()
+                up = None
+                if attempt:  # no route to the API: the client sees its connection dropped, as without a gateway
+                    self._note({**rec, "status": 0, "error": f"{type(e).__name__}: {e}"[:300], "latency_s": 0})
+                    return None, False
+        usage = Usage(api, rec["model"])
+        sse = "text/event-stream" in (resp.getheader("Content-Type") or "")
+        rec["status"] = resp.status
+        whole = resp.getheader("Content-Length") is not None and resp.getheader("Transfer-Encoding") is None
+        head = [f"HTTP/1.1 {resp.status} {resp.reason}"]
+        head += [f"{k}: {v}" for k, v in resp.getheaders() if k.lower() not in HOP | {"content-encoding"}]
+        head += [f"Content-Length: {resp.length}" if whole else "Transfer-Encoding: chunked"]
+        head += ["Connection: close"] if close else []
+        cut, first, body_seen, keep = None, None, bytearray(), not close
+        try:
+            conn.sendall(("\r\n".join(head) + "\r\n\r\n").encode("latin-1"))
+        except OSError:
+            cut, keep = "the client closed its connection", False
+        while cut is None:
+            try:
+                data = resp.read1(65536)
+            except (OSError, http.client.HTTPException) as e:
+                cut, keep = f"the API's answer broke off: {type(e).__name__}", False
+                break
+            if first is None:
+                first = time.time()
+            if api and sse:
+                usage.feed(data)
+            elif api and len(body_seen) < MAX_BODY:
+                body_seen += data
+            try:
+                if not data:
+                    if not whole:
+                        conn.sendall(b"0\r\n\r\n")
+                    break
+                conn.sendall(data if whole else b"%x\r\n%s\r\n" % (len(data), data))
+            except OSError:
+                cut, keep = "the client closed its connection mid-answer", False
+        if cut is not None:
+            up.close()
+            up = None
+        if api and not sse and cut is None:
+            usage.read_json(bytes(body_seen))
+        end = time.time()
+        rec.update(latency_s=round(end - t0, 3), ttfb_s=round((first or end) - t0, 3))
+        if api:
+            model = rec["model"] or usage.model
+            rec.update(model=model, input=usage.input, output=usage.output, cached=usage.cached)
+            rec.update(cache_write=usage.cache_write, complete=usage.complete)
+            price = pricing.cost(model, usage.input, usage.output, usage.cached, usage.cache_write)
+            rec["cost_usd"] = price
+            if price is not None:
+                with self._lock:
+                    self.spent += price
+        if cut:
+            rec["cut"] = cut
+        rec["spent_usd"] = round(self.spent, 6)
+        self._note(rec)
+        return up, keep
+
+    def _note(self, rec: dict) -> None:
+        """Append one line and flush it at once (a killed harness keeps every request so far)."""
+        with self._lock:
+            self._lines += 1
+            if self._lines > LOG_LIMIT:
+                return
+            if self._lines == LOG_LIMIT:
+                rec = {"t": rec.get("t"), "truncated": f"more than {LOG_LIMIT} requests: the log stops here"}
+            with contextlib.suppress(OSError), open(self.log, "a") as f:
+                f.write(json.dumps(rec) + "\n")
+
+
+def _json(body: bytes) -> dict | None:
+    try:
+        o = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return o if isinstance(o, dict) else None
+
+
+def _read_request(rfile) -> tuple[str, str, list[tuple[str, str]], bytes] | None:
+    """One HTTP/1.1 request (method, origin-form path, headers in order, body); None at a clean end of the
+    connection. Raises ValueError for a malformed one."""
+    line = rfile.readline(MAX_HEAD)
+    while line in (b"\r\n", b"\n"):
+        line = rfile.readline(MAX_HEAD)
+    if not line:
+        return None
+    parts = line.decode("latin-1").split()
+    if len(parts) != 3:
+        raise ValueError("not an HTTP request line")
+    method, target, _ = parts
+    headers, size = [], 0
+    while (h := rfile.readline(MAX_HEAD)) not in (b"\r\n", b"\n", b""):
+        size += len(h)
+        if size > MAX_HEAD:
+            raise ValueError("request head too large")
+        k, _, v = h.decode("latin-1").partition(":")
+        headers.append((k.strip(), v.strip()))
+    names = {k.lower(): v for k, v in headers}
+    if "chunked" in names.get("transfer-encoding", "").lower():
+        body = bytearray()
+        while (n := int(rfile.readline(1024).split(b";")[0].strip() or b"0", 16)) > 0:
+            body += rfile.read(n)
+            rfile.readline(1024)
+            if len(body) > MAX_BODY:
+                raise ValueError("request body too large")
+        while rfile.readline(MAX_HEAD) not in (b"\r\n", b"\n", b""):
+            pass  # trailers
+        return method, _origin(target), headers, bytes(body)
+    length = int(names.get("content-length") or 0)
+    if length > MAX_BODY:
+        raise ValueError("request body too large")
+    return method, _origin(target), headers, rfile.read(length) if length else b""
+
+
+def _origin(target: str) -> str:
+    if "://" not in target:
+        return target
+    parts = urlsplit(target)
+    return (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+
+
+def _send_json(conn: socket.socket, status: int, payload: dict) -> None:
+    data = json.dumps(payload).encode()
+    reason = {402: "Payment Required", 429: "Too Many Requests"}.get(status, "Error")
+    head = f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n"
+    conn.sendall(head.encode() + data)

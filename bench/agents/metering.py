@@ -1,0 +1,133 @@
+"""A run's metering: which gateway its CLI gets (at the launch), and what the gateway's log says (at the record).
+
+At the launch, :func:`plan` decides whether the agent's LLM requests go through a metering gateway
+(:mod:`bench.agents.gateway`): a sandboxed CLI agent whose adapter names the base-URL variable it can be pointed
+with (``gateway_var``) and whose run reaches one API. ``BENCH_GATEWAY=0`` turns it off (the CLI then reaches its API
+through the sandbox's proxy, as before). Two settings of the harness's environment serve tests and split-horizon
+set-ups: ``BENCH_GATEWAY_RESOLVE=host=address[,...]`` dials an address instead of asking DNS (the certificate is still
+checked against the host), ``BENCH_GATEWAY_CA=file`` trusts a CA beside the system's.
+
+At the record, :func:`summary` reads ``llm.jsonl`` into the run's totals (tokens, cost, requests, errors, requests cut
+mid-answer, the budget's refusals) and :func:`series` into time series for the agent run (cumulative values, one
+point per request, step = whole seconds since the launch).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, replace
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from bench.agents.base import LaunchContext
+from bench.agents.gateway import INSIDE_PORT, LOG_NAME, Gateway
+from bench.tracking import schema
+
+
+@dataclass
+class Metering:
+    """The gateway of one launch and what the launch needs from it."""
+
+    gateway: Gateway
+    ctx: LaunchContext  # with ``base_urls`` pointing at the gateway inside the sandbox
+    services: dict  # inside port -> handler, for the sandbox's network
+
+
+def plan(
+    agent: object, ctx: LaunchContext, endpoints: tuple[str, ...], log: Path, max_cost: float | None = None
+) -> Metering | None:
+    """The gateway for this launch, or None when the agent's requests cannot (or must not) go through one."""
+    if os.environ.get("BENCH_GATEWAY", "1") == "0" or len(endpoints) != 1 or not hasattr(agent, "gateway_var"):
+        return None
+    var = agent.gateway_var(ctx)
+    if not var:
+        return None
+    upstream = endpoints[0]
+    if not os.environ.get(var) and not urlsplit(upstream).path.strip("/"):
+        upstream = upstream.rstrip("/") + getattr(agent, "gateway_default_path", "")
+    resolve = dict(pair.split("=", 1) for pair in os.environ.get("BENCH_GATEWAY_RESOLVE", "").split(",") if "=" in pair)
+    gw = Gateway(
+        upstream, log, max_cost=max_cost, resolve=resolve, cafile=os.environ.get("BENCH_GATEWAY_CA"), model=ctx.model
+    )
+    return Metering(gw, replace(ctx, base_urls={var: gw.inside_url(INSIDE_PORT)}), {INSIDE_PORT: gw.handle})
+
+
+def read(log: Path) -> list[dict]:
+    """The gateway's lines (a torn last line, as a killed harness leaves it, is skipped)."""
+    out = []
+    try:
+        text = Path(log).read_text(errors="replace")
+    except OSError:
+        return []
+    for line in text.splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(rec, dict) and "t" in rec and "truncated" not in rec:
+            out.append(rec)
+    return out
+
+
+def log_path(run_dir: Path) -> Path:
+    return Path(run_dir) / "evidence" / LOG_NAME
+
+
+def _error(rec: dict) -> bool:
+    return not isinstance(rec.get("status"), int) or not 200 <= rec["status"] < 400
+
+
+def summary(records: list[dict], max_cost: float | None = None) -> dict:
+    """The run's totals from the gateway's lines: ``metrics`` (schema names) and what result.json keeps."""
+    model_calls = [r for r in records if r.get("api")]
+    priced = [r for r in model_calls if "refused" not in r and r.get("status") != 0]
+    unpriced = sorted({str(r.get("model")) for r in priced if r.get("cost_usd") is None and _tokens(r)})
+    cost = sum(r.get("cost_usd") or 0.0 for r in priced)
+    metrics = {
+        schema.TOKENS_INPUT: float(sum(int(r.get("input") or 0) for r in priced)),
+        schema.TOKENS_OUTPUT: float(sum(int(r.get("output") or 0) for r in priced)),
+        schema.TOKENS_CACHED: float(sum(int(r.get("cached") or 0) for r in priced)),
+        schema.COST_USD: None if unpriced else round(cost, 6),
+        schema.LLM_REQUESTS: float(len(records)),
+        schema.LLM_ERRORS: float(sum(_error(r) for r in records)),
+    }
+    refused = [r for r in records if r.get("refused") == "budget"]
+    return {
+        "metrics": metrics,
+        "requests": len(records),
+        "model_requests": len(model_calls),
+        "cut": sum(1 for r in records if r.get("cut")),
+        "incomplete": sum(1 for r in priced if r.get("complete") is False),
+        "unpriced_models": unpriced,
+        "max_cost_usd": max_cost,
+        "cap_hit": bool(refused),
+        "cap_hit_at": refused[0]["t"] if refused else None,
+    }
+
+
+def _tokens(r: dict) -> int:
+    return int(r.get("input") or 0) + int(r.get("output") or 0)
+
+
+def series(records: list[dict], started_at: float) -> list[tuple[str, float, int, int]]:
+    """(metric, cumulative value, step = whole seconds since the launch, timestamp in ms) per request, in the order
+    the requests ended: the agent run's charts of tokens, cost, requests and errors over the run."""
+    out: list[tuple[str, float, int, int]] = []
+    tin = tout = tcached = requests = errors = 0
+    cost = 0.0
+    for r in sorted(records, key=lambda r: r["t"] + float(r.get("latency_s") or 0)):
+        end = r["t"] + float(r.get("latency_s") or 0)
+        step, ts = max(0, int(end - started_at)), int(end * 1000)
+        requests += 1
+        errors += _error(r)
+        points = [(schema.LLM_REQUESTS, requests), (schema.LLM_ERRORS, errors)]
+        if r.get("api") and "refused" not in r and r.get("status") != 0:
+            tin += int(r.get("input") or 0)
+            tout += int(r.get("output") or 0)
+            tcached += int(r.get("cached") or 0)
+            cost += r.get("cost_usd") or 0.0
+            points += [(schema.TOKENS_INPUT, tin), (schema.TOKENS_OUTPUT, tout), (schema.TOKENS_CACHED, tcached)]
+            points += [(schema.COST_USD, round(cost, 6))]
+        out += [(k, float(v), step, ts) for k, v in points]
+    return out
