@@ -58,6 +58,8 @@ SKIP: dict[str, str] = {
     "bench baselines tune --task t6 --trials 40 --budget 10m": "10 minutes of trials",
     "bench optuna-dashboard": SERVER,
     "pip install -e '.[postgres]'": "installs packages into the environment",
+    ".venv/bin/pip install -e '.[lab]'": "installs packages into the environment",
+    ".venv/bin/jupyter lab notebooks/": SERVER,
     "bench server --postgres /shared/bench-pg --host 0.0.0.0 --port 5000 --artifacts-destination "
     "/shared/bench-artifacts": SERVER + " (and PostgreSQL)",
     "export MLFLOW_TRACKING_URI=http://head:5000": PLACEHOLDER + " (a cluster's head node)",
