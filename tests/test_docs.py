@@ -34,6 +34,8 @@ PLACEHOLDER = "a placeholder value for the reader to fill in"
 SKIP: dict[str, str] = {
     "make demo": "installs the toolkit and runs ~10 min (the demo's own test covers it)",
     "make test": "the whole test suite",
+    "make ui": SERVER,
+    "make lab": SERVER + " (and installs the lab extra)",
     "bench run --agent baseline --task t6 --budget 3m --repeats 5 --campaign mine": "five runs: > 1 min on 2 cores",
     "bench ui --experiment mine": SERVER,
     "bench ui": SERVER,
