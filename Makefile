@@ -1,11 +1,14 @@
 # Two entry points, both self-installing into .venv (see README.md):
 #   make demo   install, then run `bench demo` (baseline agent on T6 and T1, into MLflow)
 #   make test   install, then run the whole test suite
+# and two to look at the results without activating the environment:
+#   make ui     the MLflow UI on the store (`bench ui`; UI_ARGS="--port 5001" passes options)
+#   make lab    install JupyterLab (the `lab` extra) and open it on notebooks/ (LAB_ARGS="--no-browser" passes options)
 PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test install lint
+.PHONY: demo test install lint ui lab
 
 $(BIN)/bench: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -25,3 +28,13 @@ test: $(BIN)/bench
 
 lint: $(BIN)/bench
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
+
+ui: $(BIN)/bench
+	$(BIN)/bench ui $(UI_ARGS)
+
+$(BIN)/jupyter-lab: $(BIN)/bench
+	$(BIN)/python -m pip install -q -e '.[lab]'
+	touch $@
+
+lab: $(BIN)/jupyter-lab
+	$(BIN)/jupyter-lab --notebook-dir=notebooks $(LAB_ARGS)

@@ -8,6 +8,7 @@ returns the numbers a figure draws, which the report also writes as CSV.
 from __future__ import annotations
 
 import math
+import textwrap
 
 import numpy as np
 import pandas as pd
@@ -64,6 +65,13 @@ def deviation_note(rows: pd.DataFrame) -> str:
     return f"{MARK} outside the paper's protocol: " + "; ".join(items) if items else ""
 
 
+def note_title(fig: Figure, note: str, fontsize: float = 8) -> None:
+    """``note`` as the figure's title, wrapped to the figure's width: a long note (many marked entries) on one line
+    runs past both edges of a narrow figure, and the constrained layout does not wrap a title."""
+    chars = max(int(fig.get_figwidth() * 72 / (fontsize * 0.62)), 20)  # DejaVu Sans averages ~0.55 em a character
+    fig.suptitle(textwrap.fill(note, chars, break_on_hyphens=False), fontsize=fontsize)
+
+
 # --- Figure 3 ---------------------------------------------------------------------------------
 def figure3_data(lb: Leaderboard) -> tuple[pd.DataFrame, dict]:
     """Points (mean scripts per task, Agg) of every agent entry, and the least-squares fit with Pearson r."""
@@ -78,6 +86,27 @@ def figure3_data(lb: Leaderboard) -> tuple[pd.DataFrame, dict]:
         r, p = pearson(full["mean_scripts"], full["agg"])
         fit.update(slope=float(slope), intercept=float(intercept), r=float(r), p=float(p))
     return points, fit
+
+
+def _coinciding_labels(points: pd.DataFrame) -> dict[tuple[float, float], list[str]]:
+    """Figure 3's labels by spot: entries whose points fall within 2 % of the x range and 4 % of the y range of
+    each other (the same Agg and scripts, e.g. one agent in two campaigns) share one spot and are listed there one
+    under the other, instead of printing over each other."""
+    spans = [max(float(np.ptp(points[c])) if len(points) else 0.0, 1e-9) for c in ("mean_scripts", "agg")]
+    spots: dict[tuple[float, float], list[str]] = {}
+    for row in points.sort_values(["agg", "mean_scripts"], ascending=False).itertuples():
+        label = _label(row.entry, row.nonstandard, row.superseded_by)
+        label += "" if row.complete else f" ({row.agg_tasks}/{row.of_tasks})"
+        near = next(
+            (
+                spot
+                for spot in spots
+                if abs(spot[0] - row.mean_scripts) <= 0.02 * spans[0] and abs(spot[1] - row.agg) <= 0.04 * spans[1]
+            ),
+            None,
+        )
+        spots.setdefault(near or (row.mean_scripts, row.agg), []).append(label)
+    return spots
 
 
 def figure3(lb: Leaderboard) -> Figure:
@@ -104,9 +133,8 @@ def figure3(lb: Leaderboard) -> Figure:
             label=None if group in seen else group,
         )
         seen.add(group)
-        label = _label(row.entry, row.nonstandard, row.superseded_by)
-        label += "" if row.complete else f" ({row.agg_tasks}/{row.of_tasks})"
-        ax.annotate(label, (row.mean_scripts, row.agg), xytext=(5, 4), textcoords="offset points", fontsize=8)
+    for (x, y), labels in _coinciding_labels(points).items():  # one block of lines per spot: no overprinting
+        ax.annotate("\n".join(labels), (x, y), xytext=(5, 4), textcoords="offset points", fontsize=8, va="bottom")
     titles = [] if np.isfinite(fit["slope"]) else [f"no fit: {fit['n']} entries with all tasks (a line needs 3)"]
     if np.isfinite(fit["slope"]):
         xs = np.linspace(points["mean_scripts"].min() - 0.5, points["mean_scripts"].max() + 0.5, 50)
@@ -238,7 +266,7 @@ def anytime_figure(lb: Leaderboard, curves: pd.DataFrame) -> Figure:
     ]
     fig.legend(handles=handles, loc="outside lower center", ncol=min(3, len(handles)), fontsize=7)
     if note := deviation_note(lb.cells[lb.cells["task"].isin(tasks)]):
-        fig.suptitle(note, fontsize=8)
+        note_title(fig, note)
     return fig
 
 
@@ -326,7 +354,7 @@ def timeline_figure(lb: Leaderboard, tl: pd.DataFrame, max_runs_per_task: int = 
     ]
     fig.legend(handles=handles, loc="outside lower center", ncol=len(handles), fontsize=7)
     if note := deviation_note(lb.cells[lb.cells["task"].isin(tasks)]):
-        fig.suptitle(note, fontsize=8)
+        note_title(fig, note)
     return fig
 
 

@@ -353,3 +353,42 @@ def build(
     present = [t for t in tasks.index if t in set(on_board)]  # the agents' tasks (the tuned row gives context only)
     table = table[table["task"].isin(present)].reset_index(drop=True)
     return Leaderboard(tasks=tasks.loc[present], cells=table, summary=summary(table), runs=runset, excluded=excluded)
+
+
+def top_two(lb: Leaderboard) -> tuple[str, str] | None:
+    """The default paired comparison: the two best entries of *different* agents (dispatch name and model), as
+    ``source:entry``, ranked ones first (unranked ones, best Agg first, only when fewer than two are ranked).
+
+    None when there are not two different agents: the same agent in two campaigns compared with itself says
+    nothing about agents."""
+    agents = lb.summary[(lb.summary["kind"] == AGENT) & lb.summary["agg"].notna()]
+    ranked = agents[agents["rank"].notna()].sort_values("rank", kind="stable")
+    rest = agents[agents["rank"].isna()].sort_values("agg", ascending=False, kind="stable")
+    picked: dict[str, str] = {}  # identity -> source:entry, the first (best) of each agent
+    for r in pd.concat([ranked, rest]).itertuples():
+        ident = identity(r.agent if isinstance(r.agent, str) else "", r.model if isinstance(r.model, str) else "")
+        picked.setdefault(ident, f"{r.source}:{r.entry}")
+        if len(picked) == 2:
+            return tuple(picked.values())
+    return None
+
+
+def short_text(runs: pd.DataFrame, baselines: dict[str, float] | None = None) -> str:
+    """:func:`short_table` as ``bench demo`` prints it: four decimals, "–" where a statistic is undefined (the std
+    of a single run), and § after an agent whose runs on the task are outside the paper's protocol, with a line
+    saying which deviations (the demo's 8-minute CPU run of T1 is not comparable with the paper's results)."""
+    table = short_table(runs, baselines)
+    if table.empty:
+        return "(no runs)"
+    cell = cells(runs).set_index(["task", "entry"])
+    marked = [bool(cell["nonstandard"].get((t, a), False)) for t, a in zip(table["task"], table["agent"], strict=True)]
+    notes = [
+        f"{t} {a}: {cell['deviations'].get((t, a), '').replace(',', ', ') or 'see the run'}"
+        for t, a, m in zip(table["task"], table["agent"], marked, strict=True)
+        if m
+    ]
+    table["agent"] = [a + (f" {deviations.MARK}" if m else "") for a, m in zip(table["agent"], marked, strict=True)]
+    text = table.to_string(index=False, na_rep="–", float_format=lambda v: f"{v:.4f}")
+    if notes:
+        text += f"\n{deviations.MARK} outside the paper's protocol, not comparable with its results: {'; '.join(notes)}"
+    return text

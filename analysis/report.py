@@ -33,7 +33,7 @@ import pandas as pd
 from analysis import curves, figures, notes, stats, tables
 from analysis import published as pub
 from analysis.deviations import excluded_note
-from analysis.leaderboard import AGENT, Leaderboard, build
+from analysis.leaderboard import AGENT, Leaderboard, build, top_two
 from analysis.render import to_markdown, write
 from analysis.runs import load
 
@@ -74,12 +74,19 @@ def _pair(lb: Leaderboard, compare: list[str] | None) -> tuple[str, str] | None:
         except KeyError as e:
             raise ReportError(f"--compare: {e.args[0]}") from e
         return compare[0], compare[1]
-    agents = lb.summary[(lb.summary["kind"] == AGENT) & lb.summary["agg"].notna()]
-    ranked = agents[agents["rank"].notna()]  # complete and not superseded
-    top = (ranked if len(ranked) >= 2 else agents).head(2)
-    if len(top) < 2:
-        return None
-    return tuple(f"{r.source}:{r.entry}" for r in top.itertuples())
+    return top_two(lb)  # two different agents, never one agent with itself
+
+
+def _check_experiments(names: list[str]) -> None:
+    """ReportError naming the experiments that do not exist in the store, and the ones that could be meant."""
+    from bench.tracking import views
+
+    try:
+        views.experiments(names)
+    except LookupError as e:
+        known = [n for n, _ in views.experiments()]
+        hint = f"experiments with agent runs: {', '.join(known[:10])}" if known else "the store has no agent runs"
+        raise ReportError(f"{e} ({hint}{', ...' if len(known) > 10 else ''})") from e
 
 
 def write_report(
@@ -98,6 +105,8 @@ def write_report(
     ``include_nonstandard``: with ``published``, keep the runs made outside the paper's protocol (marked);
     by default they are left out of a comparison with the paper and the front page says so."""
     out = Path(out)
+    if experiments:
+        _check_experiments(list(experiments))
     out.mkdir(parents=True, exist_ok=True)
     loaded = load(experiments)
     lb = build(
@@ -191,7 +200,10 @@ def _index(lb, runs, experiments, published, fit, comparison, written, intervals
         lines += [f"**{note}**" for note in unsandboxed] + [""]
     if flagged := notes.audit_notes(lb):
         lines += [f"**{note}**" for note in flagged] + [""]
-    lines += [to_markdown(tables.leaderboard_table(lb, intervals)), "## Tables", ""]
+    board = tables.leaderboard_table(lb, intervals)
+    said = {line.strip("*") for line in lines}  # the notes said once above: not again under the table
+    board.notes = [note for note in board.notes if note not in said]
+    lines += [to_markdown(board), "## Tables", ""]
     titles = {
         "table4": "Table 4: mean ± std, Agg",
         "table5": "Table 5: success and scripts launched",

@@ -302,3 +302,12 @@ def metric_history(run_ids: Iterable[str], key: str, fast: bool | None = None) -
     rows = [(rid, m.step, m.value, m.timestamp / 1000.0) for rid in ids for m in c.get_metric_history(rid, key)]
     df = pd.DataFrame(rows, columns=["run_id", "step", "value", "time"])
     return df.sort_values(["run_id", "time", "step"], kind="stable").reset_index(drop=True)
+
+
+def latest_campaign() -> str | None:
+    """The experiment (campaign) of the agent run started last: what a notebook reads when told nothing, since
+    experiments mixed together compare an agent with itself and draw a 3-minute pilot on a 40-minute axis."""
+    agents = agent_runs()
+    if agents.empty:
+        return None
+    return str(agents.loc[agents["start_time"].astype(float).idxmax(), "experiment"])

@@ -78,6 +78,22 @@ def _agg_cell(lb: Leaderboard, source: str, entry: str, column: str, best: set) 
     return Cell(fmt(row[column], 3, sign=True), bold=(source, entry) in best, note=note)
 
 
+def reference_note(lb: Leaderboard) -> list[str]:
+    """What the rows above the rule are: the Reference row is no agent's and no rival's (a table note)."""
+    ref = lb.tasks[lb.tasks["reference"].notna()]
+    if ref.empty:
+        return []
+    sources = "; ".join(
+        f"{r.label} {r.reference_source}" if isinstance(r.reference_source, str) and r.reference_source else r.label
+        for r in ref.itertuples()
+    )
+    return [
+        "Reference: a published result on the task's dataset from the literature, trained without the 1GC-7RC "
+        f"budget ({sources}; paper Appendix D): context for the scale, not an entry. Baseline: the task's "
+        "baseline score (Table 2), the b of Eq. 1."
+    ]
+
+
 def _reference_rows(lb: Leaderboard, value: str, with_last: bool) -> list[Row]:
     """Reference (published, Appendix D), Baseline (Table 2) and the Optuna-tuned row when present."""
     tail = [Cell("–")] if with_last else []
@@ -180,7 +196,7 @@ def table4(lb: Leaderboard) -> Table:
         lb, lambda c, _: _score_cell(c, "mean", bold, True), lambda s, e: _agg_cell(lb, s, e, "agg", best_agg)
     )
     t.data = _tidy(lb, "mean", bold, "agg", best_agg)
-    t.notes = table_notes(lb)
+    t.notes = reference_note(lb) + table_notes(lb)
     return t
 
 
@@ -201,7 +217,7 @@ def table6(lb: Leaderboard) -> Table:
         lb, lambda c, _: _score_cell(c, "best", bold, False), lambda s, e: _agg_cell(lb, s, e, "agg_max", best_agg)
     )
     t.data = _tidy(lb, "best", bold, "agg_max", best_agg)
-    t.notes = table_notes(lb)
+    t.notes = reference_note(lb) + table_notes(lb)
     return t
 
 

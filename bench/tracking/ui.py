@@ -21,7 +21,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from importlib.metadata import entry_points
+from importlib.metadata import distributions
 from pathlib import Path
 
 from bench.tracking import store, views
@@ -58,8 +58,13 @@ def check_port(host: str, port: int) -> None:
 
 
 def app_registered() -> bool:
-    """Whether this environment has the ``bench-ui`` app (an install older than the entry point has not)."""
-    return any(e.name == APP for e in entry_points(group="mlflow.app"))
+    """Whether this environment has the ``bench-ui`` app (an install older than the entry point has not), as the
+    ``mlflow`` command will see it: in the environment's site-packages (here, ``python -m`` run from a checkout
+    would read a stale ``*.egg-info`` of the checkout first)."""
+    import mlflow
+
+    site = str(Path(mlflow.__file__).resolve().parents[1])
+    return any(e.name == APP and e.group == "mlflow.app" for d in distributions(path=[site]) for e in d.entry_points)
 
 
 def command(host: str, port: int, app: bool) -> list[str]:

@@ -1,16 +1,20 @@
-"""`bench ui` in a real browser: the links it prints open MLflow 3.17's runs table as the README says.
+"""`bench ui` in a real browser: the links it prints open MLflow 3.17's runs table as the docs say.
 
 Headless chromium (Debian's package: Playwright's own browser download is not reachable here) driven by Playwright
 for Python against `bench ui` started by the test on a free 127.0.0.1 port, over the campaign of tests/campaign.py
-(baseline and command agents x T6 and T5 x 2 repeats, real runs, plus the campaign summary). Checked: the runs view
-shows the documented columns in their order, the campaign run holds one summary run per agent with its Agg, and the
-compare view (grouped by bench.entry) shows each agent's mean rel_improvement, reached by the README's three clicks
-too. The screenshot of the compare view is saved under the test's tmp folder; with BENCH_UPDATE_SCREENSHOT=1 it
-replaces the README's image (analysis/images/mlflow-compare-agents.png).
+(baseline and command agents x T6 and T5 x 2 repeats, real runs, plus the campaign summary). Every page is opened in
+a fresh browser context (no local storage: a first visit). Checked: every printed link, the run pages they lead to
+and the bare experiment page open in MLflow's model-training mode, not GenAI; the runs view shows the documented
+columns and the campaign's summary runs with their Agg; the per-task view groups the agent runs by task, then agent,
+with each group's mean score and rel_improvement; the comparison view lists the summary runs' Agg, Agg-max and
+success rate. The screenshots of the per-task and comparison views are saved under the test's tmp folder; with
+BENCH_UPDATE_SCREENSHOT=1 they replace the docs' images (analysis/images/mlflow-per-task.png,
+analysis/images/mlflow-compare-agents.png).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -24,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.tracking import schema, views
+from bench.tracking import schema, uiapp, views
 from tests.campaign import campaign  # noqa: F401 (the session fixture)
 
 try:
@@ -33,7 +37,7 @@ except ImportError:  # the test extra not installed
     expect = sync_playwright = None
 
 ROOT = Path(__file__).resolve().parents[2]
-SCREENSHOT = ROOT / "analysis" / "images" / "mlflow-compare-agents.png"
+IMAGES = ROOT / "analysis" / "images"
 CHROMIUM = next((p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None)
 T6, T5 = 0.384, 0.806  # the tasks' baselines (task.toml): T6 MSE, lower is better; T5 accuracy, higher is better
 
@@ -77,7 +81,7 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def ui(campaign):  # noqa: F811
-    """`bench ui` on the campaign's store: {"runs": link, "compare": link, "base": url}; stopped after the module."""
+    """`bench ui` on the campaign's store: {"runs", "per", "compare": links, "base": url}; stopped after the module."""
     port = _free_port()
     env = {**os.environ, **campaign.env()}
     env.pop("MLFLOW_TRACKING_URI", None)
@@ -87,12 +91,12 @@ def ui(campaign):  # noqa: F811
     )
     try:
         lines, links = [], {}
-        while len(links) < 2:
+        while len(links) < 3:
             line = proc.stdout.readline()
             if not line:
                 pytest.fail("bench ui ended before printing its links:\n" + "".join(lines))
             lines.append(line)
-            if m := re.search(r": (runs|compare agents)\s+(http\S+)", line):
+            if m := re.search(r": (runs|per task|compare agents)\s+(http\S+)", line):
                 links[m.group(1).split()[0]] = m.group(2)
         base = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 90
@@ -158,9 +162,56 @@ def _rel(task: str, score: float) -> float:
     return (T6 - score) / T6 if task == "t6" else (score - T5) / T5
 
 
-def test_the_links_open_the_runs_of_the_campaign(ui, campaign):  # noqa: F811
-    assert ui["runs"] == views.url(ui["base"], campaign.experiment_id, views.RUNS_VIEW)
-    assert ui["compare"] == f"{ui['base']}/#/experiments/{campaign.experiment_id}/runs?viewStateShareKey=bench-compare"
+def _mean(values) -> float:
+    values = list(values)
+    return sum(values) / len(values)
+
+
+def _training_mode(page) -> None:
+    """The page is in MLflow's model-training mode: its side bar lists the runs and the model registry, none of the
+    GenAI pages (Judges, Prompts, Evaluation runs), and the UI's stored mode is model training."""
+    nav = page.locator("nav").first
+    expect(nav).to_contain_text("Model registry")
+    for genai in ("Judges", "Evaluation runs", "Prompts", "Agent versions"):
+        expect(nav).not_to_contain_text(genai)
+    assert page.evaluate(f"localStorage.getItem({json.dumps(uiapp.STORAGE_KEY)})") == json.dumps(uiapp.TRAINING)
+
+
+def test_the_links_open_the_views_of_the_campaign_in_model_training_mode(ui, campaign):  # noqa: F811
+    exp = campaign.experiment_id
+    assert ui["runs"] == views.url(ui["base"], exp, views.RUNS_VIEW)
+    assert (
+        ui["per"]
+        == f"{ui['base']}/#/experiments/{exp}/runs?viewStateShareKey=bench-tasks&workflowType=machine_learning"
+    )
+    assert ui["compare"] == (
+        f"{ui['base']}/#/experiments/{exp}/runs?viewStateShareKey=bench-compare&workflowType=machine_learning"
+    )
+
+
+def test_every_page_opens_in_model_training_mode_in_a_fresh_browser(ui, pages, campaign):  # noqa: F811
+    for link in (ui["runs"], ui["per"], ui["compare"]):
+        page = pages(link, width=1600, height=900)
+        _training_mode(page)
+        expect(page.locator("body")).not_to_contain_text("Training runs")  # GenAI mode's title of this page
+        page.close()
+
+    # a run page the runs view leads to (the UI drops the URL's workflowType there: the stored default holds)
+    page = pages(ui["runs"], width=1600, height=900)
+    name = page.locator(".ag-pinned-left-cols-container [col-id='attributes.`Run Name`'] a", has_text="t6").first
+    page.goto(ui["base"] + "/" + name.get_attribute("href"))
+    page.wait_for_url(re.compile(r"/runs/[0-9a-f]{32}"))
+    expect(page.get_by_text("Model metrics", exact=True)).to_be_visible()
+    assert "workflowType" not in page.url
+    _training_mode(page)
+    expect(page.locator("body")).not_to_contain_text("Evaluations")  # GenAI mode's breadcrumb of a run page
+    page.close()
+
+    # the experiment's bare address, typed by hand in a browser that never saw bench ui's links
+    page = pages(f"{ui['base']}/#/experiments/{campaign.experiment_id}", width=1600, height=900)
+    expect(page).to_have_url(re.compile(r"/runs\?.*workflowType=machine_learning"))
+    _training_mode(page)
+    page.close()
 
 
 def test_the_runs_view_shows_the_documented_columns_and_the_campaign_summary(ui, pages, campaign):  # noqa: F811
@@ -180,49 +231,90 @@ def test_the_runs_view_shows_the_documented_columns_and_the_campaign_summary(ui,
         row = page.locator(f'.ag-pinned-left-cols-container .ag-row[row-id="{run_id}"]')
         row.wait_for()
         assert f"summary: {entry}" in row.inner_text()
-        scores = {t: [r.score for r in campaign.results if (r.agent, r.task) == (entry, t)] for t in ("t6", "t5")}
-        agg = sum(_rel(t, sum(s) / len(s)) for t, s in scores.items()) / 2  # Eq. 1 by hand from the runs' results
-        assert _number(_cell(page, run_id, "metrics.`agg`").inner_text()) == pytest.approx(agg, rel=1e-9)
+        assert _number(_cell(page, run_id, "metrics.`agg`").inner_text()) == pytest.approx(_agg(campaign, entry))
         assert _cell(page, run_id, "tags.`bench.kind`").inner_text() == "summary"
     page.close()
 
 
-def test_grouping_by_entry_shows_each_agents_mean_rel_improvement(ui, pages, campaign, tmp_path):  # noqa: F811
-    expected = {
-        entry: sum(_rel(r.task, r.score) for r in runs) / len(runs)
-        for entry in ("baseline", "command")
-        if (runs := [r for r in campaign.results if r.agent == entry])
-    }
-    page = pages(ui["compare"])
-    columns = page.locator(".ag-header-cell").evaluate_all("hs => hs.map(h => h.getAttribute('col-id'))")
-    assert "metrics.`agg`" not in columns and "metrics.`rel_improvement`" in columns  # agent runs' columns only
-    for entry, mean in expected.items():
-        cell = _cell(page, f"tag.bench.entry.{entry}", "metrics.`rel_improvement`")
-        assert cell.inner_text().endswith("(average)")
-        assert _number(cell.inner_text()) == pytest.approx(mean, rel=1e-9)
-    assert page.get_by_text("8 matching runs").is_visible()  # agent runs only: no script, eval or summary run
-    page.close()
+def _agg(campaign, entry: str) -> float:  # noqa: F811 (campaign: the fixture's value, passed on)
+    """Eq. 1 by hand from the runs' results: the mean over tasks of the relative improvement of the task's mean."""
+    scores = {t: [r.score for r in campaign.results if (r.agent, r.task) == (entry, t)] for t in ("t6", "t5")}
+    return _mean(_rel(t, _mean(s)) for t, s in scores.items())
 
-    # the README's three clicks, from the experiment's page in a browser that never saw the views
-    page = pages(f"{ui['base']}/#/experiments/{campaign.experiment_id}/runs", width=1600, height=900)
-    page.locator('[data-testid="saved-views-trigger"]').click()
-    page.get_by_role("menuitem", name="1GC-7RC: compare agents").click()
-    cell = _cell(page, "tag.bench.entry.command", "metrics.`rel_improvement`")
-    cell.wait_for(state="attached")
-    assert _number(cell.inner_text()) == pytest.approx(expected["command"], rel=1e-9)
-    for label in ("Close", "Hide banner"):  # the assistant's panel and the shared-view banner: not in the picture
+
+def _hide_panels(page) -> None:
+    """The shared-view banner (and the Assistant's panel, if a later MLflow opens it anyway): not in the picture."""
+    for label in ("Close", "Hide banner"):
         button = page.get_by_role("button", name=label, exact=True)
         if button.count():
             button.first.click()
     page.wait_for_timeout(1000)
-    shot = tmp_path / "mlflow-compare-agents.png"
+
+
+def _screenshot(page, tmp_path: Path, name: str) -> None:
+    shot = tmp_path / name
     page.screenshot(path=str(shot))
     assert shot.stat().st_size > 20_000
     if os.environ.get("BENCH_UPDATE_SCREENSHOT") == "1":
-        SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(shot, SCREENSHOT)
-    page.locator('label:has(input[name="runs-view-mode"][value="CHART"])').click()  # the third click: the charts
+        IMAGES.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(shot, IMAGES / name)
+
+
+def test_the_per_task_view_groups_by_task_then_agent(ui, pages, campaign, tmp_path):  # noqa: F811
+    groups = {
+        (task, entry): runs
+        for task in ("t5", "t6")
+        for entry in ("baseline", "command")
+        if (runs := [r for r in campaign.results if (r.task, r.agent) == (task, entry)])
+    }
+    assert len(groups) == 4
+    page = pages(ui["per"])
+    columns = page.locator(".ag-header-cell").evaluate_all("hs => hs.map(h => h.getAttribute('col-id'))")
+    assert "metrics.`agg`" not in columns and "metrics.`score`" in columns  # agent runs' columns only
+    rows = page.locator(".ag-center-cols-container .ag-row").evaluate_all("rs => rs.map(r => r.getAttribute('row-id'))")
+    group_rows = [r for r in rows if not re.search(r"\.[0-9a-f]{32}$", r)]  # a run's row: its group's id + its own
+    assert sorted(group_rows) == sorted(f"tag.bench.task.{t},tag.bench.entry.{e}" for t, e in groups)
+    assert [r.split(",")[0] for r in group_rows] == sorted(r.split(",")[0] for r in group_rows)  # task by task
+    for (task, entry), runs in groups.items():
+        row = f"tag.bench.task.{task},tag.bench.entry.{entry}"
+        score = _cell(page, row, "metrics.`score`").inner_text()
+        assert score.endswith("(average)")  # a mean over one agent's runs on one task, never across tasks
+        assert _number(score) == pytest.approx(_mean(r.score for r in runs), rel=1e-9)
+        rel = _number(_cell(page, row, "metrics.`rel_improvement`").inner_text())
+        assert rel == pytest.approx(_mean(_rel(task, r.score) for r in runs), rel=1e-9)
+    assert page.get_by_text("8 matching runs").is_visible()  # agent runs only: no script, eval or summary run
+    page.close()
+
+    # the docs' clicks, from the experiment's page in a browser that never saw the views: Views, "per task"
+    page = pages(f"{ui['base']}/#/experiments/{campaign.experiment_id}/runs", width=1600, height=900)
+    page.locator('[data-testid="saved-views-trigger"]').click()
+    page.get_by_role("menuitem", name="1GC-7RC: per task").click()
+    cell = _cell(page, "tag.bench.task.t6,tag.bench.entry.command", "metrics.`score`")
+    cell.wait_for(state="attached")
+    assert _number(cell.inner_text()) == pytest.approx(_mean(r.score for r in groups[("t6", "command")]), rel=1e-9)
+    _hide_panels(page)
+    _screenshot(page, tmp_path, "mlflow-per-task.png")
+    page.locator('label:has(input[name="runs-view-mode"][value="CHART"])').click()  # the charts: a bar per group
     page.get_by_placeholder("Search metric charts").fill(schema.REL_IMPROVEMENT)
-    for mean in expected.values():  # the one chart left: rel_improvement, a bar per group labelled with its mean
+    for runs in groups.values():
+        mean = _mean(_rel(r.task, r.score) for r in runs)
         expect(page.locator(".js-plotly-plot").first).to_contain_text(f"{mean:.2f}")
+    page.close()
+
+
+def test_the_comparison_view_ranks_the_summary_runs_by_agg(ui, pages, campaign, tmp_path):  # noqa: F811
+    page = pages(ui["compare"], width=1600, height=900)
+    summaries = campaign.summary.summary_runs  # entry -> run id
+    rows = page.locator(".ag-center-cols-container .ag-row").evaluate_all("rs => rs.map(r => r.getAttribute('row-id'))")
+    by_agg = sorted(summaries, key=lambda e: _agg(campaign, e), reverse=True)
+    assert rows == [summaries[e] for e in by_agg]  # the summary runs only, best Agg first
+    for entry, run_id in summaries.items():
+        runs = [r for r in campaign.results if r.agent == entry]
+        assert _number(_cell(page, run_id, "metrics.`agg`").inner_text()) == pytest.approx(_agg(campaign, entry))
+        assert _number(_cell(page, run_id, "metrics.`success_rate`").inner_text()) == pytest.approx(
+            sum(r.status == "success" for r in runs) / len(runs)
+        )
+        assert _cell(page, run_id, "tags.`bench.entry`").inner_text() == entry
+    _hide_panels(page)
+    _screenshot(page, tmp_path, "mlflow-compare-agents.png")
     page.close()

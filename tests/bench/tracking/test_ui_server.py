@@ -134,3 +134,17 @@ def test_a_signal_to_bench_ui_leaves_nothing_listening_on_its_port(tmp_path, cam
         proc.wait()
         for pid in _listeners(port):  # a server that outlived the test (the failure this test catches)
             os.kill(pid, signal.SIGKILL)
+
+
+def test_the_app_serves_mlflows_page_with_the_model_training_default_first():
+    """The bench-ui app (bench/tracking/uiapp.py): every UI route's page is MLflow's index.html with the one script
+    that stores the model-training mode when the browser has none, before the UI's own (deferred) script."""
+    from bench.tracking import uiapp
+
+    assert ui.app_registered()  # pyproject.toml's mlflow.app entry point, as the mlflow command sees it
+    assert ui.command("127.0.0.1", 5000, app=True)[-2:] == ["--app-name", "bench-ui"]
+    page = uiapp.flask_app.test_client().get("/").get_data(as_text=True)
+    original = (Path(uiapp.flask_app.static_folder) / "index.html").read_text()
+    assert page == original.replace("<head>", "<head>" + uiapp.SCRIPT, 1) and page != original
+    assert page.index(uiapp.SCRIPT) < page.index("static/js/main.")
+    assert '"mlflow.workflowType_v1": "\\"machine_learning\\""' in uiapp.SCRIPT  # the stored value is JSON text
