@@ -103,6 +103,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         options["command"] = args.agent_command
     tasks = _tasks(args.task)
     limits = _limits(args)  # InputError for a size or duration that is not one
+    if args.max_cost is not None and not args.max_cost > 0:
+        raise InputError("--max-cost must be a positive amount in USD: e.g. --max-cost 20")
+    if args.max_cost is not None and args.unsandboxed:
+        raise InputError("--max-cost is enforced by the sandbox's metering gateway: drop --unsandboxed or --max-cost")
     if args.api_fail_window is not None:  # read by bench.agents.health in this process and the runs it starts
         from bench.agents.health import WINDOW_VAR
 
@@ -142,6 +146,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 no_weights=args.no_weights,
                 sandbox=not args.unsandboxed,
                 limits=limits,
+                max_cost=args.max_cost,
             )
             results.append(run(spec))
     _print_summary(results)
@@ -157,6 +162,9 @@ def _limit_flags(s: argparse.ArgumentParser) -> None:
     s.add_argument("--workspace-limit", metavar="SIZE", help="workspace size; 10%% more ends the run (default 200G)")
     s.add_argument("--log-limit", metavar="SIZE", help="agent.log: its first and last half kept (default 128M)")
     s.add_argument("--eval-budget", metavar="DURATION", help="evaluation time for all candidates (default 1h)")
+    s.add_argument("--max-cost", type=float, metavar="USD", help="the run's API budget: once its LLM requests "
+                   "cost this much (the metering gateway's tokens x the price table), further ones are refused "
+                   "(default: none)")  # fmt: skip
 
 
 def _limits(args: argparse.Namespace):

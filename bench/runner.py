@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from bench import outcome, preflight, protocol, termination
-from bench.agents import get_agent, own_hosts_of
+from bench.agents import get_agent, metering, own_hosts_of
 from bench.durations import fmt_s
 from bench.pipeline import audit, collect, evaluate, launch, record, state, watch, workspace
 from bench.pipeline.arrivals import Arrival
@@ -48,6 +48,7 @@ class RunSpec:
     sandbox: bool = True  # the agent runs in a bubblewrap sandbox (bench.sandbox); False: --unsandboxed, marked so
     run_id: str | None = None  # the run directory's name (a campaign's stable id); None: task-agent-repeat-time
     limits: Limits = field(default_factory=Limits)  # memory, processes, workspace, log, evaluation time (limits.py)
+    max_cost: float | None = None  # the API budget in USD, enforced by the metering gateway (bench.agents.gateway)
 
     @property
     def budget(self) -> float:
@@ -106,6 +107,7 @@ def _run(spec: RunSpec, term: termination.Termination) -> RunResult:
         sandbox=spec.sandbox,
         evidence=evidence,
         limits=spec.limits,
+        max_cost=spec.max_cost,
     )
     relay.follow(agent.proc.pid, agent.token)  # system metrics by host pid from now (spool pids are the sandbox's)
     opening.join()  # the agent run is open by now (run.json names it); MLflow's start-up ran beside the agent's
@@ -300,7 +302,8 @@ def _result(
 ) -> RunResult:
     """Everything the steps produced, as one :class:`RunResult` with its outcome decided."""
     task, watched = spec.task, ended.watched
-    agent_events = ended.agent_events
+    # the metering gateway's tokens, cost and API budget (evidence/llm.jsonl) beside the CLI's own figures
+    agent_events = metering.merge(ended.agent_events, metering.log_path(ws.run_dir), spec.max_cost)
     rejected = [{"path": str(r.path), "reason": r.reason} for r in collected.rejected]
     decided = outcome.decide(
         evaluations,
@@ -319,6 +322,8 @@ def _result(
     if hit := evaluate.budget_hit(evaluations, spec.limits.eval_s):
         limits["hit"] = [*limits["hit"], hit]
     limits["hit"] = [*limits["hit"], *evaluate.predictor_hits(evaluations)]  # the predictor OOM-killed, forks refused
+    if capped := metering.cap_hit(agent_events):  # the API budget (--max-cost) refused the agent's requests
+        limits["hit"] = [*limits["hit"], capped]
     return RunResult(
         task=task.id,
         task_name=task.name,

@@ -110,15 +110,16 @@ def _tokens(r: dict) -> int:
     return int(r.get("input") or 0) + int(r.get("output") or 0)
 
 
-def series(records: list[dict], started_at: float) -> list[tuple[str, float, int, int]]:
-    """(metric, cumulative value, step = whole seconds since the launch, timestamp in ms) per request, in the order
-    the requests ended: the agent run's charts of tokens, cost, requests and errors over the run."""
-    out: list[tuple[str, float, int, int]] = []
+def series(records: list[dict], started_at: float, cost: bool = True) -> list[tuple[str, float, int, float]]:
+    """(metric, cumulative value, step = whole seconds since the launch, unix time) per request, in the order the
+    requests ended: the agent run's charts of tokens, cost (unless ``cost`` is False: a model without a price),
+    requests and errors over the run."""
+    out: list[tuple[str, float, int, float]] = []
     tin = tout = tcached = requests = errors = 0
-    cost = 0.0
+    spent = 0.0
     for r in sorted(records, key=lambda r: r["t"] + float(r.get("latency_s") or 0)):
         end = r["t"] + float(r.get("latency_s") or 0)
-        step, ts = max(0, int(end - started_at)), int(end * 1000)
+        step = max(0, int(end - started_at))
         requests += 1
         errors += _error(r)
         points = [(schema.LLM_REQUESTS, requests), (schema.LLM_ERRORS, errors)]
@@ -126,8 +127,58 @@ def series(records: list[dict], started_at: float) -> list[tuple[str, float, int
             tin += int(r.get("input") or 0)
             tout += int(r.get("output") or 0)
             tcached += int(r.get("cached") or 0)
-            cost += r.get("cost_usd") or 0.0
+            spent += r.get("cost_usd") or 0.0
             points += [(schema.TOKENS_INPUT, tin), (schema.TOKENS_OUTPUT, tout), (schema.TOKENS_CACHED, tcached)]
-            points += [(schema.COST_USD, round(cost, 6))]
-        out += [(k, float(v), step, ts) for k, v in points]
+            points += [(schema.COST_USD, round(spent, 6))] if cost else []
+        out += [(k, float(v), step, end) for k, v in points]
     return out
+
+
+def merge(agent_events: dict, log: Path, max_cost: float | None = None) -> dict:
+    """The run's agent_events with the gateway's figures: its totals replace the CLI's tokens and cost (which stay
+    under ``cli_metrics`` for comparison), ``gateway`` holds the summary, ``cost_source`` says where ``cost_usd``
+    came from: ``gateway`` (its tokens x the price table), ``cli`` (the CLI's events: its own figure, or its token
+    counts x the table), or ``unknown``. Without a gateway log, only ``cost_source``."""
+    events = dict(agent_events)
+    cli = dict(events.get("metrics") or {})
+    records = read(log)
+    if not records:
+        events["cost_source"] = "cli" if cli.get(schema.COST_USD) is not None else "unknown"
+        if max_cost is not None:
+            events["gateway"] = {"max_cost_usd": max_cost, "cap_hit": False, "requests": 0}
+        return events
+    s = summary(records, max_cost)
+    metrics = {**cli, **s["metrics"]}
+    if s["metrics"][schema.COST_USD] is not None:
+        source = "gateway"
+    elif cli.get(schema.COST_USD) is not None:
+        source, metrics[schema.COST_USD] = "cli", cli[schema.COST_USD]
+    else:
+        source = "unknown"
+    events.update(metrics=metrics, cli_metrics=cli, gateway=s, cost_source=source)
+    return events
+
+
+def cap_hit(agent_events: dict) -> dict | None:
+    """result.json's limits.hit entry when the run's API budget refused a request; None otherwise."""
+    gw = agent_events.get("gateway") or {}
+    if not gw.get("cap_hit"):
+        return None
+    spent = (gw.get("metrics") or {}).get(schema.COST_USD)
+    return {
+        "limit": "api-cost",
+        "at": gw.get("cap_hit_at"),
+        "detail": f"the API budget (--max-cost {gw.get('max_cost_usd')}) was spent (${spent} used): later LLM "
+        "requests were refused",
+    }
+
+
+def budget_tag(agent_events: dict) -> str:
+    """The agent run's bench.api_budget tag: '' without a budget."""
+    gw = agent_events.get("gateway") or {}
+    if gw.get("max_cost_usd") is None:
+        return ""
+    spent = (gw.get("metrics") or {}).get(schema.COST_USD)
+    used = "unknown" if spent is None else f"${spent:.4f}"
+    state = "spent: later requests refused" if gw.get("cap_hit") else "not reached"
+    return f"${gw['max_cost_usd']}: {state} ({used} used)"

@@ -92,6 +92,7 @@ def spec_of(campaign: Campaign, key: RunKey, console: bool = False) -> RunSpec:
         sandbox=campaign.sandbox,
         run_id=key.run_id,
         limits=campaign.limits,
+        max_cost=campaign.max_cost,
     )
 
 

@@ -29,6 +29,7 @@ same defaults, for every run of the campaign::
     workspace_limit = "200G"  # --workspace-limit: 10 % more ends the run ("none": no limit)
     log_limit = "128M"        # --log-limit: agent.log keeps its first and last half
     eval_budget = "1h"        # --eval-budget: the evaluation of all of a run's candidates together
+    max_cost = 20.0           # --max-cost: each run's API budget in USD (the metering gateway; default: none)
 
 A size is a string with a unit (``"512M"``, ``"1.5G"``, powers of 1024) or a whole number of bytes; the evaluation
 budget is a duration like ``budget``. The Slurm executor's job time limit follows ``eval_budget`` (``slurm.
@@ -60,7 +61,7 @@ from bench.tasks import Task, TaskError, all_tasks, get_task
 
 TOP_KEYS = {
     "name", "tasks", "repeats", "budget", "grace", "device", "sandbox", "no_weights", "retries", "executor", "gpus",
-    "agents", "slurm", *limit_keys.KEYS,
+    "agents", "slurm", "max_cost", *limit_keys.KEYS,
 }  # fmt: skip
 AGENT_KEYS = {"name", "model", "agent_command", "options"}
 EXECUTORS = ("local", "slurm")
@@ -153,6 +154,7 @@ class Campaign:
     gpus: tuple[str, ...] | None = None
     slurm: SlurmSettings = field(default_factory=SlurmSettings)
     limits: Limits = field(default_factory=Limits)  # every run's (bench.sandbox.limits); the flags' defaults
+    max_cost: float | None = None  # every run's API budget in USD (bench.agents.gateway); None: none
 
     @property
     def folder(self) -> Path:
@@ -253,6 +255,11 @@ def load(path: Path) -> Campaign:
         except InputError as e:
             raise bad("device", str(e)) from None
     limits = limit_keys.parse(raw, bad)
+    max_cost = raw.get("max_cost")
+    if max_cost is not None and (isinstance(max_cost, bool) or not isinstance(max_cost, int | float) or max_cost <= 0):
+        raise bad("max_cost", f"must be a positive amount in USD, e.g. max_cost = 20.0 (got {max_cost!r})")
+    if max_cost is not None and not flags["sandbox"]:
+        raise bad("max_cost", "is enforced by the sandbox's metering gateway: it needs sandbox = true")
     slurm = _slurm(raw.get("slurm", {}), where)
     if slurm.eval_margin_s is not None and "eval_budget" not in raw:  # a file written before eval_budget existed
         limits = limit_keys.fit_to_margin(slurm.eval_margin_s, limits)
@@ -273,6 +280,7 @@ def load(path: Path) -> Campaign:
         gpus=_gpus(raw["gpus"], bad) if "gpus" in raw else None,
         slurm=slurm,
         limits=limits,
+        max_cost=None if max_cost is None else float(max_cost),
     )
     return campaign
 

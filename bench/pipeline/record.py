@@ -12,6 +12,7 @@ import math
 from pathlib import Path
 
 from bench import protocol
+from bench.agents import metering
 from bench.markup import md_text
 from bench.pipeline import state
 from bench.pipeline.workspace import Workspace
@@ -22,7 +23,14 @@ from bench.tracking.relay import Relay
 from bench.tracking.writer import MlflowWriter, TrackingError
 
 # the audit's evidence files logged with the agent run (the manifests and copied sources stay in the run directory)
-EVIDENCE_ARTIFACTS = ("network.jsonl", "processes.jsonl", "launches.jsonl", "arrivals.jsonl", "commands.jsonl")
+EVIDENCE_ARTIFACTS = (
+    "network.jsonl",
+    "processes.jsonl",
+    "launches.jsonl",
+    "arrivals.jsonl",
+    "commands.jsonl",
+    "llm.jsonl",  # the metering gateway's line per LLM request (bench.agents.gateway): no bodies, no keys
+)
 
 
 def relay_for(writer: MlflowWriter, run_id: str | None, ws: Workspace, result_tags: dict[str, str]) -> Relay:
@@ -129,7 +137,17 @@ def record(writer: MlflowWriter, result: RunResult, ws: Workspace) -> str:
     _record_evaluations(writer, run_id, result, base)
 
     agent_metrics = result.agent_events.get("metrics") or {}
-    writer.log_metrics(run_id, [(k, v, 0, None) for k, v in agent_metrics.items() if v is not None])
+    # the metering gateway's series over the run (cumulative; their last points are the totals), else one value
+    llm = metering.series(
+        metering.read(metering.log_path(ws.run_dir)),
+        result.started_at,
+        cost=result.agent_events.get("cost_source") == "gateway",
+    )
+    over_time = {k for k, *_ in llm}
+    writer.log_metrics(
+        run_id, [(k, v, 0, None) for k, v in agent_metrics.items() if v is not None and k not in over_time]
+    )
+    writer.log_metrics(run_id, llm)
     for f in (ws.log, ws.events, ws.result_file):
         writer.log_artifact(run_id, f)
     evidence = ws.run_dir / "evidence"  # the audit's evidence that a person reads beside audit.json (small files)
@@ -152,6 +170,8 @@ def record(writer: MlflowWriter, result: RunResult, ws: Workspace) -> str:
             schema.SANDBOXED: str(result.sandboxed).lower(),
             schema.RELAY_DROPPED: "\n".join(accounting.lines(scripts))[:5000],
             schema.GPU_METRICS: sysmetrics.note(scripts)[:500],
+            schema.COST_SOURCE: str(result.agent_events.get("cost_source") or "unknown"),
+            schema.API_BUDGET: metering.budget_tag(result.agent_events)[:500],
             schema.LIMITS_HIT: ",".join(dict.fromkeys(str(h.get("limit")) for h in result.limits.get("hit", []))),
             schema.ENTRY: schema.entry_label(result.agent, result.model),
             **schema.protocol_tags(
