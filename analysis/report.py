@@ -77,8 +77,9 @@ def _pair(lb: Leaderboard, compare: list[str] | None) -> tuple[str, str] | None:
     return top_two(lb)  # two different agents, never one agent with itself
 
 
-def _check_experiments(names: list[str]) -> None:
-    """ReportError naming the experiments that do not exist in the store, and the ones that could be meant."""
+def _check_experiments(names: list[str], fatal: bool = True) -> None:
+    """ReportError naming the experiments that do not exist in the store, and the ones that could be meant; with
+    ``fatal`` False (a report of the published rows), the same sentence as a warning."""
     from bench.tracking import views
 
     try:
@@ -86,7 +87,10 @@ def _check_experiments(names: list[str]) -> None:
     except LookupError as e:
         known = [n for n, _ in views.experiments()]
         hint = f"experiments with agent runs: {', '.join(known[:10])}" if known else "the store has no agent runs"
-        raise ReportError(f"{e} ({hint}{', ...' if len(known) > 10 else ''})") from e
+        message = f"{e} ({hint}{', ...' if len(known) > 10 else ''})"
+        if fatal:
+            raise ReportError(message) from e
+        print(f"bench report: {message}; the report holds the other rows", file=sys.stderr)
 
 
 def write_report(
@@ -106,7 +110,7 @@ def write_report(
     by default they are left out of a comparison with the paper and the front page says so."""
     out = Path(out)
     if experiments:
-        _check_experiments(list(experiments))
+        _check_experiments(list(experiments), fatal=not published)
     out.mkdir(parents=True, exist_ok=True)
     loaded = load(experiments)
     lb = build(

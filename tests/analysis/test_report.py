@@ -217,7 +217,7 @@ def test_cli_plugs_into_bench_and_reports_errors(tmp_path, capsys):
     assert args.func is report_cli.cmd_report and args.experiment == ["a", "b"] and args.published and args.out == "x"
     assert parser.parse_args(["report"]).out == "report" and parser.parse_args(["report"]).experiment is None
     assert report_cli.main(["--experiment", "no-such-campaign", "--out", str(tmp_path / "r")]) == 1
-    assert "no agent runs" in capsys.readouterr().err
+    assert "no experiment 'no-such-campaign' in " in capsys.readouterr().err  # it does not exist: said so
     assert report_cli.main(["--experiment", "no-such-campaign", "--published", "--out", str(tmp_path / "p")]) == 0
     assert (tmp_path / "p" / "figure3.png").exists() and "Not drawn" in (tmp_path / "p" / "index.md").read_text()
     bad = ["--experiment", "no-such-campaign", "--published", "--compare", "Opus 4.7", "Nobody", "--out", str(tmp_path)]
