@@ -116,6 +116,8 @@ def _run(spec: RunSpec, term: termination.Termination) -> RunResult:
         agent, spec.budget, spec.grace_s, on_tick=_status_ticker(agent, relay), stopped=lambda: term.pending
     )
     _save_watched(ws, watched)
+    if agent.gateway is not None:  # the lines of requests cut by the agent's end, written before they are read
+        agent.gateway.drain()
     return finish(spec, ws, device, data_dir, notes, locked_sha, writer, relay, Ended.of(agent, watched))
 
 

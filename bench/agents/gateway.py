@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
+import select
 import socket
 import ssl
 import threading
@@ -120,6 +121,7 @@ class Gateway:
         self.capped = False  # the budget refused a request
         self._lock = threading.Lock()
         self._lines = 0
+        self._inflight = 0
 
     def inside_url(self, port: int) -> str:
         """The base URL the CLI is given: the gateway's port inside, with the upstream's path (``/v1``)."""
@@ -136,7 +138,13 @@ class Gateway:
                 if req is None:
                     return
                 method, path, headers, body = req
-                up, keep = self._one(conn, up, method, path, headers, body)
+                with self._lock:
+                    self._inflight += 1
+                try:
+                    up, keep = self._one(conn, up, method, path, headers, body)
+                finally:
+                    with self._lock:
+                        self._inflight -= 1
                 if not keep:
                     return
         except (OSError, ValueError, http.client.HTTPException):
@@ -203,6 +211,7 @@ class Gateway:
         head += [f"Content-Length: {resp.length}" if whole else "Transfer-Encoding: chunked"]
         head += ["Connection: close"] if close else []
         cut, first, body_seen, keep = None, None, bytearray(), not close
+        gone = _watch_client(conn, up)
         try:
             conn.sendall(("\r\n".join(head) + "\r\n\r\n").encode("latin-1"))
         except OSError:
@@ -212,6 +221,8 @@ class Gateway:
                 data = resp.read1(65536)
             except (OSError, http.client.HTTPException) as e:
                 cut, keep = f"the API's answer broke off: {type(e).__name__}", False
+                if gone.closed:  # cut here, because the client had left
+                    cut = "the client closed its connection mid-answer"
                 break
             if first is None:
                 first = time.time()
@@ -227,6 +238,9 @@ class Gateway:
                 conn.sendall(data if whole else b"%x\r\n%s\r\n" % (len(data), data))
             except OSError:
                 cut, keep = "the client closed its connection mid-answer", False
+        gone.set()  # the answer is over: stop watching
+        if gone.closed and cut is None:  # the upstream was cut because the client left while the model thought
+            cut, keep = "the client closed its connection mid-answer", False
         if cut is not None:
             up.close()
             up = None
@@ -248,6 +262,14 @@ class Gateway:
         rec["spent_usd"] = round(self.spent, 6)
         self._note(rec)
         return up, keep
+
+    def drain(self, timeout: float = 10.0) -> bool:
+        """Wait until every request in flight has written its line (the run's record reads them); False if some
+        are still open after ``timeout`` (their answers go on; the line comes when they end)."""
+        deadline = time.time() + timeout
+        while self._inflight and time.time() < deadline:
+            time.sleep(0.05)
+        return not self._inflight
 
     def _note(self, rec: dict) -> None:
         """Append one line and flush it at once (a killed harness keeps every request so far)."""
@@ -317,3 +339,32 @@ def _send_json(conn: socket.socket, status: int, payload: dict) -> None:
     reason = {402: "Payment Required", 429: "Too Many Requests"}.get(status, "Error")
     head = f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n"
     conn.sendall(head.encode() + data)
+
+
+class _Watch(threading.Event):
+    closed = False  # the client closed its end while the answer was still coming
+
+
+def _watch_client(conn: socket.socket, up: http.client.HTTPConnection) -> _Watch:
+    """A thread that notices the client (the CLI, killed at its budget) closing its connection while the gateway
+    waits for the API (a model thinking before its next token) and cuts the upstream connection then, so the
+    request's line is written at once, not when the API next speaks. Set the returned event when the answer ends."""
+    done = _Watch()
+
+    def watch() -> None:
+        while not done.wait(0.25):
+            try:
+                readable, _, _ = select.select([conn], [], [], 0)
+                if not readable or conn.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT):
+                    continue  # nothing yet, or the client's next request (left in place)
+            except BlockingIOError:
+                continue
+            except OSError:
+                pass
+            done.closed = True
+            with contextlib.suppress(OSError, AttributeError):
+                up.sock.shutdown(socket.SHUT_RDWR)
+            return
+
+    threading.Thread(target=watch, name="gateway-client-watch", daemon=True).start()
+    return done

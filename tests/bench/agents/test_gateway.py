@@ -240,7 +240,8 @@ def test_an_unverified_certificate_is_refused(mock, certs, tmp_path):
 
 class SlowSSE:
     """A TLS server that sends an Anthropic message_start, then waits for ``go`` before the rest: shows that the
-    gateway passes events on as they come (the client reads the first while the server still holds the rest)."""
+    gateway passes events on as they come (the client reads the first while the server still holds the rest) and
+    notices a client that leaves while the API is silent."""
 
     def __init__(self, certs) -> None:
         import ssl
@@ -287,7 +288,8 @@ def test_a_stream_cut_midway_keeps_what_streamed(certs, tmp_path):
         first = r.read1(65536)
         assert b"message_start" in first  # arrived while the server still holds the rest: not buffered
         c.sock.shutdown(socket.SHUT_RDWR)
-        c.close()  # the CLI killed mid-answer
+        c.close()  # the CLI killed mid-answer, while the model still "thinks": the API sends nothing more
+        (rec,) = lines(tmp_path)  # written without waiting for the API's next byte
         slow.go.set()
         assert slow.closed.wait(30)
     finally:
