@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import urllib.error
 import urllib.request
 from datetime import UTC, datetime
@@ -306,17 +307,29 @@ def data_status(task: Task) -> str:
     return "raw (partial)" if partial else "raw"
 
 
-def _run_prepare(task: Task, raw: Path, out: Path) -> None:
-    """Run the task's ``prepare.py``, passing its output through and keeping the stderr tail for the error."""
+def _run_prepare(task: Task, raw: Path, out: Path, shown: Path | None = None) -> None:
+    """Run the task's ``prepare.py``, passing its output through and keeping the stderr tail for the error.
+
+    ``shown``: the folder to name instead of ``out`` in what it prints ("prepared ... in DIR"): ``out`` is a temporary
+    folder that is renamed to ``shown`` when the build succeeds, so its name would point at nothing."""
     cmd = [sys.executable, str(task.file("prepare.py")), "--prepare", "--raw-dir", str(raw), "--data-dir", str(out)]
     tail: collections.deque[str] = collections.deque(maxlen=30)
-    proc = subprocess.Popen(cmd, cwd=task.folder, stderr=subprocess.PIPE)
+    named = (lambda text: text.replace(str(out), str(shown))) if shown else (lambda text: text)  # noqa: E731
+    proc = subprocess.Popen(cmd, cwd=task.folder, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+    def relay_stdout() -> None:
+        for line in proc.stdout:
+            print(named(line.decode(errors="replace")), end="", flush=True)
+
+    relay = threading.Thread(target=relay_stdout, daemon=True)
+    relay.start()
     try:
         assert proc.stderr is not None
         for line in proc.stderr:
-            tail.append(line.decode(errors="replace"))
+            tail.append(named(line.decode(errors="replace")))
             print(tail[-1], end="", file=sys.stderr, flush=True)
         code = proc.wait()
+        relay.join()
     except BaseException:
         proc.kill()
         proc.wait()
@@ -341,7 +354,7 @@ def prepare(task: Task, *, force: bool = False, progress: bool = True) -> Path:
     tmp = Path(tempfile.mkdtemp(prefix=f".{task.name}.", suffix=".tmp", dir=final.parent))
     old: Path | None = None
     try:
-        _run_prepare(task, raw, tmp)
+        _run_prepare(task, raw, tmp, shown=final)
         now = datetime.now(UTC).isoformat(timespec="seconds")
         marker = {**_expected_marker(task), "substituted": substituted, "absent_optional": absent, "prepared_at": now}
         marker["files"] = _content(tmp)
