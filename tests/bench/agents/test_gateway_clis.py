@@ -1,0 +1,174 @@
+"""End to end: the real CLIs in the sandbox, their LLM requests through the metering gateway to a TLS mock.
+
+The CLI's base URL names ``https://api.mockllm.test:PORT``: a name only the gateway resolves (to 127.0.0.1, by
+``BENCH_GATEWAY_RESOLVE``), with a certificate only the gateway trusts (``BENCH_GATEWAY_CA``). Inside the sandbox the
+CLI sees the gateway's plain-HTTP port alone. What the run records (MLflow's tokens and cost) must equal what the mock
+served, request by request, also when the budget kills the CLI mid-stream; a run that hits ``max_cost`` says so.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+import mlflow
+import pytest
+
+from bench.agents import metering
+from bench.runner import RunSpec, run
+from bench.tracking import schema
+from tests.bench.agents import test_clis
+from tests.bench.agents.tlsmock import HOST, TlsMock, make_certs
+from tests.mockllm import default_trajectory, run1_from_train
+from tests.mockllm import server as mock_server
+
+GATEWAY_CLIS = ["claude-code", "codex"]
+CASES, campaign = test_clis.CASES, test_clis.campaign
+agent, cli_dir = test_clis.agent, test_clis.cli_dir  # the CLI installed and registered (fixtures)
+RATES = {"claude-sonnet-4-6": (3.0, 15.0), "gpt-5.5": (1.75, 14.0)}  # USD per 1M in/out, the price table's rows
+
+
+class StallingMock(TlsMock):
+    """Stalls the SSE answer of the model turn ``stall_at`` after its first two events (the model "thinking"), so
+    that the run's time budget kills the CLI mid-stream."""
+
+    stall_at: int | None = None
+    stalled: int | None = None  # the index in ``usages`` of the stalled reply
+
+    def turn(self, req, tools, done):
+        reply = super().turn(req, tools, done)
+        if self.stall_at is not None and req.step is not None and req.step >= self.stall_at and self.stalled is None:
+            self.stalled = len(self.usages) - 1
+            self._stall_thread = threading.get_ident()
+        return reply
+
+
+@pytest.fixture
+def tls_env(tmp_path, monkeypatch):
+    ca, cert, key = make_certs(tmp_path)
+    monkeypatch.setenv("BENCH_GATEWAY_RESOLVE", f"{HOST}=127.0.0.1")
+    monkeypatch.setenv("BENCH_GATEWAY_CA", str(ca))
+    original = mock_server._Handler._send_sse
+
+    def send_sse(self, events):  # the stalled turn: two events, then silence until the test ends
+        if getattr(self.mock, "_stall_thread", None) == threading.get_ident():
+            events = _head_then_wait(list(events)[:2], self.mock)
+        original(self, events)
+
+    monkeypatch.setattr(mock_server._Handler, "_send_sse", send_sse)
+    return cert, key
+
+
+def _head_then_wait(events, mock):
+    yield from events
+    mock.release.wait(120)
+
+
+def start_mock(case, tls_env, trajectory, monkeypatch) -> StallingMock:
+    mock = StallingMock(trajectory, cert=tls_env[0], key=tls_env[1], model=case.model)
+    mock.release = threading.Event()
+    mock.start()
+    monkeypatch.setenv(case.base_url, mock.url_for() + case.suffix)
+    monkeypatch.setenv(case.key, "dummy-key-for-the-mock")
+    return mock
+
+
+def recorded(result) -> tuple[dict, dict, list[dict]]:
+    run_data = mlflow.tracking.MlflowClient().get_run(result.mlflow_run_id).data
+    return run_data.metrics, run_data.tags, metering.read(metering.log_path(Path(result.run_dir)))
+
+
+def expected_cost(model: str, tin: int, tout: int) -> float:
+    rin, rout = RATES[model]
+    return (tin * rin + tout * rout) / 1e6
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("agent", GATEWAY_CLIS, indirect=True)
+def test_cli_through_the_gateway_is_metered_exactly(agent, generated_t6, tls_env, monkeypatch):
+    case = CASES[agent]
+    run1 = run1_from_train((generated_t6.folder / "train.py").read_text())
+    mock = start_mock(case, tls_env, default_trajectory(run1), monkeypatch)
+    try:
+        spec = RunSpec(task=generated_t6, agent=agent, model=case.model, budget_s=150, grace_s=5, console=False,
+                       campaign=campaign())  # fmt: skip
+        result = run(spec)
+    finally:
+        mock.release.set()
+        mock.stop()
+    assert result.status == "success", (result.reason, mock.summary())
+    metrics, tags, lines = recorded(result)
+    assert len(lines) == len(mock.calls()) and all(r["status"] == 200 for r in lines)
+    tin, tout = sum(i for i, _ in mock.usages), sum(o for _, o in mock.usages)
+    assert (metrics[schema.TOKENS_INPUT], metrics[schema.TOKENS_OUTPUT]) == (tin, tout)
+    models = {r["model"] for r in lines if r["api"]}
+    assert models == {case.model}, models
+    assert metrics[schema.COST_USD] == pytest.approx(expected_cost(case.model, tin, tout), abs=2e-6)
+    assert tags[schema.COST_SOURCE] == "gateway" and metrics[schema.LLM_REQUESTS] == len(lines)
+    # the CLI's own count of the same run (its events), against the gateway's
+    cli = result.agent_events["cli_metrics"]
+    assert cli[schema.TOKENS_INPUT] <= tin and cli[schema.TOKENS_OUTPUT] <= tout, (cli, tin, tout)
+    if agent == "codex":  # Codex sums every model turn of its one task: all of them went through the gateway
+        assert (cli[schema.TOKENS_INPUT], cli[schema.TOKENS_OUTPUT]) == (tin, tout)
+    # no route to the API but the gateway: the sandbox's proxy saw no request for it
+    network = Path(result.run_dir) / "evidence" / "network.jsonl"
+    seen = [json.loads(x) for x in network.read_text().splitlines()] if network.exists() else []
+    assert not [r for r in seen if r["host"] == HOST]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("agent", GATEWAY_CLIS, indirect=True)
+def test_cli_killed_mid_stream_keeps_its_tokens(agent, generated_t6, tls_env, monkeypatch):
+    case = CASES[agent]
+    run1 = run1_from_train((generated_t6.folder / "train.py").read_text())
+    mock = start_mock(case, tls_env, default_trajectory(run1), monkeypatch)
+    mock.stall_at = 1  # the second model turn never ends
+    t0 = time.time()
+    try:
+        spec = RunSpec(task=generated_t6, agent=agent, model=case.model, budget_s=45, grace_s=5, console=False,
+                       campaign=campaign())  # fmt: skip
+        result = run(spec)
+    finally:
+        mock.release.set()
+        mock.stop()
+    assert result.timed_out and time.time() - t0 < 150, (result.status, result.reason)
+    assert mock.stalled is not None, mock.summary()
+    metrics, _, lines = recorded(result)
+    cut = [r for r in lines if r.get("cut")]
+    assert len(cut) == 1 and cut[0]["complete"] is False, lines
+    whole = [u for n, u in enumerate(mock.usages) if n != mock.stalled]
+    stalled_in = mock.usages[mock.stalled][0]
+    # what the stalled stream had delivered: Anthropic's message_start (input, output 1); Responses: nothing yet
+    streamed = (stalled_in, 1) if agent == "claude-code" else (0, 0)
+    assert (cut[0]["input"], cut[0]["output"]) == streamed
+    tin = sum(i for i, _ in whole) + streamed[0]
+    tout = sum(o for _, o in whole) + streamed[1]
+    assert (metrics[schema.TOKENS_INPUT], metrics[schema.TOKENS_OUTPUT]) == (tin, tout)
+    assert metrics[schema.COST_USD] == pytest.approx(expected_cost(case.model, tin, tout), abs=2e-6)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("agent", GATEWAY_CLIS, indirect=True)
+def test_run_that_hits_max_cost_ends_with_the_cap_recorded(agent, generated_t6, tls_env, monkeypatch):
+    case = CASES[agent]
+    run1 = run1_from_train((generated_t6.folder / "train.py").read_text())
+    mock = start_mock(case, tls_env, default_trajectory(run1), monkeypatch)
+    try:
+        spec = RunSpec(task=generated_t6, agent=agent, model=case.model, budget_s=90, grace_s=5, console=False,
+                       campaign=campaign(), max_cost=0.000001)  # fmt: skip
+        result = run(spec)
+    finally:
+        mock.release.set()
+        mock.stop()
+    metrics, tags, lines = recorded(result)
+    refused = [r for r in lines if r.get("refused") == "budget"]
+    assert refused and all(r["status"] in (402, 429) for r in refused), lines
+    assert len(mock.turns()) < len(default_trajectory(run1))  # the trajectory never finished
+    hit = [h for h in result.limits["hit"] if h["limit"] == "api-cost"]
+    assert hit and "--max-cost 1e-06" in hit[0]["detail"], result.limits
+    assert "api-cost" in tags[schema.LIMITS_HIT] and tags[schema.API_BUDGET].startswith("$1e-06: spent")
+    assert result.status != "success" and not result.timed_out, (result.status, result.reason)
+    assert result.status != "interrupted", result.reason  # not an infrastructure failure a campaign would retry
+    assert metrics[schema.LLM_ERRORS] >= len(refused)
