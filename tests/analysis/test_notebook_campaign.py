@@ -68,6 +68,8 @@ def test_notebook_02_reads_the_latest_campaign_by_default_and_pairs_two_agents(
     text = notebooks.text(nb)
     assert f"campaign {campaign.name!r}: 8 agent runs" in text and "older-pilot" not in text
     paired = [line for line in text.splitlines() if line.startswith("**Paired comparison.**")]
-    assert len(paired) == 1 and re.search(r":(baseline|command) vs \S+:(baseline|command),", paired[0]), paired
-    assert paired[0].count("baseline") == paired[0].count("command") == 1  # two agents, not one with itself
+    assert len(paired) == 1, paired
+    pair = re.match(r"\*\*Paired comparison\.\*\* (\S+) \[(\S+)\] vs (\S+) \[(\S+)\],", paired[0])
+    assert pair and {pair[1], pair[3]} == {"baseline", "command"}, paired  # two agents, not one with itself
+    assert pair[2] == pair[4] == campaign.name
     assert notebooks.images(nb) == 6
