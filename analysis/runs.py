@@ -185,6 +185,9 @@ def _agents(w: pd.DataFrame, names: dict[str, str]) -> pd.DataFrame:
             "tokens_output": _num(w, f"m:{schema.TOKENS_OUTPUT}"),
             "tokens_cached": _num(w, f"m:{schema.TOKENS_CACHED}"),
             "cost_usd": _num(w, f"m:{schema.COST_USD}"),
+            # where cost_usd came from (gateway, cli, unknown) and the API budget's state ("" without one)
+            "cost_source": t(schema.COST_SOURCE).fillna(""),
+            "api_budget": t(schema.API_BUDGET).fillna(""),
             "start_time": _ms(w["start_time"]),
             "end_time": _ms(w["end_time"]),
             "synthetic": t(schema.SYNTHETIC).str.lower() == "true",

@@ -326,6 +326,7 @@ def _result(
     limits["hit"] = [*limits["hit"], *evaluate.predictor_hits(evaluations)]  # the predictor OOM-killed, forks refused
     if capped := metering.cap_hit(agent_events):  # the API budget (--max-cost) refused the agent's requests
         limits["hit"] = [*limits["hit"], capped]
+        decided = replace(decided, reason=f"{decided.reason}; {capped['detail']}")
     return RunResult(
         task=task.id,
         task_name=task.name,

@@ -48,9 +48,13 @@ HOP |= {"upgrade", "host", "content-length", "accept-encoding"}
 BUDGET_PREFIX = "1GC-7RC: the run's API budget"
 
 
+def _usd(x: float) -> str:
+    return f"{x:.2f}" if x >= 0.01 else f"{x:g}"
+
+
 def budget_message(max_cost: float, spent: float) -> str:
     return (
-        f"{BUDGET_PREFIX} of ${max_cost:.2f} is spent (${spent:.4f} used): no further model requests are possible "
+        f"{BUDGET_PREFIX} of ${_usd(max_cost)} is spent (${spent:.4f} used): no further model requests are possible "
         "in this run. Stop here."
     )
 

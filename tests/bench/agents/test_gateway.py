@@ -307,7 +307,7 @@ def test_the_budget_cap_answers_in_each_apis_format(mock, certs, tmp_path):
         assert post(sock, "/v1/messages", body)[0] == 200
         status, _, data = post(sock, "/v1/messages", body)
         assert status == 402 and json.loads(data)["type"] == "error"
-        assert json.loads(data)["error"]["message"].startswith(f"{BUDGET_PREFIX} of $0.00 is spent")
+        assert json.loads(data)["error"]["message"].startswith(f"{BUDGET_PREFIX} of $1e-06 is spent")
         status, _, data = post(sock, "/v1/responses", {"model": "gpt-5.5", "input": "x"})
         assert status == 429 and json.loads(data)["error"]["code"] == "insufficient_quota"
         status, _, data = post(sock, "/v1beta/models/gemini-2.5-pro:generateContent", {"contents": []})
