@@ -4,11 +4,15 @@
 # and two to look at the results without activating the environment:
 #   make ui     the MLflow UI on the store (`bench ui`; UI_ARGS="--port 5001" passes options)
 #   make lab    install JupyterLab (the `lab` extra) and open it on notebooks/ (LAB_ARGS="--no-browser" passes options)
+# and the GPU proof kit (bench/selftest/__init__.py says how to run it on a lent machine):
+#   make gpu-proof         bench selftest --device cuda: CUDA in the sandbox, T6 baseline, T1 steps/s bare vs bench run,
+#                          evaluation on the GPU vs in-process; report in selftest-report/ (SELFTEST_ARGS passes options)
+#   make gpu-proof-bundle  .gpu-proof/: the wheels a machine without a package index lacks, T6/T1 data, run.sh
 PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test install lint ui lab
+.PHONY: demo test install lint ui lab gpu-proof gpu-proof-bundle
 
 $(BIN)/bench: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -38,3 +42,9 @@ $(BIN)/jupyter-lab: $(BIN)/bench
 
 lab: $(BIN)/jupyter-lab
 	$(BIN)/jupyter-lab --notebook-dir=notebooks $(LAB_ARGS)
+
+gpu-proof: $(BIN)/bench
+	$(BIN)/bench selftest --device cuda --out selftest-report $(SELFTEST_ARGS)
+
+gpu-proof-bundle: $(BIN)/bench
+	$(BIN)/python -m bench.selftest.bundle .gpu-proof

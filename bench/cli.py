@@ -371,6 +371,9 @@ def build_parser() -> argparse.ArgumentParser:
     from bench.sandbox.doctor import add_cli as add_sandbox
 
     add_sandbox(sub)  # bench sandbox view: the view a run's sandboxes get, and why
+    from bench.selftest.cli import add_cli as add_selftest
+
+    add_selftest(sub)  # bench selftest: the GPU proof kit (make gpu-proof)
 
     s = sub.add_parser("ui", help="open the MLflow UI on the tracking store (lean: 1 worker)")
     s.add_argument("--host", default="127.0.0.1")
