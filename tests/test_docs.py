@@ -34,6 +34,10 @@ PLACEHOLDER = "a placeholder value for the reader to fill in"
 SKIP: dict[str, str] = {
     "make demo": "installs the toolkit and runs ~10 min (the demo's own test covers it)",
     "make test": "the whole test suite",
+    "make gpu-proof": GPU_LONG,
+    "bench selftest --device cpu --out selftest-report": "30-50 s, run by tests/bench/test_selftest.py",
+    "make gpu-proof-bundle": "downloads wheels from PyPI: minutes, and network",
+    "sh .gpu-proof/run.sh --out selftest-report": GPU_LONG + " (and the bundle)",
     "make ui": SERVER,
     "make lab": SERVER + " (and installs the lab extra)",
     "bench run --agent baseline --task t6 --budget 3m --repeats 5 --campaign mine": "five runs: > 1 min on 2 cores",
