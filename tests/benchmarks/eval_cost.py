@@ -4,14 +4,15 @@ not a test).
     python tests/benchmarks/eval_cost.py [--tasks t1,t2,t3,t4,t5,t6,t7] [--runs 1] [--data-mirror DIR]
 
 For each task, the prepared data of the real evaluation size. From the data mirror (``--data-mirror`` or
-$BENCH_DATA_MIRROR) where it holds the real files: T1 TinyShakespeare's val split (111,540 characters, 436 blocks
-of 256), T4 all 41,127 ogbg-molhiv molecules featurised by the task's own prepare.py (the scaffold split it
+$BENCH_DATA_MIRROR) where it holds the real files: T1 TinyShakespeare's val split (111,540 characters, 435 blocks
+of up to 256), T4 all 41,127 ogbg-molhiv molecules featurised by the task's own prepare.py (the scaffold split it
 recomputes without OGB's split files: 4,113 test + 4,113 valid graphs), T6 ETTh1 (2,785 test + 2,785 val windows),
 T7 AG News test.csv encoded by the task's own encode() (7,600 texts; the val split is carved from train.csv, which
 the mirror lacks: 6,000 test.csv texts stand in for it). Generated where the mirror does not hold them (NOT the
 real data: the cost depends on the shapes, not the values): T2 10,000 images 3x64x64 (200 classes), T3 1,449
 images 3x224x224 with 224x224 masks, T5 116,203 rows x 54 (test; the scorer also scores a validation split of the
-same size), and T4 and T7 when no mirror is given (graphs and texts of the real sizes). The model is a stand-in of
+same size), and T4 and T7 when no mirror is given (graphs and texts of the real sizes); T1 and T6 need the mirror
+(sandbox_cost.py measures them with a trained baseline checkpoint instead of a stand-in). The model is a stand-in of
 the task's contract with almost no compute (T1 a bigram table, T2 a strided conv + linear, T3 a 1x1 conv to 21
 classes, T4 a per-atom score summed per molecule, T5 one linear layer, T6 one linear map over time, T7 a character
 embedding + linear), so the ratio is an UPPER bound of the harness's overhead: a real model adds the same compute
@@ -73,7 +74,7 @@ class OverTime(nn.Module):
 """,
 }
 SIZES = {
-    "t1": "111,540 characters (436 blocks of 256)",
+    "t1": "111,540 characters (435 blocks of up to 256)",
     "t2": "10,000 images 64x64",
     "t3": "1,449 images 224x224, per-pixel",
     "t4": "4,113 graphs (+ 4,113 val)",
