@@ -125,7 +125,9 @@ def from_mirror(task_id: str, data_dir: Path, raw: Path) -> str:
     folder = get_task(task_id).folder
     if task_id != "t7":
         argv = [sys.executable, "-B", "prepare.py", "--prepare", "--raw-dir", str(raw), "--data-dir", str(data_dir)]
-        subprocess.run(argv, cwd=folder, check=True, stdout=subprocess.DEVNULL)
+        done = subprocess.run(argv, cwd=folder, capture_output=True, text=True)  # T4's progress lines: not shown
+        if done.returncode != 0:
+            raise RuntimeError(f"{task_id}: prepare.py --prepare failed: {done.stderr[-1500:]}")
         return "real (mirror)"
     spec = importlib.util.spec_from_file_location("_t7_prepare", folder / "prepare.py")
     t7 = importlib.util.module_from_spec(spec)
@@ -231,12 +233,14 @@ def main() -> None:
     parser.add_argument("--data-mirror", type=Path, default=os.environ.get("BENCH_DATA_MIRROR") or None)
     args = parser.parse_args()
     os.environ.setdefault("BENCH_CACHE_DIR", tempfile.mkdtemp(prefix="eval-cost-cache-"))
-    rows = []
+    rows, load = [], [os.getloadavg()[0]]  # the figures depend on what else runs: printed with them
     with tempfile.TemporaryDirectory(prefix="eval-cost-") as tmp:
         for task_id in args.tasks.split(","):
             rows.append(measure(task_id, Path(tmp), args.runs, args.data_mirror))
             r = rows[-1]
             print(f"{task_id}: sandboxed {r['scorer_s']:.2f} s, in-process {r['in_process_s']:.2f} s", flush=True)
+    load.append(os.getloadavg()[0])
+    print(f"\nload average (1 min) {load[0]:.2f} at the start, {load[1]:.2f} at the end, on {os.cpu_count()} CPUs")
     print("\n| task | evaluation size | data | sandboxed s | in-process s | ratio | same value |")
     print("|---|---|---|---|---|---|---|")
     for r in rows:
