@@ -234,15 +234,18 @@ def plan(feed: Feed, causal: str | None, secret: str) -> Plan:
     stretches = _stretches(n, rng)
     placed, causal_record = _causality(feed, causal, stretches, rng) if causal else ({}, [])
     promise = HISTORY if n > 1 else DETERMINISM
+    # a short feed's stretches may hold no more batches than the causality probes: those batches are then replayed
+    # as well (the probe follows its batch), so that every plan keeps a plain replay whatever the secret
+    both = len(placed) >= sum(e - s for s, e in stretches)
     probes: list[Probe] = []
     for i, (s, e) in enumerate(stretches):
         for b in range(s, e):
             rows = tuple((b, r) for r in range(len(next(iter(feed[b].values())))))
+            if b not in placed or both:
+                probes.append(Probe(promise, feed[b], rows, i, None, f"batch {b}"))
             if b in placed:
                 _, cut, inputs = placed[b]
                 probes.append(Probe(CAUSALITY, inputs, rows, i, cut, f"batch {b}, cut after position {cut}"))
-            else:
-                probes.append(Probe(promise, feed[b], rows, i, None, f"batch {b}"))
     record: dict = {"causality": causal_record} if causal else {}
     batch = _batch_probe(feed, rng) if feed else None
     if batch is not None:

@@ -319,3 +319,18 @@ def test_a_cache_of_earlier_text_is_caught_as_history_not_misnamed_non_causal():
         _, broken = run(Cache, blocks(), secret, causal="idx", key="idx")
         assert [b.split(" (")[0] for b in broken][:1] == [checks.REASONS[HISTORY].split(" (")[0]]
         assert not any(b.startswith(checks.REASONS[CAUSALITY]) for b in broken)
+
+
+@pytest.mark.parametrize("n", [2, 3, 4, 5, 6, 8])
+def test_a_short_feed_keeps_a_plain_replay_beside_its_causality_probes_whatever_the_secret(n):
+    """A short feed (a test's generated split) may have no more stretch batches than causality probes; the plan
+    then replays those batches too, so every secret checks history and causality (once, 47-83 % of secrets on
+    3-6 blocks lost the replay). A cache of earlier text is still named history there."""
+    feed = blocks(n)
+    for secret in SECRETS:
+        found = plan(feed, "idx", secret)
+        assert found.promises == [DETERMINISM, HISTORY, BATCH, CAUSALITY], (n, secret, found.stretches)
+    for secret in SECRETS[:10]:
+        _, broken = run(Cache, feed, secret, causal="idx", key="idx")
+        assert broken and broken[0].startswith(checks.REASONS[HISTORY].split(" (")[0])
+    assert run(Causal, feed, SECRETS[0], causal="idx", key="idx")[1] == []
