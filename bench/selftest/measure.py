@@ -18,6 +18,7 @@ import sys
 import time
 from pathlib import Path
 
+from bench.pipeline.evaluate import _last_json
 from bench.tasks import Task
 
 # T1's throughput script: the task's own train.py with a config override, stopped after MAX steps (the log line
@@ -112,17 +113,6 @@ def cuda_in_sandbox(work: Path) -> dict:
         box.close()
     inside = _last_json(done.stdout) or {"error": (done.stderr or done.stdout)[-800:]}
     return {"inside": inside, "host_available": torch.cuda.is_available(), "seconds": time.perf_counter() - t0}
-
-
-def _last_json(text: str) -> dict | None:
-    for line in reversed(text.strip().splitlines()):
-        try:
-            value = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(value, dict):
-            return value
-    return None
 
 
 def prepare_data(tasks: list[Task]) -> dict:
