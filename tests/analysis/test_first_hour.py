@@ -9,6 +9,7 @@ Expected values are computed here by hand from the scores written (T6: MSE, lowe
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -214,10 +215,15 @@ def test_the_demo_ends_with_a_summary_run_and_a_working_ui_hint(capsys, monkeypa
     hint = next(line for line in out.splitlines() if line.startswith("Open the MLflow UI:"))
     bench = Path(sys.executable).parent / "bench"
     assert "make ui" in hint and f"{bench.relative_to(ROOT) if bench.is_relative_to(ROOT) else bench} ui" in hint
-    assert (
-        subprocess.run(["make", "-n", "ui"], cwd=ROOT, capture_output=True, text=True)
-        .stdout.strip()
-        .endswith("bench ui")
+    assert _make_plan("ui").stdout.strip().endswith("bench ui")
+
+
+def _make_plan(*args: str) -> subprocess.CompletedProcess:
+    """`make -n ARGS` as a user's shell runs it: under `make test` the inherited MAKEFLAGS/MAKELEVEL would add
+    make's "Entering directory" lines to the plan (CI runs the suite through `make test`)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS", "MAKEOVERRIDES")}
+    return subprocess.run(
+        ["make", "--no-print-directory", "-n", *args], cwd=ROOT, env=env, capture_output=True, text=True
     )
 
 
@@ -225,7 +231,7 @@ def test_make_lab_installs_the_lab_extra_and_opens_the_notebooks():
     """The documented front end: `make lab` installs the `lab` extra (JupyterLab) and opens it on notebooks/."""
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     assert any(re.match(r"jupyterlab\b", r) for r in extras["lab"])
-    plan = subprocess.run(["make", "-n", "-W", "pyproject.toml", "lab"], cwd=ROOT, capture_output=True, text=True)
+    plan = _make_plan("-W", "pyproject.toml", "lab")
     assert plan.returncode == 0, plan.stderr
     assert "pip install -q -e '.[lab]'" in plan.stdout
     assert re.search(r"jupyter-lab --notebook-dir=notebooks", plan.stdout)
