@@ -53,3 +53,33 @@ def sha256(path: Path) -> str:
         while chunk := f.read(CHUNK):
             h.update(chunk)
     return h.hexdigest()
+
+
+# Left out of a folder's hash: files that running or testing the code writes beside it, not the task's content.
+TREE_SKIP_DIRS = frozenset({"__pycache__", ".git", ".pytest_cache", ".mypy_cache", ".ruff_cache"})
+TREE_SKIP_SUFFIXES = (".pyc", ".pyo")
+
+
+def tree_files(folder: Path) -> list[str]:
+    """The files :func:`tree_sha256` covers: relative posix paths, sorted (Python string order)."""
+    folder = Path(folder)
+    out = []
+    for path in folder.rglob("*"):
+        rel = path.relative_to(folder)
+        if any(part in TREE_SKIP_DIRS for part in rel.parts) or path.name.endswith(TREE_SKIP_SUFFIXES):
+            continue
+        if path.is_file():
+            out.append(rel.as_posix())
+    return sorted(out)
+
+
+def tree_sha256(folder: Path) -> str:
+    """One sha256 for a folder's content (a task folder), so that a result names exactly which task was run.
+
+    It is the sha256 of the folder's ``sha256sum``-style manifest: one line ``"<sha256>  <relative path>\\n"``
+    per file (links followed), sorted by path; caches (``__pycache__``, ``*.pyc``, ``.git``...) are left out, so
+    importing the task's code does not change it while editing any of its files does. The same value comes from
+    ``find . -type f ... | sed 's|^\\./||' | LC_ALL=C sort | xargs sha256sum | sha256sum`` for ASCII names."""
+    folder = Path(folder)
+    manifest = "".join(f"{sha256(folder / rel)}  {rel}\n" for rel in tree_files(folder))
+    return hashlib.sha256(manifest.encode()).hexdigest()

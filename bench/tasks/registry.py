@@ -1,7 +1,8 @@
-"""The task registry: every folder under ``tasks/`` with a ``task.toml`` is a task.
+"""The task loader: a folder with a ``task.toml`` is a task.
 
 A task folder is self-contained (``task.toml``, ``program.md``, the locked ``prepare.py``
-and the baseline ``train.py``); nothing here knows about a particular task.
+and the baseline ``train.py``); nothing here knows about a particular task. Which folders are tasks (the
+repository's ``tasks/``, ``BENCH_TASKS_PATH``, installed packs) is :mod:`bench.tasks.packs`' business.
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.paths import tasks_dir
 from bench.tasks.direction import Direction
 
 TASK_FILES = ("task.toml", "program.md", "prepare.py", "train.py")
@@ -50,6 +50,30 @@ class Weights:
 
 
 @dataclass(frozen=True)
+class TaskSource:
+    """Where a task folder was found (:mod:`bench.tasks.packs`): the repository's own tasks, a folder on the task
+    path (``BENCH_TASKS_PATH``, a campaign's ``tasks_path``) or an installed package's entry point."""
+
+    kind: str = "built-in"  # "built-in", "path" or "entry-point"
+    pack: str = ""  # the pack's name: the distribution's, pack.toml's, or the path entry's folder name
+    version: str = ""  # the distribution's version or pack.toml's; "" when the pack has none
+    origin: str = ""  # the path entry, or "dist==version (entry point NAME)"
+
+    @property
+    def builtin(self) -> bool:
+        return self.kind == "built-in"
+
+    def describe(self) -> str:
+        """One line for people: ``built-in``, ``pack NAME VERSION (ORIGIN)``."""
+        if self.builtin:
+            return "built-in"
+        return " ".join(p for p in ("pack", self.pack, self.version, f"({self.origin})" if self.origin else "") if p)
+
+
+BUILT_IN = TaskSource()
+
+
+@dataclass(frozen=True)
 class Task:
     """A benchmark task as declared by its ``task.toml``."""
 
@@ -70,6 +94,7 @@ class Task:
     # files of the prepared data kept out of every workspace: the labels of a test-scored task (paper rule 9);
     # only the trusted scorer reads them
     held_out: tuple[str, ...] = ()
+    source: TaskSource = BUILT_IN  # where the folder was found (bench.tasks.packs)
 
     @property
     def locked_files(self) -> tuple[str, ...]:
@@ -132,23 +157,3 @@ def load_task(folder: Path) -> Task:
         )
     except (KeyError, TypeError) as e:
         raise TaskError(f"{folder}/task.toml is missing or has a malformed field: {e}") from e
-
-
-def all_tasks() -> list[Task]:
-    """Every task under the tasks directory, ordered by id (t1 ... t7)."""
-    root = tasks_dir()
-    folders = sorted(p for p in root.iterdir() if (p / "task.toml").is_file()) if root.is_dir() else []
-    return sorted((load_task(p) for p in folders), key=lambda t: t.id)
-
-
-def get_task(key: str) -> Task:
-    """Find a task by id (``t6``), folder name (``t6_time_series_forecasting``) or number (``6``)."""
-    key = key.strip().lower()
-    if key.isdigit():
-        key = f"t{key}"
-    tasks = all_tasks()
-    for t in tasks:
-        if key in (t.id, t.name):
-            return t
-    known = ", ".join(t.id for t in tasks) or "none found in " + str(tasks_dir())
-    raise TaskError(f"unknown task {key!r}; known tasks: {known}")

@@ -21,7 +21,8 @@ from pathlib import Path
 
 from bench.checksums import sha256
 from bench.paths import cache_dir
-from bench.tasks.registry import Task, Weights, all_tasks
+from bench.tasks.packs import all_tasks
+from bench.tasks.registry import Task, Weights
 
 
 class WeightsError(RuntimeError):
