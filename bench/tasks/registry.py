@@ -7,6 +7,7 @@ repository's ``tasks/``, ``BENCH_TASKS_PATH``, installed packs) is :mod:`bench.t
 
 from __future__ import annotations
 
+import math
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -72,6 +73,19 @@ class TaskSource:
 
 BUILT_IN = TaskSource()
 
+PAPER_REFERENCE = "paper_reference"  # the name task.toml's ``reference_score`` gets (paper Table 4's Reference row)
+
+
+@dataclass(frozen=True)
+class Reference:
+    """A known score on the task's eval split beyond the baseline: a top human entry, the state of the art, the
+    paper's Reference row. The leaderboard reports how much of the baseline-to-reference gap an agent closes
+    (MLRC-Bench's measure, :mod:`analysis.gap`), so each one names where its number comes from."""
+
+    name: str  # "paper_reference", "top_human", "sota", ...
+    score: float
+    source: str = ""  # a citation or a URL: where the number was published or how it was measured
+
 
 @dataclass(frozen=True)
 class Task:
@@ -95,6 +109,16 @@ class Task:
     # only the trusted scorer reads them
     held_out: tuple[str, ...] = ()
     source: TaskSource = BUILT_IN  # where the folder was found (bench.tasks.packs)
+    # reference points beyond the baseline: ``reference_score`` (as "paper_reference") first, then [[references]]
+    references: tuple[Reference, ...] = ()
+    gap_reference: str = ""  # the reference the gap closed is measured to ("": the first one)
+
+    @property
+    def reference(self) -> Reference | None:
+        """The reference of the gap-closed measure: the one ``gap_reference`` names, else the first declared."""
+        if self.gap_reference:
+            return next(r for r in self.references if r.name == self.gap_reference)
+        return self.references[0] if self.references else None
 
     @property
     def locked_files(self) -> tuple[str, ...]:
@@ -154,6 +178,46 @@ def load_task(folder: Path) -> Task:
             extra_locked=extra,
             weights=tuple(Weights(**w) for w in raw.get("weights", [])),
             held_out=tuple(raw.get("held_out", ())),
+            references=(refs := _references(raw, folder)),
+            gap_reference=_gap_reference(raw, refs, folder),
         )
     except (KeyError, TypeError) as e:
         raise TaskError(f"{folder}/task.toml is missing or has a malformed field: {e}") from e
+
+
+def _references(raw: dict, folder: Path) -> tuple[Reference, ...]:
+    """``reference_score`` (+ ``reference_source``) as "paper_reference", then each ``[[references]]`` table."""
+    where = f"{folder}/task.toml"
+    refs = []
+    if raw.get("reference_score") is not None:
+        refs.append(Reference(PAPER_REFERENCE, _finite(raw["reference_score"], where, "reference_score"),
+                              str(raw.get("reference_source", ""))))  # fmt: skip
+    for i, r in enumerate(raw.get("references", [])):
+        label = f"[[references]] #{i + 1}"
+        if not isinstance(r, dict) or set(r) - {"name", "score", "source"}:
+            raise TaskError(f"{where}: {label} takes the keys name, score and source only")
+        name, source = r.get("name"), r.get("source")
+        if not isinstance(name, str) or not name or not name.replace("_", "").replace("-", "").isalnum():
+            raise TaskError(f"{where}: {label} needs name = \"top_human\" (letters, digits, _ and -)")
+        if not isinstance(source, str) or not source.strip():
+            raise TaskError(f"{where}: {label} ({name}) needs source = \"...\": where the score was published")
+        refs.append(Reference(name, _finite(r.get("score"), where, f"{label} ({name}) score"), source.strip()))
+    names = [r.name for r in refs]
+    if twice := sorted({n for n in names if names.count(n) > 1}):
+        hint = f" ({PAPER_REFERENCE} is reference_score's)" if PAPER_REFERENCE in twice else ""
+        raise TaskError(f"{where}: the reference {', '.join(twice)} is declared twice{hint}; rename one")
+    return tuple(refs)
+
+
+def _gap_reference(raw: dict, refs: tuple[Reference, ...], folder: Path) -> str:
+    name = raw.get("gap_reference", "")
+    if name and name not in {r.name for r in refs}:
+        known = ", ".join(r.name for r in refs) or "none"
+        raise TaskError(f"{folder}/task.toml: gap_reference = {name!r} names no declared reference (declared: {known})")
+    return str(name)
+
+
+def _finite(value: object, where: str, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise TaskError(f"{where}: {what} must be a finite number, not {value!r}")
+    return float(value)
