@@ -103,3 +103,22 @@ def partial_data_notes(lb) -> list[str]:
         "not comparable with the paper's numbers."
         for r in partial.itertuples()
     ]
+
+
+def task_pack_notes(agents) -> list[str]:
+    """One line per task that came from a pack (bench.tasks.packs), naming the pack, its version and the task
+    folder's sha256 with its number of runs: a result names exactly what was run, and runs of one task id on two
+    different folder contents are seen as such (a hash per content)."""
+    if agents.empty or "task_source" not in agents:
+        return []
+    packed = agents[agents["task_source"].isin(["path", "entry-point"])]
+    out = []
+    for (task, pack, version, sha), runs in packed.groupby(
+        ["task", "task_pack", "task_pack_version", "task_sha256"], sort=True
+    ):
+        label = f"{pack} {version}".strip()
+        out.append(f"{task.upper()} is from the task pack {label} (task folder sha256 {sha}): {len(runs)} run(s).")
+    for task, versions in packed.groupby("task")["task_sha256"].nunique().items():
+        if versions > 1:
+            out.append(f"{task.upper()}: its runs used {versions} different task folder contents (hashes above).")
+    return out

@@ -204,6 +204,8 @@ def _index(lb, runs, experiments, published, fit, comparison, written, intervals
         lines += [f"**{note}**" for note in unsandboxed] + [""]
     if flagged := notes.audit_notes(lb):
         lines += [f"**{note}**" for note in flagged] + [""]
+    if packed := notes.task_pack_notes(runs.agents):  # tasks from outside the repository: pack, version, hash
+        lines += packed + [""]
     board = tables.leaderboard_table(lb, intervals)
     said = {line.strip("*") for line in lines}  # the notes said once above: not again under the table
     board.notes = [note for note in board.notes if note not in said]

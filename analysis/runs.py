@@ -37,7 +37,8 @@ AGENT_COLUMNS = (
     "run_id experiment agent model task repeat status reason score metric higher_is_better budget_min "
     "wall_time_s budget_utilisation scripts_launched launches_observed checkpoints best_val_score "
     "tokens_input tokens_output tokens_cached cost_usd start_time end_time synthetic partial_data unsandboxed "
-    "audit_disqualified audit_flagged nonstandard deviations deviation_notes hardware"
+    "audit_disqualified audit_flagged nonstandard deviations deviation_notes hardware "
+    "task_source task_pack task_pack_version task_sha256"
 ).split()
 SCRIPT_COLUMNS = (
     "run_id parent_run_id experiment agent task repeat script exit reason start_time end_time start_min "
@@ -197,6 +198,11 @@ def _agents(w: pd.DataFrame, names: dict[str, str]) -> pd.DataFrame:
             # the rules the audit found broken / flagged, comma-joined ("" when none, or for runs before the audit)
             "audit_disqualified": t(schema.AUDIT_DISQUALIFIED).fillna(""),
             "audit_flagged": t(schema.AUDIT_FLAGGED).fillna(""),
+            # where the task came from (bench.tasks.packs) and its folder's hash ("" for runs before task packs)
+            "task_source": t(schema.TASK_SOURCE),
+            "task_pack": t(schema.TASK_PACK),
+            "task_pack_version": t(schema.TASK_PACK_VERSION),
+            "task_sha256": t(schema.TASK_SHA256),
         }
     )
     # the paper's protocol: the run's own verdict (bench.protocol tags), or one derived from what an older run has

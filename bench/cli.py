@@ -25,7 +25,7 @@ def _tasks(key: str):
 def cmd_tasks(args: argparse.Namespace) -> int:
     from bench.tasks import data, weights
 
-    print(f"{'id':4} {'name':28} {'budget':>7} {'metric':>9} {'dir':>4} {'split':>6} {'baseline':>9}  data")
+    print(f"{'id':4} {'name':28} {'budget':>7} {'metric':>9} {'dir':>4} {'split':>6} {'baseline':>9}  data  [source]")
     for t in all_tasks():
         status = data.data_status(t)
         if t.weights:
@@ -33,7 +33,7 @@ def cmd_tasks(args: argparse.Namespace) -> int:
             status += f"; weights {n}/{len(t.weights)} installed"
         print(
             f"{t.id:4} {t.name:28} {t.budget_minutes:>5g} m {t.metric:>9} {t.direction:>4} {t.eval_split:>6} "
-            f"{t.baseline_score:>9.3f}  {status}"
+            f"{t.baseline_score:>9.3f}  {status}  [{t.source.describe()}]"
         )
     return 0
 

@@ -210,6 +210,9 @@ class RunResult:
     # the run's limits (bench.sandbox.limits): {settings, enforcement, hit: [{limit, value, ...what happened}]};
     # hit is empty when the run stayed within all of them ({} in files written before limits existed)
     limits: dict = field(default_factory=dict)
+    # the task's source (built-in, path or entry-point pack: name, version, origin), its folder and the folder's
+    # sha256 at the run's start (bench.tasks.packs.provenance); {} in files written before task packs
+    task_source: dict = field(default_factory=dict)
     mlflow_run_id: str | None = None
     # why MLflow has not recorded the run (the store refused or was unreachable); None once it has. `bench run`
     # exits non-zero while it is set, and `bench record RUN_DIR` records the run and clears it

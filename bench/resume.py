@@ -39,7 +39,7 @@ from bench.processes import TOKEN_VAR, describe, end_tree, find_tree, running
 from bench.result import ResultError, RunResult
 from bench.runner import Ended, RunSpec, finish
 from bench.sandbox.limits import Limits
-from bench.tasks import data, get_task
+from bench.tasks import data, packs
 from bench.termination import Termination
 from bench.tracking import schema
 from bench.tracking.writer import MlflowWriter, TrackingError
@@ -82,7 +82,7 @@ def resume_run(run_dir: Path, *, console: bool = True, by: str = "bench run --re
     st = state.read(run_dir)
     if st.harness_alive():
         raise ResumeError(f"{run_dir} is still being run by bench (pid {st.harness_pid}); nothing to resume")
-    task = get_task(st.task)
+    task = packs.task_for_run(st.task, st.task_source)  # the folder the run ran, when it is still there
     ws = workspace.Workspace(run_dir, task)
     evidence = Evidence(run_dir)
     if st.harness_died_at is None:  # before anything here touches the run's files
@@ -123,6 +123,7 @@ def resume_run(run_dir: Path, *, console: bool = True, by: str = "bench run --re
         no_weights=st.no_weights,
         sandbox=st.sandbox,
         limits=limits,
+        task_source=st.task_source or packs.provenance(task),
     )
     data_dir = Path(st.data_dir)
     if not data_dir.is_dir():  # the cache moved or was cleared since: prepare it again (verified as for a run)

@@ -24,7 +24,7 @@ from bench.pipeline.arrivals import Arrival
 from bench.pipeline.evidence import Evidence
 from bench.result import Audit, Evaluation, RunResult
 from bench.sandbox.limits import Limits
-from bench.tasks import Task, data, weights
+from bench.tasks import Task, data, packs, weights
 from bench.tracking import schema
 from bench.tracking.relay import Relay
 from bench.tracking.writer import MlflowWriter
@@ -49,6 +49,8 @@ class RunSpec:
     run_id: str | None = None  # the run directory's name (a campaign's stable id); None: task-agent-repeat-time
     limits: Limits = field(default_factory=Limits)  # memory, processes, workspace, log, evaluation time (limits.py)
     max_cost: float | None = None  # the API budget in USD, enforced by the metering gateway (bench.agents.gateway)
+    # the task's source and folder hash (bench.tasks.packs.provenance); None: taken when the run starts
+    task_source: dict | None = None
 
     @property
     def budget(self) -> float:
@@ -74,6 +76,8 @@ def run(spec: RunSpec) -> RunResult:
 def _run(spec: RunSpec, term: termination.Termination) -> RunResult:
     # bad input, an unknown agent, unwritable folders, missing weights, no sandbox: stopped before anything is created
     preflight.check_spec(spec)
+    if spec.task_source is None:  # before the workspace copies the task: the folder as this run got it
+        spec = replace(spec, task_source=packs.provenance(spec.task))
     task, adapter = spec.task, get_agent(spec.agent)
     device = spec.device or evaluate.default_device()
     data_dir = data.prepare(task, progress=spec.console)
@@ -250,6 +254,7 @@ def _save_state(
                 partial_notes=list(notes),
                 data_dir=str(data_dir),
                 limits=spec.limits.to_dict(),  # a resume evaluates under the run's own limits
+                task_source=spec.task_source,
             ),
         )
     except state.RunStateError as e:
@@ -364,6 +369,7 @@ def _result(
         partial_data_notes=notes,
         sandboxed=ended.sandboxed,
         limits=limits,
+        task_source=dict(spec.task_source or {}),
     )
 
 

@@ -16,7 +16,9 @@ starts (a mistake found after an hour of runs costs the hour), every problem one
 
 Optional keys: ``grace`` (seconds after the budget before SIGKILL, 30), ``device`` (the evaluation's), ``sandbox``
 (true), ``no_weights`` (false), ``retries`` (2: infrastructure failures only, :mod:`bench.campaign.job`),
-``executor`` (``local`` or ``slurm``), ``gpus`` (the local executor's GPUs, e.g. ``[0, 1]``; found with
+``executor`` (``local`` or ``slurm``), ``tasks_path`` (folders of task packs, searched as ``BENCH_TASKS_PATH``
+is: each a task folder or a folder of task folders, relative to the campaign file; :mod:`bench.tasks.packs`),
+``gpus`` (the local executor's GPUs, e.g. ``[0, 1]``; found with
 ``nvidia-smi -L`` when absent), per agent ``options`` (a table of adapter options) and a ``[slurm]`` table
 (:class:`SlurmSettings`).
 
@@ -57,11 +59,11 @@ from bench.durations import parse_duration
 from bench.pipeline.workspace import campaign_dir
 from bench.preflight import InputError
 from bench.sandbox.limits import Limits
-from bench.tasks import Task, TaskError, all_tasks, get_task
+from bench.tasks import Task, TaskError, all_tasks, get_task, packs
 
 TOP_KEYS = {
     "name", "tasks", "repeats", "budget", "grace", "device", "sandbox", "no_weights", "retries", "executor", "gpus",
-    "agents", "slurm", "max_cost", *limit_keys.KEYS,
+    "agents", "slurm", "max_cost", "tasks_path", *limit_keys.KEYS,
 }  # fmt: skip
 AGENT_KEYS = {"name", "model", "agent_command", "options"}
 EXECUTORS = ("local", "slurm")
@@ -155,6 +157,7 @@ class Campaign:
     slurm: SlurmSettings = field(default_factory=SlurmSettings)
     limits: Limits = field(default_factory=Limits)  # every run's (bench.sandbox.limits); the flags' defaults
     max_cost: float | None = None  # every run's API budget in USD (bench.agents.gateway); None: none
+    tasks_path: tuple[Path, ...] = ()  # task pack folders (bench.tasks.packs), searched in this process once loaded
 
     @property
     def folder(self) -> Path:
@@ -264,6 +267,7 @@ def load(path: Path) -> Campaign:
     if slurm.eval_margin_s is not None and "eval_budget" not in raw:  # a file written before eval_budget existed
         limits = limit_keys.fit_to_margin(slurm.eval_margin_s, limits)
     limit_keys.check_margin(slurm.eval_margin_s, limits, where)
+    tasks_path = _tasks_path(raw.get("tasks_path", []), path, bad)  # before the task ids: they may name its tasks
     campaign = Campaign(
         name=name,
         file=path.resolve(),
@@ -281,6 +285,7 @@ def load(path: Path) -> Campaign:
         slurm=slurm,
         limits=limits,
         max_cost=None if max_cost is None else float(max_cost),
+        tasks_path=tasks_path,
     )
     return campaign
 
@@ -295,6 +300,21 @@ def _int(value: object, key: str, bad) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise bad(key, f"must be a whole number (got {value!r})")
     return value
+
+
+def _tasks_path(value: object, path: Path, bad) -> tuple[Path, ...]:
+    """The ``tasks_path`` folders, relative to the campaign file, added to this process's task search; a job
+    process reads the file again, so its runs find the same tasks."""
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(p, str) and p.strip() for p in value):
+        raise bad("tasks_path", f'a list of folders: tasks_path = ["../my-tasks"] (got {value!r})')
+    folders = tuple((path.parent / Path(p).expanduser()).resolve() for p in value)
+    try:  # a missing folder or an id taken twice: said here, naming the key
+        packs.add_search_path(folders, f"{path}: tasks_path")
+    except TaskError as e:
+        raise bad("tasks_path", str(e)) from None
+    return folders
 
 
 def _tasks(value: object, bad) -> tuple[str, ...]:

@@ -17,7 +17,7 @@ from bench.markup import md_text
 from bench.pipeline import state
 from bench.pipeline.workspace import Workspace
 from bench.result import RunResult
-from bench.tasks import get_task
+from bench.tasks import TaskError, packs
 from bench.tracking import accounting, schema, sysmetrics
 from bench.tracking.relay import Relay
 from bench.tracking.writer import MlflowWriter, TrackingError
@@ -124,8 +124,11 @@ def record(writer: MlflowWriter, result: RunResult, ws: Workspace) -> str:
         **accounting.metrics(scripts),  # what the relay dropped or left, counted (issue 21)
         **sysmetrics.agent_metrics(scripts),  # the tree's GPU memory peak and mean utilisation (absent without NVML)
     }
-    task = get_task(result.task)
-    found = deviations(result, task.budget_s)
+    try:
+        task_budget_s = packs.task_for_run(result.task, result.task_source).budget_s
+    except TaskError:  # a pack's task no longer installed: the run is still recorded, against its own budget
+        task_budget_s = result.budget_s
+    found = deviations(result, task_budget_s)
     metrics[schema.TASK_BASELINE] = result.baseline_score
     if result.score is not None:
         metrics[schema.SCORE] = result.score
@@ -176,13 +179,14 @@ def record(writer: MlflowWriter, result: RunResult, ws: Workspace) -> str:
             schema.ENTRY: schema.entry_label(result.agent, result.model),
             **schema.protocol_tags(
                 budget_s=result.budget_s,
-                task_budget_s=task.budget_s,
+                task_budget_s=task_budget_s,
                 hardware=_hardware(result),
                 device=result.device,
                 deviations=found,
             ),
             schema.PARTIAL_NOTES: "\n".join(result.partial_data_notes)[:5000],
             **schema.audit_tags(result.audit.violations),
+            **schema.task_source_tags(result.task_source),
         },
     )
     writer.log_text(run_id, json.dumps(result.audit.to_dict(), indent=2), schema.AUDIT_ARTIFACT)
@@ -268,4 +272,4 @@ def _record_evaluations(writer: MlflowWriter, run_id: str, result: RunResult, ba
 def load_run(run_dir: Path) -> tuple[RunResult, Workspace]:
     """Read a run directory back (for ``bench record``)."""
     result = RunResult.load(Path(run_dir))
-    return result, Workspace(Path(run_dir), get_task(result.task))
+    return result, Workspace(Path(run_dir), packs.task_for_run(result.task, result.task_source))

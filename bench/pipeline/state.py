@@ -56,6 +56,8 @@ class RunState:
     # the run's limits (Limits.to_dict(): memory, processes, workspace, log, evaluation budget), so that a resume
     # evaluates under the run's own; None in files written before runs had limits (a resume uses the defaults)
     limits: dict | None = None
+    # where the task came from and its folder's sha256 (bench.tasks.packs.provenance); None in older files
+    task_source: dict | None = None
     version: int = VERSION
 
     def harness_alive(self) -> bool:
@@ -107,7 +109,7 @@ def read(run_dir: Path) -> RunState:
     if int(raw.get("version", VERSION)) > VERSION:
         raise RunStateError(f"{target} has version {raw['version']}, newer than this toolkit's {VERSION}: upgrade")
     names = {f.name for f in fields(RunState)}
-    optional = {"harness_pid", "harness_started", "harness_died_at", "watched", "limits", "version"}
+    optional = {"harness_pid", "harness_started", "harness_died_at", "watched", "limits", "task_source", "version"}
     missing = sorted(names - set(raw) - optional)
     if missing:
         raise RunStateError(f"{target} lacks {', '.join(missing)}: it was not written by bench run")

@@ -44,14 +44,20 @@ def mirror_root() -> Path | None:
     return Path(value).expanduser().resolve() if value else None
 
 
+def _cache_key(task: Task) -> str:
+    """A task's folder in the cache: the built-in folder's name; a pack's task by its id (ids are unique over all
+    sources, folder names are not: a pack's copy of T6 may keep T6's folder name, and must not share T6's data)."""
+    return task.name if task.source.builtin else f"packs/{task.id}"
+
+
 def raw_dir(task: Task) -> Path:
     """Where a task's raw source files are kept, exactly as downloaded."""
-    return cache_dir() / "raw" / task.name
+    return cache_dir() / "raw" / _cache_key(task)
 
 
 def prepared_dir(task: Task) -> Path:
     """Where a task's prepared data (the output of its ``prepare.py``) lives."""
-    return cache_dir() / "prepared" / task.name
+    return cache_dir() / "prepared" / _cache_key(task)
 
 
 def _mismatches(digest: Digest, source: DataSource) -> list[str]:

@@ -49,11 +49,22 @@ class Found:
 
 
 def add_search_path(entries: Iterable[str | os.PathLike], given_by: str) -> None:
-    """Search ``entries`` too, in this process (a campaign's ``tasks_path``); ``given_by`` names them in errors."""
+    """Search ``entries`` too, in this process (a campaign's ``tasks_path``); ``given_by`` names them in errors.
+
+    Checked at once: a missing folder or an id taken twice raises TaskError and adds nothing, so that one bad
+    entry does not break every later task lookup of the process."""
+    before = list(_search_path)
+    known = {e for e, _ in _search_path}
     for entry in entries:
-        item = (Path(entry).expanduser().resolve(), given_by)
-        if item not in _search_path:
-            _search_path.append(item)
+        path = Path(entry).expanduser().resolve()
+        if path not in known:
+            known.add(path)
+            _search_path.append((path, given_by))
+    try:
+        all_tasks()
+    except TaskError:
+        _search_path[:] = before
+        raise
 
 
 def clear_search_path() -> None:

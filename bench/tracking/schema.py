@@ -47,6 +47,12 @@ HARDWARE = "bench.hardware"  # the evaluation device in words: "NVIDIA A100-SXM4
 DEVICE = "bench.device"  # cuda | cpu
 ENTRY = "bench.entry"  # leaderboard entry label: the paper's name for a published CLI + model, else "agent (model)"
 PROTOCOL_STANDARD, PROTOCOL_NONSTANDARD = "standard", "nonstandard"
+# where the task came from (bench.tasks.packs): what a result names as "the task that was run"
+TASK_SOURCE = "bench.task.source"  # built-in | path | entry-point
+TASK_PACK = "bench.task.pack"  # the pack's name ("" for a built-in task)
+TASK_PACK_VERSION = "bench.task.pack_version"  # the pack's version ("" when it has none)
+TASK_SHA256 = "bench.task.sha256"  # the task folder's content hash at the run's start (bench.checksums.tree_sha256)
+TASK_FOLDER = "bench.task.folder"  # the task folder the run used
 
 SCRIPT = "bench.script"  # script runs: file name, e.g. run_3.py
 PID = "bench.pid"
@@ -194,6 +200,19 @@ def agent_run_tags(campaign: str, agent: str, model: str | None, task: str, repe
 def entry_label(agent: str, model: str | None) -> str:
     """The label the UI groups by: ``claude-code (claude-opus-4-7)``, or the agent alone for an offline one."""
     return f"{agent} ({model})" if model else agent
+
+
+def task_source_tags(source: dict) -> dict[str, str]:
+    """The task's source and folder hash as tags (``source``: result.json's ``task_source``; {} for older runs)."""
+    if not source:
+        return {}
+    return {
+        TASK_SOURCE: str(source.get("kind") or "built-in"),
+        TASK_PACK: str(source.get("pack") or ""),
+        TASK_PACK_VERSION: str(source.get("version") or ""),
+        TASK_SHA256: str(source.get("sha256") or ""),
+        TASK_FOLDER: str(source.get("folder") or "")[:500],
+    }
 
 
 def protocol_tags(
