@@ -1,4 +1,4 @@
-"""``bench campaign run|resume|status CAMPAIGN.toml``: a campaign from its file to its last run.
+"""``bench campaign run|resume|status|plan CAMPAIGN.toml``: a campaign from its file to its last run.
 
 ``run`` and ``resume`` do the same thing, from wherever the campaign is: every run of the matrix that is not final
 is brought to its end (a run whose harness died is finished by :func:`bench.resume.resume_run`, the others run),
@@ -25,7 +25,7 @@ from bench.preflight import InputError
 def add_cli(sub: argparse._SubParsersAction) -> None:
     """The ``campaign`` subcommand of ``bench``."""
     s = sub.add_parser("campaign", help="a matrix of agents x tasks x repeats from a TOML file: local GPUs or Slurm")
-    csub = s.add_subparsers(dest="campaign_command", required=True, metavar="{run,resume,status}")
+    csub = s.add_subparsers(dest="campaign_command", required=True, metavar="{run,resume,status,plan}")
     for name, what in (
         ("run", "run every run of the campaign that is not final (finished runs are never redone)"),
         ("resume", "the same, for a campaign that was stopped or killed: finishes the runs whose harness died"),
@@ -41,6 +41,10 @@ def add_cli(sub: argparse._SubParsersAction) -> None:
                 "harness): the old run directory moves to .campaign/retired/, its MLflow run is deleted",
             )
         c.set_defaults(func=cmd_campaign)
+    what = "runs (per agent and task), GPU-hours, wall-clock and expected API cost, before anything starts"
+    p = csub.add_parser("plan", help=what, description=what + ": reads the file only, creates nothing")
+    p.add_argument("file", metavar="CAMPAIGN.toml")
+    p.set_defaults(func=cmd_plan)
     j = csub.add_parser("job")  # one run's process, started by an executor (bench.campaign.job.job_main)
     j.add_argument("file")
     j.add_argument("run_id")
@@ -56,6 +60,14 @@ def cmd_campaign(args: argparse.Namespace) -> int:
     if args.campaign_command == "status":
         return status(campaign)
     return start(campaign, resume=args.campaign_command == "resume", redo_cut_short=args.redo_cut_short)
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    """``bench campaign plan``: the file checked and its cost printed; no machine check, nothing created."""
+    from bench.campaign import plan
+
+    print(plan.render(spec.load(args.file)))
+    return 0
 
 
 def check_machine(campaign: Campaign) -> None:

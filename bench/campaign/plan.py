@@ -1,0 +1,250 @@
+"""``bench campaign plan FILE``: what a campaign will cost before it starts: its runs (per agent and task), the
+GPU-hours, the wall-clock on one GPU and on more, and the API cost expected from published token use.
+
+A campaign of the paper's size holds a GPU for weeks and an API account for thousands of model calls; the time to
+see that is before the first run, on any machine (a laptop, a login node): the plan reads the file only
+(:func:`bench.campaign.spec.load`), creates nothing (no run directory, no MLflow experiment) and asks no API, so it
+needs neither a GPU nor a key.
+
+Three GPU-hour figures, because the harness holds the GPU beyond the agent's budget:
+
+- **budgets**: the sum of every run's budget, the paper's measure of its study (Table 2's budgets x repeats);
+- **expected**: each run's budget + the grace + the overhead around the agent's time (setup, evaluation, record)
+  that ``bench campaign status``'s ETA assumes before it has measured one (:class:`bench.campaign.view.Estimate`);
+- **at most**: each run's budget + the grace + the whole evaluation margin (the evaluation budget, the scorer's
+  grace to report and the time to record: :attr:`Campaign.eval_margin_s`, what a Slurm job is given).
+
+API cost: the expected cost of an agent's runs is its published token use per run x the list prices of
+:mod:`bench.agents.pricing` x its runs. The paper publishes no token use (nor any cost) for its agents, so for its
+models the plan says "unknown" rather than invent one; :data:`PUBLISHED_USE` is where a published figure goes.
+A campaign's ``max_cost`` (the metering gateway's API budget per run) gives an upper bound either way.
+"""
+
+from __future__ import annotations
+
+import heapq
+import importlib
+from collections import Counter
+from dataclasses import dataclass
+
+from bench.agents import AGENTS, pricing
+from bench.campaign.spec import AgentEntry, Campaign
+
+HOUR = 3600.0
+
+
+@dataclass(frozen=True)
+class TokenUse:
+    """One run's mean token use as published (``input`` counts every prompt token, ``cached`` the part of it read
+    from the provider's cache: :func:`bench.agents.pricing.cost`'s semantics)."""
+
+    input: int
+    output: int
+    cached: int = 0
+    source: str = ""  # where it was published
+
+
+# model (as bench.agents.pricing.lookup reads it) -> published token use per run. The paper (arXiv 2605.17046v2)
+# publishes none for its seven agents: neither token counts nor costs (checked: its text and tables, and
+# /work/shared/paper's results, tasks, agents and budget-utilisation tables).
+PUBLISHED_USE: dict[str, TokenUse] = {}
+
+
+@dataclass(frozen=True)
+class GpuHours:
+    budgets: float
+    expected: float
+    at_most: float
+
+
+def overhead_s() -> float:
+    """The overhead per run that ``bench campaign status`` assumes before measuring one (its ETA)."""
+    from bench.campaign.view import DEFAULT_OVERHEAD_S  # the executors' module: only when a plan is made
+
+    return DEFAULT_OVERHEAD_S
+
+
+def run_seconds(campaign: Campaign) -> list[tuple[float, float, float]]:
+    """(budget, expected, at most) seconds of GPU time of each run, in the campaign's order."""
+    extra = campaign.grace_s + overhead_s()
+    worst = campaign.grace_s + campaign.eval_margin_s
+    out = []
+    for key in campaign.runs():
+        budget = campaign.budget_of(key.task)
+        out.append((budget, budget + extra, budget + worst))
+    return out
+
+
+def gpu_hours(campaign: Campaign) -> GpuHours:
+    """The three GPU-hour figures of the module docstring (one GPU per run)."""
+    times = run_seconds(campaign)
+    return GpuHours(*(sum(t[i] for t in times) / HOUR for i in range(3)))
+
+
+def wall_clock_s(durations: list[float], slots: int) -> float:
+    """When the last run ends if the runs start in this order, each on the first slot free (what the local
+    executor does: one run per GPU, the queue in the campaign's order)."""
+    free = [0.0] * max(1, min(slots, len(durations)))
+    for d in durations:
+        heapq.heapreplace(free, free[0] + d)
+    return max(free)
+
+
+def enough_slots(durations: list[float]) -> int:
+    """The fewest slots that bring the wall-clock down to its floor, the longest run: more do not shorten it."""
+    floor = max(durations)
+    lo, hi = 1, len(durations)
+    while lo < hi:  # the greedy order's wall-clock is not monotone in slots everywhere: check the answer below
+        mid = (lo + hi) // 2
+        if wall_clock_s(durations, mid) <= floor + 1e-6:
+            hi = mid
+        else:
+            lo = mid + 1
+    while lo > 1 and wall_clock_s(durations, lo - 1) <= floor + 1e-6:
+        lo -= 1
+    return lo
+
+
+def model_of(agent: AgentEntry) -> str | None:
+    """The model an agent entry runs: its own, else its adapter's default (None for an agent without one)."""
+    if agent.model:
+        return agent.model
+    module = importlib.import_module(type(AGENTS[agent.name]).__module__)
+    return getattr(module, "DEFAULT_MODEL", None)
+
+
+def offline(agent: AgentEntry) -> bool:
+    """An agent that gets no variable from the harness's environment gets no key: it calls no model API."""
+    adapter = AGENTS[agent.name]
+    return not hasattr(adapter, "passthrough_for") and tuple(getattr(adapter, "passthrough", ())) == ()
+
+
+@dataclass(frozen=True)
+class Cost:
+    """The expected API cost of one agent's runs: ``usd`` None when unknown, ``why`` says what is known."""
+
+    agent: AgentEntry
+    runs: int
+    usd: float | None
+    why: str
+
+
+def agent_cost(agent: AgentEntry, runs: int, published: dict[str, TokenUse] | None = None) -> Cost:
+    """The expected cost of ``runs`` runs of ``agent`` from ``published`` token use (:data:`PUBLISHED_USE`)."""
+    published = PUBLISHED_USE if published is None else published
+    if offline(agent):
+        return Cost(agent, runs, 0.0, "an offline agent, no model API")
+    model = model_of(agent)
+    found = pricing.lookup(model)
+    use = next((u for m, u in published.items() if _canonical(m) == _canonical(model)), None)
+    if use is None:
+        return Cost(agent, runs, None, f"unknown: the paper publishes no token use for {model or agent.name}")
+    per_run = pricing.cost(model, use.input, use.output, use.cached)
+    if per_run is None:
+        return Cost(agent, runs, None, f"unknown: {model} has no price in bench/agents/pricing.py")
+    row = found[1] if found else None  # found: cost() priced it
+    state = "verified" if row is not None and row.verified else "unverified"
+    why = (
+        f"{runs} x ${per_run:,.2f}: {use.input / 1e6:.2f}M tokens in ({use.cached / 1e6:.2f}M cached), "
+        f"{use.output / 1e6:.2f}M out per run ({use.source}) at the list price of {row.date if row else '?'} ({state})"
+    )
+    return Cost(agent, runs, per_run * runs, why)
+
+
+def _canonical(model: str | None) -> str:
+    """A model's price-table id (provider prefixes and spellings folded), else the name as written."""
+    found = pricing.lookup(model)
+    return found[0] if found else (model or "")
+
+
+def _hours(seconds: float) -> str:
+    hours = seconds / HOUR
+    return f"{hours:.1f} h" + (f" ({hours / 24:.1f} days)" if hours >= 48 else "")
+
+
+def _slots(campaign: Campaign) -> tuple[int, str] | None:
+    """The slots the file names: its GPUs (local) or the array parallelism (Slurm); None when it names none."""
+    if campaign.executor == "slurm":
+        n = campaign.slurm.array_parallelism
+        return n, f"slurm.array_parallelism = {n} (per job array; one array per budget)"
+    if campaign.gpus:
+        return len(campaign.gpus), f"gpus = [{', '.join(campaign.gpus)}]"
+    return None
+
+
+def matrix(campaign: Campaign) -> str:
+    """Runs per agent and task, with each task's budget and each agent's GPU-hours at the budgets."""
+    keys = campaign.runs()
+    cells = Counter((k.agent, k.task) for k in keys)
+    labels = [a.label for a in campaign.agents]
+    w = max(len("budget (min)"), *(len(x) for x in labels))
+    tw = max(4, *(len(t) for t in campaign.task_ids))
+    head = f"{'':{w}}  " + " ".join(f"{t:>{tw}}" for t in campaign.task_ids) + f"  {'runs':>5}  {'GPU-h':>7}"
+    budgets = f"{'budget (min)':{w}}  " + " ".join(f"{campaign.budget_of(t) / 60:>{tw}g}" for t in campaign.task_ids)
+    rows = [head, budgets]
+    for agent, label in zip(campaign.agents, labels, strict=True):
+        n = [cells[(agent, t)] for t in campaign.task_ids]
+        hours = sum(c * campaign.budget_of(t) for c, t in zip(n, campaign.task_ids, strict=True)) / HOUR
+        rows.append(f"{label:{w}}  " + " ".join(f"{c:>{tw}}" for c in n) + f"  {sum(n):>5}  {hours:>7.1f}")
+    per_task = [sum(cells[(a, t)] for a in campaign.agents) for t in campaign.task_ids]
+    total_h = sum(campaign.budget_of(k.task) for k in keys) / HOUR
+    rows.append(f"{'total':{w}}  " + " ".join(f"{c:>{tw}}" for c in per_task) + f"  {len(keys):>5}  {total_h:>7.1f}")
+    return "\n".join(rows)
+
+
+def render(campaign: Campaign, published: dict[str, TokenUse] | None = None) -> str:
+    """The plan as ``bench campaign plan`` prints it."""
+    keys = campaign.runs()
+    n_agents, n_tasks = len(campaign.agents), len(campaign.task_ids)
+    lines = [
+        f"campaign {campaign.name} ({campaign.file}): {len(keys)} runs = {n_agents} agent(s) x {n_tasks} task(s) x "
+        f"{campaign.repeats} repeat(s); a plan only: nothing started, nothing created",
+        "budget: " + ("each task's own (the paper's)" if campaign.budget_s is None else
+                      f"{campaign.budget_s / 60:g} min for every task (non-standard where a task's own differs)"),
+        "",
+        matrix(campaign),
+        "",
+    ]  # fmt: skip
+    h = gpu_hours(campaign)
+    margin = campaign.eval_margin_s
+    lines += [
+        "GPU-hours (one GPU per run):",
+        f"  {h.budgets:8.1f}  at the budgets (each run's budget x its repeats: the paper's measure)",
+        f"  {h.expected:8.1f}  expected: + the {campaign.grace_s:g} s grace and ~{overhead_s() / 60:g} min per run "
+        "around the agent (setup, evaluation, record; bench campaign status's ETA)",
+        f"  {h.at_most:8.1f}  at most: + the grace and the whole evaluation margin, {margin / 60:g} min per run",
+        f"{'':12}(eval_budget {campaign.limits.eval_s / 60:g} min, the scorer's grace, recording: Slurm's margin)",
+        "",
+    ]
+    expected = [t[1] for t in run_seconds(campaign)]
+    named = _slots(campaign)
+    counts = sorted({1, *(2**i for i in range(1, 12) if 2**i < len(keys)), *([named[0]] if named else [])})
+    enough = enough_slots(expected)
+    lines.append("wall-clock (expected times; runs in the campaign's order, one per GPU):")
+    for n in counts:
+        note = f"  <- {named[1]}" if named and n == named[0] else ""
+        lines.append(f"  {n:>5} GPU(s)  {_hours(wall_clock_s(expected, n))}{note}")
+    lines.append(
+        f"  {enough:>5} GPU(s)  {_hours(max(expected))}: the floor, the longest run; more GPUs do not shorten it"
+    )
+    if named is None:
+        lines.append("  the file names no gpus: the local executor uses every GPU it finds (nvidia-smi -L)")
+    lines += ["", "API cost (expected, from the published token use per run x bench/agents/pricing.py's list prices):"]
+    per_agent = Counter(k.agent for k in keys)
+    costs = [agent_cost(a, per_agent[a], published) for a in campaign.agents]
+    w = max(len(c.agent.label) for c in costs)
+    for c in costs:
+        figure = c.why if c.usd is None else f"${c.usd:,.2f}: {c.why}"
+        lines.append(f"  {c.agent.label:{w}}  {c.runs:>4} runs  {figure}")
+    unknown = [c for c in costs if c.usd is None]
+    if unknown:
+        lines.append(f"  total: unknown ({len(unknown)} of {len(costs)} agent(s) without a published figure)")
+    else:
+        lines.append(f"  total: ${sum(c.usd for c in costs if c.usd is not None):,.2f}")
+    if campaign.max_cost is not None:
+        llm = sum(c.runs for c in costs if not offline(c.agent))
+        lines.append(
+            f"  at most ${campaign.max_cost * llm:,.2f}: max_cost ${campaign.max_cost:,.2f} per run x {llm} LLM runs "
+            "(the metering gateway's API budget)"
+        )
+    return "\n".join(lines)

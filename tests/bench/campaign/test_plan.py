@@ -1,0 +1,166 @@
+"""``bench campaign plan``: the paper's study as campaigns/paper.toml, planned before anything starts: its 245 runs
+and GPU-hours worked out here by hand from the paper's Table 2, a small campaign's plan, bad files refused in one
+line, and nothing created (no run directory, no MLflow store), with no API key set."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.agents import pricing
+from bench.campaign import plan, spec
+from bench.cli import main
+from tests.bench.campaign.conftest import campaign_file
+
+ROOT = Path(__file__).resolve().parents[3]
+PAPER = ROOT / "campaigns" / "paper.toml"
+
+# The paper's Table 2 budgets in minutes (tasks.csv's budget_min), T1..T7, read off the paper, not the task folders
+TABLE_2_MIN = (40, 120, 80, 60, 40, 40, 40)
+# Table 3: the seven agents, each through its CLI, with the model named as the paper names it
+TABLE_3 = [
+    ("claude-code", "claude-sonnet-4-6"), ("claude-code", "claude-opus-4-6"), ("claude-code", "claude-opus-4-7"),
+    ("codex", "gpt-5.5"), ("opencode", "kimi-k2.5"), ("opencode", "kimi-k2.6"), ("opencode", "qwen3.6-plus"),
+]  # fmt: skip
+KEYS = re.compile(r"_API_KEY$|_AUTH_TOKEN$|_OAUTH_TOKEN$|_BASE_URL$|^GOOGLE_|^MLFLOW_")
+
+
+@pytest.fixture
+def isolated(tmp_path, monkeypatch):
+    """No API key, no endpoint; workspaces, cache and store in folders that do not exist yet."""
+    for var in [v for v in os.environ if KEYS.search(v)]:
+        monkeypatch.delenv(var)
+    where = {"BENCH_WORKSPACES_DIR": "ws", "BENCH_CACHE_DIR": "cache", "BENCH_MLRUNS_DIR": "mlruns"}
+    for var, name in where.items():
+        monkeypatch.setenv(var, str(tmp_path / name))
+    return [tmp_path / name for name in where.values()]
+
+
+def _plan(capsys, path: Path) -> tuple[int, str, str]:
+    code = main(["campaign", "plan", str(path)])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_the_paper_file_loads_without_any_key_and_is_table_3_x_seven_tasks_x_five(isolated):
+    c = spec.load(PAPER)
+    assert [(a.name, (a.model or "").rsplit("/", 1)[-1]) for a in c.agents] == TABLE_3
+    assert c.task_ids == tuple(f"t{i}" for i in range(1, 8)) and c.repeats == 5 and c.budget_s is None
+    assert [c.budget_of(t) / 60 for t in c.task_ids] == list(TABLE_2_MIN)  # the task folders agree with the paper
+    assert len(c.runs()) == 245 and len({k.run_id for k in c.runs()}) == 245
+    assert not any(p.exists() for p in isolated)
+
+
+def test_plan_of_the_paper_prints_245_runs_and_its_gpu_hours(isolated, capsys):
+    code, out, err = _plan(capsys, PAPER)
+    assert (code, err) == (0, "")
+    hours = sum(TABLE_2_MIN) * 5 * 7 / 60  # 420 min per agent and repeat -> 245.0 GPU-hours
+    assert hours == 245.0
+    assert "245 runs = 7 agent(s) x 7 task(s) x 5 repeat(s)" in out
+    total = next(line for line in out.splitlines() if line.startswith("total "))
+    assert total.split() == ["total", *["35"] * 7, "245", f"{hours:.1f}"]
+    budgets = next(line for line in out.splitlines() if line.startswith("budget (min)"))
+    assert budgets.split()[2:] == [str(m) for m in TABLE_2_MIN]
+    for agent, model in TABLE_3:  # each agent: 5 runs of each task, 35 in all, 420 min x 5 = 35 GPU-hours
+        row = next(line for line in out.splitlines() if line.startswith(agent) and model in line.split(")")[0])
+        assert row.split()[-9:] == [*["5"] * 7, "35", "35.0"]
+        named = rf"(?:[\w.-]+/)*{re.escape(model)}"  # OpenCode's: OpenRouter's provider/model prefix
+        cost = rf"^  {agent} \({named}\)\s+35 runs  unknown: the paper publishes no token use for {named}$"
+        assert re.search(cost, out, re.M), (agent, model)
+    # expected: + 30 s grace + the 2 min the ETA assumes; at most: + 30 s + (60 min eval + 1 min scorer + 10 min)
+    assert f"{hours + 245 * (30 + 120) / 3600:8.1f}  expected" in out  # 255.2
+    assert f"{hours + 245 * (30 + 71 * 60) / 3600:8.1f}  at most" in out  # 537.0
+    assert f"      1 GPU(s)  {hours + 245 * 150 / 3600:.1f} h" in out  # one GPU: the runs one after another
+    assert "total: unknown (7 of 7" in out
+    assert not any(p.exists() for p in isolated)  # no run directory, no cache, no MLflow store
+
+
+def test_the_command_as_a_user_types_it(isolated, tmp_path):
+    """The installed ``bench`` in a shell with no key: exit 0, the plan, nothing created."""
+    env = {k: v for k, v in os.environ.items() if not KEYS.search(k)}
+    bench = Path(sys.executable).parent / "bench"
+    done = subprocess.run(
+        [str(bench), "campaign", "plan", "campaigns/paper.toml"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "245 runs" in done.stdout and "   245.0  at the budgets" in done.stdout
+    assert not any(p.exists() for p in isolated)
+
+
+SMALL = """
+tasks = ["t6", "t5"]
+repeats = 2
+budget = "10m"
+gpus = [0, 1]
+max_cost = 5.0
+[[agents]]
+name = "baseline"
+[[agents]]
+name = "claude-code"
+model = "claude-opus-4-7"
+"""
+
+
+def test_a_small_campaigns_plan(isolated, tmp_path, capsys):
+    path, name = campaign_file(tmp_path, SMALL)
+    code, out, err = _plan(capsys, path)
+    assert (code, err) == (0, "")
+    assert f"campaign {name} " in out and "8 runs = 2 agent(s) x 2 task(s) x 2 repeat(s)" in out
+    assert "10 min for every task (non-standard" in out
+    rows = {line.split()[0]: line.split() for line in out.splitlines() if line.startswith(("baseline", "total"))}
+    assert rows["baseline"] == ["baseline", "2", "2", "4", f"{4 * 10 / 60:.1f}"]
+    assert rows["total"] == ["total", "4", "4", "8", f"{8 * 10 / 60:.1f}"]
+    # each run expected 600 + 30 + 120 s: 8 runs on the file's two GPUs are 4 after another
+    assert f"      2 GPU(s)  {4 * 750 / 3600:.1f} h  <- gpus = [0, 1]" in out
+    assert f"      1 GPU(s)  {8 * 750 / 3600:.1f} h" in out
+    assert f"      8 GPU(s)  {750 / 3600:.1f} h: the floor" in out
+    assert re.search(r"baseline\s+4 runs  \$0\.00: an offline agent", out)
+    assert "unknown: the paper publishes no token use for claude-opus-4-7" in out
+    assert "at most $20.00: max_cost $5.00 per run x 4 LLM runs" in out  # baseline's 4 runs cost nothing
+    assert not any(p.exists() for p in isolated)
+
+
+def test_the_cost_from_a_published_token_use(isolated, tmp_path):
+    """Where a token figure exists, the cost is figure x list price x runs (worked out here from the price row)."""
+    path, _ = campaign_file(tmp_path, SMALL)
+    c = spec.load(path)
+    use = {"anthropic/claude-opus-4.7": plan.TokenUse(2_000_000, 100_000, 1_500_000, "a test figure")}
+    p = pricing.PRICES["claude-opus-4-7"]
+    per_run = (500_000 * p.input + 1_500_000 * p.cached_input + 100_000 * p.output) / 1e6
+    got = plan.agent_cost(c.agents[1], 4, use)
+    assert got.usd == pytest.approx(4 * per_run) and "a test figure" in got.why
+    text = plan.render(c, use)
+    assert f"${4 * per_run:,.2f}" in text and f"total: ${4 * per_run:,.2f}" in text
+
+
+def test_wall_clock_follows_the_executors_order():
+    """Runs start in order, each on the first free slot: worked out by hand."""
+    assert plan.wall_clock_s([3, 1, 1, 1], 1) == 6
+    assert plan.wall_clock_s([3, 1, 1, 1], 2) == 3  # A: 3; B: 1, 1, 1
+    assert plan.wall_clock_s([1, 1, 1, 3], 2) == 4  # A: 1, 1; B: 1, 3
+    assert plan.wall_clock_s([1, 1, 1, 3], 3) == 4  # the 3 starts when the first 1 ends
+    assert (plan.enough_slots([3, 1, 1, 1]), plan.enough_slots([1, 1, 1, 3])) == (2, 4)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (None, "no campaign file"),
+        ('name = "x"\ntasks = [t1\n', "is not valid TOML"),
+        ('name = "x"\ntasks = ["t1"]\n[[agents]]\nname = "nope"\n', "agents[0].name: unknown agent 'nope'"),
+    ],
+)
+def test_a_bad_file_is_one_line_and_exit_2(isolated, tmp_path, capsys, text, expected):
+    path = tmp_path / "bad.toml"
+    if text is not None:
+        path.write_text(text)
+    code, out, err = _plan(capsys, path)
+    assert (code, out) == (2, "")
+    assert err.startswith("bench: ") and expected in err and err.count("\n") == 1
+    assert not any(p.exists() for p in isolated)
