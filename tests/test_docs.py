@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -89,6 +90,7 @@ EXPECT: dict[str, tuple[int, str]] = {
     "bench agents check claude-code --model claude-opus-4-7": (1, "claude-code"),
     "bench campaign status two-agents.toml": (0, "0/20 final"),
     "bench campaign status pilot.toml": (0, "0/20 final"),
+    "bench campaign plan campaigns/paper.toml": (0, "245 runs = 7 agent(s) x 7 task(s) x 5 repeat(s)"),
     "bench tasks": (0, "t6_time_series_forecasting"),
     "bench sandbox view": (0, "the predictor's sandbox"),
     "bench report --experiment mine --out report-mine": (0, "index.md"),
@@ -176,6 +178,7 @@ def docs_env(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, 
         for lang, text in fences(path):
             if lang == "toml" and "name" in (spec := tomllib.loads(text)):
                 (work / f"{spec['name']}.toml").write_text(text)
+    shutil.copytree(ROOT / "campaigns", work / "campaigns")  # the campaign files the repository ships
     secret = re.compile(r"^(MLFLOW_|BENCH_|ANTHROPIC_|OPENAI_|CODEX_|CLAUDE_|GEMINI_|GOOGLE_|OPENROUTER_)")
     env = {k: v for k, v in os.environ.items() if not secret.match(k)}
     env.update(

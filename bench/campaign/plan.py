@@ -26,6 +26,7 @@ import heapq
 import importlib
 from collections import Counter
 from dataclasses import dataclass
+from pathlib import Path
 
 from bench.agents import AGENTS, pricing
 from bench.campaign.spec import AgentEntry, Campaign
@@ -151,6 +152,14 @@ def agent_cost(agent: AgentEntry, runs: int, published: dict[str, TokenUse] | No
     return Cost(agent, runs, per_run * runs, why)
 
 
+def _shown(campaign: Campaign) -> str:
+    """The file as the user named it from here (a path below the working folder), else its full path."""
+    try:
+        return str(campaign.file.relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(campaign.file)
+
+
 def _canonical(model: str | None) -> str:
     """A model's price-table id (provider prefixes and spellings folded), else the name as written."""
     found = pricing.lookup(model)
@@ -197,7 +206,7 @@ def render(campaign: Campaign, published: dict[str, TokenUse] | None = None) -> 
     keys = campaign.runs()
     n_agents, n_tasks = len(campaign.agents), len(campaign.task_ids)
     lines = [
-        f"campaign {campaign.name} ({campaign.file}): {len(keys)} runs = {n_agents} agent(s) x {n_tasks} task(s) x "
+        f"campaign {campaign.name} ({_shown(campaign)}): {len(keys)} runs = {n_agents} agent(s) x {n_tasks} task(s) x "
         f"{campaign.repeats} repeat(s); a plan only: nothing started, nothing created",
         "budget: " + ("each task's own (the paper's)" if campaign.budget_s is None else
                       f"{campaign.budget_s / 60:g} min for every task (non-standard where a task's own differs)"),

@@ -164,3 +164,11 @@ def test_a_bad_file_is_one_line_and_exit_2(isolated, tmp_path, capsys, text, exp
     assert (code, out) == (2, "")
     assert err.startswith("bench: ") and expected in err and err.count("\n") == 1
     assert not any(p.exists() for p in isolated)
+
+
+def test_the_docs_show_the_plan_as_it_prints(isolated, monkeypatch):
+    """docs/campaigns-and-clusters.md shows the paper's plan: the output there is what the command prints today."""
+    monkeypatch.chdir(ROOT)
+    page = (ROOT / "docs" / "campaigns-and-clusters.md").read_text()
+    shown = page.split("bench campaign plan campaigns/paper.toml\n```\n\n```text\n", 1)[1].split("\n```", 1)[0]
+    assert shown == plan.render(spec.load(Path("campaigns/paper.toml")))
