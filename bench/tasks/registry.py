@@ -65,10 +65,11 @@ class TaskSource:
         return self.kind == "built-in"
 
     def describe(self) -> str:
-        """One line for people: ``built-in``, ``pack NAME VERSION (ORIGIN)``."""
+        """One line for people: ``built-in``, ``pack NAME VERSION (path ENTRY)``, ``pack NAME VERSION (ORIGIN)``."""
         if self.builtin:
             return "built-in"
-        return " ".join(p for p in ("pack", self.pack, self.version, f"({self.origin})" if self.origin else "") if p)
+        where = f"path {self.origin}" if self.kind == "path" else self.origin
+        return " ".join(p for p in ("pack", self.pack, self.version, f"({where})" if where else "") if p)
 
 
 BUILT_IN = TaskSource()
