@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
-from bench.agents import pricing
+from bench.agents import pricing, transcript
 from bench.agents.usage import Usage, api_of, request_model
 
 LOG_NAME = "llm.jsonl"
@@ -117,6 +117,7 @@ class Gateway:
         self.port = parts.port or (443 if self.scheme == "https" else 80)
         self.base_path = parts.path.rstrip("/")
         self.log, self.max_cost, self.model = Path(log), max_cost, model
+        self.bodies = transcript.Transcript(self.log.parent / transcript.BODIES_NAME)  # capped, no secrets
         self.address = (resolve or {}).get(self.host, self.host)
         self.context = ssl.create_default_context()
         if cafile:
@@ -208,6 +209,7 @@ class Gateway:
                     return None, False
         usage = Usage(api, rec["model"])
         sse = "text/event-stream" in (resp.getheader("Content-Type") or "")
+        capture = self.bodies.start(api, headers, body)  # the bodies for the run's MLflow trace
         rec["status"] = resp.status
         whole = resp.getheader("Content-Length") is not None and resp.getheader("Transfer-Encoding") is None
         head = [f"HTTP/1.1 {resp.status} {resp.reason}"]
@@ -230,6 +232,8 @@ class Gateway:
                 break
             if first is None:
                 first = time.time()
+            if capture is not None:
+                capture.feed(data, sse)
             if api and sse:
                 usage.feed(data)
             elif api and len(body_seen) < MAX_BODY:
@@ -264,6 +268,7 @@ class Gateway:
         if cut:
             rec["cut"] = cut
         rec["spent_usd"] = round(self.spent, 6)
+        self.bodies.finish(capture, rec)
         self._note(rec)
         return up, keep
 
