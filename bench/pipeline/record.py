@@ -18,7 +18,7 @@ from bench.pipeline import state
 from bench.pipeline.workspace import Workspace
 from bench.result import RunResult
 from bench.tasks import TaskError, packs
-from bench.tracking import accounting, schema, sysmetrics
+from bench.tracking import accounting, schema, sysmetrics, traces
 from bench.tracking.relay import Relay
 from bench.tracking.writer import MlflowWriter, TrackingError
 
@@ -190,6 +190,8 @@ def record(writer: MlflowWriter, result: RunResult, ws: Workspace) -> str:
         },
     )
     writer.log_text(run_id, json.dumps(result.audit.to_dict(), indent=2), schema.AUDIT_ARTIFACT)
+    # the agent's conversation (LLM requests and tool calls) as one MLflow trace; a failure only tags the run
+    writer.set_tags(run_id, {schema.TRACE: traces.record(writer, run_id, result, ws.run_dir, ws.events)})
     mlflow_status = {"success": "FINISHED", "interrupted": "KILLED"}.get(result.status, "FAILED")
     writer.end_run(run_id, mlflow_status, result.started_at + result.wall_time_s)
     result.tracking_error = None

@@ -63,6 +63,28 @@ COST_SOURCE = "bench.cost_source"
 API_BUDGET = "bench.api_budget"  # "--max-cost $X: spent, requests refused from <time>" / "$X, $Y used" (the gateway)
 GPU_METRICS = "bench.gpu_metrics"  # agent runs: "nvml", or "no GPU metrics (...)" and why (tracking.sysmetrics)
 RELAY_DROPPED = "bench.relay.dropped"  # agent runs: what the relay dropped or left, one "reason: count" per line
+# the agent's conversation as an MLflow trace (bench.tracking.traces): the agent run's tag says its trace id, or why
+# it has none ("none: ...") or could not be written ("failed: ..."); the trace's own tags and its spans' attributes
+TRACE = "bench.trace"
+TRACE_KIND = "agent-conversation"  # the trace's bench.kind
+SPAN_LLM_ATTRS = {  # llm.jsonl field -> LLM span attribute (tokens, cost, model go in MLflow's own keys too)
+    "api": "bench.llm.api",
+    "path": "bench.llm.path",
+    "status": "bench.llm.status",
+    "latency_s": "bench.llm.latency_s",
+    "ttfb_s": "bench.llm.ttfb_s",
+    "input": "bench.llm.tokens_input",
+    "output": "bench.llm.tokens_output",
+    "cached": "bench.llm.tokens_cached",
+    "cache_write": "bench.llm.tokens_cache_write",
+    "cost_usd": "bench.llm.cost_usd",
+    "complete": "bench.llm.complete",
+    "cut": "bench.llm.cut",
+    "refused": "bench.llm.refused",
+    "error": "bench.llm.error",
+}
+SPAN_TOOL = "bench.tool"  # TOOL spans: shell | write | edit | read | other (bench.agents.events)
+SPAN_TOOL_TARGET = "bench.tool.target"  # the command, the file, or the tool's name
 CANDIDATE = "bench.candidate"  # eval runs: best | best-unloadable | window-<k>, comma-joined (best,window-3)
 
 KIND_AGENT = "agent"
@@ -165,6 +187,11 @@ SUMMARY_TASKS = "tasks"  # tasks with a defined Eq. 1 term
 SUMMARY_MEAN, SUMMARY_STD, SUMMARY_REL_MEAN = "mean", "std", "rel_mean"
 SUMMARY_TASK_SUCCESS_RATE, SUMMARY_N_RUNS = "success_rate", "n_runs"
 SUMMARY_TASK_STATS = (SUMMARY_MEAN, SUMMARY_STD, SUMMARY_REL_MEAN, SUMMARY_TASK_SUCCESS_RATE, SUMMARY_N_RUNS)
+# MLRC-Bench's measure beside Eq. 1 (analysis/gap.py): the share of the baseline-to-reference gap closed, a fraction
+SUMMARY_GAP = "gap_closed"  # mean over the tasks with a reference of the mean's gap closed
+SUMMARY_GAP_MAX = "gap_closed_max"  # the same with each task's best run (MLRC-Bench's own choice)
+SUMMARY_GAP_TASKS = "gap_tasks"  # tasks with a gap term (a reference that beats the baseline)
+SUMMARY_GAP_MEAN = "gap_closed"  # per task (summary_task_metric): the gap closed by the mean, e.g. t6_gap_closed
 REPORT_ARTIFACTS = "report"  # the campaign run's folder of `bench report` outputs
 
 # --- the MLflow UI's saved views (experiment tags; bench.tracking.views) ---------------------------------------------

@@ -164,6 +164,58 @@ class MlflowWriter:
         if Path(folder).is_dir():
             self._do("log artifacts", "log_artifacts", run_id, str(folder), artifact_path)
 
+    def log_trace(self, run_id: str, spec) -> str:
+        """Write ``spec`` (a :class:`bench.tracking.traces.TraceSpec`) as one MLflow trace linked to ``run_id``, with
+        its spans' recorded times, and return the trace id.
+
+        MLflow's client tracing API (``start_trace``/``start_span`` with explicit start and end times) exports in
+        the background and swallows its own failures (tracing is best effort there), so the export is flushed and
+        the trace read back: a trace missing from the store, or with fewer spans, raises :class:`TrackingError`."""
+        import mlflow
+        from mlflow.entities import SpanStatus
+
+        c = self._client()
+        try:
+            root = c.start_trace(
+                spec.name,
+                span_type="AGENT",
+                inputs=spec.inputs,
+                tags=spec.tags,
+                experiment_id=self._experiment_id,
+                start_time_ns=spec.start_ns,
+                run_id=run_id,
+            )
+            trace_id = root.trace_id
+            for s in spec.spans:
+                span = c.start_span(
+                    s.name,
+                    trace_id=trace_id,
+                    parent_id=root.span_id,
+                    span_type=s.span_type,
+                    inputs=s.inputs,
+                    attributes=s.attributes,
+                    start_time_ns=s.start_ns,
+                )
+                status = SpanStatus("ERROR", s.error[:500]) if s.error else "OK"
+                c.end_span(trace_id, span.span_id, outputs=s.outputs, status=status, end_time_ns=s.end_ns)
+            c.end_trace(trace_id, outputs=spec.outputs, end_time_ns=spec.end_ns)
+            mlflow.flush_trace_async_logging()
+        except Exception as e:
+            raise TrackingError(f"log trace failed on {store.tracking_uri()}: {e}") from e
+        got = self._do("get trace", "get_trace", trace_id, display=False)
+        if got is None or len(got.data.spans) != len(spec.spans) + 1:
+            n = "no" if got is None else len(got.data.spans)
+            raise TrackingError(f"log trace: the store holds {n} spans of {len(spec.spans) + 1} for {trace_id}")
+        return trace_id
+
+    def traces_of(self, run_id: str) -> list[str]:
+        """Ids of the traces linked to ``run_id`` (``bench record`` run twice must not write a second one)."""
+        self._client()
+        found = self._do(
+            "search traces", "search_traces", locations=[self._experiment_id], run_id=run_id, include_spans=False
+        )
+        return [t.info.trace_id for t in found]
+
     def set_experiment_tag(self, key: str, value: str) -> None:
         """A tag on the campaign's experiment (the UI's saved views live in such tags: bench.tracking.views)."""
         self._client()
