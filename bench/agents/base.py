@@ -59,6 +59,8 @@ class Agent(Protocol):
 
     # optional: ``gateway_var(ctx) -> str | None``, the base-URL variable through which the CLI can be pointed at the
     # metering gateway (bench.agents.gateway), None when it cannot for this run (a login served by another host)
+    # optional: ``login_files(ctx) -> tuple[(Path, Path), ...]``, the user's login files the CLI reads (source, its
+    # place in the private home), bound read-only into this run's sandbox only (bench.agents.credentials)
     # optional: ``own_hosts``, hosts the CLI asks by itself (update checks, telemetry), which the audit does not
     # count against the run (they are refused all the same)
     # optional: ``writable(ctx) -> tuple[Path, ...]``, folders outside the workspace the agent must write (the

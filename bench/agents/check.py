@@ -3,7 +3,9 @@
 The same rules as the check before a run (:mod:`bench.agents.credentials`, :mod:`bench.agents.endpoints`), for
 every agent at once, as a table: the endpoints are asked in parallel with the short timeout, so the table comes in
 seconds even when every endpoint is unreachable. Nothing is installed or created; a credential is shown by its kind
-and where it was found, never by its value.
+and where it was found, never by its value (``API key ANTHROPIC_API_KEY``, ``login CLAUDE_CODE_OAUTH_TOKEN (Claude)``,
+``login ~/.codex/auth.json (ChatGPT)``); a login file that cannot be used is ``unusable login``, its status the one line
+saying what to run.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ def rows(names: list[str] | None = None, models: dict[str, str] | None = None) -
             out.append(Row(name, cli, "-", "-", "offline" if offline else "not checked", True))
             continue
         probe = found[id(need)]
-        cred = str(need.credential) if need.credential else "none"
+        cred = str(need.credential) if need.credential else "unusable login" if need.broken else "none"
         where = probe.describe() if probe is not None else "not asked"
         problem = api.problem(need, probe)
         if problem is None and spec is not None and not is_installed(name):

@@ -6,6 +6,16 @@ the test mock; include the ``/v1``), a custom provider ``bench`` speaks the Resp
 configured with ``-c model_providers.bench={...}`` so that nothing is written to a config file.
 Without it, the built-in OpenAI provider is used, given the key as ``CODEX_API_KEY``.
 
+Without a key, a login stored by ``codex login`` (``auth.json``: a ChatGPT login, or a stored API key) is used: the
+file is given to the sandbox read-only at ``$CODEX_HOME/auth.json`` of the private home (:meth:`login_files`), and
+the ``bench`` provider is declared with ``requires_openai_auth=true`` so that Codex reads it. A ChatGPT login's model
+requests go to ``https://chatgpt.com/backend-api/codex`` (codex-rs ``to_api_provider``), and ``OPENAI_BASE_URL``
+does not move them (tried with 0.169.0: the variable is ignored under a ChatGPT login); a provider ``base_url``
+does, and ``chatgpt_base_url`` moves the rest of the backend (account checks, model list, plugins), so the whole
+login goes through the metering gateway. A token refresh inside the run cannot be saved (the file is read-only)
+and cannot reach ``auth.openai.com`` (not an endpoint of the sandbox): a refresh there would rotate the user's
+refresh token and lose the new one, logging the user out. The check before the run refuses an expired login.
+
 Settings that matter for the benchmark, all through ``-c``:
 - ``allow_login_shell=false``: Codex's shell tool runs a login shell by default, and a login shell
   rebuilds PATH from /etc/profile, losing the harness's Python (and its traced ``python``).
@@ -19,7 +29,9 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
+from bench.agents import logins
 from bench.agents.base import LaunchContext, api_endpoints
 from bench.agents.events import Event
 from bench.agents.install import cli_binary, home_env
@@ -33,6 +45,14 @@ def _toml(value: str) -> str:
     return json.dumps(value)  # a JSON string is a valid TOML basic string
 
 
+def _login(ctx: LaunchContext) -> logins.Credential | None:
+    """The stored login this run uses (no key in the environment, no OPENAI_BASE_URL), else None."""
+    if any(os.environ.get(v) for v in ("OPENAI_API_KEY", "CODEX_API_KEY", "OPENAI_BASE_URL")):
+        return None
+    found, _ = logins.codex_login(os.environ, Path.home())  # a broken login was refused before the run
+    return found[0] if found else None
+
+
 class CodexAgent:
     name = "codex"
     option_names: tuple[str, ...] = ("bin",)  # --agent-option bin=/path/to/cli (else the pinned install)
@@ -44,16 +64,25 @@ class CodexAgent:
     own_hosts = ("chatgpt.com", "ab.chatgpt.com", "api.github.com", "github.com")
 
     def endpoints(self, ctx: LaunchContext) -> tuple[str, ...]:
+        login = _login(ctx)
+        if login is not None and login.login:
+            return (logins.CHATGPT_BACKEND,)
         return api_endpoints(("OPENAI_BASE_URL",), "https://api.openai.com")
 
     gateway_default_path = "/v1"  # the built-in provider's https://api.openai.com/v1
 
     def gateway_var(self, ctx: LaunchContext) -> str | None:
-        """With a key (or a base URL), the ``bench`` provider can be pointed at the gateway; a ChatGPT login alone
-        talks to chatgpt.com's own backend, which no base URL replaces."""
-        if any(os.environ.get(v) for v in ("OPENAI_API_KEY", "CODEX_API_KEY", "OPENAI_BASE_URL")):
+        """The ``bench`` provider's base URL points Codex at the gateway: with a key, a base URL, or a stored login
+        (a ChatGPT login's backend is moved by the provider's ``base_url`` and ``chatgpt_base_url``)."""
+        if _login(ctx) or any(os.environ.get(v) for v in ("OPENAI_API_KEY", "CODEX_API_KEY", "OPENAI_BASE_URL")):
             return "OPENAI_BASE_URL"
         return None
+
+    def login_files(self, ctx: LaunchContext) -> tuple[tuple[Path, Path], ...]:
+        """(the user's ``auth.json``, where Codex reads it in the private home): bound read-only into this run's
+        sandbox only; () when a key is used."""
+        login = _login(ctx)
+        return ((login.file, ctx.home / ".codex" / "auth.json"),) if login is not None and login.file else ()
 
     def command(self, ctx: LaunchContext) -> list[str]:
         config = [
@@ -63,7 +92,17 @@ class CodexAgent:
             'shell_environment_policy.exclude=["*_API_KEY", "*_AUTH_TOKEN"]',
         ]
         base_url = ctx.base_url("OPENAI_BASE_URL")
-        if base_url:
+        login = _login(ctx)
+        if login is not None and base_url:  # the stored login, read by Codex from auth.json, sent to the gateway
+            provider = (
+                f'{{name={_toml(PROVIDER)}, base_url={_toml(base_url)}, wire_api="responses", '
+                "requires_openai_auth=true}"
+            )
+            config += [f"model_provider={_toml(PROVIDER)}", f"model_providers.{PROVIDER}={provider}"]
+            if login.login:  # the backend's other calls (account, models, plugins) through the gateway as well
+                root = base_url.split("/backend-api", 1)[0]
+                config.append(f"chatgpt_base_url={_toml(root + '/backend-api/')}")
+        elif base_url:
             key = "OPENAI_API_KEY" if os.environ.get("OPENAI_API_KEY") or not os.environ.get("CODEX_API_KEY") else ""
             provider = (
                 f'{{name={_toml(PROVIDER)}, base_url={_toml(base_url)}, wire_api="responses", '

@@ -18,35 +18,27 @@ names are in the binaries):
   ``OPENAI_BASE_URL``), ``anthropic/`` -> ``ANTHROPIC_API_KEY``. A provider without a rule is not checked.
 - ``generic`` and the offline agents (baseline, command, optuna): nothing to check.
 
-A credential found is described by its kind and where it came from, never by its value.
+A credential found is described by its kind and where it came from, never by its value. A login stored in a file
+(Codex's ``auth.json``, Gemini's ``oauth_creds.json``) is checked for what can be seen without asking anyone: it
+parses, it holds its tokens, and (Codex) its access token has not expired: a login that fails is one line saying
+what to run (``codex login``; ``gemini``, then ``/auth``), because a CLI in the sandbox cannot refresh it for good
+(the file is given read-only: the adapters' ``login_files``; :mod:`bench.agents.logins`; docs/agents-and-credentials.md,
+"Logins").
 """
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
+
+from bench.agents.logins import CHATGPT_BACKEND, CODE_ASSIST, Credential, codex_login, gemini_login
 
 # the APIs whose endpoint can be asked for its model list (bench.agents.endpoints)
 ANTHROPIC, OPENAI, GEMINI, OPENROUTER = "anthropic", "openai", "gemini", "openrouter"
 # Claude Code's model aliases, resolved by the CLI itself: not in any model list
 CLAUDE_ALIASES = ("default", "sonnet", "opus", "haiku", "opusplan", "best")
-
-
-@dataclass(frozen=True)
-class Credential:
-    """A credential found: ``kind`` (api key, gateway token, ... login), ``source`` (a variable or a file); the
-    headers for the endpoint check are kept out of repr and never printed."""
-
-    kind: str
-    source: str
-    headers: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
-    login: bool = False  # a subscription login: the model list may refuse it, so a 401 is not judged
-
-    def __str__(self) -> str:
-        return f"{self.kind} ({self.source})"
 
 
 @dataclass(frozen=True)
@@ -61,13 +53,16 @@ class Need:
     model: str | None  # the model name to look for in the list (None: not checked)
     credentials: tuple[Credential, ...]  # what was found, preferred first
     hint: str  # what to set when nothing is found
+    broken: str | None = None  # a login file found but unusable: what is wrong and what to run
 
     @property
     def credential(self) -> Credential | None:
         return self.credentials[0] if self.credentials else None
 
     def missing(self) -> str:
-        """The one-line problem when no credential is found."""
+        """The one-line problem when no credential is found (a broken login says what to run instead)."""
+        if self.broken:
+            return f"{self.agent}: {self.broken}"
         return f"{self.agent}: no credential: set {self.hint}"
 
 
@@ -78,29 +73,6 @@ def _env(env: Mapping[str, str] | None) -> Mapping[str, str]:
 def _key(env: Mapping[str, str], var: str, header: str, prefix: str = "", kind: str = "api key") -> list[Credential]:
     value = (env.get(var) or "").strip()
     return [Credential(kind, var, {header: prefix + value})] if value else []
-
-
-def _codex_login(env: Mapping[str, str], home: Path) -> list[Credential]:
-    """Codex's stored login: ``$CODEX_HOME/auth.json`` (default ``~/.codex/auth.json``)."""
-    folder = Path(env["CODEX_HOME"]) if env.get("CODEX_HOME") else home / ".codex"
-    path = folder / "auth.json"
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return []
-    if not isinstance(data, dict):
-        return []
-    tokens = data.get("tokens") if isinstance(data.get("tokens"), dict) else {}
-    if tokens.get("access_token"):
-        return [Credential("ChatGPT login", str(path), {"Authorization": f"Bearer {tokens['access_token']}"}, True)]
-    if data.get("OPENAI_API_KEY"):
-        return [Credential("api key", str(path), {"Authorization": f"Bearer {data['OPENAI_API_KEY']}"})]
-    return []
-
-
-def _gemini_login(home: Path) -> list[Credential]:
-    path = home / ".gemini" / "oauth_creds.json"
-    return [Credential("Google login", str(path), {}, True)] if path.is_file() else []
 
 
 def _openai_like(agent: str, env: Mapping[str, str], model: str, default_base: str, *vars: str) -> Need:
@@ -162,21 +134,25 @@ def need_of(
         if env.get("OPENAI_BASE_URL"):  # the adapter's provider "bench" reads OPENAI_API_KEY only
             creds = _key(env, "OPENAI_API_KEY", "Authorization", "Bearer ")
             return Need(agent, OPENAI, env["OPENAI_BASE_URL"], "OPENAI_BASE_URL", model, tuple(creds), "OPENAI_API_KEY")
+        login, broken = codex_login(env, home)
         creds = [
             *_key(env, "OPENAI_API_KEY", "Authorization", "Bearer "),
             *_key(env, "CODEX_API_KEY", "Authorization", "Bearer "),
-            *_codex_login(env, home),
+            *login,
         ]
-        base = "https://api.openai.com/v1"
+        chatgpt = bool(creds) and creds[0].kind == "ChatGPT login"  # its model requests go to ChatGPT's backend
+        base = CHATGPT_BACKEND if chatgpt else "https://api.openai.com/v1"
         hint = "OPENAI_API_KEY (or log in with `codex login`: ~/.codex/auth.json, or CODEX_HOME)"
-        return Need(agent, OPENAI, base, None, model, tuple(creds), hint)
+        return Need(agent, OPENAI, base, None, model, tuple(creds), hint, broken)
     if agent == "gemini":
         model = model or gemini.DEFAULT_MODEL
         var = "GOOGLE_GEMINI_BASE_URL" if env.get("GOOGLE_GEMINI_BASE_URL") else None
-        creds = [*_key(env, "GEMINI_API_KEY", "x-goog-api-key"), *_gemini_login(home)]
-        base = env[var] if var else "https://generativelanguage.googleapis.com"
+        login, broken = gemini_login(home) if not var else ([], None)  # a base URL means the API key's API
+        creds = [*_key(env, "GEMINI_API_KEY", "x-goog-api-key"), *login]
+        google = bool(creds) and creds[0].login
+        base = env[var] if var else CODE_ASSIST if google else "https://generativelanguage.googleapis.com"
         hint = "GEMINI_API_KEY (or log in with Google in `gemini`: ~/.gemini/oauth_creds.json)"
-        return Need(agent, GEMINI, base, var, model, tuple(creds), hint)
+        return Need(agent, GEMINI, base, var, model, tuple(creds), hint, broken)
     if agent == "opencode":
         return _provider_need(agent, model or opencode.DEFAULT_MODEL, env, ())
     if agent == "aider":
@@ -184,4 +160,4 @@ def need_of(
     return None
 
 
-__all__ = ["Credential", "Need", "need_of"]
+__all__ = ["CHATGPT_BACKEND", "CODE_ASSIST", "Credential", "Need", "need_of"]

@@ -6,14 +6,24 @@ would otherwise stop a headless run. The key is ``GEMINI_API_KEY``; ``GOOGLE_GEM
 (passed through) points it at another endpoint (a gateway, the test mock). A settings file in the
 run's private home turns off telemetry, usage statistics and update checks, so that the CLI
 talks to nothing but the model API.
+
+Without a key, a Google login (``~/.gemini/oauth_creds.json``, written by ``gemini`` and its ``/auth``) is used:
+the file is given to the sandbox read-only at the same place in the private home (:meth:`login_files`), the
+settings select ``oauth-personal``, and the CLI talks to Code Assist (``cloudcode-pa.googleapis.com``) and refreshes
+its hour-long access token at ``oauth2.googleapis.com``, both through the sandbox's proxy: not through the metering
+gateway (``GOOGLE_GEMINI_BASE_URL`` does not move a login; ``CODE_ASSIST_ENDPOINT`` would, but the refresh needs a
+second host, and the gateway serves one), so such a run's tokens and cost are the CLI's own figures. The refreshed
+token cannot be written back (the CLI prints an error and goes on with it in memory); the user's refresh token
+stays valid (Google does not rotate it).
 """
 
 from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
-from bench.agents import pricing
+from bench.agents import logins, pricing
 from bench.agents.base import LaunchContext, api_endpoints
 from bench.agents.events import Event
 from bench.agents.install import cli_binary, home_env
@@ -27,6 +37,15 @@ SETTINGS = {
     "telemetry": {"enabled": False},
     "security": {"auth": {"selectedType": "gemini-api-key"}},
 }
+LOGIN_HOSTS = (logins.CODE_ASSIST, "https://oauth2.googleapis.com")  # the model API, the token refresh
+
+
+def _login(ctx: LaunchContext) -> logins.Credential | None:
+    """The Google login this run uses (no GEMINI_API_KEY, no GOOGLE_GEMINI_BASE_URL), else None."""
+    if os.environ.get("GEMINI_API_KEY") or os.environ.get("GOOGLE_GEMINI_BASE_URL"):
+        return None
+    found, _ = logins.gemini_login(Path.home())  # a broken login was refused before the run
+    return found[0] if found else None
 
 
 class GeminiAgent:
@@ -37,7 +56,15 @@ class GeminiAgent:
     passthrough = ("GEMINI_API_KEY", "GOOGLE_*")
 
     def endpoints(self, ctx: LaunchContext) -> tuple[str, ...]:
+        if _login(ctx) is not None:
+            return LOGIN_HOSTS
         return api_endpoints(("GOOGLE_GEMINI_BASE_URL",), "https://generativelanguage.googleapis.com")
+
+    def login_files(self, ctx: LaunchContext) -> tuple[tuple[Path, Path], ...]:
+        """(the user's ``oauth_creds.json``, its place in the private home): bound read-only into this run's sandbox
+        only; () when a key is used."""
+        login = _login(ctx)
+        return ((login.file, ctx.home / ".gemini" / "oauth_creds.json"),) if login is not None and login.file else ()
 
     def gateway_var(self, ctx: LaunchContext) -> str | None:
         """With an API key (or a base URL) the CLI talks to GOOGLE_GEMINI_BASE_URL; a Google login talks to Code
@@ -64,7 +91,8 @@ class GeminiAgent:
         env = home_env(ctx.home)
         settings = ctx.home / ".gemini" / "settings.json"
         settings.parent.mkdir(parents=True, exist_ok=True)
-        settings.write_text(json.dumps(SETTINGS, indent=2))
+        chosen = "oauth-personal" if _login(ctx) is not None else "gemini-api-key"
+        settings.write_text(json.dumps({**SETTINGS, "security": {"auth": {"selectedType": chosen}}}, indent=2))
         if ctx.base_urls.get("GOOGLE_GEMINI_BASE_URL"):
             env["GOOGLE_GEMINI_BASE_URL"] = ctx.base_urls["GOOGLE_GEMINI_BASE_URL"]
         return env

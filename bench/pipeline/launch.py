@@ -135,7 +135,8 @@ def launch(
     group = RunGroup(limits)  # a cgroup when this machine lets the harness make one, else rlimits (limits.py)
     pythonpath = extra.get("PYTHONPATH", "")  # the toolkit's own agent names the repository: its packages are bound
     reach, services = ((), meter.services) if meter else (endpoints, None)
-    box = _sandbox(ws, writable, reach, evidence, group, pythonpath, services) if sandbox else None
+    logins = tuple(agent.login_files(ctx)) if hasattr(agent, "login_files") else ()  # read-only, this run only
+    box = _sandbox(ws, writable, reach, evidence, group, pythonpath, services, logins) if sandbox else None
     token = uuid.uuid4().hex
     become_subreaper()
     status = StatusLine(label, enabled=console)
@@ -190,12 +191,14 @@ def _sandbox(
     limits: RunGroup,
     pythonpath: str = "",
     services: dict | None = None,
+    logins: tuple[tuple[Path, Path], ...] = (),
 ) -> Sandbox:
     """The agent's sandbox: it writes its workspace, its private home and what its adapter declares
     (``writable``), reads only the allow-list (the system, Python, the tracer, its CLI: bench.sandbox.view;
     of the repository only the toolkit's packages, and those only when its ``pythonpath`` names the
     repository), sees none of the harness's places, and reaches only its ``endpoints``; every request through
-    its proxy is noted in the evidence."""
+    its proxy is noted in the evidence. ``logins``: the CLI's login files (source, place in the private home),
+    bound read-only."""
     evidence.dir.mkdir(parents=True, exist_ok=True)
     policy = Policy(
         cwd=ws.path,
@@ -204,5 +207,6 @@ def _sandbox(
         hidden=default_hidden(),
         endpoints=endpoints,
         network_log=evidence.path("network.jsonl"),
+        files=logins,
     )
     return Sandbox(policy, limits=limits, services=services)

@@ -61,10 +61,29 @@ def interpreter_paths(python: str = sys.executable) -> tuple[Path, ...]:
     )
 
 
-def _cleanup(network: Network, runtime_dir: Path | None) -> None:
+def _cleanup(network: Network, runtime_dir: Path | None, stubs: list[Path] | None = None) -> None:
     network.close()
     if runtime_dir is not None:
         shutil.rmtree(runtime_dir, ignore_errors=True)
+    for stub in stubs or ():  # the empty mount points of the policy's files (a login): nothing stays behind
+        try:
+            if stub.is_file() and not stub.is_symlink() and stub.stat().st_size == 0:
+                stub.unlink()
+        except OSError:
+            pass
+
+
+def _mount_points(files: tuple[tuple[Path, Path], ...]) -> list[Path]:
+    """The empty files that ``files``' destinations are bound onto, made here (bwrap would make them too, but then
+    nobody would remove them); only those that did not exist, so the caller's own files are never removed."""
+    made = []
+    for _, dest in files:
+        dest = Path(dest)
+        if not dest.exists():
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.touch(mode=0o600)
+            made.append(dest)
+    return made
 
 
 class Sandbox:
@@ -93,7 +112,8 @@ class Sandbox:
         self.runtime_dir = Path(tempfile.mkdtemp(prefix="bench-sandbox-")) if networked else None
         # services: loopback ports inside served by handlers of the harness (the metering gateway)
         self.network = Network(policy.endpoints, self.runtime_dir, policy.network_log, services)
-        self._finalizer = weakref.finalize(self, _cleanup, self.network, self.runtime_dir)
+        stubs = _mount_points(policy.files)
+        self._finalizer = weakref.finalize(self, _cleanup, self.network, self.runtime_dir, stubs)
         try:
             self.network.start()
         except BaseException:

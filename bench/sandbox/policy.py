@@ -72,6 +72,10 @@ class Policy:
     gpu: bool = True  # the NVIDIA device nodes, driver libraries and toolkits when present (view.gpu_binds)
     scratch: tuple[Path, ...] = TEMP_DIRS
     system: bool = True
+    # (a file of the harness, where it appears inside) bound read-only after every other mount: a CLI's login given to
+    # its run's sandbox at the place in the private home where the CLI reads it (its mount point is made, and removed
+    # again, by bench.sandbox.Sandbox, so no copy and no stub stays in the run's folder)
+    files: tuple[tuple[Path, Path], ...] = ()
 
 
 def default_hidden() -> tuple[Path, ...]:
@@ -185,9 +189,10 @@ def _low_port_args(endpoints: tuple[str, ...]) -> list[str]:
     return [*as_root, "--cap-add", "CAP_NET_BIND_SERVICE"]
 
 
-def render(binds: Iterable[Bind]) -> list[str]:
-    """bwrap's mount options for ``binds`` (in order), then the read-only remounts of the empty tmpfs mounts
-    and of the root (bwrap makes the bind points inside a tmpfs first, so these come after every bind)."""
+def render(binds: Iterable[Bind], files: Iterable[tuple[Path, Path]] = ()) -> list[str]:
+    """bwrap's mount options for ``binds`` (in order), then ``files`` (source, destination: read-only binds over
+    what the binds show), then the read-only remounts of the empty tmpfs mounts and of the root (bwrap makes the bind
+    points inside a tmpfs first, so these come after every bind)."""
     args: list[str] = []
     read_only = []
     for b in binds:
@@ -206,6 +211,8 @@ def render(binds: Iterable[Bind]) -> list[str]:
             args += ["--tmpfs", p]
             if b.mode == EMPTY:
                 read_only.append(p)
+    for source, dest in files:
+        args += ["--ro-bind", str(_resolve(source)), str(dest)]
     for p in read_only:
         args += ["--remount-ro", p]
     return [*args, "--remount-ro", "/"]
@@ -216,5 +223,5 @@ def bwrap_args(policy: Policy, runtime_dir: Path | None = None) -> list[str]:
     is bound read-only at its own path. Every path is resolved, so symlinks cannot aim a bind elsewhere."""
     args = ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--die-with-parent"]
     args += ["--cap-drop", "ALL", *_low_port_args(policy.endpoints)]
-    args += render(plan(policy, runtime_dir))
+    args += render(plan(policy, runtime_dir), policy.files)
     return [*args, "--chdir", str(_resolve(policy.cwd))]

@@ -69,7 +69,7 @@ def test_gemini_key_or_google_login(tmp_path):
         "x-goog-api-key": "g"
     }
     (tmp_path / ".gemini").mkdir()
-    (tmp_path / ".gemini" / "oauth_creds.json").write_text("{}")
+    (tmp_path / ".gemini" / "oauth_creds.json").write_text('{"refresh_token": "r"}')
     assert need_of("gemini", None, env={}, home=tmp_path).credential.kind == "Google login"
 
 
@@ -213,7 +213,7 @@ def test_bench_agents_check_shows_cli_credential_and_endpoint(monkeypatch, tmp_p
         missing = capsys.readouterr().out.splitlines()
     assert ready[0].split() == ["agent", "CLI", "credential", "endpoint", "status"]
     codex = ready[1].split()
-    assert codex[:5] == ["codex", "0.169.0", "api", "key", "(OPENAI_API_KEY)"]
+    assert codex[:5] == ["codex", "0.169.0", "API", "key", "OPENAI_API_KEY"]
     assert codex[5:8] == ["HTTP", "200", "in"] and codex[-2:] == [f"({llm.url}/v1)", "ready"]
     assert ready[2].split() == ["baseline", "-", "-", "-", "offline"]
     assert "sk-never-shown" not in "\n".join(ready + missing)
