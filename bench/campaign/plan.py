@@ -6,9 +6,11 @@ see that is before the first run, on any machine (a laptop, a login node): the p
 (:func:`bench.campaign.spec.load`), creates nothing (no run directory, no MLflow experiment) and asks no API, so it
 needs neither a GPU nor a key.
 
-Three GPU-hour figures, because the harness holds the GPU beyond the agent's budget:
+GPU-hour figures, since an agent may stop early and the harness holds the GPU beyond the agent's budget:
 
 - **budgets**: the sum of every run's budget, the paper's measure of its study (Table 2's budgets x repeats);
+- **agent time as published**: where the paper publishes an agent's mean use of its budget (Table 8: Codex with
+  gpt-5.5 ended its runs at half of it), that agent's runs at that use, the others at their budget;
 - **expected**: each run's budget + the grace + the overhead around the agent's time (setup, evaluation, record)
   that ``bench campaign status``'s ETA assumes before it has measured one (:class:`bench.campaign.view.Estimate`);
 - **at most**: each run's budget + the grace + the whole evaluation margin (the evaluation budget, the scorer's
@@ -46,9 +48,17 @@ class TokenUse:
 
 
 # model (as bench.agents.pricing.lookup reads it) -> published token use per run. The paper (arXiv 2605.17046v2)
-# publishes none for its seven agents: neither token counts nor costs (checked: its text and tables, and
-# /work/shared/paper's results, tasks, agents and budget-utilisation tables).
+# publishes none for its seven agents: neither token counts nor costs (checked: its text and Tables 2-8).
 PUBLISHED_USE: dict[str, TokenUse] = {}
+
+# (agent, model's price-table id) -> task -> (budget, mean minutes used) as published: the paper's Table 8, Codex with
+# gpt-5.5 ending its runs early (50 % of the budget on average); the other six "typically exhausted their budget" (§5)
+PUBLISHED_MINUTES: dict[tuple[str, str], dict[str, tuple[float, float]]] = {
+    ("codex", "gpt-5.5"): {
+        "t1": (40, 24.93), "t2": (120, 75.06), "t3": (80, 27.23), "t4": (60, 30.60), "t5": (40, 17.43),
+        "t6": (40, 15.39), "t7": (40, 23.64),
+    },
+}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -80,6 +90,22 @@ def gpu_hours(campaign: Campaign) -> GpuHours:
     """The three GPU-hour figures of the module docstring (one GPU per run)."""
     times = run_seconds(campaign)
     return GpuHours(*(sum(t[i] for t in times) / HOUR for i in range(3)))
+
+
+def as_published(campaign: Campaign) -> tuple[float, tuple[AgentEntry, ...]] | None:
+    """GPU-hours of agent time with each run at its published mean use where the paper gives one (at the same
+    budget), its budget elsewhere; and the agents that had one. None when no agent of the campaign has one."""
+    seconds, which = 0.0, []
+    for key in campaign.runs():
+        budget = campaign.budget_of(key.task)
+        table = PUBLISHED_MINUTES.get((key.agent.name, _canonical(model_of(key.agent))), {})
+        given, used = table.get(key.task, (None, None))
+        if used is not None and given * 60 == budget:
+            seconds += used * 60
+            which += [key.agent] if key.agent not in which else []
+        else:
+            seconds += budget
+    return (seconds / HOUR, tuple(which)) if which else None
 
 
 def wall_clock_s(durations: list[float], slots: int) -> float:
@@ -139,7 +165,8 @@ def agent_cost(agent: AgentEntry, runs: int, published: dict[str, TokenUse] | No
     found = pricing.lookup(model)
     use = next((u for m, u in published.items() if _canonical(m) == _canonical(model)), None)
     if use is None:
-        return Cost(agent, runs, None, f"unknown: the paper publishes no token use for {model or agent.name}")
+        shown = (model or agent.name).rsplit("/", 1)[-1]  # the model as the paper names it: no provider prefix
+        return Cost(agent, runs, None, f"unknown: the paper publishes no token use for {shown}")
     per_run = pricing.cost(model, use.input, use.output, use.cached)
     if per_run is None:
         return Cost(agent, runs, None, f"unknown: {model} has no price in bench/agents/pricing.py")
@@ -150,6 +177,19 @@ def agent_cost(agent: AgentEntry, runs: int, published: dict[str, TokenUse] | No
         f"{use.output / 1e6:.2f}M out per run ({use.source}) at the list price of {row.date if row else '?'} ({state})"
     )
     return Cost(agent, runs, per_run * runs, why)
+
+
+def _published_line(campaign: Campaign) -> list[str]:
+    """The agent time as the paper's agents used it, where it publishes their use (Table 8)."""
+    found = as_published(campaign)
+    if found is None:
+        return []
+    hours, which = found
+    names = ", ".join(a.label for a in which)
+    return [
+        f"  {hours:8.1f}  agent time as published: {names} at its mean use per task (the paper's Table 8),",
+        f"{'':12}the others at their whole budget (the paper: they typically exhausted it)",
+    ]
 
 
 def _shown(campaign: Campaign) -> str:
@@ -207,7 +247,8 @@ def render(campaign: Campaign, published: dict[str, TokenUse] | None = None) -> 
     n_agents, n_tasks = len(campaign.agents), len(campaign.task_ids)
     lines = [
         f"campaign {campaign.name} ({_shown(campaign)}): {len(keys)} runs = {n_agents} agent(s) x {n_tasks} task(s) x "
-        f"{campaign.repeats} repeat(s); a plan only: nothing started, nothing created",
+        f"{campaign.repeats} repeat(s)",
+        "a plan only: nothing started, nothing created",
         "budget: " + ("each task's own (the paper's)" if campaign.budget_s is None else
                       f"{campaign.budget_s / 60:g} min for every task (non-standard where a task's own differs)"),
         "",
@@ -219,8 +260,10 @@ def render(campaign: Campaign, published: dict[str, TokenUse] | None = None) -> 
     lines += [
         "GPU-hours (one GPU per run):",
         f"  {h.budgets:8.1f}  at the budgets (each run's budget x its repeats: the paper's measure)",
+        *_published_line(campaign),
         f"  {h.expected:8.1f}  expected: + the {campaign.grace_s:g} s grace and ~{overhead_s() / 60:g} min per run "
-        "around the agent (setup, evaluation, record; bench campaign status's ETA)",
+        "around the agent",
+        f"{'':12}(setup, evaluation, record: what bench campaign status's ETA assumes before it has measured a run)",
         f"  {h.at_most:8.1f}  at most: + the grace and the whole evaluation margin, {margin / 60:g} min per run",
         f"{'':12}(eval_budget {campaign.limits.eval_s / 60:g} min, the scorer's grace, recording: Slurm's margin)",
         "",

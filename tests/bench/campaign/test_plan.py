@@ -70,12 +70,15 @@ def test_plan_of_the_paper_prints_245_runs_and_its_gpu_hours(isolated, capsys):
         row = next(line for line in out.splitlines() if line.startswith(agent) and model in line.split(")")[0])
         assert row.split()[-9:] == [*["5"] * 7, "35", "35.0"]
         named = rf"(?:[\w.-]+/)*{re.escape(model)}"  # OpenCode's: OpenRouter's provider/model prefix
-        cost = rf"^  {agent} \({named}\)\s+35 runs  unknown: the paper publishes no token use for {named}$"
+        cost = rf"^  {agent} \({named}\)\s+35 runs  unknown: the paper publishes no token use for {model}$"
         assert re.search(cost, out, re.M), (agent, model)
     # expected: + 30 s grace + the 2 min the ETA assumes; at most: + 30 s + (60 min eval + 1 min scorer + 10 min)
     assert f"{hours + 245 * (30 + 120) / 3600:8.1f}  expected" in out  # 255.2
     assert f"{hours + 245 * (30 + 71 * 60) / 3600:8.1f}  at most" in out  # 537.0
     assert f"      1 GPU(s)  {hours + 245 * 150 / 3600:.1f} h" in out  # one GPU: the runs one after another
+    # the agent time as the paper reports it: Codex's mean minutes used per task (Table 8), the others' whole budget
+    codex_used = 24.93 + 75.06 + 27.23 + 30.60 + 17.43 + 15.39 + 23.64  # 214.28 of its 420 min per repeat
+    assert f"{6 * 35 + codex_used * 5 / 60:8.1f}  agent time as published: codex (gpt-5.5)" in out  # 227.9
     assert "total: unknown (7 of 7" in out
     assert not any(p.exists() for p in isolated)  # no run directory, no cache, no MLflow store
 
@@ -123,6 +126,16 @@ def test_a_small_campaigns_plan(isolated, tmp_path, capsys):
     assert re.search(r"baseline\s+4 runs  \$0\.00: an offline agent", out)
     assert "unknown: the paper publishes no token use for claude-opus-4-7" in out
     assert "at most $20.00: max_cost $5.00 per run x 4 LLM runs" in out  # baseline's 4 runs cost nothing
+    assert "as published" not in out  # the paper publishes the use of no agent here
+
+
+def test_published_use_only_at_the_published_budget(isolated, tmp_path):
+    """Codex's Table 8 minutes are its use of the paper's budgets: a campaign at another budget gets none."""
+    body = 'tasks = ["t6"]\nrepeats = 2\n[[agents]]\nname = "codex"\nmodel = "gpt-5.5"\n'
+    path, _ = campaign_file(tmp_path, body)
+    assert plan.as_published(spec.load(path))[0] == pytest.approx(2 * 15.39 / 60)
+    path, _ = campaign_file(tmp_path, 'budget = "30m"\n' + body)
+    assert plan.as_published(spec.load(path)) is None
     assert not any(p.exists() for p in isolated)
 
 
