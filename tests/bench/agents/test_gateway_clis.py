@@ -107,6 +107,12 @@ def test_cli_through_the_gateway_is_metered_exactly(agent, generated_t6, tls_env
     assert models == {case.model}, models
     assert metrics[schema.COST_USD] == pytest.approx(expected_cost(case.model, tin, tout), abs=2e-6)
     assert tags[schema.COST_SOURCE] == "gateway" and metrics[schema.LLM_REQUESTS] == len(lines)
+    # its conversation in MLflow: one trace on the run, an LLM span per request served, in order (bench.tracking.traces)
+    client = mlflow.tracking.MlflowClient()
+    exp = client.get_run(result.mlflow_run_id).info.experiment_id
+    (trace,) = client.search_traces(locations=[exp], run_id=result.mlflow_run_id)
+    spans = sorted((s for s in trace.data.spans if s.span_type == "LLM"), key=lambda s: s.start_time_ns)
+    assert [s.start_time_ns for s in spans] == sorted(round(r["t"] * 1e9) for r in lines) and tags[schema.TRACE]
     # the CLI's own count of the same run (its events), against the gateway's
     cli = result.agent_events["cli_metrics"]
     assert cli[schema.TOKENS_INPUT] <= tin and cli[schema.TOKENS_OUTPUT] <= tout, (cli, tin, tout)
