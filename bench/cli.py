@@ -25,6 +25,10 @@ def _tasks(key: str):
 def cmd_tasks(args: argparse.Namespace) -> int:
     from bench.tasks import data, weights
 
+    if getattr(args, "tasks_command", None) == "check":  # bench tasks check DIR (bench/conformance/check.py)
+        from bench.conformance.check import check_main
+
+        return check_main(args.dir, keep=args.keep)
     print(f"{'id':4} {'name':28} {'budget':>7} {'metric':>9} {'dir':>4} {'split':>6} {'baseline':>9}  data  [source]")
     for t in all_tasks():
         status = data.data_status(t)
@@ -267,6 +271,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("tasks", help="list the tasks with budget, metric, direction and data status")
     s.set_defaults(func=cmd_tasks)
+    tsub = s.add_subparsers(dest="tasks_command")
+    t = tsub.add_parser("check", help="check a task folder's promises on its small generated data (conformance)")
+    t.add_argument("dir", help="the task folder (task.toml, program.md, prepare.py, train.py, smalldata.py)")
+    t.add_argument("--keep", action="store_true", help="keep the check's temporary folder (its path is printed)")
     s = sub.add_parser("agents", help="list the agents of the dispatch table (or install their CLIs)")
     s.set_defaults(func=cmd_agents)
     asub = s.add_subparsers(dest="agents_command")

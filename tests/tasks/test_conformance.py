@@ -20,35 +20,24 @@ from __future__ import annotations
 
 import json
 import math
-import pickle
-import random
 import shutil
 import subprocess
 import sys
 import tomllib
 from pathlib import Path
-from typing import NamedTuple
 
 import pytest
 import torch
 
+from bench.conformance import promises
+from bench.conformance.cases import CASES, CODE_RAN, bad_inputs, run_forked
+from bench.conformance.promises import CONTRACT_KEYS, REL
 from bench.tasks import all_tasks
 from tests.tasks.smalldata import FACTORIES, factory
 from tests.tasks.taskfolder import PROBES, expected_probes, last_json, run_prepare, task_modules
 
 FOLDERS = {t.name: t.folder for t in all_tasks()}
 NAMES = sorted(FOLDERS)
-CONTRACT_KEYS = {"task", "metric", "value", "direction", "split", "checkpoint", "script", "seconds"}
-PAYLOAD_KEYS = {"state_dict", "config", "script", "val_score", "metric", "time"}
-# The val_score a baseline reports is computed in its training process by the same evaluation code as
-# `prepare.py --eval`, on the same CPU (the `small` fixture hides CUDA while training, so no bf16 autocast or TF32
-# enters a self-reported score), but with its own evaluation batch size: float32 results of differently
-# shaped matrix products may differ in the last bits (float32 eps = 1.2e-7), and the per-sample losses are then
-# summed in float64. 1e-6 relative allows ~8 ulps; counted metrics (accuracy, AUROC, mIoU) must match exactly in
-# practice, since one sample or pixel moves them by far more than that.
-REL = 1e-6
-EXTRA_KEY = "zz_not_in_the_model.weight"
-FORKED_CLI = Path(__file__).resolve().parent / "forked_cli.py"
 
 
 def declared(name: str) -> dict:
@@ -81,7 +70,8 @@ def test_every_factory_names_a_task_folder():
 
 
 def test_a_task_without_a_factory_fails_with_what_to_add():
-    with pytest.raises(pytest.fail.Exception, match=r"'t8_new_task' has no small-data factory: add one to FACTORIES"):
+    expected = r"'t8_new_task' has no small-data factory: add smalldata.py to the task folder"
+    with pytest.raises(pytest.fail.Exception, match=expected):
         factory("t8_new_task")
 
 
@@ -92,22 +82,15 @@ def test_a_task_without_a_factory_fails_with_what_to_add():
 
 @pytest.mark.parametrize("name", NAMES)
 def test_baseline_checkpoints_follow_the_output_contract(small, name):
+    """Each checkpoint's payload (the judgement `bench tasks check` prints: bench.conformance.promises)."""
     ws, trained = small.prepared(name)["ws"], small.trained(name)
     toml = declared(name)
     for ckpt in trained["checkpoints"]:
         assert ckpt.parent == ws / "checkpoints" and ckpt.suffix == ".pt", ckpt
         payload = torch.load(ckpt, map_location="cpu", weights_only=True)  # tensors and plain values only
-        assert isinstance(payload, dict) and PAYLOAD_KEYS <= payload.keys(), (ckpt.name, sorted(payload))
-        state = payload["state_dict"]
-        assert state and all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items())
-        assert not any(k.startswith("_orig_mod.") for k in state)
-        config = payload["config"]
-        json.dumps(config)  # plain values: the harness records it as MLflow params
-        assert {k: config.get(k) for k in trained["config"]} == trained["config"]  # what train.main() was given
-        assert payload["script"] == "train.py"  # the name the script ran under (sys.argv[0])
-        assert type(payload["val_score"]) is float and math.isfinite(payload["val_score"])
-        assert payload["metric"] == toml["metric"]
-        assert trained["started"] <= payload["time"] <= trained["finished"]  # a timestamp of when it was saved
+        started, finished = trained["started"], trained["finished"]
+        assert promises.payload_problems(ckpt.name, payload, toml, trained["config"], started, finished) == []
+        assert payload["script"] == "train.py" and payload["metric"] == toml["metric"]  # the judge's basis, directly
 
 
 # ---------------------------------------------------------------------------
@@ -119,20 +102,10 @@ def test_baseline_checkpoints_follow_the_output_contract(small, name):
 def test_eval_prints_one_json_object(small, name):
     ws, run = small.prepared(name)["ws"], small.official(name)
     proc = run["proc"]
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert promises.eval_line_problems(proc, declared(name), ws, run["checkpoint"], run["wall"]) == [], proc.stderr
     result = only_json_line(proc.stdout)
-    assert CONTRACT_KEYS <= result.keys(), sorted(result)
-    toml = declared(name)
-    assert (result["task"], result["metric"], result["direction"], result["split"]) == (
-        toml["id"],
-        toml["metric"],
-        toml["direction"],
-        toml["eval_split"],
-    )
+    assert CONTRACT_KEYS <= result.keys() and result["task"] == declared(name)["id"], sorted(result)
     assert type(result["value"]) is float and math.isfinite(result["value"])
-    assert (ws / result["checkpoint"]).resolve() == run["checkpoint"].resolve()
-    assert (ws / result["script"]).resolve() == (ws / "train.py").resolve()
-    assert type(result["seconds"]) in (int, float) and 0 <= result["seconds"] <= run["wall"]
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -155,92 +128,10 @@ def test_self_reported_val_score_is_the_evaluators_score_on_val(small, name):
 # ---------------------------------------------------------------------------
 
 
-class RunsCodeWhenUnpickled:
-    """Unpickling this creates `path`: a checkpoint must be loaded without running code (weights_only)."""
-
-    def __init__(self, path: Path):
-        self.path = path
-
-    def __reduce__(self):
-        return (open, (str(self.path), "w"))
-
-
-class Bad(NamedTuple):
-    """One bad input to `prepare.py --eval`: its arguments, and what its error message must (not) say."""
-
-    args: list[str]
-    mention: tuple[str, ...] = ()
-    avoid: tuple[str, ...] = ()
-
-
-def bad_inputs(ckpt: Path, folder: Path) -> dict[str, Bad]:
-    """Every bad-input case for the trained checkpoint `ckpt`, its files written into `folder`."""
-    payload = torch.load(ckpt, map_location="cpu", weights_only=True)
-    state = payload["state_dict"]
-    last_key = list(state)[-1]
-
-    def saved(file: str, obj) -> str:
-        torch.save(obj, folder / file)
-        return str(folder / file)
-
-    def written(file: str, blob: bytes) -> str:
-        (folder / file).write_bytes(blob)
-        return str(folder / file)
-
-    good, nobuild = str(ckpt), written("run_nobuild.py", b"CONFIG = {}\n")
-    compiled = {"_orig_mod." + k: v for k, v in state.items()}
-    return {
-        # strict loading; the torch.compile hint where it applies, and only there
-        "extra_key": Bad(
-            ["--eval", saved("extra.pt", {**payload, "state_dict": {**state, EXTRA_KEY: torch.zeros(1)}})],
-            mention=(EXTRA_KEY,),
-            avoid=("torch.compile",),
-        ),
-        "missing_key": Bad(
-            ["--eval", saved("missing.pt", {**payload, "state_dict": {k: state[k] for k in state if k != last_key}})],
-            mention=(last_key,),
-            avoid=("torch.compile",),
-        ),
-        "compiled_state_dict": Bad(
-            ["--eval", saved("compiled.pt", {**payload, "state_dict": compiled})],
-            mention=("_orig_mod.", "torch.compile"),  # says what happened, not only which keys differ
-        ),
-        "missing_script": Bad(
-            ["--eval", saved("no_script.pt", {**payload, "script": "run_missing.py"})], mention=("run_missing.py",)
-        ),
-        "no_build_model": Bad(["--eval", good, "--script", nobuild], mention=("build_model",)),
-        "no_checkpoint": Bad(["--eval", str(folder / "no_such.pt")], mention=("no_such.pt",)),
-        "no_data": Bad(["--eval", good, "--data-dir", str(folder / "nowhere")], mention=("nowhere",)),
-        # garbage files
-        "random_bytes": Bad(["--eval", written("random.pt", random.Random(0).randbytes(4096))]),
-        "empty_file": Bad(["--eval", written("empty.pt", b"")]),
-        "pickle_not_a_dict": Bad(["--eval", written("list.pkl", pickle.dumps(["state_dict", "config"]))]),
-        "torch_file_not_a_dict": Bad(["--eval", saved("list.pt", ["state_dict", "config"])]),
-        "code_in_pickle": Bad(
-            ["--eval", saved("code.pt", {**payload, "config": RunsCodeWhenUnpickled(folder / "code-ran")})]
-        ),
-    }
-
-
-CASES = [
-    "extra_key",
-    "missing_key",
-    "compiled_state_dict",
-    "missing_script",
-    "no_build_model",
-    "no_checkpoint",
-    "no_data",
-    "random_bytes",
-    "empty_file",
-    "pickle_not_a_dict",
-    "torch_file_not_a_dict",
-    "code_in_pickle",
-]
-
-
 @pytest.fixture(scope="module")
 def cli_runs(small, tmp_path_factory):
-    """Per task, every bad-input case and `--help`, each `python prepare.py ARGS` in the workspace (forked_cli.py)."""
+    """Per task, every bad-input case (bench.conformance.cases) and `--help`, each `python prepare.py ARGS` in the
+    workspace (forks of one interpreter: bench/conformance/forked_cli.py)."""
     done: dict[str, dict] = {}
 
     def runs(name: str) -> dict:
@@ -250,24 +141,9 @@ def cli_runs(small, tmp_path_factory):
             cases = bad_inputs(ckpt, folder)
             assert sorted(cases) == sorted(CASES)
             commands = {case: [*bad.args, "--device", "cpu"] for case, bad in cases.items()}
-            commands["help"] = ["--help"]
-            (folder / "cases.json").write_text(json.dumps(commands), encoding="utf-8")
-            driver = subprocess.run(
-                [sys.executable, str(FORKED_CLI), str(folder / "cases.json"), str(folder / "results.json")],
-                cwd=ws,
-                capture_output=True,
-                text=True,
-                timeout=600,
-            )
-            assert driver.returncode == 0, driver.stdout + driver.stderr
-            results = json.loads((folder / "results.json").read_text(encoding="utf-8"))
-            done[name] = {
-                case: {"proc": subprocess.CompletedProcess(commands[case], r["returncode"], r["stdout"], r["stderr"])}
-                for case, r in results.items()
-            }
-            for case, bad in cases.items():
-                done[name][case].update(mention=bad.mention, avoid=bad.avoid)
-            done[name]["code_in_pickle"]["ran"] = (folder / "code-ran").exists()
+            procs = run_forked(ws, {**commands, "help": ["--help"]}, folder)
+            done[name] = {case: {"proc": proc, "bad": cases.get(case)} for case, proc in procs.items()}
+            done[name]["code_in_pickle"]["ran"] = (folder / CODE_RAN).exists()
         return done[name]
 
     return runs
@@ -276,29 +152,21 @@ def cli_runs(small, tmp_path_factory):
 @pytest.mark.parametrize("case", CASES)
 @pytest.mark.parametrize("name", NAMES)
 def test_eval_answers_bad_input_with_one_json_error(cli_runs, name, case):
+    """Exit 1, one JSON line with the task and an error naming what is wrong, no value, no traceback, no code run
+    from a pickle (the judgement `bench tasks check` prints, bench.conformance.promises)."""
     factory(name)
     run = cli_runs(name)[case]
-    proc = run["proc"]
-    assert proc.returncode == 1, (proc.returncode, proc.stdout, proc.stderr)
-    result = only_json_line(proc.stdout)
-    assert result["task"] == declared(name)["id"] and "value" not in result, result
-    assert isinstance(result.get("error"), str) and result["error"].strip(), result
-    assert "Traceback" not in proc.stderr, proc.stderr
-    for text in run["mention"]:
-        assert text in result["error"], (text, result["error"])
-    for text in run["avoid"]:
-        assert text not in result["error"], (text, result["error"])
-    if case == "code_in_pickle":
-        assert not run["ran"], "loading the checkpoint ran code from its pickle"
+    problems = promises.bad_input_problems(case, run["proc"], run["bad"], declared(name)["id"], run.get("ran", False))
+    assert problems == [], (problems, run["proc"].stdout, run["proc"].stderr[-2000:])
+    assert run["proc"].returncode == 1 and "error" in only_json_line(run["proc"].stdout)  # the judge's own basis
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_prepare_py_documents_its_command_line(cli_runs, name):
     factory(name)
     proc = cli_runs(name)["help"]["proc"]
-    assert proc.returncode == 0, proc.stderr
-    for option in ("--prepare", "--raw-dir", "--data-dir", "--eval", "--script", "--device"):
-        assert option in proc.stdout, f"{name}/prepare.py --help does not document {option}"
+    assert promises.help_problems(proc) == []
+    assert "--eval" in proc.stdout and "--data-dir" in proc.stdout
 
 
 def test_forked_cli_gives_what_python_prepare_py_gives(small, cli_runs):
@@ -368,6 +236,8 @@ def test_official_score_through_the_scorer_is_the_tasks_metric(small, name, tmp_
     )
     if toml["eval_split"] == "val":
         assert result["val_value"] == result["value"]
+    # the same judgement, as `bench tasks check` prints it
+    assert promises.scorer_problems(result, last_json(run["proc"])["value"], toml, reported) == []
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -375,12 +245,7 @@ def test_the_baseline_source_asks_for_nothing_the_audit_forbids(name):
     """No false positive of the rules read from code (2 pretrained weights, 3 internet, 4 installs): each task's
     baseline train.py, which agents copy, matches none of the audit's patterns (T3 loads its provided DINOv3 file
     with torch.load)."""
-    from bench.rules.conduct import FETCH, INSTALL, PRETRAINED, PYTHON_FETCH
-
-    source = (FOLDERS[name] / "train.py").read_text()
-    for pattern in (PRETRAINED, PYTHON_FETCH, FETCH, INSTALL):
-        hits = [line for line in source.splitlines() if pattern.search(line) and not line.lstrip().startswith("#")]
-        assert not hits, (pattern.pattern[:40], hits)
+    assert promises.source_problems((FOLDERS[name] / "train.py").read_text()) == []
 
 
 SCORER_BAD = ("extra_key", "compiled_state_dict", "no_build_model", "random_bytes", "code_in_pickle")
