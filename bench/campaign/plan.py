@@ -87,7 +87,7 @@ def run_seconds(campaign: Campaign) -> list[tuple[float, float, float]]:
 
 
 def gpu_hours(campaign: Campaign) -> GpuHours:
-    """The three GPU-hour figures of the module docstring (one GPU per run)."""
+    """The budgets, expected and at-most GPU-hours of the module docstring (one GPU per run)."""
     times = run_seconds(campaign)
     return GpuHours(*(sum(t[i] for t in times) / HOUR for i in range(3)))
 
