@@ -68,6 +68,11 @@ class GpuHours:
     at_most: float
 
 
+def budgets(campaign: Campaign) -> dict[str, float]:
+    """Each task's budget in seconds: asked once per plan, since finding a task searches the task packs."""
+    return {t: campaign.budget_of(t) for t in campaign.task_ids}
+
+
 def overhead_s() -> float:
     """The overhead per run that ``bench campaign status`` assumes before measuring one (its ETA)."""
     from bench.campaign.view import DEFAULT_OVERHEAD_S  # the executors' module: only when a plan is made
@@ -75,36 +80,34 @@ def overhead_s() -> float:
     return DEFAULT_OVERHEAD_S
 
 
-def run_seconds(campaign: Campaign) -> list[tuple[float, float, float]]:
+def run_seconds(campaign: Campaign, budget: dict[str, float] | None = None) -> list[tuple[float, float, float]]:
     """(budget, expected, at most) seconds of GPU time of each run, in the campaign's order."""
+    of = budget or budgets(campaign)
     extra = campaign.grace_s + overhead_s()
     worst = campaign.grace_s + campaign.eval_margin_s
-    out = []
-    for key in campaign.runs():
-        budget = campaign.budget_of(key.task)
-        out.append((budget, budget + extra, budget + worst))
-    return out
+    return [(of[k.task], of[k.task] + extra, of[k.task] + worst) for k in campaign.runs()]
 
 
-def gpu_hours(campaign: Campaign) -> GpuHours:
+def gpu_hours(campaign: Campaign, budget: dict[str, float] | None = None) -> GpuHours:
     """The budgets, expected and at-most GPU-hours of the module docstring (one GPU per run)."""
-    times = run_seconds(campaign)
+    times = run_seconds(campaign, budget)
     return GpuHours(*(sum(t[i] for t in times) / HOUR for i in range(3)))
 
 
-def as_published(campaign: Campaign) -> tuple[float, tuple[AgentEntry, ...]] | None:
+def as_published(
+    campaign: Campaign, budget: dict[str, float] | None = None
+) -> tuple[float, tuple[AgentEntry, ...]] | None:
     """GPU-hours of agent time with each run at its published mean use where the paper gives one (at the same
     budget), its budget elsewhere; and the agents that had one. None when no agent of the campaign has one."""
-    seconds, which = 0.0, []
+    of, seconds, which = budget or budgets(campaign), 0.0, []
     for key in campaign.runs():
-        budget = campaign.budget_of(key.task)
         table = PUBLISHED_MINUTES.get((key.agent.name, _canonical(model_of(key.agent))), {})
         given, used = table.get(key.task, (None, None))
-        if used is not None and given * 60 == budget:
+        if used is not None and given * 60 == of[key.task]:
             seconds += used * 60
             which += [key.agent] if key.agent not in which else []
         else:
-            seconds += budget
+            seconds += of[key.task]
     return (seconds / HOUR, tuple(which)) if which else None
 
 
@@ -179,9 +182,9 @@ def agent_cost(agent: AgentEntry, runs: int, published: dict[str, TokenUse] | No
     return Cost(agent, runs, per_run * runs, why)
 
 
-def _published_line(campaign: Campaign) -> list[str]:
+def _published_line(campaign: Campaign, budget: dict[str, float]) -> list[str]:
     """The agent time as the paper's agents used it, where it publishes their use (Table 8)."""
-    found = as_published(campaign)
+    found = as_published(campaign, budget)
     if found is None:
         return []
     hours, which = found
@@ -221,29 +224,29 @@ def _slots(campaign: Campaign) -> tuple[int, str] | None:
     return None
 
 
-def matrix(campaign: Campaign) -> str:
+def matrix(campaign: Campaign, budget: dict[str, float] | None = None) -> str:
     """Runs per agent and task, with each task's budget and each agent's GPU-hours at the budgets."""
-    keys = campaign.runs()
+    keys, of = campaign.runs(), budget or budgets(campaign)
     cells = Counter((k.agent, k.task) for k in keys)
     labels = [a.label for a in campaign.agents]
     w = max(len("budget (min)"), *(len(x) for x in labels))
     tw = max(4, *(len(t) for t in campaign.task_ids))
     head = f"{'':{w}}  " + " ".join(f"{t:>{tw}}" for t in campaign.task_ids) + f"  {'runs':>5}  {'GPU-h':>7}"
-    budgets = f"{'budget (min)':{w}}  " + " ".join(f"{campaign.budget_of(t) / 60:>{tw}g}" for t in campaign.task_ids)
-    rows = [head, budgets]
+    minutes = f"{'budget (min)':{w}}  " + " ".join(f"{of[t] / 60:>{tw}g}" for t in campaign.task_ids)
+    rows = [head, minutes]
     for agent, label in zip(campaign.agents, labels, strict=True):
         n = [cells[(agent, t)] for t in campaign.task_ids]
-        hours = sum(c * campaign.budget_of(t) for c, t in zip(n, campaign.task_ids, strict=True)) / HOUR
+        hours = sum(c * of[t] for c, t in zip(n, campaign.task_ids, strict=True)) / HOUR
         rows.append(f"{label:{w}}  " + " ".join(f"{c:>{tw}}" for c in n) + f"  {sum(n):>5}  {hours:>7.1f}")
     per_task = [sum(cells[(a, t)] for a in campaign.agents) for t in campaign.task_ids]
-    total_h = sum(campaign.budget_of(k.task) for k in keys) / HOUR
+    total_h = sum(of[k.task] for k in keys) / HOUR
     rows.append(f"{'total':{w}}  " + " ".join(f"{c:>{tw}}" for c in per_task) + f"  {len(keys):>5}  {total_h:>7.1f}")
     return "\n".join(rows)
 
 
 def render(campaign: Campaign, published: dict[str, TokenUse] | None = None) -> str:
     """The plan as ``bench campaign plan`` prints it."""
-    keys = campaign.runs()
+    keys, budget = campaign.runs(), budgets(campaign)
     n_agents, n_tasks = len(campaign.agents), len(campaign.task_ids)
     lines = [
         f"campaign {campaign.name} ({_shown(campaign)}): {len(keys)} runs = {n_agents} agent(s) x {n_tasks} task(s) x "
@@ -252,15 +255,15 @@ def render(campaign: Campaign, published: dict[str, TokenUse] | None = None) -> 
         "budget: " + ("each task's own (the paper's)" if campaign.budget_s is None else
                       f"{campaign.budget_s / 60:g} min for every task (non-standard where a task's own differs)"),
         "",
-        matrix(campaign),
+        matrix(campaign, budget),
         "",
     ]  # fmt: skip
-    h = gpu_hours(campaign)
+    h = gpu_hours(campaign, budget)
     margin = campaign.eval_margin_s
     lines += [
         "GPU-hours (one GPU per run):",
         f"  {h.budgets:8.1f}  at the budgets (each run's budget x its repeats: the paper's measure)",
-        *_published_line(campaign),
+        *_published_line(campaign, budget),
         f"  {h.expected:8.1f}  expected: + the {campaign.grace_s:g} s grace and ~{overhead_s() / 60:g} min per run "
         "around the agent",
         f"{'':12}(setup, evaluation, record: what bench campaign status's ETA assumes before it has measured a run)",
@@ -268,7 +271,7 @@ def render(campaign: Campaign, published: dict[str, TokenUse] | None = None) -> 
         f"{'':12}(eval_budget {campaign.limits.eval_s / 60:g} min, the scorer's grace, recording: Slurm's margin)",
         "",
     ]
-    expected = [t[1] for t in run_seconds(campaign)]
+    expected = [t[1] for t in run_seconds(campaign, budget)]
     named = _slots(campaign)
     counts = sorted({1, *(2**i for i in range(1, 12) if 2**i < len(keys)), *([named[0]] if named else [])})
     enough = enough_slots(expected)
