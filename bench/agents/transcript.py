@@ -16,8 +16,10 @@ What is kept, and why:
   Gemini), so a cap of a few KiB holds the whole answer of a typical turn. A JSON answer is read the same way. An
   answer in no known shape (an error page) is kept as raw text, capped.
 - **Caps.** ``REQUEST_CAP`` and ``RESPONSE_CAP`` characters per body (head and tail kept, the omitted count said),
-  ``RUN_CAP`` bytes for the whole file: past it, lines keep the sizes only (``omitted: "run cap"``). A run of 500
-  requests thus stores at most ~4 MiB of bodies (figures: docs/agents-and-credentials.md).
+  ``RUN_CAP`` bytes for the whole file (``BENCH_LLM_BODIES_MB``, default 5): past it, a line keeps the sizes and
+  the answer's first ``LATE_CAP`` characters (``omitted: "run cap"``), and past another ``LATE_BYTES`` (1 MiB) the
+  sizes only. A 2-hour run of 500 requests
+  stays within the first cap (figures: docs/agents-and-credentials.md, tests/benchmarks/trace_size.py).
 - **No secrets.** Headers are never stored. In bodies, every value of a credential variable of the harness's
   environment (:data:`CREDENTIAL_VARS`, and any ``*_API_KEY``/``*_TOKEN``/``*SECRET*``/``*PASSWORD*``), the request's
   own credential header values, and strings shaped like keys (``sk-...``, ``AIza...``, bearer tokens, JWTs) are
@@ -34,10 +36,13 @@ import threading
 from pathlib import Path
 
 BODIES_NAME = "llm-bodies.jsonl"
-REQUEST_CAP = 8 * 1024  # characters of a request's stored view
+REQUEST_CAP = 6 * 1024  # characters of a request's stored view
 RESPONSE_CAP = 4 * 1024  # characters of an answer's stored view
 STRING_CAP = 2 * 1024  # characters of one string inside a request's kept messages
-RUN_CAP = 4 << 20  # bytes of llm-bodies.jsonl per run; later lines keep sizes only
+# bytes of llm-bodies.jsonl per run (BENCH_LLM_BODIES_MB sets it; 0: keep sizes only); later lines keep less
+RUN_CAP = int(float(os.environ.get("BENCH_LLM_BODIES_MB", "5")) * (1 << 20))
+LATE_CAP = 512  # characters of an answer kept past RUN_CAP, for LATE_BYTES more; then sizes only
+LATE_BYTES = 1 << 20
 RAW_CAP = 8 << 20  # bytes of a JSON answer read for its content (a larger one is kept raw, capped)
 REDACTED = "[REDACTED]"
 CREDENTIAL_VARS = (
@@ -333,6 +338,9 @@ class Transcript:
             text = json.dumps({"id": ident, "t": rec.get("t"), **line}) + "\n"
             if self._written + len(text) > RUN_CAP:
                 sizes = {k: {"bytes": (line.get(k) or {}).get("bytes")} for k in ("request", "response")}
+                if RUN_CAP and self._written < RUN_CAP + LATE_BYTES:
+                    answer = (line.get("response") or {}).get("blocks") or line.get("response")
+                    sizes["response"]["text"] = cap(self.redact(json.dumps(answer)), LATE_CAP)[0]
                 text = json.dumps({"id": ident, "t": rec.get("t"), **sizes, "omitted": "run cap"}) + "\n"
             self._written += len(text)
             with contextlib.suppress(OSError), open(self.path, "a") as f:

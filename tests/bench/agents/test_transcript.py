@@ -71,9 +71,14 @@ def test_a_5_mb_request_keeps_its_newest_turn_within_the_cap():
     assert last.startswith("loss 0.37 ") and last.endswith(" END")  # head and tail of the newest tool result
     omitted = len(newest["content"][0]["content"]) - transcript.STRING_CAP
     assert f"[{omitted} characters omitted]" in last
-    # each kept turn is one cut string (STRING_CAP + ~60 characters of JSON and note): three fit in REQUEST_CAP
-    assert (len(view["messages"]), view["messages_omitted"]) == (3, 98)
-    assert view["messages"][0]["content"].startswith("old turn 98 ")
+    # the newest turns, each with its long string cut, while they fit in REQUEST_CAP beside the view's own fields
+    cut = [json.dumps({**t, "content": transcript.cap(t["content"], transcript.STRING_CAP)[0]}) for t in old]
+    used, fit = len(json.dumps({k: view[k] for k in ("bytes", "fields", "left_out_bytes")})), 0
+    used += len(json.dumps(view["messages"][-1]))
+    while used + len(cut[-1 - fit]) <= transcript.REQUEST_CAP:
+        used, fit = used + len(cut[-1 - fit]), fit + 1
+    assert fit >= 1 and (len(view["messages"]), view["messages_omitted"]) == (fit + 1, 100 - fit)
+    assert view["messages"][0]["content"].startswith(f"old turn {100 - fit} ")
 
 
 def test_secrets_never_reach_the_bodies_file(tmp_path, monkeypatch):
@@ -97,17 +102,24 @@ def test_secrets_never_reach_the_bodies_file(tmp_path, monkeypatch):
     assert "env says ANTHROPIC_API_KEY=" in text  # the words around the secret stay readable
 
 
-def test_the_run_cap_keeps_sizes_only(tmp_path, monkeypatch):
+def test_past_the_run_cap_lines_keep_the_answers_head_then_sizes_only(tmp_path, monkeypatch):
     monkeypatch.setattr(transcript, "RUN_CAP", 20_000)
+    monkeypatch.setattr(transcript, "LATE_BYTES", 3_000)
     tx = Transcript(tmp_path / "b.jsonl")
     body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "q" * 9000}]}).encode()
-    for i in range(10):
+    for i in range(20):
         c = tx.start("chat", [], body)
-        _feed(c, json.dumps(mock_openai.completion(Reply("m", text=f"answer {i}"))).encode(), sse=False, size=500)
+        answer = Reply("m", text=f"answer {i} " + "a" * 3000)
+        _feed(c, json.dumps(mock_openai.completion(answer)).encode(), sse=False, size=500)
         tx.finish(c, {"t": float(i)})
     lines = [json.loads(x) for x in (tmp_path / "b.jsonl").read_text().splitlines()]
-    assert [x["id"] for x in lines] == list(range(10))
+    assert [x["id"] for x in lines] == list(range(20))
     full = [x for x in lines if "omitted" not in x]
-    assert 1 <= len(full) < 10 and all(x["omitted"] == "run cap" for x in lines[len(full) :])
-    assert lines[-1]["request"]["bytes"] == len(body)
-    assert (tmp_path / "b.jsonl").stat().st_size <= 20_000 + 200 * (10 - len(full))
+    late = [x for x in lines if "text" in x["response"]]
+    bare = lines[len(full) + len(late) :]
+    assert len(full) >= 1 and len(late) >= 1 and len(bare) >= 1, (len(full), len(late))
+    assert all(x["omitted"] == "run cap" for x in late + bare) and bare[-1]["request"] == {"bytes": len(body)}
+    head = late[0]["response"]["text"]
+    assert f"answer {len(full)} " in head and len(head) <= transcript.LATE_CAP + 50
+    written = sum(len(json.dumps(x)) + 1 for x in full + late)
+    assert written <= 20_000 + 3_000 + 800  # RUN_CAP + LATE_BYTES, passed by at most one late line
