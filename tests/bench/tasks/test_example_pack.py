@@ -1,0 +1,109 @@
+"""The example pack of docs/extending.md, installed as a user installs it and run end to end.
+
+``pip install`` (no index, no dependencies: offline) of a copy of ``docs/example-pack/`` into a folder on
+``PYTHONPATH``; then, as a user's shell runs them, ``bench tasks`` lists its task, ``bench run --agent baseline``
+runs it sandboxed and scores it with the trusted scorer, and ``bench report`` shows its gap closed (MLRC-Bench's
+measure) against the reference its task.toml declares. The expected gap is worked out here from the recorded score
+and the task.toml's numbers, not read from the code under test.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import shutil
+import subprocess
+import sys
+import tomllib
+import uuid
+from pathlib import Path
+
+import pytest
+
+from bench.result import RunResult
+from bench.sandbox.bwrap import probe
+
+ROOT = Path(__file__).resolve().parents[3]
+PACK = ROOT / "docs" / "example-pack"
+TASK = PACK / "bench_example_pack" / "spirals"
+BENCH = Path(sys.executable).with_name("bench")
+
+
+def test_the_example_task_follows_the_folder_contract():
+    """Read without installing: the loader takes it, its reference has a source, its test split is held out."""
+    from bench.tasks import load_task
+
+    task = load_task(TASK)
+    assert (task.id, task.direction, task.eval_split, task.held_out) == (
+        "spirals",
+        "max",
+        "test",
+        ("test_x.npy", "test_y.npy"),
+    )
+    assert task.data == ()  # prepare.py generates its data: nothing to download
+    assert task.reference.name == "label_noise_ceiling" and task.reference.score == 0.95 and task.reference.source
+    assert [r.name for r in task.references] == ["label_noise_ceiling", "knn_15"]
+    toml = tomllib.loads((PACK / "pyproject.toml").read_text())
+    assert toml["project"]["entry-points"]["bench.tasks"] == {"example": "bench_example_pack"}
+
+
+def _bench(args: list[str], env: dict, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([str(BENCH), *args], env=env, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory) -> dict:
+    """The pack pip-installed into a folder of its own; the environment a shell would have with it on PYTHONPATH."""
+    base = tmp_path_factory.mktemp("example-pack")
+    src = base / "src"  # a copy: a build writes build/ and *.egg-info beside pyproject.toml
+    shutil.copytree(PACK, src, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+    site = base / "site"
+    pip = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--no-index",
+         "--target", str(site), str(src)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert pip.returncode == 0, f"pip install of the example pack failed:\n{pip.stdout}\n{pip.stderr}"
+    env = {**os.environ, "PYTHONPATH": str(site), "BENCH_CACHE_DIR": str(base / "cache")}
+    env["BENCH_MLRUNS_DIR"] = str(base / "mlruns")
+    env.pop("BENCH_TASKS_PATH", None)
+    return {"env": env, "base": base, "site": site}
+
+
+def test_bench_tasks_lists_the_installed_pack(installed):
+    out = _bench(["tasks"], installed["env"], timeout=120)
+    assert out.returncode == 0, out.stderr
+    line = next(line for line in out.stdout.splitlines() if line.startswith("spirals"))
+    assert "pack bench-example-pack 0.1.0" in line and "accuracy" in line
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(probe() is not None, reason=f"no usable sandbox here: {probe()}")
+def test_the_installed_pack_runs_end_to_end_and_its_gap_closed_is_reported(installed):
+    env, base = installed["env"], installed["base"]
+    campaign = f"example-pack-{uuid.uuid4().hex[:6]}"
+    run = _bench(
+        ["run", "--agent", "baseline", "--task", "spirals", "--budget", "2m", "--grace", "5", "--campaign", campaign,
+         "--quiet", "--no-summary"],
+        env,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout + run.stderr
+    (result_file,) = (base / "cache" / "workspaces" / campaign).glob("*/result.json")
+    result = RunResult.load(result_file)
+    assert result.status == "success" and result.sandboxed is True, result.reason
+    score = result.score
+    # train.py's baseline as task.toml records it (0.7105 on this machine's CPU); other CPUs may round differently
+    assert abs(score - 0.7105) < 0.03, score
+
+    out = base / "report"
+    report = _bench(["report", "--out", str(out), "--experiment", campaign], env)
+    assert report.returncode == 0, report.stdout + report.stderr
+    expected = (score - 0.7105) / (0.95 - 0.7105)  # task.toml: baseline 0.7105, label_noise_ceiling 0.95
+    rows = {r["task"]: r for r in csv.DictReader((out / "gap.csv").open())}
+    assert float(rows["spirals"]["gap_mean"]) == pytest.approx(expected, abs=1e-9)
+    assert float(rows["spirals"]["gap_reference"]) == 0.95
+    gap_md = (out / "gap.md").read_text()
+    assert "label_noise_ceiling" in gap_md and "by construction" in gap_md
+    board = (out / "leaderboard.md").read_text()
+    shown = f"{expected:+.3f}" if round(expected, 3) != 0 else "+0.000"  # the tables print no "-0.000"
+    assert "Gap closed" in board and shown in board
