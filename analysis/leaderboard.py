@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from analysis import deviations
+from analysis import deviations, gap
 from analysis import published as pub
 from analysis.runs import RunSet
 from bench.tasks.direction import Direction, relative, signs
@@ -348,11 +348,12 @@ def build(
     table = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=CELL_COLUMNS)
     for col in ("deviations", "deviation_notes", "hardware", "harness", "detail"):
         table[col] = table[col].astype(object).where(table[col].notna(), "").astype(str)  # published: none
-    table = with_baselines(supersede(table), tasks)
+    table = gap.with_gap(with_baselines(supersede(table), tasks), tasks)  # Eq. 1's terms, then MLRC-Bench's
     on_board = table.loc[table["kind"] == AGENT, "task"] if (table["kind"] == AGENT).any() else table["task"]
     present = [t for t in tasks.index if t in set(on_board)]  # the agents' tasks (the tuned row gives context only)
     table = table[table["task"].isin(present)].reset_index(drop=True)
-    return Leaderboard(tasks=tasks.loc[present], cells=table, summary=summary(table), runs=runset, excluded=excluded)
+    board = gap.summarize(summary(table), table)  # Agg, Agg-max, ... and the gap closed beside them
+    return Leaderboard(tasks=tasks.loc[present], cells=table, summary=board, runs=runset, excluded=excluded)
 
 
 def top_two(lb: Leaderboard) -> tuple[str, str] | None:

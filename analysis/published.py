@@ -73,6 +73,9 @@ def tasks(registry: bool = True) -> pd.DataFrame:
     the paper fills in the tasks that are not installed, so published rows always have their baselines.
     """
     table = published_tasks()
+    # the reference of the gap-closed measure (analysis.gap): the paper's Reference row unless task.toml says more
+    table["gap_reference"], table["gap_reference_source"] = table["reference"], table["reference_source"]
+    table["gap_reference_name"] = np.where(table["reference"].notna(), "paper_reference", "")
     if not registry:
         return table
     from bench.tasks import TaskError, all_tasks
@@ -89,6 +92,9 @@ def tasks(registry: bool = True) -> pd.DataFrame:
             "higher_is_better": t.higher_is_better,
             "baseline": float(t.baseline_score),
             "budget_min": float(t.budget_minutes),
+            "gap_reference": t.reference.score if t.reference else np.nan,
+            "gap_reference_name": t.reference.name if t.reference else "",
+            "gap_reference_source": t.reference.source if t.reference else "",
         }
         if t.id in table.index:
             for k, v in row.items():

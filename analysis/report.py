@@ -7,6 +7,7 @@ Output (``report/`` by default)::
     leaderboard.{md,tex,csv}     entries ranked by Agg with bootstrap 95 % interval, Agg-max, success, cost
     cells.csv                    the long form: one row per entry and task with every statistic
     table4/5/6/8.{md,tex,csv}    the paper's layouts
+    gap.{md,tex,csv}             the share of the baseline-to-reference gap closed per task (MLRC-Bench; analysis.gap)
     paired.{md,tex,csv}          paired comparison of two entries (the top two by Agg, or --compare A B)
     figure3.{png,pdf,csv}        mean scripts per task vs Agg with fitted line and Pearson r
     utilisation.{png,pdf}        budget utilisation per task
@@ -30,7 +31,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis import curves, figures, notes, stats, tables
+from analysis import curves, figures, gap, notes, stats, tables
 from analysis import published as pub
 from analysis.deviations import excluded_note
 from analysis.leaderboard import AGENT, Leaderboard, build, top_two
@@ -137,6 +138,7 @@ def write_report(
         tables.table5(lb),
         tables.table6(lb),
         tables.table8(lb),
+        gap.gap_table(lb),
     ) + ((tables.paired_table(comparison),) if comparison else ()):
         written[t.name] = list(write(t, out).values())
     lb.cells.to_csv(out / "cells.csv", index=False, float_format="%.6g")
@@ -206,6 +208,8 @@ def _index(lb, runs, experiments, published, fit, comparison, written, intervals
         lines += [f"**{note}**" for note in flagged] + [""]
     if packed := notes.task_pack_notes(runs.agents):  # tasks from outside the repository: pack, version, hash
         lines += packed + [""]
+    if missing := gap.missing_note(lb.tasks):  # the tasks without a reference: no gap-closed term there
+        lines += [missing, ""]
     board = tables.leaderboard_table(lb, intervals)
     said = {line.strip("*") for line in lines}  # the notes said once above: not again under the table
     board.notes = [note for note in board.notes if note not in said]
@@ -216,6 +220,7 @@ def _index(lb, runs, experiments, published, fit, comparison, written, intervals
         "table6": "Table 6: best of N, Agg-max",
         "table8": "Table 8: budget utilisation",
         "leaderboard": "Leaderboard",
+        "gap": "Gap closed per task (MLRC-Bench's measure, beside Eq. 1)",
         "paired": "Paired comparison",
         "cells": "All cells (long form)",
     }

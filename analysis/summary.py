@@ -31,6 +31,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from analysis import gap
 from analysis.leaderboard import AGENT, Leaderboard, build
 from analysis.runs import load
 from bench.paths import mlruns_dir
@@ -92,6 +93,9 @@ def entry_metrics(lb: Leaderboard, source: str, entry: str) -> dict[str, float]:
                 for w, v in zip(schema.SUMMARY_TASK_STATS, values, strict=True)
             }
         )
+        out[schema.summary_task_metric(cell.task, schema.SUMMARY_GAP_MEAN)] = getattr(cell, "gap_mean", None)
+    gaps = (schema.SUMMARY_GAP, "gap"), (schema.SUMMARY_GAP_MAX, "gap_max"), (schema.SUMMARY_GAP_TASKS, "gap_tasks")
+    out.update({name: row.get(column) for name, column in gaps})  # MLRC-Bench's gap closed (analysis.gap)
     return {k: f for k, v in out.items() if (f := _finite(v)) is not None}
 
 
@@ -99,14 +103,18 @@ def _note(lb: Leaderboard, source: str) -> str:
     """The campaign run's description: the entries ranked by Agg (the report's own tables are its artifacts)."""
     rows = lb.summary[(lb.summary["source"] == source) & (lb.summary["kind"] == AGENT)]
     fmt = lambda v: f"{v:+.4f}" if pd.notna(v) else "–"  # noqa: E731
-    lines = ["| rank | entry | Agg | Agg-max | success | runs | tasks |", "|---|---|---|---|---|---|---|"]
+    lines = ["| rank | entry | Agg | Agg-max | gap closed | success | runs | tasks |", "|---" * 8 + "|"]
     for r in rows.itertuples():
         rank = str(r.rank) if pd.notna(r.rank) else "–"
         lines.append(
-            f"| {rank} | {r.entry} | {fmt(r.agg)} | {fmt(r.agg_max)} | {r.successes:g}/{r.runs:g} | {r.runs:g} "
-            f"| {r.agg_tasks:g}/{r.of_tasks:g} |"
+            f"| {rank} | {r.entry} | {fmt(r.agg)} | {fmt(r.agg_max)} | {fmt(getattr(r, 'gap', None))} "
+            f"| {r.successes:g}/{r.runs:g} | {r.runs:g} | {r.agg_tasks:g}/{r.of_tasks:g} |"
         )
-    return "Leaderboard of this campaign (paper Eq. 1; written by `bench run` / `bench report`):\n\n" + "\n".join(lines)
+    missing = gap.missing_note(lb.tasks)  # the tasks without a reference: no gap term there
+    return (
+        "Leaderboard of this campaign (paper Eq. 1; gap closed: MLRC-Bench's share of the baseline-to-reference gap; "
+        "written by `bench run` / `bench report`):\n\n" + "\n".join(lines) + (f"\n\n{missing}" if missing else "")
+    )
 
 
 def _one(writer: MlflowWriter, kind: str, tags: dict[str, str], name: str, parent: str | None = None) -> str:

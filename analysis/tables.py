@@ -308,6 +308,7 @@ def leaderboard_table(lb: Leaderboard, intervals: pd.DataFrame | None = None) ->
         "Agg",
         "95 % CI",
         "Agg-max",
+        "Gap closed",
         "Success",
         "Tasks",
         "Scripts/task",
@@ -319,7 +320,8 @@ def leaderboard_table(lb: Leaderboard, intervals: pd.DataFrame | None = None) ->
         "leaderboard",
         "Leaderboard",
         "Entries ranked by Agg (Eq. 1, mean over successful runs); 95 % CI: "
-        "bootstrap percentile interval of Agg; Success: successful / all runs; Tasks: tasks in Agg / tasks in "
+        "bootstrap percentile interval of Agg; Gap closed: share of the baseline-to-reference gap closed by the "
+        "mean (MLRC-Bench; gap.md per task); Success: successful / all runs; Tasks: tasks in Agg / tasks in "
         "the table (entries without all of them are not ranked); an entry with more runs supersedes one with "
         "fewer for the same agent (Section 3.1): listed, not ranked. § marks runs outside the paper's protocol.",
         cols,
@@ -338,6 +340,7 @@ def leaderboard_table(lb: Leaderboard, intervals: pd.DataFrame | None = None) ->
                     Cell(fmt(r.agg, 3, True)),
                     Cell(ci),
                     Cell(fmt(r.agg_max, 3, True)),
+                    Cell(fmt(getattr(r, "gap", None), 3, True)),  # MLRC-Bench's measure (analysis.gap)
                     Cell(f"{r.successes}/{r.runs}", flag=r.successes < r.runs),
                     Cell(f"{r.agg_tasks}/{r.of_tasks}"),
                     Cell(fmt(r.mean_scripts, 1)),

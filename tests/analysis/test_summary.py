@@ -27,6 +27,7 @@ from tests.campaign import campaign  # noqa: F401 (the session fixture of the sl
 
 STD2 = math.sqrt(2 * 0.02**2)  # sample std of two scores 0.04 apart: sqrt(((0.02)^2 + (0.02)^2) / (2 - 1))
 T6, T5 = 0.384, 0.806  # the baselines (task.toml)
+R6, R5 = 0.375, 0.969  # the references (task.toml reference_score): MLRC-Bench's gap closed is (s - b) / (r - b)
 TASK = {"t6": ("mse", "min"), "t5": ("accuracy", "max")}
 
 
@@ -84,6 +85,11 @@ ALPHA = {
     "t5_rel_mean": (0.90 - T5) / T5,
     "t5_success_rate": 0.5,
     "t5_n_runs": 2,
+    "t6_gap_closed": (0.32 - T6) / (R6 - T6),
+    "t5_gap_closed": (0.90 - T5) / (R5 - T5),
+    "gap_closed": ((0.32 - T6) / (R6 - T6) + (0.90 - T5) / (R5 - T5)) / 2,
+    "gap_closed_max": ((0.30 - T6) / (R6 - T6) + (0.90 - T5) / (R5 - T5)) / 2,
+    "gap_tasks": 2,
 }  # no t5_std: one successful run
 BETA = {
     "agg": ((T6 - 0.38) / T6 + (0.82 - T5) / T5) / 2,
@@ -101,6 +107,11 @@ BETA = {
     "t5_rel_mean": (0.82 - T5) / T5,
     "t5_success_rate": 1.0,
     "t5_n_runs": 2,
+    "t6_gap_closed": (0.38 - T6) / (R6 - T6),
+    "t5_gap_closed": (0.82 - T5) / (R5 - T5),
+    "gap_closed": ((0.38 - T6) / (R6 - T6) + (0.82 - T5) / (R5 - T5)) / 2,
+    "gap_closed_max": ((0.36 - T6) / (R6 - T6) + (0.84 - T5) / (R5 - T5)) / 2,
+    "gap_tasks": 2,
 }
 
 
