@@ -10,11 +10,13 @@ talks to nothing but the model API.
 Without a key, a Google login (``~/.gemini/oauth_creds.json``, written by ``gemini`` and its ``/auth``) is used:
 the file is given to the sandbox read-only at the same place in the private home (:meth:`login_files`), the
 settings select ``oauth-personal``, and the CLI talks to Code Assist (``cloudcode-pa.googleapis.com``) and refreshes
-its hour-long access token at ``oauth2.googleapis.com``, both through the sandbox's proxy: not through the metering
+its hour-long access token at ``oauth2.googleapis.com`` (where it also checks the cached token at the start:
+``getTokenInfo``), both through the sandbox's proxy: not through the metering
 gateway (``GOOGLE_GEMINI_BASE_URL`` does not move a login; ``CODE_ASSIST_ENDPOINT`` would, but the refresh needs a
 second host, and the gateway serves one), so such a run's tokens and cost are the CLI's own figures. The refreshed
-token cannot be written back (the CLI prints an error and goes on with it in memory); the user's refresh token
-stays valid (Google does not rotate it).
+token cannot be written back: the CLI's save fails in an event handler whose rejection its handler of unhandled
+rejections logs before going on with the token in memory (read in its source; not tried against Google); the user's
+refresh token stays valid (Google does not rotate it).
 """
 
 from __future__ import annotations
@@ -54,6 +56,9 @@ class GeminiAgent:
     description = f"Gemini CLI (-o stream-json); --model, default {DEFAULT_MODEL}; GEMINI_API_KEY"
     parser_name = "gemini"
     passthrough = ("GEMINI_API_KEY", "GOOGLE_*")
+    # a Google login's account e-mail, asked by the CLI at the start (its source: fetchAndCacheUserInfo; a failure is
+    # only logged): refused by the sandbox, not held against the run
+    own_hosts = ("www.googleapis.com",)
 
     def endpoints(self, ctx: LaunchContext) -> tuple[str, ...]:
         if _login(ctx) is not None:
