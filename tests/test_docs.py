@@ -55,6 +55,7 @@ SKIP: dict[str, str] = {
     "bench campaign run pilot.toml": GPU_LONG,
     "bench campaign resume pilot.toml": GPU_LONG,
     "bench data prepare t1,t6": "T1 and T6 together: run below one by one (bench data prepare t6, t1)",
+    "bench tasks check tasks/t6_time_series_forecasting": "trains T6's baseline (~30 s): test_check.py runs it",
     "bench run --agent claude-code --model claude-opus-4-7 --task t1": KEY,
     "bench run --agent optuna --task t6 --budget 5m": "5 minutes of trials",
     "bench run --resume ~/.cache/1gc-7rc/workspaces/mine/t6-baseline-r1-20250101-120000": PLACEHOLDER
