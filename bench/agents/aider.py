@@ -14,6 +14,10 @@ Endpoint and key: ``OPENAI_BASE_URL`` (with ``/v1``) becomes ``--openai-api-base
 models, ``OPENAI_API_KEY`` is read by LiteLLM; other LiteLLM providers work with their own
 variables (``anthropic/...`` with ``ANTHROPIC_API_KEY``). Aider exits 0 even when every edit failed:
 the harness judges the run by its checkpoints, not the exit code.
+
+Sandboxed, its requests go through the metering gateway (:mod:`bench.agents.gateway`): ``--openai-api-base`` (for
+any model but ``anthropic/``) or ``ANTHROPIC_API_BASE`` (LiteLLM's first choice; it appends ``/v1/messages``) is the
+gateway's port inside the sandbox. Its answers are not streamed (``--no-stream``): each carries its usage whole.
 """
 
 from __future__ import annotations
@@ -44,6 +48,16 @@ class AiderAgent:
             return api_endpoints(("ANTHROPIC_BASE_URL",), "https://api.anthropic.com")
         return api_endpoints(("OPENAI_BASE_URL", "OPENAI_API_BASE"), "https://api.openai.com")
 
+    def gateway_var(self, ctx: LaunchContext) -> str | None:
+        """The variable whose base URL the gateway replaces: the model's provider's (LiteLLM's other providers keep
+        their own routes)."""
+        provider = (ctx.model or DEFAULT_MODEL).partition("/")[0] if "/" in (ctx.model or DEFAULT_MODEL) else "openai"
+        return "ANTHROPIC_BASE_URL" if provider == "anthropic" else "OPENAI_BASE_URL" if provider == "openai" else None
+
+    def gateway_path(self, ctx: LaunchContext) -> str:
+        """OpenAI's base URL has /v1 (https://api.openai.com/v1); LiteLLM appends /v1/messages to Anthropic's."""
+        return "" if self.gateway_var(ctx) == "ANTHROPIC_BASE_URL" else "/v1"
+
     def command(self, ctx: LaunchContext) -> list[str]:
         argv = [
             cli_binary(self.name, ctx.options),
@@ -62,8 +76,8 @@ class AiderAgent:
             "--no-show-release-notes",
             "--no-stream",
         ]
-        if os.environ.get("OPENAI_BASE_URL"):
-            argv += ["--openai-api-base", os.environ["OPENAI_BASE_URL"]]
+        if base := ctx.base_urls.get("OPENAI_BASE_URL") or os.environ.get("OPENAI_BASE_URL"):
+            argv += ["--openai-api-base", base]
         for name in READ_ONLY:
             if (ctx.workspace / name).is_file():
                 argv += ["--read", name]
@@ -78,6 +92,11 @@ class AiderAgent:
                 "AIDER_ANALYTICS": "false",
             }
         )
+        # LiteLLM reads OPENAI_BASE_URL before OPENAI_API_BASE (what --openai-api-base sets): both are the gateway's
+        if gateway := ctx.base_urls.get("OPENAI_BASE_URL"):
+            env.update(OPENAI_API_BASE=gateway, OPENAI_BASE_URL=gateway)
+        if gateway := ctx.base_urls.get("ANTHROPIC_BASE_URL"):
+            env.update(ANTHROPIC_API_BASE=gateway, ANTHROPIC_BASE_URL=gateway)
         return env
 
 

@@ -252,6 +252,8 @@ class Gateway:
         if cut is not None:
             up.close()
             up = None
+        else:  # read to its end; closed, so that the kept-alive upstream takes the next request (http.client's read1
+            resp.close()  # leaves a Content-Length answer open at its end: the next request then failed and was resent)
         if api and not sse and cut is None:
             usage.read_json(bytes(body_seen))
         end = time.time()

@@ -2,7 +2,9 @@
 
 At the launch, :func:`plan` decides whether the agent's LLM requests go through a metering gateway
 (:mod:`bench.agents.gateway`): a sandboxed CLI agent whose adapter names the base-URL variable it can be pointed
-with (``gateway_var``) and whose run reaches one API. ``BENCH_GATEWAY=0`` turns it off (the CLI then reaches its API
+with (``gateway_var``) and whose run reaches one API (where that variable is not set here and the API's URL has no
+path, the vendor's own, the upstream gets the adapter's ``gateway_path(ctx)`` or ``gateway_default_path``: the path
+its client's base URL has, ``/v1``). ``BENCH_GATEWAY=0`` turns it off (the CLI then reaches its API
 through the sandbox's proxy, as before). Two settings of the harness's environment serve tests and split-horizon
 set-ups: ``BENCH_GATEWAY_RESOLVE=host=address[,...]`` dials an address instead of asking DNS (the certificate is still
 checked against the host), ``BENCH_GATEWAY_CA=file`` trusts a CA beside the system's.
@@ -45,7 +47,8 @@ def plan(
         return None
     upstream = endpoints[0]
     if not os.environ.get(var) and not urlsplit(upstream).path.strip("/"):
-        upstream = upstream.rstrip("/") + getattr(agent, "gateway_default_path", "")
+        path = agent.gateway_path(ctx) if hasattr(agent, "gateway_path") else getattr(agent, "gateway_default_path", "")
+        upstream = upstream.rstrip("/") + path
     resolve = dict(pair.split("=", 1) for pair in os.environ.get("BENCH_GATEWAY_RESOLVE", "").split(",") if "=" in pair)
     gw = Gateway(
         upstream, log, max_cost=max_cost, resolve=resolve, cafile=os.environ.get("BENCH_GATEWAY_CA"), model=ctx.model

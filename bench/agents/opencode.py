@@ -10,6 +10,10 @@ Models are ``provider/model``. The paper's runs went through OpenRouter, e.g. th
 ``openrouter/moonshotai/kimi-k2.6`` with ``OPENROUTER_API_KEY``. ``bench/NAME`` is any
 OpenAI-compatible Chat Completions endpoint: base URL from ``OPENAI_BASE_URL`` (with ``/v1``),
 key from ``OPENAI_API_KEY``; that is how the tests point OpenCode at the mock.
+
+Sandboxed, every provider's requests go through the metering gateway (:mod:`bench.agents.gateway`): the provider's
+``options.baseURL`` in the configuration is the gateway's port inside the sandbox (``gateway_var``), the gateway
+forwards to the provider's API (``API_PATHS``: the path of each vendor's base URL).
 """
 
 from __future__ import annotations
@@ -31,10 +35,14 @@ PROVIDER_URLS = {
     "openai": "https://api.openai.com",
     "google": "https://generativelanguage.googleapis.com",
 }
+# the path of each built-in provider's base URL at its API (what OpenCode's SDK for it appends its routes to)
+API_PATHS = {"openrouter": "/api/v1", "anthropic": "/v1", "openai": "/v1", "google": "/v1beta"}
+GATEWAY_VAR = "OPENCODE_PROVIDER_BASE_URL"  # the key of base_urls for a built-in provider (no such variable is read)
 
 
-def config(model: str) -> dict:
-    """The OpenCode configuration for one run (the value of OPENCODE_CONFIG_CONTENT)."""
+def config(model: str, ctx: LaunchContext | None = None) -> dict:
+    """The OpenCode configuration for one run (the value of OPENCODE_CONFIG_CONTENT); with a metering gateway in
+    ``ctx``, the model's provider has its base URL."""
     cfg: dict = {
         "$schema": "https://opencode.ai/config.json",
         "model": model,
@@ -44,7 +52,7 @@ def config(model: str) -> dict:
     }
     provider, _, name = model.partition("/")
     if provider == CUSTOM:
-        base_url = os.environ.get("OPENAI_BASE_URL")
+        base_url = ctx.base_url("OPENAI_BASE_URL") if ctx else os.environ.get("OPENAI_BASE_URL")
         if not base_url:
             raise AgentError(f"model {model!r} needs OPENAI_BASE_URL (an OpenAI-compatible endpoint, with /v1)")
         cfg["provider"] = {
@@ -55,6 +63,8 @@ def config(model: str) -> dict:
                 "models": {name: {"name": name, "tool_call": True, "limit": {"context": 200000, "output": 32000}}},
             }
         }
+    elif ctx is not None and (gateway := ctx.base_urls.get(GATEWAY_VAR)):
+        cfg["provider"] = {provider: {"options": {"baseURL": gateway}}}
     return cfg
 
 
@@ -72,6 +82,17 @@ class OpenCodeAgent:
             return api_endpoints(("OPENAI_BASE_URL",), None)
         return (PROVIDER_URLS[provider],) if provider in PROVIDER_URLS else ()
 
+    def gateway_var(self, ctx: LaunchContext) -> str | None:
+        """``bench/``: OPENAI_BASE_URL; a built-in provider: its ``baseURL`` option (keyed ``GATEWAY_VAR``)."""
+        provider = (ctx.model or DEFAULT_MODEL).partition("/")[0]
+        if provider == CUSTOM:
+            return "OPENAI_BASE_URL"
+        return GATEWAY_VAR if provider in PROVIDER_URLS else None
+
+    def gateway_path(self, ctx: LaunchContext) -> str:
+        """The path the gateway's upstream gets where the endpoint has none (a built-in provider's vendor URL)."""
+        return API_PATHS.get((ctx.model or DEFAULT_MODEL).partition("/")[0], "")
+
     def check(self, options: dict[str, str], model: str | None) -> None:
         """Before anything is created: a model that cannot be configured (bench/NAME without OPENAI_BASE_URL)."""
         config(model or DEFAULT_MODEL)
@@ -86,7 +107,7 @@ class OpenCodeAgent:
         env = home_env(ctx.home)
         env.update(
             {
-                "OPENCODE_CONFIG_CONTENT": json.dumps(config(ctx.model or DEFAULT_MODEL)),
+                "OPENCODE_CONFIG_CONTENT": json.dumps(config(ctx.model or DEFAULT_MODEL, ctx)),
                 "OPENCODE_DISABLE_AUTOUPDATE": "1",
                 "OPENCODE_DISABLE_MODELS_FETCH": "1",
                 "OPENCODE_DISABLE_LSP_DOWNLOAD": "1",

@@ -173,8 +173,9 @@ def completion(reply: Reply) -> dict:
     }
 
 
-def chat_stream(reply: Reply, include_usage: bool = True) -> Iterator[bytes]:
-    """chat.completion.chunk deltas (role, text, tool call), a finish chunk, the usage chunk, ``[DONE]``."""
+def chat_stream(reply: Reply, include_usage: bool = True, usage_unasked: bool = True) -> Iterator[bytes]:
+    """chat.completion.chunk deltas (role, text, tool call), a finish chunk, the usage chunk, ``[DONE]``; without
+    ``include_usage`` the usage is on the finish chunk, or (``usage_unasked`` False, as OpenAI's API) nowhere."""
     head = {
         "id": new_id("chatcmpl-"),
         "object": "chat.completion.chunk",
@@ -195,6 +196,8 @@ def chat_stream(reply: Reply, include_usage: bool = True) -> Iterator[bytes]:
     if include_usage:
         yield chunk({}, finish)
         yield sse({**head, "choices": [], "usage": _usage(reply)})
+    elif not usage_unasked:
+        yield chunk({}, finish)
     else:
         yield sse({**head, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}], "usage": _usage(reply)})
     yield sse("[DONE]")

@@ -55,6 +55,9 @@ class MockLLM:
         self.trajectory = trajectory or [answer("Nothing to do.")]
         self.fail_status = fail_status
         self.model = model
+        # True: a Chat Completions stream carries usage only when asked (stream_options.include_usage), as OpenAI's
+        # does; False: a stream that does not say gets the usage chunk, one that says False has usage on its finish
+        self.usage_only_when_asked = False
         self.requests: list[Request] = []
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
@@ -251,8 +254,9 @@ class _Handler(BaseHTTPRequestHandler):
         if api == "chat":
             reply = mock.turn(req, openai.chat_tools(body), openai.chat_tool_results(body))
             if body.get("stream"):
-                usage = bool((body.get("stream_options") or {}).get("include_usage", True))
-                return self._send_sse(openai.chat_stream(reply, include_usage=usage))
+                strict = mock.usage_only_when_asked
+                usage = bool((body.get("stream_options") or {}).get("include_usage", not strict))
+                return self._send_sse(openai.chat_stream(reply, include_usage=usage, usage_unasked=not strict))
             return self._send_json(200, openai.completion(reply))
         reply = mock.turn(req, gemini.tools(body), gemini.tool_results(body))  # gemini
         if ":streamGenerateContent" in path:

@@ -3,12 +3,14 @@
 A test CA and a server certificate for ``api.mockllm.test`` (made with ``cryptography``); the mock's listening socket
 wrapped in TLS. Nothing resolves the name but the gateway, told by ``BENCH_GATEWAY_RESOLVE`` (or ``resolve=``) to dial
 127.0.0.1: the CLI in its sandbox only ever sees the gateway's plain-HTTP port. The mock also keeps each reply's
-token counts (``usages``), so a test can compare what the gateway metered with what was served.
+token counts (``usages``) and the model it was asked for (``models``), so a test can compare what the gateway metered
+with what was served. Its Chat Completions streams carry usage only when asked, as OpenAI's API does.
 """
 
 from __future__ import annotations
 
 import datetime
+import re
 import ssl
 import sys
 import threading
@@ -76,6 +78,8 @@ class TlsMock(MockLLM):
         super().__init__(*args, **kwargs)
         self.cert, self.key = cert, key
         self.usages: list[tuple[int, int]] = []
+        self.models: list[str | None] = []  # per entry of usages: the model in the request's body or path
+        self.usage_only_when_asked = True
         self._usage_lock = threading.Lock()
 
     def start(self) -> TlsMock:
@@ -88,8 +92,10 @@ class TlsMock(MockLLM):
 
     def turn(self, req, tools, done):
         reply = super().turn(req, tools, done)
+        in_path = re.search(r"/models/([^/:]+):", req.path)
         with self._usage_lock:
             self.usages.append((reply.input_tokens, reply.output_tokens))
+            self.models.append(in_path[1] if in_path else (req.body or {}).get("model"))
         return reply
 
     def url_for(self, host: str = HOST) -> str:
