@@ -20,6 +20,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import tomllib
 from collections.abc import Callable
@@ -108,6 +109,7 @@ def _train(ws: Path, work: Path, small: smalldata.SmallData, check: Check) -> di
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONUNBUFFERED": "1"}
     env.pop("PYTHONPATH", None)
     code = f"OUT = {str(given)!r}\n" + DRIVER
+    t0 = time.monotonic()
     proc = subprocess.Popen(
         [sys.executable, "-c", code], cwd=ws, env=env, text=True,
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -115,13 +117,17 @@ def _train(ws: Path, work: Path, small: smalldata.SmallData, check: Check) -> di
     proc.stdin.write(json.dumps(small.tiny))
     proc.stdin.close()
     lines: list[str] = []
-    deadline = time.monotonic() + TRAIN_TIMEOUT_S
-    for line in proc.stdout:
-        lines.append(line.rstrip())
-        check.say(f"    train.py | {line.rstrip()[:160]}")
-        if time.monotonic() > deadline:
-            proc.kill()
-    status, finished = proc.wait(), time.time()
+    timer = threading.Timer(TRAIN_TIMEOUT_S, proc.kill)  # a silent, hung training ends too
+    timer.start()
+    try:
+        for line in proc.stdout:
+            lines.append(line.rstrip())
+            check.say(f"    train.py | {line.rstrip()[:160]}")
+        status, finished = proc.wait(), time.time()
+    finally:
+        timer.cancel()
+    if status != 0 and time.monotonic() - t0 >= TRAIN_TIMEOUT_S:
+        raise RuntimeError(f"train.py with TINY {small.tiny} ran past {TRAIN_TIMEOUT_S} s: make TINY smaller")
     if status != 0:
         raise RuntimeError(f"train.py with TINY {small.tiny} exited {status}: " + " | ".join(lines[-4:])[-600:])
     ckpts = sorted((ws / "checkpoints").glob("*.pt"), key=lambda p: (p.stat().st_mtime_ns, p.name))
@@ -201,10 +207,14 @@ def check_folder(folder: Path, work: Path, check: Check) -> None:
     except smalldata.SmallDataError as e:
         check.promise("small data", [str(e)])
         return
+    except Exception as e:  # a smalldata.py that does not even import
+        check.promise("small data", [f"{folder}/smalldata.py could not be imported: {type(e).__name__}: {e}"])
+        return
     check.promise("the baseline train.py asks for nothing the audit forbids", promises.source_problems(
         task.file("train.py").read_text(encoding="utf-8")))  # fmt: skip
     data = check.step("prepare.py --prepare on the small data", lambda: _prepare(folder, work, small))
-    ws = workspace.create(task, data, campaign="check", agent="check", repeat=1, root=work / "runs").path
+    ws = check.step("an agent workspace (bench/pipeline/workspace.py)", lambda: workspace.create(
+        task, data, campaign="check", agent="check", repeat=1, root=work / "runs").path)  # fmt: skip
     if small.setup is not None:
         check.step("smalldata.setup(workspace)", lambda: small.setup(ws))
     trained = check.step(f"training the baseline in an agent workspace with TINY {small.tiny}",

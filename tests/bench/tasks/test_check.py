@@ -35,6 +35,7 @@ def pack_copy(tmp_path: Path, source: Path = T6) -> Path:
     return shutil.copytree(source, tmp_path / "pack" / source.name, ignore=shutil.ignore_patterns("__pycache__"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("folder", [T6, T5], ids=["t6", "t5"])
 def test_a_built_in_task_keeps_every_promise(folder):
     status, lines, err = check(folder)
@@ -45,6 +46,7 @@ def test_a_built_in_task_keeps_every_promise(folder):
     assert "train.py | " in err  # the training's output is shown as it runs
 
 
+@pytest.mark.slow
 def test_a_pack_without_held_out_and_with_two_line_errors_fails_with_both_reasons(tmp_path):
     """A copy of T6 whose task.toml drops held_out (the test rows would reach every workspace) and whose --eval
     answers a bad input with two JSON lines: each broken promise is a FAIL line naming what to change; the others
@@ -79,6 +81,23 @@ def test_a_task_without_smalldata_is_told_to_add_it(tmp_path):
     status, lines, _ = check(pack)
     assert status == 1
     assert any(line.startswith("FAIL") and "has no smalldata.py: add one" in line for line in lines), lines
+
+
+@pytest.mark.parametrize(
+    ("source", "says"),
+    [
+        ("TINY = {}\n", "define write_raw(raw: Path)"),
+        ("def write_raw(raw):\n    return {}\n", "define TINY: a dict"),
+        ("import no_such_module_here\n", "could not be imported: ModuleNotFoundError"),
+    ],
+)
+def test_a_smalldata_that_breaks_the_contract_is_named(tmp_path, source, says):
+    pack = pack_copy(tmp_path)
+    (pack / "smalldata.py").write_text(source, encoding="utf-8")
+    status, lines, _ = check(pack)
+    assert status == 1
+    fails = [line for line in lines if line.startswith("FAIL")]
+    assert len(fails) == 1 and says in fails[0], lines
 
 
 def test_a_folder_that_is_not_a_task_exits_2_with_what_to_give(tmp_path):
