@@ -45,6 +45,13 @@ def _toml(value: str) -> str:
     return json.dumps(value)  # a JSON string is a valid TOML basic string
 
 
+# under a ChatGPT login: the login read from the file; no analytics events; no ChatGPT plugins and apps (connectors
+# served by the backend's MCP endpoint: tools that would act outside the sandbox); each accepted by 0.169.0 and seen
+# to remove those requests (analytics-events, ps/plugins, ps/mcp) against a recording server
+LOGIN_CONFIG = ['cli_auth_credentials_store="file"', "analytics.enabled=false", "features.plugins=false"]
+LOGIN_CONFIG += ["features.apps=false"]
+
+
 def _login(ctx: LaunchContext) -> logins.Credential | None:
     """The stored login this run uses (no key in the environment, no OPENAI_BASE_URL), else None."""
     if any(os.environ.get(v) for v in ("OPENAI_API_KEY", "CODEX_API_KEY", "OPENAI_BASE_URL")):
@@ -99,9 +106,10 @@ class CodexAgent:
                 "requires_openai_auth=true}"
             )
             config += [f"model_provider={_toml(PROVIDER)}", f"model_providers.{PROVIDER}={provider}"]
-            if login.login:  # the backend's other calls (account, models, plugins) through the gateway as well
+            if login.login:  # the backend's other calls (account, model list) through the gateway as well
                 root = base_url.split("/backend-api", 1)[0]
                 config.append(f"chatgpt_base_url={_toml(root + '/backend-api/')}")
+                config += LOGIN_CONFIG
         elif base_url:
             key = "OPENAI_API_KEY" if os.environ.get("OPENAI_API_KEY") or not os.environ.get("CODEX_API_KEY") else ""
             provider = (

@@ -300,6 +300,8 @@ def test_a_chatgpt_login_is_pointed_at_the_gateway_with_the_whole_backend(home, 
     )
     assert provider in argv and 'chatgpt_base_url="http://127.0.0.1:47800/backend-api/"' in argv
     assert not any("env_key" in a for a in argv)  # the login, not a variable, authenticates
+    for off in ("analytics.enabled=false", "features.plugins=false", "features.apps=false"):  # connectors, telemetry
+        assert off in argv
     assert codex.login_files(ctx) == ((home / ".codex" / "auth.json", tmp_path / "h" / ".codex" / "auth.json"),)
     monkeypatch.setenv("OPENAI_API_KEY", "sk-openai-key-1")  # a key wins: no login file, the key's provider
     assert codex.login_files(ctx) == () and codex.endpoints(ctx) == ("https://api.openai.com",)
