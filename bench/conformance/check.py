@@ -239,7 +239,11 @@ def check_folder(folder: Path, work: Path, check: Check) -> None:
         proc_ws, _ = check.step("prepare.py --eval inside the agent's workspace", lambda: _eval(ws, ckpt, None))
         inside, _ = promises.one_json_line(proc_ws.stdout)
     prepared = {p.relative_to(data).as_posix() for p in data.rglob("*") if p.is_file()}
-    check.promise(f"the {toml.get('eval_split')} labels stay out of the workspace (held_out)",
+    split = toml.get("eval_split")
+    title = f"the {split} labels stay out of the workspace (held_out)"
+    if split == small.val_split:
+        title = f"nothing to hold out: the task is scored on its validation split ({split}), which agents have"
+    check.promise(title,
                   promises.held_out_problems(toml, small.val_split, prepared, inside))  # fmt: skip
     official = check.step("the trusted scorer and its probes", lambda: _scorer(task, ws, ckpt, data, work, check))
     check.promise("the trusted scorer gives --eval's number; the baseline passes the probes and rule 9",
