@@ -78,6 +78,8 @@ def test_launch_builds_the_agent_environment_from_the_allow_list(tmp_path, monke
 def test_every_agent_declares_its_variables_and_endpoints(tmp_path, monkeypatch):
     for var in ("ANTHROPIC_BASE_URL", "OPENAI_BASE_URL", "GOOGLE_GEMINI_BASE_URL", "OPENAI_API_BASE"):
         monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # a user's Codex or Google login would move those CLIs' endpoints
+    monkeypatch.delenv("CODEX_HOME", raising=False)
     ctx = LaunchContext(task=None, workspace=tmp_path, prompt="P", budget_s=60, home=tmp_path / "h")
     expected = {
         "baseline": (),
