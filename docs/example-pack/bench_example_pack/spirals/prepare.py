@@ -8,7 +8,8 @@
 #
 # What is here, in order:
 #   1. constants (task, sizes, the generator's parameters and seed)
-#   2. preparation: the data are GENERATED here, deterministically (no download, no raw file)
+#   2. preparation: the data are GENERATED here (no download, no raw file): train and val from a fixed seed,
+#      the held-out test split from fresh OS entropy (so that this file cannot regenerate the scored points)
 #   3. loaders the training scripts import (load_split, load_meta)
 #   4. the evaluation: the inputs the harness feeds, the forward contract, the metric (test accuracy)
 #   5. checkpoint + logging helpers (shared by every task)
@@ -25,6 +26,7 @@ import argparse
 import importlib.util
 import json
 import os
+import secrets
 import sys
 import time
 
@@ -45,8 +47,8 @@ CHECKPOINT_DIR = "checkpoints"
 
 N_FEATURES = 2  # a point (x, y) in the plane
 N_CLASSES = 2  # which of the two spirals it was drawn from
-SIZES = {"train": 4000, "val": 1000, "test": 2000}  # generated in this order from one generator
-SEED = 20261126
+SIZES = {"train": 4000, "val": 1000, "test": 5000}
+SEED = 20261126  # train and val: the same points on every machine
 TURNS = 2.0  # turns of each spiral arm around the origin
 NOISE = 0.03  # standard deviation of the Gaussian jitter added to each coordinate
 LABEL_NOISE = 0.05  # share of labels flipped at random: no classifier beats ~0.95 in expectation
@@ -71,13 +73,21 @@ def make_split(n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray
 
 
 def prepare(raw_dir: str | None, data_dir: str) -> None:
-    """Generate the three splits (same bytes on every machine: one seeded generator, a fixed order) and save them."""
+    """Generate the three splits and save them.
+
+    Train and val come from one generator seeded with SEED, in that order: the same points on every machine. The
+    test split comes from a generator seeded by the operating system's entropy, drawn once when the harness prepares
+    the data and written nowhere else: this file is in every agent's workspace, and a seed written here would let an
+    agent regenerate the very points (and flipped labels) it is scored on (rule 9). So the test points differ between
+    machines but not their distribution: 5,000 of them put a score within about +-0.013 (2 standard errors) of the
+    model's expected accuracy, which task.toml's baseline and references are.
+    """
     start = time.time()
     rng = np.random.default_rng(SEED)
     os.makedirs(data_dir, exist_ok=True)
     counts, class_counts = {}, {}
     for split in SPLITS:
-        x, y = make_split(SIZES[split], rng)
+        x, y = make_split(SIZES[split], rng if split != "test" else np.random.default_rng(secrets.randbits(128)))
         np.save(os.path.join(data_dir, f"{split}_x.npy"), x)
         np.save(os.path.join(data_dir, f"{split}_y.npy"), y)
         counts[split] = len(y)
@@ -88,7 +98,7 @@ def prepare(raw_dir: str | None, data_dir: str) -> None:
         "classes": ["spiral 0", "spiral 1"],
         "counts": counts,
         "class_counts": class_counts,  # train and val
-        "generator": {"seed": SEED, "turns": TURNS, "noise": NOISE, "label_noise": LABEL_NOISE},
+        "generator": {"seed": SEED, "turns": TURNS, "noise": NOISE, "label_noise": LABEL_NOISE},  # train, val
         "held_out": list(HELD_OUT),  # not in a workspace: only the harness's scorer reads the test points and labels
         "partial_data": [],  # generated in full: nothing is missing
     }
@@ -149,7 +159,7 @@ def has_test_split(data_dir: str = DATA_DIR) -> bool:
 # ---------------------------------------------------------------------------
 
 # The points are independent samples: a point's logits depend on its own two coordinates only, so any batch size is
-# safe and gives the same predictions up to float rounding. 500 points a batch: 4 batches for the 2,000 test points.
+# safe and gives the same predictions up to float rounding. 500 points a batch: 10 batches for the 5,000 test points.
 FEED_BATCH_SIZE = 500
 
 
