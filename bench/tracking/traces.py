@@ -29,7 +29,7 @@ from bench.tracking import schema
 from bench.tracking.writer import MlflowWriter
 
 TOOL_TEXT_CAP = 1024  # characters of a tool call's input or output in its span (the next request holds its result)
-MAX_SPANS = 5_000  # a request or tool loop must not make a trace the UI cannot open; the rest are counted
+MAX_SPANS = 2_000  # a request or tool loop must not make a trace the UI cannot open (nor a record of minutes)
 NS = 1_000_000_000
 TOTALS = (schema.TOKENS_INPUT, schema.TOKENS_OUTPUT, schema.TOKENS_CACHED, schema.COST_USD, schema.TOOL_CALLS)
 

@@ -20,6 +20,9 @@ from bench.tracking import schema, store
 # An unreachable tracking server must cost seconds, not MLflow's default minutes of retries.
 os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
 os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "15")
+# A run's trace is written at the record step, which waits for it anyway: exported in this thread, span by span, not
+# through MLflow's background queue, which drops spans past 1,000 waiting (a long run's trace has about that many)
+os.environ.setdefault("MLFLOW_ENABLE_ASYNC_TRACE_LOGGING", "false")
 
 
 class TrackingError(RuntimeError):

@@ -187,3 +187,17 @@ def test_a_run_through_the_gateway_leaves_no_secret_in_the_store(writer, mlruns,
         data = path.read_bytes()
         for secret in (env_key, SECRET, shaped):
             assert secret.encode() not in data, (path, secret)
+
+
+def test_a_run_recorded_before_bodies_were_kept_and_a_span_flood(tmp_path, monkeypatch):
+    """Lines without a stored body say so; past MAX_SPANS the first spans are kept and the rest counted."""
+    run = tmp_path / "run"
+    llm = [{"t": T0 + i, "api": "chat", "path": "/v1/chat/completions", "status": 200, "latency_s": 0.5,
+            "model": "gpt-5", "input": 10, "output": 1} for i in range(6)]  # fmt: skip
+    write_jsonl(run / "evidence" / "llm.jsonl", llm)
+    monkeypatch.setattr(traces, "MAX_SPANS", 4)
+    info = {"started_at": T0, "ended_at": T0 + 60, "name": "r", "agent": "codex", "status": "timeout"}
+    spec = traces.build(run, run / "events.jsonl", info)
+    assert [s.start_ns for s in spec.spans] == [(T0 + i) * NS for i in range(4)]
+    assert spec.spans[0].inputs == {"path": "/v1/chat/completions", "body": "not kept"}
+    assert spec.outputs["spans_left_out"] == 2 and spec.outputs["llm_requests"] == 6
