@@ -181,6 +181,25 @@ def test_a_campaign_tasks_path_reaches_its_job_processes(tmp_path, monkeypatch):
     assert "x6" not in {t.id for t in all_tasks()}  # a refused entry is not searched afterwards
 
 
+def test_resume_and_record_find_the_recorded_folder_without_the_pack_on_the_path(tmp_path, monkeypatch, capsys):
+    x6 = copy_task(T6, tmp_path / "lab" / "x6", "x6")
+    monkeypatch.setenv("BENCH_TASKS_PATH", str(x6.parent))
+    recorded = packs.provenance(get_task("x6"))
+    monkeypatch.delenv("BENCH_TASKS_PATH")  # a later shell, without the pack on its path
+    with pytest.raises(TaskError, match="unknown task 'x6'"):
+        get_task("x6")
+    task = packs.task_for_run("x6", recorded)
+    assert task.folder == x6.resolve() and (task.source.pack, task.source.kind) == ("lab", "path")
+    assert capsys.readouterr().out == ""
+    with open(x6 / "program.md", "a") as f:
+        f.write("\nedited after the run started\n")
+    packs.task_for_run("x6", recorded)
+    assert f"changed since the run started (sha256 {recorded['sha256'][:12]} -> {by_hand(x6)[:12]})" in (
+        capsys.readouterr().out
+    )
+    assert packs.task_for_run("t6", {}).source.builtin  # older files: no task_source, the task of that id
+
+
 @pytest.mark.slow
 def test_a_pack_task_runs_through_bench_run_and_bench_report_names_its_pack_and_hash(
     generated_t6, tmp_path, monkeypatch, capsys
@@ -223,3 +242,27 @@ def test_a_pack_task_runs_through_bench_run_and_bench_report_names_its_pack_and_
     assert main(["report", "--experiment", name, "--out", str(report)]) == 0
     index = (report / "index.md").read_text()
     assert f"X6 is from the task pack lab-tasks 0.3 (task folder sha256 {expected}): 1 run(s)." in index
+
+
+@pytest.mark.slow
+def test_a_campaign_runs_a_pack_task_in_its_job_processes_by_its_tasks_path(generated_t6, tmp_path, monkeypatch):
+    """`bench campaign run`: each run is a `bench campaign job` process that finds the task by the file's key alone."""
+    from bench.campaign import spec
+    from bench.cli import main
+    from bench.result import RunResult
+
+    monkeypatch.setenv("BENCH_WORKSPACES_DIR", str(tmp_path / "workspaces"))
+    monkeypatch.delenv("BENCH_TASKS_PATH", raising=False)
+    x6 = copy_task(generated_t6.folder, tmp_path / "lab" / "x6_forecast", "x6")
+    name = f"camp-{uuid.uuid4().hex[:8]}"
+    file = tmp_path / "camp.toml"
+    file.write_text(
+        f'name = "{name}"\ntasks = ["x6"]\ntasks_path = ["lab"]\nbudget = "20s"\ngrace = 2\n'
+        '[[agents]]\nname = "command"\nagent_command = "echo no checkpoint"\n'
+    )
+    assert main(["campaign", "run", str(file)]) == 0  # final: failed (no checkpoint) is a result
+    (key,) = spec.load(file).runs()
+    result = RunResult.load(tmp_path / "workspaces" / name / key.run_id)
+    assert result.task == "x6" and result.status == "failed"
+    assert result.task_source["pack"] == "lab" and result.task_source["kind"] == "path"
+    assert result.task_source["sha256"] == by_hand(x6)
