@@ -14,7 +14,9 @@ evidence (checkpoint arrivals, launches), the agent's ``events.jsonl``. Resuming
    written and recorded with status ``interrupted`` and the reason (a scored best checkpoint still makes it a success).
    It runs under the run's own limits, recorded in ``run.json`` at the launch (the evaluation budget, the
    predictor's memory and processes, the settings ``result.json`` shows); a ``run.json`` from before runs had limits
-   gets the defaults, and the console and ``result.json``'s ``limits.note`` say so.
+   gets the defaults, and the console and ``result.json``'s ``limits.note`` say so. Its API budget
+   (``--max-cost``, also in ``run.json``) is recorded as the run would have (``limits.hit`` ``api-cost``, the
+   ``bench.api_budget`` tag).
 
 For a campaign, every run directory with ``run.json`` and no ``result.json`` is resumed.
 """
@@ -124,6 +126,7 @@ def resume_run(run_dir: Path, *, console: bool = True, by: str = "bench run --re
         sandbox=st.sandbox,
         limits=limits,
         task_source=st.task_source or packs.provenance(task),
+        max_cost=st.max_cost,  # the run's API budget: its cap and tag recorded as the run would have
     )
     data_dir = Path(st.data_dir)
     if not data_dir.is_dir():  # the cache moved or was cleared since: prepare it again (verified as for a run)

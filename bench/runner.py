@@ -255,6 +255,7 @@ def _save_state(
                 data_dir=str(data_dir),
                 limits=spec.limits.to_dict(),  # a resume evaluates under the run's own limits
                 task_source=spec.task_source,
+                max_cost=spec.max_cost,  # a resume records the run's API budget
             ),
         )
     except state.RunStateError as e:

@@ -58,6 +58,9 @@ class RunState:
     limits: dict | None = None
     # where the task came from and its folder's sha256 (bench.tasks.packs.provenance); None in older files
     task_source: dict | None = None
+    # the run's API budget in USD (--max-cost, the campaign's max_cost), so that a resume records it as the run did;
+    # None: none, or a file written before runs kept it
+    max_cost: float | None = None
     version: int = VERSION
 
     def harness_alive(self) -> bool:
@@ -110,6 +113,7 @@ def read(run_dir: Path) -> RunState:
         raise RunStateError(f"{target} has version {raw['version']}, newer than this toolkit's {VERSION}: upgrade")
     names = {f.name for f in fields(RunState)}
     optional = {"harness_pid", "harness_started", "harness_died_at", "watched", "limits", "task_source", "version"}
+    optional |= {"max_cost"}
     missing = sorted(names - set(raw) - optional)
     if missing:
         raise RunStateError(f"{target} lacks {', '.join(missing)}: it was not written by bench run")
@@ -123,6 +127,12 @@ def read(run_dir: Path) -> RunState:
             Watched(**state.watched)
     except (TypeError, ValueError) as e:
         raise RunStateError(f"{target} mistypes a field ({e})") from e
+    cap = state.max_cost
+    if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int | float) or not 0 < cap < float("inf")):
+        raise RunStateError(
+            f"{target}: max_cost must be a positive amount in USD or null (got {cap!r}); fix it or remove the key "
+            "(a resume then records no API budget)"
+        )
     try:  # what a resume evaluates under: a hand-edited or foreign value is refused here, not used
         state.run_limits()
     except LimitError as e:

@@ -1,0 +1,90 @@
+"""A resumed run keeps its API budget (run.json's ``max_cost``): what the metering gateway logged before the harness
+died is recorded under the run's own ``--max-cost``, as the run would have recorded it; run.json's value is checked
+when read."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import mlflow
+import pytest
+
+from bench.agents import metering
+from bench.cli import main
+from bench.pipeline import state
+from bench.result import RunResult
+from bench.runner import RunSpec, run
+from bench.tracking import schema
+
+
+def _state(**changes) -> dict:
+    st = state.RunState("t6", "command", "c", 1, 60, 2, None, {}, "cpu", False, True, "l", "tok", 1, 0.0, [], [],
+                        None, [], "/d", max_cost=2.5)  # fmt: skip
+    return {**dataclasses.asdict(st), **changes}
+
+
+def test_run_json_keeps_max_cost_and_reads_it_back(tmp_path):
+    (tmp_path / "run.json").write_text(json.dumps(_state()))
+    assert state.read(tmp_path).max_cost == 2.5
+    old = _state()
+    del old["max_cost"]  # a run.json from before runs kept their API budget: still read, no budget
+    (tmp_path / "run.json").write_text(json.dumps(old))
+    assert state.read(tmp_path).max_cost is None
+
+
+@pytest.mark.parametrize("bad", [0, -1.0, "20", True, float("inf")])
+def test_a_malformed_max_cost_in_run_json_is_one_clear_line(tmp_path, bad):
+    (tmp_path / "run.json").write_text(json.dumps(_state(max_cost=bad)))
+    with pytest.raises(state.RunStateError) as e:
+        state.read(tmp_path)
+    message = str(e.value)
+    assert "\n" not in message and message.startswith(f"{tmp_path / 'run.json'}: max_cost must be a positive"), message
+    assert "remove the key" in message
+
+
+def _unfinished(task, max_cost: float | None) -> Path:
+    """A run (an agent that does nothing, unsandboxed: fast) whose harness 'died' while the agent ran, after the
+    gateway had logged a request that spent $0.60 and one the budget refused. (Its MLflow run was recorded once
+    already, with the params as run.json gives them back: floats.)"""
+    spec = RunSpec(task, "command", campaign=f"test-{uuid.uuid4().hex[:8]}", budget_s=30.0, grace_s=1.0, console=False)
+    spec.options, spec.sandbox, spec.max_cost = {"command": "true"}, False, max_cost
+    done = run(spec)
+    run_dir = Path(done.run_dir)
+    Path(done.result_file).unlink()
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    st = state.read(run_dir)
+    st.harness_pid, st.harness_started, st.watched = gone.pid, 0.0, None
+    state.write(run_dir, st)
+    t = time.time()
+    spent = {"t": t, "api": "anthropic", "model": "claude-sonnet-4-6", "status": 200, "latency_s": 1.0}
+    spent |= {"input": 100_000, "output": 20_000, "cached": 0, "cost_usd": 0.6, "complete": True}
+    refused = {"t": t + 5, "api": "anthropic", "model": "claude-sonnet-4-6", "status": 402, "refused": "budget"}
+    log = metering.log_path(run_dir)
+    log.write_text(json.dumps(spent) + "\n" + json.dumps(refused) + "\n")
+    return run_dir
+
+
+def test_a_resumed_run_records_its_own_api_budget(generated_t6):
+    run_dir = _unfinished(generated_t6, 0.5)
+    assert json.loads((run_dir / "run.json").read_text())["max_cost"] == 0.5  # written at the launch
+    assert main(["run", "--resume", str(run_dir), "--quiet"]) == 1  # no checkpoint: not a success
+    resumed = RunResult.load(run_dir)
+    assert resumed.tracking_error is None, resumed.tracking_error
+    hit = [h for h in resumed.limits["hit"] if h["limit"] == "api-cost"]
+    assert len(hit) == 1 and "--max-cost 0.5)" in hit[0]["detail"] and "$0.6 used" in hit[0]["detail"], hit
+    tags = mlflow.tracking.MlflowClient().get_run(resumed.mlflow_run_id).data.tags
+    assert tags[schema.API_BUDGET] == "$0.5: spent: later requests refused ($0.6000 used)"
+
+
+def test_a_resumed_run_without_a_budget_records_none(generated_t6):
+    run_dir = _unfinished(generated_t6, None)
+    assert json.loads((run_dir / "run.json").read_text())["max_cost"] is None
+    main(["run", "--resume", str(run_dir), "--quiet"])
+    tags = mlflow.tracking.MlflowClient().get_run(RunResult.load(run_dir).mlflow_run_id).data.tags
+    assert not tags.get(schema.API_BUDGET)
