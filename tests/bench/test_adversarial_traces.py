@@ -1,0 +1,59 @@
+"""Attacks on the conversation trace (bench.tracking.traces): an agent that reads its own API key and shows it to its
+model must not put that key into the MLflow store through the trace.
+
+Claude Code in the sandbox, through the metering gateway, against the TLS mock (tests/bench/agents/
+test_gateway_clis.py's set-up); the mock's scripted model asks for a shell command that prints the CLI's key, whose
+output then travels in the next request's body (a tool result) and in the CLI's tool-call events. The key is not
+key-shaped, so only its value, known from the harness's environment, can find it.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+
+import mlflow
+import pytest
+
+from bench.paths import mlruns_dir
+from bench.runner import RunSpec, run
+from bench.sandbox.bwrap import probe
+from bench.tracking import schema
+from tests.bench.agents.test_gateway_clis import CASES, agent, campaign, cli_dir, start_mock, tls_env  # noqa: F401
+from tests.mockllm import default_trajectory, run1_from_train
+from tests.mockllm.trajectory import shell
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(probe() is not None, reason=f"no usable sandbox here: {probe()}"),
+]
+
+
+@pytest.mark.parametrize("agent", ["claude-code"], indirect=True)
+def test_a_key_the_agent_prints_never_reaches_the_store_through_the_trace(agent, generated_t6, tls_env, monkeypatch):  # noqa: F811
+    case = CASES[agent]
+    key = f"plain-credential-{uuid.uuid4().hex}"  # no sk- prefix: only the environment's value can find it
+    run1 = run1_from_train((generated_t6.folder / "train.py").read_text())
+    steps = default_trajectory(run1)
+    steps.insert(-1, shell(f'echo "the key is ${case.key}"'))
+    mock = start_mock(case, tls_env, steps, monkeypatch)
+    monkeypatch.setenv(case.key, key)  # the CLI's credential, as the harness gives it
+    try:
+        spec = RunSpec(task=generated_t6, agent=agent, model=case.model, budget_s=150, grace_s=5, console=False,
+                       campaign=campaign())  # fmt: skip
+        result = run(spec)
+    finally:
+        mock.release.set()
+        mock.stop()
+    bodies = [json.dumps(r.body) for r in mock.calls()]
+    assert any(key in b for b in bodies), "the attack did not happen: the key never reached the model"
+
+    client = mlflow.tracking.MlflowClient()
+    exp = client.get_run(result.mlflow_run_id).info.experiment_id
+    (trace,) = client.search_traces(locations=[exp], run_id=result.mlflow_run_id)
+    text = json.dumps([s.to_dict() for s in trace.data.spans])
+    assert "the key is [REDACTED]" in text and key not in text
+    assert key.encode() not in (mlruns_dir() / "mlflow.db").read_bytes()  # not in any table of the store
+    assert key not in (Path(result.run_dir) / "evidence" / "llm-bodies.jsonl").read_text()
+    assert schema.TRACE in client.get_run(result.mlflow_run_id).data.tags
