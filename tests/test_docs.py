@@ -56,6 +56,12 @@ SKIP: dict[str, str] = {
     "bench campaign resume pilot.toml": GPU_LONG,
     "bench data prepare t1,t6": "T1 and T6 together: run below one by one (bench data prepare t6, t1)",
     "bench tasks check tasks/t6_time_series_forecasting": "trains T6's baseline (~30 s): test_check.py runs it",
+    "pip install ./docs/example-pack": "installs a package into the environment: tests/bench/tasks/"
+    "test_example_pack.py installs it into a temporary folder, offline, and runs the commands below",
+    "bench tasks check docs/example-pack/bench_example_pack/spirals": "trains the example's baseline (~25 s): "
+    "test_example_pack.py runs it on the installed pack",
+    "bench run --agent baseline --task spirals --budget 2m": "needs the example pack installed (the pip install "
+    "above): test_example_pack.py runs it",
     "bench run --agent claude-code --model claude-opus-4-7 --task t1": KEY,
     "bench run --agent optuna --task t6 --budget 5m": "5 minutes of trials",
     "bench run --resume ~/.cache/1gc-7rc/workspaces/mine/t6-baseline-r1-20250101-120000": PLACEHOLDER

@@ -123,3 +123,13 @@ def test_the_installed_pack_runs_end_to_end_and_its_gap_closed_is_reported(insta
     board = (out / "leaderboard.md").read_text()
     shown = f"{expected:+.3f}" if round(expected, 3) != 0 else "+0.000"  # the tables print no "-0.000"
     assert "Gap closed" in board and shown in board
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(probe() is not None, reason=f"no usable sandbox here: {probe()}")
+def test_the_installed_task_passes_bench_tasks_check(installed):
+    """The conformance suite as a task author runs it, on the folder pip installed (what `bench run` reads)."""
+    folder = installed["site"] / "bench_example_pack" / "spirals"
+    out = _bench(["tasks", "check", str(folder)], installed["env"])
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "spirals: all 6 promises kept" in out.stdout
