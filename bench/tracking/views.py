@@ -48,7 +48,7 @@ AGENT_METRICS = (  # an agent run's (offline agents log no tokens or cost: the U
     schema.TOKENS_OUTPUT,
     schema.COST_USD,
 )
-SUMMARY_METRICS = (schema.SUMMARY_AGG, schema.SUMMARY_AGG_MAX, schema.SUMMARY_SUCCESS_RATE)  # a summary run's
+SUMMARY_METRICS = (schema.SUMMARY_AGG, schema.SUMMARY_AGG_MAX, schema.SUMMARY_SUCCESS_RATE, schema.SUMMARY_GAP)
 TAG_COLUMNS = (
     schema.STATUS,
     schema.ENTRY,
@@ -73,6 +73,8 @@ COMPARE_METRICS = (
     schema.SUMMARY_SUCCESS_RATE,
     schema.SUMMARY_RUNS,
     schema.SUMMARY_TASKS,
+    schema.SUMMARY_GAP,  # MLRC-Bench's gap closed beside Eq. 1 (analysis.gap)
+    schema.SUMMARY_GAP_MAX,
 )
 COMPARE_TAGS = (schema.ENTRY, schema.AGENT, schema.MODEL)
 
@@ -83,14 +85,16 @@ def column_key(kind: str, name: str) -> str:
 
 
 def selected_columns(summaries: bool = True) -> list[str]:
-    """A view's columns in their order; ``summaries``: with the summary runs' Agg, Agg-max and success rate."""
+    """A view's columns in their order; ``summaries``: with the summary runs' Agg, Agg-max, success rate and gap
+    closed."""
     metrics = AGENT_METRICS + (SUMMARY_METRICS if summaries else ())
     tags = TAG_COLUMNS if summaries else tuple(t for t in TAG_COLUMNS if t != schema.KIND)
     return [column_key("metrics", m) for m in metrics] + [column_key("tags", t) for t in tags]
 
 
 def compare_columns() -> list[str]:
-    """The overall comparison's columns: a summary run's Agg, Agg-max, success rate, runs and tasks, its entry."""
+    """The overall comparison's columns: a summary run's Agg, Agg-max, success rate, runs, tasks and gap closed (mean,
+    best run), its entry."""
     return [column_key("metrics", m) for m in COMPARE_METRICS] + [column_key("tags", t) for t in COMPARE_TAGS]
 
 
