@@ -12,7 +12,9 @@ killed run keeps every line so far): time, API, model, HTTP status, latency, inp
 the answer (:mod:`bench.agents.usage`), their cost at the price table's rates (:mod:`bench.agents.pricing`), and
 ``complete: false`` with ``cut`` when the answer ended before its usage did (the CLI killed at the budget mid-stream:
 what had streamed is counted). Credentials (``Authorization``, ``x-api-key``, ``x-goog-api-key``, ``?key=``) are
-forwarded untouched and never written: the line holds the path without its query.
+forwarded untouched and never written: the line holds the path without its query. Each model request's and answer's
+body goes, capped and with secrets removed, to ``llm-bodies.jsonl`` (:mod:`bench.agents.transcript`; the line's
+``body`` is its id), for the run's MLflow trace (:mod:`bench.tracking.traces`).
 
 ``max_cost``: once the run's cost reaches it, every further model request is answered at once, without reaching
 the API, by an error in the API's own format (Anthropic and Gemini: 402; OpenAI: 429 ``insufficient_quota``,
