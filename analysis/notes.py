@@ -2,10 +2,13 @@
 
 A table is read on its own (a ``.tex`` pasted into a paper, a ``.md`` in a pull request), so every mark that
 changes how a number may be read comes with a sentence: superseded cells and entries, runs outside the paper's
-protocol (and those left out), the Optuna-tuned row's provenance, partial data, unsandboxed runs, audit flags.
+protocol (and those left out), the Optuna-tuned row's provenance, partial data, unsandboxed runs, audit flags,
+runs whose API budget (``--max-cost``) ran out.
 """
 
 from __future__ import annotations
+
+import re
 
 from analysis import published as pub
 from analysis.deviations import MARK, excluded_note
@@ -27,6 +30,7 @@ def table_notes(lb) -> list[str]:
     notes += partial_data_notes(lb)
     notes += unsandboxed_notes(lb)
     notes += audit_notes(lb)
+    notes += api_budget_notes(lb.runs.agents if getattr(lb, "runs", None) is not None else None)
     return notes
 
 
@@ -121,4 +125,27 @@ def task_pack_notes(agents) -> list[str]:
     for task, versions in packed.groupby("task")["task_sha256"].nunique().items():
         if versions > 1:
             out.append(f"{task.upper()}: its runs used {versions} different task folder contents (hashes above).")
+    return out
+
+
+# bench.agents.metering.budget_tag's "$CAP: spent at M min: later requests refused ($USED used)"
+_SPENT = re.compile(r"^\$(?P<cap>[^:\s]+): spent(?: at (?P<min>[\d.]+) min)?:.*\((?P<used>[^()]*) used\)\s*$")
+
+
+def api_budget_notes(agents) -> list[str]:
+    """One line per agent run whose API budget (``--max-cost``) ran out (its ``bench.api_budget`` tag): its later
+    LLM requests were refused, so its score is what that budget bought, not what the agent could do in its time."""
+    if agents is None or agents.empty or "api_budget" not in agents:
+        return []
+    out = []
+    for r in agents.sort_values(["task", "agent", "repeat"]).itertuples():
+        if not (m := _SPENT.match(str(r.api_budget or ""))):
+            continue
+        when = f" at {float(m['min']):g} min" if m["min"] else ""
+        model = getattr(r, "model", "")
+        label = f"{r.agent} ({model})" if isinstance(model, str) and model else r.agent
+        out.append(
+            f"{label} on {r.task.upper()} r{r.repeat}: API budget of ${m['cap']} reached{when} ({m['used']} used); "
+            "its later LLM requests were refused."
+        )
     return out

@@ -36,7 +36,8 @@ from bench.tracking import schema, store
 AGENT_COLUMNS = (
     "run_id experiment agent model task repeat status reason score metric higher_is_better budget_min "
     "wall_time_s budget_utilisation scripts_launched launches_observed checkpoints best_val_score "
-    "tokens_input tokens_output tokens_cached cost_usd start_time end_time synthetic partial_data unsandboxed "
+    "tokens_input tokens_output tokens_cached cost_usd cost_source api_budget start_time end_time synthetic "
+    "partial_data unsandboxed "
     "audit_disqualified audit_flagged nonstandard deviations deviation_notes hardware "
     "task_source task_pack task_pack_version task_sha256"
 ).split()

@@ -176,12 +176,18 @@ def cap_hit(agent_events: dict) -> dict | None:
     }
 
 
-def budget_tag(agent_events: dict) -> str:
-    """The agent run's bench.api_budget tag: '' without a budget."""
+def budget_tag(agent_events: dict, started_at: float | None = None) -> str:
+    """The agent run's bench.api_budget tag: '' without a budget; ``$CAP: spent at M min: later requests refused
+    ($USED used)`` (M: minutes from ``started_at``, the launch, to the first refused request), or ``$CAP: not
+    reached ($USED used)``. The reports read it (analysis.notes.api_budget_notes)."""
     gw = agent_events.get("gateway") or {}
     if gw.get("max_cost_usd") is None:
         return ""
     spent = (gw.get("metrics") or {}).get(schema.COST_USD)
     used = "unknown" if spent is None else f"${spent:.4f}"
-    state = "spent: later requests refused" if gw.get("cap_hit") else "not reached"
+    state = "not reached"
+    if gw.get("cap_hit"):
+        at = gw.get("cap_hit_at")
+        when = f" at {max(0.0, at - started_at) / 60:.1f} min" if started_at is not None and at is not None else ""
+        state = f"spent{when}: later requests refused"
     return f"${gw['max_cost_usd']}: {state} ({used} used)"

@@ -60,7 +60,9 @@ EXIT = "bench.exit"  # FINISHED | FAILED | KILLED, as observed
 # where the agent run's cost_usd came from: "gateway" (the metering gateway's tokens x the price table), "cli" (the
 # CLI's own figure), "cli-tokens" (the CLI's token counts x the price table) or "unknown" (bench.agents.metering)
 COST_SOURCE = "bench.cost_source"
-API_BUDGET = "bench.api_budget"  # "--max-cost $X: spent, requests refused from <time>" / "$X, $Y used" (the gateway)
+# the API budget (--max-cost) of an agent run: "$X: spent at M min: later requests refused ($Y used)" or
+# "$X: not reached ($Y used)"; "" without one (bench.agents.metering.budget_tag; read by analysis.notes)
+API_BUDGET = "bench.api_budget"
 GPU_METRICS = "bench.gpu_metrics"  # agent runs: "nvml", or "no GPU metrics (...)" and why (tracking.sysmetrics)
 RELAY_DROPPED = "bench.relay.dropped"  # agent runs: what the relay dropped or left, one "reason: count" per line
 # the agent's conversation as an MLflow trace (bench.tracking.traces): the agent run's tag says its trace id, or why
@@ -139,6 +141,10 @@ BEST_VAL = "best_val_score"  # self-reported validation score of the scored chec
 # (s - b) / b where higher is better, (b - s) / b where lower is; comparable across tasks, unlike ``score``
 REL_IMPROVEMENT = "rel_improvement"
 TASK_BASELINE = "task_baseline"  # b: the task's baseline score (task.toml), the reference of rel_improvement
+# MLRC-Bench's measure beside Eq. 1: the share of the gap from b to the task's reference r closed, (s - b) / (r - b),
+# a fraction; logged only where the task has a reference that beats its baseline (Task.reference, analysis/gap.py)
+GAP_CLOSED = "gap_closed"
+TASK_REFERENCE = "task_reference"  # r: the score of the task's reference (task.toml reference_score or [[references]])
 # from the agent's parsed event stream (bench.agents.events.Tally.metrics())
 TOOL_CALLS = "tool_calls"
 SHELL_COMMANDS = "shell_commands"

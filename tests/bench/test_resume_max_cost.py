@@ -47,9 +47,10 @@ def test_a_malformed_max_cost_in_run_json_is_one_clear_line(tmp_path, bad):
     assert "remove the key" in message
 
 
-def _unfinished(task, max_cost: float | None) -> Path:
+def _unfinished(task, max_cost: float | None) -> tuple[Path, float]:
     """A run (an agent that does nothing, unsandboxed: fast) whose harness 'died' while the agent ran, after the
-    gateway had logged a request that spent $0.60 and one the budget refused. (Its MLflow run was recorded once
+    gateway had logged a request that spent $0.60 and one the budget refused (returned: minutes from the launch to
+    it). (Its MLflow run was recorded once
     already, with the params as run.json gives them back: floats.)"""
     spec = RunSpec(task, "command", campaign=f"test-{uuid.uuid4().hex[:8]}", budget_s=30.0, grace_s=1.0, console=False)
     spec.options, spec.sandbox, spec.max_cost = {"command": "true"}, False, max_cost
@@ -67,11 +68,11 @@ def _unfinished(task, max_cost: float | None) -> Path:
     refused = {"t": t + 5, "api": "anthropic", "model": "claude-sonnet-4-6", "status": 402, "refused": "budget"}
     log = metering.log_path(run_dir)
     log.write_text(json.dumps(spent) + "\n" + json.dumps(refused) + "\n")
-    return run_dir
+    return run_dir, (t + 5 - st.started_at) / 60
 
 
 def test_a_resumed_run_records_its_own_api_budget(generated_t6):
-    run_dir = _unfinished(generated_t6, 0.5)
+    run_dir, minutes = _unfinished(generated_t6, 0.5)
     assert json.loads((run_dir / "run.json").read_text())["max_cost"] == 0.5  # written at the launch
     assert main(["run", "--resume", str(run_dir), "--quiet"]) == 1  # no checkpoint: not a success
     resumed = RunResult.load(run_dir)
@@ -79,11 +80,11 @@ def test_a_resumed_run_records_its_own_api_budget(generated_t6):
     hit = [h for h in resumed.limits["hit"] if h["limit"] == "api-cost"]
     assert len(hit) == 1 and "--max-cost 0.5)" in hit[0]["detail"] and "$0.6 used" in hit[0]["detail"], hit
     tags = mlflow.tracking.MlflowClient().get_run(resumed.mlflow_run_id).data.tags
-    assert tags[schema.API_BUDGET] == "$0.5: spent: later requests refused ($0.6000 used)"
+    assert tags[schema.API_BUDGET] == f"$0.5: spent at {minutes:.1f} min: later requests refused ($0.6000 used)"
 
 
 def test_a_resumed_run_without_a_budget_records_none(generated_t6):
-    run_dir = _unfinished(generated_t6, None)
+    run_dir, _ = _unfinished(generated_t6, None)
     assert json.loads((run_dir / "run.json").read_text())["max_cost"] is None
     main(["run", "--resume", str(run_dir), "--quiet"])
     tags = mlflow.tracking.MlflowClient().get_run(RunResult.load(run_dir).mlflow_run_id).data.tags
