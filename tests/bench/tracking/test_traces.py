@@ -201,3 +201,31 @@ def test_a_run_recorded_before_bodies_were_kept_and_a_span_flood(tmp_path, monke
     assert [s.start_ns for s in spec.spans] == [(T0 + i) * NS for i in range(4)]
     assert spec.spans[0].inputs == {"path": "/v1/chat/completions", "body": "not kept"}
     assert spec.outputs["spans_left_out"] == 2 and spec.outputs["llm_requests"] == 6
+
+
+def test_a_trace_through_the_server_on_postgresql(mlflow_server, tmp_path, monkeypatch):
+    """``bench server`` (MLflow's server on PostgreSQL, for many nodes) takes the trace through its REST API."""
+    import uuid
+
+    import mlflow
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_server.url)
+    store._client.cache_clear()
+    try:
+        run = tmp_path / "run"
+        llm = [{"t": T0 + 5 * i, "api": "responses", "path": "/v1/responses", "status": 200, "latency_s": 1.5,
+                "model": "gpt-5.5", "input": 100 + i, "output": 7, "cost_usd": 0.001} for i in range(3)]  # fmt: skip
+        write_jsonl(run / "evidence" / "llm.jsonl", llm)
+        write_jsonl(run / "events.jsonl", [{"kind": "tool_call", "tool": "shell", "target": "ls", "t": T0 + 6}])
+        w = MlflowWriter(f"traces-{uuid.uuid4().hex[:8]}")
+        run_id = w.create_run("codex t6 #1", {schema.KIND: schema.KIND_AGENT}, start_time=T0)
+        trace_id = traces.record(w, run_id, result(agent="codex"), run, run / "events.jsonl")
+        trace = MlflowClient(mlflow_server.url).get_trace(trace_id)
+        spans = sorted((s for s in trace.data.spans if s.parent_id), key=lambda s: s.start_time_ns)
+        want = [("LLM", T0 * NS), ("LLM", (T0 + 5) * NS), ("TOOL", (T0 + 6) * NS), ("LLM", (T0 + 10) * NS)]
+        assert [(s.span_type, s.start_time_ns) for s in spans] == want
+        assert spans[-1].attributes["mlflow.chat.tokenUsage"]["input_tokens"] == 102
+        assert trace.info.trace_metadata["mlflow.sourceRun"] == run_id
+    finally:  # the other tests' store again
+        store._client.cache_clear()
+        mlflow.set_tracking_uri(store.default_uri())
