@@ -183,12 +183,10 @@ def build(run_dir: Path, events_file: Path, info: dict) -> TraceSpec | str:
 
 
 def record(writer: MlflowWriter, run_id: str, result: object, run_dir: Path, events_file: Path) -> str:
-    """Write the run's trace unless the run has one already (``bench record`` run again); returns the agent run's
-    ``bench.trace`` tag. Never raises: the run's record matters more than its trace, so a trace that cannot be
-    built or written costs a warning and a ``failed: ...`` tag, nothing else."""
+    """Write the run's trace unless the run has it already, whole (``bench record`` run again; an incomplete one is
+    replaced); returns the agent run's ``bench.trace`` tag. Never raises: the run's record matters more than its
+    trace, so a trace that cannot be built or written costs a warning and a ``failed: ...`` tag, nothing else."""
     try:
-        if found := writer.traces_of(run_id):
-            return found[0]
         info = {
             "started_at": result.started_at,
             "ended_at": result.started_at + result.wall_time_s,
@@ -201,8 +199,13 @@ def record(writer: MlflowWriter, run_id: str, result: object, run_dir: Path, eve
             "totals": {k: v for k, v in (result.agent_events.get("metrics") or {}).items() if k in TOTALS},
         }
         spec = build(run_dir, events_file, info)
-        if isinstance(spec, str):
-            return spec
+        found = writer.traces_of(run_id)
+        if isinstance(spec, str):  # nothing to show (or the run's files are gone): a trace written before stays
+            return next(iter(found), spec)
+        if whole := [t for t, n in found.items() if n == len(spec.spans) + 1]:
+            return whole[0]
+        if found:  # an earlier attempt's trace, cut short (the store went away while it was written)
+            writer.delete_traces(list(found))
         return writer.log_trace(run_id, spec)
     except Exception as e:  # a broken trace must not lose the record
         msg = f"failed: {type(e).__name__}: {e}"[:500]

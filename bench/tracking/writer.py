@@ -211,13 +211,17 @@ class MlflowWriter:
             raise TrackingError(f"log trace: the store holds {n} spans of {len(spec.spans) + 1} for {trace_id}")
         return trace_id
 
-    def traces_of(self, run_id: str) -> list[str]:
-        """Ids of the traces linked to ``run_id`` (``bench record`` run twice must not write a second one)."""
+    def traces_of(self, run_id: str) -> dict[str, int]:
+        """The traces linked to ``run_id``, each with its number of spans (``bench record`` run again must neither
+        write a second trace nor keep one that an earlier attempt left incomplete)."""
         self._client()
-        found = self._do(
-            "search traces", "search_traces", locations=[self._experiment_id], run_id=run_id, include_spans=False
-        )
-        return [t.info.trace_id for t in found]
+        found = self._do("search traces", "search_traces", locations=[self._experiment_id], run_id=run_id)
+        return {t.info.trace_id: len(t.data.spans) for t in found}
+
+    def delete_traces(self, trace_ids: list[str]) -> None:
+        """Delete traces (an incomplete one, before it is written again)."""
+        self._client()
+        self._do("delete traces", "delete_traces", self._experiment_id, trace_ids=list(trace_ids))
 
     def set_experiment_tag(self, key: str, value: str) -> None:
         """A tag on the campaign's experiment (the UI's saved views live in such tags: bench.tracking.views)."""

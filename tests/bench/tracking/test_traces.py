@@ -129,6 +129,15 @@ def test_the_trace_shows_requests_and_tool_calls_in_order_with_their_times_and_t
     assert traces.record(writer, run_id, result(), run, run / "events.jsonl") == trace_id  # bench record again
     the_trace(writer, run_id)  # still one
 
+    # an attempt cut short (here: its last span never reached the store) is replaced by the whole one
+    spec = traces.build(run, run / "events.jsonl", {"started_at": T0, "ended_at": T0 + 600})
+    writer.delete_traces([trace_id])
+    spec.spans.pop()
+    writer.log_trace(run_id, spec)  # the root and 4 of the 5 spans
+    assert list(writer.traces_of(run_id).values()) == [5]
+    again = traces.record(writer, run_id, result(), run, run / "events.jsonl")
+    assert again != trace_id and list(writer.traces_of(run_id).items()) == [(again, 6)]
+
 
 def test_without_gateway_or_tool_calls_no_trace_and_a_failed_write_only_costs_a_tag(writer, tmp_path, monkeypatch):
     run = tmp_path / "run"
