@@ -24,8 +24,6 @@ one has no gap term; :func:`missing_note` names those tasks.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pandas as pd
 
@@ -39,12 +37,7 @@ GAP_DIRECTION = Direction.MAX  # the gap closed grows with quality on every task
 def gap_closed(score: float, baseline: float, reference: float, direction: Direction) -> float:
     """The share of the baseline-to-reference gap ``score`` closes; NaN when the reference does not beat the
     baseline under ``direction`` (or any input is missing)."""
-    values = (score, baseline, reference)
-    if any(v is None or not math.isfinite(float(v)) for v in values):
-        return math.nan
-    if not direction.better(float(reference), float(baseline)):
-        return math.nan
-    return (float(score) - float(baseline)) / (float(reference) - float(baseline))
+    return direction.gap_closed(score, baseline, reference)  # bench's one definition (the agent run logs it too)
 
 
 def gap_column(scores, baselines, references, higher_is_better) -> np.ndarray:

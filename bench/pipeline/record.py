@@ -125,15 +125,21 @@ def record(writer: MlflowWriter, result: RunResult, ws: Workspace) -> str:
         **sysmetrics.agent_metrics(scripts),  # the tree's GPU memory peak and mean utilisation (absent without NVML)
     }
     try:
-        task_budget_s = packs.task_for_run(result.task, result.task_source).budget_s
+        task = packs.task_for_run(result.task, result.task_source)
+        task_budget_s, reference = task.budget_s, task.reference
     except TaskError:  # a pack's task no longer installed: the run is still recorded, against its own budget
-        task_budget_s = result.budget_s
+        task_budget_s, reference = result.budget_s, None
     found = deviations(result, task_budget_s)
     metrics[schema.TASK_BASELINE] = result.baseline_score
     if result.score is not None:
         metrics[schema.SCORE] = result.score
         if result.baseline_score:  # paper Eq. 1's term: comparable across tasks, higher is better on all
             metrics[schema.REL_IMPROVEMENT] = result.direction.relative(result.score, result.baseline_score)
+        if reference is not None:  # MLRC-Bench's gap closed beside Eq. 1: NaN (not logged) unless r beats b
+            metrics[schema.TASK_REFERENCE] = reference.score
+            gap = result.direction.gap_closed(result.score, result.baseline_score, reference.score)
+            if math.isfinite(gap):
+                metrics[schema.GAP_CLOSED] = gap
         metrics[schema.official_metric(result.metric)] = result.score
         metrics[schema.BEST_VAL] = result.outcome.best_val_score
     writer.log_metrics(run_id, [(k, v, 0, None) for k, v in metrics.items()])

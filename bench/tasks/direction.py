@@ -72,6 +72,16 @@ class Direction(StrEnum):
         """The paper's Eq. 1 term: (s - b) / b where higher is better, (b - s) / b where lower is."""
         return self.sign * (score - baseline) / baseline
 
+    def gap_closed(self, score: float, baseline: float, reference: float) -> float:
+        """MLRC-Bench's measure (Zhang et al. 2025, arXiv:2504.09702; there in percent): the share of the
+        baseline-to-reference gap closed, (s - b) / (r - b), as a fraction. The same formula in both directions, but
+        NaN unless the reference strictly beats the baseline here (or when any value is missing): never a number
+        whose sign means the opposite. :mod:`analysis.gap` builds the leaderboard's columns on it."""
+        values = [math.nan if v is None else float(v) for v in (score, baseline, reference)]
+        if not all(math.isfinite(v) for v in values) or not self.better(values[2], values[1]):
+            return math.nan
+        return (values[0] - values[1]) / (values[2] - values[1])
+
 
 # --- element-wise forms, for columns of scores with one direction per row (analysis/) ---------------
 # numpy is imported inside these two functions, so that importing bench.tasks does not import it.

@@ -141,6 +141,10 @@ BEST_VAL = "best_val_score"  # self-reported validation score of the scored chec
 # (s - b) / b where higher is better, (b - s) / b where lower is; comparable across tasks, unlike ``score``
 REL_IMPROVEMENT = "rel_improvement"
 TASK_BASELINE = "task_baseline"  # b: the task's baseline score (task.toml), the reference of rel_improvement
+# MLRC-Bench's measure beside Eq. 1: the share of the gap from b to the task's reference r closed, (s - b) / (r - b),
+# a fraction; logged only where the task has a reference that beats its baseline (Task.reference, analysis/gap.py)
+GAP_CLOSED = "gap_closed"
+TASK_REFERENCE = "task_reference"  # r: the score of the task's reference (task.toml reference_score or [[references]])
 # from the agent's parsed event stream (bench.agents.events.Tally.metrics())
 TOOL_CALLS = "tool_calls"
 SHELL_COMMANDS = "shell_commands"

@@ -23,6 +23,7 @@ import pytest
 
 from bench.result import RunResult
 from bench.sandbox.bwrap import probe
+from bench.tracking import schema, store
 
 ROOT = Path(__file__).resolve().parents[3]
 PACK = ROOT / "docs" / "example-pack"
@@ -95,7 +96,7 @@ def test_bench_tasks_lists_the_installed_pack(installed):
 
 @pytest.mark.slow
 @pytest.mark.skipif(probe() is not None, reason=f"no usable sandbox here: {probe()}")
-def test_the_installed_pack_runs_end_to_end_and_its_gap_closed_is_reported(installed):
+def test_the_installed_pack_runs_end_to_end_and_its_gap_closed_is_reported(installed, monkeypatch):
     env, base = installed["env"], installed["base"]
     campaign = f"example-pack-{uuid.uuid4().hex[:6]}"
     run = _bench(
@@ -120,6 +121,20 @@ def test_the_installed_pack_runs_end_to_end_and_its_gap_closed_is_reported(insta
     assert float(rows["spirals"]["gap_reference"]) == 0.95
     gap_md = (out / "gap.md").read_text()
     assert "label_noise_ceiling" in gap_md and "by construction" in gap_md
+    # in MLflow: the agent run's own gap closed, and the summary run `bench report` wrote for the campaign
+    monkeypatch.setenv("BENCH_MLRUNS_DIR", env["BENCH_MLRUNS_DIR"])
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    client = store.client()
+    exp = client.get_experiment_by_name(campaign).experiment_id
+    kinds = (schema.KIND_AGENT, schema.KIND_SUMMARY)
+    runs = {k: client.search_runs([exp], f"tags.`{schema.KIND}` = '{k}'") for k in kinds}
+    (agent_run,), (summary_run,) = runs[schema.KIND_AGENT], runs[schema.KIND_SUMMARY]
+    assert agent_run.data.metrics[schema.GAP_CLOSED] == pytest.approx(expected)
+    assert agent_run.data.metrics[schema.TASK_REFERENCE] == 0.95
+    assert summary_run.data.metrics[schema.SUMMARY_GAP] == pytest.approx(expected)
+    assert summary_run.data.metrics[schema.summary_task_metric("spirals", schema.SUMMARY_GAP_MEAN)] == pytest.approx(
+        expected
+    )
     board = (out / "leaderboard.md").read_text()
     shown = f"{expected:+.3f}" if round(expected, 3) != 0 else "+0.000"  # the tables print no "-0.000"
     assert "Gap closed" in board and shown in board
