@@ -29,6 +29,7 @@ def pytest_configure(config):
     os.environ.pop("MLFLOW_TRACKING_URI", None)
     os.environ.pop("MLFLOW_RUN_ID", None)
     os.environ.pop("BENCH_TASKS_DIR", None)
+    os.environ.pop("BENCH_TASKS_PATH", None)  # a user's task packs: the tests see the seven (and the packs they make)
 
 
 def pytest_unconfigure(config):
