@@ -104,3 +104,10 @@ def test_the_gap_table_shows_each_task_and_its_reference(board):
     assert "+0.333" in md and "+0.500" in md and "+0.417" in md and "+0.472" in md
     assert "PatchTST/42" in md and "no reference for T3" in md
     assert table.data.set_index("task").loc["t6", "gap_mean"] == pytest.approx(1 / 3)
+
+
+def test_the_mlflow_comparison_view_shows_the_gap_closed():
+    from bench.tracking import views
+
+    assert "metrics.`gap_closed`" in views.compare_columns() and "metrics.`gap_closed_max`" in views.compare_columns()
+    assert "metrics.`gap_closed`" in views.selected_columns(summaries=True)
