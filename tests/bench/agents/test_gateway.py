@@ -315,8 +315,31 @@ def test_the_budget_cap_answers_in_each_apis_format(mock, certs, tmp_path):
     finally:
         server.close()
     assert len(mock.calls()) == 1  # the refused requests never reached the API
-    got = lines(tmp_path, 4)
+    # in the order the requests began: a line is written when its request is done with, and the first one's (its
+    # cost, its body kept for the trace) may come after the second's refusal, written at once
+    got = sorted(lines(tmp_path, 4), key=lambda r: r["t"])
     assert [r.get("refused") for r in got] == [None, "budget", "budget", "budget"]
     s = metering.summary(got, max_cost=1e-6)
     assert s["cap_hit"] and s["cap_hit_at"] == got[1]["t"]
     assert s["metrics"][schema.LLM_ERRORS] == 3 and s["metrics"][schema.TOKENS_INPUT] == mock.usages[0][0]
+
+
+def test_json_answers_on_a_kept_alive_connection_reach_the_api_once_each(mock, certs, tmp_path):
+    """Aider's requests (not streamed: whole JSON answers with a Content-Length) one after another on one connection:
+    each reaches the API once. (http.client's read1 left such an answer open at its end, so the next request on the
+    kept-alive upstream failed after it was sent, and the gateway's redial sent it again: billed twice.)"""
+    gw = gateway(mock, certs, tmp_path, "/v1")
+    server, sock = serve(gw, tmp_path)
+    c = UnixHTTP(sock)
+    try:
+        for n in range(3):
+            body = {"model": "gpt-5.5", "messages": [{"role": "user", "content": f"question {n}"}]}
+            c.request("POST", "/v1/chat/completions", json.dumps(body), {"Content-Type": "application/json"})
+            r = c.getresponse()
+            assert r.status == 200 and json.loads(r.read())["object"] == "chat.completion"
+    finally:
+        c.close()
+        server.close()
+    got = lines(tmp_path, 3)
+    assert len(mock.calls("chat")) == 3 and len(got) == 3  # not 5: no request sent twice
+    assert [(r["input"], r["output"]) for r in got] == mock.usages
