@@ -29,8 +29,9 @@ def cmd_tasks(args: argparse.Namespace) -> int:
         from bench.conformance.check import check_main
 
         return check_main(args.dir, keep=args.keep)
+    tasks = all_tasks()  # an id declared twice is said before any line is printed
     print(f"{'id':4} {'name':28} {'budget':>7} {'metric':>9} {'dir':>4} {'split':>6} {'baseline':>9}  data  [source]")
-    for t in all_tasks():
+    for t in tasks:
         status = data.data_status(t)
         if t.weights:
             n = sum(weights.installed(w) is not None for w in t.weights)

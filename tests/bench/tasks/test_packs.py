@@ -94,7 +94,7 @@ def test_a_path_pack_is_found_with_its_name_version_and_source(tmp_path, monkeyp
     assert provenance["sha256"] == by_hand(x6.folder) and provenance["pack"] == "lab-tasks"
 
 
-def test_an_id_taken_twice_is_one_error_naming_both_sources(tmp_path, monkeypatch):
+def test_an_id_taken_twice_is_one_error_naming_both_sources(tmp_path, monkeypatch, capsys):
     shadow = copy_task(T6, tmp_path / "shadow" / "t6_copy", "t6")  # a pack may not shadow a built-in task
     monkeypatch.setenv("BENCH_TASKS_PATH", str(shadow.parent))
     with pytest.raises(TaskError) as e:
@@ -102,6 +102,11 @@ def test_an_id_taken_twice_is_one_error_naming_both_sources(tmp_path, monkeypatc
     msg = str(e.value)
     assert "task id 't6' is declared twice" in msg
     assert "built-in at " + str(T6) in msg and str(shadow) in msg and "BENCH_TASKS_PATH" in msg
+    from bench.cli import main
+
+    assert main(["tasks"]) == 2  # every command stops with that one line, before printing a half table
+    out = capsys.readouterr()
+    assert out.out == "" and "task id 't6' is declared twice" in out.err
 
     a = copy_task(T6, tmp_path / "a" / "x6", "x6")
     b = copy_task(T6, tmp_path / "b" / "forecast", "x6")
