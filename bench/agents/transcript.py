@@ -358,3 +358,18 @@ def read(path: Path) -> dict[int, dict]:
                 if isinstance(o, dict) and isinstance(o.get("id"), int):
                     out[o["id"]] = o
     return out
+
+
+def redacted_copy(src: Path, dest_dir: Path, redact: Redactor | None = None) -> Path:
+    """A copy of ``src`` in ``dest_dir`` (same name) with the secrets :class:`Redactor` knows replaced, line by line.
+
+    The run's own files (``agent.log``, ``events.jsonl``) keep what the agent printed; what goes to a tracking store
+    that others read must not carry a key the agent echoed (``echo $ANTHROPIC_API_KEY``). Lines are bounded by the
+    output stream's line cap, so reading one at a time keeps memory flat even for a 128 MiB log.
+    """
+    redact = redact or Redactor(env_secrets())
+    dest = Path(dest_dir) / Path(src).name
+    with open(src, errors="replace") as fin, open(dest, "w") as fout:
+        for line in fin:
+            fout.write(redact(line))
+    return dest

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import json
 import math
+import tempfile
 from pathlib import Path
 
 from bench import protocol
-from bench.agents import metering
+from bench.agents import metering, transcript
 from bench.markup import md_text
 from bench.pipeline import state
 from bench.pipeline.workspace import Workspace
@@ -157,14 +158,24 @@ def record(writer: MlflowWriter, result: RunResult, ws: Workspace) -> str:
         run_id, [(k, v, 0, None) for k, v in agent_metrics.items() if v is not None and k not in over_time]
     )
     writer.log_metrics(run_id, llm)
-    for f in (ws.log, ws.events, ws.result_file):
-        writer.log_artifact(run_id, f)
-    evidence = ws.run_dir / "evidence"  # the audit's evidence that a person reads beside audit.json (small files)
-    for name in EVIDENCE_ARTIFACTS:
-        if (evidence / name).is_file():
-            writer.log_artifact(run_id, evidence / name, "evidence")
-    for script in ws.scripts():
-        writer.log_artifact(run_id, script, "scripts")
+    # what the agent printed or ran may hold a key it echoed: the store gets copies without the harness's secrets
+    with tempfile.TemporaryDirectory(prefix="bench-redacted-") as tmp:
+        redact = transcript.Redactor(transcript.env_secrets())
+
+        def clean(f: Path, sub: str) -> Path:
+            (Path(tmp) / sub).mkdir(exist_ok=True)
+            return transcript.redacted_copy(f, Path(tmp) / sub, redact)
+
+        for f in (ws.log, ws.events):
+            if f.is_file():
+                writer.log_artifact(run_id, clean(f, "run"))
+        writer.log_artifact(run_id, ws.result_file)
+        evidence = ws.run_dir / "evidence"  # the audit's evidence that a person reads beside audit.json (small files)
+        for name in EVIDENCE_ARTIFACTS:
+            if (evidence / name).is_file():
+                writer.log_artifact(run_id, clean(evidence / name, "evidence"), "evidence")
+        for script in ws.scripts():
+            writer.log_artifact(run_id, clean(script, "scripts"), "scripts")
     extra = ws.artifacts_dir  # files an agent adapter leaves for its run (e.g. the optuna agent's study summary)
     for f in sorted(extra.rglob("*")) if extra.is_dir() else []:
         if f.is_file():

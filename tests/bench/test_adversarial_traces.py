@@ -1,5 +1,6 @@
 """Attacks on the conversation trace (bench.tracking.traces): an agent that reads its own API key and shows it to its
-model must not put that key into the MLflow store through the trace.
+model must not put that key into the MLflow store: not through the trace, not through the run's artifacts (agent.log,
+events.jsonl, the evidence), which keep it only in the run directory on the researcher's own disk.
 
 Claude Code in the sandbox, through the metering gateway, against the TLS mock (tests/bench/agents/
 test_gateway_clis.py's set-up); the mock's scripted model asks for a shell command that prints the CLI's key, whose
@@ -57,3 +58,14 @@ def test_a_key_the_agent_prints_never_reaches_the_store_through_the_trace(agent,
     assert key.encode() not in (mlruns_dir() / "mlflow.db").read_bytes()  # not in any table of the store
     assert key not in (Path(result.run_dir) / "evidence" / "llm-bodies.jsonl").read_text()
     assert schema.TRACE in client.get_run(result.mlflow_run_id).data.tags
+    # the artifacts the run logged: the agent's output carried the key, the store's copies do not
+    assert key in (Path(result.run_dir) / "agent.log").read_text(errors="replace"), "the CLI's output lost the echo"
+    local = Path(
+        mlflow.artifacts.download_artifacts(
+            run_id=result.mlflow_run_id, dst_path=str(Path(result.run_dir).parent / "dl")
+        )
+    )
+    logged = {f.relative_to(local).as_posix(): f.read_bytes() for f in local.rglob("*") if f.is_file()}
+    assert {"agent.log", "events.jsonl"} <= set(logged)
+    assert [name for name, data in logged.items() if key.encode() in data] == []
+    assert b"[REDACTED]" in logged["agent.log"] + logged["events.jsonl"]
