@@ -26,8 +26,9 @@ TASKS_DIR = Path(__file__).resolve().parents[2] / "tasks"
 PROBES = ["determinism", "history-independence", "batch-independence"]
 # the name of the candidate inside an evaluation folder (bench.pipeline.evaluate.CHECKPOINT)
 CHECKPOINT = "checkpoint.pt"
-# never copied into a test workspace: prepared data, checkpoints, installed weights, bytecode
-_NOT_COPIED = shutil.ignore_patterns("data", "checkpoints", "weights", "__pycache__")
+# never copied into a test workspace: prepared data, checkpoints, installed weights, bytecode, and the small-data
+# generator, which no real workspace holds either (bench/pipeline/workspace.py copies only the task's named files)
+_NOT_COPIED = shutil.ignore_patterns("data", "checkpoints", "weights", "__pycache__", "smalldata.py")
 
 
 def copy_task(task_dir: Path, dest: Path) -> Path:
