@@ -254,11 +254,11 @@ def check_main(folder: str, *, keep: bool = False, out: TextIO = sys.stdout, err
     """``bench tasks check DIR``: 0 when every promise holds, 1 when one is broken (InputError: not a task)."""
     path = Path(folder).expanduser()
     if not path.is_dir():
-        raise InputError(f"bench tasks check: {folder} is not a folder: give a task folder (with task.toml)")
+        raise InputError(f"{folder} is not a folder: give a task folder (with task.toml)")
     try:
         task = load_task(path.resolve())
     except (TaskError, tomllib.TOMLDecodeError) as e:
-        raise InputError(f"bench tasks check: {folder} is not a task folder: {e}") from e
+        raise InputError(f"{folder} is not a task folder: {e}") from e
     check = Check(out, err)
     work = Path(tempfile.mkdtemp(prefix=f"bench-check-{task.id}-"))
     check.say(f"checking {task.id} ({path.resolve()}) in {work}")

@@ -47,17 +47,18 @@ def test_a_built_in_task_keeps_every_promise(folder):
 
 
 @pytest.mark.slow
-def test_a_pack_without_held_out_and_with_two_line_errors_fails_with_both_reasons(tmp_path):
+def test_a_pack_without_held_out_and_with_broken_errors_fails_with_the_reasons(tmp_path):
     """A copy of T6 whose task.toml drops held_out (the test rows would reach every workspace) and whose --eval
-    answers a bad input with two JSON lines: each broken promise is a FAIL line naming what to change; the others
-    still pass."""
+    answers a missing checkpoint with a traceback and every other bad input with two JSON lines: each broken promise
+    is a FAIL line naming what to change; the others still pass."""
     pack = pack_copy(tmp_path)
     toml = (pack / "task.toml").read_text(encoding="utf-8")
     (pack / "task.toml").write_text(re.sub(r"(?m)^held_out = .*\n", "", toml), encoding="utf-8")
     source = (pack / "prepare.py").read_text(encoding="utf-8")
     error_line = '        print(json.dumps({"task": TASK_ID, "error": f"{type(e).__name__}: {e}"}))\n'
     assert source.count(error_line) == 1
-    prefix = '        print(json.dumps({"task": TASK_ID, "status": "failed"}))\n'
+    prefix = '        if "no_such" in str(e):\n            raise\n'
+    prefix += '        print(json.dumps({"task": TASK_ID, "status": "failed"}))\n'
     (pack / "prepare.py").write_text(source.replace(error_line, prefix + error_line), encoding="utf-8")
 
     status, lines, err = check(pack)
@@ -67,8 +68,11 @@ def test_a_pack_without_held_out_and_with_two_line_errors_fails_with_both_reason
     assert any("held_out is empty" in line for line in held), fails
     assert any("an agent's workspace can score the test split" in line for line in held), fails
     two_lines = [line for line in fails if "printed 2 lines on stdout" in line]
-    assert len(two_lines) == 12, fails  # every bad-input case, named
+    assert len(two_lines) == 11, fails  # every other bad-input case, named
     assert {re.search(r"bad input (\w+):", line).group(1) for line in two_lines} >= {"extra_key", "no_data"}
+    traceback = [line for line in fails if "bad input no_checkpoint" in line]
+    assert any("a bare traceback" in line and "FileNotFoundError" in line for line in traceback), fails
+    assert any("printed 0 lines on stdout" in line for line in traceback), fails
     ok = [line for line in lines if line.startswith("ok")]
     assert any("checkpoints follow the output contract" in line for line in ok), lines
     assert any("trusted scorer" in line for line in ok), lines
