@@ -158,6 +158,9 @@ class Campaign:
     limits: Limits = field(default_factory=Limits)  # every run's (bench.sandbox.limits); the flags' defaults
     max_cost: float | None = None  # every run's API budget in USD (bench.agents.gateway); None: none
     tasks_path: tuple[Path, ...] = ()  # task pack folders (bench.tasks.packs), searched in this process once loaded
+    # each task's budget once looked up: a lookup searches every pack (~10 ms), and the status line and the Slurm
+    # grouping ask once per run (245 runs: seconds)
+    _budgets: dict[str, float] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def folder(self) -> Path:
@@ -189,7 +192,11 @@ class Campaign:
         return limit_keys.eval_margin_s(self.limits)
 
     def budget_of(self, task: str) -> float:
-        return self.budget_s if self.budget_s is not None else get_task(task).budget_s
+        if self.budget_s is not None:
+            return self.budget_s
+        if task not in self._budgets:
+            self._budgets[task] = get_task(task).budget_s
+        return self._budgets[task]
 
     def key(self, run_id: str) -> RunKey:
         """The run of the matrix with this id (InputError if none: the file changed since the id was made)."""
