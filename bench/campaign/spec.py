@@ -55,6 +55,7 @@ from pathlib import Path
 from bench import preflight
 from bench.agents import AGENTS, AgentError
 from bench.campaign import limit_keys
+from bench.campaign.slurm_keys import SlurmSettings, integer, slurm_settings, unknown_keys
 from bench.durations import parse_duration
 from bench.pipeline.workspace import campaign_dir
 from bench.preflight import InputError
@@ -67,34 +68,6 @@ TOP_KEYS = {
 }  # fmt: skip
 AGENT_KEYS = {"name", "model", "agent_command", "options"}
 EXECUTORS = ("local", "slurm")
-
-
-@dataclass(frozen=True)
-class SlurmSettings:
-    """The ``[slurm]`` table: how each run becomes a job of a Slurm job array (:mod:`bench.campaign.slurm`).
-
-    A job's time limit is the run's budget + grace + ``eval_margin`` (the collect, evaluate, audit and record after
-    the agent's time), so that a job is never ended by the scheduler while its run is within its budget. Left out,
-    ``eval_margin`` follows the campaign's evaluation budget (:func:`bench.campaign.limit_keys.eval_margin_s`);
-    given, it must cover it."""
-
-    cluster: str = "slurm"  # submitit's AutoExecutor cluster: slurm, or local (submitit's own backend, no Slurm)
-    partition: str | None = None
-    gpus_per_task: int = 1  # 0 on a CPU-only cluster
-    cpus_per_task: int | None = None
-    mem_gb: float | None = None
-    array_parallelism: int = 64  # at most this many runs at once
-    eval_margin_s: float | None = None  # None: the evaluation budget + the scorer's grace + AFTER_EVAL_S
-    signal_delay_s: int = 120  # submitit's USR2 before the time limit: time to finish or leave the run resumable
-    setup: tuple[str, ...] = ()  # shell lines before each job (module load, source a venv, export ...)
-    additional: dict[str, object] = field(default_factory=dict)  # other sbatch options (account, qos, constraint)
-    poll_s: float = 30.0  # how often the campaign looks at its jobs
-
-
-SLURM_KEYS = {
-    "cluster", "partition", "gpus_per_task", "cpus_per_task", "mem_gb", "array_parallelism", "eval_margin",
-    "signal_delay_s", "setup", "additional", "poll_s",
-}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -222,7 +195,7 @@ def load(path: Path) -> Campaign:
     def bad(key: str, why: str) -> InputError:
         return InputError(f"{where}: {key}: {why}")
 
-    _unknown(raw, TOP_KEYS, where, "")
+    unknown_keys(raw, TOP_KEYS, where, "")
     name = raw.get("name")
     if not isinstance(name, str):
         raise bad("name", 'missing or not a string: name = "my-campaign" (the MLflow experiment)')
@@ -230,7 +203,7 @@ def load(path: Path) -> Campaign:
         preflight.check_campaign(name)
     except InputError as e:
         raise bad("name", str(e)) from None
-    repeats = _int(raw.get("repeats", 1), "repeats", bad)
+    repeats = integer(raw.get("repeats", 1), "repeats", bad)
     if repeats < 1:
         raise bad("repeats", f"must be at least 1 (got {repeats}); the paper runs 5")
     budget_s = None
@@ -246,7 +219,7 @@ def load(path: Path) -> Campaign:
     grace = raw.get("grace", 30.0)
     if isinstance(grace, bool) or not isinstance(grace, int | float) or not math.isfinite(grace) or grace < 0:
         raise bad("grace", f"must be a number of seconds >= 0 (got {grace!r}); the paper uses 30")
-    retries = _int(raw.get("retries", 2), "retries", bad)
+    retries = integer(raw.get("retries", 2), "retries", bad)
     if retries < 0:
         raise bad("retries", f"must be 0 or more (got {retries})")
     executor = raw.get("executor", "local")
@@ -270,7 +243,7 @@ def load(path: Path) -> Campaign:
         raise bad("max_cost", f"must be a positive amount in USD, e.g. max_cost = 20.0 (got {max_cost!r})")
     if max_cost is not None and not flags["sandbox"]:
         raise bad("max_cost", "is enforced by the sandbox's metering gateway: it needs sandbox = true")
-    slurm = _slurm(raw.get("slurm", {}), where)
+    slurm = slurm_settings(raw.get("slurm", {}), where)
     if slurm.eval_margin_s is not None and "eval_budget" not in raw:  # a file written before eval_budget existed
         limits = limit_keys.fit_to_margin(slurm.eval_margin_s, limits)
     limit_keys.check_margin(slurm.eval_margin_s, limits, where)
@@ -295,18 +268,6 @@ def load(path: Path) -> Campaign:
         tasks_path=tasks_path,
     )
     return campaign
-
-
-def _unknown(table: dict, known: set[str], where: str, prefix: str) -> None:
-    extra = sorted(set(table) - known)
-    if extra:
-        raise InputError(f"{where}: {prefix}{extra[0]}: unknown key; known: {', '.join(sorted(known))}")
-
-
-def _int(value: object, key: str, bad) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise bad(key, f"must be a whole number (got {value!r})")
-    return value
 
 
 def _tasks_path(value: object, path: Path, bad) -> tuple[Path, ...]:
@@ -346,7 +307,7 @@ def _agents(value: object, where: str) -> tuple[AgentEntry, ...]:
     out: list[AgentEntry] = []
     for i, raw in enumerate(value):
         at = f"agents[{i}]"
-        _unknown(raw, AGENT_KEYS, where, f"{at}.")
+        unknown_keys(raw, AGENT_KEYS, where, f"{at}.")
         name, model = raw.get("name"), raw.get("model")
         if name not in AGENTS:
             raise InputError(f"{where}: {at}.name: unknown agent {name!r}; known: {', '.join(sorted(AGENTS))}")
@@ -380,48 +341,3 @@ def _gpus(value: object, bad) -> tuple[str, ...]:
     if any(not g or "," in g for g in gpus) or len(set(gpus)) != len(gpus):
         raise bad("gpus", f"each GPU once, one per entry (got {value!r})")
     return gpus
-
-
-def _slurm(value: object, where: str) -> SlurmSettings:
-    if not isinstance(value, dict):
-        raise InputError(f"{where}: slurm: must be a table: [slurm]")
-    _unknown(value, SLURM_KEYS, where, "slurm.")
-
-    def bad(key: str, why: str) -> InputError:
-        return InputError(f"{where}: slurm.{key}: {why}")
-
-    kw: dict[str, object] = {}
-    if "cluster" in value:
-        if value["cluster"] not in ("slurm", "local"):
-            raise bad("cluster", f"must be slurm or local (submitit's local backend) (got {value['cluster']!r})")
-        kw["cluster"] = value["cluster"]
-    if "partition" in value:
-        if not isinstance(value["partition"], str):
-            raise bad("partition", "must be a string")
-        kw["partition"] = value["partition"]
-    for key, least in (("gpus_per_task", 0), ("cpus_per_task", 1), ("array_parallelism", 1), ("signal_delay_s", 0)):
-        if key in value:
-            n = _int(value[key], key, bad)
-            if n < least:
-                raise bad(key, f"must be at least {least} (got {n})")
-            kw[key] = n
-    for key in ("mem_gb", "poll_s"):
-        if key in value:
-            v = value[key]
-            if isinstance(v, bool) or not isinstance(v, int | float) or not v > 0:
-                raise bad(key, f"must be a positive number (got {v!r})")
-            kw[key] = float(v)
-    if "eval_margin" in value:
-        try:
-            kw["eval_margin_s"] = parse_duration(str(value["eval_margin"]))
-        except Exception as e:
-            raise bad("eval_margin", str(e)) from None
-    if "setup" in value:
-        if not isinstance(value["setup"], list) or not all(isinstance(s, str) for s in value["setup"]):
-            raise bad("setup", 'must be a list of shell lines, e.g. setup = ["module load cuda"]')
-        kw["setup"] = tuple(value["setup"])
-    if "additional" in value:
-        if not isinstance(value["additional"], dict):
-            raise bad("additional", 'must be a table of sbatch options, e.g. additional = { account = "lab" }')
-        kw["additional"] = dict(value["additional"])
-    return SlurmSettings(**kw)
