@@ -7,8 +7,11 @@ the task's baseline and the top human solution it closes::
     (s_agent - s_baseline) / (s_top_human - s_baseline)
 
 MLRC-Bench reports it in **percent** (x 100; "the best agent closes only 9.3 % of the gap"), from the best of a
-task-model pair's runs. Here it is a **fraction** (0.093), computed for the mean of the successful runs (``gap``, like
-Eq. 1's Agg) and for the best run (``gap_max``, like Agg-max and like MLRC-Bench's own choice).
+task-model pair's runs: its leaderboard code computes ``agent_margin / human_margin * 100`` per run, with
+``agent_margin = test - baseline_test`` and ``human_margin = human - baseline_test`` (asserted > 0), and keeps the
+``max`` over the pair's runs (read in the MLRC-Bench repository's capability-level script). Here it is a
+**fraction** (0.093), computed for the mean of the successful runs (``gap``, like Eq. 1's Agg) and for the
+best run (``gap_max``, like Agg-max and like MLRC-Bench's own choice).
 
 Direction: the formula is the same for a metric where lower is better (both differences change sign), but it is
 only defined when the reference is strictly better than the baseline under the task's :class:`Direction`; otherwise
