@@ -199,9 +199,9 @@ def _references(raw: dict, folder: Path) -> tuple[Reference, ...]:
             raise TaskError(f"{where}: {label} takes the keys name, score and source only")
         name, source = r.get("name"), r.get("source")
         if not isinstance(name, str) or not name or not name.replace("_", "").replace("-", "").isalnum():
-            raise TaskError(f"{where}: {label} needs name = \"top_human\" (letters, digits, _ and -)")
+            raise TaskError(f'{where}: {label} needs name = "top_human" (letters, digits, _ and -)')
         if not isinstance(source, str) or not source.strip():
-            raise TaskError(f"{where}: {label} ({name}) needs source = \"...\": where the score was published")
+            raise TaskError(f'{where}: {label} ({name}) needs source = "...": where the score was published')
         refs.append(Reference(name, _finite(r.get("score"), where, f"{label} ({name}) score"), source.strip()))
     names = [r.name for r in refs]
     if twice := sorted({n for n in names if names.count(n) > 1}):
