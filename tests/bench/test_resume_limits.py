@@ -66,10 +66,16 @@ def test_malformed_limits_in_run_json_are_one_clear_line(tmp_path, limits, says)
 
 
 def _unfinished(task, limits: Limits) -> Path:
+    return unfinished_run(task, limits=limits)
+
+
+def unfinished_run(task, **spec_fields) -> Path:
     """A run (an agent that does nothing, unsandboxed: fast) whose harness 'died' while the agent ran: run.json
-    and no result.json, its harness pid gone."""
+    and no result.json, its harness pid gone; ``spec_fields`` set on its RunSpec (limits, max_cost, ...)."""
     spec = RunSpec(task, "command", campaign=f"test-{uuid.uuid4().hex[:8]}", budget_s=30, grace_s=1, console=False)
-    spec.options, spec.sandbox, spec.limits = {"command": "true"}, False, limits
+    spec.options, spec.sandbox = {"command": "true"}, False
+    for name, value in spec_fields.items():
+        setattr(spec, name, value)
     done = run(spec)
     run_dir = Path(done.run_dir)
     Path(done.result_file).unlink()

@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import subprocess
 import time
-import uuid
 from pathlib import Path
 
 import mlflow
@@ -18,8 +16,8 @@ from bench.agents import metering
 from bench.cli import main
 from bench.pipeline import state
 from bench.result import RunResult
-from bench.runner import RunSpec, run
 from bench.tracking import schema
+from tests.bench.test_resume_limits import unfinished_run
 
 
 def _state(**changes) -> dict:
@@ -52,16 +50,8 @@ def _unfinished(task, max_cost: float | None) -> tuple[Path, float]:
     gateway had logged a request that spent $0.60 and one the budget refused (returned: minutes from the launch to
     it). (Its MLflow run was recorded once
     already, with the params as run.json gives them back: floats.)"""
-    spec = RunSpec(task, "command", campaign=f"test-{uuid.uuid4().hex[:8]}", budget_s=30.0, grace_s=1.0, console=False)
-    spec.options, spec.sandbox, spec.max_cost = {"command": "true"}, False, max_cost
-    done = run(spec)
-    run_dir = Path(done.run_dir)
-    Path(done.result_file).unlink()
-    gone = subprocess.Popen(["true"])
-    gone.wait()
+    run_dir = unfinished_run(task, max_cost=max_cost, budget_s=30.0, grace_s=1.0)
     st = state.read(run_dir)
-    st.harness_pid, st.harness_started, st.watched = gone.pid, 0.0, None
-    state.write(run_dir, st)
     t = time.time()
     spent = {"t": t, "api": "anthropic", "model": "claude-sonnet-4-6", "status": 200, "latency_s": 1.0}
     spent |= {"input": 100_000, "output": 20_000, "cached": 0, "cost_usd": 0.6, "complete": True}
