@@ -30,6 +30,9 @@ def pytest_configure(config):
     os.environ.pop("MLFLOW_RUN_ID", None)
     os.environ.pop("BENCH_TASKS_DIR", None)
     os.environ.pop("BENCH_TASKS_PATH", None)  # a user's task packs: the tests see the seven (and the packs they make)
+    # the gateway reads an answer on for its usage after its CLI was killed (20 s by default): the tests' stalled mocks
+    # never end theirs, and each run they end mid-request would wait that long (test_gateway.py sets its own)
+    os.environ["BENCH_GATEWAY_DRAIN_S"] = "3"
 
 
 def pytest_unconfigure(config):

@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
+import os
 import select
 import socket
 import ssl
@@ -43,6 +44,11 @@ MAX_HEAD = 64 * 1024
 MAX_BODY = 64 << 20  # a request body larger than this is refused (413): the CLIs send tens of kB
 IDLE_TIMEOUT_S = 600.0  # a kept-alive client connection with no next request
 UPSTREAM_TIMEOUT_S = 600.0  # the longest silence inside an answer (a model thinking before its first token)
+# After the client (the CLI, killed at its budget) leaves mid-answer, the answer is still read, not passed on, for up
+# to this long: the API bills the generation it goes on with, and OpenAI's Responses and Chat Completions streams
+# (Codex, OpenCode, Aider) say their usage only at the end, so reading on is what makes the run's tokens and cost
+# the API's own. Past it the upstream is cut and the line keeps what had streamed (marked cut). BENCH_GATEWAY_DRAIN_S.
+DRAIN_S = 20.0
 LOG_LIMIT = 100_000  # lines; a request loop must not fill the harness's disk
 SECRET_PARAMS = ("key", "api_key", "apikey", "access_token")
 HOP = {"connection", "keep-alive", "proxy-connection", "proxy-authorization", "te", "trailer", "transfer-encoding"}
@@ -111,6 +117,7 @@ class Gateway:
         resolve: dict[str, str] | None = None,
         cafile: str | None = None,
         model: str | None = None,
+        drain_s: float | None = None,
     ) -> None:
         parts = urlsplit(upstream)
         if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -119,6 +126,7 @@ class Gateway:
         self.port = parts.port or (443 if self.scheme == "https" else 80)
         self.base_path = parts.path.rstrip("/")
         self.log, self.max_cost, self.model = Path(log), max_cost, model
+        self.drain_s = drain_s if drain_s is not None else float(os.environ.get("BENCH_GATEWAY_DRAIN_S", DRAIN_S))
         self.bodies = transcript.Transcript(self.log.parent / transcript.BODIES_NAME)  # capped, no secrets
         self.address = (resolve or {}).get(self.host, self.host)
         self.context = ssl.create_default_context()
@@ -218,18 +226,18 @@ class Gateway:
         head += [f"{k}: {v}" for k, v in resp.getheaders() if k.lower() not in HOP | {"content-encoding"}]
         head += [f"Content-Length: {resp.length}" if whole else "Transfer-Encoding: chunked"]
         head += ["Connection: close"] if close else []
-        cut, first, body_seen, keep = None, None, bytearray(), not close
-        gone = _watch_client(conn, up)
+        cut, first, body_seen, keep, left = None, None, bytearray(), not close, False
+        gone = _watch_client(conn, up, self.drain_s)
         try:
             conn.sendall(("\r\n".join(head) + "\r\n\r\n").encode("latin-1"))
         except OSError:
-            cut, keep = "the client closed its connection", False
+            left, keep = True, False  # the answer is still read for its usage (DRAIN_S), passed on to no one
         while cut is None:
             try:
                 data = resp.read1(65536)
             except (OSError, http.client.HTTPException) as e:
                 cut, keep = f"the API's answer broke off: {type(e).__name__}", False
-                if gone.closed:  # cut here, because the client had left
+                if gone.cut:  # cut here, because the client had left and the drain's time ran out
                     cut = "the client closed its connection mid-answer"
                 break
             if first is None:
@@ -240,18 +248,23 @@ class Gateway:
                 usage.feed(data)
             elif api and len(body_seen) < MAX_BODY:
                 body_seen += data
-            try:
-                if not data:
-                    if not whole:
+            if not data:
+                if not whole and not left:
+                    with contextlib.suppress(OSError):
                         conn.sendall(b"0\r\n\r\n")
-                    break
-                conn.sendall(data if whole else b"%x\r\n%s\r\n" % (len(data), data))
-            except OSError:
-                cut, keep = "the client closed its connection mid-answer", False
+                break
+            if not left:
+                try:
+                    conn.sendall(data if whole else b"%x\r\n%s\r\n" % (len(data), data))
+                except OSError:
+                    left, keep = True, False  # read on for the usage (the watch cuts it after DRAIN_S)
         gone.set()  # the answer is over: stop watching
-        if gone.closed and cut is None:  # the upstream was cut because the client left while the model thought
+        if gone.cut and cut is None:  # the upstream was cut: the client left and the drain's time ran out
             cut, keep = "the client closed its connection mid-answer", False
-        if cut is not None:
+        if left or gone.closed:  # the answer was read to its end without the client: its usage is the API's
+            keep = False
+            rec["client_left"] = True
+        if cut is not None or not keep:
             up.close()
             up = None
         else:  # read to its end; closed, so that the kept-alive upstream takes the next request (http.client's read1
@@ -276,10 +289,10 @@ class Gateway:
         self._note(rec)
         return up, keep
 
-    def drain(self, timeout: float = 10.0) -> bool:
+    def drain(self, timeout: float | None = None) -> bool:
         """Wait until every request in flight has written its line (the run's record reads them); False if some
-        are still open after ``timeout`` (their answers go on; the line comes when they end)."""
-        deadline = time.time() + timeout
+        are still open after ``timeout`` (default: the drain's time + 10 s; their line comes when they end)."""
+        deadline = time.time() + (self.drain_s + 10.0 if timeout is None else timeout)
         while self._inflight and time.time() < deadline:
             time.sleep(0.05)
         return not self._inflight
@@ -356,12 +369,14 @@ def _send_json(conn: socket.socket, status: int, payload: dict) -> None:
 
 class _Watch(threading.Event):
     closed = False  # the client closed its end while the answer was still coming
+    cut = False  # ... and the answer did not end within the drain's time: the upstream was cut
 
 
-def _watch_client(conn: socket.socket, up: http.client.HTTPConnection) -> _Watch:
-    """A thread that notices the client (the CLI, killed at its budget) closing its connection while the gateway
-    waits for the API (a model thinking before its next token) and cuts the upstream connection then, so the
-    request's line is written at once, not when the API next speaks. Set the returned event when the answer ends."""
+def _watch_client(conn: socket.socket, up: http.client.HTTPConnection, drain_s: float) -> _Watch:
+    """A thread that notices the client (the CLI, killed at its budget) closing its connection while the answer is
+    still coming, gives the answer ``drain_s`` more to end (its usage), then cuts the upstream connection, so the
+    request's line is written then at the latest, not when the API next speaks. Set the returned event when the
+    answer ends."""
     done = _Watch()
 
     def watch() -> None:
@@ -375,6 +390,9 @@ def _watch_client(conn: socket.socket, up: http.client.HTTPConnection) -> _Watch
             except OSError:
                 pass
             done.closed = True
+            if done.wait(drain_s):
+                return  # the answer ended within the drain: its usage is read
+            done.cut = True
             with contextlib.suppress(OSError, AttributeError):
                 up.sock.shutdown(socket.SHUT_RDWR)
             return

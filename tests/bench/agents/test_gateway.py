@@ -241,9 +241,10 @@ def test_an_unverified_certificate_is_refused(mock, certs, tmp_path):
 class SlowSSE:
     """A TLS server that sends an Anthropic message_start, then waits for ``go`` before the rest: shows that the
     gateway passes events on as they come (the client reads the first while the server still holds the rest) and
-    notices a client that leaves while the API is silent."""
+    notices a client that leaves while the API is silent. ``finish``: after ``go``, the answer's end (a message_delta
+    with the whole answer's output tokens, message_stop), as the API sends it when nothing cancels the generation."""
 
-    def __init__(self, certs) -> None:
+    def __init__(self, certs, finish: bool = False) -> None:
         import ssl
 
         self.ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -252,6 +253,7 @@ class SlowSSE:
         self.port = self.sock.getsockname()[1]
         self.go = threading.Event()
         self.closed = threading.Event()
+        self.finish = finish
         threading.Thread(target=self._serve, daemon=True).start()
 
     def _serve(self) -> None:
@@ -266,6 +268,13 @@ class SlowSSE:
             s.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
             s.sendall(b"%x\r\n%s\r\n" % (len(ev), ev))
             self.go.wait(30)
+            if self.finish:
+                delta = {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 50}}
+                end = f"event: message_delta\ndata: {json.dumps(delta)}\n\n"
+                end += f"event: message_stop\ndata: {json.dumps({'type': 'message_stop'})}\n\n"
+                s.sendall(b"%x\r\n%s\r\n0\r\n\r\n" % (len(end), end.encode()))
+                self.closed.set()
+                return
             try:
                 for _ in range(50):  # until the gateway, its client gone, drops the connection
                     s.sendall(b"%x\r\n%s\r\n" % (len(ev), ev))
@@ -275,11 +284,17 @@ class SlowSSE:
             self.closed.set()
 
 
+def _slow_gateway(slow: SlowSSE, certs, tmp_path: Path, drain_s: float) -> Gateway:
+    return Gateway(
+        f"https://{HOST}:{slow.port}", tmp_path / "llm.jsonl", resolve={HOST: "127.0.0.1"}, cafile=str(certs[0]),
+        drain_s=drain_s,
+    )  # fmt: skip
+
+
 def test_a_stream_cut_midway_keeps_what_streamed(certs, tmp_path):
+    """The API silent past the drain's time after the client left: the upstream is cut, what streamed counts."""
     slow = SlowSSE(certs)
-    gw = Gateway(
-        f"https://{HOST}:{slow.port}", tmp_path / "llm.jsonl", resolve={HOST: "127.0.0.1"}, cafile=str(certs[0])
-    )
+    gw = _slow_gateway(slow, certs, tmp_path, drain_s=0.5)
     server, sock = serve(gw, tmp_path)
     try:
         c = UnixHTTP(sock)
@@ -297,6 +312,32 @@ def test_a_stream_cut_midway_keeps_what_streamed(certs, tmp_path):
     (rec,) = lines(tmp_path)
     assert rec["input"] == 700 and rec["complete"] is False and "client closed" in rec["cut"]
     assert rec["cost_usd"] == pytest.approx((700 * 3 + rec["output"] * 15) / 1e6)
+
+
+def test_an_answer_that_ends_after_its_client_left_is_metered_whole(certs, tmp_path):
+    """The CLI killed mid-answer while the API goes on generating (and billing): the gateway reads the answer to its
+    end within the drain's time, so the line holds the API's own usage (700 in, 50 out: the server's figures), not
+    what had streamed before the kill (700 in, 1 out)."""
+    slow = SlowSSE(certs, finish=True)
+    gw = _slow_gateway(slow, certs, tmp_path, drain_s=30)
+    server, sock = serve(gw, tmp_path)
+    try:
+        c = UnixHTTP(sock)
+        c.request("POST", "/v1/messages", json.dumps({"model": "claude-sonnet-4-5", "stream": True}))
+        assert b"message_start" in c.getresponse().read1(65536)
+        c.sock.shutdown(socket.SHUT_RDWR)
+        c.close()
+        time.sleep(0.5)  # the gateway notices the client gone (it looks every 0.25 s) before the API goes on
+        log = tmp_path / "llm.jsonl"
+        assert not log.exists() or not log.read_text().strip()  # no line yet: still reading the answer
+        slow.go.set()
+        assert slow.closed.wait(30) and gw.drain(30)
+    finally:
+        server.close()
+    (rec,) = lines(tmp_path)
+    assert (rec["input"], rec["output"], rec["complete"]) == (700, 50, True), rec
+    assert rec["client_left"] is True and "cut" not in rec
+    assert rec["cost_usd"] == pytest.approx((700 * 3 + 50 * 15) / 1e6)  # the price table's claude-sonnet-4-5 row
 
 
 def test_the_budget_cap_answers_in_each_apis_format(mock, certs, tmp_path):
