@@ -92,8 +92,8 @@ def summary(records: list[dict], max_cost: float | None = None) -> dict:
         schema.TOKENS_OUTPUT: float(sum(int(r.get("output") or 0) for r in priced)),
         schema.TOKENS_CACHED: float(sum(int(r.get("cached") or 0) for r in priced)),
         schema.COST_USD: None if unpriced else round(cost, 6),
-        schema.LLM_REQUESTS: float(len(records)),
-        schema.LLM_ERRORS: float(sum(_error(r) for r in records)),
+        schema.LLM_REQUESTS: float(len(model_calls)),  # not the CLI's other calls (a ChatGPT login's account checks)
+        schema.LLM_ERRORS: float(sum(_error(r) for r in model_calls)),
     }
     refused = [r for r in records if r.get("refused") == "budget"]
     return {
@@ -123,10 +123,12 @@ def series(records: list[dict], started_at: float, cost: bool = True) -> list[tu
     for r in sorted(records, key=lambda r: r["t"] + float(r.get("latency_s") or 0)):
         end = r["t"] + float(r.get("latency_s") or 0)
         step = max(0, int(end - started_at))
+        if not r.get("api"):
+            continue  # not a model request (a model list, an account check): in the log, not in the series
         requests += 1
         errors += _error(r)
         points = [(schema.LLM_REQUESTS, requests), (schema.LLM_ERRORS, errors)]
-        if r.get("api") and "refused" not in r and r.get("status") != 0:
+        if "refused" not in r and r.get("status") != 0:
             tin += int(r.get("input") or 0)
             tout += int(r.get("output") or 0)
             tcached += int(r.get("cached") or 0)

@@ -155,7 +155,7 @@ TOKENS_OUTPUT = "tokens_output"
 TOKENS_CACHED = "tokens_cached"
 COST_USD = "cost_usd"
 # from the metering gateway (bench.agents.gateway), also as series over the run (cumulative, step = seconds)
-LLM_REQUESTS = "llm_requests"  # HTTP requests the CLI sent to its API through the gateway
+LLM_REQUESTS = "llm_requests"  # model requests (the four APIs') the CLI sent through the gateway; not its other calls
 LLM_ERRORS = "llm_errors"  # of which answered with an error status, unanswered, or refused by the API budget
 # what the relay could not bring from the spool into MLflow (bench.tracking.limits): counted, with the reasons
 RELAY_VALUES = "relay_values"  # script values the store took

@@ -173,7 +173,9 @@ def build(run_dir: Path, events_file: Path, info: dict) -> TraceSpec | str:
     end_ns = max([_ns(end), *(s.end_ns for s in spans)])
     inputs = {k: info.get(k) for k in ("agent", "model", "task")}
     outputs = {"status": info.get("status"), "reason": str(info.get("reason") or "")[:1000]}
-    outputs.update(llm_requests=len(records), tool_calls=sum(s.span_type == "TOOL" for s in spans))
+    outputs.update(
+        llm_requests=sum(1 for r in records if r.get("api")), tool_calls=sum(s.span_type == "TOOL" for s in spans)
+    )
     outputs.update({k: v for k, v in (info.get("totals") or {}).items() if v is not None})
     if left > 0:
         outputs["spans_left_out"] = left

@@ -223,6 +223,17 @@ def test_json_and_sse_through_the_gateway_are_metered(mock, certs, tmp_path):
     assert (s["metrics"][schema.LLM_REQUESTS], s["metrics"][schema.LLM_ERRORS]) == (5, 0)
     last = {k: v for k, v, _, _ in metering.series(got, got[0]["t"])}  # cumulative: the last point is the total
     assert last[schema.TOKENS_OUTPUT] == s["metrics"][schema.TOKENS_OUTPUT] and last[schema.LLM_REQUESTS] == 5
+    # a CLI's other calls through the gateway (a ChatGPT login's model list, an account check that fails) are in its
+    # log but are not model requests: llm_requests and llm_errors stay those of the five above
+    calls = (("/backend-api/codex/models", 200), ("/backend-api/wham/usage", 401))
+    other = [
+        {"t": got[-1]["t"] + i, "method": "GET", "path": p, "api": None, "status": st, "latency_s": 0.1}
+        for i, (p, st) in enumerate(calls)
+    ]
+    s = metering.summary(got + other)
+    assert (s["requests"], s["metrics"][schema.LLM_REQUESTS], s["metrics"][schema.LLM_ERRORS]) == (7, 5, 0)
+    last = {k: v for k, v, _, _ in metering.series(got + other, got[0]["t"])}
+    assert (last[schema.LLM_REQUESTS], last[schema.LLM_ERRORS]) == (5, 0)
 
 
 def test_an_unverified_certificate_is_refused(mock, certs, tmp_path):
