@@ -95,7 +95,9 @@ def selected_columns(summaries: bool = True) -> list[str]:
 def compare_columns() -> list[str]:
     """The overall comparison's columns: a summary run's Agg, Agg-max, success rate, runs, tasks and gap closed (mean,
     best run), its entry."""
-    return [column_key("metrics", m) for m in COMPARE_METRICS] + [column_key("tags", t) for t in COMPARE_TAGS]
+    # who first (entry, agent, model), then the numbers: on a laptop-wide window the grid draws only the columns in
+    # view, and seven numbers would push the names out
+    return [column_key("tags", t) for t in COMPARE_TAGS] + [column_key("metrics", m) for m in COMPARE_METRICS]
 
 
 @dataclass(frozen=True)

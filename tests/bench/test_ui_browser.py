@@ -61,6 +61,7 @@ SHOWN = [
     "metrics.`agg`",
     "metrics.`agg_max`",
     "metrics.`success_rate`",
+    "metrics.`gap_closed`",
     "tags.`bench.status`",
     "tags.`bench.entry`",
     "tags.`bench.task`",

@@ -43,7 +43,8 @@ def test_no_view_averages_a_raw_score_over_tasks():
     assert tasks["searchFilter"] == "tags.`bench.kind` = 'agent'"
     compare = by_id[views.COMPARE_VIEW].state
     assert compare["groupBy"] is None and compare["searchFilter"] == "tags.`bench.kind` = 'summary'"
-    assert compare["selectedColumns"][:3] == ["metrics.`agg`", "metrics.`agg_max`", "metrics.`success_rate`"]
+    names = ["tags.`bench.entry`", "tags.`bench.agent`", "tags.`bench.model`"]  # who first, then Agg, Agg-max, ...
+    assert compare["selectedColumns"][:6] == [*names, "metrics.`agg`", "metrics.`agg_max`", "metrics.`success_rate`"]
     assert compare["orderByKey"] == "metrics.`agg`" and compare["orderByAsc"] is False
     assert "metrics.`score`" not in compare["selectedColumns"]
 
