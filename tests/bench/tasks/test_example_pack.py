@@ -84,6 +84,7 @@ def installed(tmp_path_factory) -> dict:
     env = {**os.environ, "PYTHONPATH": str(site), "BENCH_CACHE_DIR": str(base / "cache")}
     env["BENCH_MLRUNS_DIR"] = str(base / "mlruns")
     env.pop("BENCH_TASKS_PATH", None)
+    env.pop("MLFLOW_TRACKING_URI", None)  # its own store (an earlier test of the session may have left one set)
     return {"env": env, "base": base, "site": site}
 
 
