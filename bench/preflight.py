@@ -126,6 +126,21 @@ def check_api(agents: Iterable[tuple[str, str | None]], *, endpoints: bool = Tru
             raise InputError(why)
 
 
+def check_unsandboxed_login(agent: str, model: str | None) -> None:
+    """A login stored in a file (Codex's auth.json, Gemini's oauth_creds.json) reaches a CLI only as a read-only bind
+    into the sandbox's private home; an unsandboxed run has no such bind, so its CLI would start without it and
+    fail at its first request. Said before anything is created, with what to do."""
+    from bench.agents import credentials
+
+    need = credentials.need_of(agent, model)
+    found = need.credential if need is not None else None
+    if found is not None and found.file is not None:
+        raise InputError(
+            f"{agent}: an unsandboxed run cannot use the login in {found.file} (a login file is given only to the "
+            f"sandbox): set {need.hint.split(' (')[0]}, or run without --unsandboxed"
+        )
+
+
 def check_weights(tasks: Iterable[Task], no_weights: bool) -> None:
     """A task that provides pretrained weights needs them installed (or ``--no-weights``)."""
     if no_weights:
@@ -221,6 +236,8 @@ def check_run(
     check_campaign(campaign)
     check_agent(agent, dict(options or {}), model)
     check_api([(agent, model)], endpoints=False)  # the credential: local, no request
+    if not sandbox:
+        check_unsandboxed_login(agent, model)
     check_device(device)
     check_places()
     check_weights(tasks, no_weights)

@@ -99,6 +99,8 @@ def check_machine(campaign: Campaign) -> None:
                 'executor = "slurm": no sbatch here; run on a Slurm login node (or slurm.cluster = "local")'
             )
     preflight.check_api([(agent.name, agent.model) for agent in campaign.agents])
+    for agent in campaign.agents if not campaign.sandbox else ():
+        preflight.check_unsandboxed_login(agent.name, agent.model)
 
 
 def start(campaign: Campaign, *, resume: bool, redo_cut_short: bool = False) -> int:

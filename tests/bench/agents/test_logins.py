@@ -120,6 +120,27 @@ def test_the_check_names_each_login_and_which_credential_wins(home, monkeypatch,
     check_api([("claude-code", None), ("codex", None), ("gemini", None)])  # all three pass the check before a run
 
 
+def test_an_unsandboxed_run_on_a_login_file_is_refused_before_anything_starts(home, monkeypatch, capsys):
+    """A login file reaches a CLI only as a bind into the sandbox: `bench run --unsandboxed` on one would start a CLI
+    without it. One line naming the file and what to set, exit 2, no run directory; a key instead is accepted."""
+    from bench.cli import main
+    from bench.paths import workspaces_dir
+
+    chatgpt_login(home / ".codex")
+    campaign = "unsandboxed-login"
+    argv = ["run", "--agent", "codex", "--task", "t6", "--unsandboxed", "--budget", "1m", "--campaign", campaign]
+    assert main(argv) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "codex: an unsandboxed run cannot use the login in" in line and "auth.json" in line
+    assert "set OPENAI_API_KEY, or run without --unsandboxed" in line
+    assert not (workspaces_dir() / campaign).exists()
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-openai-key-1")  # a key wins over the login: nothing to bind
+    from bench.preflight import check_unsandboxed_login
+
+    check_unsandboxed_login("codex", None)
+    check_unsandboxed_login("claude-code", None)  # no credential at all: check_api says so, not this check
+
+
 @pytest.mark.parametrize(
     ("agent", "write", "said"),
     [
