@@ -44,6 +44,12 @@ def add_cli(sub: argparse._SubParsersAction) -> None:
     what = "runs (per agent and task), GPU-hours, wall-clock and expected API cost, before anything starts"
     p = csub.add_parser("plan", help=what, description=what + ": reads the file only, creates nothing")
     p.add_argument("file", metavar="CAMPAIGN.toml")
+    p.add_argument(
+        "--measured",
+        metavar="EXPERIMENT",
+        help="price the API from the token use of a pilot campaign's recorded runs (per budget-minute, scaled to "
+        "this file's budgets) instead of published figures",
+    )
     p.set_defaults(func=cmd_plan)
     j = csub.add_parser("job")  # one run's process, started by an executor (bench.campaign.job.job_main)
     j.add_argument("file")
@@ -66,7 +72,19 @@ def cmd_plan(args: argparse.Namespace) -> int:
     """``bench campaign plan``: the file checked and its cost printed; no machine check, nothing created."""
     from bench.campaign import plan
 
-    print(plan.render(spec.load(args.file)))
+    campaign = spec.load(args.file)
+    if args.measured is None:
+        print(plan.render(campaign))
+        return 0
+    from analysis.runs import agent_runs  # a command line may read the store through analysis/
+
+    rows = agent_runs(args.measured).to_dict("records")
+    if not rows:
+        raise InputError(f"--measured {args.measured}: no agent run in that experiment (bench report lists them)")
+    use = plan.measured_use(rows, campaign, args.measured)
+    if not use:
+        raise InputError(f"--measured {args.measured}: none of its agent runs recorded tokens (the metering gateway)")
+    print(plan.render(campaign, use, measured=args.measured))
     return 0
 
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import heapq
 import importlib
+import math
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -149,6 +150,34 @@ def offline(agent: AgentEntry) -> bool:
     return not hasattr(adapter, "passthrough_for") and tuple(getattr(adapter, "passthrough", ())) == ()
 
 
+def measured_use(runs: list[dict], campaign: Campaign, experiment: str) -> dict[str, TokenUse]:
+    """Token use per run of each model, from a pilot's recorded agent runs (``analysis.runs.agent_runs`` rows: model,
+    budget_min, tokens_input/output/cached), scaled to this campaign's budgets: tokens per budget-minute of the
+    pilot's runs x the campaign's mean budget per run. A pilot at a short budget (``--budget 5m``) then prices the
+    real campaign, assuming its agents spend at the same pace; runs without tokens (no gateway, offline) are left
+    out."""
+    keys = campaign.runs()
+    minutes = sum(campaign.budget_of(k.task) for k in keys) / len(keys) / 60 if keys else 0.0
+    sums: dict[str, list[float]] = {}
+    for r in runs:
+        tin, tout, budget = r.get("tokens_input"), r.get("tokens_output"), r.get("budget_min")
+        if not r.get("model") or not all(isinstance(v, int | float) and math.isfinite(v) for v in (tin, tout, budget)):
+            continue
+        cached = r.get("tokens_cached")
+        cached = cached if isinstance(cached, int | float) and math.isfinite(cached) else 0.0
+        acc = sums.setdefault(_canonical(str(r["model"])), [0.0, 0.0, 0.0, 0.0, 0])
+        for k, v in enumerate((tin, tout, cached, budget, 1)):
+            acc[k] += v
+    out = {}
+    for model, (tin, tout, cached, budget, n) in sums.items():
+        if budget <= 0:
+            continue
+        scale = minutes / budget
+        source = f"measured: {n} run(s) of {experiment}, {tin / budget / 1e3:,.0f}k tokens in per budget-minute"
+        out[model] = TokenUse(round(tin * scale), round(tout * scale), round(cached * scale), source)
+    return out
+
+
 @dataclass(frozen=True)
 class Cost:
     """The expected API cost of one agent's runs: ``usd`` None when unknown, ``why`` says what is known."""
@@ -159,8 +188,11 @@ class Cost:
     why: str
 
 
-def agent_cost(agent: AgentEntry, runs: int, published: dict[str, TokenUse] | None = None) -> Cost:
-    """The expected cost of ``runs`` runs of ``agent`` from ``published`` token use (:data:`PUBLISHED_USE`)."""
+def agent_cost(
+    agent: AgentEntry, runs: int, published: dict[str, TokenUse] | None = None, missing: str = "the paper publishes"
+) -> Cost:
+    """The expected cost of ``runs`` runs of ``agent`` from ``published`` token use (:data:`PUBLISHED_USE`, or a
+    pilot's, :func:`measured_use`); ``missing`` says who has no figure ("the paper publishes", "pilot has")."""
     published = PUBLISHED_USE if published is None else published
     if offline(agent):
         return Cost(agent, runs, 0.0, "an offline agent, no model API")
@@ -169,7 +201,7 @@ def agent_cost(agent: AgentEntry, runs: int, published: dict[str, TokenUse] | No
     use = next((u for m, u in published.items() if _canonical(m) == _canonical(model)), None)
     if use is None:
         shown = (model or agent.name).rsplit("/", 1)[-1]  # the model as the paper names it: no provider prefix
-        return Cost(agent, runs, None, f"unknown: the paper publishes no token use for {shown}")
+        return Cost(agent, runs, None, f"unknown: {missing} no token use for {shown}")
     per_run = pricing.cost(model, use.input, use.output, use.cached)
     if per_run is None:
         return Cost(agent, runs, None, f"unknown: {model} has no price in bench/agents/pricing.py")
@@ -244,8 +276,8 @@ def matrix(campaign: Campaign, budget: dict[str, float] | None = None) -> str:
     return "\n".join(rows)
 
 
-def render(campaign: Campaign, published: dict[str, TokenUse] | None = None) -> str:
-    """The plan as ``bench campaign plan`` prints it."""
+def render(campaign: Campaign, published: dict[str, TokenUse] | None = None, measured: str | None = None) -> str:
+    """The plan as ``bench campaign plan`` prints it; ``measured``: the pilot experiment ``published`` comes from."""
     keys, budget = campaign.runs(), budgets(campaign)
     n_agents, n_tasks = len(campaign.agents), len(campaign.task_ids)
     lines = [
@@ -284,16 +316,19 @@ def render(campaign: Campaign, published: dict[str, TokenUse] | None = None) -> 
     )
     if named is None:
         lines.append("  the file names no gpus: the local executor uses every GPU it finds (nvidia-smi -L)")
-    lines += ["", "API cost (expected, from the published token use per run x bench/agents/pricing.py's list prices):"]
+    where = f"the token use measured in {measured}" if measured else "the published token use"
+    lines += ["", f"API cost (expected, from {where} per run x bench/agents/pricing.py's list prices):"]
     per_agent = Counter(k.agent for k in keys)
-    costs = [agent_cost(a, per_agent[a], published) for a in campaign.agents]
+    missing = f"the pilot {measured} has" if measured else "the paper publishes"
+    costs = [agent_cost(a, per_agent[a], published, missing) for a in campaign.agents]
     w = max(len(c.agent.label) for c in costs)
     for c in costs:
         figure = c.why if c.usd is None else f"${c.usd:,.2f}: {c.why}"
         lines.append(f"  {c.agent.label:{w}}  {c.runs:>4} runs  {figure}")
     unknown = [c for c in costs if c.usd is None]
     if unknown:
-        lines.append(f"  total: unknown ({len(unknown)} of {len(costs)} agent(s) without a published figure)")
+        kind = "measured" if measured else "published"
+        lines.append(f"  total: unknown ({len(unknown)} of {len(costs)} agent(s) without a {kind} figure)")
     else:
         lines.append(f"  total: ${sum(c.usd for c in costs if c.usd is not None):,.2f}")
     if campaign.max_cost is not None:

@@ -185,3 +185,35 @@ def test_the_docs_show_the_plan_as_it_prints(isolated, monkeypatch):
     page = (ROOT / "docs" / "campaigns-and-clusters.md").read_text()
     shown = page.split("bench campaign plan campaigns/paper.toml\n```\n\n```text\n", 1)[1].split("\n```", 1)[0]
     assert shown == plan.render(spec.load(Path("campaigns/paper.toml")))
+
+
+def test_the_cost_measured_in_a_pilot_campaign_prices_the_paper(isolated, capsys):
+    """`--measured PILOT`: a pilot's recorded tokens per budget-minute, scaled to the file's budgets. Two pilot runs of
+    claude-sonnet-4-6 at 5 minutes: 2.2M in and 0.12M out over 10 budget-minutes, so 0.22M in and 0.012M out a
+    minute; the paper's mean budget per run is (40+120+80+60+40+40+40)/7 = 60 min: 13.2M in and 0.72M out a run,
+    at $3/$15 per 1M (the price table's row): $50.40 a run, x 35 runs = $1,764.00. Agents the pilot did not run
+    stay unknown; the pilot's store is only read."""
+    from bench.tracking import schema
+    from bench.tracking.writer import MlflowWriter
+
+    pilot = "pilot-sonnet"
+    w = MlflowWriter(pilot)
+    for i, (tin, tout) in enumerate(((1_000_000, 50_000), (1_200_000, 70_000))):
+        tags = schema.agent_run_tags(pilot, "claude-code", "claude-sonnet-4-6", "t6", i + 1, f"/runs/r{i}")
+        run = w.create_run(f"t6-r{i}", {**tags, schema.STATUS: "success"}, start_time=1_900_000_000.0 + i)
+        w.log_params(run, {schema.PARAM_BUDGET_MINUTES: 5.0, schema.PARAM_METRIC: "mse", schema.PARAM_DIRECTION: "min"})
+        w.log_metrics(run, [(schema.TOKENS_INPUT, tin, 0, None), (schema.TOKENS_OUTPUT, tout, 0, None)])
+        w.end_run(run)
+    p = pricing.PRICES["claude-sonnet-4-6"]
+    assert (p.input, p.output) == (3.0, 15.0)  # the figures the docstring's hand computation uses
+    assert main(["campaign", "plan", str(PAPER), "--measured", pilot]) == 0
+    out = capsys.readouterr().out
+    assert "API cost (expected, from the token use measured in pilot-sonnet per run" in out
+    line = next(x for x in out.splitlines() if x.strip().startswith("claude-code (claude-sonnet-4-6)") and "runs" in x)
+    assert "$1,764.00: 35 x $50.40: 13.20M tokens in (0.00M cached), 0.72M out per run" in line
+    assert "measured: 2 run(s) of pilot-sonnet, 220k tokens in per budget-minute" in line
+    assert "unknown: the pilot pilot-sonnet has no token use for gpt-5.5" in out
+    assert "total: unknown (6 of 7 agent(s) without a measured figure)" in out
+    # an experiment without runs, or without tokens: one line, exit 2
+    assert main(["campaign", "plan", str(PAPER), "--measured", "no-such-pilot"]) == 2
+    assert "--measured no-such-pilot: no agent run in that experiment" in capsys.readouterr().err
