@@ -243,8 +243,9 @@ def check_folder(folder: Path, work: Path, check: Check) -> None:
     title = f"the {split} labels stay out of the workspace (held_out)"
     if split == small.val_split:
         title = f"nothing to hold out: the task is scored on its validation split ({split}), which agents have"
+    shipped = tuple(p.relative_to(task.folder).as_posix() for p in task.folder.rglob("*") if p.is_file())
     check.promise(title,
-                  promises.held_out_problems(toml, small.val_split, prepared, inside))  # fmt: skip
+                  promises.held_out_problems(toml, small.val_split, prepared, inside, shipped))  # fmt: skip
     official = check.step("the trusted scorer and its probes", lambda: _scorer(task, ws, ckpt, data, work, check))
     check.promise("the trusted scorer gives --eval's number; the baseline passes the probes and rule 9",
                   promises.scorer_problems(official, value, toml, reported))  # fmt: skip

@@ -170,12 +170,22 @@ def source_problems(train_source: str) -> list[str]:
     return out
 
 
-def held_out_problems(toml: dict, val_split: str, prepared: set[str], in_workspace: dict | None) -> list[str]:
+def held_out_problems(
+    toml: dict, val_split: str, prepared: set[str], in_workspace: dict | None, shipped: tuple[str, ...] = ()
+) -> list[str]:
     """The eval split's labels stay out of every workspace (rule 9). ``prepared``: the files --prepare wrote;
-    ``in_workspace``: the JSON of `prepare.py --eval` run inside a real workspace (None: it printed no JSON)."""
+    ``in_workspace``: the JSON of `prepare.py --eval` run inside a real workspace (None: it printed no JSON);
+    ``shipped``: the task folder's own files (relative paths), where a held-out file must not be: an installed
+    pack's folder lies in site-packages, which every agent's sandbox reads."""
     split, held = toml.get("eval_split"), list(toml.get("held_out", []))
     out = [
         f"task.toml: held_out names {n!r}, which prepare.py --prepare does not write" for n in held if n not in prepared
+    ]
+    out += [
+        f"the task folder ships {f!r}, a held_out file: whoever reads the folder has the labels (an installed pack "
+        "is in every agent's sandbox, read-only): let prepare.py --prepare write it from [[data]] instead"
+        for f in shipped
+        if Path(f).name in {Path(n).name for n in held}
     ]
     if split == val_split:
         return out  # scored on the validation split, which agents have

@@ -176,3 +176,8 @@ def test_held_out_is_judged_from_the_declaration_and_the_workspace():
     assert len(leaked) == 1 and "can score the test split" in leaked[0]
     none = promises.held_out_problems({"eval_split": "test"}, "val", {"test.npy"}, None)
     assert len(none) == 1 and "held_out is empty" in none[0]
+    # a pack that ships its held-out file in the task folder (an installed pack's folder is in every sandbox)
+    files = ("task.toml", "prepare.py", "data/test.npy", "data/train.npy")
+    shipped = promises.held_out_problems(toml, "val", {"train.npy", "test.npy"}, None, files)
+    assert len(shipped) == 1 and "the task folder ships 'data/test.npy', a held_out file" in shipped[0]
+    assert promises.held_out_problems(toml, "val", {"train.npy", "test.npy"}, None, files[:2] + files[3:]) == []
