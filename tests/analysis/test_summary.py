@@ -189,7 +189,8 @@ def test_the_saved_views_are_written_on_the_experiment(hand_store):
     assert compare["name"] == "1GC-7RC: compare agents (Agg)" and compare["createdAt"] == compare["updatedAt"]
     state = json.loads(compare["state"])  # the UI parses the state string a second time
     assert state["groupBy"] is None and state["searchFilter"] == "tags.`bench.kind` = 'summary'"
-    assert state["selectedColumns"][:3] == ["metrics.`agg`", "metrics.`agg_max`", "metrics.`success_rate`"]
+    who = ["tags.`bench.entry`", "tags.`bench.agent`", "tags.`bench.model`"]  # the names first, then Agg, ...
+    assert state["selectedColumns"][:6] == [*who, "metrics.`agg`", "metrics.`agg_max`", "metrics.`success_rate`"]
     tasks = json.loads(json.loads(tags[schema.SHARED_VIEW_PREFIX + views.TASKS_VIEW])["state"])
     assert tasks["groupBy"] == {
         "aggregateFunction": "average",
