@@ -267,10 +267,13 @@ class RunResult:
         return out
 
     def write(self, path: Path | None = None) -> Path:
-        """Write ``result.json`` atomically (a killed harness leaves the old file or the new one, never half)."""
+        """Write ``result.json`` atomically (a killed harness leaves the old file or the new one, never half), without
+        the run's secrets (:mod:`bench.redact`: the agent's final message, a reason or a path may quote a key)."""
+        from bench import redact
+
         path = Path(path) if path else self.result_file
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(self.to_dict(), indent=2, default=str))
+        tmp.write_text(redact.text(json.dumps(self.to_dict(), indent=2, default=str)))
         os.replace(tmp, path)
         return path
 

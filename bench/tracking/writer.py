@@ -1,5 +1,9 @@
 """Every MLflow write of the harness goes through :class:`MlflowWriter` (names come from :mod:`~bench.tracking.schema`).
 
+It is also where the run's secrets stop (:mod:`bench.redact`): every run name, tag, param and metric name and value,
+text, trace and uploaded file passes the one redactor first, so that a key the agent echoed into a metric name, a
+script, its output or a checkpoint never reaches the store, whichever path the harness took to record it.
+
 The harness is the only process that talks to MLflow (training scripts spool to files,
 see ``hook/sitecustomize.py``), so this class is also where tracking failures are
 contained: each call raises :class:`TrackingError`, and the caller decides whether to
@@ -10,11 +14,14 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
+import tempfile
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from bench import redact
 from bench.tracking import schema, store
 
 # An unreachable tracking server must cost seconds, not MLflow's default minutes of retries.
@@ -48,6 +55,22 @@ def flatten(params: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
         else:
             flat[name[:250]] = str(value)[:6000]
     return flat
+
+
+def _redacted_spec(spec):
+    """A copy of a trace spec whose every string (names, inputs, outputs, attributes, tags, errors) is redacted."""
+    import dataclasses
+
+    r = redact.redactor()
+
+    def clean(o):
+        if dataclasses.is_dataclass(o) and not isinstance(o, type):
+            return dataclasses.replace(o, **{f.name: clean(getattr(o, f.name)) for f in dataclasses.fields(o)})
+        if isinstance(o, list):
+            return [clean(x) for x in o]
+        return r.deep(o)
+
+    return clean(spec)
 
 
 def _ms(t: float | None) -> int:
@@ -85,9 +108,11 @@ class MlflowWriter:
     ) -> str:
         """Create a run (nested under ``parent`` when given) and return its id."""
         self._client()
-        all_tags = {k: str(v) for k, v in tags.items()}
+        r = redact.redactor()
+        all_tags = {r.text(k, key=True): r.text(str(v)) for k, v in tags.items()}
         if parent:
             all_tags[schema.PARENT] = parent
+        name = r.text(name, key=True)
         run = self._do(
             "create run", "create_run", self._experiment_id, start_time=_ms(start_time), tags=all_tags, run_name=name
         )
@@ -106,14 +131,16 @@ class MlflowWriter:
     def log_params(self, run_id: str, params: Mapping[str, Any]) -> None:
         from mlflow.entities import Param
 
-        items = [Param(k, v) for k, v in flatten(params).items()]
+        r = redact.redactor()
+        items = [Param(r.text(k, key=True)[:250], r.text(v)[:6000]) for k, v in flatten(params).items()]
         for i in range(0, len(items), 100):
             self._do("log params", "log_batch", run_id, params=items[i : i + 100])
 
     def set_tags(self, run_id: str, tags: Mapping[str, Any]) -> None:
         from mlflow.entities import RunTag
 
-        items = [RunTag(k, str(v)) for k, v in tags.items()]
+        r = redact.redactor()
+        items = [RunTag(r.text(k, key=True), r.text(str(v))) for k, v in tags.items()]
         for i in range(0, len(items), 100):
             self._do("set tags", "log_batch", run_id, tags=items[i : i + 100])
 
@@ -121,7 +148,12 @@ class MlflowWriter:
         """Log ``(key, value, step, unix_time)`` rows in batches; non-finite values are skipped. Returns the count."""
         from mlflow.entities import Metric
 
-        items = [Metric(k, float(v), _ms(t), int(s)) for k, v, s, t in rows if v is not None and math.isfinite(v)]
+        r = redact.redactor()
+        items = [
+            Metric(r.text(k, key=True), float(v), _ms(t), int(s))
+            for k, v, s, t in rows
+            if v is not None and math.isfinite(v)
+        ]
         for i in range(0, len(items), 1000):
             self._do("log metrics", "log_batch", run_id, metrics=items[i : i + 1000])
         return len(items)
@@ -135,6 +167,8 @@ class MlflowWriter:
         rest of the rows are returned with the last message. An outage raises :class:`TrackingError`.
         """
         refused: list[tuple[tuple, str]] = []
+        r = redact.redactor()
+        rows = [(r.text(k, key=True), *rest) for k, *rest in rows]
         for i in range(0, len(rows), 1000):
             self._log_or_split(run_id, rows[i : i + 1000], refused)
         return refused
@@ -156,16 +190,36 @@ class MlflowWriter:
             self._log_or_split(run_id, rows[half:], refused)
 
     def log_text(self, run_id: str, text: str, artifact_file: str) -> None:
-        self._do("log text", "log_text", run_id, text, artifact_file)
+        r = redact.redactor()
+        self._do("log text", "log_text", run_id, r.text(text), r.text(artifact_file, key=True))
 
     def log_artifact(self, run_id: str, path: Path, artifact_path: str | None = None) -> None:
+        """One file, uploaded as it is when it holds no secret, else as a redacted copy of the same name."""
         if Path(path).exists():
-            self._do("log artifact", "log_artifact", run_id, str(path), artifact_path)
+            with tempfile.TemporaryDirectory(prefix="bench-redacted-") as tmp:
+                clean = redact.redacted_file(Path(path), Path(tmp))
+                self._do("log artifact", "log_artifact", run_id, str(clean), artifact_path)
 
     def log_artifacts(self, run_id: str, folder: Path, artifact_path: str | None = None) -> None:
-        """Every file under ``folder``, under ``artifact_path`` (a file of the same name is replaced)."""
-        if Path(folder).is_dir():
+        """Every file under ``folder``, under ``artifact_path`` (a file of the same name is replaced); a folder with
+        a secret in any file is uploaded as a copy whose files are redacted (links are not followed: left out)."""
+        folder = Path(folder)
+        if not folder.is_dir():
+            return
+        r = redact.redactor()
+        files = [p for p in sorted(folder.rglob("*")) if p.is_file() and not p.is_symlink()]
+        if not any(redact.contains_secret(p, r) for p in files):
             self._do("log artifacts", "log_artifacts", run_id, str(folder), artifact_path)
+            return
+        with tempfile.TemporaryDirectory(prefix="bench-redacted-") as tmp:
+            for p in files:
+                rel = p.relative_to(folder)
+                dest = Path(tmp) / rel
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                clean = redact.redacted_file(p, dest.parent, r)
+                if clean == p:
+                    shutil.copyfile(p, dest)
+            self._do("log artifacts", "log_artifacts", run_id, tmp, artifact_path)
 
     def log_trace(self, run_id: str, spec) -> str:
         """Write ``spec`` (a :class:`bench.tracking.traces.TraceSpec`) as one MLflow trace linked to ``run_id``, with
@@ -178,6 +232,7 @@ class MlflowWriter:
         from mlflow.entities import SpanStatus
 
         c = self._client()
+        spec = _redacted_spec(spec)
         try:
             root = c.start_trace(
                 spec.name,
@@ -226,7 +281,8 @@ class MlflowWriter:
     def set_experiment_tag(self, key: str, value: str) -> None:
         """A tag on the campaign's experiment (the UI's saved views live in such tags: bench.tracking.views)."""
         self._client()
-        self._do("set experiment tag", "set_experiment_tag", self._experiment_id, key, value)
+        r = redact.redactor()
+        self._do("set experiment tag", "set_experiment_tag", self._experiment_id, r.text(key, key=True), r.text(value))
 
     def get_run(self, run_id: str):
         return self._do("get run", "get_run", run_id)
