@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from bench.markup import one_line
 from bench.tasks import Direction
 from bench.tracking.schema import STATUSES
 
@@ -163,6 +164,7 @@ class Outcome:
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
             raise ResultError(f"unknown run status {self.status!r}; expected one of {', '.join(STATUSES)}")
+        self.reason = one_line(self.reason)  # it quotes agent-chosen text (errors, file names): one plain line
 
 
 @dataclass
@@ -213,6 +215,9 @@ class RunResult:
     # the task's source (built-in, path or entry-point pack: name, version, origin), its folder and the folder's
     # sha256 at the run's start (bench.tasks.packs.provenance); {} in files written before task packs
     task_source: dict = field(default_factory=dict)
+    # what the record step refused to read of the agent's files (bench.untrusted: links, FIFOs, sparse or huge files,
+    # floods), counted by kind with a few examples (bench.untrusted.Tally.to_dict); {} when nothing was refused
+    hostile_inputs: dict = field(default_factory=dict)
     mlflow_run_id: str | None = None
     # why MLflow has not recorded the run (the store refused or was unreachable); None once it has. `bench run`
     # exits non-zero while it is set, and `bench record RUN_DIR` records the run and clears it

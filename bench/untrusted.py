@@ -51,6 +51,9 @@ __all__ = [
     "read_bytes",
     "read_text",
     "read_text_tail",
+    "sha256_of",
+    "is_regular",
+    "CopyBudget",
     "walk",
 ]
 
@@ -131,8 +134,15 @@ class Tally:
         return {
             "total": self.total,
             "counts": dict(sorted(self.counts.items())),
-            "examples": [{"path": f.path, "what": f.what, "detail": f.detail} for f in self.examples],
+            "examples": [{"path": plain(f.path), "what": f.what, "detail": plain(f.detail)} for f in self.examples],
         }
+
+
+def plain(text: str, limit: int = 300) -> str:
+    """Agent-chosen text (a file name, a link's target) as one short printable line: control characters, newlines
+    included, escaped, cut to ``limit`` characters; for ``result.json`` and the audit's evidence."""
+    out = "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in str(text)[:limit])
+    return out[:limit]
 
 
 def _relparts(path: Path | str, base: Path) -> list[str] | Finding:
@@ -201,12 +211,16 @@ def _check_regular(fd: int, shown: str, limit: int, limits: Limits, *, whole: bo
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
         return Finding(shown, NOT_REGULAR, _kind(st.st_mode))
-    allocated = st.st_blocks * 512
-    if st.st_size > 2 * allocated + limits.sparse_slack:
-        return Finding(shown, SPARSE, f"{st.st_size} bytes apparent, {allocated} allocated")
+    if _sparse(st, limits):
+        return Finding(shown, SPARSE, f"{st.st_size} bytes apparent, {st.st_blocks * 512} allocated")
     if whole and st.st_size > limit:
         return Finding(shown, TOO_BIG, f"{st.st_size} bytes > {limit}")
     return st
+
+
+def _sparse(st: os.stat_result, limits: Limits) -> bool:
+    """Whether a file's apparent size passes what it really holds on disk (holes an agent made with truncate)."""
+    return st.st_size > 2 * st.st_blocks * 512 + limits.sparse_slack
 
 
 def _kind(mode: int) -> str:
@@ -390,7 +404,7 @@ def loads_json(
 def walk(base: Path, limits: Limits = DEFAULT, *, sub: str | Path = "") -> tuple[list[Path], list[Finding]]:
     """The regular files under ``base / sub`` (absolute paths, sorted per directory), following no link.
 
-    Links, FIFOs, sockets and devices are findings, not entries; directories are descended through fds
+    Links, FIFOs, sockets, devices and sparse files are findings, not entries; directories are descended through fds
     opened with ``O_NOFOLLOW`` (so a directory swapped for a link mid-walk is not followed); the walk stops
     with one ``too-many`` finding after ``max_entries`` entries and one ``too-deep`` per directory past
     ``max_depth``. Memory is bounded by ``max_entries``, whatever the agent made.
@@ -418,18 +432,21 @@ def walk(base: Path, limits: Limits = DEFAULT, *, sub: str | Path = "") -> tuple
                             findings.append(Finding(str(where), TOO_MANY, f"more than {limits.max_entries} entries"))
                             return files, findings
                         try:
-                            mode = entry.stat(follow_symlinks=False).st_mode
+                            names.append((entry.name, entry.stat(follow_symlinks=False)))
                         except OSError:
                             continue
-                        names.append((entry.name, mode))
             except OSError as exc:
                 findings.append(Finding(str(where), UNREADABLE, exc.strerror or str(exc)))
                 os.close(dfd)
                 continue
             subdirs: list[tuple[int, Path, int]] = []
-            for name, mode in sorted(names):
-                p = where / name
-                if stat.S_ISREG(mode):
+            for name, st in sorted(names):
+                p, mode = where / name, st.st_mode
+                if stat.S_ISREG(mode) and _sparse(st, limits):
+                    findings.append(
+                        Finding(str(p), SPARSE, f"{st.st_size} bytes apparent, {st.st_blocks * 512} allocated")
+                    )
+                elif stat.S_ISREG(mode):
                     files.append(p)
                 elif stat.S_ISDIR(mode):
                     if depth + 1 > limits.max_depth:
@@ -518,3 +535,29 @@ def copy_into(
             budget.used += st.st_size
             budget.inodes[key] = dest
     return dest
+
+
+def sha256_of(path: Path | str, base: Path, limits: Limits = DEFAULT) -> str | Finding:
+    """Hex sha256 of a regular, non-sparse file under ``base`` of at most ``limits.max_bytes``, read in chunks from
+    the checked fd (a FIFO named like a locked file yields a finding at once instead of blocking the harness)."""
+    import hashlib
+
+    fh = open_regular(path, base, limits)
+    if isinstance(fh, Finding):
+        return fh
+    digest = hashlib.sha256()
+    try:
+        with fh:
+            while chunk := fh.read(1 << 20):
+                digest.update(chunk)
+    except OSError as exc:
+        return Finding(str(path), UNREADABLE, exc.strerror or str(exc))
+    return digest.hexdigest()
+
+
+def is_regular(path: Path) -> bool:
+    """Whether ``path`` itself (not what a link names) is a regular file: for listings, never for reading."""
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False

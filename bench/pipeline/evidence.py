@@ -24,53 +24,63 @@ Lines), so that a harness killed mid-run leaves everything observed until then f
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
-import shutil
+import stat
 import threading
 import time
 from collections.abc import Iterable
 from pathlib import Path
 
-from bench.checksums import sha256
+from bench import untrusted
 from bench.pipeline.arrivals import Arrival, Identity
 
 MAX_FILES = 200_000  # a manifest stops listing here (a runaway agent must not fill the harness's memory)
+MANIFEST_LIMITS = untrusted.Limits(max_entries=MAX_FILES, max_depth=256)
+LISTED = (untrusted.LINK, untrusted.NOT_REGULAR, untrusted.SPARSE)  # walk's findings that are entries of the listing
+HASH_LIMITS = untrusted.Limits(max_bytes=256 * 1024 * 1024)  # the locked files are source code: far below this
+SOURCE_BYTES = 4 * 1024 * 1024  # a script source kept for the audit (a larger "script" is not kept, its hash None)
 STAT_KEYS = ("size", "mtime_ns", "ctime_ns", "ino")  # any of them moving means the file was written or replaced
 
 
 def _entry(path: Path, *, hashed: bool) -> dict:
+    """A file's identity from ``lstat``; a hashed (locked) file is read through :mod:`bench.untrusted`, so a locked
+    file the agent replaced by a FIFO, a link or a sparse file gets ``sha256: None`` and its finding, at once."""
     st = path.lstat()
     entry = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns, "ino": st.st_ino}
-    if path.is_symlink():
+    if stat.S_ISLNK(st.st_mode):
         entry["link"] = os.readlink(path)
     elif hashed:
-        try:
-            entry["sha256"] = sha256(path)
-        except OSError:  # vanished or unreadable while listed: the listing says so
-            entry["sha256"] = None
+        digest = untrusted.sha256_of(path.name, path.parent, HASH_LIMITS)
+        entry["sha256"] = None if isinstance(digest, untrusted.Finding) else digest
+        if isinstance(digest, untrusted.Finding):  # vanished, unreadable or hostile while listed: the listing says so
+            entry["refused"] = digest.what
     return entry
 
 
 def manifest(root: Path, hashed: Iterable[str] = ()) -> dict[str, dict]:
     """Every file and link under ``root`` (relative POSIX path -> :func:`_entry`), folders left out; only the
     ``hashed`` paths (the locked files) are read: the rest is judged by its inode and times, which no write or
-    replacement leaves unchanged, so that checkpoints and data cost a ``stat`` each, not a read."""
+    replacement leaves unchanged, so that checkpoints and data cost a ``stat`` each, not a read.
+
+    The tree is the agent's: it is listed by :func:`bench.untrusted.walk` (no link followed, no recursion, so a
+    folder nested 1,100 deep or 150,000 files cost a bounded list, not a ``RecursionError`` or the harness's
+    memory); links, FIFOs and sparse files are entries like any file (their ``lstat``), and a listing cut by the
+    caps ends with the key ``"..."``."""
     root, out = Path(root), {}
     to_hash = set(hashed)
-    for folder, dirs, files in os.walk(root):
-        here = Path(folder)
-        names = files + [d for d in dirs if (here / d).is_symlink()]
-        for name in sorted(names):
-            path = here / name
-            rel = path.relative_to(root).as_posix()
-            try:
-                out[rel] = _entry(path, hashed=rel in to_hash)
-            except OSError:
-                continue
-            if len(out) >= MAX_FILES:
-                out["..."] = {"truncated": True}
-                return out
+    files, findings = untrusted.walk(root, MANIFEST_LIMITS)
+    listed = [*files, *(Path(f.path) for f in findings if f.what in LISTED)]
+    for path in sorted(listed):
+        rel = path.relative_to(root).as_posix()
+        try:
+            out[rel] = _entry(path, hashed=rel in to_hash)
+        except OSError:
+            continue
+    cut = [f for f in findings if f.what in (untrusted.TOO_MANY, untrusted.TOO_DEEP)]
+    if cut:
+        out["..."] = {"truncated": True, "why": untrusted.plain(str(cut[0]))}
     return out
 
 
@@ -112,17 +122,29 @@ class Evidence:
             with open(self.path(name), "a") as f:
                 f.write(line)
 
-    def keep_source(self, source: Path) -> str | None:
-        """Copy a script as it is now into ``sources/`` under its sha256; the hash, or None if it cannot be read."""
+    def keep_source(self, source: Path, base: Path | None = None) -> str | None:
+        """Copy a script as it is now into ``sources/`` under its sha256; the hash, or None if it cannot be read.
+
+        The script is the agent's: it is read once through :mod:`bench.untrusted` below ``base`` (its workspace;
+        default its folder), so a link is not followed, a FIFO does not block and a sparse or huge file is refused;
+        the hash is of the bytes kept."""
+        base = Path(base) if base is not None else Path(source).parent
         try:
-            digest = sha256(source)
+            rel = Path(source).relative_to(base)
+        except ValueError:
+            return None
+        data = untrusted.read_bytes(rel, base, SOURCE_BYTES)
+        if isinstance(data, untrusted.Finding):
+            return None
+        digest = hashlib.sha256(data).hexdigest()
+        try:
             kept = self.path("sources") / f"{digest}.py"
             if not kept.exists():
                 kept.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(source, kept)
-            return digest
+                kept.write_bytes(data)
         except OSError:
             return None
+        return digest
 
     # readers ------------------------------------------------------------------------------------------------
 

@@ -121,5 +121,5 @@ class LaunchMonitor:
             if script:
                 self.launches[key] = Launch(proc.pid, script, key[1], cmdline)
                 if self.evidence is not None:
-                    digest = self.evidence.keep_source(self.workspace / script)
+                    digest = self.evidence.keep_source(self.workspace / script, self.workspace)
                     self.evidence.append("launches.jsonl", {**self.launches[key].to_dict(), "sha256": digest})

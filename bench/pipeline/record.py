@@ -15,7 +15,7 @@ from pathlib import Path
 from bench import protocol
 from bench.agents import metering, transcript
 from bench.markup import md_text
-from bench.pipeline import state
+from bench.pipeline import state, uploads
 from bench.pipeline.workspace import Workspace
 from bench.result import RunResult
 from bench.tasks import TaskError, packs
@@ -59,19 +59,34 @@ def open_agent_run(writer: MlflowWriter, name: str, tags: dict[str, str]) -> str
 
 def save(result: RunResult, writer: MlflowWriter, ws: Workspace) -> RunResult:
     """Write result.json, then record it in MLflow; an unreachable store only costs a message saying what to do,
-    a disk that refuses result.json (full) a :class:`~bench.pipeline.state.RunStateError` saying what to do."""
-    _write(result, ws)
-    try:
-        result.mlflow_run_id = record(writer, result, ws)
-    except TrackingError as e:
-        result.tracking_error = str(e)[:2000]  # the run's exit status says it: a campaign sees what to record
-        print(
-            f"[bench] could not record in MLflow ({e}); everything is in {result.result_file}. "
-            f"Record it later with: bench record {ws.run_dir}",
-            flush=True,
-        )
+    a disk that refuses result.json (full) a :class:`~bench.pipeline.state.RunStateError` saying what to do.
+
+    The agent's files to upload are copied through the hostile-input boundary first (:mod:`~bench.pipeline.uploads`),
+    so that what it refused is counted in the first ``result.json`` already, tracking or not."""
+    with tempfile.TemporaryDirectory(prefix="bench-upload-") as tmp:
+        staged = _stage(result, ws, Path(tmp))
+        _write(result, ws)
+        try:
+            result.mlflow_run_id = record(writer, result, ws, staged)
+        except TrackingError as e:
+            _tracking_failed(result, ws, e)
     _write(result, ws)
     return result
+
+
+def _stage(result: RunResult, ws: Workspace, tmp: Path) -> uploads.Staged:
+    staged = uploads.stage(ws, tmp)
+    result.hostile_inputs = staged.tally.to_dict() if staged.tally else {}
+    return staged
+
+
+def _tracking_failed(result: RunResult, ws: Workspace, e: TrackingError) -> None:
+    result.tracking_error = str(e)[:2000]  # the run's exit status says it: a campaign sees what to record
+    print(
+        f"[bench] could not record in MLflow ({e}); everything is in {result.result_file}. "
+        f"Record it later with: bench record {ws.run_dir}",
+        flush=True,
+    )
 
 
 def _write(result: RunResult, ws: Workspace) -> None:
@@ -83,9 +98,13 @@ def _write(result: RunResult, ws: Workspace) -> None:
         raise state.disk_error(result.result_file, e, ws.run_dir) from e
 
 
-def record(writer: MlflowWriter, result: RunResult, ws: Workspace) -> str:
+def record(writer: MlflowWriter, result: RunResult, ws: Workspace, staged: uploads.Staged | None = None) -> str:
     """Write everything about the run to MLflow and return the agent run id (raises TrackingError); clears
-    ``result.tracking_error``."""
+    ``result.tracking_error``. ``staged``: the agent's files already copied through the boundary (by :func:`save`);
+    without it (``bench record``) they are staged here and ``result.hostile_inputs`` is set from that copy."""
+    if staged is None:
+        with tempfile.TemporaryDirectory(prefix="bench-upload-") as tmp:
+            return record(writer, result, ws, _stage(result, ws, Path(tmp)))
     run_id = result.mlflow_run_id
     if not run_id:
         tags = schema.agent_run_tags(
@@ -174,12 +193,11 @@ def record(writer: MlflowWriter, result: RunResult, ws: Workspace) -> str:
         for name in EVIDENCE_ARTIFACTS:
             if (evidence / name).is_file():
                 writer.log_artifact(run_id, clean(evidence / name, "evidence"), "evidence")
-        for script in ws.scripts():
+        for script in staged.scripts:  # harness-owned copies made through bench.untrusted (uploads.stage)
             writer.log_artifact(run_id, clean(script, "scripts"), "scripts")
-    extra = ws.artifacts_dir  # files an agent adapter leaves for its run (e.g. the optuna agent's study summary)
-    for f in sorted(extra.rglob("*")) if extra.is_dir() else []:
-        if f.is_file():
-            writer.log_artifact(run_id, f, str(Path("agent") / f.parent.relative_to(extra)).rstrip("/."))
+    # files an agent adapter leaves for its run (e.g. the optuna agent's study summary), copied the same way
+    for f, folder in staged.artifacts:
+        writer.log_artifact(run_id, f, folder)
     writer.set_tags(
         run_id,
         {

@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.checksums import sha256
+from bench import untrusted
 from bench.paths import workspaces_dir
 from bench.tasks import Task
 
@@ -38,6 +38,7 @@ ARTIFACTS = Path(".bench") / "artifacts"
 OPTUNA_JOURNAL = Path(".bench") / "optuna" / "study.journal"
 
 COPIED = ("program.md", "train.py")  # plus the task's locked files (prepare.py, ...), made read-only
+LOCKED_LIMITS = untrusted.Limits(max_bytes=256 * 1024 * 1024)  # a locked file is source code, never this big
 READ_ONLY = stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH
 
 
@@ -86,12 +87,22 @@ class Workspace:
         return self.run_dir / "eval"
 
     def scripts(self) -> list[Path]:
-        """The agent's top-level Python files (the locked files excluded)."""
-        return sorted(p for p in self.path.glob("*.py") if p.name not in self.task.locked_files)
+        """The agent's top-level Python files (the locked files excluded): regular files only, so that a script
+        that is a link (to ``/proc/self/environ``, the raw data, a host file) or a FIFO is never read as one; the
+        audit names those (:func:`bench.rules.files.hostile_files`)."""
+        return sorted(
+            p for p in self.path.glob("*.py") if p.name not in self.task.locked_files and untrusted.is_regular(p)
+        )
 
     def locked_hashes(self) -> dict[str, str]:
-        """sha256 of each locked file as it is in the workspace now (rule 1 compares them after the run)."""
-        return {name: sha256(self.path / name) for name in self.task.locked_files if (self.path / name).is_file()}
+        """sha256 of each locked file as it is in the workspace now (rule 1 compares them after the run); a locked
+        file replaced by a link, a FIFO or a sparse file has none (read through :mod:`bench.untrusted`)."""
+        out = {}
+        for name in self.task.locked_files:
+            digest = untrusted.sha256_of(name, self.path, LOCKED_LIMITS)
+            if not isinstance(digest, untrusted.Finding):
+                out[name] = digest
+        return out
 
 
 def _slug(text: str) -> str:

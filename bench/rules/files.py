@@ -4,10 +4,10 @@ name files."""
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 
+from bench import untrusted
 from bench.pipeline.evidence import STAT_KEYS, locked_state
 from bench.result import FLAG, Violation
 from bench.rules.context import Context, finding
@@ -92,14 +92,10 @@ def _new_files(ctx: Context) -> dict[str, dict]:
 
 
 def _home_files(ctx: Context) -> list[str]:
-    home = ctx.run_dir / "home"
-    out = []
-    for folder, _dirs, names in os.walk(home):
-        for name in names:
-            out.append((Path(folder) / name).relative_to(home).as_posix())
-            if len(out) > 50_000:
-                return out
-    return out
+    home = ctx.run_dir / "home"  # the agent's private home: agent-made, listed through the boundary
+    files, findings = untrusted.walk(home, untrusted.Limits(max_entries=50_000, max_depth=256))
+    listed = [*files, *(Path(f.path) for f in findings if f.what in (untrusted.LINK, untrusted.SPARSE))]
+    return [p.relative_to(home).as_posix() for p in listed]
 
 
 def no_foreign_weights(ctx: Context) -> list[Violation]:
@@ -136,14 +132,11 @@ def stays_in_workspace(ctx: Context) -> list[Violation]:
     """Rule 5: links leading out of the workspace; tool calls that write or read files outside it."""
     root = ctx.workspace.resolve()
     out = []
-    for p in ctx.workspace.rglob("*"):
-        if p.is_symlink():
-            target = p.resolve()
-            if root != target and root not in target.parents:
-                rel = p.relative_to(ctx.workspace)
-                out.append(
-                    finding(5, f"{rel} links outside the workspace to {target}", [f"workspace/{rel} -> {target}"])
-                )
+    for p in (Path(f.path) for f in _listing(ctx)[1] if f.what == untrusted.LINK):
+        target = p.resolve()
+        if root != target and root not in target.parents:
+            rel = untrusted.plain(str(p.relative_to(ctx.workspace)))
+            out.append(finding(5, f"{rel} links outside the workspace to {target}", [f"workspace/{rel} -> {target}"]))
     for tools, verdict, what in ((("write", "edit"), None, "wrote"), (("read",), FLAG, "read")):
         outside = []
         for ref, e in ctx.tool_calls(*tools):
@@ -159,4 +152,40 @@ def stays_in_workspace(ctx: Context) -> list[Violation]:
     return out
 
 
-CHECKS = [locked_files_kept, no_foreign_weights, no_installed_packages, stays_in_workspace]
+def _listing(ctx: Context) -> tuple[list[Path], list[untrusted.Finding]]:
+    """The workspace as :func:`bench.untrusted.walk` lists it: no link followed, no recursion, bounded."""
+    return untrusted.walk(ctx.workspace, AUDIT_LIMITS)
+
+
+AUDIT_LIMITS = untrusted.Limits(max_entries=200_000, max_depth=256)
+# what the harness refuses to read, in words, for the audit's reason
+HOSTILE = {untrusted.NOT_REGULAR: "special file(s)", untrusted.SPARSE: "sparse file(s)",
+           untrusted.TOO_MANY: "a flood of entries", untrusted.TOO_DEEP: "folders nested too deep"}  # fmt: skip
+
+
+def hostile_files(ctx: Context) -> list[Violation]:
+    """Rule 5 (flag): files in the workspace that the harness refuses to read (:mod:`bench.untrusted`): FIFOs,
+    sockets or devices (a FIFO named like a spool file blocked an unguarded harness forever), sparse files (1 GiB
+    that takes no disk, read whole by an unguarded harness), more entries or deeper folders than the caps. None of
+    them harms a run now, so each is a flag naming the act for a person, not a disqualification; links leading out
+    are :func:`stays_in_workspace`'s (disqualify)."""
+    files, findings = _listing(ctx)
+    hostile = [f for f in findings if f.what in HOSTILE]
+    if not hostile:
+        return []
+    counts: dict[str, int] = {}
+    for f in hostile:
+        counts[f.what] = counts.get(f.what, 0) + 1
+    words = ", ".join(f"{n} {HOSTILE[what]}" for what, n in sorted(counts.items()))
+    evidence = [f"{untrusted.plain(_rel(ctx, f.path))}: {f.what} ({untrusted.plain(f.detail)})" for f in hostile]
+    return [finding(5, f"the workspace holds what the harness refuses to read: {words}", evidence, FLAG)]
+
+
+def _rel(ctx: Context, path: str) -> str:
+    try:
+        return "workspace/" + Path(path).relative_to(ctx.workspace).as_posix()
+    except ValueError:
+        return path
+
+
+CHECKS = [locked_files_kept, no_foreign_weights, no_installed_packages, stays_in_workspace, hostile_files]
