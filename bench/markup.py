@@ -12,7 +12,9 @@ reviewer trusts. Two ways, for two places:
   in the name (CommonMark's rule), so nothing inside is interpreted; HTML is inert inside a code span.
 
 Tag values are not Markdown (MLflow shows them as text), but :func:`md_text` is what to use for a tag that a view
-renders as Markdown.
+renders as Markdown. A third, :func:`one_line`, is for plain text kept as data (a run's reason in ``result.json`` and
+the ``bench.reason`` tag): one line of printable characters, bounded, so that an agent's multi-line error, a
+terminal escape sequence or a megabyte of output cannot forge extra lines in a log, a table or a status line.
 """
 
 from __future__ import annotations
@@ -20,6 +22,9 @@ from __future__ import annotations
 import html
 import re
 
+_ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-Z\\-_])")
+_BREAKS = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]+")
+REASON_CHARS = 2000  # a reason longer than this is cut (with an ellipsis): a person reads its start
 _INLINE = re.compile(r"([\\`*_{}\[\]()#|~!:@$^=+-])")
 
 
@@ -38,3 +43,11 @@ def md_code(text: object) -> str:
     fence = "`" * (longest + 1)
     pad = " " if flat.startswith("`") or flat.endswith("`") or not flat.strip() else ""
     return f"{fence}{pad}{flat}{pad}{fence}"
+
+
+def one_line(text: object, limit: int = REASON_CHARS) -> str:
+    """``text`` on one line: terminal escape sequences removed, every control character and line or paragraph
+    separator a space, runs of spaces one, at most ``limit`` characters (the cut marked with an ellipsis)."""
+    flat = _BREAKS.sub(" ", _ANSI.sub("", str(text)))
+    flat = re.sub(r" {2,}", " ", flat).strip()
+    return flat if len(flat) <= limit else flat[: limit - 1] + "\u2026"

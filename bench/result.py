@@ -164,7 +164,7 @@ class Outcome:
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
             raise ResultError(f"unknown run status {self.status!r}; expected one of {', '.join(STATUSES)}")
-        self.reason = one_line(self.reason)  # it quotes agent-chosen text (errors, file names): one plain line
+        object.__setattr__(self, "reason", one_line(self.reason))  # it quotes agent-chosen text: one plain line
 
 
 @dataclass

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from bench import outcome
@@ -41,3 +43,16 @@ def test_outcome_order_violation_beats_a_score_and_refusal_needs_no_checkpoint()
     assert failed.reason == (
         "no scoreable checkpoint in checkpoints/; the agent reported an error: 429 (1 rejected: unreadable checkpoint)"
     )
+
+
+def test_a_reason_quoting_the_agents_text_is_one_plain_bounded_line() -> None:
+    """The predictor's error is the agent's code's to write: a multi-line traceback with a terminal escape and a
+    forged status line must not become extra lines in result.json, the bench.reason tag or a console table."""
+    error = "Traceback:\n  boom\r\n\x1b[2J\x1b[32mstatus: success\x1b[0m\u2028# score 0.01\n" + "x" * 5000
+    best = Evaluation("best", "/x/ck.pt", "run_1.py", 0.5, "mse", 3, 10.0, 0, Official(error=error))
+    decided = outcome.decide([best], Audit(), interrupted=False, timed_out=False, agent_events={}, rejected=[])
+    assert decided.status == "failed"
+    assert decided.reason.startswith("official evaluation failed: Traceback: boom status: success # score 0.01 xxx")
+    assert "\n" not in decided.reason and "\x1b" not in decided.reason and "\u2028" not in decided.reason
+    assert len(decided.reason) == 2000 and decided.reason.endswith("\u2026")
+    assert replace(decided, reason="a\nb").reason == "a b"  # every later change of the reason too
