@@ -7,31 +7,43 @@ which the relay keeps in ``relay.json``; the values left in the spool are counte
 
 from __future__ import annotations
 
-import json
+import os
 from pathlib import Path
 
+from bench import untrusted
 from bench.tracking import limits, schema
 from bench.tracking.script_state import ScriptState
+
+# a spool file may be as large as the relay's byte cap (bytes past it are counted from its size, never read)
+SPOOL_LIMITS = untrusted.Limits(max_bytes=1 << 62)
 
 
 def left(path: Path, offset: int, chunk: int) -> tuple[int, int]:
     """Values in the bytes of a spool file past ``offset`` (what the relay did not relay), read ``chunk`` bytes at a
-    time up to the byte cap, and the bytes past the cap, never read."""
-    size = path.stat().st_size if path.is_file() else offset
-    end, at, values = min(size, limits.MAX_SPOOL_BYTES), offset, 0
-    if at < end:
-        with open(path, "rb") as f:
-            f.seek(at)
-            while at < end and (data := f.read(min(chunk, end - at))):
+    time up to the byte cap, and the bytes past the cap, never read.
+
+    The spool file is the agent's: it is opened through :mod:`bench.untrusted` (no link followed, a FIFO or a folder
+    named like it refused at once instead of blocking or raising, a sparse file refused), and each line is parsed
+    with a bounded depth and length (a line of 100,000 ``[`` counts as no value, never a ``RecursionError``).
+    A refused file counts as nothing left to read."""
+    path = Path(path)
+    fh = untrusted.open_regular(path.name, path.parent, SPOOL_LIMITS)
+    if isinstance(fh, untrusted.Finding):
+        return 0, 0
+    with fh:
+        size = os.fstat(fh.fileno()).st_size
+        end, at, values = min(size, limits.MAX_SPOOL_BYTES), offset, 0
+        if at < end:
+            fh.seek(at)
+            while at < end and (data := fh.read(min(chunk, end - at))):
                 at += len(data)
                 values += sum(_values(line) for line in data.splitlines())
     return values, max(0, size - max(offset, limits.MAX_SPOOL_BYTES))
 
 
 def _values(line: bytes) -> int:
-    try:
-        ev = json.loads(line)
-    except ValueError:
+    ev = untrusted.loads_json(line, max_depth=32, max_len=limits.MAX_SPOOL_BYTES)
+    if isinstance(ev, untrusted.Finding):
         return 0
     if isinstance(ev, dict) and ev.get("ev") == "metrics" and isinstance(ev.get("metrics"), dict):
         return len(ev["metrics"])
