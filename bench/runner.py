@@ -19,7 +19,7 @@ from pathlib import Path
 from bench import outcome, preflight, protocol, termination
 from bench.agents import get_agent, metering, own_hosts_of
 from bench.durations import fmt_s
-from bench.pipeline import audit, collect, evaluate, launch, record, state, watch, workspace
+from bench.pipeline import audit, codetime, collect, evaluate, launch, record, state, watch, workspace
 from bench.pipeline.arrivals import Arrival
 from bench.pipeline.evidence import Evidence
 from bench.result import Audit, Evaluation, RunResult
@@ -170,8 +170,9 @@ def finish(
     scripts = relay.finalize()
     deadline = spec.budget + spec.grace_s
     ran = _scripts_that_ran(ended.launches, scripts)
+    code = codetime.Index.of(ws)  # the scripts as they were when each checkpoint's content was seen
     collected = collect.collect(  # 4
-        ws.checkpoints, ended.started_at, task.metric, task.direction, deadline, ended.arrivals, ran
+        ws.checkpoints, ended.started_at, task.metric, task.direction, deadline, ended.arrivals, ran, code
     )
     evaluations = evaluate.evaluate_candidates(  # 5
         ws, collected.selection, data_dir, device, spec.console, sandboxed=spec.sandbox, limits=spec.limits

@@ -18,6 +18,10 @@ recorded, and the evaluation checks the staged copy against the same hash. Only
 regular files count: a symbolic link is never a checkpoint (collect rejects it), and ``*.tmp`` files are the task
 helper's saves in progress. What the thread records goes to the evidence as it comes (``on_new``), so a harness
 killed mid-run loses nothing (:mod:`bench.resume` reads it back).
+
+The code travels with its checkpoint: given a :class:`~bench.pipeline.codetime.Snapshots`, each new content is
+recorded together with a snapshot of the workspace's scripts taken at the same look, and placed after it, so that
+the evaluation stages the code as it was then, never code written later (:mod:`bench.pipeline.codetime`).
 """
 
 from __future__ import annotations
@@ -29,8 +33,12 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bench.checksums import sha256
+
+if TYPE_CHECKING:
+    from bench.pipeline.codetime import Snapshots
 
 IN_PROGRESS = ".tmp"  # the task helper writes <name>.tmp and renames it: not a checkpoint yet
 
@@ -125,13 +133,16 @@ def look(
     on_new: Callable[[Path, Arrival], None] | None = None,
     clock: Clock | None = None,
     fallback: str | None = None,
+    code: Snapshots | None = None,
 ) -> None:
     """One look at ``directory``: new files and files whose content changed are (re)recorded in ``files``.
 
     The time of new content is ``time.time()`` taken after its bytes were hashed, so never before they existed;
     ``clock`` replaces it where no one was looking (``--resume``: the mtime, never before the content last seen).
     ``on_new(path, arrival)`` is called for each record (new file or changed content), not for a file whose
-    ``stat`` moved but whose bytes are the same (a ``touch``, a ``chmod``, the same bytes renamed over it)."""
+    ``stat`` moved but whose bytes are the same (a ``touch``, a ``chmod``, the same bytes renamed over it).
+    ``code``: each record also takes a snapshot of the workspace's scripts first, and its time is taken after
+    that snapshot, so that the content and its code were both there by then."""
     try:
         listed = list(checkpoint_files(directory))
     except OSError:  # the agent may remove folders while they are listed: look again next time
@@ -149,12 +160,23 @@ def look(
         if known is not None and known.identity is None:  # kept by an older harness: no content to compare
             files[path] = replace(known, identity=ident)
             continue
+        snap = None
+        if code is not None:
+            try:
+                snap = code.take()
+            except OSError:  # the evidence folder refused the copies: no snapshot, so the candidate is flagged
+                snap = None
         at = clock(st, known) if clock is not None else time.time()
         if known is None:
             arrival = Arrival(first_seen=at, at=at, identity=ident, fallback=fallback)
         else:
             arrival = Arrival(known.first_seen, max(at, known.at), ident, known.changes + 1, fallback)
         files[path] = arrival
+        if code is not None and snap is not None:
+            try:
+                code.note(path, ident.sha256, arrival.at, snap)
+            except OSError:  # not noted: its candidate is staged with the code as the run left it, and flagged
+                pass
         if on_new is not None:
             try:
                 on_new(path, arrival)
@@ -166,11 +188,15 @@ class Arrivals:
     """Polls a folder in a daemon thread; ``files`` maps each checkpoint to its :class:`Arrival`."""
 
     def __init__(
-        self, directory: Path, interval: float = 1.0, on_new: Callable[[Path, Arrival], None] | None = None
+        self,
+        directory: Path,
+        interval: float = 1.0,
+        on_new: Callable[[Path, Arrival], None] | None = None,
+        code: Snapshots | None = None,
     ) -> None:
         """``on_new(path, arrival)`` is called for each new file and each change of content (the evidence keeps
-        it on disk as it comes)."""
-        self.directory, self.interval, self.on_new = Path(directory), interval, on_new
+        it on disk as it comes); ``code`` snapshots the workspace's scripts with each (:func:`look`)."""
+        self.directory, self.interval, self.on_new, self.code = Path(directory), interval, on_new, code
         self.files: dict[Path, Arrival] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -196,7 +222,7 @@ class Arrivals:
 
     def scan(self) -> None:
         with self._lock:
-            look(self.directory, self.files, self.on_new)
+            look(self.directory, self.files, self.on_new, code=self.code)
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval):

@@ -10,6 +10,11 @@ which the agent can set. The content read here must be the content that was time
 from the last identity the harness recorded is rejected, and the evaluation checks the staged copy against the
 same sha256 (:func:`verify_copy`). A file whose modification time or own ``time`` field is older than the run
 was copied in or back-dated, and is rejected with that reason; a symbolic link is never a checkpoint.
+
+The code travels with its checkpoint (:mod:`bench.pipeline.codetime`): given the run's snapshots, each checkpoint
+carries the snapshot of the workspace's scripts taken when its content was seen, which the evaluation stages. One
+with no complete snapshot is staged with the scripts as the run left them, and placed no earlier than the newest
+of them (its ``code_note`` says so; the audit flags it), so that the windows never use code written later.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from pathlib import Path
 from bench.checksums import sha256
 from bench.pipeline import checkpoint_meta
 from bench.pipeline.arrivals import IN_PROGRESS, Arrival
+from bench.pipeline.codetime import Index, Snapshot
 from bench.tasks import Direction
 
 WINDOW_S = 300.0  # the paper's 5-minute windows
@@ -40,6 +46,8 @@ class Checkpoint:
     saved_s: float  # seconds after the agent started: when the harness first saw this content
     sha256: str | None = None  # the content that was timed (None: no identity recorded); the evaluation checks it
     first_seen_s: float | None = None  # when its name was first seen, if earlier than its content (an overwrite)
+    code: Snapshot | None = None  # the workspace's scripts when its content was seen: what the evaluation stages
+    code_note: str | None = None  # why the scripts as the run left them are staged instead, and where that places it
 
     @property
     def window(self) -> int:
@@ -48,7 +56,7 @@ class Checkpoint:
     def to_dict(self) -> dict:
         """The fields an :class:`~bench.result.Evaluation` carries (the hash goes into its official provenance)."""
         d = asdict(self)
-        del d["sha256"], d["first_seen_s"]
+        del d["sha256"], d["first_seen_s"], d["code"], d["code_note"]
         d["path"], d["window"] = str(self.path), self.window
         return d
 
@@ -134,6 +142,7 @@ def scan(
     deadline_s: float | None = None,
     arrivals: dict[Path, Arrival] | None = None,
     scripts: set[str] | None = None,
+    code: Index | None = None,
 ) -> tuple[list[Checkpoint], list[Rejected]]:
     """Every readable scored checkpoint under ``directory``; the others with the reason they were skipped.
 
@@ -141,9 +150,13 @@ def scan(
     content was first seen; a file the harness never saw during the run, or whose bytes are not the last it
     recorded, is rejected. ``scripts``: the top-level workspace scripts that ran (traced or seen running) plus
     ``train.py``; a checkpoint naming any other code (``../x.py``, an absolute path, a file that never ran) is
-    rejected, since its ``build_model`` is what the official evaluation would run.
+    rejected, since its ``build_model`` is what the official evaluation would run. ``code``: the run's code
+    snapshots (:mod:`bench.pipeline.codetime`): each checkpoint gets the one of its content, or is placed no
+    earlier than the newest script it will be staged with (:func:`_with_code`); None: the scripts are staged as
+    the run left them, with no placement (tools that collect outside a run).
     """
     found, rejected = [], []
+    newest: list[tuple[str, float] | None] = []  # the newest script, looked up once when first needed
     listed = (p for p in Path(directory).rglob("*") if p.is_file() or p.is_symlink())
     for path in sorted(p for p in listed if not p.name.endswith(IN_PROGRESS)):
         if path.is_symlink():
@@ -162,6 +175,8 @@ def scan(
         if arrivals is not None:
             first = arrivals[path].first_seen - started_at
             ckpt = replace(ckpt, sha256=digest, first_seen_s=first if first < ckpt.saved_s else None)
+        if code is not None:
+            ckpt = _with_code(ckpt, code, started_at, newest)
         if scripts is not None and ckpt.script not in scripts:
             rejected.append(Rejected(path, f"names the script {ckpt.script[:200]!r}, not a workspace script that ran"))
         elif ckpt.metric != metric:
@@ -171,6 +186,21 @@ def scan(
         else:
             found.append(ckpt)
     return found, rejected
+
+
+def _with_code(ckpt: Checkpoint, code: Index, started_at: float, newest: list) -> Checkpoint:
+    """``ckpt`` with the snapshot of its content's time, or, lacking one, placed no earlier than the newest script
+    it will be staged with (its ``ctime``, which no process can set back) and saying why."""
+    snap, why = code.snapshot(ckpt.path, ckpt.sha256)
+    if snap is not None:
+        return replace(ckpt, code=snap)
+    if not newest:
+        newest.append(code.newest())
+    saved_s, note = ckpt.saved_s, f"{why}: staged with the scripts as the run left them"
+    if newest[0] is not None and newest[0][1] - started_at > saved_s:
+        saved_s = newest[0][1] - started_at
+        note += f", and placed at {saved_s:.1f} s (when {newest[0][0]} last changed) instead of {ckpt.saved_s:.1f} s"
+    return replace(ckpt, saved_s=saved_s, code_note=note)
 
 
 @dataclass(frozen=True)
@@ -226,7 +256,11 @@ def collect(
     deadline_s: float,
     arrivals: dict[Path, Arrival] | None = None,
     scripts: set[str] | None = None,
+    code: Index | None = None,
 ) -> Collected:
-    """Scan ``directory`` for scored checkpoints that appeared before ``deadline_s`` and select the candidates."""
-    found, rejected = scan(directory, started_at, metric, deadline_s=deadline_s, arrivals=arrivals, scripts=scripts)
+    """Scan ``directory`` for scored checkpoints that appeared before ``deadline_s`` and select the candidates
+    (``code``: the run's code snapshots, :func:`scan`)."""
+    found, rejected = scan(
+        directory, started_at, metric, deadline_s=deadline_s, arrivals=arrivals, scripts=scripts, code=code
+    )
     return Collected(found, rejected, select(found, direction))

@@ -2,14 +2,19 @@
 
 For each candidate a fresh folder outside the workspace is staged with the task's ORIGINAL locked files (never
 the workspace copies), the agent's top-level scripts (for their ``build_model``) and a copy of the checkpoint,
-and nothing else. The trusted scorer (:mod:`bench.scoring.scorer`, a subprocess) reads the inputs and labels
-from the harness's prepared cache, runs the model in a sandboxed predictor that sees only that folder, computes
-the task's metric and probes the forward contract; what it prints is the official result.
+and nothing else. The scripts are those of the checkpoint's time: the snapshot the harness took when it first saw
+the checkpoint's content (:mod:`bench.pipeline.codetime`), so that code written later cannot change what an early
+checkpoint scores as; lacking one, the scripts as the run left them (collect placed the candidate after them).
+Every agent-made file is read through :mod:`bench.untrusted` (no link followed, regular files only). The trusted
+scorer (:mod:`bench.scoring.scorer`, a subprocess) reads the inputs and labels from the harness's prepared cache,
+runs the model in a sandboxed predictor that sees only that folder, computes the task's metric and probes the
+forward contract; what it prints is the official result.
 
 One time budget covers every candidate of a run (``Limits.eval_s``, :mod:`bench.sandbox.limits`): each candidate
 gets what is left of it (at most the scorer's own :data:`EVAL_TIMEOUT_S`), and once it is spent the remaining
 candidates are not scored and say why. A predictor that sleeps in its forward thus holds the GPU for the budget
-(plus the last scorer's minute to report), never for a timeout per candidate.
+(plus the last scorer's minute to report), never for a timeout per candidate. A checkpoint listed twice (the best
+and its window's best) is scored once, and its time counts once.
 """
 
 from __future__ import annotations
@@ -23,8 +28,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from bench import protocol
+from bench import protocol, untrusted
 from bench.checksums import sha256
+from bench.pipeline import codetime
 from bench.pipeline.collect import Checkpoint, NotACheckpoint, Selection, verify_copy
 from bench.pipeline.launch import HARNESS_ONLY
 from bench.pipeline.workspace import Workspace
@@ -46,20 +52,44 @@ def default_device() -> str:
 
 
 CHECKPOINT = "checkpoint.pt"  # the candidate's name inside its evaluation folder
+# a checkpoint is copied whole (its sha256 is checked after), but never through a link, from a FIFO or a sparse file
+CHECKPOINT_LIMITS = untrusted.Limits(max_bytes=1 << 40)
 
 
-def stage(task: Task, workspace: Path, dest: Path, checkpoint: Path | None = None) -> Path:
+def stage(
+    task: Task,
+    workspace: Path,
+    dest: Path,
+    checkpoint: Path | None = None,
+    *,
+    code: codetime.Snapshot | None = None,
+    store: Path | None = None,
+) -> Path:
     """Build the evaluation folder: the original locked files + the workspace's scripts (not its locked copies)
-    + the checkpoint as ``checkpoint.pt``. Only regular files are copied: a link cannot point the predictor out."""
+    + the checkpoint as ``checkpoint.pt``. ``code``: the snapshot of the checkpoint's time, from ``store`` (the
+    run's ``evidence/code``), instead of the scripts as they are now. Only regular files are copied, through the
+    boundary: a link cannot point the predictor out. Raises ``OSError`` when the checkpoint cannot be staged."""
     dest.mkdir(parents=True, exist_ok=True)
-    for script in workspace.glob("*.py"):
-        if script.name not in task.locked_files and script.is_file() and not script.is_symlink():
-            shutil.copyfile(script, dest / script.name)
+    if code is not None:
+        if store is None:
+            raise ValueError("a code snapshot is staged from its store")
+        codetime.stage_snapshot(store, code, dest)
+    else:
+        codetime.stage_current(Path(workspace), task.locked_files, dest)
     for name in task.locked_files:
         shutil.copyfile(task.file(name), dest / name)
     if checkpoint is not None:
-        shutil.copyfile(checkpoint, dest / CHECKPOINT)
+        _copy_checkpoint(Path(checkpoint), Path(workspace), dest / CHECKPOINT)
     return dest
+
+
+def _copy_checkpoint(checkpoint: Path, workspace: Path, dest: Path) -> None:
+    base = workspace if checkpoint.is_relative_to(workspace) else checkpoint.parent
+    src = untrusted.open_regular(checkpoint.relative_to(base), base, CHECKPOINT_LIMITS)
+    if isinstance(src, untrusted.Finding):
+        raise OSError(f"{src}")
+    with src, open(dest, "wb") as out:
+        shutil.copyfileobj(src, out, 1 << 20)
 
 
 def evaluate(
@@ -153,11 +183,7 @@ def predictor_hits(evaluations: list[Evaluation]) -> list[dict]:
     """``result.json``'s lines for the predictor's limits (``predictor-memory``, ``predictor-processes``): what each
     limit killed or refused over all candidates, and which candidates it failed."""
     out: dict[str, dict] = {}
-    seen: set[int] = set()
-    for e in evaluations:
-        if id(e.official) in seen:  # a candidate listed twice (best and its window) was scored once
-            continue
-        seen.add(id(e.official))
+    for e in distinct(evaluations):  # a candidate listed twice (best and its window) was scored once
         for hit in _real_hits(e.official.raw):
             line = out.setdefault(f"predictor-{hit['limit']}", {"limit": f"predictor-{hit['limit']}", "candidates": []})
             line["value"] = hit.get("value")
@@ -192,6 +218,7 @@ def evaluate_candidates(
     """
     budget = (limits or Limits()).eval_s if budget_s is None else float(budget_s)
     deadline = time.monotonic() + budget
+    code_store = ws.run_dir / "evidence" / codetime.CODE_DIR
     done: dict[Path, Official] = {}
     try:
         data.verify_prepared(ws.task)
@@ -208,7 +235,7 @@ def evaluate_candidates(
             if console:
                 print(f"[bench] evaluating {label}: {ckpt.path.name} (val {ckpt.val_score:.4f})", flush=True)
             try:
-                stage(ws.task, ws.path, eval_dir, ckpt.path)
+                stage(ws.task, ws.path, eval_dir, ckpt.path, code=ckpt.code, store=code_store)
                 timed = verify_copy(ckpt, eval_dir / CHECKPOINT)  # the bytes scored are the bytes placed in time
             except OSError as e:  # the checkpoint vanished or cannot be read
                 done[ckpt.path] = Official.from_dict({"error": f"cannot stage the checkpoint: {e}", UNLOADABLE: True})
@@ -232,6 +259,7 @@ def evaluate_candidates(
                     {
                         **official.to_dict(),
                         **_provenance(ckpt.path, eval_dir, ckpt.script),
+                        **_code_provenance(ckpt),
                         "checkpoint_sha256": timed,
                         **extra,
                     }
@@ -254,12 +282,25 @@ def _budget_note(official: Official, timeout: float, deadline: float, budget: fl
     return {BUDGET_SPENT: True, "error": f"{official.why_not} (the run's evaluation budget of {budget:.0f} s ran out)"}
 
 
+def distinct(evaluations: list[Evaluation]) -> list[Evaluation]:
+    """Each checkpoint once: one listed twice (the best and its window's best, or an unloadable best that is also
+    a window's) was scored once, and its time and limits count once."""
+    seen: set[str] = set()
+    out = []
+    for e in evaluations:
+        if e.path not in seen:
+            seen.add(e.path)
+            out.append(e)
+    return out
+
+
 def budget_hit(evaluations: list[Evaluation], budget_s: float) -> dict | None:
     """``result.json``'s line for the evaluation budget when it cut or skipped a candidate (None: it did not)."""
-    cut = [e for e in evaluations if e.official.raw.get(BUDGET_SPENT)]
+    scored = distinct(evaluations)
+    cut = [e for e in scored if e.official.raw.get(BUDGET_SPENT)]
     if not cut:
         return None
-    spent = sum(float(e.official.raw.get("eval_wall_s") or 0) for e in evaluations)
+    spent = sum(float(e.official.raw.get("eval_wall_s") or 0) for e in scored)
     return {"limit": "evaluation", "value": budget_s, "candidates_cut": len(cut), "spent_s": round(spent, 1)}
 
 
@@ -286,6 +327,14 @@ def _best_that_loads(
         failed.append(Evaluation(candidate="best-unloadable", official=official, **ckpt.to_dict()))
         ckpt, official = nxt, score("best (next candidate)", nxt)
     return [Evaluation(candidate="best", official=official, **ckpt.to_dict()), *failed]
+
+
+def _code_provenance(ckpt: Checkpoint) -> dict:
+    """Which scripts were staged: the snapshot of the checkpoint's time (``code_snapshot``, the sha256 of its list
+    in ``evidence/code/``), or why the scripts as the run left them were (``code_fallback``: the audit flags it)."""
+    if ckpt.code is not None:
+        return {"code_snapshot": ckpt.code.digest, "code_files": len(ckpt.code.files)}
+    return {"code_fallback": ckpt.code_note} if ckpt.code_note else {}
 
 
 def _provenance(checkpoint: Path, eval_dir: Path, script: str) -> dict:

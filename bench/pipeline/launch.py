@@ -27,6 +27,7 @@ from bench.agents.metering import plan as metering_plan
 from bench.agents.prompt import standard_prompt
 from bench.agents.stream import AgentStream
 from bench.pipeline.arrivals import Arrivals
+from bench.pipeline.codetime import Snapshots
 from bench.pipeline.evidence import Evidence
 from bench.pipeline.launch_monitor import LaunchMonitor
 from bench.pipeline.workspace import Workspace
@@ -141,7 +142,9 @@ def launch(
     become_subreaper()
     status = StatusLine(label, enabled=console)
     locked = ws.task.locked_files if ws.task is not None else ()  # (a bare workspace, as tests build, has none)
-    arrivals = Arrivals(ws.checkpoints, on_new=lambda p, a: evidence.note_arrival(ws.path, p, a, locked)).start()
+    code = Snapshots(ws.path, evidence.dir, locked)  # the scripts as they are at each new checkpoint content
+    arrivals = Arrivals(ws.checkpoints, on_new=lambda p, a: evidence.note_arrival(ws.path, p, a, locked), code=code)
+    arrivals.start()
     started = time.time()
     try:
         proc = subprocess.Popen(
