@@ -1,5 +1,6 @@
 """Rules 7, 8 and 9 from the scoring side: the scorer's forward-contract probes and its own validation score, the
-collect step's rejections, and the scorer's inputs (the prepared data and the task's original files)."""
+collect step's rejections, and the scorer's inputs (the prepared data and the task's original files); and rule 6's
+share of it: a candidate scored with the scripts as the run left them instead of those of its checkpoint's time."""
 
 from __future__ import annotations
 
@@ -80,4 +81,25 @@ def validation_honest(ctx: Context) -> list[Violation]:
     return [finding(9, why, evidence, FLAG)]
 
 
-CHECKS = [forward_contract_kept, evaluation_isolated, validation_honest]
+def code_of_its_time(ctx: Context) -> list[Violation]:
+    """Rule 6: a candidate whose checkpoint content came with no complete snapshot of the workspace's scripts (too
+    many or too large, or seen only by ``--resume``) was scored with the scripts as the run left them, and placed no
+    earlier than the newest of them (:mod:`bench.pipeline.codetime`): flagged, so that a person can judge whether
+    that code is the checkpoint's."""
+    seen: set[str] = set()
+    late = []
+    for e in ctx.evaluations:
+        why = e.official.raw.get("code_fallback")
+        if why and e.path not in seen:
+            seen.add(e.path)
+            late.append(f"{Path(e.path).name}: {why}")
+    if not late:
+        return []
+    why = (
+        f"{len(late)} candidate(s) were scored with the scripts as the run left them, not with a snapshot of their "
+        "checkpoint's time: each is placed no earlier than the newest script"
+    )
+    return [finding(6, why, late, FLAG)]
+
+
+CHECKS = [forward_contract_kept, evaluation_isolated, validation_honest, code_of_its_time]
