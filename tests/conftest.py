@@ -40,6 +40,39 @@ def pytest_unconfigure(config):
         shutil.rmtree(_SESSION_DIR, ignore_errors=True)
 
 
+@pytest.fixture(autouse=True)
+def _no_state_leaks_between_tests():
+    """Each test starts from the environment and MLflow tracking URI the one before it started from.
+
+    A test that changes ``os.environ`` without monkeypatch (``mlflow.set_tracking_uri`` writes
+    ``MLFLOW_TRACKING_URI``; a notebook runner sets ``JUPYTER_PATH``) or points MLflow's module-level API at its
+    own store would otherwise decide where later tests, and the ``bench`` processes they start, read and write:
+    the suite's result would depend on its order. Fixtures of a wider scope set up before this snapshot, so what
+    they set stays for the tests that share them."""
+    import sys
+
+    env = dict(os.environ)
+    uri = _fluent_uri()
+    yield
+    if "mlflow" in sys.modules and _fluent_uri() != uri:
+        import mlflow
+
+        mlflow.set_tracking_uri(uri)  # MLflow's own global and its tracer's state (the environment: below)
+    if dict(os.environ) != env:
+        os.environ.clear()
+        os.environ.update(env)
+
+
+def _fluent_uri() -> str | None:
+    import sys
+
+    if "mlflow" not in sys.modules:
+        return None
+    from mlflow.tracking._tracking_service import utils
+
+    return utils._tracking_uri
+
+
 @pytest.fixture
 def real_mirror() -> Path:
     """The offline copy of the real datasets; the test is skipped without one."""

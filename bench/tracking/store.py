@@ -58,8 +58,26 @@ def client():
     uri = tracking_uri()
     c = _client(uri)
     if mlflow.get_tracking_uri() != uri:
-        mlflow.set_tracking_uri(uri)
+        follow(uri)
     return c
+
+
+def follow(uri: str) -> None:
+    """Point MLflow's module-level API at ``uri`` without touching the environment.
+
+    ``mlflow.set_tracking_uri`` also writes ``MLFLOW_TRACKING_URI`` into ``os.environ`` (for subprocesses, its
+    comment says), and :func:`tracking_uri` reads that variable first: the first store a process used would then
+    stay in force for it and every process it starts, whatever ``BENCH_MLRUNS_DIR`` says later (a test suite's
+    later tests, once, wrote into an earlier test's store). A user's own ``MLFLOW_TRACKING_URI`` is kept as it was.
+    """
+    import mlflow
+
+    before = os.environ.get("MLFLOW_TRACKING_URI")
+    mlflow.set_tracking_uri(uri)
+    if before is None:
+        os.environ.pop("MLFLOW_TRACKING_URI", None)
+    else:
+        os.environ["MLFLOW_TRACKING_URI"] = before
 
 
 @cache
@@ -73,12 +91,11 @@ def _client(uri: str):
     (harness processes on any node take turns: :mod:`bench.tracking.postgres`); and for any store retried a few
     times, since a process that lost a race (a server's own start-up, another database) finds the schema made.
     """
-    import mlflow
     from mlflow.tracking import MlflowClient
 
     if uri == default_uri():
         mlruns_dir().mkdir(parents=True, exist_ok=True)
-    mlflow.set_tracking_uri(uri)
+    follow(uri)
     with schema_lock(uri):
         for attempt in range(SCHEMA_TRIES):
             c = MlflowClient(tracking_uri=uri)
