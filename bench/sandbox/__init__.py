@@ -34,9 +34,10 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
+from bench.sandbox import seccomp
 from bench.sandbox.bwrap import SandboxUnavailable, probe, require
 from bench.sandbox.environment import agent_environment
-from bench.sandbox.limits import RunGroup
+from bench.sandbox.limits import RunGroup, shell_prelude
 from bench.sandbox.network import Network
 from bench.sandbox.policy import Policy, bwrap_args, default_hidden, default_readable
 
@@ -44,7 +45,7 @@ LAUNCHER = Path(__file__).resolve().with_name("launcher.py")
 # The harness starts bwrap with SIGTERM ignored (an ignored signal survives exec): bwrap itself would die of
 # the watchdog's SIGTERM and take the whole sandbox with it, cutting the grace period short. The launcher
 # inside handles SIGTERM again, so the agent and its scripts get the default action.
-IGNORE_TERM = ["/bin/sh", "-c", 'trap "" TERM; exec "$@"', "bench-sandbox"]
+IGNORE_TERM = ["/bin/sh", "-c", 'trap "" TERM; exec "$@"', "bench-sandbox"]  # without a run group: shell_prelude([])
 
 
 def interpreter_paths(python: str = sys.executable) -> tuple[Path, ...]:
@@ -123,14 +124,21 @@ class Sandbox:
     def wrap(self, argv: list[str]) -> list[str]:
         """The command line that runs ``argv`` in the sandbox, with the policy's cwd; the environment given
         to it is passed on (plus the proxy variables when a remote endpoint is allowed)."""
-        view = replace(self.policy, readable=(*self.policy.readable, *interpreter_paths(self.python)))
-        args = bwrap_args(view, self.runtime_dir)
+        shown = self.limits.shown() if self.limits is not None and self.policy.own_cgroup else ()
+        view = replace(
+            self.policy,
+            readable=(*self.policy.readable, *interpreter_paths(self.python)),
+            files=(*self.policy.files, *shown),  # the run's own group only, read-only
+        )
+        args = ["--unshare-cgroup-try", *seccomp.bwrap_args(self.policy.seccomp), *bwrap_args(view, self.runtime_dir)]
         for name, value in self.network.env.items():
             args += ["--setenv", name, value]
         listen = [a for spec in self.network.listen for a in ("--listen", spec)]
         rlimits = self.limits.launcher_args() if self.limits else []
         inner = [self.python, "-I", "-S", str(LAUNCHER), *listen, *rlimits, "--", *argv]
-        return [*(self.limits.prelude() if self.limits else IGNORE_TERM), self.binary, *args, "--", *inner]
+        before = seccomp.shell_open(self.policy.seccomp)  # the filter on the descriptor bwrap reads it from
+        prelude = self.limits.prelude(before) if self.limits else shell_prelude([], before)
+        return [*prelude, self.binary, *args, "--", *inner]
 
     def close(self) -> None:
         """Stop the bridges and remove the runtime folder (idempotent)."""

@@ -255,9 +255,17 @@ class RunGroup:
     def procs_files(self) -> list[Path]:
         return [p / "cgroup.procs" for p in self.paths.values()]
 
-    def prelude(self) -> list[str]:
+    def prelude(self, before: str = "") -> list[str]:
         """The sandbox's first command: SIGTERM ignored, the run's cgroups joined (:func:`shell_prelude`)."""
-        return shell_prelude(self.procs_files())
+        return shell_prelude(self.procs_files(), before)
+
+    def shown(self) -> tuple[tuple[Path, Path], ...]:
+        """(group folder, where a sandbox sees it): v2 at /sys/fs/cgroup, v1 at /sys/fs/cgroup/<controller>, as a
+        container runtime shows a container's own group; nothing without a group."""
+        if not self.active:
+            return ()
+        root = Path("/sys/fs/cgroup")
+        return tuple((path, root / controller if controller else root) for controller, path in self.paths.items())
 
     def launcher_args(self) -> list[str]:
         """The launcher's rlimits, only without a cgroup (with one they would pre-empt its accounting)."""
@@ -365,11 +373,12 @@ def _int(path: Path) -> int:
         return 0
 
 
-def shell_prelude(procs_files: list[Path]) -> list[str]:
+def shell_prelude(procs_files: list[Path], before: str = "") -> list[str]:
     """``sh -c`` that ignores SIGTERM (bwrap must outlive the watchdog's SIGTERM: :mod:`bench.sandbox`), joins the
-    run's cgroups, then execs the rest of its arguments; it refuses to start (exit 125) when it cannot join."""
+    run's cgroups, runs ``before`` (the seccomp filter's descriptor: :func:`bench.sandbox.seccomp.shell_open`), then
+    execs the rest of its arguments; it refuses to start (exit 125) when it cannot join."""
     join = "".join(f"echo $$ > {shlex.quote(str(f))} || exit 125; " for f in procs_files)
-    return ["/bin/sh", "-c", f'trap "" TERM; {join}exec "$@"', "bench-sandbox"]
+    return ["/bin/sh", "-c", f'trap "" TERM; {join}{before}exec "$@"', "bench-sandbox"]
 
 
 def predictor_limits(device: str, limits: Limits | None = None) -> RunGroup:

@@ -76,6 +76,12 @@ class Policy:
     # its run's sandbox at the place in the private home where the CLI reads it (its mount point is made, and removed
     # again, by bench.sandbox.Sandbox, so no copy and no stub stays in the run's folder)
     files: tuple[tuple[Path, Path], ...] = ()
+    # the seccomp profile (bench.sandbox.seccomp: "agent" or "predictor"; None: no filter, tests of the view only):
+    # the calls through which two sandboxes could talk on a shared inode or read another process
+    seccomp: str | None = "agent"
+    # whether the run's own cgroup is shown at /sys/fs/cgroup (read-only, in a cgroup namespace rooted at it); the
+    # host's tree never is. Off for predictors: a group's peak-memory counters outlive its processes (a channel)
+    own_cgroup: bool = True
 
 
 def default_hidden() -> tuple[Path, ...]:

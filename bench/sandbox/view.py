@@ -45,9 +45,10 @@ DEV, LINK, MASK, DEVFS, PROCFS, RO_TRY = "dev", "link", "mask", "devfs", "procfs
 
 SYSTEM_DIRS = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32")
 USR_LOCAL_KEPT = ("bin", "sbin", "lib", "lib64", "libexec", "include")
-# /sys: CPU topology (glibc's CPU count, OpenBLAS, torch), cgroup limits (node, torch), PCI devices and the
-# nvidia modules (NVML, CUDA), memory settings (allocators)
-SYS_PARTS = ("devices", "bus", "class", "dev", "module", "fs/cgroup", "kernel/mm")
+# /sys: CPU topology (glibc's CPU count, OpenBLAS, torch), PCI devices and the nvidia modules (NVML, CUDA), memory
+# settings (allocators). Not /sys/fs/cgroup: the host's cgroup tree names other runs' groups and shows their memory
+# counters (a channel); a sandbox sees only its run's own group there (bench.sandbox.Sandbox.wrap)
+SYS_PARTS = ("devices", "bus", "class", "dev", "module", "kernel/mm")
 # /etc entries masked even when others may read them (secrets by name); the rest of /etc is read-only
 ETC_SECRETS = (
     "shadow*",

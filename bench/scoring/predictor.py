@@ -70,32 +70,68 @@ def _build(prepare, checkpoint: str, script: str):
     return model
 
 
+def _deterministic(torch, device: str) -> None:
+    """Deterministic kernels, so that a cold replay of a batch gives the scored predictor's outputs bit for bit (or
+    within the task's measured epsilon on a GPU, :func:`bench.scoring.checks.tolerance`), not within a flat
+    tolerance a stateful correction could hide in: plain float32 (no TF32), no autotuning (cuDNN's benchmark picks
+    kernels by timing), ``use_deterministic_algorithms`` (warn_only: an op without a deterministic kernel warns in the
+    log instead of failing an honest model; its noise is what the epsilon measures) and cuBLAS's fixed workspace
+    (:data:`CUBLAS_WORKSPACE`, set in the environment before CUDA starts)."""
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    if device == "cuda":
+        torch.backends.cudnn.benchmark = False
+        torch.backends.cudnn.deterministic = True
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+
+
+CUBLAS_WORKSPACE = ":4096:8"  # cuBLAS's deterministic setting (CUDA >= 10.2): a fixed workspace per stream
+
+
+def _feed_batch_size(path: str) -> int:
+    """The task's FEED_BATCH_SIZE read from the staged (original, locked) prepare.py's text, without running it: the
+    held prober sets its threads before any file of the folder runs."""
+    import re
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            found = re.search(r"^FEED_BATCH_SIZE\s*=\s*(\d+)", f.read(), re.M)
+    except OSError:
+        return 0
+    return int(found.group(1)) if found else 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--checkpoint", required=True)
     parser.add_argument("--script", required=True)
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--hold", action="store_true", help="wait for a 'go' frame before running any agent code")
     args = parser.parse_args()
     rx, tx = _pipes()
     folder = os.getcwd()
+    os.environ["CUBLAS_WORKSPACE_CONFIG"] = CUBLAS_WORKSPACE
     from bench.scoring import wire  # the repo is readable in the sandbox
 
     try:
         import numpy as np
         import torch
 
-        # the agent's own helper modules beside its script, AFTER the imports the predictor relies on
-        sys.path.insert(0, folder)
-        prepare = _import(os.path.join(folder, "prepare.py"), "prepare")
-        if args.device == "cuda":  # plain float32 and deterministic kernels, as on a CPU
-            torch.backends.cudnn.benchmark = False
-            torch.backends.cudnn.deterministic = True
-            torch.backends.cuda.matmul.allow_tf32 = False
-            torch.backends.cudnn.allow_tf32 = False
-        if args.device == "cpu" and getattr(prepare, "FEED_BATCH_SIZE", 0) == 1:
+        _deterministic(torch, args.device)
+        if args.device == "cpu" and _feed_batch_size(os.path.join(folder, "prepare.py")) == 1:
             # one sample a round trip (T1, T6): too little work to share between threads, and a thread pool that
             # wakes (or spins) for every tiny op makes each round trip wait for the scheduler on a busy machine
             torch.set_num_threads(1)
+    except BaseException as e:  # noqa: BLE001
+        traceback.print_exc()
+        wire.send_json(tx, {"error": f"{type(e).__name__}: {e}"})
+        return 1
+    if args.hold and wire.receive(rx).get("op") != "go":
+        return 0  # the prober, held until the scored predictor has ended (bench.scoring.scorer): not needed
+    try:
+        # the agent's own helper modules beside its script, AFTER the imports the predictor relies on
+        sys.path.insert(0, folder)
+        prepare = _import(os.path.join(folder, "prepare.py"), "prepare")
         model = _build(prepare, args.checkpoint, os.path.join(folder, args.script)).to(args.device).eval()
         n_params = sum(p.numel() for p in model.parameters())
     except BaseException as e:  # noqa: BLE001 - anything the agent's code raises is reported, never re-raised

@@ -9,7 +9,8 @@ a label before the outputs for it are returned), ``score`` (the metric) and the 
 unpickles or executes anything from the workspace: the model runs in a sandboxed predictor process
 (:mod:`bench.scoring.predictor`) that receives inputs over a pipe and returns outputs. A second, fresh predictor
 answers the forward-contract probes (:mod:`bench.scoring.checks`): cold replays of stretches of the feed and
-batches shaped like the feed's, at positions drawn from a secret no predictor sees. Prints one JSON object, the
+batches shaped like the feed's, at positions drawn from a secret no predictor sees; it runs the agent's code only
+after the scored one has ended, so that the two never talk. Prints one JSON object, the
 official result (task, metric, value, val_value, direction, split, checkpoint, script, seconds, n, checks, and
 ``probes``: the secret and every position it gave, published only now); on any failure the same object with
 ``error`` (and ``violation`` with ``probes`` when the forward contract is broken, ``unloadable: true`` when the
@@ -22,12 +23,12 @@ reads as a predictor that ended without an answer.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
 import json
 import math
 import os
 import sys
-import threading
 import time
 import tomllib
 from pathlib import Path
@@ -66,12 +67,21 @@ def load_task_module(task_dir: Path):
 def sandbox_wrap(eval_dir: Path, device: str = "cpu", limits: Limits | None = None):
     """The predictor's sandbox: the allow-list's system and Python, the predictor's own files and the staged
     folder readable (bench.sandbox.view: no repository, no data cache, no other run, no CLI), nothing
-    writable, no network, its own PID namespace."""
+    writable, no network, its own PID namespace, no cgroup tree, and the predictors' seccomp filter (no file lock,
+    lease or watch, no page-cache residency, no other process read: :mod:`bench.sandbox.seccomp`)."""
     from bench.sandbox import Policy, Sandbox, default_hidden, default_readable
     from bench.sandbox.limits import predictor_limits
 
     readable = (*default_readable("predictor"), eval_dir)
-    policy = Policy(cwd=eval_dir, writable=(), readable=readable, hidden=default_hidden(), endpoints=())
+    policy = Policy(
+        cwd=eval_dir,
+        writable=(),
+        readable=readable,
+        hidden=default_hidden(),
+        endpoints=(),
+        seccomp="predictor",
+        own_cgroup=False,
+    )
     return Sandbox(policy, limits=predictor_limits(device, limits))  # memory and processes: bench.sandbox.limits
 
 
@@ -92,12 +102,14 @@ def score_checkpoint(
 ) -> dict:
     """Feed every evaluation batch to a predictor, score its outputs, probe the forward contract; the result dict.
 
-    The scored predictor starts first, so that building the model overlaps with loading the task and its labels;
-    the prober starts once the scored one is ready, so that its start-up overlaps with the round trips instead of
-    competing with the two start-ups on the critical path. The probes' positions follow from ``secret`` (drawn
-    here, :func:`checks.draw_secret`, unless a test gives one), which stays in this process until the result
-    records it. On a CPU the prober answers its probes while the scored predictor answers the feed (its inputs
-    are known in advance; a core each); on a GPU it starts after the scored one is closed (one model in memory).
+    The scored predictor starts first, so that building the model overlaps with loading the task and its labels.
+    The prober runs the agent's code only once the scored predictor has ENDED (issue 29): two processes running the
+    agent's model at once can talk (a record lock on a shared file crossed every namespace), and one that is dead
+    can say nothing (its locks die with it; nothing in its sandbox was writable). Its inputs are known in advance,
+    so nothing is lost but the overlap: it is started beside the scored one held before any agent code (Python,
+    numpy and torch imported, :meth:`Session` ``hold``), and let go after the scored one is closed. The probes'
+    positions follow from ``secret`` (drawn here, :func:`checks.draw_secret`, unless a test gives one), which stays
+    in this process until the result records it.
     """
     t0 = time.time()
     log = log or eval_dir.with_suffix(".predictor.log")
@@ -106,28 +118,31 @@ def score_checkpoint(
     wrap = sandbox.wrap if sandbox is not None else None
     secret = secret or checks.draw_secret()
 
-    def session() -> Session:
-        return Session(eval_dir, checkpoint, script, device=device, timeout_s=timeout_s, log=log, wrap=wrap)
+    def session(hold: bool = False) -> Session:
+        return Session(eval_dir, checkpoint, script, device=device, timeout_s=timeout_s, log=log, wrap=wrap, hold=hold)
 
     try:
-        with session() as scored:
+        with session() as scored, session(hold=True) as prober:
             task = load_task_module(task_dir)
             feed = task.eval_batches(task.EVAL_SPLIT, str(data_dir), task.FEED_BATCH_SIZE)
             inputs, targets = [x for x, _ in feed], [y for _, y in feed]
             found = checks.plan(inputs, getattr(task, "CAUSAL_INPUT", None), secret)
-            scored.ready()
-            with session() as prober, _Answers(prober, found, start=device == "cpu") as answers:
-                outputs = [scored.predict(x) for x in inputs]
-                # after the scored feed, so that it cannot have shaped it; rule 9 reads it for the scored checkpoint
-                val_value = _validation(task, scored, data_dir) if validate else None
-                scored.close()  # before a GPU's probes: one model in memory at a time while it computes
-                result = task.score(outputs, targets)
-                value = float(result[task.METRIC])
-                if not math.isfinite(value):
-                    raise PredictorError(f"the {task.METRIC} is {value}")
-                broken = checks.judge(found, answers.all(), outputs, device)
-                if broken:
-                    raise ContractViolation("forward contract broken: " + "; ".join(broken), found.evidence())
+            outputs = [scored.predict(x) for x in inputs]
+            # after the scored feed, so that it cannot have shaped it; rule 9 reads it for the scored checkpoint
+            val_value = _validation(task, scored, data_dir) if validate else None
+            scored.close()  # ended (and waited for) before the prober runs any agent code: no channel between them
+            result = task.score(outputs, targets)
+            value = float(result[task.METRIC])
+            if not math.isfinite(value):
+                raise PredictorError(f"the {task.METRIC} is {value}")
+            answers, failure = _answers(prober, found)
+            prober.close()
+            asked = dataclasses.replace(found, probes=found.probes[: len(answers)])
+            broken = checks.judge(asked, answers, outputs, device, task_tolerance(task_dir, device))
+            if broken:  # judged even when the prober then failed: a crash at the last probe hides no broken replay
+                raise ContractViolation("forward contract broken: " + "; ".join(broken), found.evidence())
+            if failure is not None:
+                raise failure
     except Exception as e:  # an out-of-memory kill reads as a predictor that ended without an answer: say why
         e.predictor_limits = sandbox.limits.hits() if sandbox is not None else []
         raise
@@ -148,54 +163,41 @@ def score_checkpoint(
     }
 
 
-class _Answers:
-    """The prober's answers to every probe of a plan, asked in the plan's order: in a thread started at once
-    (``start``, a CPU: the probes' inputs are known before the feed) or when first needed (a GPU, after the scored
-    predictor is closed). Leaving the block early (the scored predictor failed) ends the prober first, so that the
-    thread, blocked on it, ends too."""
+def task_tolerance(task_dir: Path, device: str) -> checks.Tolerance:
+    """The replays' tolerance for this task on ``device``: on a GPU, task.toml's ``[scoring] cuda_replay_tolerance``
+    (the epsilon the GPU proof kit measured for the task: ``bench selftest``'s ``replay_epsilon``) or, without
+    one, :data:`checks.CUDA_REPLAY_DEFAULT`; on a CPU the fixed 1e-4 (deterministic CPU kernels agree bitwise)."""
+    try:
+        with open(task_dir / "task.toml", "rb") as f:
+            given = tomllib.load(f).get("scoring", {}).get("cuda_replay_tolerance")
+    except (OSError, tomllib.TOMLDecodeError):
+        given = None
+    if given is not None and not (isinstance(given, int | float) and 0 <= given < 1):
+        raise ValueError(f"task.toml's [scoring] cuda_replay_tolerance must be a number in [0, 1), not {given!r}")
+    return checks.tolerance(device, given)
 
-    def __init__(self, prober: Session, found: checks.Plan, start: bool) -> None:
-        self.prober, self.found = prober, found
-        self.answers: list[np.ndarray] = []
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._ask, daemon=True)
-        if start:
-            self.thread.start()
 
-    def _ask(self) -> None:
-        try:
-            for probe in self.found.probes:
-                self.answers.append(self.prober.predict(probe.inputs))
-        except BaseException as e:  # noqa: BLE001 - re-raised in the scorer's thread by all()
-            self.error = e
+def _answers(prober: Session, found: checks.Plan) -> tuple[list[np.ndarray], PredictorError | None]:
+    """The prober's answers to the plan's probes, asked in the plan's order (after the scored predictor ended), and
+    the error that stopped it early (None: every probe answered); the caller judges what was answered first.
 
-    def all(self) -> list[np.ndarray]:
-        """Every answer; a predictor that failed on a request shaped like the feed's (its own batches replayed, a
-        causality block), after the scored one answered them all, broke the contract: crashing where it guesses it
-        is probed must not turn a disqualification into a mere failure. Timeouts, load errors and a predictor killed
-        by a signal (a memory limit's kill is one: the prober may share the scored one's group) stay errors."""
-        if self.thread.ident is None:  # not started (a GPU): ask now, in this thread
-            self._ask()
-        else:
-            self.thread.join()
-        if isinstance(self.error, PredictorError) and not isinstance(self.error, LoadError):
-            probe = self.found.probes[len(self.answers)]
-            killed = (self.prober.proc.poll() or 0) < 0
-            if not self.prober.timed_out and not killed and probe.promise != checks.BATCH:
-                why = f"a fresh predictor failed on a request the scored one answered ({probe.where}): {self.error}"
-                raise ContractViolation(f"forward contract broken: {why}", self.found.evidence()) from self.error
-        if self.error is not None:
-            raise self.error
-        return self.answers
-
-    def __enter__(self) -> _Answers:
-        return self
-
-    def __exit__(self, kind, *_) -> None:
-        if kind is not None:
-            self.prober.close()
-        if self.thread.ident:
-            self.thread.join()
+    A predictor that failed on a request shaped like the feed's (its own batches replayed, a causality block), after
+    the scored one answered them all, broke the contract: crashing where it guesses it is probed must not turn a
+    disqualification into a mere failure. Timeouts, load errors and a predictor killed by a signal (a memory
+    limit's kill is one) stay errors, as does a failure on the batch probe (a batch size the feed never had)."""
+    answers: list[np.ndarray] = []
+    try:
+        for probe in found.probes:
+            answers.append(prober.predict(probe.inputs))
+    except PredictorError as error:
+        if not isinstance(error, LoadError):
+            probe = found.probes[len(answers)]
+            killed = (prober.proc.poll() or 0) < 0
+            if not prober.timed_out and not killed and probe.promise != checks.BATCH:
+                why = f"a fresh predictor failed on a request the scored one answered ({probe.where}): {error}"
+                raise ContractViolation(f"forward contract broken: {why}", found.evidence()) from error
+        return answers, error
+    return answers, None
 
 
 def _validation(task, scored: Session, data_dir: Path) -> float | None:

@@ -53,8 +53,10 @@ def _default_mem() -> int:
 class Session:
     """A running predictor for one checkpoint; ``predict(inputs)`` returns its outputs for one batch.
 
-    The process starts at construction and builds the model while the caller does other work (the scorer starts
-    its two predictors at once, then loads the labels); the first ``predict`` (or ``ready``) waits for it."""
+    The process starts at construction and builds the model while the caller does other work (the scorer loads the
+    labels meanwhile); the first ``predict`` (or ``ready``) waits for it. A ``hold`` session imports Python's and
+    torch's modules at once but runs no agent code before its first ``ready``: the scorer's prober, which must not
+    run the agent's model while the scored predictor is alive (:mod:`bench.scoring.scorer`)."""
 
     def __init__(
         self,
@@ -67,9 +69,11 @@ class Session:
         log: Path,
         wrap=None,  # argv -> argv: the sandbox (None: unsandboxed, marked so by the caller)
         max_output_bytes: int = wire.MAX_FRAME,
+        hold: bool = False,  # start Python and torch now, run the agent's code only at the first ready()/predict()
     ) -> None:
         argv = [sys.executable, "-I", "-B", str(PREDICTOR), "--checkpoint", checkpoint, "--script", script]
-        argv += ["--device", device]
+        argv += ["--device", device, *(["--hold"] if hold else [])]
+        self._held = hold
         if wrap is not None:
             argv = wrap(argv)
         env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL", "HOME", "CUDA_VISIBLE_DEVICES")}
@@ -98,6 +102,12 @@ class Session:
     def ready(self) -> Session:
         """Wait for the predictor's hello: the model is built and loaded (or why it could not be)."""
         if not self._ready:
+            if self._held:  # let it go: build the model (the agent's code runs from here on)
+                self._held = False
+                try:
+                    wire.send_json(self.proc.stdin, {"op": "go"})
+                except (BrokenPipeError, OSError):
+                    pass  # it ended already: the read below says how
             hello = self._receive()
             if "error" in hello:
                 raise LoadError(str(hello["error"]))

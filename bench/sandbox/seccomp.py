@@ -1,0 +1,152 @@
+"""The sandboxes' seccomp filters: the system calls through which two sandboxes could talk or one could read another.
+
+Why: a sandbox's own namespaces do not cover kernel objects that live on an inode. Every sandbox binds the same
+``/usr``, ``/etc`` and venv files, and a POSIX record lock, an OFD lock or a ``flock`` on one of them is seen by
+any process that opens the same file, in any namespace (``F_GETLK`` even says where the lock lies and how long it
+is: 64 bits per lock). Issue 29 measured it: a scored predictor published each revealed T6 row as locks on its own
+script for its prober, and one run's predictor published T6's test inputs on a venv file for an agent sandbox of
+another run (3,120 of 3,216 rows in 18 s). So the filters deny, with ``EPERM``:
+
+* **predictors** (:data:`PREDICTOR`): every lock (``flock``; ``fcntl`` with ``F_GETLK``/``F_SETLK``/``F_SETLKW``,
+  their ``F_OFD_*`` and 32-bit ``*64`` forms), leases and directory notifications (``F_SETLEASE``/``F_GETLEASE``/
+  ``F_NOTIFY``), file-access watches (``inotify_*``, ``fanotify_*``: another process's opens of a shared file),
+  page-cache residency (``mincore``, ``cachestat``: which shared file pages another process read), and reading or
+  writing other processes (``ptrace``, ``process_vm_readv``/``writev``, ``kcmp``). A predictor needs none of them:
+  it reads a checkpoint and answers on a pipe.
+* **agents** (:data:`AGENT`): the same but the locks and the watches, which the agents' tools use (SQLite, the
+  optuna agent's storage, locks its database with ``F_SETLK``/``F_GETLK``; git and npm lock files; Node's
+  ``fs.watch``). Locks stay harmless for the benchmark because no predictor can take or test one: an agent can
+  only reach other agents, which know nothing the test split holds. Leases and ``F_NOTIFY`` are denied (a lease is
+  broken, and its holder signalled, when another process opens the file). What remains is written down in
+  docs/sandbox-and-rules.md (timing of shared caches; a predictor's opens seen by an agent's inotify watch).
+
+The filter is classic BPF, built here with :mod:`struct` (no libseccomp), and given to bwrap as ``--seccomp FD``
+(:meth:`bench.sandbox.Sandbox.wrap` opens the file on that descriptor in the sandbox's first shell). It checks the
+architecture first: x86_64 and aarch64 have their tables here; any other architecture's call (an i386 program on
+x86_64, int 0x80) and the x32 ABI's calls are denied whole: fail closed. On a machine of an architecture without a
+table, :func:`program` raises and no sandbox starts (:data:`ARCHES`).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import platform
+import struct
+import tempfile
+from pathlib import Path
+
+# classic BPF
+_LD_W_ABS, _JEQ_K, _JGE_K, _JSET_K, _RET_K, _ALU_AND_K = 0x20, 0x15, 0x35, 0x45, 0x06, 0x54
+_RET_ALLOW = 0x7FFF0000
+_RET_ERRNO = 0x00050000
+# struct seccomp_data: int nr; u32 arch; u64 instruction_pointer; u64 args[6] (little-endian: low half first)
+_NR, _ARCH, _ARG1_LOW = 0, 4, 16 + 8 * 1
+X32_BIT = 0x40000000
+
+# fcntl commands that take, test, or watch through an inode another process shares
+F_GETLK, F_SETLK, F_SETLKW = 5, 6, 7
+F_GETLK64, F_SETLK64, F_SETLKW64 = 12, 13, 14  # the 32-bit ABIs' (harmless to deny on 64-bit: EINVAL there)
+F_OFD_GETLK, F_OFD_SETLK, F_OFD_SETLKW = 36, 37, 38
+F_SETLEASE, F_GETLEASE, F_NOTIFY = 1024, 1025, 1026
+LOCK_COMMANDS = (F_GETLK, F_SETLK, F_SETLKW, F_GETLK64, F_SETLK64, F_SETLKW64, F_OFD_GETLK, F_OFD_SETLK, F_OFD_SETLKW)
+NOTIFY_COMMANDS = (F_SETLEASE, F_GETLEASE, F_NOTIFY)
+
+# system call numbers: (AUDIT_ARCH, {name: number}); a name a table lacks does not exist on that architecture
+ARCHES = {
+    "x86_64": (
+        0xC000003E,
+        {
+            "fcntl": 72, "flock": 73, "ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 311, "kcmp": 312,
+            "mincore": 27, "cachestat": 451, "inotify_init": 253, "inotify_init1": 294, "inotify_add_watch": 254,
+            "fanotify_init": 300, "fanotify_mark": 301,
+        },
+    ),
+    "aarch64": (
+        0xC00000B7,
+        {
+            "fcntl": 25, "flock": 32, "ptrace": 117, "process_vm_readv": 270, "process_vm_writev": 271, "kcmp": 272,
+            "mincore": 232, "cachestat": 451, "inotify_init1": 26, "inotify_add_watch": 27,
+            "fanotify_init": 262, "fanotify_mark": 263,
+        },
+    ),
+}  # fmt: skip
+
+_PROCESSES = ("ptrace", "process_vm_readv", "process_vm_writev", "kcmp")
+_CACHE = ("mincore", "cachestat")
+_WATCHES = ("inotify_init", "inotify_init1", "inotify_add_watch", "fanotify_init", "fanotify_mark")
+
+
+class Profile:
+    """What one kind of sandbox may not do: whole system calls, and ``fcntl`` commands."""
+
+    def __init__(self, name: str, calls: tuple[str, ...], fcntl_commands: tuple[int, ...]) -> None:
+        self.name, self.calls, self.fcntl_commands = name, calls, fcntl_commands
+
+
+PREDICTOR = Profile("predictor", ("flock", *_PROCESSES, *_CACHE, *_WATCHES), LOCK_COMMANDS + NOTIFY_COMMANDS)
+AGENT = Profile("agent", (*_PROCESSES, *_CACHE), NOTIFY_COMMANDS)
+PROFILES = {p.name: p for p in (PREDICTOR, AGENT)}
+
+
+def _op(code: int, k: int, jt: int = 0, jf: int = 0) -> bytes:
+    return struct.pack("=HBBI", code, jt, jf, k)
+
+
+def program(profile: Profile, machine: str | None = None) -> bytes:
+    """The filter for ``profile`` on ``machine`` (``platform.machine()`` when None): struct sock_filter[] bytes.
+
+    Layout: load arch; not ours -> EPERM. Load nr; (x86_64) x32 bit set -> EPERM. Each denied call -> EPERM;
+    fcntl -> load the command (arg 1, low 32 bits) and compare it with each denied command. Else allow."""
+    machine = machine or platform.machine()
+    if machine not in ARCHES:
+        raise RuntimeError(f"no seccomp table for {machine!r}: the sandboxes' channel filters cover {sorted(ARCHES)}")
+    arch, numbers = ARCHES[machine]
+    deny = _RET_ERRNO | errno.EPERM
+    calls = [numbers[c] for c in profile.calls if c in numbers]
+    out = [_op(_LD_W_ABS, _ARCH), _op(_JEQ_K, arch, 1, 0), _op(_RET_K, deny), _op(_LD_W_ABS, _NR)]
+    if machine == "x86_64":
+        out += [_op(_JSET_K, X32_BIT, 0, 1), _op(_RET_K, deny)]
+    for nr in calls:  # equal: the next instruction (deny); else skip it
+        out += [_op(_JEQ_K, nr, 0, 1), _op(_RET_K, deny)]
+    if profile.fcntl_commands:
+        # not fcntl: skip the command checks (2 per command) and land on allow
+        out.append(_op(_JEQ_K, numbers["fcntl"], 0, 1 + 2 * len(profile.fcntl_commands)))
+        out.append(_op(_LD_W_ABS, _ARG1_LOW))
+        for cmd in profile.fcntl_commands:
+            out += [_op(_JEQ_K, cmd, 0, 1), _op(_RET_K, deny)]
+    out.append(_op(_RET_K, _RET_ALLOW))
+    if len(out) > 4096:  # BPF_MAXINSNS
+        raise RuntimeError("seccomp filter too long")
+    return b"".join(out)
+
+
+_files: dict[str, Path] = {}
+
+
+def filter_file(name: str) -> Path:
+    """A file holding profile ``name``'s compiled filter, written once per process (read-only, in a private temp
+    folder of the harness, which no sandbox sees): bwrap reads it from a descriptor the sandbox's first shell opens."""
+    path = _files.get(name)
+    if path is None or not path.is_file():
+        folder = Path(tempfile.mkdtemp(prefix="bench-seccomp-"))
+        path = folder / f"{name}.bpf"
+        path.write_bytes(program(PROFILES[name]))
+        os.chmod(path, 0o444)
+        _files[name] = path
+    return path
+
+
+FD = 9  # the descriptor bwrap reads the filter from (opened by the sandbox's first shell, closed by bwrap)
+
+
+def shell_open(name: str | None) -> str:
+    """The first shell's command that opens profile ``name``'s filter on :data:`FD` ('' without a profile)."""
+    if name is None:
+        return ""
+    return f"exec {FD}< '{filter_file(name)}' || exit 125; "
+
+
+def bwrap_args(name: str | None) -> list[str]:
+    """bwrap's option for profile ``name`` ([] without one)."""
+    return [] if name is None else ["--seccomp", str(FD)]
