@@ -9,6 +9,7 @@ from dataclasses import replace
 
 from bench.pipeline.collect import UNTIMED
 from bench.result import FLAG, Violation
+from bench.rules import tracer
 from bench.rules.context import Context, finding
 
 # a command word where a shell starts a command: at the start, after ; & | ( ` $( or a newline, after sudo, env or
@@ -173,4 +174,4 @@ def _overwrites(ctx: Context) -> list[str]:
     return out
 
 
-CHECKS = [no_pretrained_weights, no_internet, no_package_installs, within_budget]
+CHECKS = [no_pretrained_weights, no_internet, no_package_installs, within_budget, *tracer.CHECKS]

@@ -116,6 +116,7 @@ def summary(states: list[ScriptState]) -> dict:
                 "examples": {k: v for k, v in s.examples.items() if s.dropped.get(k)},  # agent text: not Markdown
                 "unrelayed": s.unrelayed,
                 "unread_bytes": s.unread_bytes,
+                "lines_dropped": dict(sorted(s.lines_dropped.items())),  # lines that were no event (issue 29)
             }
             for s in scripts
         ],

@@ -55,6 +55,11 @@ CHECKPOINT_REASONS = {
     "no-such-file": "the file it names does not exist",
     "outside-checkpoints": "the file it names is not in the workspace's checkpoints/",
     "too-large": "larger than the upload limit",
+    "link": "a symbolic link (never followed: issue 29)",
+    "not-regular": "not a regular file (a FIFO, a directory, a socket, a device)",
+    "sparse": "a sparse file (its apparent size is not what it holds)",
+    "same-file": "a file already uploaded (a hard link of it, named again)",
+    "unreadable": "a file the harness could not open",
     "store-refused": "refused by the tracking store",
 }
 

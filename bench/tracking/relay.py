@@ -18,18 +18,30 @@ Nothing in a spool can stop the relay (issue 21): each value is checked against 
 is split until the refused values are alone; a script is cut at the caps (values, checkpoint uploads, spool bytes)
 with a count; system metrics are sampled in a thread of their own (:class:`~bench.tracking.sysmetrics.SystemMetrics`).
 At the end :meth:`Relay.summary` accounts for every value: relayed + dropped + left unrelayed = written.
+
+Nor can the files themselves (issue 29): the spool folder is listed without following a link (a bounded number of
+names), and every spool, tail and checkpoint file is opened through :mod:`bench.untrusted` (no link followed, regular
+files only, never blocking, bounded by apparent and allocated size). A FIFO, a directory, a socket or a link named like
+a spool or tail file is never read: it is a named finding in ``result.json`` (``scripts.relay.refused_files``) and the
+audit. Each line is parsed with its nesting depth bounded first, so a line of 100,000 ``[`` is dropped and counted
+(``lines_dropped``) like a torn or foreign line, and the script's later events are relayed. Checkpoints are copied
+through the boundary into a harness-owned folder and uploaded from there, one upload per file (hard links of one file
+named by forged events are one file).
 """
 
 from __future__ import annotations
 
 import difflib
 import json
+import os
+import tempfile
 import threading
 import time
 from dataclasses import asdict, fields
 from pathlib import Path
 
-from bench.tracking import accounting, limits, schema, sysmetrics
+from bench import untrusted
+from bench.tracking import accounting, limits, schema, spool_files, sysmetrics
 from bench.tracking.hook._bench_once import Seen
 from bench.tracking.limits import Tally
 from bench.tracking.script_state import COUNTED, ScriptState, _int, _text, _time, metric_rows, safe_name
@@ -46,6 +58,12 @@ MAX_CHECKPOINT_BYTES = 8 << 30  # a checkpoint larger than this is not uploaded 
 # traced values however late it reads them (hook/_bench_once.py); what is left for the relay is a line printed
 # just before the helper traces the same value, which reaches the spool within microseconds of the traced event
 RECENT_PAIRS = 512
+_CHECKPOINT_LIMITS = untrusted.Limits(max_bytes=MAX_CHECKPOINT_BYTES)
+_NOT_UPLOADED = {  # the boundary's findings as the relay's reasons for not uploading a checkpoint
+    untrusted.MISSING: "no-such-file",
+    untrusted.OUTSIDE: "outside-checkpoints",
+    untrusted.TOO_BIG: "too-large",
+}
 
 
 class Relay:
@@ -69,10 +87,15 @@ class Relay:
         recorded before this version have it)."""
         self.writer, self.parent_run, self.spool_dir = writer, parent_run, Path(spool_dir)
         self.base_tags, self.baseline_source, self.interval = base_tags, baseline_source, interval
-        self.checkpoints_dir = Path(checkpoints_dir or self.spool_dir.parents[1] / "checkpoints").resolve()
+        # checkpoints are opened from the folder above with no link followed (a checkpoints/ swapped for a link to a
+        # host folder is refused), so the folder is kept as named, not resolved
+        self.checkpoints_dir = Path(os.path.abspath(checkpoints_dir or self.spool_dir.parents[1] / "checkpoints"))
         legacy = self.spool_dir.parent / "relay.json"
         self.state_file = Path(state_file) if state_file else legacy
+        self.workspace = self.spool_dir.parents[1]  # the tree every agent-made file is read under (no link out)
         self.scripts: dict[str, ScriptState] = {}
+        self.refused = spool_files.Refused()  # spool and tail files never read (a FIFO, a link, ...), by name
+        self.uploaded_inodes: list[str] = []  # "dev:ino" of every checkpoint uploaded (a hard link is the same file)
         self._others = 0  # values the other scripts relayed, while one is read (the cap per run)
         self._recent: dict[str, Seen] = {}  # file -> the values last logged for it (saved as ScriptState.recent)
         self.warned = False
@@ -88,6 +111,8 @@ class Relay:
             scripts = saved.get("scripts", {}).items()
             self.scripts = {k: ScriptState(**{n: x for n, x in v.items() if n in known}) for k, v in scripts}
             self.system.totals.update(saved.get("system") or {})  # the agent tree's GPU figures so far
+            self.refused = spool_files.Refused(saved.get("refused"), int(saved.get("refused_more") or 0))
+            self.uploaded_inodes = list(saved.get("uploaded_inodes") or [])
         else:  # a new run: the state file exists from now on, so a relay.json the agent plants is never read
             self._save()
 
@@ -136,7 +161,7 @@ class Relay:
         Each script on its own: one whose events the store does not take waits, the others go on."""
         with self._lock:
             ok = True
-            for path in sorted(self.spool_dir.glob("*.jsonl")):
+            for path in spool_files.listing(self.workspace, self.spool_dir, set(self.scripts), self.refused):
                 state = self.scripts.setdefault(path.name, ScriptState(file=path.name))
                 try:
                     self._read(path, state)
@@ -162,12 +187,21 @@ class Relay:
         left = limits.MAX_SPOOL_BYTES - state.offset
         if left <= 0:  # past the cap: nothing more of this file is read (the summary counts its bytes)
             return
-        with open(path, "rb") as f:
-            f.seek(state.offset)
-            data = f.read(min(MAX_READ, left))
+        data = spool_files.read_chunk(path, self.workspace, state.offset, min(MAX_READ, left))
+        if isinstance(data, untrusted.Finding):  # swapped for a FIFO or a link since the listing: never read
+            self.refused.add(data)
+            return
+        if state.in_long_line:  # the rest of a line longer than a whole read: passed over to its end
+            nl = data.find(b"\n")
+            skip = len(data) if nl < 0 else nl + 1
+            state.offset += skip
+            state.in_long_line = nl < 0
+            data = data[skip:]
         end = data.rfind(b"\n") + 1  # only complete lines: the writer may be mid-line
         if end == 0 and len(data) == MAX_READ:  # one "line" longer than a whole read: not an event, pass over it
             state.offset += len(data)
+            state.in_long_line = True
+            state.lines_dropped[untrusted.TOO_LONG] = state.lines_dropped.get(untrusted.TOO_LONG, 0) + 1
             return
         self._others = sum(o.metrics for o in self.scripts.values() if o is not state)  # for the run's cap
         rows: list[tuple] = []  # consecutive metric events go to MLflow in batches
@@ -175,10 +209,7 @@ class Relay:
         recorded = self._memo(state)  # what the bookkeeping was after the last event recorded
         try:
             for line in data[:end].splitlines(keepends=True):
-                try:
-                    event = json.loads(line)
-                except ValueError:
-                    event = None  # a torn or foreign line: skip it, never stop relaying
+                event = spool_files.parse_line(line, state.lines_dropped, MAX_READ)  # a bad line: counted, skipped
                 if isinstance(event, dict) and event.get("ev") == "metrics" and state.run_id is not None:
                     rows += self._metric_rows(state, event, len(rows))
                     pending += len(line)
@@ -285,7 +316,8 @@ class Relay:
                 s.deferred.append(str(ckpt))
             ckpt, why = None, "over-cap"
         if ckpt is not None:
-            self.writer.log_artifact(s.run_id, ckpt, "checkpoints")
+            why = self._upload(s.run_id, ckpt)
+        if not why:
             s.uploaded += 1
         else:
             entry["not_uploaded"] = why
@@ -294,16 +326,38 @@ class Relay:
             s.checkpoints.append(entry)
 
     def _checkpoint_file(self, raw: object) -> tuple[Path | None, str]:
-        """The checkpoint a spool event names, if it is a file of ``checkpoints/`` of a sane size; else why not."""
+        """The checkpoint a spool event names, if it lies in ``checkpoints/`` by name (nothing resolved: whether it
+        is a regular file reached with no link is the upload's check); else why not."""
         try:
-            path = Path(str(raw)).resolve(strict=True)
-        except (OSError, RuntimeError, ValueError):
+            path = Path(os.path.abspath(str(raw)))
+        except (OSError, ValueError):
             return None, "no-such-file"
-        if not path.is_relative_to(self.checkpoints_dir) or not path.is_file():
+        if not path.is_relative_to(self.checkpoints_dir) or path == self.checkpoints_dir:
             return None, "outside-checkpoints"
-        if path.stat().st_size > MAX_CHECKPOINT_BYTES:
-            return None, "too-large"
         return path, ""
+
+    def _upload(self, run_id: str | None, path: Path) -> str:
+        """Upload one checkpoint through the boundary: opened with no link followed, a regular file only, never
+        blocking, bounded by its apparent and allocated size, copied from that open file into a harness-owned
+        folder and uploaded from there. A file already uploaded (the same inode, size and mtime: a hard link named
+        again) is not uploaded twice. "" when uploaded, else why not (raises TrackingError as the writer does)."""
+        opened = untrusted.open_regular(path, self.checkpoints_dir.parent, _CHECKPOINT_LIMITS)
+        if isinstance(opened, untrusted.Finding):
+            return _NOT_UPLOADED.get(opened.what, opened.what)
+        with opened as f, tempfile.TemporaryDirectory(prefix=".bench-staged-", dir=self.state_file.parent) as tmp:
+            st = os.fstat(f.fileno())
+            key = f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}"
+            if key in self.uploaded_inodes:
+                return "same-file"
+            staged = Path(tmp) / path.name
+            with open(staged, "wb") as out:
+                left = MAX_CHECKPOINT_BYTES
+                while left > 0 and (chunk := f.read(min(left, 1 << 20))):
+                    out.write(chunk)
+                    left -= len(chunk)
+            self.writer.log_artifact(run_id, staged, "checkpoints")
+        self.uploaded_inodes.append(key)
+        return ""
 
     def keep(self, checkpoints: list[tuple[str, str]]) -> None:
         """Upload the checkpoints the evaluation scored, ``(path, script)``, that the upload cap left out: the
@@ -316,11 +370,12 @@ class Relay:
                 owners = owners or [
                     s for s in self.scripts.values() if path and s.script == script and s.not_uploaded.get("over-cap")
                 ]
-                if not owners:
+                if not owners or path is None:
                     continue
                 s = owners[-1]
                 try:
-                    self.writer.log_artifact(s.run_id, path, "checkpoints")
+                    if self._upload(s.run_id, path):
+                        continue
                 except TrackingError:
                     continue
                 if str(path) in s.deferred:
@@ -366,20 +421,36 @@ class Relay:
                     except TrackingError:
                         pass
             for s in self.scripts.values():  # tails are final only now: the output tee drains after its script
-                tail = self.spool_dir / (s.file + ".tail")
-                if s.run_id and tail.is_file():
-                    try:
-                        self.writer.log_text(s.run_id, tail.read_text(errors="replace"), "stdout_tail.txt")
-                    except TrackingError:
-                        break
+                if not s.run_id:
+                    continue
+                tail = spool_files.read_tail(self.spool_dir / (s.file + ".tail"), self.workspace)
+                if isinstance(tail, untrusted.Finding):  # a FIFO, a link to a host file, a sparse giant: not read
+                    self.refused.add(tail)
+                    continue
+                try:
+                    self.writer.log_text(s.run_id, tail, "stdout_tail.txt")
+                except TrackingError:
+                    break
             for s in self.scripts.values():
-                s.unrelayed, s.unread_bytes = accounting.left(self.spool_dir / s.file, s.offset, MAX_READ)
+                left = spool_files.left(self.spool_dir / s.file, self.workspace, s.offset, MAX_READ)
+                if isinstance(left, untrusted.Finding):
+                    self.refused.add(left)
+                    left = (0, 0)
+                s.unrelayed, s.unread_bytes = left
             self._save()
         return self.summary()
 
     def summary(self) -> dict:
-        """Per script and in all: the runs, and what became of every value and checkpoint the spool holds."""
-        return {**accounting.summary(list(self.scripts.values())), "system": sysmetrics.summary(self.system.totals)}
+        """Per script and in all: the runs, and what became of every value and checkpoint the spool holds; the
+        spool and tail files refused (``refused_files``: never read) and the lines dropped unparsed."""
+        out = {**accounting.summary(list(self.scripts.values())), "system": sysmetrics.summary(self.system.totals)}
+        out["relay"]["refused_files"] = self.refused.to_dict(self.spool_dir)
+        lines: dict[str, int] = {}
+        for s in self.scripts.values():
+            for why, n in s.lines_dropped.items():
+                lines[why] = lines.get(why, 0) + n
+        out["relay"]["lines_dropped"] = dict(sorted(lines.items()))
+        return out
 
     def _seen(self, s: ScriptState) -> Seen:
         if s.file not in self._recent:
@@ -396,6 +467,9 @@ class Relay:
                     "parent_run": self.parent_run,
                     "scripts": {k: asdict(v) for k, v in self.scripts.items()},
                     "system": dict(self.system.totals),
+                    "refused": self.refused.names,
+                    "refused_more": self.refused.more,
+                    "uploaded_inodes": self.uploaded_inodes,
                 }
             )
         )

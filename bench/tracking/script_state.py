@@ -16,7 +16,7 @@ from bench.tracking.limits import Tally
 
 # what a batch the store did not take must not leave counted (its lines are read again)
 COUNTED = ("seconds_step", "last_step", "metrics", "dropped", "examples", "checkpoint_events", "uploaded")
-COUNTED += ("not_uploaded", "deferred", "params_dropped", "checkpoints", "params_logged")
+COUNTED += ("not_uploaded", "deferred", "params_dropped", "checkpoints", "params_logged", "lines_dropped")
 
 
 @dataclass
@@ -51,6 +51,8 @@ class ScriptState:
     not_uploaded: dict[str, int] = field(default_factory=dict)
     deferred: list[str] = field(default_factory=list)  # checkpoints past the upload cap (the first MAX_DEFERRED)
     params_dropped: int = 0
+    lines_dropped: dict[str, int] = field(default_factory=dict)  # lines that are no event, by why (too-deep, bad-json)
+    in_long_line: bool = False  # the read ended inside a line longer than a whole read (passed over to its end)
 
     @property
     def checkpoint_count(self) -> int:

@@ -239,9 +239,9 @@ def test_forged_spool_events_upload_nothing_from_outside_and_leave_no_ghost_run(
     uploaded = [a.path for a in mlflow.tracking.MlflowClient().list_artifacts(script["run_id"], "checkpoints")]
     assert uploaded == ["checkpoints/real.pt"]  # not the host file, not the link to it
     reasons = [c.get("not_uploaded", "") for c in relay.scripts[next(iter(relay.scripts))].checkpoints]
-    assert reasons == ["outside-checkpoints", "outside-checkpoints", ""]
+    assert reasons == ["outside-checkpoints", "link", ""]  # a link is never followed (issue 29), wherever it leads
     relayed = summary["relay"]["checkpoints"]
-    assert relayed["uploaded"] == 1 and relayed["not_uploaded"] == {"outside-checkpoints": 2}
+    assert relayed["uploaded"] == 1 and relayed["not_uploaded"] == {"outside-checkpoints": 1, "link": 1}
     assert summary["relay"]["values"]["dropped"] == {"value-not-a-number": 1}  # the link's val_score "x"
     assert state.is_file() and not (ws / ".bench" / "relay.json").exists()  # progress kept harness-side
 

@@ -1,0 +1,149 @@
+"""The spool and tail files as hostile input (issue 29): the relay reads them through :mod:`bench.untrusted`.
+
+Before: a FIFO named like a spool file blocked the relay forever in ``open()``; a directory with that name raised
+IsADirectoryError and a line of 100,000 ``[`` a RecursionError out of ``finalize`` (the run was never recorded); a
+tail file that was a link to a host file was uploaded as ``stdout_tail.txt``. Each case runs in a thread with a
+deadline, so a regression fails here instead of hanging the suite.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import mlflow
+
+from bench.tracking import schema
+from bench.tracking.relay import Relay
+from bench.tracking.writer import MlflowWriter
+
+T = 1_700_000_000.0
+START = {"ev": "start", "t": T, "script": "run_1.py", "pid": 4242, "argv": ["run_1.py"], "source": ""}
+END = {"ev": "end", "t": T + 30, "status": "FINISHED"}
+
+
+def _relay(tmp_path: Path) -> tuple[Relay, Path]:
+    spool = tmp_path / "ws" / ".bench" / "spool"
+    spool.mkdir(parents=True)
+    writer = MlflowWriter(f"test-hostile-{uuid.uuid4().hex[:8]}")
+    parent = writer.create_run("agent", {schema.KIND: schema.KIND_AGENT})
+    return Relay(writer, parent, spool, {}, state_file=tmp_path / "relay.json"), spool
+
+
+def _write(spool: Path, name: str, lines: list) -> None:
+    (spool / name).write_text("".join((x if isinstance(x, str) else json.dumps(x)) + "\n" for x in lines))
+
+
+def _finalize(relay: Relay, deadline_s: float = 30) -> dict:
+    """relay.finalize() in a thread: the summary, or a failure naming the hang (a blocked open() never returns)."""
+    out: dict = {}
+
+    def go() -> None:
+        try:
+            out["summary"] = relay.finalize()
+        except BaseException as e:  # the test reports what escaped
+            out["error"] = e
+
+    thread = threading.Thread(target=go, daemon=True)
+    thread.start()
+    thread.join(deadline_s)
+    assert not thread.is_alive(), f"the relay hung for {deadline_s} s on the spool"
+    assert "error" not in out, f"the relay raised {out.get('error')!r}"
+    return out["summary"]
+
+
+def _open_runs(summary: dict) -> list[str]:
+    client = mlflow.tracking.MlflowClient()
+    return [s["run_id"] for s in summary["scripts"] if client.get_run(s["run_id"]).info.status == "RUNNING"]
+
+
+def test_a_fifo_a_directory_a_socket_and_links_in_the_spool_are_refused_by_name_and_the_rest_is_relayed(tmp_path):
+    relay, spool = _relay(tmp_path)
+    _write(spool, "1-1.jsonl", [START, {"ev": "metrics", "t": T, "step": 1, "metrics": {"loss": 0.5}}, END])
+    os.mkfifo(spool / "2-2.jsonl")  # open() of it waits for a writer: forever
+    (spool / "3-3.jsonl").mkdir()
+    secret = tmp_path / "host-secret.txt"
+    secret.write_text(json.dumps({**START, "script": "SECRET-host-file"}) + "\n")
+    (spool / "4-4.jsonl").symlink_to(secret)
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.bind(str(spool / "5-5.jsonl"))
+        summary = _finalize(relay)
+    refused = summary["relay"]["refused_files"]
+    assert refused["counts"] == {"link": 1, "not-regular": 3}, refused
+    named = {Path(e["path"]).name: e["what"] for e in refused["examples"]}
+    assert named == {"2-2.jsonl": "not-regular", "3-3.jsonl": "not-regular", "4-4.jsonl": "link",
+                     "5-5.jsonl": "not-regular"}  # fmt: skip
+    (script,) = summary["scripts"]
+    assert script["script"] == "run_1.py" and script["status"] == "FINISHED" and script["values"] == 1
+    assert "SECRET-host-file" not in json.dumps(summary)  # the link's target was never read
+    assert _open_runs(summary) == []
+
+
+def test_a_parser_bomb_an_over_long_line_and_garbage_are_dropped_and_counted_and_the_script_goes_on(tmp_path):
+    relay, spool = _relay(tmp_path)
+    bomb = "[" * 100_000
+    deep_but_short = "{" * 70 + "}" * 70  # valid JSON nested past the bound: dropped, not parsed
+    lines = [START, bomb, deep_but_short, "not json at all", {"ev": "metrics", "t": T, "step": 2, "metrics": {"a": 1}}]
+    _write(spool, "1-1.jsonl", [*lines, END])
+    summary = _finalize(relay)
+    (script,) = summary["scripts"]
+    assert script["status"] == "FINISHED" and script["values"] == 1  # the event after the bomb was relayed
+    assert summary["relay"]["lines_dropped"] == {"bad-json": 1, "too-deep": 2}
+    assert script["lines_dropped"] == {"bad-json": 1, "too-deep": 2}
+
+
+def test_a_line_longer_than_a_whole_read_is_passed_over_with_a_count(tmp_path, monkeypatch):
+    from bench.tracking import relay as relay_module
+
+    monkeypatch.setattr(relay_module, "MAX_READ", 4096)
+    relay, spool = _relay(tmp_path)
+    _write(spool, "1-1.jsonl", [START, "x" * 10_000, {"ev": "metrics", "t": T, "step": 2, "metrics": {"a": 1}}, END])
+    summary = _finalize(relay)
+    (script,) = summary["scripts"]
+    assert script["status"] == "FINISHED" and script["values"] == 1
+    assert summary["relay"]["lines_dropped"] == {"too-long": 1}
+
+
+def test_a_tail_that_is_a_fifo_a_link_or_sparse_is_refused_and_never_uploaded(tmp_path):
+    relay, spool = _relay(tmp_path)
+    for n in (1, 2, 3, 4):
+        _write(spool, f"{n}-{n}.jsonl", [{**START, "script": f"s{n}.py"}, END])
+    os.mkfifo(spool / "1-1.jsonl.tail")
+    secret = tmp_path / "shadow"
+    secret.write_text("root:SECRET-shadow-hash:19000::::::\n")
+    (spool / "2-2.jsonl.tail").symlink_to(secret)
+    with open(spool / "3-3.jsonl.tail", "wb") as f:  # 1 GiB apparent, nothing allocated
+        f.truncate(1 << 30)
+    (spool / "4-4.jsonl.tail").write_text("step 1 | loss 0.5\n" * 10)
+    summary = _finalize(relay)
+    tails = summary["relay"]["refused_files"]
+    named = {Path(e["path"]).name: e["what"] for e in tails["examples"]}
+    assert named == {"1-1.jsonl.tail": "not-regular", "2-2.jsonl.tail": "link", "3-3.jsonl.tail": "sparse"}
+    client = mlflow.tracking.MlflowClient()
+    uploaded = {}
+    for s in summary["scripts"]:
+        names = [a.path for a in client.list_artifacts(s["run_id"])]
+        uploaded[s["script"]] = "stdout_tail.txt" in names
+    assert uploaded == {"s1.py": False, "s2.py": False, "s3.py": False, "s4.py": True}
+    (s4,) = [s for s in summary["scripts"] if s["script"] == "s4.py"]
+    text = Path(client.download_artifacts(s4["run_id"], "stdout_tail.txt", str(tmp_path))).read_text()
+    assert text == "step 1 | loss 0.5\n" * 10
+
+
+def test_a_fifo_in_the_spool_does_not_block_the_live_relay(tmp_path):
+    """The live loop polls every interval: a FIFO there must not stop it (nor the scripts after it)."""
+    relay, spool = _relay(tmp_path)
+    os.mkfifo(spool / "0-0.jsonl")
+    _write(spool, "1-1.jsonl", [START])
+    started = time.monotonic()
+    done = threading.Event()
+    threading.Thread(target=lambda: (relay.poll(), done.set()), daemon=True).start()
+    assert done.wait(30), "poll() blocked on the FIFO"
+    assert time.monotonic() - started < 30
+    assert relay.launches == 1
+    _finalize(relay)
