@@ -119,3 +119,75 @@ def test_a_checkpoint_is_scored_with_the_code_of_its_time_not_code_written_later
     assert not any(v.rule == 6 and "scripts as the run left them" in v.reason for v in result.audit.violations)
     assert result.status == "success", result.reason
     guard.check(result, "never-planted")
+
+
+# a plain script that saves one checkpoint and then waits for the harness to be killed
+SAVER = r"""
+cat > run_1.py <<'EOF2'
+import time
+from prepare import save_checkpoint
+from train import CONFIG, build_model
+if __name__ == "__main__":
+    save_checkpoint(build_model(CONFIG), CONFIG, 0.9)
+    time.sleep(120)
+EOF2
+python run_1.py
+"""
+
+BROKEN = "\n\ndef build_model(config):  # written after the harness died\n    raise RuntimeError('written later')\n"
+
+
+def test_resume_stages_the_recorded_snapshots_and_places_a_later_checkpoint_after_the_code(generated_t6, tmp_path):
+    """The harness is SIGKILLed after it recorded a checkpoint and its code; then a better checkpoint is saved and
+    run_1.py rewritten (its build_model now raises). ``--resume`` scores the first with the code recorded for
+    it, and the later one, which no snapshot covers, is staged as the run left it (so it cannot load), placed at
+    run_1.py's change (after its own mtime) and flagged."""
+    import os
+    import signal
+    import time
+
+    from bench.cli import main
+    from bench.result import RunResult
+    from tests.bench.test_resume import ROOT, campaign, wait_for
+
+    name, workspaces = campaign(), tmp_path / "workspaces"
+    env = {**os.environ, "BENCH_WORKSPACES_DIR": str(workspaces), "PYTHONPATH": str(ROOT)}
+    argv = ["run", "--agent", "command", "--task", "t6", "--agent-command", SAVER, "--budget", "60"]
+    argv += ["--grace", "2", "--campaign", name, "--unsandboxed", "--quiet"]
+    log = tmp_path / "harness.log"
+    with open(log, "wb") as out:
+        harness = subprocess.Popen([sys.executable, "-m", "bench.cli", *argv], env=env, stdout=out, stderr=out)
+    try:
+
+        def snapshotted() -> Path | None:
+            found = next(workspaces.glob(f"{name}/*/evidence/code.jsonl"), None)
+            return found if found is not None and (found.parent.parent / "run.json").is_file() else None
+
+        found = wait_for(snapshotted, 90, "run.json and a snapshot", harness, log)
+        os.kill(harness.pid, signal.SIGKILL)
+    finally:
+        harness.kill()
+        harness.wait()
+    run_dir = found.parent.parent
+    ws = run_dir / "workspace"
+    save = "import sys; sys.argv = ['run_1.py']; import prepare, train; "
+    save += "prepare.save_checkpoint(train.build_model(train.CONFIG), train.CONFIG, 0.5)"
+    subprocess.run([sys.executable, "-c", save], cwd=ws, check=True, capture_output=True)
+    time.sleep(0.1)
+    with open(ws / "run_1.py", "a") as f:  # after the checkpoint: the code is what places it
+        f.write(BROKEN)
+    changed_s = os.stat(ws / "run_1.py").st_ctime
+
+    assert main(["run", "--resume", str(run_dir), "--quiet"]) == 0
+    result = RunResult.load(run_dir)
+    by_label = {e.candidate: e for e in result.evaluations}
+    best, late = by_label["best"], by_label["best-unloadable"]
+    assert best.val_score == pytest.approx(0.9) and best.official.ok, best.official.raw
+    assert best.official.raw["code_files"] == 2 and "code_fallback" not in best.official.raw  # train.py, run_1.py
+    assert late.val_score == pytest.approx(0.5) and "written later" in late.official.error
+    assert late.saved_s == pytest.approx(changed_s - result.started_at, abs=1e-3)
+    why = late.official.raw["code_fallback"]
+    assert "no snapshot" in why and "run_1.py last changed" in why, why
+    flags = [v for v in result.audit.violations if v.rule == 6 and "scripts as the run left them" in v.reason]
+    assert len(flags) == 1 and flags[0].verdict == "flag", result.audit.violations
+    assert result.status == "success", result.reason
