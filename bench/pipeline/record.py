@@ -12,7 +12,7 @@ import math
 import tempfile
 from pathlib import Path
 
-from bench import protocol
+from bench import protocol, untrusted
 from bench.agents import metering, transcript
 from bench.markup import md_text
 from bench.pipeline import state, uploads
@@ -76,8 +76,29 @@ def save(result: RunResult, writer: MlflowWriter, ws: Workspace) -> RunResult:
 
 def _stage(result: RunResult, ws: Workspace, tmp: Path) -> uploads.Staged:
     staged = uploads.stage(ws, tmp)
+    _bound_lists(result, staged.tally)
     result.hostile_inputs = staged.tally.to_dict() if staged.tally else {}
     return staged
+
+
+MAX_REJECTED = 200  # rejected checkpoints listed in result.json (the rest counted): 150,000 files made it 50 MB
+
+
+def _bound_lists(result: RunResult, tally: untrusted.Tally) -> None:
+    """Keep result.json small whatever the agent made: past ``MAX_REJECTED`` the collect step's rejections are one
+    counted line, and a ``too-many`` finding; each listed path and reason is one printable line."""
+    rejected = result.rejected_checkpoints
+    if len(rejected) > MAX_REJECTED and not (rejected[-1].get("more") if isinstance(rejected[-1], dict) else False):
+        more = len(rejected) - MAX_REJECTED
+        tally.add(untrusted.Finding("checkpoints/", untrusted.TOO_MANY, f"{len(rejected)} files rejected"))
+        rejected = [
+            *rejected[:MAX_REJECTED],
+            {"path": "...", "reason": f"{more} more rejected, not listed", "more": more},
+        ]
+    result.rejected_checkpoints = [
+        {k: untrusted.plain(v, 500) if isinstance(v, str) else v for k, v in r.items()} if isinstance(r, dict) else r
+        for r in rejected
+    ]
 
 
 def _tracking_failed(result: RunResult, ws: Workspace, e: TrackingError) -> None:
