@@ -16,9 +16,25 @@ forwarded untouched and never written: the line holds the path without its query
 body goes, capped and with secrets removed, to ``llm-bodies.jsonl`` (:mod:`bench.agents.transcript`; the line's
 ``body`` is its id), for the run's MLflow trace (:mod:`bench.tracking.traces`).
 
-``max_cost``: once the run's cost reaches it, every further model request is answered at once, without reaching
-the API, by an error in the API's own format (Anthropic and Gemini: 402; OpenAI: 429 ``insufficient_quota``,
-which Codex does not retry) that says the run's API budget is spent; the line says ``refused: budget``.
+**The gateway holds the key.** The agent's environment carries a per-run token (``bench-run-`` and 32 hex digits,
+one per credential variable) where the harness has the real key (:func:`bench.agents.keys.run_tokens`, applied by
+:mod:`bench.pipeline.launch`); the gateway, given ``keys`` (token -> real value), refuses a request that carries
+none of its tokens (401, ``refused: token``) and swaps each token for its real value in the credential headers
+(``x-api-key``, ``Authorization: Bearer``, ``x-goog-api-key``, ``api-key``) and the ``key`` query parameter before
+the request leaves. The real key is never in the sandbox: an agent that prints its environment prints a token that
+is worth nothing once its run's gateway closes. (A CLI login read from a file, Codex's ``auth.json`` or Gemini's
+``oauth_creds.json``, is sent by the CLI itself: such a run's gateway has no ``keys`` and forwards the login's
+bearer token as it comes; docs/sandbox-and-rules.md names this residual.)
+
+**Only the endpoints its CLI needs** (:mod:`bench.agents.routes`, per API family): anything else is answered here,
+in the API's error format (404), ``refused: route``.
+
+``max_cost``: once the run's cost reaches it, every further request, whatever its path, is answered at once,
+without reaching the API, by an error in the API's own format (Anthropic and Gemini: 402; OpenAI: 429
+``insufficient_quota``, which Codex does not retry) that says the run's API budget is spent; the line says
+``refused: budget``. While a budget is set, a model request naming a model the price table does not know is refused
+(400, ``refused: unpriced``): its cost could not be counted against the budget (we refuse rather than charge the
+provider's highest price, because a guessed price would make the run's recorded cost a guess too).
 """
 
 from __future__ import annotations
@@ -35,7 +51,9 @@ import time
 from pathlib import Path
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
-from bench.agents import pricing, transcript
+from bench.agents import keys as runkeys
+from bench.agents import pricing, routes, transcript
+from bench.agents.routes import refusal
 from bench.agents.usage import Usage, api_of, request_model
 
 LOG_NAME = "llm.jsonl"
@@ -65,17 +83,6 @@ def budget_message(max_cost: float, spent: float) -> str:
         f"{BUDGET_PREFIX} of ${_usd(max_cost)} is spent (${spent:.4f} used): no further model requests are possible "
         "in this run. Stop here."
     )
-
-
-def refusal(api: str | None, path: str, message: str) -> tuple[int, dict]:
-    """The HTTP status and JSON body that API uses for a request it will not serve (so that the CLI shows the text
-    to its model and does not retry)."""
-    if api == "anthropic" or path.split("?", 1)[0].endswith("/messages"):
-        return 402, {"type": "error", "error": {"type": "billing_error", "message": message}}
-    if api == "gemini" or "/v1beta/" in path:
-        return 402, {"error": {"code": 402, "message": message, "status": "FAILED_PRECONDITION"}}
-    quota = {"message": message, "type": "insufficient_quota", "code": "insufficient_quota", "param": None}
-    return 429, {"error": quota}
 
 
 def safe_path(path: str) -> str:
@@ -118,6 +125,8 @@ class Gateway:
         cafile: str | None = None,
         model: str | None = None,
         drain_s: float | None = None,
+        keys: dict[str, str] | None = None,
+        family: str | None = None,
     ) -> None:
         parts = urlsplit(upstream)
         if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -132,6 +141,8 @@ class Gateway:
         self.context = ssl.create_default_context()
         if cafile:
             self.context.load_verify_locations(cafile)
+        self.keys = dict(keys or {})  # run token -> the real credential it stands for (empty: forwarded as sent)
+        self.family = family or routes.family_of(upstream)
         self.spent = 0.0
         self.capped = False  # the budget refused a request
         self._lock = threading.Lock()
@@ -191,12 +202,15 @@ class Gateway:
                 parsed["stream_options"] = {**opts, "include_usage": True}
                 body = json.dumps(parsed).encode()
         close = any(k.lower() == "connection" and v.lower() == "close" for k, v in headers)
-        if api and self.max_cost is not None and self.spent >= self.max_cost:
-            self.capped = True
-            status, payload = refusal(api, path, budget_message(self.max_cost, self.spent))
-            self._note({**rec, "status": status, "refused": "budget", "latency_s": round(time.time() - t0, 3)})
+        why = self._refuse(method, path, api, rec["model"], headers)
+        if why is not None:
+            kind, message = why
+            self.capped = self.capped or kind == "budget"
+            status, payload = refusal(api, path, message, kind, self.family)
+            self._note({**rec, "status": status, "refused": kind, "latency_s": round(time.time() - t0, 3)})
             _send_json(conn, status, payload)
             return up, not close
+        headers, path = runkeys.swap(headers, path, self.keys)
         out = [(k, v) for k, v in headers if k.lower() not in HOP]
         out += [("Host", self.host if self.port in (80, 443) else f"{self.host}:{self.port}")]
         out += [("Accept-Encoding", "identity"), ("Content-Length", str(len(body)))]
@@ -288,6 +302,25 @@ class Gateway:
         self.bodies.finish(capture, rec)
         self._note(rec)
         return up, keep
+
+    def _refuse(
+        self, method: str, path: str, api: str | None, model: str | None, headers: list[tuple[str, str]]
+    ) -> tuple[str, str] | None:
+        """Why this request is answered here instead of forwarded ((kind, message)), or None to forward it. In
+        order: the budget (every path, once spent), the run's token, the route, an unpriced model under a budget."""
+        if self.max_cost is not None and self.spent >= self.max_cost:
+            return "budget", budget_message(self.max_cost, self.spent)
+        if self.keys and not runkeys.carries(headers, path, self.keys):
+            return "token", "1GC-7RC: this request carries no valid run token for the benchmark's gateway."
+        if not routes.allowed(self.family, method, path, self.base_path):
+            where = path.split("?", 1)[0][:200]
+            return "route", f"1GC-7RC: {method} {where} is not an endpoint this run may use ({self.family} API)."
+        if api and self.max_cost is not None and pricing.lookup(model) is None:
+            return "unpriced", (
+                f"1GC-7RC: model {str(model)[:100]!r} has no known price, and this run has an API budget "
+                f"(${_usd(self.max_cost)}): only priced models can be used."
+            )
+        return None
 
     def drain(self, timeout: float | None = None) -> bool:
         """Wait until every request in flight has written its line (the run's record reads them); False if some

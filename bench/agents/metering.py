@@ -22,9 +22,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from bench.agents import routes
 from bench.agents.base import LaunchContext
 from bench.agents.gateway import INSIDE_PORT, LOG_NAME, Gateway
 from bench.tracking import schema
+
+OPENCODE_VAR = "OPENCODE_PROVIDER_BASE_URL"  # opencode's built-in providers: the family comes from the vendor's host
 
 
 @dataclass
@@ -51,7 +54,13 @@ def plan(
         upstream = upstream.rstrip("/") + path
     resolve = dict(pair.split("=", 1) for pair in os.environ.get("BENCH_GATEWAY_RESOLVE", "").split(",") if "=" in pair)
     gw = Gateway(
-        upstream, log, max_cost=max_cost, resolve=resolve, cafile=os.environ.get("BENCH_GATEWAY_CA"), model=ctx.model
+        upstream,
+        log,
+        max_cost=max_cost,
+        resolve=resolve,
+        cafile=os.environ.get("BENCH_GATEWAY_CA"),
+        model=ctx.model,
+        family=routes.family_of(upstream, None if var == OPENCODE_VAR else var),
     )
     return Metering(gw, replace(ctx, base_urls={var: gw.inside_url(INSIDE_PORT)}), {INSIDE_PORT: gw.handle})
 
@@ -142,24 +151,28 @@ def series(records: list[dict], started_at: float, cost: bool = True) -> list[tu
 def merge(agent_events: dict, log: Path, max_cost: float | None = None) -> dict:
     """The run's agent_events with the gateway's figures: its totals replace the CLI's tokens and cost (which stay
     under ``cli_metrics`` for comparison), ``gateway`` holds the summary, ``cost_source`` says where ``cost_usd``
-    came from: ``gateway`` (its tokens x the price table), ``cli`` (the CLI's events: its own figure, or its token
-    counts x the table), or ``unknown``. Without a gateway log, only ``cost_source``."""
+    came from: ``gateway`` (its tokens, read from the API's own answers, x the price table) or ``unknown``.
+
+    The CLI's own cost is never the run's: the agent writes the CLI's output (it can print a ``result`` event with
+    ``total_cost_usd: -100``), so a figure from it is the agent's word. It stays under ``cli_metrics``; where the
+    gateway cannot price a request (a model not in the table, run without a budget) or there is no gateway (an
+    unsandboxed run, ``BENCH_GATEWAY=0``), ``cost_usd`` is unknown (None), never the CLI's figure, never negative."""
     events = dict(agent_events)
     cli = dict(events.get("metrics") or {})
     records = read(log)
     if not records:
-        events["cost_source"] = "cli" if cli.get(schema.COST_USD) is not None else "unknown"
+        events["metrics"] = {**cli, schema.COST_USD: None}
+        events["cli_metrics"] = cli
+        events["cost_source"] = "unknown"
         if max_cost is not None:
             events["gateway"] = {"max_cost_usd": max_cost, "cap_hit": False, "requests": 0}
         return events
     s = summary(records, max_cost)
     metrics = {**cli, **s["metrics"]}
-    if s["metrics"][schema.COST_USD] is not None:
-        source = "gateway"
-    elif cli.get(schema.COST_USD) is not None:
-        source, metrics[schema.COST_USD] = "cli", cli[schema.COST_USD]
-    else:
-        source = "unknown"
+    cost = s["metrics"][schema.COST_USD]
+    source = "gateway" if cost is not None and cost >= 0 else "unknown"
+    if source == "unknown":
+        metrics[schema.COST_USD] = None
     events.update(metrics=metrics, cli_metrics=cli, gateway=s, cost_source=source)
     return events
 

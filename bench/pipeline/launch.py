@@ -3,7 +3,9 @@
 The agent gets its own session (so its whole tree can be ended), a run token in its environment (so
 processes that leave the session are still found, :mod:`bench.processes`), the script tracer on its
 ``PYTHONPATH`` and, of the harness's environment, only an allow-list and the variables its adapter declares
-(:mod:`bench.sandbox.environment`). By default it runs in a sandbox (:mod:`bench.sandbox`): the workspace and
+(:mod:`bench.sandbox.environment`). Where its LLM requests go through the metering gateway, every credential value
+among those is replaced by a per-run token that only the gateway can turn back into the key (:mod:`bench.agents.keys`):
+the real key never enters the sandbox. By default it runs in a sandbox (:mod:`bench.sandbox`): the workspace and
 its private home are the only places it can write, the harness's places are hidden, the network reaches only
 the adapter's endpoints, and nothing it starts outlives the sandbox. From the first byte its output goes
 to ``agent.log`` and, through the adapter's stream parser, to ``events.jsonl`` and the status line; an
@@ -22,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.agents import Agent, AgentError, LaunchContext, endpoints_of, parser_of, passthrough_of, writable_of
+from bench.agents import keys as runkeys
 from bench.agents.gateway import LOG_NAME, Gateway
 from bench.agents.metering import plan as metering_plan
 from bench.agents.prompt import standard_prompt
@@ -146,11 +149,15 @@ def launch(
     arrivals = Arrivals(ws.checkpoints, on_new=lambda p, a: evidence.note_arrival(ws.path, p, a, locked), code=code)
     arrivals.start()
     started = time.time()
+    env = agent_env(ws, token, extra, budget_s, started, passthrough_of(agent, ctx))
+    if meter:  # the gateway holds the key: the agent gets a per-run token in its place (bench.agents.keys)
+        env, meter.gateway.keys = runkeys.run_tokens(env)
+        argv = runkeys.tokenized(argv, meter.gateway.keys)  # a generic agent's {env:KEY} in its command line
     try:
         proc = subprocess.Popen(
             box.wrap(argv) if box else argv,
             cwd=ws.path,
-            env=agent_env(ws, token, extra, budget_s, started, passthrough_of(agent, ctx)),
+            env=env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
