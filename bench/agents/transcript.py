@@ -20,10 +20,10 @@ What is kept, and why:
   the answer's first ``LATE_CAP`` characters (``omitted: "run cap"``), and past another ``LATE_BYTES`` (1 MiB) the
   sizes only. A 2-hour run of 500 requests
   stays within the first cap (figures: docs/agents-and-credentials.md, tests/benchmarks/trace_size.py).
-- **No secrets.** Headers are never stored. In bodies, every value of a credential variable of the harness's
-  environment (:data:`CREDENTIAL_VARS`, and any ``*_API_KEY``/``*_TOKEN``/``*SECRET*``/``*PASSWORD*``), the request's
-  own credential header values, and strings shaped like keys (``sk-...``, ``AIza...``, bearer tokens, JWTs) are
-  replaced by ``[REDACTED]`` before anything is cut or written.
+- **No secrets.** Headers are never stored. In bodies, every secret the one redactor knows (:mod:`bench.redact`:
+  the harness's credential variables, the gateway's run tokens), the request's own credential header values, and
+  strings shaped like keys (``sk-...``, ``AIza...``, bearer tokens, JWTs, run tokens) are replaced by
+  ``[REDACTED]`` before anything is cut or written; the writer redacts once more on the way to the store.
 """
 
 from __future__ import annotations
@@ -35,6 +35,8 @@ import re
 import threading
 from pathlib import Path
 
+from bench import redact
+
 BODIES_NAME = "llm-bodies.jsonl"
 REQUEST_CAP = 6 * 1024  # characters of a request's stored view
 RESPONSE_CAP = 4 * 1024  # characters of an answer's stored view
@@ -45,18 +47,7 @@ LATE_CAP = 512  # characters of an answer kept past RUN_CAP, for LATE_BYTES more
 LATE_BYTES = 1 << 20
 RAW_CAP = 8 << 20  # bytes of a JSON answer read for its content (a larger one is kept raw, capped)
 REDACTED = "[REDACTED]"
-CREDENTIAL_VARS = (
-    "ANTHROPIC_API_KEY",
-    "ANTHROPIC_AUTH_TOKEN",
-    "CLAUDE_CODE_OAUTH_TOKEN",
-    "OPENAI_API_KEY",
-    "CODEX_API_KEY",
-    "GEMINI_API_KEY",
-    "GOOGLE_API_KEY",
-    "OPENROUTER_API_KEY",
-    "HF_TOKEN",
-)
-_SECRET_NAME = re.compile(r"(_API_KEY|_TOKEN|SECRET|PASSWORD|_KEY)$|^(API_KEY|TOKEN)$", re.I)
+CREDENTIAL_VARS = redact.CREDENTIAL_VARS
 CREDENTIAL_HEADERS = {"authorization", "x-api-key", "x-goog-api-key", "api-key", "cookie", "proxy-authorization"}
 _TOKEN = re.compile(
     r"sk-[A-Za-z0-9_\-]{16,}"  # OpenAI, Anthropic (sk-ant-...), OpenRouter
@@ -71,10 +62,9 @@ _CONVERSATION = ("messages", "input", "contents")
 
 
 def env_secrets(env: dict[str, str] | None = None) -> set[str]:
-    """The credential values of the harness's environment (8 characters or more: shorter ones would redact words)."""
-    env = os.environ if env is None else env
-    names = {n for n in env if n in CREDENTIAL_VARS or _SECRET_NAME.search(n)}
-    return {env[n].strip() for n in names if len(env[n].strip()) >= 8}
+    """The run's secrets as the one redactor knows them (:func:`bench.redact.secrets`: the environment's credential
+    values, a database URL's password, the gateway's run tokens), 8 characters or more."""
+    return set(redact.secrets(env))
 
 
 class Redactor:
@@ -93,7 +83,7 @@ class Redactor:
     def __call__(self, text: str) -> str:
         if self._values is not None:
             text = self._values.sub(REDACTED, text)
-        return _TOKEN.sub(REDACTED, text)
+        return redact.RUN_TOKEN.sub(REDACTED, _TOKEN.sub(REDACTED, text))
 
 
 def cap(text: str, limit: int) -> tuple[str, int]:
