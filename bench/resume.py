@@ -44,7 +44,7 @@ from bench.sandbox.limits import Limits
 from bench.tasks import data, packs
 from bench.termination import Termination
 from bench.tracking import schema
-from bench.tracking.writer import MlflowWriter, TrackingError
+from bench.tracking.writer import MlflowWriter
 
 # files the live harness writes while the run goes on: their last change is its last sign of life
 _HEARTBEATS = ("relay.json", "agent.log", "events.jsonl")
@@ -137,7 +137,6 @@ def resume_run(run_dir: Path, *, console: bool = True, by: str = "bench run --re
     locked = evidence.locked_at_start(task.locked_files)
     with Termination(launched=True) as term:  # a SIGTERM now lets the result be written first (bench.termination)
         result = finish(spec, ws, st.device, data_dir, list(st.partial_notes), locked, writer, relay, ended)
-        _close_left_open(writer, result.mlflow_run_id)
     if term.pending:
         raise KeyboardInterrupt
     return result
@@ -258,18 +257,6 @@ def _agent_events(ws: workspace.Workspace) -> dict:
     from bench.agents.events import Tally
 
     return Tally.replay(ws.events).summary()
-
-
-def _close_left_open(writer: MlflowWriter, parent: str | None) -> None:
-    """Runs nested under the agent run that are still RUNNING (a script run created just before the kill and
-    not yet in relay.json) are closed as KILLED; an unreachable store only skips this."""
-    if not parent:
-        return
-    try:
-        for run_id in writer.open_children(parent):
-            writer.end_run(run_id, "KILLED")
-    except TrackingError as e:
-        print(f"[bench] could not close runs left open in MLflow ({e}); bench record later closes them", flush=True)
 
 
 def for_cli(target: str, *, campaign: str, agent: str | None, task: str | None, console: bool):

@@ -19,7 +19,7 @@ from pathlib import Path
 from bench import outcome, preflight, protocol, termination
 from bench.agents import get_agent, metering, own_hosts_of
 from bench.durations import fmt_s
-from bench.pipeline import audit, codetime, collect, evaluate, launch, record, state, watch, workspace
+from bench.pipeline import audit, codetime, collect, evaluate, guard, launch, record, state, watch, workspace
 from bench.pipeline.arrivals import Arrival
 from bench.pipeline.evidence import Evidence
 from bench.result import Audit, Evaluation, RunResult
@@ -27,7 +27,7 @@ from bench.sandbox.limits import Limits
 from bench.tasks import Task, data, packs, weights
 from bench.tracking import schema
 from bench.tracking.relay import Relay
-from bench.tracking.writer import MlflowWriter
+from bench.tracking.writer import MlflowWriter, TrackingError
 
 
 @dataclass
@@ -167,36 +167,84 @@ def finish(
     """The steps after the watch, shared by :func:`run` and ``bench run --resume`` (:mod:`bench.resume`):
     the spool relayed (script runs left open closed as KILLED) -> collect -> evaluate -> audit -> record."""
     task = spec.task
-    scripts = relay.finalize()
+    steps = guard.StepGuard(ws.run_dir, spec.label)  # a step that raises anyway: named, the run goes on (guard.py)
+    scripts = steps.run("relay", relay.finalize, lambda: _relay_fallback(relay))
     deadline = spec.budget + spec.grace_s
     ran = _scripts_that_ran(ended.launches, scripts)
-    code = codetime.Index.of(ws)  # the scripts as they were when each checkpoint's content was seen
-    collected = collect.collect(  # 4
-        ws.checkpoints, ended.started_at, task.metric, task.direction, deadline, ended.arrivals, ran, code
+    collected = steps.run(
+        "collect",
+        lambda: collect.collect(  # 4
+            ws.checkpoints,
+            ended.started_at,
+            task.metric,
+            task.direction,
+            deadline,
+            ended.arrivals,
+            ran,
+            codetime.Index.of(ws),  # the scripts as they were when each checkpoint's content was seen
+        ),
+        lambda: collect.Collected([], [], collect.Selection(None, {})),
     )
-    evaluations = evaluate.evaluate_candidates(  # 5
-        ws, collected.selection, data_dir, device, spec.console, sandboxed=spec.sandbox, limits=spec.limits
+    evaluations = steps.run(
+        "evaluate",
+        lambda: evaluate.evaluate_candidates(  # 5
+            ws, collected.selection, data_dir, device, spec.console, sandboxed=spec.sandbox, limits=spec.limits
+        ),
+        list,
     )
     ended = _after_signal(ended, evaluations, ws, spec.label)
-    Evidence(ws.run_dir).end(ws.path, task.locked_files)
-    audited = audit.audit(  # 6
-        ws,
-        locked_sha,
-        evaluations,
-        started_at=ended.started_at,
-        budget_s=spec.budget,
-        agent_argv=ended.argv,
-        rejected=collected.rejected,
-        offline=not ended.endpoints,
-        own_hosts=own_hosts_of(get_agent(spec.agent)),
+    steps.run("evidence", lambda: Evidence(ws.run_dir).end(ws.path, task.locked_files), lambda: None)
+    audited = steps.run(
+        "audit",
+        lambda: audit.audit(  # 6
+            ws,
+            locked_sha,
+            evaluations,
+            started_at=ended.started_at,
+            budget_s=spec.budget,
+            agent_argv=ended.argv,
+            rejected=collected.rejected,
+            offline=not ended.endpoints,
+            own_hosts=own_hosts_of(get_agent(spec.agent)),
+        ),
+        lambda: Audit(locked_sha256=dict(locked_sha)),
     )
+    audited = steps.audit(audited)
     result = _result(spec, ws, device, notes, ended, scripts, collected, evaluations, audited, relay)
-    record.save(result, writer, ws)  # 7
+    result.outcome = steps.outcome(result.outcome)
+    steps.run("record", lambda: record.save(result, writer, ws), lambda: _record_failed(result, writer, ws))  # 7
+    guard.close_left_open(writer, result.mlflow_run_id or relay.parent_run)
 
     score = f"{result.score:.4f}" if result.score is not None else "-"
     print(f"[bench] {spec.label}: {result.status} | {task.metric} {score} | {result.reason}", flush=True)
     if audited.violations:
         print(f"[bench] {spec.label}: {audit.summary(audited)[:2000]}", flush=True)
+    return result
+
+
+def _relay_fallback(relay: Relay) -> dict:
+    """What the relay did, when finishing it raised: its counts so far (an empty summary if even they fail)."""
+    try:
+        return relay.summary()
+    except Exception:
+        from bench.tracking import accounting
+
+        return accounting.summary([])
+
+
+def _record_failed(result: RunResult, writer: MlflowWriter, ws: workspace.Workspace) -> RunResult:
+    """The record step raised something other than a tracking outage: result.json is written (again, with the
+    error as its tracking error, so ``bench record`` is the way on) and the agent run is closed as FAILED."""
+    result.tracking_error = (result.tracking_error or f"the record step failed; see {guard.LOG}")[:2000]
+    try:
+        result.write()
+    except OSError as e:
+        raise state.disk_error(result.result_file, e, ws.run_dir) from e
+    if result.mlflow_run_id:
+        try:
+            writer.end_run(result.mlflow_run_id, "FAILED")
+        except TrackingError:
+            pass
     return result
 
 
