@@ -141,6 +141,26 @@ def check_unsandboxed_login(agent: str, model: str | None) -> None:
         )
 
 
+def check_priced(agent: str, model: str | None, max_cost: float | None) -> None:
+    """With an API budget, the run's model must have a price (bench/agents/pricing.py): the metering gateway refuses
+    every request for a model it cannot price while a budget is set (its cost could not count against it), so such
+    a run could only fail. Said before anything is created. An agent without an API, or a model the table cannot be
+    asked about (a Claude alias the CLI resolves), is not checked."""
+    if max_cost is None:
+        return
+    from bench.agents import credentials, pricing
+
+    need = credentials.need_of(agent, model)
+    name = model or (need.model if need is not None else None)
+    if need is None or name is None or name.split("[", 1)[0] in credentials.CLAUDE_ALIASES:
+        return
+    if pricing.lookup(name) is None:
+        raise InputError(
+            f"{agent}: model {name!r} has no price in bench/agents/pricing.py, and --max-cost is set: the gateway "
+            "refuses unpriced models under a budget (their cost could not be counted); add its row, or drop --max-cost"
+        )
+
+
 def check_weights(tasks: Iterable[Task], no_weights: bool) -> None:
     """A task that provides pretrained weights needs them installed (or ``--no-weights``)."""
     if no_weights:
@@ -228,6 +248,7 @@ def check_run(
     no_weights: bool = False,
     sandbox: bool = True,
     endpoints: bool = True,
+    max_cost: float | None = None,
 ) -> None:
     """Every check of a ``bench run`` invocation, cheapest first; raises InputError, AgentError or
     SandboxUnavailable, and creates nothing. ``endpoints``: ask the agent's model endpoint too (a request with a
@@ -236,6 +257,7 @@ def check_run(
     check_campaign(campaign)
     check_agent(agent, dict(options or {}), model)
     check_api([(agent, model)], endpoints=False)  # the credential: local, no request
+    check_priced(agent, model, max_cost)
     if not sandbox:
         check_unsandboxed_login(agent, model)
     check_device(device)
@@ -262,6 +284,7 @@ def check_spec(spec: Spec) -> None:
         no_weights=spec.no_weights,
         sandbox=spec.sandbox,
         endpoints=False,  # asked by bench run and bench campaign before; a campaign's job does not ask again
+        max_cost=spec.max_cost,
     )
     check_limits(spec.limits)
 

@@ -251,3 +251,14 @@ def test_the_redactor_finds_a_secret_cut_by_a_piece_boundary(tmp_path, monkeypat
         assert data.startswith(head) and data.count(b"[redacted:") == 2
     assert r.text(f"loss_{secret}", key=True) == "loss_redacted-BENCH_TEST_DB_URL"
     assert r.text("task-abcdefghijklmnopqrstuv") == "task-abcdefghijklmnopqrstuv"  # not key-shaped: kept
+
+
+def test_an_unpriced_model_under_a_budget_is_refused_before_the_run():
+    from bench.preflight import InputError, check_priced
+
+    with pytest.raises(InputError, match="'gpt-unpriced-7' has no price"):
+        check_priced("codex", "gpt-unpriced-7", 5.0)
+    check_priced("codex", "gpt-unpriced-7", None)  # no budget: its cost is recorded as unknown, the run goes on
+    check_priced("codex", "gpt-5.5", 5.0)  # priced
+    check_priced("claude-code", "sonnet", 5.0)  # an alias the CLI resolves: the gateway prices what it sends
+    check_priced("command", None, 5.0)  # no API
