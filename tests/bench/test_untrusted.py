@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import threading
 from pathlib import Path
 
@@ -129,20 +130,21 @@ def test_a_walk_stops_at_its_entry_cap_and_follows_no_link(tree, tmp_path):
 
 def test_a_walk_of_folders_nested_deeper_than_python_recursion_does_not_crash(tmp_path):
     base = tmp_path / "deep"
-    here = base
-    here.mkdir()
-    os.chdir(here)
+    base.mkdir()
+    fd = os.open(base, os.O_RDONLY)
     try:
         for _ in range(1100):  # os.walk and Path.rglob raise RecursionError here (Python 3.11)
-            os.mkdir("d")
-            os.chdir("d")
-        Path("leaf.txt").write_text("x")
-    finally:
-        os.chdir(tmp_path)
-    files, findings = untrusted.walk(base, Limits(max_depth=2000))
-    assert len(files) == 1 and files[0].name == "leaf.txt"
-    files, findings = untrusted.walk(base, Limits(max_depth=10))
-    assert files == [] and [f.what for f in findings] == [untrusted.TOO_DEEP]
+            os.mkdir("d", dir_fd=fd)
+            fd, parent = os.open("d", os.O_RDONLY, dir_fd=fd), fd
+            os.close(parent)
+        os.close(os.open("leaf.txt", os.O_WRONLY | os.O_CREAT, dir_fd=fd))
+        files, findings = untrusted.walk(base, Limits(max_depth=2000))
+        assert len(files) == 1 and files[0].name == "leaf.txt"
+        files, findings = untrusted.walk(base, Limits(max_depth=10))
+        assert files == [] and [f.what for f in findings] == [untrusted.TOO_DEEP]
+    finally:  # pytest's own clean-up (shutil.rmtree) recurses too and would fail on this tree
+        os.close(fd)
+        subprocess.run(["rm", "-rf", str(base)], check=True)
 
 
 def test_copies_of_hard_links_of_one_file_are_made_once_and_bounded_in_total(tree, tmp_path):
