@@ -33,8 +33,6 @@ from __future__ import annotations
 
 import difflib
 import json
-import os
-import tempfile
 import threading
 import time
 from dataclasses import asdict, fields
@@ -42,6 +40,7 @@ from pathlib import Path
 
 from bench import untrusted
 from bench.tracking import accounting, limits, schema, spool_files, sysmetrics
+from bench.tracking.checkpoint_uploads import Uploads
 from bench.tracking.hook._bench_once import Seen
 from bench.tracking.limits import Tally
 from bench.tracking.script_state import COUNTED, ScriptState, _int, _text, _time, metric_rows, safe_name
@@ -53,17 +52,10 @@ MAX_RECORDED = 200  # checkpoint events kept in relay.json per script (the count
 MAX_DEFERRED = 1000  # paths of checkpoints not uploaded for the cap, kept to upload those the evaluation scores
 MAX_READ = 16 << 20  # bytes of one spool file read per poll (a runaway spool must not fill the harness's memory)
 MAX_SOURCE = 1 << 20  # characters of a script's source kept as its artifact
-MAX_CHECKPOINT_BYTES = 8 << 30  # a checkpoint larger than this is not uploaded (T3's backbone is ~0.1 GB)
 # (key, step) pairs whose values the relay keeps (in relay.json): the output tee already drops printed copies of
 # traced values however late it reads them (hook/_bench_once.py); what is left for the relay is a line printed
 # just before the helper traces the same value, which reaches the spool within microseconds of the traced event
 RECENT_PAIRS = 512
-_CHECKPOINT_LIMITS = untrusted.Limits(max_bytes=MAX_CHECKPOINT_BYTES)
-_NOT_UPLOADED = {  # the boundary's findings as the relay's reasons for not uploading a checkpoint
-    untrusted.MISSING: "no-such-file",
-    untrusted.OUTSIDE: "outside-checkpoints",
-    untrusted.TOO_BIG: "too-large",
-}
 
 
 class Relay:
@@ -87,15 +79,13 @@ class Relay:
         recorded before this version have it)."""
         self.writer, self.parent_run, self.spool_dir = writer, parent_run, Path(spool_dir)
         self.base_tags, self.baseline_source, self.interval = base_tags, baseline_source, interval
-        # checkpoints are opened from the folder above with no link followed (a checkpoints/ swapped for a link to a
-        # host folder is refused), so the folder is kept as named, not resolved
-        self.checkpoints_dir = Path(os.path.abspath(checkpoints_dir or self.spool_dir.parents[1] / "checkpoints"))
         legacy = self.spool_dir.parent / "relay.json"
         self.state_file = Path(state_file) if state_file else legacy
         self.workspace = self.spool_dir.parents[1]  # the tree every agent-made file is read under (no link out)
         self.scripts: dict[str, ScriptState] = {}
+        self.uploads = Uploads(checkpoints_dir or self.spool_dir.parents[1] / "checkpoints", self.state_file.parent)
+        self.checkpoints_dir = self.uploads.checkpoints_dir
         self.refused = spool_files.Refused()  # spool and tail files never read (a FIFO, a link, ...), by name
-        self.uploaded_inodes: list[str] = []  # "dev:ino" of every checkpoint uploaded (a hard link is the same file)
         self._others = 0  # values the other scripts relayed, while one is read (the cap per run)
         self._recent: dict[str, Seen] = {}  # file -> the values last logged for it (saved as ScriptState.recent)
         self.warned = False
@@ -112,7 +102,7 @@ class Relay:
             self.scripts = {k: ScriptState(**{n: x for n, x in v.items() if n in known}) for k, v in scripts}
             self.system.totals.update(saved.get("system") or {})  # the agent tree's GPU figures so far
             self.refused = spool_files.Refused(saved.get("refused"), int(saved.get("refused_more") or 0))
-            self.uploaded_inodes = list(saved.get("uploaded_inodes") or [])
+            self.uploads.uploaded = list(saved.get("uploaded_inodes") or [])
         else:  # a new run: the state file exists from now on, so a relay.json the agent plants is never read
             self._save()
 
@@ -310,13 +300,13 @@ class Relay:
         self._log(s, self._metric_rows(s, score))
         s.checkpoint_events += 1
         entry = {k: ev.get(k) for k in ("path", "val_score", "metric", "step", "t")}
-        ckpt, why = self._checkpoint_file(ev.get("path"))
+        ckpt, why = self.uploads.path_of(ev.get("path"))
         if ckpt is not None and s.uploaded >= limits.MAX_CHECKPOINT_UPLOADS:
             if len(s.deferred) < MAX_DEFERRED and str(ckpt) not in s.deferred:
                 s.deferred.append(str(ckpt))
             ckpt, why = None, "over-cap"
         if ckpt is not None:
-            why = self._upload(s.run_id, ckpt)
+            why = self.uploads.upload(self.writer, s.run_id, ckpt)
         if not why:
             s.uploaded += 1
         else:
@@ -325,46 +315,12 @@ class Relay:
         if len(s.checkpoints) < MAX_RECORDED:
             s.checkpoints.append(entry)
 
-    def _checkpoint_file(self, raw: object) -> tuple[Path | None, str]:
-        """The checkpoint a spool event names, if it lies in ``checkpoints/`` by name (nothing resolved: whether it
-        is a regular file reached with no link is the upload's check); else why not."""
-        try:
-            path = Path(os.path.abspath(str(raw)))
-        except (OSError, ValueError):
-            return None, "no-such-file"
-        if not path.is_relative_to(self.checkpoints_dir) or path == self.checkpoints_dir:
-            return None, "outside-checkpoints"
-        return path, ""
-
-    def _upload(self, run_id: str | None, path: Path) -> str:
-        """Upload one checkpoint through the boundary: opened with no link followed, a regular file only, never
-        blocking, bounded by its apparent and allocated size, copied from that open file into a harness-owned
-        folder and uploaded from there. A file already uploaded (the same inode, size and mtime: a hard link named
-        again) is not uploaded twice. "" when uploaded, else why not (raises TrackingError as the writer does)."""
-        opened = untrusted.open_regular(path, self.checkpoints_dir.parent, _CHECKPOINT_LIMITS)
-        if isinstance(opened, untrusted.Finding):
-            return _NOT_UPLOADED.get(opened.what, opened.what)
-        with opened as f, tempfile.TemporaryDirectory(prefix=".bench-staged-", dir=self.state_file.parent) as tmp:
-            st = os.fstat(f.fileno())
-            key = f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}"
-            if key in self.uploaded_inodes:
-                return "same-file"
-            staged = Path(tmp) / path.name
-            with open(staged, "wb") as out:
-                left = MAX_CHECKPOINT_BYTES
-                while left > 0 and (chunk := f.read(min(left, 1 << 20))):
-                    out.write(chunk)
-                    left -= len(chunk)
-            self.writer.log_artifact(run_id, staged, "checkpoints")
-        self.uploaded_inodes.append(key)
-        return ""
-
     def keep(self, checkpoints: list[tuple[str, str]]) -> None:
         """Upload the checkpoints the evaluation scored, ``(path, script)``, that the upload cap left out: the
         selection's files are on their script's run whatever the script flooded."""
         with self._lock:
             for raw, script in checkpoints:
-                path, _ = self._checkpoint_file(raw)
+                path, _ = self.uploads.path_of(raw)
                 owners = [s for s in self.scripts.values() if path and s.run_id and str(path) in s.deferred]
                 # past MAX_DEFERRED paths: the latest run of its script that left checkpoints out for the cap
                 owners = owners or [
@@ -374,7 +330,7 @@ class Relay:
                     continue
                 s = owners[-1]
                 try:
-                    if self._upload(s.run_id, path):
+                    if self.uploads.upload(self.writer, s.run_id, path):
                         continue
                 except TrackingError:
                     continue
@@ -469,7 +425,7 @@ class Relay:
                     "system": dict(self.system.totals),
                     "refused": self.refused.names,
                     "refused_more": self.refused.more,
-                    "uploaded_inodes": self.uploaded_inodes,
+                    "uploaded_inodes": self.uploads.uploaded,
                 }
             )
         )

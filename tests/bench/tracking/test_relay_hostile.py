@@ -147,3 +147,26 @@ def test_a_fifo_in_the_spool_does_not_block_the_live_relay(tmp_path):
     assert time.monotonic() - started < 30
     assert relay.launches == 1
     _finalize(relay)
+
+
+def test_forged_events_naming_hard_links_of_one_file_or_a_sparse_file_upload_it_once_or_not_at_all(tmp_path):
+    """Hard links of one file named by forged checkpoint events went to the store once per name (800 MB from 1.3 MB
+    on disk); a sparse file went whole. Now one upload per file, and a sparse file none."""
+    relay, spool = _relay(tmp_path)
+    ckpts = spool.parents[1] / "checkpoints"
+    ckpts.mkdir()
+    (ckpts / "real.pt").write_bytes(os.urandom(64 << 10))
+    for n in range(5):
+        os.link(ckpts / "real.pt", ckpts / f"link{n}.pt")
+    with open(ckpts / "sparse.pt", "wb") as f:
+        f.truncate(1 << 30)
+    names = ["real.pt", *(f"link{n}.pt" for n in range(5)), "sparse.pt"]
+    events = [{"ev": "checkpoint", "t": T, "path": str(ckpts / n), "val_score": 0.1, "metric": "mse"} for n in names]
+    _write(spool, "1-1.jsonl", [START, *events, END])
+    summary = _finalize(relay)
+    relayed = summary["relay"]["checkpoints"]
+    assert relayed["uploaded"] == 1 and relayed["not_uploaded"] == {"same-file": 5, "sparse": 1}
+    (script,) = summary["scripts"]
+    client = mlflow.tracking.MlflowClient()
+    assert [a.path for a in client.list_artifacts(script["run_id"], "checkpoints")] == ["checkpoints/real.pt"]
+    assert not list(tmp_path.glob(".bench-staged-*"))  # the staged copies are gone
