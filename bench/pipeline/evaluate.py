@@ -283,13 +283,15 @@ def _budget_note(official: Official, timeout: float, deadline: float, budget: fl
 
 
 def distinct(evaluations: list[Evaluation]) -> list[Evaluation]:
-    """Each checkpoint once: one listed twice (the best and its window's best, or an unloadable best that is also
-    a window's) was scored once, and its time and limits count once."""
-    seen: set[str] = set()
+    """Each evaluation once: a checkpoint listed twice (the best and its window's best, or an unloadable best that
+    is also a window's) was scored once, and its time and limits count once. Known by its file and its result, so
+    that the evaluations read back from ``result.json`` (one object each) count the same."""
+    seen: set[tuple[str, str]] = set()
     out = []
     for e in evaluations:
-        if e.path not in seen:
-            seen.add(e.path)
+        key = (e.path, json.dumps(e.official.raw, sort_keys=True, default=str))
+        if key not in seen:
+            seen.add(key)
             out.append(e)
     return out
 
