@@ -23,7 +23,10 @@ Values shorter than 8 characters are never redacted (they would take words with 
 Files: :func:`redacted_file` streams a file once in 1 MiB pieces (with an overlap, so a secret cut by a piece
 boundary is still found) and returns either the file itself (nothing found) or a redacted copy in a folder the
 caller owns; binary files (checkpoints) included: their bytes then differ from the file the evaluation scored,
-which is the point.
+which is the point. Files larger than :data:`SHAPES_UP_TO` (16 MiB: checkpoints) are searched for the known secrets
+and run tokens only, not for vendor key shapes (each shape is one more pass over the bytes). Measured on the
+2-core machine, shared and loaded: about 25-60 MiB/s per literal searched (``bytes.find``), so a 100 MiB checkpoint
+with one key in the environment costs a few seconds at the record step.
 """
 
 from __future__ import annotations
@@ -61,7 +64,10 @@ _SHAPES = (
 )
 _SHAPE = re.compile(_SHAPES)
 _SHAPE_B = re.compile(_SHAPES.encode())
-_RUN_TOKEN_B = re.compile(RUN_TOKEN.pattern.encode())
+# in bytes, each shape is looked for by its fixed prefix first (bytes.find), the regex checked only there
+_PREFIXES = (b"sk-", b"AIza", b"gho_", b"ghp_", b"ghu_", b"ghs_", b"ghr_", b"github_pat_", b"xox", b"AKIA", b"hf_")
+_PREFIXED = [(b"bench-run-", re.compile(RUN_TOKEN.pattern.encode()), "run-token")]
+_PREFIXED += [(p, _SHAPE_B, "key-shaped") for p in (*_PREFIXES, b"eyJ")]
 CHUNK = 1 << 20
 
 _registered: dict[str, str] = {}  # value -> name
@@ -105,11 +111,12 @@ def _forms(values: Mapping[str, str]) -> dict[str, str]:
 class Redactor:
     """Replaces the known secrets (and run-token- and key-shaped strings) in text and bytes."""
 
-    def __init__(self, values: Mapping[str, str] | None = None) -> None:
+    def __init__(self, values: Mapping[str, str] | None = None, shapes: bool = True) -> None:
         self.values = _forms({v: n for v, n in (secrets() if values is None else values).items() if len(v) >= MIN_LEN})
         order = sorted(self.values, key=len, reverse=True)
         self._re = re.compile("|".join(map(re.escape, order))) if order else None
-        self._re_b = re.compile(b"|".join(re.escape(v.encode()) for v in order)) if order else None
+        self._literals = [v.encode() for v in order]
+        self._prefixed = _PREFIXED if shapes else _PREFIXED[:1]  # the run token's shape always
         self.longest = max((len(v.encode()) for v in order), default=0)
 
     def text(self, s: str, key: bool = False) -> str:
@@ -122,24 +129,50 @@ class Redactor:
         s = RUN_TOKEN.sub(mark.format("run-token"), s)
         return _SHAPE.sub(mark.format("key-shaped"), s)
 
+    def matches(self, b: bytes) -> list[tuple[int, int, str]]:
+        """(start, end, name) of every secret, run token and key shape in ``b``, sorted, overlaps removed.
+
+        Found by ``bytes.find`` of each literal (a secret, a shape's fixed prefix) and a regex check only where one
+        is: a regex alternation scanned over a checkpoint's random bytes ran at 8 MiB/s on the 2-core machine."""
+        found: list[tuple[int, int, str]] = []
+        for v in self._literals:
+            i = b.find(v)
+            while i >= 0:
+                found.append((i, i + len(v), self.values[v.decode()]))
+                i = b.find(v, i + 1)
+        for prefix, rx, name in self._prefixed:
+            i = b.find(prefix)
+            while i >= 0:
+                m = rx.match(b, i)
+                if m:
+                    found.append((i, m.end(), name))
+                i = b.find(prefix, i + 1)
+        out: list[tuple[int, int, str]] = []
+        for start, end, name in sorted(found, key=lambda t: (t[0], -t[1])):
+            if not out or start >= out[-1][1]:
+                out.append((start, end, name))
+        return out
+
     def data(self, b: bytes) -> bytes:
         """``b`` without secrets (the same replacements as :meth:`text`, in UTF-8)."""
-        if self._re_b is not None:
-            b = self._re_b.sub(lambda m: f"[redacted:{self.values[m.group(0).decode()]}]".encode(), b)
-        b = _RUN_TOKEN_B.sub(b"[redacted:run-token]", b)
-        return _SHAPE_B.sub(b"[redacted:key-shaped]", b)
-
-    def matches(self, b: bytes):
-        """Every match of a secret or a shape in ``b`` (possibly overlapping between the kinds)."""
-        if self._re_b is not None:
-            yield from self._re_b.finditer(b)
-        yield from _RUN_TOKEN_B.finditer(b)
-        yield from _SHAPE_B.finditer(b)
+        found = self.matches(b)
+        if not found:
+            return b
+        parts, at = [], 0
+        for start, end, name in found:
+            parts += [b[at:start], f"[redacted:{name}]".encode()]
+            at = end
+        return b"".join([*parts, b[at:]])
 
     def found(self, b: bytes) -> bool:
-        return (self._re_b is not None and self._re_b.search(b) is not None) or bool(
-            _RUN_TOKEN_B.search(b) or _SHAPE_B.search(b)
-        )
+        return bool(self.matches(b))
+
+    def literal(self) -> Redactor:
+        """This redactor without the vendor key shapes (bytes of large files: each shape is one more pass)."""
+        r = Redactor.__new__(Redactor)
+        r.__dict__.update(self.__dict__)
+        r._prefixed = _PREFIXED[:1]
+        return r
 
     def deep(self, o: object) -> object:
         """Every string inside ``o`` (dict keys included) redacted; other values as they are."""
@@ -166,9 +199,23 @@ def text(s: str, key: bool = False) -> str:
     return redactor().text(s, key)
 
 
+SHAPES_UP_TO = 16 << 20  # bytes: larger files (checkpoints) are searched for the known secrets and run tokens only
+
+
+def _for_size(r: Redactor, path: Path) -> Redactor:
+    """Key shapes are looked for in files up to :data:`SHAPES_UP_TO` (sources, tails, logs); in larger ones (a
+    checkpoint's bytes) only the run's known secrets and run tokens: each shape is a pass over the bytes, and a
+    vendor key the harness does not hold is not one the agent could have been given."""
+    try:
+        big = Path(path).stat().st_size > SHAPES_UP_TO
+    except OSError:
+        big = False
+    return r.literal() if big else r
+
+
 def contains_secret(path: Path, r: Redactor | None = None) -> bool:
     """Whether the regular file ``path`` holds a secret (read once, piece by piece, an overlap kept between)."""
-    r = r or redactor()
+    r = _for_size(r or redactor(), path)
     tail = b""
     with open(path, "rb") as f:
         while piece := f.read(CHUNK):
@@ -185,9 +232,11 @@ def redacted_file(path: Path, dest_dir: Path, r: Redactor | None = None) -> Path
     hostile-input boundary's decision, :mod:`bench.untrusted`, made before). The copy is written piece by piece: a
     secret that a piece boundary cuts is found because each piece is scanned together with the last ``overlap``
     bytes of the one before, and those bytes are written only once their redaction is settled."""
-    r = r or redactor()
     path = Path(path)
-    if path.is_symlink() or not path.is_file() or not contains_secret(path, r):
+    if path.is_symlink() or not path.is_file():
+        return path
+    r = _for_size(r or redactor(), path)
+    if not contains_secret(path, r):
         return path
     dest_dir = Path(dest_dir)
     dest_dir.mkdir(parents=True, exist_ok=True)
@@ -200,9 +249,9 @@ def redacted_file(path: Path, dest_dir: Path, r: Redactor | None = None) -> Path
             if cut <= 0:
                 pending = buf
                 continue
-            for m in r.matches(buf):  # never cut through a secret: the piece ends where it starts
-                if m.start() < cut < m.end():
-                    cut = m.start()
+            for start, end, _ in r.matches(buf):  # never cut through a secret: the piece ends where it starts
+                if start < cut < end:
+                    cut = start
             fout.write(r.data(buf[:cut]))
             pending = buf[cut:]
         fout.write(r.data(pending))
