@@ -115,11 +115,15 @@ class Snapshots:
         self.workspace, self.dir, self.locked = Path(workspace), Path(evidence_dir), tuple(locked)
         self.store = self.dir / CODE_DIR
         self._known: dict[str, tuple[tuple[int, int, int, int], str]] = {}  # name -> (stat key, sha256)
+        self._last: tuple[tuple, Snapshot] | None = None  # the last listing's stat keys and its snapshot
         self.stored = _stored_bytes(self.store)  # a resumed run goes on counting what its store holds
 
     def take(self) -> Snapshot:
         """The code as it is now, copied into the store (bounded; see the module's docstring)."""
         found = listing(self.workspace, self.locked)
+        seen = (found.over, tuple((name, _key(st)) for name, st in found.files))
+        if self._last is not None and self._last[0] == seen and (self.store / f"{self._last[1].digest}.json").is_file():
+            return self._last[1]  # no script moved since: the same snapshot (a flood of checkpoints costs a listing)
         files: dict[str, str] = {}
         left_out: dict[str, str] = {}
         incomplete, total = found.over, 0
@@ -147,7 +151,9 @@ class Snapshots:
         digest = hashlib.sha256(text).hexdigest()
         if not self._keep(digest + ".json", text):
             incomplete = incomplete or f"the run's code store passed {MAX_STORE_BYTES >> 20} MiB"
-        return Snapshot(digest, files, left_out, incomplete)
+        snap = Snapshot(digest, files, left_out, incomplete)
+        self._last = (seen, snap) if snap.incomplete is None else None
+        return snap
 
     def note(self, checkpoint: Path, sha256: str, seen_at: float, snap: Snapshot) -> None:
         """One line of ``code.jsonl``: the checkpoint content ``sha256`` at ``checkpoint`` (seen at ``seen_at``)
