@@ -385,9 +385,10 @@ def predictor_limits(device: str, limits: Limits | None = None) -> RunGroup:
     """The predictors' memory and processes (their sandbox, :mod:`bench.scoring.scorer`): the run's ``limits`` (the
     defaults when None) in a cgroup of their own; without one, RLIMIT_DATA on a CPU only (on a GPU, the session's
     wall-clock deadline and the run's evaluation budget bound it: an rlimit under CUDA is not tested here) and
-    RLIMIT_NPROC. On a CPU the scored predictor and the prober run at once in that group, each with its own copy of
-    the model, so the group gets twice the run's memory (at most :func:`default_memory`): a model that fit the
-    agent's limit fits there too, and an out-of-memory kill of the prober is never an honest model's doing."""
+    RLIMIT_NPROC. On a CPU the group gets twice the run's memory (at most :func:`default_memory`): the prober, held
+    beside the scored predictor with Python and torch imported (it builds its model only after the scored one has
+    ended: :mod:`bench.scoring.scorer`), and the page cache both read count there too, so that a model that fit the
+    agent's limit fits there as well and an out-of-memory kill is never an honest model's doing."""
     run = limits or Limits()
     memory = run.memory_bytes
     if memory is not None and device != "cuda":

@@ -9,6 +9,7 @@ the wall-clock deadline and the CPU time bound it).
 
 from __future__ import annotations
 
+import math
 import os
 import resource
 import signal
@@ -92,7 +93,9 @@ class Session:
             preexec_fn=_limits(cpu_s, mem),
             start_new_session=True,
         )
-        self.deadline = time.monotonic() + timeout_s
+        self.timeout_s = timeout_s
+        # a held session's clock starts when it is let go: it may wait for the whole scored feed first
+        self.deadline = math.inf if hold else time.monotonic() + timeout_s
         self.timed_out = False
         self._done = threading.Event()
         threading.Thread(target=self._guard, daemon=True).start()
@@ -102,8 +105,9 @@ class Session:
     def ready(self) -> Session:
         """Wait for the predictor's hello: the model is built and loaded (or why it could not be)."""
         if not self._ready:
-            if self._held:  # let it go: build the model (the agent's code runs from here on)
+            if self._held:  # let it go: build the model (the agent's code runs from here on), its full time ahead
                 self._held = False
+                self.deadline = time.monotonic() + self.timeout_s
                 try:
                     wire.send_json(self.proc.stdin, {"op": "go"})
                 except (BrokenPipeError, OSError):

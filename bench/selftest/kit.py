@@ -84,6 +84,10 @@ def selftest(
         figures["evaluation"] = step(
             "evaluation", measure.evaluation_cost, t6, t6_result, Path(prepared["t6"]["dir"]), work, device, eval_runs
         )
+    if t6_result is not None and "t6" in prepared:
+        figures["replay_epsilon"] = step(
+            "replay_epsilon", measure.replay_epsilon, t6, t6_result, Path(prepared["t6"]["dir"]), work, device
+        )
     t1_fig = figures.get("t1_throughput") or {}
     figures["gpu_metrics"] = dict(t1_fig.get("system") or {})
     figures["gpu_processes"] = step("gpu_processes", measure.gpu_processes)
@@ -151,6 +155,19 @@ def checks(device: str, fig: dict, errors: dict) -> list[dict]:
             f"official evaluation under {EVAL_RATIO_TARGET:g}x in-process",
             judged,
             f"{r:.2f}x" if r else errors.get("evaluation", "-"),
+        )
+    )
+    rp = fig.get("replay_epsilon") or {}
+    eps, allowed = rp.get("replay_max_relative"), (rp.get("tolerance") or {}).get("replay")
+    out.append(
+        _check(
+            "cold replays within the task's tolerance (T6)",
+            PASS if eps is not None and allowed is not None and eps <= allowed else FAIL,
+            f"max relative {eps:.3g} (bitwise {rp.get('bitwise')}), tolerance {allowed:g}, batch probe "
+            f"{rp.get('batch_probe_max_relative'):.3g}; suggested cuda_replay_tolerance "
+            f"{rp.get('suggested_cuda_replay_tolerance'):.3g}"
+            if eps is not None
+            else errors.get("replay_epsilon", "-"),
         )
     )
     gm = fig.get("gpu_metrics") or {}

@@ -253,6 +253,66 @@ def evaluation_cost(task: Task, result, data_dir: Path, work: Path, device: str,
     }
 
 
+def replay_epsilon(task: Task, result, data_dir: Path, work: Path, device: str, batches: int = 400) -> dict:
+    """How far a cold replay on ``device`` lies from the scored predictor's answers, for the baseline run's best
+    checkpoint: the epsilon the scorer's probes must allow on this task (``[scoring] cuda_replay_tolerance`` in its
+    task.toml; :func:`bench.scoring.scorer.task_tolerance`), measured the way the scorer probes.
+
+    A sandboxed predictor answers the feed's first ``batches`` batches in order (the scored one); after it ended a
+    fresh one replays the second half of them cold, then the batch probe's shape (8 consecutive samples, reversed,
+    one fewer, in one batch). Each is compared as :func:`bench.scoring.checks.disagreement` does: max |a - b| over
+    the max |b| of the scored answers. ``bitwise`` says whether every replayed answer was identical."""
+    import numpy as np
+
+    from bench.pipeline.evaluate import CHECKPOINT, stage
+    from bench.scoring.scorer import load_task_module, sandbox_wrap, task_tolerance
+    from bench.scoring.session import Session
+
+    best = result.best
+    if best is None:
+        raise RuntimeError(f"the {task.id} baseline run has no best checkpoint: {result.reason}")
+    eval_dir = stage(task, Path(result.workspace), work / f"replay-{task.id}", Path(best.path))
+    prepare = load_task_module(task.folder)
+    feed = [x for x, _ in prepare.eval_batches(prepare.EVAL_SPLIT, str(data_dir), prepare.FEED_BATCH_SIZE)]
+    feed = feed[:batches]
+    half = len(feed) // 2
+    rows = [(b, r) for b in range(half, len(feed)) for r in range(len(next(iter(feed[b].values()))))][:8][::-1][:-1]
+    probe = {k: np.concatenate([feed[b][k][r : r + 1] for b, r in rows]) for k in feed[0]}
+    box = sandbox_wrap(eval_dir, device)
+
+    def session() -> Session:
+        log = eval_dir.with_suffix(".replay.log")
+        return Session(eval_dir, CHECKPOINT, best.script, device=device, timeout_s=900, log=log, wrap=box.wrap)
+
+    try:
+        with session() as scored:
+            outputs = [scored.predict(x).astype(np.float64) for x in feed]
+        with session() as fresh:
+            replays = [fresh.predict(x).astype(np.float64) for x in feed[half:]]
+            batch = fresh.predict(probe).astype(np.float64)
+    finally:
+        box.close()
+        box.limits.remove()
+
+    def relative(got: np.ndarray, expected: np.ndarray) -> float:
+        return float(np.abs(got - expected).max(initial=0.0)) / max(float(np.abs(expected).max(initial=0.0)), 1e-6)
+
+    replay = max(relative(g, e) for g, e in zip(replays, outputs[half:], strict=True))
+    expected = np.concatenate([outputs[b][r : r + 1] for b, r in rows])
+    allowed = task_tolerance(task.folder, device)
+    return {
+        "checkpoint": Path(best.path).name,
+        "batches": len(feed),
+        "replayed": len(feed) - half,
+        "replay_max_relative": replay,
+        "bitwise": all(np.array_equal(g, e) for g, e in zip(replays, outputs[half:], strict=True)),
+        "batch_probe_max_relative": relative(batch, expected),
+        "tolerance": {"replay": allowed.replay, "batch": allowed.batch},
+        # what to write into the task's task.toml: ten times the measured noise, never under 1e-6
+        "suggested_cuda_replay_tolerance": max(10 * replay, 1e-6),
+    }
+
+
 def gpu_processes() -> dict:
     """The compute processes on the GPU now (nvidia-smi); the kit runs this last: none may be left."""
     smi = shutil.which("nvidia-smi")

@@ -59,6 +59,16 @@ def markdown(report: dict) -> str:
             )
         )
         rows.append(("evaluation ratio scorer / in-process", _num(ev.get("ratio"), 2)))
+    if rp := fig.get("replay_epsilon"):
+        rows.append(
+            (
+                "T6 cold replay, max relative difference",
+                f"{rp.get('replay_max_relative'):.3g} "
+                f"(bitwise {rp.get('bitwise')}; tolerance {(rp.get('tolerance') or {}).get('replay')})",
+            )
+        )
+        rows.append(("T6 batch probe, max relative difference", f"{rp.get('batch_probe_max_relative'):.3g}"))
+        rows.append(("suggested `cuda_replay_tolerance` for T6", f"{rp.get('suggested_cuda_replay_tolerance'):.3g}"))
     if gm := fig.get("gpu_metrics"):
         rows.append(("GPU memory peak of the T1 run (NVML)", _num(gm.get("gpu_memory_peak_mb"), 0, " MB")))
         rows.append(("GPU utilisation mean of the T1 run", _num(gm.get("gpu_utilization_mean_percent"), 1, " %")))

@@ -83,6 +83,8 @@ def test_markdown_renders_every_figure() -> None:
             "evaluation": {"in_process_s": 3.5, "scorer_s": 5.25, "ratio": 1.5, "in_process_value": 0.38123,
                            "scorer_value": 0.38123},
             "gpu_metrics": {"gpu_memory_peak_mb": 2048.0, "gpu_utilization_mean_percent": 87.5, "samples": 12},
+            "replay_epsilon": {"replay_max_relative": 0.0, "bitwise": True, "batch_probe_max_relative": 2.5e-7,
+                               "tolerance": {"replay": 0.001, "batch": 0.05}, "suggested_cuda_replay_tolerance": 1e-6},
             "gpu_processes": {"tool": "nvidia-smi", "processes": []},
         },
         "checks": [{"name": "no GPU process left", "verdict": "pass", "detail": "none"}],
@@ -92,7 +94,10 @@ def test_markdown_renders_every_figure() -> None:
     assert md.startswith("# GPU proof kit: NVIDIA H100 80GB HBM3 (cuda)")
     for text in ("| 0.3812 |", "| 61.5 s |", "| 41.50 |", "| 40.25 |", "| 0.970 |", "3.50 s (mse 0.3812)",
                  "5.25 s (mse 0.3812)", "| 1.50 |", "| 2,048 MB |", "| 87.5 % |", "| 12 |",
-                 "| GPU processes left at the end | 0 |", "| no GPU process left | pass | none |"):  # fmt: skip
+                 "| GPU processes left at the end | 0 |", "| no GPU process left | pass | none |",
+                 "| T6 cold replay, max relative difference | 0 (bitwise True; tolerance 0.001) |",
+                 "| T6 batch probe, max relative difference | 2.5e-07 |",
+                 "| suggested `cuda_replay_tolerance` for T6 | 1e-06 |"):  # fmt: skip
         assert text in md, text
 
 
@@ -149,6 +154,8 @@ def test_the_kit_runs_on_cpu_and_reports(tmp_path, monkeypatch) -> None:
     assert t1["ratio"] == pytest.approx(t1["bench_run"]["steps_per_s"] / t1["bare"]["steps_per_s"])
     ev = fig["evaluation"]
     assert ev["scorer_value"] == pytest.approx(ev["in_process_value"], rel=1e-4)
+    rp = fig["replay_epsilon"]  # a CPU's deterministic kernels: a cold replay gives the scored answers bit for bit
+    assert rp["bitwise"] is True and rp["replay_max_relative"] == 0.0 and rp["tolerance"]["replay"] == 1e-4, rp
     verdicts = {c["name"]: c["verdict"] for c in rep["checks"]}
     assert verdicts["GPU metrics non-zero (NVML)"] == "n/a"
     assert "FAIL" not in verdicts.values() and done.returncode == 0, verdicts
