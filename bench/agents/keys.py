@@ -11,8 +11,10 @@ the run; the redactor (:mod:`bench.redact`) knows the tokens' shape and removes 
 
 from __future__ import annotations
 
+import json
 import secrets
 from collections.abc import Mapping
+from pathlib import Path
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from bench import redact
@@ -43,6 +45,34 @@ def run_tokens(env: Mapping[str, str], known: Mapping[str, str] | None = None) -
                 redact.register(by_value[v], "run-token")
             out[name] = by_value[v]
     return out, keys
+
+
+def register_logins(files: list[Path]) -> int:
+    """Register with the redactor every token of the CLI login files this run binds into its sandbox (Codex's
+    ``auth.json``, Gemini's ``oauth_creds.json``): values under a name holding ``token``, ``key`` or ``secret``.
+    The gateway cannot swap a login the CLI reads itself (a residual: docs/sandbox-and-rules.md), but the record can
+    still be kept free of it. Returns how many values were registered; an unreadable file registers none."""
+    count = 0
+
+    def walk(o: object, name: str = "") -> None:
+        nonlocal count
+        if isinstance(o, dict):
+            for k, v in o.items():
+                walk(v, str(k))
+        elif isinstance(o, list):
+            for v in o:
+                walk(v, name)
+        elif isinstance(o, str) and any(w in name.lower() for w in ("token", "key", "secret")):
+            if len(o.strip()) >= redact.MIN_LEN:
+                redact.register(o.strip(), "login")
+                count += 1
+
+    for f in files:
+        try:
+            walk(json.loads(Path(f).read_text()[: 1 << 20]))
+        except (OSError, ValueError, UnicodeDecodeError):
+            continue
+    return count
 
 
 def tokenized(argv: list[str], keys: Mapping[str, str]) -> list[str]:

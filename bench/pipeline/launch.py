@@ -140,6 +140,7 @@ def launch(
     pythonpath = extra.get("PYTHONPATH", "")  # the toolkit's own agent names the repository: its packages are bound
     reach, services = ((), meter.services) if meter else (endpoints, None)
     logins = tuple(agent.login_files(ctx)) if hasattr(agent, "login_files") else ()  # read-only, this run only
+    runkeys.register_logins([source for source, _ in logins])  # the record is kept free of them (bench.redact)
     box = _sandbox(ws, writable, reach, evidence, group, pythonpath, services, logins) if sandbox else None
     token = uuid.uuid4().hex
     become_subreaper()

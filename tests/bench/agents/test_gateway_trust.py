@@ -262,3 +262,12 @@ def test_an_unpriced_model_under_a_budget_is_refused_before_the_run():
     check_priced("codex", "gpt-5.5", 5.0)  # priced
     check_priced("claude-code", "sonnet", 5.0)  # an alias the CLI resolves: the gateway prices what it sends
     check_priced("command", None, 5.0)  # no API
+
+
+def test_a_login_files_tokens_are_redacted_from_the_record(tmp_path):
+    """A login the CLI reads itself cannot be swapped; its tokens are still kept out of what the harness records."""
+    refresh, access = "rt-" + secrets.token_hex(12), "at-" + secrets.token_hex(12)
+    f = tmp_path / "auth.json"
+    f.write_text(json.dumps({"tokens": {"refresh_token": refresh, "access_token": access, "account_id": "acc-1"}}))
+    assert keys.register_logins([f, tmp_path / "absent.json"]) == 2
+    assert redact.text(f"x {refresh} y {access} acc-1") == "x [redacted:login] y [redacted:login] acc-1"
