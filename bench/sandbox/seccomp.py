@@ -10,10 +10,13 @@ another run (3,120 of 3,216 rows in 18 s). So the filters deny, with ``EPERM``:
 * **predictors** (:data:`PREDICTOR`): every lock (``flock``; ``fcntl`` with ``F_GETLK``/``F_SETLK``/``F_SETLKW``,
   their ``F_OFD_*`` and 32-bit ``*64`` forms), leases and directory notifications (``F_SETLEASE``/``F_GETLEASE``/
   ``F_NOTIFY``), file-access watches (``inotify_*``, ``fanotify_*``: another process's opens of a shared file),
-  page-cache residency (``mincore``, ``cachestat``: which shared file pages another process read), and reading or
+  page-cache residency (``mincore``, ``cachestat``: which shared file pages another process read), the kernel's
+  keyrings (``add_key``, ``request_key``, ``keyctl``: the user keyring belongs to the uid, and every sandbox runs as
+  the same uid: a key one sandbox added, another read), hardware counters (``perf_event_open``), and reading or
   writing other processes (``ptrace``, ``process_vm_readv``/``writev``, ``kcmp``). A predictor needs none of them:
   it reads a checkpoint and answers on a pipe.
-* **agents** (:data:`AGENT`): the same but the locks and the watches, which the agents' tools use (SQLite, the
+* **agents** (:data:`AGENT`): the same but the locks, the watches and the hardware counters, which the agents' tools
+  use (SQLite, the
   optuna agent's storage, locks its database with ``F_SETLK``/``F_GETLK``; git and npm lock files; Node's
   ``fs.watch``). Locks stay harmless for the benchmark because no predictor can take or test one: an agent can
   only reach other agents, which know nothing the test split holds. Leases and ``F_NOTIFY`` are denied (a lease is
@@ -59,7 +62,8 @@ ARCHES = {
         {
             "fcntl": 72, "flock": 73, "ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 311, "kcmp": 312,
             "mincore": 27, "cachestat": 451, "inotify_init": 253, "inotify_init1": 294, "inotify_add_watch": 254,
-            "fanotify_init": 300, "fanotify_mark": 301,
+            "fanotify_init": 300, "fanotify_mark": 301, "add_key": 248, "request_key": 249, "keyctl": 250,
+            "perf_event_open": 298,
         },
     ),
     "aarch64": (
@@ -67,7 +71,8 @@ ARCHES = {
         {
             "fcntl": 25, "flock": 32, "ptrace": 117, "process_vm_readv": 270, "process_vm_writev": 271, "kcmp": 272,
             "mincore": 232, "cachestat": 451, "inotify_init1": 26, "inotify_add_watch": 27,
-            "fanotify_init": 262, "fanotify_mark": 263,
+            "fanotify_init": 262, "fanotify_mark": 263, "add_key": 217, "request_key": 218, "keyctl": 219,
+            "perf_event_open": 241,
         },
     ),
 }  # fmt: skip
@@ -75,6 +80,7 @@ ARCHES = {
 _PROCESSES = ("ptrace", "process_vm_readv", "process_vm_writev", "kcmp")
 _CACHE = ("mincore", "cachestat")
 _WATCHES = ("inotify_init", "inotify_init1", "inotify_add_watch", "fanotify_init", "fanotify_mark")
+_KEYS = ("add_key", "request_key", "keyctl")  # the user keyring is per user, not per sandbox: uid 0 in every one
 
 
 class Profile:
@@ -84,8 +90,10 @@ class Profile:
         self.name, self.calls, self.fcntl_commands = name, calls, fcntl_commands
 
 
-PREDICTOR = Profile("predictor", ("flock", *_PROCESSES, *_CACHE, *_WATCHES), LOCK_COMMANDS + NOTIFY_COMMANDS)
-AGENT = Profile("agent", (*_PROCESSES, *_CACHE), NOTIFY_COMMANDS)
+PREDICTOR = Profile(
+    "predictor", ("flock", *_PROCESSES, *_CACHE, *_WATCHES, *_KEYS, "perf_event_open"), LOCK_COMMANDS + NOTIFY_COMMANDS
+)
+AGENT = Profile("agent", (*_PROCESSES, *_CACHE, *_KEYS), NOTIFY_COMMANDS)
 PROFILES = {p.name: p for p in (PREDICTOR, AGENT)}
 
 

@@ -234,3 +234,70 @@ def test_the_agents_tools_that_lock_still_work_under_the_agent_filter(tmp_path):
         box.limits.remove()
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["sqlite", "200", "git", "ok", "node", "ok"], done.stdout
+
+
+KEYS = """
+import ctypes, json, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+name, value = sys.argv[1].encode(), sys.argv[2].encode()
+said = {}
+if value:
+    r = libc.syscall(SYS_ADD_KEY, b"user", name, value, len(value), -4)  # into the user keyring (uid 0's)
+    said["add_key"] = "added" if r > 0 else ctypes.get_errno()
+r = libc.syscall(SYS_REQUEST_KEY, b"user", name, None, 0)
+buf = ctypes.create_string_buffer(64)
+if r > 0:
+    n = libc.syscall(SYS_KEYCTL, 11, r, buf, 64)  # KEYCTL_READ
+    said["read"] = buf.raw[:n].decode()
+else:
+    said["read"] = ctypes.get_errno()
+print(json.dumps(said))
+"""
+KEY_CALLS = {"x86_64": (248, 249, 250), "aarch64": (217, 218, 219)}
+
+
+def _keys(box: Sandbox, cwd: Path, name: str, value: str) -> dict:
+    import platform
+
+    add, request, keyctl = KEY_CALLS[platform.machine()]
+    code = KEYS.replace("SYS_ADD_KEY", str(add)).replace("SYS_REQUEST_KEY", str(request))
+    code = code.replace("SYS_KEYCTL", str(keyctl))
+    done = subprocess.run(box.wrap([sys.executable, "-c", code, name, value]), capture_output=True, text=True, cwd=cwd)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _forget(name: str) -> None:
+    """Unlink a key a control left in this user's keyring."""
+    import ctypes
+    import platform
+
+    add, request, keyctl = KEY_CALLS[platform.machine()]
+    libc = ctypes.CDLL(None, use_errno=True)
+    key = libc.syscall(request, b"user", name.encode(), None, 0)
+    if key > 0:
+        libc.syscall(keyctl, 9, key, -4)  # KEYCTL_UNLINK from the user keyring
+
+
+def test_no_sandbox_can_leave_a_key_in_the_users_keyring_for_another(tmp_path):
+    """The user keyring belongs to the uid, and every sandbox runs as the same uid: without the filter a key one
+    sandbox adds is read by any other (the control)."""
+    import uuid
+
+    name = f"bench-test-{uuid.uuid4().hex[:8]}"
+    predictor = sandbox_wrap(tmp_path)
+    try:
+        assert _keys(predictor, tmp_path, name, "T6 row 0.1234") == {"add_key": 1, "read": 1}  # EPERM
+        with _agent_box(tmp_path) as agent:
+            assert _keys(agent, tmp_path, name, "") == {"read": 1}
+        unfiltered = Sandbox(replace(predictor.policy, seccomp=None))
+        try:
+            assert _keys(unfiltered, tmp_path, name, "T6 row 0.1234") == {"add_key": "added", "read": "T6 row 0.1234"}
+            with Sandbox(replace(_agent_box(tmp_path).policy, seccomp=None)) as open_agent:
+                assert _keys(open_agent, tmp_path, name, "") == {"read": "T6 row 0.1234"}  # the channel, open
+        finally:
+            unfiltered.close()
+    finally:
+        _forget(name)
+        predictor.close()
+        predictor.limits.remove()
