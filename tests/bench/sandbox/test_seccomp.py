@@ -1,0 +1,69 @@
+"""The seccomp filters' programs, run by a small classic-BPF interpreter here (the end-to-end tests in
+test_channels.py run them in the kernel on this machine's architecture; this covers the other one too)."""
+
+from __future__ import annotations
+
+import errno
+import struct
+
+import pytest
+
+from bench.sandbox import seccomp
+
+ALLOW, DENY = 0x7FFF0000, 0x00050000 | errno.EPERM
+AUDIT_I386 = 0x40000003
+
+
+def run(program: bytes, nr: int, arch: int, args: tuple[int, ...] = ()) -> int:
+    """What the kernel would return for one system call: the filter's verdict (only the ops the filters use)."""
+    args = (*args, *[0] * (6 - len(args)))
+    data = struct.pack("<iIQ6Q", nr, arch, 0, *args)
+    ops = [struct.unpack_from("=HBBI", program, i) for i in range(0, len(program), 8)]
+    pc, a = 0, 0
+    while True:
+        code, jt, jf, k = ops[pc]
+        if code == 0x20:  # ld [k]
+            a = struct.unpack_from("<I", data, k)[0]
+            pc += 1
+        elif code == 0x15:  # jeq #k
+            pc += 1 + (jt if a == k else jf)
+        elif code == 0x45:  # jset #k
+            pc += 1 + (jt if a & k else jf)
+        elif code == 0x06:  # ret #k
+            return k
+        else:
+            raise AssertionError(f"unexpected op {code:#x}")
+
+
+@pytest.mark.parametrize("machine", sorted(seccomp.ARCHES))
+def test_each_architecture_denies_what_its_profile_lists_and_allows_the_rest(machine):
+    arch, nr = seccomp.ARCHES[machine]
+    predictor, agent = (seccomp.program(p, machine) for p in (seccomp.PREDICTOR, seccomp.AGENT))
+    fcntl = nr["fcntl"]
+    for cmd in (seccomp.F_GETLK, seccomp.F_SETLK, seccomp.F_SETLKW, seccomp.F_OFD_GETLK, seccomp.F_OFD_SETLKW):
+        assert run(predictor, fcntl, arch, (3, cmd)) == DENY
+        assert run(predictor, fcntl, arch, (3, cmd | 1 << 32)) == DENY  # the kernel reads the low 32 bits
+        assert run(agent, fcntl, arch, (3, cmd)) == ALLOW  # SQLite, git
+    for cmd in (seccomp.F_SETLEASE, seccomp.F_GETLEASE, seccomp.F_NOTIFY):
+        assert run(predictor, fcntl, arch, (3, cmd)) == run(agent, fcntl, arch, (3, cmd)) == DENY
+    for cmd in (1, 2, 3, 4, 1030):  # F_GETFD, F_SETFD, F_GETFL, F_SETFL, F_DUPFD_CLOEXEC
+        assert run(predictor, fcntl, arch, (3, cmd)) == run(agent, fcntl, arch, (3, cmd)) == ALLOW
+    for name in ("flock", "inotify_add_watch", "fanotify_init", "perf_event_open"):
+        assert run(predictor, nr[name], arch) == DENY and run(agent, nr[name], arch) == ALLOW, name
+    for name in ("ptrace", "process_vm_readv", "process_vm_writev", "kcmp", "mincore", "cachestat", "keyctl"):
+        assert run(predictor, nr[name], arch) == run(agent, nr[name], arch) == DENY, name
+    for other in (0, 1, 56, 63, 64, 200):  # read/write/openat... whatever they are here: not listed
+        if other not in nr.values():
+            assert run(predictor, other, arch) == run(agent, other, arch) == ALLOW
+    assert run(predictor, 0, AUDIT_I386) == run(agent, 0, AUDIT_I386) == DENY  # another ABI: fail closed
+
+
+def test_x32_calls_are_denied_whole_on_x86_64():
+    arch, _ = seccomp.ARCHES["x86_64"]
+    agent = seccomp.program(seccomp.AGENT, "x86_64")
+    assert run(agent, 0, arch) == ALLOW and run(agent, seccomp.X32_BIT | 0, arch) == DENY
+
+
+def test_an_architecture_without_a_table_starts_no_sandbox():
+    with pytest.raises(RuntimeError, match="no seccomp table for 'riscv64'"):
+        seccomp.program(seccomp.AGENT, "riscv64")
