@@ -43,6 +43,19 @@ def format_view(binds: list[Bind]) -> str:
     return "\n".join(lines)
 
 
+def describe_filter(purpose: str) -> str:
+    """What the sandbox's seccomp profile denies (:mod:`.seccomp`) and which cgroup it shows, in one line."""
+    from bench.sandbox import seccomp
+
+    profile = seccomp.PROFILES[purpose]
+    commands = ", ".join(str(c) for c in profile.fcntl_commands)
+    group = "the run's own cgroup" if purpose == "agent" else "no cgroup"
+    return (
+        f"seccomp ({profile.name}): EPERM for {', '.join(profile.calls)} and fcntl commands {commands}; "
+        f"/sys/fs/cgroup shows {group}"
+    )
+
+
 def cmd_view(args: argparse.Namespace) -> int:
     from bench.sandbox.bwrap import probe
 
@@ -55,6 +68,7 @@ def cmd_view(args: argparse.Namespace) -> int:
             "an empty read-only folder, scratch: private tmpfs, mask: /dev/null over a secret or socket)"
         )
         print(format_view(binds))
+        print(f"  {describe_filter(purpose)}")
         print()
     reason = probe()
     print("bubblewrap: " + ("works here" if reason is None else f"cannot run here: {reason}"))
