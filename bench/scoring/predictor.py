@@ -78,6 +78,11 @@ def _deterministic(torch, device: str) -> None:
     log instead of failing an honest model; its noise is what the epsilon measures) and cuBLAS's fixed workspace
     (:data:`CUBLAS_WORKSPACE`, set in the environment before CUDA starts)."""
     torch.use_deterministic_algorithms(True, warn_only=True)
+    # but no NaN filling of every new tensor (its default under deterministic algorithms costs a write of each
+    # allocation): a model that reads memory it never wrote is not deterministic, and its replays say so anyway
+    deterministic = getattr(torch.utils, "deterministic", None)
+    if deterministic is not None and hasattr(deterministic, "fill_uninitialized_memory"):
+        deterministic.fill_uninitialized_memory = False
     if device == "cuda":
         torch.backends.cudnn.benchmark = False
         torch.backends.cudnn.deterministic = True
