@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -115,6 +116,9 @@ def summary(records: list[dict], max_cost: float | None = None) -> dict:
         "max_cost_usd": max_cost,
         "cap_hit": bool(refused),
         "cap_hit_at": refused[0]["t"] if refused else None,
+        # requests the gateway answered itself, by why: budget, token (none of the run's), route (not an endpoint
+        # the CLI needs), unpriced (a model without a price under a budget)
+        "refused": dict(sorted(Counter(str(r["refused"]) for r in records if r.get("refused")).items())),
     }
 
 

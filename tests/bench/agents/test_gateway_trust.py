@@ -140,6 +140,7 @@ def test_the_agent_holds_a_token_not_the_key_and_nothing_of_either_is_recorded(p
     lines = metering.read(metering.log_path(Path(result.run_dir)))
     refused = sorted(r.get("refused") or "-" for r in lines)
     assert refused == sorted(["token"] * 2 + ["route"] * 3 + ["unpriced", "-"] + ["budget"] * 5), refused
+    assert result.agent_events["gateway"]["refused"] == {"budget": 5, "route": 3, "token": 2, "unpriced": 1}
     # nothing of the key or the token in result.json or anywhere in the tracking store (database and artifacts)
     tokens = {x for x in text.split() if x.startswith("bench-run-") and len(x) >= 42}
     assert tokens, "the stand-in echoed its token"
