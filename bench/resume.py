@@ -24,13 +24,16 @@ For a campaign, every run directory with ``run.json`` and no ``result.json`` is 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import replace
 from pathlib import Path
+from typing import TypeVar
 
 import psutil
 
 from bench.durations import fmt_s
+from bench.markup import one_line
 from bench.pipeline import state, workspace
 from bench.pipeline.arrivals import Arrival, look
 from bench.pipeline.evidence import Evidence
@@ -45,6 +48,8 @@ from bench.tasks import data, packs
 from bench.termination import Termination
 from bench.tracking import schema
 from bench.tracking.writer import MlflowWriter
+
+T = TypeVar("T")
 
 # files the live harness writes while the run goes on: their last change is its last sign of life
 _HEARTBEATS = ("relay.json", "agent.log", "events.jsonl")
@@ -93,6 +98,7 @@ def resume_run(run_dir: Path, *, console: bool = True, by: str = "bench run --re
     ended_pids = _end_leftovers(st, evidence)
 
     died_s = round(min(max(0.0, st.harness_died_at - st.started_at), st.budget_s + st.grace_s), 3)
+    failed: list[str] = []  # what of the run's record could not be rebuilt (named in its reason)
     if st.watched is not None:  # it died after the agent's time had ended: that time is the run's, as the watch saw it
         watched, when = Watched(**st.watched), "after the agent's time"
     else:  # it died while the agent worked: the agent's time ended with it
@@ -103,10 +109,10 @@ def resume_run(run_dir: Path, *, console: bool = True, by: str = "bench run --re
         endpoints=tuple(st.endpoints),
         sandboxed=st.sandbox,
         watched=watched,
-        arrivals=_arrivals(ws, evidence),
-        launches=_launches(evidence),
-        agent_events=_agent_events(ws),
-        note=f"the harness died {when}; finished by {by}",
+        arrivals=_rebuilt("the checkpoints' arrivals", lambda: _arrivals(ws, evidence), dict, failed),
+        launches=_rebuilt("the launches", lambda: _launches(evidence), list, failed),
+        agent_events=_rebuilt("the agent's events", lambda: _agent_events(ws), dict, failed),
+        note=f"the harness died {when}; finished by {by}" + "".join(f"; {f}" for f in failed),
     )
     left = f"; ended {len(ended_pids)} process(es) of the run still running" if ended_pids else ""
     print(f"[bench] {st.label}: resuming {run_dir} (its harness died ~{died_s:.0f} s into the run{left})", flush=True)
@@ -190,6 +196,19 @@ def _limits(st: RunState, ended: Ended) -> tuple[Limits, Ended]:
     print(f"[bench] {st.label}: {OLD_LIMITS_NOTE} (evaluation budget {Limits().eval_s:.0f} s)", flush=True)
     watched = replace(ended.watched, limits={**ended.watched.limits, "note": OLD_LIMITS_NOTE})
     return Limits(), replace(ended, watched=watched)
+
+
+def _rebuilt(what: str, fn: Callable[[], T], empty: Callable[[], T], failed: list[str]) -> T:
+    """What a resume rebuilds from the run directory, or, if that raises (whatever the agent left there), the
+    empty value with the failure named in ``failed``: a resume must end with the run recorded, never fall into the
+    same crash every time (a campaign would call that an infrastructure failure and give the run up)."""
+    try:
+        return fn()
+    except Exception as e:
+        why = f"{what} could not be rebuilt ({one_line(f'{type(e).__name__}: {e}', 200)})"
+        print(f"[bench] resume: {why}; the run is finished without them", flush=True)
+        failed.append(why)
+        return empty()
 
 
 def _last_sign_of_life(run_dir: Path, st: RunState) -> float:
