@@ -26,7 +26,7 @@ from pathlib import Path
 from bench import untrusted
 from bench.tracking import accounting
 
-MAX_SPOOL_FILES = 20_000  # spool files listed per poll (one per traced process; a run that makes more is flooding)
+MAX_SPOOL_FILES = 5_000  # spool files read (one per traced process: one a second for 80 minutes; past it, a flood)
 MAX_TAIL = 256 << 10  # bytes of a script's output tail uploaded (the tee keeps its last 200 lines)
 MAX_DEPTH = 32  # nesting of one spool line (the tracer writes 3 levels, plus a config's own nesting)
 MAX_REFUSED = 1000  # refused files named in relay.json (the count covers the rest)

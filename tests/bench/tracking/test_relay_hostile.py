@@ -170,3 +170,16 @@ def test_forged_events_naming_hard_links_of_one_file_or_a_sparse_file_upload_it_
     client = mlflow.tracking.MlflowClient()
     assert [a.path for a in client.list_artifacts(script["run_id"], "checkpoints")] == ["checkpoints/real.pt"]
     assert not list(tmp_path.glob(".bench-staged-*"))  # the staged copies are gone
+
+
+def test_a_flood_of_spool_files_is_cut_at_the_cap_with_a_finding(tmp_path, monkeypatch):
+    from bench.tracking import spool_files
+
+    monkeypatch.setattr(spool_files, "MAX_SPOOL_FILES", 50)
+    relay, spool = _relay(tmp_path)
+    for n in range(60):
+        _write(spool, f"{n:03d}-{n}.jsonl", [{**START, "script": f"s{n}.py"}, END])
+    summary = _finalize(relay)
+    assert summary["launched"] == 50 and len(relay.scripts) == 50  # relay.json holds no more than the cap
+    assert summary["relay"]["refused_files"]["counts"] == {"too-many": 1}
+    assert _open_runs(summary) == []
