@@ -12,9 +12,10 @@ killed run keeps every line so far): time, API, model, HTTP status, latency, inp
 the answer (:mod:`bench.agents.usage`), their cost at the price table's rates (:mod:`bench.agents.pricing`), and
 ``complete: false`` with ``cut`` when the answer ended before its usage did (the CLI killed at the budget mid-stream:
 what had streamed is counted). Credentials (``Authorization``, ``x-api-key``, ``x-goog-api-key``, ``?key=``) are
-forwarded untouched and never written: the line holds the path without its query. Each model request's and answer's
-body goes, capped and with secrets removed, to ``llm-bodies.jsonl`` (:mod:`bench.agents.transcript`; the line's
-``body`` is its id), for the run's MLflow trace (:mod:`bench.tracking.traces`).
+never written (the run's token swapped for the key on the way out, below): the line holds the path without its
+query. Each model request's and answer's body goes, capped and with secrets removed, to ``llm-bodies.jsonl``
+(:mod:`bench.agents.transcript`; the line's ``body`` is its id), for the run's MLflow trace
+(:mod:`bench.tracking.traces`).
 
 **The gateway holds the key.** The agent's environment carries a per-run token (``bench-run-`` and 32 hex digits,
 one per credential variable) where the harness has the real key (:func:`bench.agents.keys.run_tokens`, applied by

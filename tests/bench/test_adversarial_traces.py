@@ -5,7 +5,9 @@ events.jsonl, the evidence), which keep it only in the run directory on the rese
 Claude Code in the sandbox, through the metering gateway, against the TLS mock (tests/bench/agents/
 test_gateway_clis.py's set-up); the mock's scripted model asks for a shell command that prints the CLI's key, whose
 output then travels in the next request's body (a tool result) and in the CLI's tool-call events. The key is not
-key-shaped, so only its value, known from the harness's environment, can find it.
+key-shaped, so only its value, known from the harness's environment, can find it. Since issue 29 the CLI holds
+the run's token in its place (the gateway holds the key): the key never reaches the model, and the token it echoes
+must not reach the store either.
 """
 
 from __future__ import annotations
@@ -48,18 +50,23 @@ def test_a_key_the_agent_prints_never_reaches_the_store_through_the_trace(agent,
         mock.release.set()
         mock.stop()
     bodies = [json.dumps(r.body) for r in mock.calls()]
-    assert any(key in b for b in bodies), "the attack did not happen: the key never reached the model"
+    # the CLI holds the run's token, not the key (issue 29: the gateway holds the key): what it echoes is the token
+    assert not any(key in b for b in bodies), "the key entered the sandbox"
+    echoed = [b for b in bodies if "the key is bench-run-" in b]
+    assert echoed, "the attack did not happen: the token never reached the model"
+    token = echoed[0].split("the key is ", 1)[1][:42]
 
     client = mlflow.tracking.MlflowClient()
     exp = client.get_run(result.mlflow_run_id).info.experiment_id
     (trace,) = client.search_traces(locations=[exp], run_id=result.mlflow_run_id)
     text = json.dumps([s.to_dict() for s in trace.data.spans])
-    assert "the key is [REDACTED]" in text and key not in text
-    assert key.encode() not in (mlruns_dir() / "mlflow.db").read_bytes()  # not in any table of the store
-    assert key not in (Path(result.run_dir) / "evidence" / "llm-bodies.jsonl").read_text()
+    assert "the key is [REDACTED]" in text and key not in text and token not in text
+    db = (mlruns_dir() / "mlflow.db").read_bytes()
+    assert key.encode() not in db and token.encode() not in db  # not in any table of the store
+    assert token not in (Path(result.run_dir) / "evidence" / "llm-bodies.jsonl").read_text()
     assert schema.TRACE in client.get_run(result.mlflow_run_id).data.tags
     # the artifacts the run logged: the agent's output carried the key, the store's copies do not
-    assert key in (Path(result.run_dir) / "agent.log").read_text(errors="replace"), "the CLI's output lost the echo"
+    assert token in (Path(result.run_dir) / "agent.log").read_text(errors="replace"), "the CLI's output lost the echo"
     local = Path(
         mlflow.artifacts.download_artifacts(
             run_id=result.mlflow_run_id, dst_path=str(Path(result.run_dir).parent / "dl")
@@ -67,5 +74,5 @@ def test_a_key_the_agent_prints_never_reaches_the_store_through_the_trace(agent,
     )
     logged = {f.relative_to(local).as_posix(): f.read_bytes() for f in local.rglob("*") if f.is_file()}
     assert {"agent.log", "events.jsonl"} <= set(logged)
-    assert [name for name, data in logged.items() if key.encode() in data] == []
+    assert [name for name, data in logged.items() if key.encode() in data or token.encode() in data] == []
     assert b"[REDACTED]" in logged["agent.log"] + logged["events.jsonl"]
