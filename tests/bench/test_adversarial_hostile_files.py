@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import resource
 import shlex
+import subprocess
 import uuid
 from pathlib import Path
 
@@ -131,3 +132,22 @@ def test_an_inode_flood_in_checkpoints_keeps_the_harness_and_result_json_small(g
     # measured: 508 MiB on the 2-core machine (collect and arrivals list and load every file: not this boundary's)
     assert grown_rss < 800, f"the harness's peak RSS rose by {grown_rss:.0f} MiB"
     print(f"result.json {size / 1024:.0f} KiB; harness peak RSS rose {grown_rss:.0f} MiB")
+
+
+def test_folders_nested_past_pythons_recursion_limit_end_in_a_recorded_run_with_a_flag(generated_t6):
+    """os.walk and Path.rglob recurse: a workspace folder nested 1,100 deep raised RecursionError in the harness's
+    manifest of the workspace, after the agent had ended (no result.json). The boundary's walk does not recurse."""
+    task = generated_t6
+    data.prepare(task, progress=False)
+    command = "mkdir deep && cd deep && for i in $(seq 1100); do mkdir d && cd d; done && echo x > leaf.txt"
+    result = _run(task, command, budget_s=30)
+    try:
+        assert Path(result.result_file).is_file()
+        _no_run_left_running(result)
+        assert result.status == "failed" and "no scoreable checkpoint" in result.reason  # the agent made none
+        flags = [v for v in result.audit.violations if "nested too deep" in v.reason]
+        assert flags and flags[0].verdict == "flag" and flags[0].rule == 5
+        manifest = json.loads((Path(result.run_dir) / "evidence" / "manifest-end.json").read_text())
+        assert manifest["..."]["truncated"] is True
+    finally:  # pytest's own clean-up of old tmp folders (shutil.rmtree) recurses and would fail on this tree
+        subprocess.run(["rm", "-rf", str(Path(result.workspace) / "deep")], check=True)
