@@ -25,7 +25,7 @@ from bench.pipeline.evidence import Evidence
 from bench.result import Audit, Evaluation, RunResult
 from bench.sandbox.limits import Limits
 from bench.tasks import Task, data, packs, weights
-from bench.tracking import schema
+from bench.tracking import schema, spool_files
 from bench.tracking.relay import Relay
 from bench.tracking.writer import MlflowWriter, TrackingError
 
@@ -373,6 +373,8 @@ def _result(
     if ended.note:  # finished by --resume: the outcome says so (an interrupted run's reason is the note itself)
         why = ended.note if decided.status == "interrupted" else f"{decided.reason}; {ended.note}"
         decided = replace(decided, reason=why)
+    if tampered := spool_files.note(scripts):  # the agent's act on the tracer's files, named (also a rule 7 flag)
+        decided = replace(decided, reason=f"{decided.reason}; {tampered}")
     if watched.ended_why:  # a limit ended the agent's time before its budget
         decided = replace(decided, reason=f"{decided.reason}; the harness ended the agent early: {watched.ended_why}")
     limits = {"settings": spec.limits.to_dict(), "hit": [], **watched.limits}

@@ -86,6 +86,16 @@ class Refused:
         }
 
 
+def note(scripts: dict) -> str:
+    """One clause for the run's reason when the agent left files in the spool that the relay refused ('' if none):
+    counts only, no agent-chosen text (the names are in result.json and the audit)."""
+    refused = (scripts.get("relay") or {}).get("refused_files") or {}
+    if not refused.get("total"):
+        return ""
+    kinds = ", ".join(f"{n} {what}" for what, n in sorted((refused.get("counts") or {}).items()))
+    return f"the agent left {refused['total']} file(s) in the tracer's spool that the harness refused to read ({kinds})"
+
+
 def listing(workspace: Path, spool_dir: Path, known: set[str], refused: Refused) -> list[Path]:
     """The regular ``*.jsonl`` files of the spool folder, sorted; others named like one go to ``refused``. Past
     :data:`MAX_SPOOL_FILES` names only the files already known are kept (one ``too-many`` finding for the folder)."""

@@ -171,6 +171,7 @@ def test_resume_and_bench_record_finish_a_sabotaged_run_whose_harness_died(gener
     assert Path(result.result_file).is_file() and "finished by bench run --resume" in result.reason
     refused = result.scripts["relay"]["refused_files"]["counts"]
     assert refused == {"not-regular": 2}, refused
+    assert "the agent left 2 file(s) in the tracer's spool that the harness refused to read" in result.reason
     assert result.scripts["relay"]["lines_dropped"] == {"too-deep": 1}
     assert any(v.rule == 7 and "ghost.py" in v.reason for v in result.audit.violations)
     assert all(r.info.status != "RUNNING" for r in _runs(result.campaign))
