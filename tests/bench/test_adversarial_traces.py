@@ -13,6 +13,7 @@ must not reach the store either.
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from pathlib import Path
 
@@ -54,7 +55,7 @@ def test_a_key_the_agent_prints_never_reaches_the_store_through_the_trace(agent,
     assert not any(key in b for b in bodies), "the key entered the sandbox"
     echoed = [b for b in bodies if "the key is bench-run-" in b]
     assert echoed, "the attack did not happen: the token never reached the model"
-    token = echoed[0].split("the key is ", 1)[1][:42]
+    token = re.search(r"the key is (bench-run-[0-9a-f]{32})", echoed[0]).group(1)
 
     client = mlflow.tracking.MlflowClient()
     exp = client.get_run(result.mlflow_run_id).info.experiment_id
