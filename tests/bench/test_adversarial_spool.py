@@ -165,10 +165,11 @@ def test_resume_and_bench_record_finish_a_sabotaged_run_whose_harness_died(gener
     from bench.cli import main
     from bench.resume import resume_run
 
-    run_dir = unfinished_run(generated_t6)
+    run_dir = unfinished_run(generated_t6, grace_s=1.0)  # run.json keeps 1.0: the param is recorded alike
     _sabotage_spool(run_dir)
     result = _in_thread(lambda: resume_run(run_dir, console=False), deadline_s=240)
     assert Path(result.result_file).is_file() and "finished by bench run --resume" in result.reason
+    assert result.tracking_error is None  # recorded in MLflow too
     refused = result.scripts["relay"]["refused_files"]["counts"]
     assert refused == {"not-regular": 2}, refused
     assert "the agent left 2 file(s) in the tracer's spool that the harness refused to read" in result.reason
@@ -229,7 +230,7 @@ def test_a_resume_that_cannot_rebuild_part_of_the_run_still_records_it_and_says_
     its replay), and the run is still finished, the reason naming what could not be rebuilt."""
     from bench.resume import resume_run
 
-    run_dir = unfinished_run(generated_t6)
+    run_dir = unfinished_run(generated_t6, grace_s=1.0)  # run.json keeps 1.0: the param is recorded alike
     with open(run_dir / "events.jsonl", "a") as f:
         f.write("[" * 100_000 + "\n")
     result = _in_thread(lambda: resume_run(run_dir, console=False), deadline_s=240)
