@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import secrets
 import sys
 from pathlib import Path
@@ -117,6 +118,10 @@ def test_the_agent_holds_a_token_not_the_key_and_nothing_of_either_is_recorded(p
                    console=False, campaign=f"trust-{secrets.token_hex(3)}", max_cost=1e-6,
                    options={"bin": str(cli)})  # fmt: skip
     result = run(spec)
+    # the harness (this process) stays small: nothing here is read whole (measured 2-core machine: see the report)
+    peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    assert peak_mib < 2048, peak_mib
+    print(f"harness peak RSS {peak_mib:.0f} MiB")
     text = Path(result.run_dir, "agent.log").read_text()  # the run's own file: what the stand-in printed
     (line,) = [x for x in text.splitlines() if x.startswith("REPORT ")]
     report = json.loads(line[7:])
