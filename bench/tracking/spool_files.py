@@ -124,6 +124,8 @@ def listing(workspace: Path, spool_dir: Path, known: set[str], refused: Refused)
                     refused.add(untrusted.Finding(str(path), untrusted.LINK, "a symbolic link"))
                 else:
                     refused.add(untrusted.Finding(str(path), untrusted.NOT_REGULAR, kind(mode)))
+    except OSError as e:  # the folder made unreadable (chmod 0): what was listed is read, the rest named
+        refused.add(untrusted.Finding(str(spool_dir), untrusted.UNREADABLE, e.strerror or str(e)))
     finally:
         os.close(fd)
     if listed > MAX_SPOOL_FILES:
