@@ -68,6 +68,7 @@ UPSTREAM_TIMEOUT_S = 600.0  # the longest silence inside an answer (a model thin
 # (Codex, OpenCode, Aider) say their usage only at the end, so reading on is what makes the run's tokens and cost
 # the API's own. Past it the upstream is cut and the line keeps what had streamed (marked cut). BENCH_GATEWAY_DRAIN_S.
 DRAIN_S = 20.0
+SETTLE_S = 0.5  # under a budget: how long a model request waits for those in flight to be counted
 LOG_LIMIT = 100_000  # lines; a request loop must not fill the harness's disk
 SECRET_PARAMS = ("key", "api_key", "apikey", "access_token")
 HOP = {"connection", "keep-alive", "proxy-connection", "proxy-authorization", "te", "trailer", "transfer-encoding"}
@@ -308,7 +309,16 @@ class Gateway:
         self, method: str, path: str, api: str | None, model: str | None, headers: list[tuple[str, str]]
     ) -> tuple[str, str] | None:
         """Why this request is answered here instead of forwarded ((kind, message)), or None to forward it. In
-        order: the budget (every path, once spent), the run's token, the route, an unpriced model under a budget."""
+        order: the budget (every path, once spent), the run's token, the route, an unpriced model under a budget.
+
+        Under a budget, a model request waits up to ``SETTLE_S`` for the requests in flight to be counted: a client
+        has a whole answer a moment before the gateway has read its end and added its cost, and a request sent in
+        that moment slipped past a spent budget. (Requests truly in parallel can still overshoot the budget by what
+        they cost together: each starts before the others are counted.)"""
+        if self.max_cost is not None and api:
+            deadline = time.time() + SETTLE_S
+            while self._inflight > 1 and time.time() < deadline:
+                time.sleep(0.01)
         if self.max_cost is not None and self.spent >= self.max_cost:
             return "budget", budget_message(self.max_cost, self.spent)
         if self.keys and not runkeys.carries(headers, path, self.keys):
