@@ -27,7 +27,7 @@ from bench.sandbox.limits import Limits
 from bench.tasks import Task, data, packs, weights
 from bench.tracking import schema, spool_files
 from bench.tracking.relay import Relay
-from bench.tracking.writer import MlflowWriter, TrackingError
+from bench.tracking.writer import MlflowWriter
 
 
 @dataclass
@@ -168,7 +168,7 @@ def finish(
     the spool relayed (script runs left open closed as KILLED) -> collect -> evaluate -> audit -> record."""
     task = spec.task
     steps = guard.StepGuard(ws.run_dir, spec.label)  # a step that raises anyway: named, the run goes on (guard.py)
-    scripts = steps.run("relay", relay.finalize, lambda: _relay_fallback(relay))
+    scripts = steps.run("relay", relay.finalize, lambda: guard.relay_summary(relay))
     deadline = spec.budget + spec.grace_s
     ran = _scripts_that_ran(ended.launches, scripts)
     collected = steps.run(
@@ -212,39 +212,14 @@ def finish(
     audited = steps.audit(audited)
     result = _result(spec, ws, device, notes, ended, scripts, collected, evaluations, audited, relay)
     result.outcome = steps.outcome(result.outcome)
-    steps.run("record", lambda: record.save(result, writer, ws), lambda: _record_failed(result, writer, ws))  # 7
+    failed = lambda: guard.record_failed(result, writer, ws.run_dir)  # noqa: E731 (result.json written, run closed)
+    steps.run("record", lambda: record.save(result, writer, ws), failed)  # 7
     guard.close_left_open(writer, result.mlflow_run_id or relay.parent_run)
 
     score = f"{result.score:.4f}" if result.score is not None else "-"
     print(f"[bench] {spec.label}: {result.status} | {task.metric} {score} | {result.reason}", flush=True)
     if audited.violations:
         print(f"[bench] {spec.label}: {audit.summary(audited)[:2000]}", flush=True)
-    return result
-
-
-def _relay_fallback(relay: Relay) -> dict:
-    """What the relay did, when finishing it raised: its counts so far (an empty summary if even they fail)."""
-    try:
-        return relay.summary()
-    except Exception:
-        from bench.tracking import accounting
-
-        return accounting.summary([])
-
-
-def _record_failed(result: RunResult, writer: MlflowWriter, ws: workspace.Workspace) -> RunResult:
-    """The record step raised something other than a tracking outage: result.json is written (again, with the
-    error as its tracking error, so ``bench record`` is the way on) and the agent run is closed as FAILED."""
-    result.tracking_error = (result.tracking_error or f"the record step failed; see {guard.LOG}")[:2000]
-    try:
-        result.write()
-    except OSError as e:
-        raise state.disk_error(result.result_file, e, ws.run_dir) from e
-    if result.mlflow_run_id:
-        try:
-            writer.end_run(result.mlflow_run_id, "FAILED")
-        except TrackingError:
-            pass
     return result
 
 

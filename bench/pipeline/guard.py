@@ -28,8 +28,10 @@ from pathlib import Path
 from typing import TypeVar
 
 from bench.markup import one_line
-from bench.pipeline.state import RunStateError
-from bench.result import FLAG, Audit, Outcome, Violation
+from bench.pipeline.state import RunStateError, disk_error
+from bench.result import FLAG, Audit, Outcome, RunResult, Violation
+from bench.tracking import accounting
+from bench.tracking.relay import Relay
 from bench.tracking.writer import MlflowWriter, TrackingError
 
 T = TypeVar("T")
@@ -79,6 +81,30 @@ class StepGuard:
             for step, error in self.failures
         ]
         return replace(audited, violations=(*found, *audited.violations)) if found else audited
+
+
+def relay_summary(relay: Relay) -> dict:
+    """What the relay did, when finishing it raised: its counts so far (an empty summary if even they fail)."""
+    try:
+        return relay.summary()
+    except Exception:
+        return accounting.summary([])
+
+
+def record_failed(result: RunResult, writer: MlflowWriter, run_dir: Path) -> RunResult:
+    """The record step raised something other than a tracking outage: result.json is written (again, with the
+    error as its tracking error, so ``bench record`` is the way on) and the agent run is closed as FAILED."""
+    result.tracking_error = (result.tracking_error or f"the record step failed; see {LOG}")[:2000]
+    try:
+        result.write()
+    except OSError as e:
+        raise disk_error(result.result_file, e, run_dir) from e
+    if result.mlflow_run_id:
+        try:
+            writer.end_run(result.mlflow_run_id, "FAILED")
+        except TrackingError:
+            pass
+    return result
 
 
 def close_left_open(writer: MlflowWriter, parent: str | None) -> None:

@@ -237,3 +237,22 @@ def test_a_resume_that_cannot_rebuild_part_of_the_run_still_records_it_and_says_
     assert Path(result.result_file).is_file()
     assert "the agent's events could not be rebuilt (RecursionError" in result.reason, result.reason
     assert all(r.info.status != "RUNNING" for r in _runs(result.campaign))
+
+
+def test_a_record_step_that_crashes_leaves_result_json_and_no_run_open(generated_t6, monkeypatch):
+    """The record step raising something other than a tracking outage (forced here): result.json still holds the
+    run (with the error as its tracking error, so ``bench record`` is the way on) and the agent run is closed."""
+    from bench.pipeline import record
+    from bench.runner import RunSpec, run
+
+    def crash(*args, **kwargs):
+        raise RecursionError("maximum recursion depth exceeded while decoding a JSON array")
+
+    monkeypatch.setattr(record, "record", crash)
+    spec = RunSpec(generated_t6, "command", campaign=f"test-rec-{os.getpid()}-{time.time_ns()}", budget_s=30)
+    spec.options, spec.sandbox, spec.grace_s, spec.console = {"command": "true"}, False, 1, False
+    result = _in_thread(lambda: run(spec), deadline_s=240)
+    saved = RunResult.load(result.run_dir)
+    assert saved.status == "failed" and "record step failed" in saved.tracking_error
+    runs = _runs(result.campaign)
+    assert runs and all(r.info.status != "RUNNING" for r in runs), [(r.info.run_name, r.info.status) for r in runs]
