@@ -71,23 +71,26 @@ def _build(prepare, checkpoint: str, script: str):
 
 
 def _deterministic(torch, device: str) -> None:
-    """Deterministic kernels, so that a cold replay of a batch gives the scored predictor's outputs bit for bit (or
-    within the task's measured epsilon on a GPU, :func:`bench.scoring.checks.tolerance`), not within a flat
+    """Deterministic kernels on a GPU, so that a cold replay of a batch gives the scored predictor's outputs bit for
+    bit (or within the task's measured epsilon, :func:`bench.scoring.scorer.task_tolerance`), not within a flat
     tolerance a stateful correction could hide in: plain float32 (no TF32), no autotuning (cuDNN's benchmark picks
     kernels by timing), ``use_deterministic_algorithms`` (warn_only: an op without a deterministic kernel warns in the
     log instead of failing an honest model; its noise is what the epsilon measures) and cuBLAS's fixed workspace
-    (:data:`CUBLAS_WORKSPACE`, set in the environment before CUDA starts)."""
+    (:data:`CUBLAS_WORKSPACE`, set in the environment before CUDA starts). On a CPU nothing: its kernels are
+    deterministic already (replays agree bit for bit: the proof kit's CPU run), and ``use_deterministic_algorithms``
+    alone costs ~1.2 s (it imports some 800 modules), a fifth of a T6 evaluation on a CPU."""
+    if device != "cuda":
+        return
     torch.use_deterministic_algorithms(True, warn_only=True)
     # but no NaN filling of every new tensor (its default under deterministic algorithms costs a write of each
     # allocation): a model that reads memory it never wrote is not deterministic, and its replays say so anyway
     deterministic = getattr(torch.utils, "deterministic", None)
     if deterministic is not None and hasattr(deterministic, "fill_uninitialized_memory"):
         deterministic.fill_uninitialized_memory = False
-    if device == "cuda":
-        torch.backends.cudnn.benchmark = False
-        torch.backends.cudnn.deterministic = True
-        torch.backends.cuda.matmul.allow_tf32 = False
-        torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cudnn.benchmark = False
+    torch.backends.cudnn.deterministic = True
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
 
 
 CUBLAS_WORKSPACE = ":4096:8"  # cuBLAS's deterministic setting (CUDA >= 10.2): a fixed workspace per stream

@@ -106,10 +106,10 @@ def score_checkpoint(
     The prober runs the agent's code only once the scored predictor has ENDED (issue 29): two processes running the
     agent's model at once can talk (a record lock on a shared file crossed every namespace), and one that is dead
     can say nothing (its locks die with it; nothing in its sandbox was writable). Its inputs are known in advance,
-    so nothing is lost but the overlap: it is started beside the scored one held before any agent code (Python,
-    numpy and torch imported, :meth:`Session` ``hold``), and let go after the scored one is closed. The probes'
-    positions follow from ``secret`` (drawn here, :func:`checks.draw_secret`, unless a test gives one), which stays
-    in this process until the result records it.
+    so nothing is lost but the overlap: it is started once the scored one is ready, held before any agent code
+    (Python, numpy and torch imported while the feed runs, :class:`Session` ``hold``), and let go after the scored
+    one is closed. The probes' positions follow from ``secret`` (drawn here, :func:`checks.draw_secret`, unless a
+    test gives one), which stays in this process until the result records it.
     """
     t0 = time.time()
     log = log or eval_dir.with_suffix(".predictor.log")
@@ -122,27 +122,30 @@ def score_checkpoint(
         return Session(eval_dir, checkpoint, script, device=device, timeout_s=timeout_s, log=log, wrap=wrap, hold=hold)
 
     try:
-        with session() as scored, session(hold=True) as prober:
+        with session() as scored:
             task = load_task_module(task_dir)
             feed = task.eval_batches(task.EVAL_SPLIT, str(data_dir), task.FEED_BATCH_SIZE)
             inputs, targets = [x for x, _ in feed], [y for _, y in feed]
             found = checks.plan(inputs, getattr(task, "CAUSAL_INPUT", None), secret)
-            outputs = [scored.predict(x) for x in inputs]
-            # after the scored feed, so that it cannot have shaped it; rule 9 reads it for the scored checkpoint
-            val_value = _validation(task, scored, data_dir) if validate else None
-            scored.close()  # ended (and waited for) before the prober runs any agent code: no channel between them
-            result = task.score(outputs, targets)
-            value = float(result[task.METRIC])
-            if not math.isfinite(value):
-                raise PredictorError(f"the {task.METRIC} is {value}")
-            answers, failure = _answers(prober, found)
-            prober.close()
-            asked = dataclasses.replace(found, probes=found.probes[: len(answers)])
-            broken = checks.judge(asked, answers, outputs, device, task_tolerance(task_dir, device))
-            if broken:  # judged even when the prober then failed: a crash at the last probe hides no broken replay
-                raise ContractViolation("forward contract broken: " + "; ".join(broken), found.evidence())
-            if failure is not None:
-                raise failure
+            scored.ready()
+            # held: its start-up overlaps the feed's round trips instead of the scored one's start-up
+            with session(hold=True) as prober:
+                outputs = [scored.predict(x) for x in inputs]
+                # after the scored feed, so that it cannot have shaped it; rule 9 reads it for the scored checkpoint
+                val_value = _validation(task, scored, data_dir) if validate else None
+                scored.close()  # ended (and waited for) before the prober runs any agent code: no channel between them
+                result = task.score(outputs, targets)
+                value = float(result[task.METRIC])
+                if not math.isfinite(value):
+                    raise PredictorError(f"the {task.METRIC} is {value}")
+                answers, failure = _answers(prober, found)
+                prober.close()
+                asked = dataclasses.replace(found, probes=found.probes[: len(answers)])
+                broken = checks.judge(asked, answers, outputs, device, task_tolerance(task_dir, device))
+                if broken:  # judged even when the prober then failed: a crash at the last probe hides no broken replay
+                    raise ContractViolation("forward contract broken: " + "; ".join(broken), found.evidence())
+                if failure is not None:
+                    raise failure
     except Exception as e:  # an out-of-memory kill reads as a predictor that ended without an answer: say why
         e.predictor_limits = sandbox.limits.hits() if sandbox is not None else []
         raise

@@ -109,7 +109,9 @@ def main() -> None:
                 times[name].append(seconds)
                 print(f"{name}: {seconds:.2f} s (mse {out['value']:.4f}, {out['probes']['replayed']} replayed)")
         b, a = statistics.median(times["before"]), statistics.median(times["after"])
-        print(f"median of {options.runs}: before {b:.2f} s, after {a:.2f} s, +{a - b:.2f} s ({a / b - 1:+.0%})")
+        pairs = statistics.median(y - x for x, y in zip(times["before"], times["after"], strict=True))
+        print(f"median of {options.runs}: before {b:.2f} s, after {a:.2f} s, {a - b:+.2f} s ({a / b - 1:+.0%})")
+        print(f"median of the {options.runs} paired differences (after - before, run by run): {pairs:+.2f} s")
 
 
 if __name__ == "__main__":
