@@ -54,13 +54,14 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from bench.agents import keys as runkeys
 from bench.agents import pricing, routes, transcript
+from bench.agents.http1 import MAX_BODY
+from bench.agents.http1 import read_request as _read_request
+from bench.agents.http1 import send_json as _send_json
 from bench.agents.routes import refusal
 from bench.agents.usage import Usage, api_of, request_model
 
 LOG_NAME = "llm.jsonl"
 INSIDE_PORT = 47800  # the first loopback port inside the sandbox that reaches a gateway (one per upstream)
-MAX_HEAD = 64 * 1024
-MAX_BODY = 64 << 20  # a request body larger than this is refused (413): the CLIs send tens of kB
 IDLE_TIMEOUT_S = 600.0  # a kept-alive client connection with no next request
 UPSTREAM_TIMEOUT_S = 600.0  # the longest silence inside an answer (a model thinking before its first token)
 # After the client (the CLI, killed at its budget) leaves mid-answer, the answer is still read, not passed on, for up
@@ -359,56 +360,6 @@ def _json(body: bytes) -> dict | None:
     except (ValueError, UnicodeDecodeError):
         return None
     return o if isinstance(o, dict) else None
-
-
-def _read_request(rfile) -> tuple[str, str, list[tuple[str, str]], bytes] | None:
-    """One HTTP/1.1 request (method, origin-form path, headers in order, body); None at a clean end of the
-    connection. Raises ValueError for a malformed one."""
-    line = rfile.readline(MAX_HEAD)
-    while line in (b"\r\n", b"\n"):
-        line = rfile.readline(MAX_HEAD)
-    if not line:
-        return None
-    parts = line.decode("latin-1").split()
-    if len(parts) != 3:
-        raise ValueError("not an HTTP request line")
-    method, target, _ = parts
-    headers, size = [], 0
-    while (h := rfile.readline(MAX_HEAD)) not in (b"\r\n", b"\n", b""):
-        size += len(h)
-        if size > MAX_HEAD:
-            raise ValueError("request head too large")
-        k, _, v = h.decode("latin-1").partition(":")
-        headers.append((k.strip(), v.strip()))
-    names = {k.lower(): v for k, v in headers}
-    if "chunked" in names.get("transfer-encoding", "").lower():
-        body = bytearray()
-        while (n := int(rfile.readline(1024).split(b";")[0].strip() or b"0", 16)) > 0:
-            body += rfile.read(n)
-            rfile.readline(1024)
-            if len(body) > MAX_BODY:
-                raise ValueError("request body too large")
-        while rfile.readline(MAX_HEAD) not in (b"\r\n", b"\n", b""):
-            pass  # trailers
-        return method, _origin(target), headers, bytes(body)
-    length = int(names.get("content-length") or 0)
-    if length > MAX_BODY:
-        raise ValueError("request body too large")
-    return method, _origin(target), headers, rfile.read(length) if length else b""
-
-
-def _origin(target: str) -> str:
-    if "://" not in target:
-        return target
-    parts = urlsplit(target)
-    return (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-
-
-def _send_json(conn: socket.socket, status: int, payload: dict) -> None:
-    data = json.dumps(payload).encode()
-    reason = {402: "Payment Required", 429: "Too Many Requests"}.get(status, "Error")
-    head = f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n"
-    conn.sendall(head.encode() + data)
 
 
 class _Watch(threading.Event):
