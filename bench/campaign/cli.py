@@ -106,6 +106,7 @@ def check_machine(campaign: Campaign) -> None:
             no_weights=campaign.no_weights,
             sandbox=campaign.sandbox and not slurm,  # a login node may lack what the compute nodes have
             endpoints=False,  # all agents at once, below
+            max_cost=campaign.max_cost,  # an unpriced model under a budget is refused here, before any job starts
         )
     if slurm:
         try:

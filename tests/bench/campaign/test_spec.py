@@ -92,3 +92,18 @@ def test_no_file_no_name_and_resume_before_a_run(task_folders, tmp_path, capsys)
     assert main(["campaign", "resume", str(path)]) == 2
     err = capsys.readouterr().err
     assert f"campaign {name} has not started" in err and f"bench campaign run {path}" in err
+
+
+def test_an_unpriced_model_under_a_campaigns_api_budget_is_refused_before_anything_starts(
+    task_folders, tmp_path, capsys, monkeypatch
+):
+    """The metering gateway refuses every request for a model it cannot price while a budget is set, so each of the
+    campaign's runs could only fail: the whole file is refused first, as `bench run --max-cost` is."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-real-key")
+    body = 'tasks = ["t6"]\nmax_cost = 5.0\n[[agents]]\nname = "codex"\nmodel = "gpt-nobody-priced-9"\n'
+    path, _ = campaign_file(tmp_path, body)
+    capsys.readouterr()
+    assert main(["campaign", "run", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "gpt-nobody-priced-9" in err and "has no price" in err, err
+    assert not (tmp_path / "workspaces").exists()
