@@ -109,14 +109,11 @@ def checks(device: str, fig: dict, errors: dict) -> list[dict]:
     out = []
     sb = fig.get("cuda_in_sandbox") or {}
     inside = (sb.get("inside") or {}).get("available")
-    agree = inside is not None and inside == sb.get("host_available") and (inside or not gpu)
-    out.append(
-        _check(
-            "CUDA inside the sandbox",
-            PASS if agree else FAIL,
-            f"inside {inside}, host {sb.get('host_available')}" if sb else errors.get("cuda_in_sandbox", "-"),
-        )
-    )
+    predictor = (sb.get("inside_predictor") or {}).get("available")
+    agree = inside is not None and inside == predictor == sb.get("host_available") and (inside or not gpu)
+    detail = f"agent's sandbox {inside}, predictor's {predictor}, host {sb.get('host_available')}"
+    detail = detail if sb else errors.get("cuda_in_sandbox", "-")
+    out.append(_check("CUDA inside the sandbox", PASS if agree else FAIL, detail))
     t6 = fig.get("t6_baseline") or {}
     score = t6.get("score")
     ok = t6.get("status") == "success" and isinstance(score, float) and math.isfinite(score)

@@ -90,7 +90,8 @@ def _git_commit() -> str | None:
 
 def cuda_in_sandbox(work: Path) -> dict:
     """``torch.cuda.is_available()`` in a process of the agent's sandbox (its allow-listed view, its PID namespace)
-    beside the same question asked here: the view must bind exactly what CUDA needs, so both answers agree."""
+    and of a predictor's (its seccomp profile) beside the same question asked here: the views must bind exactly what
+    CUDA needs and the filters deny nothing it calls, so the answers agree."""
     import torch
 
     from bench.sandbox import Policy, Sandbox, default_hidden, default_readable
@@ -103,16 +104,22 @@ def cuda_in_sandbox(work: Path) -> dict:
         "print(json.dumps({'available': ok, 'count': torch.cuda.device_count(), "
         "'name': torch.cuda.get_device_name(0) if ok else None, 'matmul': y}))"
     )
-    box = Sandbox(Policy(cwd=ws, writable=(ws,), readable=default_readable(), hidden=default_hidden()))
     t0 = time.perf_counter()
-    try:
-        done = subprocess.run(
-            box.wrap([sys.executable, "-c", code]), cwd=ws, capture_output=True, text=True, timeout=300
-        )
-    finally:
-        box.close()
-    inside = _last_json(done.stdout) or {"error": (done.stderr or done.stdout)[-800:]}
-    return {"inside": inside, "host_available": torch.cuda.is_available(), "seconds": time.perf_counter() - t0}
+    out: dict = {"host_available": torch.cuda.is_available()}
+    # the agent's sandbox, and the predictor's (its seccomp profile denies file locks, watches and more: CUDA must
+    # work under it, bench.sandbox.seccomp)
+    for key, writable, profile in (("inside", (ws,), "agent"), ("inside_predictor", (), "predictor")):
+        readable = (*default_readable(), ws)
+        policy = Policy(cwd=ws, writable=writable, readable=readable, hidden=default_hidden(), seccomp=profile)
+        box = Sandbox(policy)
+        try:
+            done = subprocess.run(
+                box.wrap([sys.executable, "-c", code]), cwd=ws, capture_output=True, text=True, timeout=300
+            )
+        finally:
+            box.close()
+        out[key] = _last_json(done.stdout) or {"error": (done.stderr or done.stdout)[-800:]}
+    return {**out, "seconds": time.perf_counter() - t0}
 
 
 def prepare_data(tasks: list[Task]) -> dict:

@@ -36,6 +36,8 @@ def markdown(report: dict) -> str:
     if sb := fig.get("cuda_in_sandbox"):
         inside = sb.get("inside", {})
         rows.append(("CUDA inside the sandbox", f"{inside.get('available')} ({inside.get('name') or '-'})"))
+        if "inside_predictor" in sb:
+            rows.append(("CUDA inside a predictor's sandbox", str((sb.get("inside_predictor") or {}).get("available"))))
         rows.append(("CUDA on the host", str(sb.get("host_available"))))
     if t6 := fig.get("t6_baseline"):
         rows.append(("T6 baseline score (mse; paper 0.384)", _num(t6.get("score"), 4)))

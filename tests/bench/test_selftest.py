@@ -148,6 +148,7 @@ def test_the_kit_runs_on_cpu_and_reports(tmp_path, monkeypatch) -> None:
     assert rep["errors"] == {}, done.stdout[-3000:] + done.stderr[-3000:]
     fig = rep["figures"]
     assert fig["cuda_in_sandbox"]["inside"]["available"] is False
+    assert fig["cuda_in_sandbox"]["inside_predictor"]["available"] is False  # answered, under the predictors' filter
     assert fig["t6_baseline"]["status"] == "success" and 0 < fig["t6_baseline"]["score"] < 5
     t1 = fig["t1_throughput"]
     assert t1["bare"]["steps_per_s"] > 0 and t1["bench_run"]["steps_per_s"] > 0
