@@ -408,14 +408,14 @@ def walk(base: Path, limits: Limits = DEFAULT, *, sub: str | Path = "") -> tuple
 
     Links, FIFOs, sockets, devices and sparse files are findings, not entries; directories are descended through fds
     opened with ``O_NOFOLLOW`` (so a directory swapped for a link mid-walk is not followed); the walk stops
-    with one ``too-many`` finding after ``max_entries`` entries and one ``too-deep`` per directory past
-    ``max_depth``. Memory is bounded by ``max_entries``, whatever the agent made.
+    with one ``too-many`` finding after ``max_entries`` entries (those listed so far are kept) and one
+    ``too-deep`` per directory past ``max_depth``. Memory is bounded by ``max_entries``, whatever the agent made.
     """
     base = Path(base)
     root = base / sub if sub else base
     files: list[Path] = []
     findings: list[Finding] = []
-    seen = 0
+    seen, full = 0, False
     start = _open_fd(root, base, directory=True) if sub else _safe_dir(base)
     if isinstance(start, Finding):
         if start.what != MISSING:
@@ -427,27 +427,27 @@ def walk(base: Path, limits: Limits = DEFAULT, *, sub: str | Path = "") -> tuple
             dfd, where, depth = stack.pop()
             try:
                 with os.scandir(dfd) as it:
-                    names: list[tuple[str, int]] = []
+                    names: list[tuple[str, tuple[int, int, int]]] = []
                     for entry in it:
                         seen += 1
-                        if seen > limits.max_entries:
-                            findings.append(Finding(str(where), TOO_MANY, f"more than {limits.max_entries} entries"))
-                            return files, findings
+                        if seen > limits.max_entries:  # what was listed so far is kept, nothing more is listed
+                            full = True
+                            break
                         try:
-                            names.append((entry.name, entry.stat(follow_symlinks=False)))
+                            st = entry.stat(follow_symlinks=False)
                         except OSError:
                             continue
+                        names.append((entry.name, (st.st_mode, st.st_size, st.st_blocks)))  # not the whole stat
             except OSError as exc:
                 findings.append(Finding(str(where), UNREADABLE, exc.strerror or str(exc)))
                 os.close(dfd)
                 continue
             subdirs: list[tuple[int, Path, int]] = []
-            for name, st in sorted(names):
-                p, mode = where / name, st.st_mode
-                if stat.S_ISREG(mode) and _sparse(st, limits):
-                    findings.append(
-                        Finding(str(p), SPARSE, f"{st.st_size} bytes apparent, {st.st_blocks * 512} allocated")
-                    )
+            names.sort()
+            for name, (mode, size, blocks) in names:
+                p = where / name
+                if stat.S_ISREG(mode) and size > 2 * blocks * 512 + limits.sparse_slack:
+                    findings.append(Finding(str(p), SPARSE, f"{size} bytes apparent, {blocks * 512} allocated"))
                 elif stat.S_ISREG(mode):
                     files.append(p)
                 elif stat.S_ISDIR(mode):
@@ -467,6 +467,9 @@ def walk(base: Path, limits: Limits = DEFAULT, *, sub: str | Path = "") -> tuple
                     findings.append(Finding(str(p), NOT_REGULAR, _kind(mode)))
             os.close(dfd)
             stack.extend(reversed(subdirs))
+            if full:
+                findings.append(Finding(str(where), TOO_MANY, f"more than {limits.max_entries} entries"))
+                break
     finally:
         for dfd, _, _ in stack:
             os.close(dfd)

@@ -121,7 +121,7 @@ def test_a_walk_stops_at_its_entry_cap_and_follows_no_link(tree, tmp_path):
         (flood / f"c{i}.pt").write_bytes(b"")
     os.symlink(tmp_path, tree / "loop")  # a link to a folder above: followed, it would list the tree again
     files, findings = untrusted.walk(tree, Limits(max_entries=100))
-    assert len(files) <= 100
+    assert 50 < len(files) <= 100  # what was listed before the cap is kept
     assert [f.what for f in findings][-1] == untrusted.TOO_MANY
     files, findings = untrusted.walk(tree, Limits(max_entries=1000))
     assert len(files) == 302 and not any("loop" in str(p) for p in files)
