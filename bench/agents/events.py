@@ -127,15 +127,16 @@ class Tally:
         """The tally of a run's ``events.jsonl`` (``bench run --resume`` rebuilds a dead harness's this way)."""
         tally, names = cls(), {f.name for f in fields(Event)}
         try:
-            lines = Path(events_file).read_text(errors="replace").splitlines()
+            f = open(events_file, encoding="utf-8", errors="replace")  # line by line: it may be as large as the log cap
         except OSError:
             return tally
-        for line in lines:
-            try:
-                raw = json.loads(line)
-                tally.add(Event(**{k: v for k, v in raw.items() if k in names}))
-            except (ValueError, TypeError, AttributeError):
-                continue  # a torn last line (the harness was killed mid-write) or a foreign one
+        with f:
+            for line in f:
+                try:
+                    raw = json.loads(line)
+                    tally.add(Event(**{k: v for k, v in raw.items() if k in names}))
+                except (ValueError, TypeError, AttributeError, RecursionError):
+                    continue  # a torn last line (the harness was killed mid-write), a foreign or a too deep one
         return tally
 
     def status_fields(self) -> dict[str, str]:

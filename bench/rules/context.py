@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-import json
 import shlex
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bench import untrusted
 from bench.pipeline.evidence import Evidence
 from bench.result import DISQUALIFY, Evaluation, Violation
 
+EVENT_DEPTH = 200  # nesting of one normalised event (its raw CLI object included): far below Python's recursion limit
 RULES = {
     1: "edit only train.py and new files: the locked files stay as given",
     2: "no pretrained weights (T3: only the provided DINOv3 backbones)",
@@ -67,18 +68,17 @@ class Context:
         return self.started_at + self.budget_s
 
     def events(self) -> Iterator[tuple[str, dict]]:
-        """(ref, event) for each line of ``events.jsonl``."""
+        """(ref, event) for each line of ``events.jsonl``: read line by line (the file may be as large as the agent's
+        log cap), each line parsed with a bounded depth (it carries what the agent's CLI printed)."""
         try:
-            lines = (self.run_dir / "events.jsonl").read_text(errors="replace").splitlines()
+            f = open(self.run_dir / "events.jsonl", encoding="utf-8", errors="replace")
         except OSError:
             return
-        for n, line in enumerate(lines, 1):
-            try:
-                event = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(event, dict):
-                yield f"events.jsonl#{n}", event
+        with f:
+            for n, line in enumerate(f, 1):
+                event = untrusted.loads_json(line, max_depth=EVENT_DEPTH, max_len=len(line))
+                if isinstance(event, dict):
+                    yield f"events.jsonl#{n}", event
 
     def tool_calls(self, *tools: str) -> Iterator[tuple[str, dict]]:
         for ref, e in self.events():

@@ -24,10 +24,12 @@ from pathlib import Path
 import pytest
 
 from bench.paths import mlruns_dir
+from bench.pipeline.record import load_run, record
 from bench.result import RunResult
 from bench.sandbox.bwrap import probe
 from bench.tasks import data
 from bench.tracking import store
+from bench.tracking.writer import MlflowWriter
 from tests.bench.adversary import _run
 
 pytestmark = pytest.mark.skipif(probe() is not None, reason=f"no usable sandbox here: {probe()}")
@@ -111,6 +113,15 @@ def test_links_fifos_sparse_files_and_hard_links_reach_neither_the_store_nor_res
     assert any("links outside the workspace" in r for r in reasons), reasons  # rule 5, disqualify
     assert any("refuses to read" in r and "special file" in r and "sparse" in r for r in reasons), reasons
     assert result.status == "disqualified"
+
+    # `bench record RUN_DIR` on the same run (what it does: load, record, write) stages through the boundary again
+    again, ws = load_run(Path(result.run_dir))
+    again.mlflow_run_id = record(MlflowWriter(again.campaign), again, ws)
+    again.write(ws.result_file)
+    assert again.hostile_inputs["counts"] == counts
+    everything = _store_bytes() + Path(result.result_file).read_bytes()
+    assert environ not in everything and shadow_mark.encode() not in everything and raw_line not in everything
+    _no_run_left_running(result)
 
 
 def test_an_inode_flood_in_checkpoints_keeps_the_harness_and_result_json_small(generated_t6):
