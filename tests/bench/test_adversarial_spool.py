@@ -224,17 +224,20 @@ def test_a_step_that_crashes_anyway_records_an_honest_failed_run(generated_t6, m
     assert seen.state == "final" and job.infra_failure(seen.result) is None
 
 
-def test_a_resume_that_cannot_rebuild_part_of_the_run_still_records_it_and_says_what(generated_t6):
+def test_a_resume_that_cannot_rebuild_part_of_the_run_still_records_it_and_says_what(generated_t6, monkeypatch):
     """What a resume rebuilds from the run directory before finishing (the agent's events, the arrivals, the
-    launches) raising is contained too: here events.jsonl ends with a line nested 100,000 deep (RecursionError in
-    its replay), and the run is still finished, the reason naming what could not be rebuilt."""
-    from bench.resume import resume_run
+    launches) raising is contained too: here the agent's events (forced: events.jsonl is read with a bounded depth
+    since b992947, and a line nested 100,000 deep raised RecursionError out of the resume before it), and the run is
+    still finished, the reason naming what could not be rebuilt."""
+    from bench import resume
 
+    def crash(ws):
+        raise RecursionError("maximum recursion depth exceeded while decoding a JSON array")
+
+    monkeypatch.setattr(resume, "_agent_events", crash)
     run_dir = unfinished_run(generated_t6, grace_s=1.0)  # run.json keeps 1.0: the param is recorded alike
-    with open(run_dir / "events.jsonl", "a") as f:
-        f.write("[" * 100_000 + "\n")
-    result = _in_thread(lambda: resume_run(run_dir, console=False), deadline_s=240)
-    assert Path(result.result_file).is_file()
+    result = _in_thread(lambda: resume.resume_run(run_dir, console=False), deadline_s=240)
+    assert Path(result.result_file).is_file() and result.tracking_error is None
     assert "the agent's events could not be rebuilt (RecursionError" in result.reason, result.reason
     assert all(r.info.status != "RUNNING" for r in _runs(result.campaign))
 
