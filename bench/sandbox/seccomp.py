@@ -10,7 +10,8 @@ another run (3,120 of 3,216 rows in 18 s). So the filters deny, with ``EPERM``:
 * **predictors** (:data:`PREDICTOR`): every lock (``flock``; ``fcntl`` with ``F_GETLK``/``F_SETLK``/``F_SETLKW``,
   their ``F_OFD_*`` and 32-bit ``*64`` forms), leases and directory notifications (``F_SETLEASE``/``F_GETLEASE``/
   ``F_NOTIFY``), file-access watches (``inotify_*``, ``fanotify_*``: another process's opens of a shared file),
-  page-cache residency (``mincore``, ``cachestat``: which shared file pages another process read), the kernel's
+  page-cache residency (``mincore``, ``cachestat``: which shared file pages another process read) and moves
+  (``fadvise64``, ``readahead``: drop or load a shared file's pages without reading them), the kernel's
   keyrings (``add_key``, ``request_key``, ``keyctl``: the user keyring belongs to the uid, and every sandbox runs as
   the same uid: a key one sandbox added, another read), hardware counters (``perf_event_open``), and reading or
   writing other processes (``ptrace``, ``process_vm_readv``/``writev``, ``kcmp``). A predictor needs none of them:
@@ -63,7 +64,7 @@ ARCHES = {
             "fcntl": 72, "flock": 73, "ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 311, "kcmp": 312,
             "mincore": 27, "cachestat": 451, "inotify_init": 253, "inotify_init1": 294, "inotify_add_watch": 254,
             "fanotify_init": 300, "fanotify_mark": 301, "add_key": 248, "request_key": 249, "keyctl": 250,
-            "perf_event_open": 298,
+            "perf_event_open": 298, "fadvise64": 221, "readahead": 187,
         },
     ),
     "aarch64": (
@@ -72,13 +73,14 @@ ARCHES = {
             "fcntl": 25, "flock": 32, "ptrace": 117, "process_vm_readv": 270, "process_vm_writev": 271, "kcmp": 272,
             "mincore": 232, "cachestat": 451, "inotify_init1": 26, "inotify_add_watch": 27,
             "fanotify_init": 262, "fanotify_mark": 263, "add_key": 217, "request_key": 218, "keyctl": 219,
-            "perf_event_open": 241,
+            "perf_event_open": 241, "fadvise64": 223, "readahead": 213,
         },
     ),
 }  # fmt: skip
 
 _PROCESSES = ("ptrace", "process_vm_readv", "process_vm_writev", "kcmp")
 _CACHE = ("mincore", "cachestat")
+_CACHE_MOVES = ("fadvise64", "readahead")  # load or drop a shared file's pages without reading them (predictors)
 _WATCHES = ("inotify_init", "inotify_init1", "inotify_add_watch", "fanotify_init", "fanotify_mark")
 _KEYS = ("add_key", "request_key", "keyctl")  # the user keyring is per user, not per sandbox: uid 0 in every one
 
@@ -91,7 +93,9 @@ class Profile:
 
 
 PREDICTOR = Profile(
-    "predictor", ("flock", *_PROCESSES, *_CACHE, *_WATCHES, *_KEYS, "perf_event_open"), LOCK_COMMANDS + NOTIFY_COMMANDS
+    "predictor",
+    ("flock", *_PROCESSES, *_CACHE, *_CACHE_MOVES, *_WATCHES, *_KEYS, "perf_event_open"),
+    LOCK_COMMANDS + NOTIFY_COMMANDS,
 )
 AGENT = Profile("agent", (*_PROCESSES, *_CACHE, *_KEYS), NOTIFY_COMMANDS)
 PROFILES = {p.name: p for p in (PREDICTOR, AGENT)}

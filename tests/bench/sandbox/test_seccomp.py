@@ -48,7 +48,7 @@ def test_each_architecture_denies_what_its_profile_lists_and_allows_the_rest(mac
         assert run(predictor, fcntl, arch, (3, cmd)) == run(agent, fcntl, arch, (3, cmd)) == DENY
     for cmd in (1, 2, 3, 4, 1030):  # F_GETFD, F_SETFD, F_GETFL, F_SETFL, F_DUPFD_CLOEXEC
         assert run(predictor, fcntl, arch, (3, cmd)) == run(agent, fcntl, arch, (3, cmd)) == ALLOW
-    for name in ("flock", "inotify_add_watch", "fanotify_init", "perf_event_open"):
+    for name in ("flock", "inotify_add_watch", "fanotify_init", "perf_event_open", "fadvise64", "readahead"):
         assert run(predictor, nr[name], arch) == DENY and run(agent, nr[name], arch) == ALLOW, name
     for name in ("ptrace", "process_vm_readv", "process_vm_writev", "kcmp", "mincore", "cachestat", "keyctl"):
         assert run(predictor, nr[name], arch) == run(agent, nr[name], arch) == DENY, name
