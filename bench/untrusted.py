@@ -210,7 +210,7 @@ def _is_link(name: str, dfd: int) -> bool:
 def _check_regular(fd: int, shown: str, limit: int, limits: Limits, *, whole: bool) -> os.stat_result | Finding:
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
-        return Finding(shown, NOT_REGULAR, _kind(st.st_mode))
+        return Finding(shown, NOT_REGULAR, describe_mode(st.st_mode))
     if _sparse(st, limits):
         return Finding(shown, SPARSE, f"{st.st_size} bytes apparent, {st.st_blocks * 512} allocated")
     if whole and st.st_size > limit:
@@ -223,7 +223,8 @@ def _sparse(st: os.stat_result, limits: Limits) -> bool:
     return st.st_size > 2 * st.st_blocks * 512 + limits.sparse_slack
 
 
-def _kind(mode: int) -> str:
+def describe_mode(mode: int) -> str:
+    """A file type in words ("a FIFO", "a directory"), for findings and the audit's evidence."""
     for test, name in (
         (stat.S_ISDIR, "a directory"),
         (stat.S_ISFIFO, "a FIFO"),
@@ -464,7 +465,7 @@ def walk(base: Path, limits: Limits = DEFAULT, *, sub: str | Path = "") -> tuple
                 elif stat.S_ISLNK(mode):
                     findings.append(Finding(str(p), LINK, _link_target(name, dfd)))
                 else:
-                    findings.append(Finding(str(p), NOT_REGULAR, _kind(mode)))
+                    findings.append(Finding(str(p), NOT_REGULAR, describe_mode(mode)))
             os.close(dfd)
             stack.extend(reversed(subdirs))
             if full:

@@ -57,7 +57,7 @@ def top_level_scripts(ws: Workspace, tally: untrusted.Tally) -> list[str]:
                     target = _readlink(Path(entry.path))
                     tally.add(untrusted.Finding(entry.name, untrusted.LINK, target))
                 elif not stat.S_ISREG(mode):
-                    tally.add(untrusted.Finding(entry.name, untrusted.NOT_REGULAR, untrusted._kind(mode)))
+                    tally.add(untrusted.Finding(entry.name, untrusted.NOT_REGULAR, untrusted.describe_mode(mode)))
                 else:
                     names.append(entry.name)
     except OSError as exc:
