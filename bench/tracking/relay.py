@@ -39,6 +39,7 @@ from dataclasses import asdict, fields
 from pathlib import Path
 
 from bench import untrusted
+from bench.markup import one_line
 from bench.tracking import accounting, limits, schema, spool_files, sysmetrics
 from bench.tracking.checkpoint_uploads import Uploads
 from bench.tracking.hook._bench_once import Seen
@@ -351,8 +352,8 @@ class Relay:
 
     def _close(self, s: ScriptState) -> None:
         tags = {schema.EXIT: s.status}
-        if s.error:
-            tags[schema.REASON] = s.error[:500]
+        if s.error:  # the agent's text: one plain line in the tag (no raw newlines or Markdown structure)
+            tags[schema.REASON] = one_line(s.error, 500)
         self.writer.set_tags(s.run_id, tags)
         self.writer.end_run(s.run_id, s.status, s.ended)
         s.closed = True

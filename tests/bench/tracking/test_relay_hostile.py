@@ -183,3 +183,12 @@ def test_a_flood_of_spool_files_is_cut_at_the_cap_with_a_finding(tmp_path, monke
     assert summary["launched"] == 50 and len(relay.scripts) == 50  # relay.json holds no more than the cap
     assert summary["relay"]["refused_files"]["counts"] == {"too-many": 1}
     assert _open_runs(summary) == []
+
+
+def test_a_script_error_with_newlines_is_one_plain_line_in_the_reason_tag(tmp_path):
+    relay, spool = _relay(tmp_path)
+    error = "ValueError: x\n# Heading\n\n| a | b |\n\x1b[31mred\x1b[0m"
+    _write(spool, "1-1.jsonl", [START, {"ev": "end", "t": T + 1, "status": "FAILED", "error": error}])
+    (script,) = _finalize(relay)["scripts"]
+    reason = mlflow.tracking.MlflowClient().get_run(script["run_id"]).data.tags[schema.REASON]
+    assert reason == "ValueError: x # Heading | a | b | red", repr(reason)
