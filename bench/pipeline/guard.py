@@ -54,7 +54,8 @@ class StepGuard:
         except Exception as e:
             error = one_line(f"{type(e).__name__}: {e}", 300)
             self.failures.append((step, error))
-            print(f"[bench] {self.label}: the {step} step failed ({error}); the run goes on to its record", flush=True)
+            then = "result.json is kept" if step == "record" else "the run goes on to its record"
+            print(f"[bench] {self.label}: the {step} step failed ({error}); {then}", flush=True)
             try:
                 with open(self.run_dir / LOG, "a") as log:
                     log.write(f"--- the {step} step\n{traceback.format_exc()}\n")
