@@ -35,6 +35,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from bench import untrusted
 from bench.checksums import sha256
 
 if TYPE_CHECKING:
@@ -108,19 +109,26 @@ def identify(path: Path, st: os.stat_result | None = None) -> Identity | None:
     return ident if ident.same_stat(after) else None
 
 
+# what one look lists of checkpoints/: the agent decides how many files and how deep (an honest run saves some
+# hundreds); past these bounds the rest is not seen, so never timed, never collected (collect says why)
+LISTING = untrusted.Limits(max_entries=20_000, max_depth=16)
+
+
 def checkpoint_files(directory: Path) -> Iterator[tuple[Path, os.stat_result]]:
-    """Each regular file under ``directory`` (links not followed, saves in progress left out) with its lstat."""
-    for folder, _dirs, files in os.walk(directory):
-        for name in files:
-            if name.endswith(IN_PROGRESS):
-                continue
-            path = Path(folder) / name
-            try:
-                st = os.lstat(path)
-            except OSError:  # removed while listed
-                continue
-            if stat.S_ISREG(st.st_mode):
-                yield path, st
+    """Each regular file under ``directory`` (links not followed, saves in progress left out) with its lstat.
+
+    Listed through :func:`bench.untrusted.walk`: no recursion (a folder nested past Python's recursion limit once
+    crashed ``os.walk``) and at most :data:`LISTING` entries, whatever the agent made."""
+    files, _ = untrusted.walk(directory, LISTING)
+    for path in files:
+        if path.name.endswith(IN_PROGRESS):
+            continue
+        try:
+            st = os.lstat(path)
+        except OSError:  # removed while listed
+            continue
+        if stat.S_ISREG(st.st_mode):
+            yield path, st
 
 
 # how a look places content it has not seen before: the time of the look (a live run), or e.g. the mtime (resume)

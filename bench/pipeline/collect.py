@@ -23,9 +23,10 @@ import math
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+from bench import untrusted
 from bench.checksums import sha256
 from bench.pipeline import checkpoint_meta
-from bench.pipeline.arrivals import IN_PROGRESS, Arrival
+from bench.pipeline.arrivals import IN_PROGRESS, LISTING, Arrival
 from bench.pipeline.codetime import Index, Snapshot
 from bench.tasks import Direction
 
@@ -157,11 +158,11 @@ def scan(
     """
     found, rejected = [], []
     newest: list[tuple[str, float] | None] = []  # the newest script, looked up once when first needed
-    listed = (p for p in Path(directory).rglob("*") if p.is_file() or p.is_symlink())
+    listed, refused = untrusted.walk(Path(directory), LISTING)  # no link followed, bounded, no recursion
+    for finding in refused:
+        why = "a symbolic link, not a checkpoint file" if finding.what == untrusted.LINK else f"not read: {finding}"
+        rejected.append(Rejected(Path(finding.path), why))
     for path in sorted(p for p in listed if not p.name.endswith(IN_PROGRESS)):
-        if path.is_symlink():
-            rejected.append(Rejected(path, "a symbolic link, not a checkpoint file"))
-            continue
         if arrivals is not None and path not in arrivals:
             rejected.append(Rejected(path, "not seen in checkpoints/ while the run was going on"))
             continue

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import subprocess
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from bench.pipeline.arrivals import Arrival, Arrivals, identify
+from bench.pipeline.arrivals import Arrival, Arrivals, checkpoint_files, identify
 from bench.pipeline.collect import Checkpoint, NotACheckpoint, scan, select, verify_copy
 from bench.tasks import Direction
 
@@ -214,3 +215,30 @@ def test_the_staged_copy_must_be_the_content_that_was_timed(tmp_path):
     copy.write_bytes(copy.read_bytes()[:-1] + b"!")
     with pytest.raises(NotACheckpoint, match="is not the content the harness timed"):
         verify_copy(ckpt, copy)
+
+
+def test_checkpoints_nested_past_the_recursion_limit_a_fifo_and_a_link_are_listed_without_harm(tmp_path):
+    """What the agent makes under checkpoints/ is listed by the bounded, link-free walk of bench.untrusted, in the
+    harness's per-second look and in collect alike: a folder nested 1,100 deep (os.walk and rglob recurse: a
+    RecursionError once ended the run unrecorded), a FIFO (opening it would block) and a link are named, not
+    followed, and the honest checkpoint beside them is collected."""
+    start = time.time() - 5
+    _save(tmp_path / "ok.pt", 0.4)
+    os.mkfifo(tmp_path / "pipe.pt")
+    (tmp_path / "link.pt").symlink_to(tmp_path / "ok.pt")
+    fd = os.open(tmp_path, os.O_RDONLY)
+    for _ in range(1_100):  # made through fds: Path.mkdir(parents=True) recurses too
+        os.mkdir("d", dir_fd=fd)
+        fd, parent = os.open("d", os.O_RDONLY, dir_fd=fd), fd
+        os.close(parent)
+    os.close(fd)
+    try:
+        assert [p.name for p, _ in checkpoint_files(tmp_path)] == ["ok.pt"]  # within the walk's depth bound
+        seen = {tmp_path / "ok.pt": _seen(tmp_path / "ok.pt", start + 1)}
+        found, rejected = scan(tmp_path, started_at=start, metric="mse", arrivals=seen)
+        assert [c.path.name for c in found] == ["ok.pt"]
+        reasons = {Path(r.path).name: r.reason for r in rejected}
+        assert reasons["link.pt"] == "a symbolic link, not a checkpoint file"
+        assert "not-regular" in reasons["pipe.pt"] and any("too-deep" in r for r in reasons.values()), reasons
+    finally:  # shutil.rmtree (and pytest's own clean-up) recurse too
+        subprocess.run(["rm", "-rf", str(tmp_path / "d")], check=True)
