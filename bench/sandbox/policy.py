@@ -124,8 +124,9 @@ def mounts(binds: Iterable[Bind], keep_missing: bool = False) -> list[Bind]:
     """The ro/rw/empty/scratch binds the view needs, parents first: for each path the strongest mode, then
     without missing paths (unless ``keep_missing``: a view printed for a run not made yet) and without a
     mount that would show what its nearest mounted ancestor shows already (a hidden place under nothing
-    bound, or under a private scratch tmpfs such as ``/tmp``, is simply absent: bwrap makes the mount points
-    of the binds below it in that tmpfs; scratch and bound paths under nothing bound are mounted)."""
+    bound is simply absent; scratch and bound paths under nothing bound are mounted). A hidden place under a
+    private scratch tmpfs (a clone or cache in ``/tmp``) stays an empty read-only folder: it shows nothing of the
+    host either, but a write there fails loudly instead of vanishing with the sandbox's ``/tmp``."""
     best: dict[Path, Bind] = {}
     for bind in binds:
         if not (keep_missing or bind.path.exists()) or (bind.path == Path("/") and bind.mode != RW):
@@ -136,8 +137,8 @@ def mounts(binds: Iterable[Bind], keep_missing: bool = False) -> list[Bind]:
     kept: list[Bind] = []
     for bind in sorted(best.values(), key=_order):
         parent = next((k.mode for k in reversed(kept) if _under(bind.path, k.path)), None)
-        if bind.mode == EMPTY and parent in (None, SCRATCH):
-            continue  # absent anyway, or under a private tmpfs that shows nothing of the host (a clone in /tmp)
+        if parent is None and bind.mode == EMPTY:
+            continue  # absent anyway
         if bind.mode != parent:
             kept.append(bind)
     return kept
