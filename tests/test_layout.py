@@ -1,5 +1,7 @@
 """The house rules a reader relies on: the fixed top-level layout (DESIGN.md) and modules small enough to
-read in one sitting (aim < 400 lines; this fails past 420 so a module is split before it sprawls)."""
+read in one sitting (aim < 400 lines). The size is a guide, not a reason to split: a cap at 420 lines had started to
+shape modules instead of concepts (issue 30: a re-export shim, splits made for the count), so this fails only past
+600 lines, where a module has surely grown past one concept."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-MAX_LINES = 420
+MAX_LINES = 600
 
 
 def test_top_level_layout() -> None:
