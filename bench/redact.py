@@ -53,15 +53,14 @@ CREDENTIAL_VARS = (
 _SECRET_NAME = re.compile(r"(_API_KEY|_TOKEN|_KEY|SECRET|PASSWORD|PASSWD)$|^(API_KEY|TOKEN)$|SECRET|PASSWORD", re.I)
 _URL_PASSWORD = re.compile(r"[a-z][a-z0-9+.\-]*://[^/\s:@]*:([^@\s/]{8,})@", re.I)
 RUN_TOKEN = re.compile(r"bench-run-[0-9a-f]{32}")
-_SHAPES = (
-    r"(?<![A-Za-z0-9_\-])(?:"
+KEY_SHAPES = (  # the vendors' key formats, as one alternation (the gateway's transcript uses it too)
     r"sk-[A-Za-z0-9_\-]{16,}"  # OpenAI, Anthropic (sk-ant-...), OpenRouter
     r"|AIza[0-9A-Za-z_\-]{30,}"  # Google API keys
     r"|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}"
     r"|xox[abprs]-[A-Za-z0-9\-]{10,}|AKIA[0-9A-Z]{16}|hf_[A-Za-z0-9]{30,}"
     r"|eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}"  # JWTs (OAuth access tokens)
-    r")"
 )
+_SHAPES = r"(?<![A-Za-z0-9_\-])(?:" + KEY_SHAPES + r")"
 _SHAPE = re.compile(_SHAPES)
 _SHAPE_B = re.compile(_SHAPES.encode())
 # in bytes, each shape is looked for by its fixed prefix first (bytes.find), the regex checked only there

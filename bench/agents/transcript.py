@@ -49,14 +49,7 @@ RAW_CAP = 8 << 20  # bytes of a JSON answer read for its content (a larger one i
 REDACTED = "[REDACTED]"
 CREDENTIAL_VARS = redact.CREDENTIAL_VARS
 CREDENTIAL_HEADERS = {"authorization", "x-api-key", "x-goog-api-key", "api-key", "cookie", "proxy-authorization"}
-_TOKEN = re.compile(
-    r"sk-[A-Za-z0-9_\-]{16,}"  # OpenAI, Anthropic (sk-ant-...), OpenRouter
-    r"|AIza[0-9A-Za-z_\-]{30,}"  # Google API keys
-    r"|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}"
-    r"|xox[abprs]-[A-Za-z0-9\-]{10,}|AKIA[0-9A-Z]{16}|hf_[A-Za-z0-9]{30,}"
-    r"|eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}"  # JWTs (OAuth access tokens)
-    r"|(?i:bearer)\s+[A-Za-z0-9_\-.~+/=]{16,}"
-)
+_TOKEN = re.compile(redact.KEY_SHAPES + r"|(?i:bearer)\s+[A-Za-z0-9_\-.~+/=]{16,}")
 _DROPPED = ("system", "tools", "instructions", "systemInstruction", "tool_config", "toolConfig", "functions")
 _CONVERSATION = ("messages", "input", "contents")
 
