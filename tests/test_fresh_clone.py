@@ -37,9 +37,10 @@ def _clone(dest: Path) -> Path:
             shutil.copy2(ROOT / name, dest / name)
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(dest / ".venv")], check=True)
     purelib = Path(sysconfig.get_paths()["purelib"])
+    folders = dict.fromkeys([str(purelib)] + [p for p in sys.path if p.endswith("site-packages") and Path(p).is_dir()])
     (site,) = (dest / ".venv" / "lib").glob("python3*/site-packages")
-    # the clone itself as an editable install names it (pip install -e), and this machine's packages
-    (site / "this-machines-packages.pth").write_text(f"{dest}\n{purelib}\n")
+    # the clone itself as an editable install names it (pip install -e), and the packages this interpreter imports
+    (site / "this-machines-packages.pth").write_text("\n".join([str(dest), *folders]) + "\n")
     return dest
 
 
