@@ -11,6 +11,9 @@ to the workspace, outside the sandbox's view::
     arrivals.jsonl        each checkpoint as the harness first saw it and each later change of its content: its
                           identity (size, inode, mtime, ctime, sha256), first_seen and seen_at (the content's
                           time), the change count, and the locked files' state at that moment
+    code/<sha256>         each workspace script's bytes as snapshotted at a checkpoint arrival (once per content);
+                          code/<sha256>.json: a snapshot's list of files (bench.pipeline.codetime)
+    code.jsonl            each checkpoint content (path, sha256, seen_at) -> the snapshot that travels with it
     launches.jsonl        each workspace script the launch monitor saw running (argv, sha256 of the source)
     sources/<sha256>.py   a copy of that source taken when the process was seen (edits after it do not count)
     network.jsonl         every request the sandbox's proxy received (host, port, allowed or refused)
