@@ -192,17 +192,23 @@ def dataset_copies():
     folders = [
         Path(p) for p in (f"/srv/{tag}", f"/mnt/{tag}", f"/home/{tag}", f"/data-{tag}", f"/opt/{tag}", f"/var/{tag}")
     ]
-    files = []
+    files, made = [], []
     for folder in folders:
-        folder.mkdir(parents=True)
+        try:
+            folder.mkdir(parents=True)
+        except PermissionError:  # not root: the places this user can write are planted (none: skip)
+            continue
+        made.append(folder)
         files.append(folder / f"ETTh1-{tag}.csv")
         files[-1].write_text(
             "date,HUFL,HULL,MUFL,MULL,LUFL,LULL,OT\n2016-07-01 00:00:00,5.8,2.0,1.5,0.5,4.2,1.3,30.5\n"
         )
+    if not files:
+        pytest.skip("planting dataset copies in /srv, /mnt, /home, /opt, /var or / needs write access there (root)")
     try:
         yield tag, files
     finally:
-        for folder in folders:
+        for folder in made:
             shutil.rmtree(folder, ignore_errors=True)
 
 
