@@ -169,13 +169,19 @@ def in_order(task, result: RunResult) -> float:
 
     ws = Path(result.workspace)
     prepare = load_task_module(task.folder)
+    # the workspace's scripts import its modules by name (`from prepare import ...`): a module of that name an
+    # earlier test imported from another workspace (T1's prepare, say) must not answer here, nor this one later
+    local = {p.stem for p in ws.glob("*.py")}
+    saved = {name: sys.modules.pop(name) for name in local if name in sys.modules}
     sys.path.insert(0, str(ws))
     try:
         payload = prepare.load_checkpoint(str(next((ws / "checkpoints").glob("*.pt"))))
         model = prepare.load_build_model(str(ws / "run_1.py"))(payload["config"]).eval()
     finally:
         sys.path.remove(str(ws))
-        sys.modules.pop("evasion", None)
+        for name in local:
+            sys.modules.pop(name, None)
+        sys.modules.update(saved)
     feed = prepare.eval_batches(prepare.EVAL_SPLIT, str(data.prepared_dir(task)), prepare.FEED_BATCH_SIZE)
     with torch.no_grad():
         outputs = [prepare.forward(model, {k: torch.from_numpy(v) for k, v in x.items()}).numpy() for x, _ in feed]
