@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 import uuid
 from pathlib import Path
+
+import psutil
 
 from bench.paths import ROOT, cache_dir, mlruns_dir, workspaces_dir
 from bench.result import RunResult
@@ -74,3 +77,27 @@ def _run(task, command: str, budget_s: float = 120) -> RunResult:
 
 
 _HONEST: dict[str, RunResult] = {}  # the generated data are the same in every test: one honest run for all
+
+
+class PeakRSS:
+    """The harness process's resident memory sampled in a thread while the block runs: ``base`` at the start,
+    ``peak`` the largest sample (every ``every`` seconds), for the tests that bound what an agent can make the
+    harness hold."""
+
+    def __init__(self, every: float = 0.2) -> None:
+        self.every, self.me, self.done = every, psutil.Process(), threading.Event()
+        self.base = self.peak = self.me.memory_info().rss
+
+    def __enter__(self) -> PeakRSS:
+        self.thread = threading.Thread(target=self._sample, daemon=True)
+        self.thread.start()
+        return self
+
+    def _sample(self) -> None:
+        while not self.done.wait(self.every):
+            self.peak = max(self.peak, self.me.memory_info().rss)
+
+    def __exit__(self, *exc) -> None:
+        self.done.set()
+        self.thread.join()
+        self.peak = max(self.peak, self.me.memory_info().rss)

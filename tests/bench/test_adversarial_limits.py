@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import html
 import re
-import threading
 import time
 import uuid
 from pathlib import Path
 
 import mlflow
-import psutil
 import pytest
 
 from bench.pipeline import collect
@@ -26,7 +24,7 @@ from bench.sandbox import limits as limits_mod
 from bench.sandbox.bwrap import probe
 from bench.sandbox.limits import Limits
 from bench.tracking import schema
-from tests.bench.adversary import HONEST
+from tests.bench.adversary import HONEST, PeakRSS
 
 pytestmark = [
     pytest.mark.slow,
@@ -83,22 +81,10 @@ HUGE_LINE = "head -c 600000000 /dev/zero | tr '\\0' x\necho\necho AFTER-THE-LINE
 
 
 def test_a_600_mb_output_line_leaves_the_harness_memory_bounded_and_the_log_capped(guard):
-    me = psutil.Process()
-    base, peak, done = me.memory_info().rss, [0], threading.Event()
-
-    def sample() -> None:
-        while not done.wait(0.05):
-            peak[0] = max(peak[0], me.memory_info().rss)
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
-    try:
+    with PeakRSS(every=0.05) as mem:
         result = _run(guard.task, HUGE_LINE + HONEST, Limits(log_bytes=4 * MB))
-    finally:
-        done.set()
-        sampler.join()
-    grew = (peak[0] - base) / MB
-    print(f"harness RSS grew by {grew:.0f} MB during the run (peak {peak[0] / MB:.0f} MB)")
+    grew = (mem.peak - mem.base) / MB
+    print(f"harness RSS grew by {grew:.0f} MB during the run (peak {mem.peak / MB:.0f} MB)")
     assert grew < 300, f"the harness grew by {grew:.0f} MB while reading a 600 MB line"
     log = Path(result.run_dir) / "agent.log"
     assert log.stat().st_size <= 4 * MB + 4096, log.stat().st_size

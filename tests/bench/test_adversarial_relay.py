@@ -12,18 +12,16 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import threading
 import time
 from pathlib import Path
 
 import mlflow
-import psutil
 import pytest
 
 from bench.paths import mlruns_dir
 from bench.sandbox.bwrap import probe
 from bench.tracking import limits, schema
-from tests.bench.adversary import HONEST, _run
+from tests.bench.adversary import HONEST, PeakRSS, _run
 
 pytestmark = [
     pytest.mark.slow,
@@ -125,24 +123,12 @@ def _stored(run_ids: list[str]) -> int:
 def test_a_flood_is_cut_at_the_cap_with_an_honest_count_and_bounded_memory(guard, honest, monkeypatch):
     cap = 250_000  # the default (limits.MAX_VALUES_PER_SCRIPT) takes ~1 min to relay here; the cut is the point
     monkeypatch.setattr(limits, "MAX_VALUES_PER_SCRIPT", cap)
-    me, peak, done = psutil.Process(), [0], threading.Event()
-    base = me.memory_info().rss
-
-    def watch() -> None:
-        while not done.wait(0.2):
-            peak[0] = max(peak[0], me.memory_info().rss)
-
-    watcher = threading.Thread(target=watch, daemon=True)
-    watcher.start()
     started = time.monotonic()
-    try:
+    with PeakRSS() as mem:
         result = _run(guard.task, FLOOD + HONEST, budget_s=240)
-    finally:
-        done.set()
-        watcher.join()
-    print(f"flood run: {time.monotonic() - started:.0f} s, harness RSS {base >> 20} -> peak {peak[0] >> 20} MiB")
+    print(f"flood run: {time.monotonic() - started:.0f} s, harness RSS {mem.base >> 20} -> peak {mem.peak >> 20} MiB")
     assert result.status == "success" and result.score == pytest.approx(honest.score, rel=1e-6)
-    assert peak[0] - base < 400 << 20  # the spool is read in bounded pieces, not held
+    assert mem.peak - mem.base < 400 << 20  # the spool is read in bounded pieces, not held
 
     accounting = result.scripts["relay"]
     written = _written(Path(result.workspace) / ".bench" / "spool")

@@ -20,7 +20,6 @@ import time
 from pathlib import Path
 
 import mlflow
-import psutil
 import pytest
 
 from bench.paths import mlruns_dir
@@ -28,7 +27,7 @@ from bench.pipeline import collect, state
 from bench.result import RunResult
 from bench.sandbox.bwrap import probe
 from bench.tracking import schema, store
-from tests.bench.adversary import HONEST, _run
+from tests.bench.adversary import HONEST, PeakRSS, _run
 from tests.bench.test_resume_limits import unfinished_run
 
 SECRET = "SECRET-host-shadow-7f3a9c"
@@ -116,23 +115,13 @@ def test_a_fifo_a_directory_links_and_a_parser_bomb_in_the_spool_are_named_and_t
     secret_file = tmp_path / "shadow"
     secret_file.write_text(f"root:{SECRET}:19000:0:99999:7:::\n")
     command = SABOTAGE.format(secret_file=secret_file) + HONEST
-    me, peak, done = psutil.Process(), [0], threading.Event()
-    base = me.memory_info().rss
-
-    def watch() -> None:
-        while not done.wait(0.2):
-            peak[0] = max(peak[0], me.memory_info().rss)
-
-    watcher = threading.Thread(target=watch, daemon=True)
-    watcher.start()
     started = time.monotonic()
-    try:
+    with PeakRSS() as mem:
         result = _in_thread(lambda: _run(guard.task, command, budget_s=90), deadline_s=400)
-    finally:
-        done.set()
-        watcher.join()
-    print(f"sabotaged run: {time.monotonic() - started:.0f} s, harness RSS {base >> 20} -> peak {peak[0] >> 20} MiB")
-    assert peak[0] - base < 400 << 20
+    print(
+        f"sabotaged run: {time.monotonic() - started:.0f} s, harness RSS {mem.base >> 20} -> peak {mem.peak >> 20} MiB"
+    )
+    assert mem.peak - mem.base < 400 << 20
     assert Path(result.result_file).is_file()
     # the links out of the workspace break rule 5 (disqualified, named); the honest part was still scored
     assert result.status == "disqualified" and "links outside the workspace" in result.reason, result.reason
