@@ -36,7 +36,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bench import untrusted
-from bench.checksums import sha256
 
 if TYPE_CHECKING:
     from bench.pipeline.codetime import Snapshots
@@ -107,6 +106,20 @@ def identify(path: Path, st: os.stat_result | None = None) -> Identity | None:
         return None
     ident = Identity(before.st_size, before.st_ino, before.st_mtime_ns, before.st_ctime_ns, digest)
     return ident if ident.same_stat(after) else None
+
+
+# a checkpoint is hashed whole however large (a model's weights), but never a link, FIFO or sparse file
+HASHING = untrusted.Limits(max_bytes=1 << 46)
+
+
+def sha256(path: Path) -> str:
+    """Hex sha256 of the checkpoint file at ``path``, read through the boundary, not ``open()``: the agent is alive
+    while the harness looks, and a file swapped for a FIFO between the lstat and the read would block this thread,
+    and the watch that joins it, for good. OSError when it is not a regular file any more."""
+    digest = untrusted.sha256_of(path, Path(path).parent, HASHING)
+    if isinstance(digest, untrusted.Finding):
+        raise OSError(str(digest))
+    return digest
 
 
 # what one look lists of checkpoints/: the agent decides how many files and how deep (an honest run saves some

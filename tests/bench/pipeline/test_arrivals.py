@@ -250,3 +250,21 @@ def test_an_overwrite_is_a_rule_6_flag_naming_the_file_with_both_times_and_untim
     assert [(v.rule, v.verdict, v.evidence) for v in untimed] == [
         (6, "flag", (f"checkpoints/mapped.pt: {UNTIMED} (sha256 ...)",))
     ]
+
+
+def test_a_checkpoint_swapped_for_a_fifo_between_the_stat_and_the_read_does_not_block_the_look(tmp_path):
+    """The agent is alive while the harness looks: it can rename a FIFO over a checkpoint after the look's lstat saw a
+    regular file. A plain open() of it waits for a writer forever (the arrivals thread, and the watch that joins it,
+    would hang); the hash is read through the boundary, so the file simply has no identity this time."""
+    import threading
+
+    path = tmp_path / "c.pt"
+    path.write_bytes(b"weights")
+    st = os.lstat(path)  # what the look saw
+    os.mkfifo(tmp_path / "pipe")
+    os.replace(tmp_path / "pipe", path)  # then the swap
+    got: list = []
+    t = threading.Thread(target=lambda: got.append(identify(path, st)), daemon=True)
+    t.start()
+    t.join(10)
+    assert not t.is_alive() and got == [None]
