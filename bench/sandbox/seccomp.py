@@ -33,9 +33,11 @@ table, :func:`program` raises and no sandbox starts (:data:`ARCHES`).
 
 from __future__ import annotations
 
+import atexit
 import errno
 import os
 import platform
+import shutil
 import struct
 import tempfile
 from pathlib import Path
@@ -142,11 +144,19 @@ def filter_file(name: str) -> Path:
     path = _files.get(name)
     if path is None or not path.is_file():
         folder = Path(tempfile.mkdtemp(prefix="bench-seccomp-"))
+        atexit.register(_remove, folder, os.getpid())  # one folder per process, gone with it
         path = folder / f"{name}.bpf"
         path.write_bytes(program(PROFILES[name]))
         os.chmod(path, 0o444)
         _files[name] = path
     return path
+
+
+def _remove(folder: Path, owner: int) -> None:
+    """The filter's folder, removed when the process that wrote it exits (not by a forked child inheriting the
+    handler: its parent may still launch sandboxes from it)."""
+    if os.getpid() == owner:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 FD = 9  # the descriptor bwrap reads the filter from (opened by the sandbox's first shell, closed by bwrap)

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import errno
 import struct
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -67,3 +70,13 @@ def test_x32_calls_are_denied_whole_on_x86_64():
 def test_an_architecture_without_a_table_starts_no_sandbox():
     with pytest.raises(RuntimeError, match="no seccomp table for 'riscv64'"):
         seccomp.program(seccomp.AGENT, "riscv64")
+
+
+def test_the_filter_folder_goes_with_the_process_that_wrote_it() -> None:
+    """Each harness process writes its filters into a private temp folder; before, the folder stayed in /tmp for
+    good (700 of them after one day of test runs). A child process writes one, prints its path and exits."""
+    code = "from bench.sandbox import seccomp; print(seccomp.filter_file('predictor'))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    written = Path(out.strip())
+    assert written.name == "predictor.bpf"
+    assert not written.parent.exists()
