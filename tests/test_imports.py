@@ -96,3 +96,32 @@ def test_task_files_import_nothing_from_the_harness() -> None:
         names = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
         names += [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
         assert not [n for n in names if n.split(".")[0] in PACKAGES], path
+
+
+# Import directions that must never appear, each with why: (importer, imported, why). A name matches that module and
+# every module under it. Add a line here when a layer is settled; the test below checks every line.
+FORBIDDEN = [
+    ("bench.tracking", "bench.agents", "tracking records runs for any agent; the adapters sit above it"),
+    ("bench.sandbox", "bench.agents", "the sandbox confines any process; the agents ask it, never the other way"),
+]
+
+
+def under(module: str, prefix: str) -> bool:
+    return module == prefix or module.startswith(prefix + ".")
+
+
+def forbidden_edges(g: dict[str, set[str]], importer: str, imported: str) -> list[tuple[str, str]]:
+    """Every edge of ``g`` from a module under ``importer`` to one under ``imported``."""
+    return sorted((a, b) for a, deps in g.items() if under(a, importer) for b in deps if under(b, imported))
+
+
+@pytest.mark.parametrize(("importer", "imported", "why"), FORBIDDEN, ids=[f"{a}->{b}" for a, b, _ in FORBIDDEN])
+def test_no_forbidden_import(importer: str, imported: str, why: str) -> None:
+    edges = forbidden_edges(graph(), importer, imported)
+    assert not edges, f"{why}: {edges}"
+
+
+def test_a_forbidden_import_is_found() -> None:
+    """The check itself can fail: a made-up edge into a sub-module counts, a name that only shares a prefix does not."""
+    g = {"bench.sandbox.view": {"bench.agents.install", "bench.agentsx"}, "bench.agents": {"bench.sandbox"}}
+    assert forbidden_edges(g, "bench.sandbox", "bench.agents") == [("bench.sandbox.view", "bench.agents.install")]
