@@ -160,7 +160,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _limit_flags(s: argparse.ArgumentParser) -> None:
-    """The run's limits (bench/sandbox/limits.py: defaults fit one A100 80 GB of a DGX A100 node)."""
+    """The run's limits (bench/sandbox/resource_limits.py: defaults fit one A100 80 GB of a DGX A100 node)."""
     s.add_argument("--memory", metavar="SIZE", help="memory of the agent's processes together: 64G (default: 64G, "
                    "at most 80%% of this machine's RAM), or none")  # fmt: skip
     s.add_argument("--max-processes", metavar="N", help="processes and threads of the agent (default 4096), or none")

@@ -21,7 +21,7 @@ from typing import Protocol
 
 from bench import paths
 from bench.agents import AgentError, check_of, get_agent
-from bench.sandbox.limits import LimitError, Limits, parse_size
+from bench.sandbox.resource_limits import LimitError, Limits, parse_size
 from bench.tasks import Task, weights
 
 
@@ -180,8 +180,8 @@ def parse_limits(
     log: str | None = None,
     eval_budget: str | None = None,
 ) -> Limits:
-    """The run's :class:`~bench.sandbox.limits.Limits` from the flags' text (None: the default; ``none``: no limit
-    for memory, processes and the workspace), checked: InputError saying what to give."""
+    """The run's :class:`~bench.sandbox.resource_limits.Limits` from the flags' text (None: the default; ``none``:
+    no limit for memory, processes and the workspace), checked: InputError saying what to give."""
     from bench.durations import parse_duration
 
     def size(flag: str, text: str | None, default):

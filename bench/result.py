@@ -209,7 +209,8 @@ class RunResult:
     launches_observed: list[dict] = field(default_factory=list)
     checkpoints_found: int = 0
     rejected_checkpoints: list[dict] = field(default_factory=list)  # {path, reason}
-    # the run's limits (bench.sandbox.limits): {settings, enforcement, hit: [{limit, value, ...what happened}]};
+    # the run's limits (bench.sandbox.resource_limits):
+    # {settings, enforcement, hit: [{limit, value, ...what happened}]};
     # hit is empty when the run stayed within all of them ({} in files written before limits existed)
     limits: dict = field(default_factory=dict)
     # the task's source (built-in, path or entry-point pack: name, version, origin), its folder and the folder's

@@ -43,7 +43,7 @@ from bench.pipeline.watch import Watched
 from bench.processes import TOKEN_VAR, describe, end_tree, find_tree, running
 from bench.result import ResultError, RunResult
 from bench.runner import Ended, RunSpec, finish
-from bench.sandbox.limits import Limits
+from bench.sandbox.resource_limits import Limits
 from bench.tasks import data, packs
 from bench.termination import Termination
 from bench.tracking import schema

@@ -23,7 +23,7 @@ from bench.pipeline import audit, codetime, collect, evaluate, guard, launch, re
 from bench.pipeline.arrivals import Arrival
 from bench.pipeline.evidence import Evidence
 from bench.result import Audit, Evaluation, RunResult
-from bench.sandbox.limits import Limits
+from bench.sandbox.resource_limits import Limits
 from bench.tasks import Task, data, packs, weights
 from bench.tracking import schema, spool_files
 from bench.tracking.relay import Relay

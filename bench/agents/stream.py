@@ -6,7 +6,7 @@ also parsed into normalised events (``bench.agents.events``): appended to ``even
 counted in a :class:`~bench.agents.events.Tally` that feeds the live status line, and shown on the
 console as one short line per event instead of the CLI's raw JSON.
 
-Bounded, whatever the agent prints (:mod:`bench.sandbox.limits`): a line is read at most
+Bounded, whatever the agent prints (:mod:`bench.sandbox.resource_limits`): a line is read at most
 ``Limits.line_bytes`` long (a 600 MB line with no newline costs the harness one chunk of memory, not 600 MB;
 the rest of it is dropped, counted and noted in the log), and ``agent.log`` keeps its first and its last half of
 ``Limits.log_bytes``: the head is written as it comes, the tail goes to two alternating segment files of a quarter
@@ -22,7 +22,7 @@ import threading
 from pathlib import Path
 
 from bench.progress import StatusLine
-from bench.sandbox.limits import Limits
+from bench.sandbox.resource_limits import Limits
 
 CONSOLE_CHARS = 2000  # a plain line shown on the console at most this long
 

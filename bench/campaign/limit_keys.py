@@ -1,5 +1,6 @@
 """A campaign file's limits: the ``bench run`` limit flags as top-level keys (``--memory`` -> ``memory``,
-``--max-processes`` -> ``max_processes``, ...), with the flags' meaning and defaults (:mod:`bench.sandbox.limits`),
+``--max-processes`` -> ``max_processes``, ...), with the flags' meaning and defaults
+(:mod:`bench.sandbox.resource_limits`),
 checked with the rest of the file (:mod:`bench.campaign.spec`); and the Slurm job's evaluation margin, which must
 follow the evaluation budget: a job whose time limit ends inside its run's evaluation is killed there, requeued,
 and evaluates again from the start.
@@ -13,7 +14,7 @@ from collections.abc import Callable
 from bench.durations import fmt_s, parse_duration
 from bench.pipeline.evaluate import SCORER_GRACE_S
 from bench.preflight import InputError
-from bench.sandbox.limits import LEAST, MIN_EVAL_S, LimitError, Limits, parse_size
+from bench.sandbox.resource_limits import LEAST, MIN_EVAL_S, LimitError, Limits, parse_size
 
 KEYS = {  # the key of each limit (Limits' field), named after its bench run flag
     "memory": "memory_bytes", "max_processes": "processes", "workspace_limit": "workspace_bytes",

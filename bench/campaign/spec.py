@@ -22,8 +22,8 @@ is: each a task folder or a folder of task folders, relative to the campaign fil
 ``nvidia-smi -L`` when absent), per agent ``options`` (a table of adapter options) and a ``[slurm]`` table
 (:class:`SlurmSettings`).
 
-Each run's limits (:mod:`bench.sandbox.limits`), the ``bench run`` flags of the same name with underscores and the
-same defaults, for every run of the campaign::
+Each run's limits (:mod:`bench.sandbox.resource_limits`), the ``bench run`` flags of the same name with underscores
+and the same defaults, for every run of the campaign::
 
     memory = "64G"            # --memory: the agent's processes together, and the predictor's (default 64G, at most
                               #   80 % of the node's RAM; "none": no limit)
@@ -59,7 +59,7 @@ from bench.campaign.slurm_keys import SlurmSettings, integer, slurm_settings, un
 from bench.durations import parse_duration
 from bench.pipeline.workspace import campaign_dir
 from bench.preflight import InputError
-from bench.sandbox.limits import Limits
+from bench.sandbox.resource_limits import Limits
 from bench.tasks import Task, TaskError, all_tasks, get_task, packs
 
 TOP_KEYS = {
@@ -128,7 +128,7 @@ class Campaign:
     executor: str = "local"
     gpus: tuple[str, ...] | None = None
     slurm: SlurmSettings = field(default_factory=SlurmSettings)
-    limits: Limits = field(default_factory=Limits)  # every run's (bench.sandbox.limits); the flags' defaults
+    limits: Limits = field(default_factory=Limits)  # every run's (bench.sandbox.resource_limits); the flags' defaults
     max_cost: float | None = None  # every run's API budget in USD (bench.agents.gateway); None: none
     tasks_path: tuple[Path, ...] = ()  # task pack folders (bench.tasks.packs), searched in this process once loaded
     # each task's budget once looked up: a lookup searches every pack (~10 ms), and the status line and the Slurm

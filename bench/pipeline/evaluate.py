@@ -10,8 +10,8 @@ scorer (:mod:`bench.scoring.scorer`, a subprocess) reads the inputs and labels f
 runs the model in a sandboxed predictor that sees only that folder, computes the task's metric and probes the
 forward contract; what it prints is the official result.
 
-One time budget covers every candidate of a run (``Limits.eval_s``, :mod:`bench.sandbox.limits`): each candidate
-gets what is left of it (at most the scorer's own :data:`EVAL_TIMEOUT_S`), and once it is spent the remaining
+One time budget covers every candidate of a run (``Limits.eval_s``, :mod:`bench.sandbox.resource_limits`): each
+candidate gets what is left of it (at most the scorer's own :data:`EVAL_TIMEOUT_S`), and once it is spent the remaining
 candidates are not scored and say why. A predictor that sleeps in its forward thus holds the GPU for the budget
 (plus the last scorer's minute to report), never for a timeout per candidate. A checkpoint listed twice (the best
 and its window's best) is scored once, and its time counts once.
@@ -35,7 +35,7 @@ from bench.pipeline.collect import Checkpoint, NotACheckpoint, Selection, verify
 from bench.pipeline.launch import HARNESS_ONLY
 from bench.pipeline.workspace import Workspace
 from bench.result import Evaluation, Official
-from bench.sandbox.limits import GIB, KIB, MIB, Limits
+from bench.sandbox.resource_limits import GIB, KIB, MIB, Limits
 from bench.tasks import Task, data
 
 # An agent script that trains at import time (no `if __name__ == "__main__":` guard) would hang

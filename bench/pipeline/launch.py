@@ -37,7 +37,7 @@ from bench.pipeline.workspace import Workspace
 from bench.processes import TOKEN_VAR, become_subreaper
 from bench.progress import StatusLine
 from bench.sandbox import Policy, Sandbox, agent_environment, default_hidden, default_readable
-from bench.sandbox.limits import Limits, RunGroup
+from bench.sandbox.resource_limits import Limits, RunGroup
 from bench.tracking import HOOK_DIR
 
 # never inherited by an agent: a run id would make MLflow resume the parent; the tracer's own variables

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import psutil
 
-from bench.sandbox.limits import FLAGS, LimitError, Limits
+from bench.sandbox.resource_limits import FLAGS, LimitError, Limits
 
 STATE_FILE = "run.json"
 VERSION = 1

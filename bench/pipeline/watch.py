@@ -7,9 +7,9 @@ are ended (they would hold the GPU of the next run and write checkpoints after s
 all of it for a launched agent: start the :class:`Watchdog`, wait, let the grace play out after a timeout, end
 the tree, then stop the launch monitor and the checkpoint arrivals and drain the agent's output.
 
-The run's other limits are watched here too (:mod:`bench.sandbox.limits`): the workspace's size is measured every
-few seconds by a thread of its own (:class:`WorkspaceGuard`); passing the limit is noted, passing it by
-:data:`~bench.sandbox.limits.WORKSPACE_MARGIN` more ends the run as the budget would (SIGTERM, the grace,
+The run's other limits are watched here too (:mod:`bench.sandbox.resource_limits`): the workspace's size is
+measured every few seconds by a thread of its own (:class:`WorkspaceGuard`); passing the limit is noted, passing it by
+:data:`~bench.sandbox.resource_limits.WORKSPACE_MARGIN` more ends the run as the budget would (SIGTERM, the grace,
 SIGKILL), so a disk filling up costs the agent its remaining time, not the machine its disk. At the end the run's
 cgroup is read for what the kernel refused (memory, processes) and removed; every limit hit goes into
 :attr:`Watched.limits`, which ``result.json`` carries.
@@ -28,7 +28,7 @@ from subprocess import Popen
 
 from bench.pipeline.launch import LaunchedAgent
 from bench.processes import describe, end_tree, find_tree, running, signal_tree
-from bench.sandbox.limits import WORKSPACE_CHECK_S, WORKSPACE_MARGIN, tree_bytes
+from bench.sandbox.resource_limits import WORKSPACE_CHECK_S, WORKSPACE_MARGIN, tree_bytes
 
 log = logging.getLogger(__name__)
 

@@ -37,9 +37,9 @@ from pathlib import Path
 from bench.sandbox import seccomp
 from bench.sandbox.bwrap import SandboxUnavailable, probe, require
 from bench.sandbox.environment import agent_environment
-from bench.sandbox.limits import RunGroup, shell_prelude
 from bench.sandbox.network import Network
 from bench.sandbox.policy import Policy, bwrap_args, default_hidden, default_readable
+from bench.sandbox.resource_limits import RunGroup, shell_prelude
 
 LAUNCHER = Path(__file__).resolve().with_name("launcher.py")
 # The harness starts bwrap with SIGTERM ignored (an ignored signal survives exec): bwrap itself would die of

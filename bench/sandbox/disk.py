@@ -1,5 +1,5 @@
 """The disk a run uses: its workspace's size, measured by the watch against ``--workspace-limit``
-(:mod:`bench.sandbox.limits`, :class:`bench.pipeline.watch.WorkspaceGuard`).
+(:mod:`bench.sandbox.resource_limits`, :class:`bench.pipeline.watch.WorkspaceGuard`).
 
 Why a walk of the tree and not the file system's counters: the workspace shares its file system with every other
 run, so only the files under it say what this run holds; each file is counted once (hard links) and links are not

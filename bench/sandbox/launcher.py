@@ -21,7 +21,7 @@ loopback TCP port of the sandbox's own network namespace and carry every connect
 the harness serves outside (:mod:`bench.sandbox.network`): the only way out of ``--unshare-net``. Each
 ``--rlimit DATA=N`` / ``NPROC=N`` lowers that resource limit just before the agent starts (the agent and all it
 starts inherit it; the launcher and bwrap, already running, keep theirs): the memory and process limits of a run
-for which no cgroup could be made (:mod:`bench.sandbox.limits` says why DATA and not AS).
+for which no cgroup could be made (:mod:`bench.sandbox.resource_limits` says why DATA and not AS).
 """
 
 from __future__ import annotations

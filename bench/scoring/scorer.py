@@ -16,8 +16,8 @@ official result (task, metric, value, val_value, direction, split, checkpoint, s
 ``error`` (and ``violation`` with ``probes`` when the forward contract is broken, ``unloadable: true`` when the
 model could not be built or the checkpoint not loaded into it) and no value. Both carry ``predictor_limits``: what
 the predictors' cgroup refused or killed (``--memory``/``--max-processes``, the run's limits:
-:func:`bench.sandbox.limits.predictor_limits`), read before it is removed, since an out-of-memory kill otherwise
-reads as a predictor that ended without an answer.
+:func:`bench.sandbox.resource_limits.predictor_limits`), read before it is removed, since an out-of-memory kill
+otherwise reads as a predictor that ended without an answer.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from bench.scoring import checks
 from bench.scoring.session import LoadError, PredictorError, Session
 
 if TYPE_CHECKING:
-    from bench.sandbox.limits import Limits
+    from bench.sandbox.resource_limits import Limits
 
 
 class ContractViolation(RuntimeError):
@@ -70,7 +70,7 @@ def sandbox_wrap(eval_dir: Path, device: str = "cpu", limits: Limits | None = No
     writable, no network, its own PID namespace, no cgroup tree, and the predictors' seccomp filter (no file lock,
     lease or watch, no page-cache residency, no other process read: :mod:`bench.sandbox.seccomp`)."""
     from bench.sandbox import Policy, Sandbox, default_hidden, default_readable
-    from bench.sandbox.limits import predictor_limits
+    from bench.sandbox.resource_limits import predictor_limits
 
     readable = (*default_readable("predictor"), eval_dir)
     policy = Policy(
@@ -82,7 +82,7 @@ def sandbox_wrap(eval_dir: Path, device: str = "cpu", limits: Limits | None = No
         seccomp="predictor",
         own_cgroup=False,
     )
-    return Sandbox(policy, limits=predictor_limits(device, limits))  # memory and processes: bench.sandbox.limits
+    return Sandbox(policy, limits=predictor_limits(device, limits))  # memory, processes: resource_limits
 
 
 def score_checkpoint(
@@ -268,8 +268,9 @@ def _limit(text: str) -> int | None | str:
 
 
 def _run_limits(memory: int | None | str, processes: int | None | str) -> Limits | None:
-    """The run's limits for the predictors' group (:func:`bench.sandbox.limits.predictor_limits`); None: defaults."""
-    from bench.sandbox.limits import Limits
+    """The run's limits for the predictors' group (:func:`bench.sandbox.resource_limits.predictor_limits`);
+    None: defaults."""
+    from bench.sandbox.resource_limits import Limits
 
     given = {k: v for k, v in (("memory_bytes", memory), ("processes", processes)) if v != ""}
     return Limits(**given) if given else None

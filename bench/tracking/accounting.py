@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 from bench import untrusted
-from bench.tracking import limits, schema
+from bench.tracking import relay_limits, schema
 from bench.tracking.script_state import ScriptState
 
 # a spool file may be as large as the relay's byte cap (bytes past it are counted from its size, never read)
@@ -32,17 +32,17 @@ def left(path: Path, offset: int, chunk: int) -> tuple[int, int]:
         return 0, 0
     with fh:
         size = os.fstat(fh.fileno()).st_size
-        end, at, values = min(size, limits.MAX_SPOOL_BYTES), offset, 0
+        end, at, values = min(size, relay_limits.MAX_SPOOL_BYTES), offset, 0
         if at < end:
             fh.seek(at)
             while at < end and (data := fh.read(min(chunk, end - at))):
                 at += len(data)
                 values += sum(_values(line) for line in data.splitlines())
-    return values, max(0, size - max(offset, limits.MAX_SPOOL_BYTES))
+    return values, max(0, size - max(offset, relay_limits.MAX_SPOOL_BYTES))
 
 
 def _values(line: bytes) -> int:
-    ev = untrusted.loads_json(line, max_depth=32, max_len=limits.MAX_SPOOL_BYTES)
+    ev = untrusted.loads_json(line, max_depth=32, max_len=relay_limits.MAX_SPOOL_BYTES)
     if isinstance(ev, untrusted.Finding):
         return 0
     if isinstance(ev, dict) and ev.get("ev") == "metrics" and isinstance(ev.get("metrics"), dict):
@@ -57,8 +57,8 @@ def _add(into: dict[str, int], counts: dict[str, int]) -> None:
 
 def _split(counts: dict[str, int]) -> tuple[dict[str, int], dict[str, int]]:
     """Counts by reason -> (dropped, merged): a copy of a value relayed once is no loss, so it is not a drop."""
-    dropped = {k: n for k, n in sorted(counts.items()) if n and k not in limits.MERGED}
-    return dropped, {k: n for k, n in sorted(counts.items()) if n and k in limits.MERGED}
+    dropped = {k: n for k, n in sorted(counts.items()) if n and k not in relay_limits.MERGED}
+    return dropped, {k: n for k, n in sorted(counts.items()) if n and k in relay_limits.MERGED}
 
 
 def summary(states: list[ScriptState]) -> dict:
@@ -93,10 +93,10 @@ def summary(states: list[ScriptState]) -> dict:
             "unread_bytes": sum(s.unread_bytes for s in states),
             "store_errors": sorted({s.store_error for s in states if s.store_error}),
             "caps": {
-                "values_per_script": limits.MAX_VALUES_PER_SCRIPT,
-                "values_per_run": limits.MAX_VALUES_PER_RUN,
-                "checkpoint_uploads_per_script": limits.MAX_CHECKPOINT_UPLOADS,
-                "spool_bytes_per_script": limits.MAX_SPOOL_BYTES,
+                "values_per_script": relay_limits.MAX_VALUES_PER_SCRIPT,
+                "values_per_run": relay_limits.MAX_VALUES_PER_RUN,
+                "checkpoint_uploads_per_script": relay_limits.MAX_CHECKPOINT_UPLOADS,
+                "spool_bytes_per_script": relay_limits.MAX_SPOOL_BYTES,
             },
         },
         "scripts": [
@@ -130,11 +130,12 @@ def lines(scripts: dict) -> list[str]:
     relay = scripts.get("relay")
     if not relay:
         return []
-    out = [f"dropped {line}" for line in limits.describe(relay["values"]["dropped"])]
+    out = [f"dropped {line}" for line in relay_limits.describe(relay["values"]["dropped"])]
     if relay["values"]["unrelayed"]:
         n = relay["values"]["unrelayed"]
         out.append(f"left unrelayed: {n:,} values (the store did not take them; its message is in result.json)")
-    out += [f"not uploaded {line}" for line in limits.describe(relay["checkpoints"]["not_uploaded"], "checkpoints")]
+    not_uploaded = relay["checkpoints"]["not_uploaded"]
+    out += [f"not uploaded {line}" for line in relay_limits.describe(not_uploaded, "checkpoints")]
     if relay["unread_bytes"]:
         cap = relay["caps"]["spool_bytes_per_script"]
         out.append(f"left unread: {relay['unread_bytes']:,} spool bytes (past the cap of {cap:,} bytes per script)")

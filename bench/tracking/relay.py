@@ -14,9 +14,10 @@ without its ``end``) is closed as KILLED when the agent's run is over. ``relay.j
 harness and is kept in the run directory, out of the agent's reach.
 
 Nothing in a spool can stop the relay (issue 21): each value is checked against the store's limits first
-(:mod:`bench.tracking.limits`) and dropped, counted by reason, when it breaks one; a batch the store refuses anyway
-is split until the refused values are alone; a script is cut at the caps (values, checkpoint uploads, spool bytes)
-with a count; system metrics are sampled in a thread of their own (:class:`~bench.tracking.sysmetrics.SystemMetrics`).
+(:mod:`bench.tracking.relay_limits`) and dropped, counted by reason, when it breaks one; a batch the store refuses
+anyway is split until the refused values are alone; a script is cut at the caps (values, checkpoint uploads, spool
+bytes) with a count; system metrics are sampled in a thread of their own
+(:class:`~bench.tracking.sysmetrics.SystemMetrics`).
 At the end :meth:`Relay.summary` accounts for every value: relayed + dropped + left unrelayed = written.
 
 Nor can the files themselves (issue 29): the spool folder is listed without following a link (a bounded number of
@@ -40,10 +41,10 @@ from pathlib import Path
 
 from bench import untrusted
 from bench.markup import one_line
-from bench.tracking import accounting, limits, schema, spool_files, sysmetrics
+from bench.tracking import accounting, relay_limits, schema, spool_files, sysmetrics
 from bench.tracking.checkpoint_uploads import Uploads
 from bench.tracking.hook._bench_once import Seen
-from bench.tracking.limits import Tally
+from bench.tracking.relay_limits import Tally
 from bench.tracking.script_state import COUNTED, ScriptState, _int, _text, _time, metric_rows, safe_name
 from bench.tracking.sysmetrics import INTERVAL_S, SystemMetrics, Target
 from bench.tracking.writer import MlflowWriter, TrackingError, TrackingRefused, flatten
@@ -175,7 +176,7 @@ class Relay:
             s.host_pid = self.system.host_pid(s.run_id) or s.host_pid
 
     def _read(self, path: Path, state: ScriptState) -> None:
-        left = limits.MAX_SPOOL_BYTES - state.offset
+        left = relay_limits.MAX_SPOOL_BYTES - state.offset
         if left <= 0:  # past the cap: nothing more of this file is read (the summary counts its bytes)
             return
         data = spool_files.read_chunk(path, self.workspace, state.offset, min(MAX_READ, left))
@@ -278,7 +279,7 @@ class Relay:
     def _params(self, s: ScriptState, params: dict) -> None:
         """Params whose keys MLflow takes (the others counted); a set the store refuses anyway is dropped whole."""
         flat = flatten(params)
-        good = {k: v for k, v in flat.items() if limits.key_problem(k) is None}
+        good = {k: v for k, v in flat.items() if relay_limits.key_problem(k) is None}
         s.params_dropped += len(flat) - len(good)
         try:
             self.writer.log_params(s.run_id, good)
@@ -302,7 +303,7 @@ class Relay:
         s.checkpoint_events += 1
         entry = {k: ev.get(k) for k in ("path", "val_score", "metric", "step", "t")}
         ckpt, why = self.uploads.path_of(ev.get("path"))
-        if ckpt is not None and s.uploaded >= limits.MAX_CHECKPOINT_UPLOADS:
+        if ckpt is not None and s.uploaded >= relay_limits.MAX_CHECKPOINT_UPLOADS:
             if len(s.deferred) < MAX_DEFERRED and str(ckpt) not in s.deferred:
                 s.deferred.append(str(ckpt))
             ckpt, why = None, "over-cap"

@@ -35,7 +35,7 @@ AUDIT_FINDINGS = "bench.audit.findings"  # the findings, one per line: "rule 4 d
 AUDIT_ARTIFACT = "audit.json"  # every finding with its evidence, on the agent run
 SANDBOXED = "bench.sandboxed"  # "true" when the agent ran in bench.sandbox; "false": --unsandboxed (or older runs)
 LIMITS_HIT = "bench.limits_hit"  # the run's limits it passed, comma-joined: memory,processes,workspace,log,line,events,
-# evaluation ("" when none; bench.sandbox.limits); the details are in result.json's limits
+# evaluation ("" when none; bench.sandbox.resource_limits); the details are in result.json's limits
 SYNTHETIC = "bench.synthetic"  # "true" for generated runs (benchmarks), never real results
 # the paper's protocol (bench.protocol): what a run had, and how it deviates (the reports mark such runs)
 PROTOCOL = "bench.protocol"  # standard | nonstandard
@@ -157,7 +157,7 @@ COST_USD = "cost_usd"
 # from the metering gateway (bench.agents.gateway), also as series over the run (cumulative, step = seconds)
 LLM_REQUESTS = "llm_requests"  # model requests (the four APIs') the CLI sent through the gateway; not its other calls
 LLM_ERRORS = "llm_errors"  # of which answered with an error status, unanswered, or refused by the API budget
-# what the relay could not bring from the spool into MLflow (bench.tracking.limits): counted, with the reasons
+# what the relay could not bring from the spool into MLflow (bench.tracking.relay_limits): counted, with the reasons
 RELAY_VALUES = "relay_values"  # script values the store took
 RELAY_VALUES_DROPPED = "relay_values_dropped"  # values dropped (refused by the store's limits, over the cap, copies)
 RELAY_VALUES_UNRELAYED = "relay_values_unrelayed"  # values left in the spool (the store unreachable, unread bytes)

@@ -10,9 +10,9 @@ import re
 import time
 from dataclasses import dataclass, field
 
-from bench.tracking import limits, schema
+from bench.tracking import relay_limits, schema
 from bench.tracking.hook._bench_once import Seen
-from bench.tracking.limits import Tally
+from bench.tracking.relay_limits import Tally
 
 # what a batch the store did not take must not leave counted (its lines are read again)
 COUNTED = ("seconds_step", "last_step", "metrics", "dropped", "examples", "checkpoint_events", "uploaded")
@@ -44,7 +44,7 @@ class ScriptState:
     dropped: dict[str, int] = field(default_factory=dict)
     examples: dict[str, str] = field(default_factory=dict)  # reason -> the first value dropped for it
     unrelayed: int = 0  # values in spool bytes not relayed when the relay finished (the store unreachable)
-    unread_bytes: int = 0  # spool bytes past limits.MAX_SPOOL_BYTES, never read
+    unread_bytes: int = 0  # spool bytes past relay_limits.MAX_SPOOL_BYTES, never read
     store_error: str | None = None  # why the store did not take the rest, when it did not
     checkpoint_events: int = 0
     uploaded: int = 0
@@ -68,15 +68,15 @@ def metric_rows(s: ScriptState, ev: dict, recent: Seen, queued: int = 0, others:
     if not isinstance(raw, dict):
         return []
     tally = Tally(s.dropped, s.examples)
-    step, why = limits.step_of(ev.get("step"))
-    why = why or limits.time_problem(ev.get("t"))
+    step, why = relay_limits.step_of(ev.get("step"))
+    why = why or relay_limits.time_problem(ev.get("t"))
     if why:
         tally.drop(why, ev.get("step") if why.startswith("step") else ev.get("t"), len(raw))
         return []
     values = {}
     for key, value in raw.items():
-        number, why = limits.value_of(value)
-        why = limits.key_problem(key) or why
+        number, why = relay_limits.value_of(value)
+        why = relay_limits.key_problem(key) or why
         if why:
             tally.drop(why, key if why.startswith("key") else f"{key}={value}")
         else:
@@ -98,11 +98,11 @@ def metric_rows(s: ScriptState, ev: dict, recent: Seen, queued: int = 0, others:
         else:
             s.seconds_step = step
     s.last_step = max(s.last_step, step)
-    room = max(0, limits.MAX_VALUES_PER_SCRIPT - s.metrics - queued)
+    room = max(0, relay_limits.MAX_VALUES_PER_SCRIPT - s.metrics - queued)
     if len(values) > room:
         tally.drop("over-cap", f"step {step}", len(values) - room)
         values = dict(list(values.items())[:room])
-    room = max(0, limits.MAX_VALUES_PER_RUN - others - s.metrics - queued)
+    room = max(0, relay_limits.MAX_VALUES_PER_RUN - others - s.metrics - queued)
     if len(values) > room:
         tally.drop("over-run-cap", f"step {step}", len(values) - room)
         values = dict(list(values.items())[:room])
@@ -121,12 +121,12 @@ def _int(raw: object) -> int:
         value = int(raw)  # type: ignore[arg-type]
     except (TypeError, ValueError, OverflowError):
         return 0
-    return value if limits.INT64_MIN <= value <= limits.INT64_MAX else 0
+    return value if relay_limits.INT64_MIN <= value <= relay_limits.INT64_MAX else 0
 
 
 def _time(raw: object) -> float:
     """A spool time, or now when it is not one MLflow can store (NaN, infinite, negative, past 2**63 ms)."""
-    if raw is None or limits.time_problem(raw):
+    if raw is None or relay_limits.time_problem(raw):
         return time.time()
     return float(raw)  # type: ignore[arg-type]
 

@@ -159,8 +159,8 @@ class MlflowWriter:
         return len(items)
 
     def log_values(self, run_id: str, rows: list[tuple[str, float, int, float | None]]) -> list[tuple[tuple, str]]:
-        """Log ``(key, value, step, unix_time)`` rows checked beforehand (:mod:`bench.tracking.limits`; NaN is kept);
-        returns the rows the store refused anyway, each with its message.
+        """Log ``(key, value, step, unix_time)`` rows checked beforehand (:mod:`bench.tracking.relay_limits`; NaN is
+        kept); returns the rows the store refused anyway, each with its message.
 
         MLflow refuses a whole batch for one bad value; a refused batch is split in halves until the refused rows
         are alone, so that one value the checks missed costs itself, never its batch. Past ``MAX_REFUSALS`` the

@@ -1,7 +1,7 @@
 """Limits on every run (issue 21, deliverable 5) and agent-chosen names in Markdown (deliverable 6), as attacks.
 
 Each case is a scripted `command` agent run end to end through `bench.runner.run` on the real T6 folder with
-generated data, with small limits set through the run's :class:`~bench.sandbox.limits.Limits` (the flags of
+generated data, with small limits set through the run's :class:`~bench.sandbox.resource_limits.Limits` (the flags of
 ``bench run``) so that each case is fast. Every case ends with the run recorded (result.json, MLflow) and the
 limit that was hit named in ``result.json``; the harness (this test process) survives with its memory bounded.
 """
@@ -20,9 +20,9 @@ import pytest
 from bench.pipeline import collect
 from bench.result import RunResult
 from bench.runner import RunSpec, run
-from bench.sandbox import limits as limits_mod
+from bench.sandbox import resource_limits as limits_mod
 from bench.sandbox.bwrap import probe
-from bench.sandbox.limits import Limits
+from bench.sandbox.resource_limits import Limits
 from bench.tracking import schema
 from tests.bench.adversary import HONEST, PeakRSS
 

@@ -16,9 +16,9 @@ import pytest
 from bench.pipeline import evaluate
 from bench.result import Evaluation, Official, RunResult
 from bench.runner import RunSpec, run
-from bench.sandbox import limits as limits_mod
+from bench.sandbox import resource_limits as limits_mod
 from bench.sandbox.bwrap import probe
-from bench.sandbox.limits import GIB, MIB, Limits
+from bench.sandbox.resource_limits import GIB, MIB, Limits
 from bench.tracking import schema
 
 # a forward that allocates and touches 4 GiB (a float32 tensor of 2**30 ones); building and saving the model does not

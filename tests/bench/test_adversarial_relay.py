@@ -20,7 +20,7 @@ import pytest
 
 from bench.paths import mlruns_dir
 from bench.sandbox.bwrap import probe
-from bench.tracking import limits, schema
+from bench.tracking import relay_limits, schema
 from tests.bench.adversary import HONEST, PeakRSS, _run
 
 pytestmark = [
@@ -121,8 +121,8 @@ def _stored(run_ids: list[str]) -> int:
 
 
 def test_a_flood_is_cut_at_the_cap_with_an_honest_count_and_bounded_memory(guard, honest, monkeypatch):
-    cap = 250_000  # the default (limits.MAX_VALUES_PER_SCRIPT) takes ~1 min to relay here; the cut is the point
-    monkeypatch.setattr(limits, "MAX_VALUES_PER_SCRIPT", cap)
+    cap = 250_000  # the default (relay_limits.MAX_VALUES_PER_SCRIPT) takes ~1 min to relay here; the cut is the point
+    monkeypatch.setattr(relay_limits, "MAX_VALUES_PER_SCRIPT", cap)
     started = time.monotonic()
     with PeakRSS() as mem:
         result = _run(guard.task, FLOOD + HONEST, budget_s=240)
@@ -144,7 +144,7 @@ def test_a_flood_is_cut_at_the_cap_with_an_honest_count_and_bounded_memory(guard
     assert flood["status"] == "FINISHED"  # its end event was read past the cap
     # checkpoint uploads are capped per script; the scored checkpoint (run_1's) is uploaded whatever the flood did
     assert flood["checkpoints"] == FLOOD_CHECKPOINTS
-    assert flood["checkpoints_uploaded"] == limits.MAX_CHECKPOINT_UPLOADS
+    assert flood["checkpoints_uploaded"] == relay_limits.MAX_CHECKPOINT_UPLOADS
     client = mlflow.tracking.MlflowClient()
     honest_run = _script_run(runs, "run_1.py")
     uploaded = [Path(a.path).name for a in client.list_artifacts(honest_run.info.run_id, "checkpoints")]

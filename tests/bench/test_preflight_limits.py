@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from bench.preflight import InputError, parse_limits
-from bench.sandbox.limits import GIB, MIB, Limits
+from bench.sandbox.resource_limits import GIB, MIB, Limits
 
 
 def test_the_flags_set_each_limit_and_none_switches_one_off():

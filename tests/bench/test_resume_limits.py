@@ -17,7 +17,7 @@ from bench.pipeline import evaluate, state
 from bench.result import RunResult
 from bench.resume import OLD_LIMITS_NOTE
 from bench.runner import RunSpec, run
-from bench.sandbox.limits import GIB, MIB, Limits
+from bench.sandbox.resource_limits import GIB, MIB, Limits
 
 # every one of them differs from its default, so that a resume that fell back to the defaults shows
 OWN = Limits(memory_bytes=3 * GIB, processes=300, workspace_bytes=7 * GIB, log_bytes=8 * MIB, eval_s=123.0)

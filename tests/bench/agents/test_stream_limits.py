@@ -8,7 +8,7 @@ import sys
 
 from bench.agents.stream import AgentStream, CappedLog
 from bench.progress import StatusLine
-from bench.sandbox.limits import KIB, MIB, Limits
+from bench.sandbox.resource_limits import KIB, MIB, Limits
 
 
 def test_the_log_keeps_its_head_and_its_newest_tail_and_says_how_much_it_cut(tmp_path):

@@ -10,7 +10,7 @@ from bench.campaign import spec
 from bench.campaign.job import spec_of
 from bench.campaign.slurm import time_limit_min
 from bench.cli import main
-from bench.sandbox.limits import GIB, KIB, MIB, Limits
+from bench.sandbox.resource_limits import GIB, KIB, MIB, Limits
 from tests.bench.campaign.conftest import campaign_file
 
 AGENT = '[[agents]]\nname = "baseline"\n'

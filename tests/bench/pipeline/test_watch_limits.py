@@ -8,7 +8,7 @@ import sys
 import time
 
 from bench.pipeline.watch import Watchdog, WorkspaceGuard
-from bench.sandbox.limits import MIB
+from bench.sandbox.resource_limits import MIB
 
 
 class _Dog:

@@ -23,7 +23,7 @@ import numpy
 import pytest
 
 from bench.sandbox import Policy, Sandbox, default_hidden, default_readable, probe
-from bench.sandbox.limits import Limits, RunGroup, cgroup_support
+from bench.sandbox.resource_limits import Limits, RunGroup, cgroup_support
 from bench.scoring.scorer import sandbox_wrap
 
 pytestmark = pytest.mark.skipif(probe() is not None, reason=f"no usable sandbox here: {probe()}")

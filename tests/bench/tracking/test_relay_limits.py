@@ -16,7 +16,7 @@ import pytest
 from mlflow.exceptions import MlflowException
 from mlflow.utils.validation import _validate_metric
 
-from bench.tracking import accounting, limits, schema
+from bench.tracking import accounting, relay_limits, schema
 from bench.tracking.relay import Relay
 from bench.tracking.writer import MlflowWriter, TrackingError
 
@@ -32,16 +32,17 @@ def test_the_key_checks_agree_with_the_installed_mlflow(key):
         takes = True
     except MlflowException:
         takes = False
-    assert (limits.key_problem(key) is None) == takes
+    assert (relay_limits.key_problem(key) is None) == takes
 
 
 def test_the_step_range_is_the_sql_stores(tmp_path):
     """A step of 2**63 - 1 is stored; one more (or one less than -2**63) is what SQLite cannot hold."""
     writer = MlflowWriter(f"test-steps-{uuid.uuid4().hex[:8]}")
     run = writer.create_run("r", {})
-    assert writer.log_values(run, [("ok", 1.0, limits.INT64_MAX, T), ("ok", 2.0, limits.INT64_MIN, T)]) == []
-    for step in (limits.INT64_MAX + 1, limits.INT64_MIN - 1):
-        assert limits.step_of(step) == (None, "step-out-of-range")
+    lo, hi = relay_limits.INT64_MIN, relay_limits.INT64_MAX
+    assert writer.log_values(run, [("ok", 1.0, hi, T), ("ok", 2.0, lo, T)]) == []
+    for step in (relay_limits.INT64_MAX + 1, relay_limits.INT64_MIN - 1):
+        assert relay_limits.step_of(step) == (None, "step-out-of-range")
         with pytest.raises(TrackingError):  # an internal error, not a refusal: why it is checked before
             writer.log_values(run, [("ok", 3.0, step, T)])
 
@@ -101,7 +102,7 @@ def test_refused_values_are_dropped_by_reason_and_the_rest_of_the_script_is_rela
 
 def test_a_value_the_store_refuses_anyway_costs_itself_not_its_batch(tmp_path, monkeypatch):
     """Checks that miss a limit (a newer MLflow, another store): the refused batch is split, the rest logged."""
-    monkeypatch.setattr(limits, "key_problem", lambda key: None)
+    monkeypatch.setattr(relay_limits, "key_problem", lambda key: None)
     rows = {f"m{i}": float(i) for i in range(300)} | {"a<b": 1.0}
     spool = _spool(tmp_path / "spool", [START, {"ev": "metrics", "t": T, "step": 1, "metrics": rows}])
     relay, writer, _ = _relay(tmp_path, spool)
@@ -114,8 +115,8 @@ def test_a_value_the_store_refuses_anyway_costs_itself_not_its_batch(tmp_path, m
 
 
 def test_the_caps_cut_a_flood_with_a_count_and_the_scored_checkpoint_is_uploaded_anyway(tmp_path, monkeypatch):
-    monkeypatch.setattr(limits, "MAX_VALUES_PER_SCRIPT", 50)
-    monkeypatch.setattr(limits, "MAX_CHECKPOINT_UPLOADS", 2)
+    monkeypatch.setattr(relay_limits, "MAX_VALUES_PER_SCRIPT", 50)
+    monkeypatch.setattr(relay_limits, "MAX_CHECKPOINT_UPLOADS", 2)
     ckpts = tmp_path / "ws" / "checkpoints"
     ckpts.mkdir(parents=True)
     events = [START] + [{"ev": "metrics", "t": T, "step": s, "metrics": {"a": s, "b": -s}} for s in range(1, 41)]
@@ -199,7 +200,7 @@ def test_a_flood_is_relayed_in_bounded_reads(tmp_path, monkeypatch):
 
 def test_the_run_cap_counts_every_script_of_the_run(tmp_path, monkeypatch):
     """Many small floods are one big one: past the run's cap, each further value is counted, not relayed."""
-    monkeypatch.setattr(limits, "MAX_VALUES_PER_RUN", 30)
+    monkeypatch.setattr(relay_limits, "MAX_VALUES_PER_RUN", 30)
     spool = tmp_path / "spool"
     for pid in (1, 2):
         events = [{**START, "pid": pid}] + [

@@ -4,7 +4,7 @@ A spool is written by the agent's processes, so any value in it may be one the s
 batch and refuses all of it for one bad value, and some values it takes only to fail in the database (a step past
 2**63 on SQLite: "Python int too large to convert to SQLite INTEGER", an internal error, not a refusal). One such
 value used to stop a script's relay for good. So each value is checked here first, against the limits read from the
-installed MLflow (3.17, ``mlflow/utils/validation.py`` and the SQL store; ``tests/bench/tracking/test_limits.py``
+installed MLflow (3.17, ``mlflow/utils/validation.py`` and the SQL store; ``tests/bench/tracking/test_relay_limits.py``
 checks them against it): a value that breaks one is dropped, counted under its reason, and never retried.
 
 The caps bound what a flood costs the harness (time to relay, memory, artifact space); each cut is counted, so

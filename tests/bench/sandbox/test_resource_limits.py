@@ -1,4 +1,5 @@
-"""The run's limits (bench.sandbox.limits): sizes, the cgroup found or made, the launcher's rlimits, disk usage."""
+"""The run's limits (bench.sandbox.resource_limits): sizes, the cgroup found or made, the launcher's rlimits, disk
+usage."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from bench.sandbox import LAUNCHER
-from bench.sandbox.limits import (
+from bench.sandbox.resource_limits import (
     GIB,
     MIB,
     CgroupSupport,
