@@ -35,7 +35,8 @@ and the same defaults, for every run of the campaign::
 
 A size is a string with a unit (``"512M"``, ``"1.5G"``, powers of 1024) or a whole number of bytes; the evaluation
 budget is a duration like ``budget``. The Slurm executor's job time limit follows ``eval_budget`` (``slurm.
-eval_margin``, :class:`SlurmSettings`).
+eval_margin``, :class:`SlurmSettings`): a job whose time limit ends inside its run's evaluation is killed there,
+requeued and evaluates again from the start.
 
 Stable run ids: each run of the matrix has a deterministic id, :func:`run_id`, which names its run directory
 under the workspaces folder. A re-run of the campaign finds the directory of every run it started: a finished
@@ -49,25 +50,58 @@ import json
 import math
 import re
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench import preflight
 from bench.agents import AGENTS, AgentError
-from bench.campaign import limit_keys
-from bench.campaign.slurm_keys import SlurmSettings, integer, slurm_settings, unknown_keys
-from bench.durations import parse_duration
+from bench.durations import fmt_s, parse_duration
+from bench.pipeline.evaluate import SCORER_GRACE_S
 from bench.pipeline.workspace import campaign_dir
 from bench.preflight import InputError
-from bench.sandbox.resource_limits import Limits
+from bench.sandbox.resource_limits import LEAST, MIN_EVAL_S, LimitError, Limits, parse_size
 from bench.tasks import Task, TaskError, all_tasks, get_task, packs
+
+LIMIT_KEYS = {  # the key of each limit (Limits' field), named after its bench run flag
+    "memory": "memory_bytes", "max_processes": "processes", "workspace_limit": "workspace_bytes",
+    "log_limit": "log_bytes", "eval_budget": "eval_s",
+}  # fmt: skip
+AFTER_EVAL_S = 10 * 60  # a Slurm job's time after the evaluation: the relay's last values, collect, audit, record
 
 TOP_KEYS = {
     "name", "tasks", "repeats", "budget", "grace", "device", "sandbox", "no_weights", "retries", "executor", "gpus",
-    "agents", "slurm", "max_cost", "tasks_path", *limit_keys.KEYS,
+    "agents", "slurm", "max_cost", "tasks_path", *LIMIT_KEYS,
 }  # fmt: skip
 AGENT_KEYS = {"name", "model", "agent_command", "options"}
 EXECUTORS = ("local", "slurm")
+
+
+@dataclass(frozen=True)
+class SlurmSettings:
+    """The ``[slurm]`` table: how each run becomes a job of a Slurm job array (:mod:`bench.campaign.slurm`).
+
+    A job's time limit is the run's budget + grace + ``eval_margin`` (the collect, evaluate, audit and record after
+    the agent's time), so that a job is never ended by the scheduler while its run is within its budget. Left out,
+    ``eval_margin`` follows the campaign's evaluation budget (:func:`eval_margin_s`); given, it must cover it."""
+
+    cluster: str = "slurm"  # submitit's AutoExecutor cluster: slurm, or local (submitit's own backend, no Slurm)
+    partition: str | None = None
+    gpus_per_task: int = 1  # 0 on a CPU-only cluster
+    cpus_per_task: int | None = None
+    mem_gb: float | None = None
+    array_parallelism: int = 64  # at most this many runs at once
+    eval_margin_s: float | None = None  # None: the evaluation budget + the scorer's grace + AFTER_EVAL_S
+    signal_delay_s: int = 120  # submitit's USR2 before the time limit: time to finish or leave the run resumable
+    setup: tuple[str, ...] = ()  # shell lines before each job (module load, source a venv, export ...)
+    additional: dict[str, object] = field(default_factory=dict)  # other sbatch options (account, qos, constraint)
+    poll_s: float = 30.0  # how often the campaign looks at its jobs
+
+
+SLURM_KEYS = {
+    "cluster", "partition", "gpus_per_task", "cpus_per_task", "mem_gb", "array_parallelism", "eval_margin",
+    "signal_delay_s", "setup", "additional", "poll_s",
+}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -159,10 +193,10 @@ class Campaign:
     @property
     def eval_margin_s(self) -> float:
         """What a Slurm job gets after the agent's time (:class:`SlurmSettings`): ``slurm.eval_margin`` when given,
-        else the evaluation budget, the scorer's grace to report and the rest (:func:`limit_keys.eval_margin_s`)."""
+        else the evaluation budget, the scorer's grace to report and the rest (:func:`eval_margin_s`)."""
         if self.slurm.eval_margin_s is not None:
             return self.slurm.eval_margin_s
-        return limit_keys.eval_margin_s(self.limits)
+        return eval_margin_s(self.limits)
 
     def budget_of(self, task: str) -> float:
         if self.budget_s is not None:
@@ -237,7 +271,7 @@ def load(path: Path) -> Campaign:
             preflight.check_device(device)
         except InputError as e:
             raise bad("device", str(e)) from None
-    limits = limit_keys.parse(raw, bad)
+    limits = parse_limits(raw, bad)
     max_cost = raw.get("max_cost")
     if max_cost is not None and (isinstance(max_cost, bool) or not isinstance(max_cost, int | float) or max_cost <= 0):
         raise bad("max_cost", f"must be a positive amount in USD, e.g. max_cost = 20.0 (got {max_cost!r})")
@@ -245,8 +279,8 @@ def load(path: Path) -> Campaign:
         raise bad("max_cost", "is enforced by the sandbox's metering gateway: it needs sandbox = true")
     slurm = slurm_settings(raw.get("slurm", {}), where)
     if slurm.eval_margin_s is not None and "eval_budget" not in raw:  # a file written before eval_budget existed
-        limits = limit_keys.fit_to_margin(slurm.eval_margin_s, limits)
-    limit_keys.check_margin(slurm.eval_margin_s, limits, where)
+        limits = fit_to_margin(slurm.eval_margin_s, limits)
+    check_margin(slurm.eval_margin_s, limits, where)
     tasks_path = _tasks_path(raw.get("tasks_path", []), path, bad)  # before the task ids: they may name its tasks
     campaign = Campaign(
         name=name,
@@ -341,3 +375,149 @@ def _gpus(value: object, bad) -> tuple[str, ...]:
     if any(not g or "," in g for g in gpus) or len(set(gpus)) != len(gpus):
         raise bad("gpus", f"each GPU once, one per entry (got {value!r})")
     return gpus
+
+
+# --- the limit keys (the bench run limit flags) and the Slurm job's evaluation margin -----------------------
+
+
+def parse_limits(raw: dict, bad: Callable[[str, str], Exception]) -> Limits:
+    """The ``memory``, ``max_processes``, ``workspace_limit``, ``log_limit`` and ``eval_budget`` keys, each
+    checked as its ``bench run`` flag is (:func:`bench.preflight.parse_limits`); the defaults for those absent."""
+    values = Limits().to_dict()
+    for key, name in LIMIT_KEYS.items():
+        if key not in raw:
+            continue
+        value = raw[key]
+        off = isinstance(value, str) and value.strip().lower() == "none"
+        if off and key in ("log_limit", "eval_budget"):
+            what = 'agent.log always has a limit; give a size, e.g. log_limit = "1G"'
+            if key == "eval_budget":
+                what = 'the evaluation always has a budget; give a duration, e.g. eval_budget = "1h"'
+            raise bad(key, f"cannot be none: {what}")
+        if off:
+            values[name] = None
+        elif key == "eval_budget":
+            if not isinstance(value, str):
+                raise bad(key, f'write a duration as a string, e.g. eval_budget = "1h" (got {value!r})')
+            try:
+                values[name] = float(parse_duration(value))
+            except Exception as e:  # argparse's error type: the message is the one line
+                raise bad(key, str(e)) from None
+            if not (math.isfinite(values[name]) and values[name] >= MIN_EVAL_S):
+                raise bad(key, f'{value!r} cannot score a checkpoint: give at least {MIN_EVAL_S:g}s, e.g. "1h"')
+        elif key == "max_processes":
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise bad(key, f"must be a whole number (got {value!r})")
+            values[name] = value
+        elif isinstance(value, str):
+            try:
+                values[name] = parse_size(value)
+            except LimitError as e:
+                raise bad(key, str(e)) from None
+        elif isinstance(value, int) and not isinstance(value, bool):
+            values[name] = value  # bytes
+        else:
+            raise bad(key, f'write a size as a string, e.g. {key} = "64G", or "none" (got {value!r})')
+        least = LEAST.get(name)
+        if least is not None and values[name] is not None and values[name] < least:
+            raise bad(key, f'{value!r} is too small to run anything: give at least {_size(least, key)} (or "none")')
+    return Limits(**values)
+
+
+def _size(n: int, key: str) -> str:
+    """A limit's least value as the file would write it: 16 processes, "64M" bytes."""
+    if key == "max_processes":
+        return str(n)
+    unit, size = next((u, b) for u, b in (("G", 2**30), ("M", 2**20), ("K", 2**10), ("", 1)) if n % b == 0)
+    return f'"{n // size}{unit}"'
+
+
+def eval_margin_s(limits: Limits) -> float:
+    """A Slurm job's time after the agent's (``slurm.eval_margin`` left out): the evaluation budget, the scorer's
+    grace to report after it, and :data:`AFTER_EVAL_S` for the rest."""
+    return limits.eval_s + SCORER_GRACE_S + AFTER_EVAL_S
+
+
+def fit_to_margin(given_s: float, limits: Limits) -> Limits:
+    """The limits with an evaluation budget that fits a ``slurm.eval_margin`` given without ``eval_budget`` (a file
+    written before the key existed keeps working): the margin less the scorer's grace and the time after the
+    evaluation (:data:`AFTER_EVAL_S`, at most half the margin); a 20-minute margin leaves 9 minutes. A margin too
+    short for even :data:`MIN_EVAL_S` is left to :func:`check_margin` to refuse."""
+    fitted = given_s - SCORER_GRACE_S - min(AFTER_EVAL_S, given_s / 2)
+    if fitted < MIN_EVAL_S:
+        return limits
+    return Limits(**{**limits.to_dict(), "eval_s": min(limits.eval_s, fitted)})
+
+
+def check_margin(given_s: float | None, limits: Limits, where: str) -> None:
+    """InputError for a ``slurm.eval_margin`` that does not cover the evaluation budget and the scorer's grace."""
+    least = limits.eval_s + SCORER_GRACE_S
+    if given_s is not None and given_s < least:
+        raise InputError(
+            f"{where}: slurm.eval_margin: {fmt_s(given_s)} does not cover the evaluation budget "
+            f"({fmt_s(limits.eval_s)}) and the scorer's {SCORER_GRACE_S:.0f} s to report: Slurm would end jobs in "
+            f"their evaluation; give at least {fmt_s(least)} or leave it out (then {fmt_s(eval_margin_s(limits))})"
+        )
+
+
+# --- the [slurm] table, and the key checks the whole file uses --------------------------------------------------
+
+
+def unknown_keys(table: dict, known: set[str], where: str, prefix: str) -> None:
+    """One clear line for the first key of ``table`` that is not in ``known``."""
+    extra = sorted(set(table) - known)
+    if extra:
+        raise InputError(f"{where}: {prefix}{extra[0]}: unknown key; known: {', '.join(sorted(known))}")
+
+
+def integer(value: object, key: str, bad) -> int:
+    """``value`` as a whole number (a TOML bool is not one), else ``bad(key, why)``."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise bad(key, f"must be a whole number (got {value!r})")
+    return value
+
+
+def slurm_settings(value: object, where: str) -> SlurmSettings:
+    """The campaign file's ``[slurm]`` table, each key checked (one line naming the key and what to write)."""
+    if not isinstance(value, dict):
+        raise InputError(f"{where}: slurm: must be a table: [slurm]")
+    unknown_keys(value, SLURM_KEYS, where, "slurm.")
+
+    def bad(key: str, why: str) -> InputError:
+        return InputError(f"{where}: slurm.{key}: {why}")
+
+    kw: dict[str, object] = {}
+    if "cluster" in value:
+        if value["cluster"] not in ("slurm", "local"):
+            raise bad("cluster", f"must be slurm or local (submitit's local backend) (got {value['cluster']!r})")
+        kw["cluster"] = value["cluster"]
+    if "partition" in value:
+        if not isinstance(value["partition"], str):
+            raise bad("partition", "must be a string")
+        kw["partition"] = value["partition"]
+    for key, least in (("gpus_per_task", 0), ("cpus_per_task", 1), ("array_parallelism", 1), ("signal_delay_s", 0)):
+        if key in value:
+            n = integer(value[key], key, bad)
+            if n < least:
+                raise bad(key, f"must be at least {least} (got {n})")
+            kw[key] = n
+    for key in ("mem_gb", "poll_s"):
+        if key in value:
+            v = value[key]
+            if isinstance(v, bool) or not isinstance(v, int | float) or not v > 0:
+                raise bad(key, f"must be a positive number (got {v!r})")
+            kw[key] = float(v)
+    if "eval_margin" in value:
+        try:
+            kw["eval_margin_s"] = parse_duration(str(value["eval_margin"]))
+        except Exception as e:
+            raise bad("eval_margin", str(e)) from None
+    if "setup" in value:
+        if not isinstance(value["setup"], list) or not all(isinstance(s, str) for s in value["setup"]):
+            raise bad("setup", 'must be a list of shell lines, e.g. setup = ["module load cuda"]')
+        kw["setup"] = tuple(value["setup"])
+    if "additional" in value:
+        if not isinstance(value["additional"], dict):
+            raise bad("additional", 'must be a table of sbatch options, e.g. additional = { account = "lab" }')
+        kw["additional"] = dict(value["additional"])
+    return SlurmSettings(**kw)
