@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import signal
 import sys
 import time
@@ -41,6 +40,7 @@ from baselines.summary import write_summary
 from baselines.timing import TimeKeeper
 from baselines.trial_process import default_threads
 from baselines.trial_workspace import TrialWorkspace
+from bench import protocol
 from bench.pipeline.workspace import OPTUNA_JOURNAL
 
 
@@ -104,10 +104,10 @@ def main(argv: list[str] | None = None) -> int:
     ws = TrialWorkspace(Path.cwd())
     task = args.task or str(ws.prepare_constants.get("TASK_ID", ""))
     space = get_space(task)
-    budget = args.budget if args.budget is not None else float(os.environ.get("BENCH_BUDGET_S", "0") or 0)
+    budget = args.budget if args.budget is not None else float(protocol.from_harness(protocol.BUDGET_VAR) or 0)
     if budget <= 0:
         p.error("no budget: run under the harness (BENCH_BUDGET_S) or pass --budget SECONDS")
-    started = float(os.environ.get("BENCH_STARTED_AT") or time.time())
+    started = float(protocol.from_harness(protocol.STARTED_AT_VAR) or time.time())
     reserve = args.reserve if args.reserve is not None else min(30.0, max(5.0, 0.03 * budget))
     clock = TimeKeeper(started + budget, reserve)
 

@@ -19,6 +19,7 @@ from pathlib import Path
 import psutil
 
 from bench.processes import KILL_WAIT_S, TOKEN_VAR, end_tree
+from bench.protocol import from_harness
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]  # the folder holding baselines/ (kept off the trials' path)
 TERM_WAIT_S = 5.0  # after SIGTERM, before SIGKILL
@@ -40,7 +41,7 @@ def trial_token() -> str:
     of the run) find them as they find any script of the run. Otherwise (a shell or a test, with no token or
     one that our parent carries too) a fresh token, so that ending a trial can never reach beyond the trials.
     """
-    token = os.environ.get(TOKEN_VAR)
+    token = from_harness(TOKEN_VAR)
     if token:
         try:
             parent = psutil.Process().parent()

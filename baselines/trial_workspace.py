@@ -6,11 +6,11 @@ and the ``.bench/`` paths that the harness, the tracer and this agent agree on.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 from baselines.rewrite import module_constants, read_config
 from bench.pipeline.workspace import ARTIFACTS, OPTUNA_JOURNAL, SPOOL
+from bench.protocol import SPOOL_DIR_VAR, WORKSPACE_VAR, from_harness
 from bench.tasks import Direction
 
 
@@ -30,12 +30,12 @@ class TrialWorkspace:
         self.artifacts = self.path / ARTIFACTS  # the study's summary: the harness logs it on the agent run
         self.journal = self.path / OPTUNA_JOURNAL  # the default study storage
         # where the tracer writes the trials' traces: the harness says so in BENCH_SPOOL_DIR
-        self.spool = Path(os.environ.get("BENCH_SPOOL_DIR") or self.path / SPOOL)
+        self.spool = Path(from_harness(SPOOL_DIR_VAR) or self.path / SPOOL)
 
     @property
     def traced(self) -> bool:
         """Whether the trials will be traced (the harness's tracer needs both variables); no scores otherwise."""
-        return bool(os.environ.get("BENCH_SPOOL_DIR") and os.environ.get("BENCH_WORKSPACE"))
+        return bool(from_harness(SPOOL_DIR_VAR) and from_harness(WORKSPACE_VAR))
 
     @property
     def metric(self) -> str:

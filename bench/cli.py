@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
@@ -112,12 +111,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise InputError("--max-cost must be a positive amount in USD: e.g. --max-cost 20")
     if args.max_cost is not None and args.unsandboxed:
         raise InputError("--max-cost is enforced by the sandbox's metering gateway: drop --unsandboxed or --max-cost")
-    if args.api_fail_window is not None:  # read by bench.agents.health in this process and the runs it starts
-        from bench.agents.health import WINDOW_VAR
+    if args.api_fail_window is not None:  # read by bench.agents.health (bench.settings: beats BENCH_API_FAIL_WINDOW)
+        from bench import settings
 
         if not args.api_fail_window > 0:
             raise InputError("--api-fail-window must be a positive duration: e.g. 3m (the default) or 90s")
-        os.environ[WINDOW_VAR] = f"{float(args.api_fail_window):g}"
+        settings.pin(BENCH_API_FAIL_WINDOW=float(args.api_fail_window))
     preflight.check_run(  # every argument, before any data, workspace or MLflow run is created
         tasks,
         agent=args.agent,

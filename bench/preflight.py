@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Protocol
 
-from bench import paths
+from bench import paths, settings
 from bench.agents import AgentError, check_of, get_agent
 from bench.sandbox.resource_limits import LimitError, Limits, parse_size
 from bench.tasks import Task, weights
@@ -96,7 +96,10 @@ def check_folder(path: Path, what: str, variable: str) -> None:
 
 
 def check_places() -> None:
-    """The folders a run writes: the data cache, the workspaces and, for the embedded store, the MLflow store."""
+    """The folders a run writes: the data cache, the workspaces and, for the embedded store, the MLflow store;
+    first, every ``BENCH_*`` setting the environment gives (bench.settings), checked once before anything is made."""
+    if errors := settings.check():
+        raise InputError("; ".join(errors))
     check_folder(paths.cache_dir(), "cache folder", "BENCH_CACHE_DIR")
     check_folder(paths.workspaces_dir(), "workspaces folder", "BENCH_WORKSPACES_DIR")
     if not os.environ.get("MLFLOW_TRACKING_URI"):  # a server or a database elsewhere is checked when first used

@@ -22,9 +22,11 @@ from contextlib import suppress
 
 import psutil
 
+from bench.protocol import RUN_TOKEN_VAR
+
 log = logging.getLogger(__name__)
 
-TOKEN_VAR = "BENCH_RUN_TOKEN"
+TOKEN_VAR = RUN_TOKEN_VAR
 KILL_WAIT_S = 5.0  # after SIGKILL: a process holding a GPU context can take seconds to be torn down
 
 

@@ -26,6 +26,47 @@ BUDGET, HARDWARE, SANDBOX, PARTIAL = "budget", "hardware", "sandbox", "partial-d
 CUT_SHORT = "cut-short"  # the harness, not the agent or the budget, ended the agent's time (a signal, its death)
 KINDS = (BUDGET, HARDWARE, SANDBOX, PARTIAL, CUT_SHORT)
 
+# The in-sandbox protocol: the variables the harness gives the agent's processes (bench/pipeline/launch.py) and
+# those the tracer hook sets for the scripts it traces. They are the run's wiring, not user settings (those are in
+# bench/settings.py). The hook (bench/tracking/hook/, stdlib only, inside the sandbox) spells them itself;
+# tests/bench/test_protocol.py checks that its names are these.
+RUN_TOKEN_VAR = "BENCH_RUN_TOKEN"  # marks every process of a run (bench.processes finds and ends them by it)
+WORKSPACE_VAR = "BENCH_WORKSPACE"  # the agent's workspace
+SPOOL_DIR_VAR = "BENCH_SPOOL_DIR"  # where traced scripts append their events (bench.tracking.relay reads them)
+BUDGET_VAR = "BENCH_BUDGET_S"  # the agent's budget, seconds
+STARTED_AT_VAR = "BENCH_STARTED_AT"  # time.time() at the launch
+PROMPT_VAR = "BENCH_PROMPT"  # the task prompt, for the command agent's own command
+TRACE_STDOUT_VAR = "BENCH_TRACE_STDOUT"  # "0": the tracer leaves stdout alone
+# set by the tracer hook for the script it traces and its children, never passed on by the harness:
+SPOOL_FILE_VAR = "BENCH_SPOOL_FILE"  # this script's spool file
+STDOUT_TRACED_VAR = "BENCH_STDOUT_TRACED"  # "1": an enclosing script's tee reads this one's output
+TEE_PIPES_VAR, TEE_CLAIMS_VAR = "BENCH_TEE_PIPES", "BENCH_TEE_CLAIMS"  # the enclosing tee's pipes and claims file
+TEE_FDS_VAR, TEE_HOOK_VAR = "BENCH_TEE_FDS", "BENCH_TEE_HOOK"  # the tee process's fds and the hook's folder
+TEE_UPSTREAM_VAR, TEE_UPSTREAM_FDS_VAR = "BENCH_TEE_UPSTREAM", "BENCH_TEE_UPSTREAM_FDS"
+TRACER_ONLY = (SPOOL_FILE_VAR, STDOUT_TRACED_VAR, TEE_PIPES_VAR, TEE_CLAIMS_VAR)  # an adapter may not set these
+IN_SANDBOX = (
+    RUN_TOKEN_VAR,
+    WORKSPACE_VAR,
+    SPOOL_DIR_VAR,
+    BUDGET_VAR,
+    STARTED_AT_VAR,
+    PROMPT_VAR,
+    TRACE_STDOUT_VAR,
+    *TRACER_ONLY,
+    TEE_FDS_VAR,
+    TEE_HOOK_VAR,
+    TEE_UPSTREAM_VAR,
+    TEE_UPSTREAM_FDS_VAR,
+)
+
+
+def from_harness(name: str) -> str:
+    """What the harness (or the tracer) passed this process under one of the :data:`IN_SANDBOX` names ("" if
+    nothing): for code that runs as the agent, such as the optuna baseline's driver."""
+    if name not in IN_SANDBOX:
+        raise KeyError(f"{name} is not an in-sandbox protocol variable (user settings: bench.settings)")
+    return os.environ.get(name, "")
+
 
 @dataclass(frozen=True)
 class Deviation:

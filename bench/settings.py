@@ -214,6 +214,15 @@ def override(**values: Any) -> Iterator[None]:
                 _OVERRIDES[name] = value
 
 
+def pin(**values: Any) -> None:
+    """For the rest of this process, the settings named take these values (as :func:`override`, without an end):
+    for a command-line flag that overrides its environment variable, e.g. ``bench run --api-fail-window``."""
+    unknown = sorted(set(values) - set(BY_NAME))
+    if unknown:
+        raise KeyError(f"no such setting: {', '.join(unknown)}")
+    _OVERRIDES.update(values)
+
+
 def check() -> list[str]:
     """Every setting the environment sets wrongly, one message each (empty: all good); for a check before a run."""
     errors = []

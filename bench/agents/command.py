@@ -8,6 +8,7 @@ is in ``$BENCH_PROMPT``.
 from __future__ import annotations
 
 from bench.agents.base import AgentError, LaunchContext
+from bench.protocol import PROMPT_VAR
 
 
 class CommandAgent:
@@ -30,4 +31,4 @@ class CommandAgent:
         return ["bash", "-c", ctx.options["command"]]
 
     def env(self, ctx: LaunchContext) -> dict[str, str]:
-        return {"BENCH_PROMPT": ctx.prompt}
+        return {PROMPT_VAR: ctx.prompt}

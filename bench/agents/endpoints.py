@@ -20,7 +20,6 @@ has no route while its runs do, and for tests without a mock endpoint. Checks of
 from __future__ import annotations
 
 import json
-import os
 import socket
 import time
 import urllib.error
@@ -28,11 +27,11 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from bench import settings
 from bench.agents.credentials import ANTHROPIC, GEMINI, Credential, Need
 
 TIMEOUT_S = 8.0
 MAX_BODY = 8 * 2**20  # a model list is a few hundred KB at most
-SKIP_VAR = "BENCH_API_CHECK"
 
 
 @dataclass(frozen=True)
@@ -55,7 +54,7 @@ class Probe:
 
 def enabled() -> bool:
     """False when ``BENCH_API_CHECK=0`` (module docstring)."""
-    return os.environ.get(SKIP_VAR, "1").strip().lower() not in ("0", "no", "false", "off")
+    return settings.API_CHECK.get()
 
 
 def models_url(need: Need) -> str:

@@ -43,7 +43,6 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
-import os
 import select
 import socket
 import ssl
@@ -52,6 +51,7 @@ import time
 from pathlib import Path
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
+from bench import settings
 from bench.agents import keys as runkeys
 from bench.agents import pricing, routes, transcript
 from bench.agents.http1 import MAX_BODY
@@ -138,7 +138,7 @@ class Gateway:
         self.port = parts.port or (443 if self.scheme == "https" else 80)
         self.base_path = parts.path.rstrip("/")
         self.log, self.max_cost, self.model = Path(log), max_cost, model
-        self.drain_s = drain_s if drain_s is not None else float(os.environ.get("BENCH_GATEWAY_DRAIN_S", DRAIN_S))
+        self.drain_s = drain_s if drain_s is not None else settings.GATEWAY_DRAIN_S.get()
         self.bodies = transcript.Transcript(self.log.parent / transcript.BODIES_NAME)  # capped, no secrets
         self.address = (resolve or {}).get(self.host, self.host)
         self.context = ssl.create_default_context()

@@ -23,14 +23,12 @@ each CLI reports the failures it meets, including those the bridges cause.
 
 from __future__ import annotations
 
-import os
 import re
 import threading
 import time
 from collections.abc import Callable
 
-WINDOW_VAR = "BENCH_API_FAIL_WINDOW"  # seconds; set by bench run --api-fail-window, inherited by campaign jobs
-DEFAULT_WINDOW_S = 180.0
+from bench import settings
 
 _AUTH = re.compile(
     r"\b(?:401|403)\b|unauthori[sz]ed|authenticat|forbidden|permission[ _]denied|invalid[ _-]?(?:x-)?api[ _-]?key|"
@@ -63,12 +61,9 @@ def classify(text: str | None) -> str | None:
 
 
 def window_s() -> float:
-    """The window of the rule: ``BENCH_API_FAIL_WINDOW`` seconds, else :data:`DEFAULT_WINDOW_S`."""
-    try:
-        value = float(os.environ.get(WINDOW_VAR, DEFAULT_WINDOW_S))
-    except ValueError:
-        return DEFAULT_WINDOW_S
-    return value if value > 0 else DEFAULT_WINDOW_S
+    """The window of the rule: ``--api-fail-window``, else ``BENCH_API_FAIL_WINDOW`` seconds, else 180
+    (:data:`bench.settings.API_FAIL_WINDOW_S`)."""
+    return settings.API_FAIL_WINDOW_S.get()
 
 
 class ApiHealth:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from bench import settings
 from bench.agents import routes
 from bench.agents.base import LaunchContext
 from bench.agents.gateway import INSIDE_PORT, LOG_NAME, Gateway
@@ -44,7 +45,7 @@ def plan(
     agent: object, ctx: LaunchContext, endpoints: tuple[str, ...], log: Path, max_cost: float | None = None
 ) -> Metering | None:
     """The gateway for this launch, or None when the agent's requests cannot (or must not) go through one."""
-    if os.environ.get("BENCH_GATEWAY", "1") == "0" or len(endpoints) != 1 or not hasattr(agent, "gateway_var"):
+    if not settings.GATEWAY.get() or len(endpoints) != 1 or not hasattr(agent, "gateway_var"):
         return None
     var = agent.gateway_var(ctx)
     if not var:
@@ -53,13 +54,13 @@ def plan(
     if not os.environ.get(var) and not urlsplit(upstream).path.strip("/"):
         path = agent.gateway_path(ctx) if hasattr(agent, "gateway_path") else getattr(agent, "gateway_default_path", "")
         upstream = upstream.rstrip("/") + path
-    resolve = dict(pair.split("=", 1) for pair in os.environ.get("BENCH_GATEWAY_RESOLVE", "").split(",") if "=" in pair)
+    resolve = settings.GATEWAY_RESOLVE.get()
     gw = Gateway(
         upstream,
         log,
         max_cost=max_cost,
         resolve=resolve,
-        cafile=os.environ.get("BENCH_GATEWAY_CA"),
+        cafile=settings.GATEWAY_CA.get(),
         model=ctx.model,
         family=routes.family_of(upstream, None if var == OPENCODE_VAR else var),
     )

@@ -16,7 +16,7 @@ What is kept, and why:
   Gemini), so a cap of a few KiB holds the whole answer of a typical turn. A JSON answer is read the same way. An
   answer in no known shape (an error page) is kept as raw text, capped.
 - **Caps.** ``REQUEST_CAP`` and ``RESPONSE_CAP`` characters per body (head and tail kept, the omitted count said),
-  ``RUN_CAP`` bytes for the whole file (``BENCH_LLM_BODIES_MB``, default 5): past it, a line keeps the sizes and
+  ``Transcript.cap`` bytes for the whole file (``BENCH_LLM_BODIES_MB``, default 5): past it, a line keeps the sizes and
   the answer's first ``LATE_CAP`` characters (``omitted: "run cap"``), and past another ``LATE_BYTES`` (1 MiB) the
   sizes only. A 2-hour run of 500 requests
   stays within the first cap (figures: docs/agents-and-credentials.md, tests/benchmarks/trace_size.py).
@@ -30,20 +30,17 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import re
 import threading
 from pathlib import Path
 
-from bench import redact
+from bench import redact, settings
 
 BODIES_NAME = "llm-bodies.jsonl"
 REQUEST_CAP = 6 * 1024  # characters of a request's stored view
 RESPONSE_CAP = 4 * 1024  # characters of an answer's stored view
 STRING_CAP = 2 * 1024  # characters of one string inside a request's kept messages
-# bytes of llm-bodies.jsonl per run (BENCH_LLM_BODIES_MB sets it; 0: keep sizes only); later lines keep less
-RUN_CAP = int(float(os.environ.get("BENCH_LLM_BODIES_MB", "5")) * (1 << 20))
-LATE_CAP = 512  # characters of an answer kept past RUN_CAP, for LATE_BYTES more; then sizes only
+LATE_CAP = 512  # characters of an answer kept past the run cap, for LATE_BYTES more; then sizes only
 LATE_BYTES = 1 << 20
 RAW_CAP = 8 << 20  # bytes of a JSON answer read for its content (a larger one is kept raw, capped)
 REDACTED = "[REDACTED]"
@@ -293,6 +290,8 @@ class Transcript:
         self._lock = threading.Lock()
         self._next = 0
         self._written = 0
+        # bytes of llm-bodies.jsonl per run (BENCH_LLM_BODIES_MB, default 5; 0: keep sizes only); later lines keep less
+        self.cap = int(settings.LLM_BODIES_MB.get() * (1 << 20))
 
     def start(self, api: str | None, headers: list[tuple[str, str]], body: bytes) -> Capture | None:
         """A capture for a model request (None for anything else: model lists, token counts). The request's own
@@ -319,9 +318,9 @@ class Transcript:
         with self._lock:
             ident, self._next = self._next, self._next + 1
             text = json.dumps({"id": ident, "t": rec.get("t"), **line}) + "\n"
-            if self._written + len(text) > RUN_CAP:
+            if self._written + len(text) > self.cap:
                 sizes = {k: {"bytes": (line.get(k) or {}).get("bytes")} for k in ("request", "response")}
-                if RUN_CAP and self._written < RUN_CAP + LATE_BYTES:
+                if self.cap and self._written < self.cap + LATE_BYTES:
                     answer = (line.get("response") or {}).get("blocks") or line.get("response")
                     sizes["response"]["text"] = cap(self.redact(json.dumps(answer)), LATE_CAP)[0]
                 text = json.dumps({"id": ident, "t": rec.get("t"), **sizes, "omitted": "run cap"}) + "\n"

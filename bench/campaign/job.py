@@ -33,6 +33,7 @@ import signal
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench import settings
 from bench.campaign.spec import Campaign, RunKey
 from bench.pipeline import state
 from bench.result import ResultError, RunResult
@@ -41,7 +42,7 @@ from bench.tasks import get_task
 from bench.tracking import schema
 from bench.tracking.writer import MlflowWriter, TrackingError
 
-CPUS_VAR = "BENCH_CAMPAIGN_CPUS"  # the CPU set the local executor gives a run's bench process: "0,1,2,3"
+CPUS_VAR = settings.CAMPAIGN_CPUS.name  # the CPU set the local executor gives a run's bench process: "0,1,2,3"
 
 
 @dataclass(frozen=True)
@@ -205,9 +206,9 @@ def job_main(campaign: Campaign, run_id: str, *, console: bool = True) -> int:
     would end the harness, and the scorer and the agent, which inherit the setting, mid-step): submitit's own
     process handles it (:mod:`bench.campaign.slurm`). 0: the run is final; 1: it is not (an infrastructure
     failure); 130: stopped by a signal after what it could finish."""
-    cpus = os.environ.get(CPUS_VAR, "").strip()
+    cpus = settings.CAMPAIGN_CPUS.get()
     if cpus and hasattr(os, "sched_setaffinity"):
-        os.sched_setaffinity(0, {int(c) for c in cpus.split(",")})
+        os.sched_setaffinity(0, set(cpus))
     signal.signal(signal.SIGUSR2, signal.SIG_IGN)
     key = campaign.key(run_id)
     result = execute(campaign, key, console=console)

@@ -11,7 +11,7 @@ runs the model in a sandboxed predictor that sees only that folder, computes the
 forward contract; what it prints is the official result.
 
 One time budget covers every candidate of a run (``Limits.eval_s``, :mod:`bench.sandbox.resource_limits`): each
-candidate gets what is left of it (at most the scorer's own :data:`EVAL_TIMEOUT_S`), and once it is spent the remaining
+candidate gets what is left of it (at most the scorer's own ``BENCH_EVAL_TIMEOUT``), and once it is spent the remaining
 candidates are not scored and say why. A predictor that sleeps in its forward thus holds the GPU for the budget
 (plus the last scorer's minute to report), never for a timeout per candidate. A checkpoint listed twice (the best
 and its window's best) is scored once, and its time counts once.
@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from bench import protocol, untrusted
+from bench import protocol, settings, untrusted
 from bench.checksums import sha256
 from bench.pipeline import codetime
 from bench.pipeline.collect import Checkpoint, NotACheckpoint, Selection, verify_copy
@@ -38,9 +38,6 @@ from bench.result import Evaluation, Official
 from bench.sandbox.resource_limits import GIB, KIB, MIB, Limits
 from bench.tasks import Task, data
 
-# An agent script that trains at import time (no `if __name__ == "__main__":` guard) would hang
-# the evaluation; this bounds it (BENCH_EVAL_TIMEOUT, seconds).
-EVAL_TIMEOUT_S = float(os.environ.get("BENCH_EVAL_TIMEOUT", 15 * 60))
 SCORER_GRACE_S = 60.0  # after its timeout the scorer may take this long to report before it is killed
 MIN_CANDIDATE_S = 10.0  # less than this left of the budget: the candidate is not started
 BUDGET_SPENT = "eval_budget_spent"  # key of an official result the run's evaluation budget cut or left unscored
@@ -99,7 +96,7 @@ def evaluate(
     *,
     script: str,
     device: str | None = None,
-    timeout_s: float = EVAL_TIMEOUT_S,
+    timeout_s: float | None = None,
     sandboxed: bool = True,
     validate: bool = True,
     limits: Limits | None = None,
@@ -108,7 +105,9 @@ def evaluate(
 
     ``validate``: also the scorer's own validation score (``val_value``, rule 9's evidence); the window candidates,
     which only draw the anytime curve, skip that pass. ``limits``: the run's, whose memory and process limits hold
-    the predictors (the defaults when None); a failure that came with a limit hit says so first."""
+    the predictors (the defaults when None); a failure that came with a limit hit says so first. ``timeout_s``:
+    None is ``BENCH_EVAL_TIMEOUT`` (an agent script that trains at import time would hang the evaluation)."""
+    timeout_s = settings.EVAL_TIMEOUT_S.get() if timeout_s is None else timeout_s
     # -I: not even the working directory goes on sys.path, so nothing an agent wrote can be imported here
     cmd = [
         sys.executable,
@@ -242,7 +241,7 @@ def evaluate_candidates(
             except NotACheckpoint as e:  # it changed after collect timed it: those bytes have no time, not scored
                 done[ckpt.path] = Official.from_dict({"error": str(e), UNLOADABLE: True})
             else:
-                timeout = min(EVAL_TIMEOUT_S, left)  # what is left of the run's evaluation budget
+                timeout = min(settings.EVAL_TIMEOUT_S.get(), left)  # what is left of the run's evaluation budget
                 official = evaluate(
                     ws.task,
                     eval_dir,
@@ -277,7 +276,7 @@ def evaluate_candidates(
 
 def _budget_note(official: Official, timeout: float, deadline: float, budget: float) -> dict:
     """The keys that say a failed candidate ran until the run's evaluation budget ran out (empty otherwise)."""
-    if official.ok or timeout >= EVAL_TIMEOUT_S or deadline - time.monotonic() >= MIN_CANDIDATE_S:
+    if official.ok or timeout >= settings.EVAL_TIMEOUT_S.get() or deadline - time.monotonic() >= MIN_CANDIDATE_S:
         return {}
     return {BUDGET_SPENT: True, "error": f"{official.why_not} (the run's evaluation budget of {budget:.0f} s ran out)"}
 

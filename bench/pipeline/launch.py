@@ -23,6 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench import protocol
 from bench.agents import Agent, AgentError, LaunchContext, endpoints_of, parser_of, passthrough_of, writable_of
 from bench.agents import keys as runkeys
 from bench.agents.gateway import LOG_NAME, Gateway
@@ -34,14 +35,14 @@ from bench.pipeline.codetime import Snapshots
 from bench.pipeline.evidence import Evidence
 from bench.pipeline.launch_monitor import LaunchMonitor
 from bench.pipeline.workspace import Workspace
-from bench.processes import TOKEN_VAR, become_subreaper
+from bench.processes import become_subreaper
 from bench.progress import StatusLine
 from bench.sandbox import Policy, Sandbox, agent_environment, default_hidden, default_readable
 from bench.sandbox.resource_limits import Limits, RunGroup
 from bench.tracking import HOOK_DIR
 
 # never inherited by an agent: a run id would make MLflow resume the parent; the tracer's own variables
-HARNESS_ONLY = ("MLFLOW_RUN_ID", "BENCH_SPOOL_FILE", "BENCH_STDOUT_TRACED", "BENCH_TEE_PIPES", "BENCH_TEE_CLAIMS")
+HARNESS_ONLY = ("MLFLOW_RUN_ID", *protocol.TRACER_ONLY)
 
 
 @dataclass
@@ -80,11 +81,11 @@ def agent_env(
     env = agent_environment(os.environ, passthrough, {k: v for k, v in extra.items() if k not in HARNESS_ONLY})
     env.update(
         {
-            "BENCH_WORKSPACE": str(ws.path),
-            "BENCH_SPOOL_DIR": str(ws.spool_dir),
-            TOKEN_VAR: token,
-            "BENCH_BUDGET_S": str(budget_s),
-            "BENCH_STARTED_AT": str(started_at),
+            protocol.WORKSPACE_VAR: str(ws.path),
+            protocol.SPOOL_DIR_VAR: str(ws.spool_dir),
+            protocol.RUN_TOKEN_VAR: token,
+            protocol.BUDGET_VAR: str(budget_s),
+            protocol.STARTED_AT_VAR: str(started_at),
             "PYTHONPATH": os.pathsep.join(p for p in (str(HOOK_DIR), env.get("PYTHONPATH", "")) if p),
             "PATH": os.pathsep.join((str(Path(sys.executable).parent), env.get("PATH", ""))),
             "PYTHONUNBUFFERED": "1",

@@ -39,6 +39,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench import settings
 # modes of a Bind, in the order in which the same path's modes override each other (the later wins)
 EMPTY, SCRATCH, RO, RW = "empty", "scratch", "ro", "rw"
 DEV, LINK, MASK, DEVFS, PROCFS, RO_TRY = "dev", "link", "mask", "devfs", "procfs", "ro-try"
@@ -176,8 +177,8 @@ def harness_places() -> tuple[Path, ...]:
         Path("/var/tmp"),
         Path("/run"),
     ]
-    if os.environ.get("BENCH_DATA_MIRROR"):
-        paths.append(Path(os.environ["BENCH_DATA_MIRROR"]))
+    if (mirror := settings.DATA_MIRROR.get()) is not None:
+        paths.append(mirror)
     return tuple(dict.fromkeys(Path(os.path.realpath(p)) for p in paths))
 
 

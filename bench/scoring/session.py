@@ -21,10 +21,10 @@ from pathlib import Path
 
 import numpy as np
 
+from bench import settings
 from bench.scoring import wire
 
 PREDICTOR = Path(__file__).with_name("predictor.py")
-MEM_LIMIT_BYTES = int(float(os.environ.get("BENCH_PREDICTOR_MEM_GB", 0)) * 2**30) or None  # None: 80 % of RAM
 
 
 class PredictorError(RuntimeError):
@@ -80,7 +80,7 @@ class Session:
         env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL", "HOME", "CUDA_VISIBLE_DEVICES")}
         env["PYTHONDONTWRITEBYTECODE"] = "1"
         cpu_s = int(timeout_s * max(1, os.cpu_count() or 1)) + 10
-        mem = None if device == "cuda" else (MEM_LIMIT_BYTES or _default_mem())
+        mem = None if device == "cuda" else (int(settings.PREDICTOR_MEM_GB.get() * 2**30) or _default_mem())
         self._log = open(log, "ab")
         self.max_output_bytes = max_output_bytes
         self.proc = subprocess.Popen(

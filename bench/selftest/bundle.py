@@ -24,6 +24,8 @@ import tempfile
 from importlib import metadata
 from pathlib import Path
 
+from bench import settings
+
 ROOT = Path(__file__).resolve().parents[2]
 # The kit's own needs beyond the image (pinned to this environment's versions at build time); setuptools builds
 # the editable install of the checkout without an index.
@@ -152,13 +154,9 @@ def build(dest: Path, mirror: Path, limit_mib: float = 48.0, wheelhouse: Path | 
 
 
 def main(argv: list[str] | None = None) -> int:
-    import os
-
     parser = argparse.ArgumentParser(description="the GPU proof kit's carry bundle (wheels, T6 and T1 data, run.sh)")
     parser.add_argument("dest", nargs="?", type=Path, default=ROOT / ".gpu-proof")
-    parser.add_argument(
-        "--mirror", type=Path, default=os.environ.get("BENCH_DATA_MIRROR") or ROOT.parent / "shared/data"
-    )
+    parser.add_argument("--mirror", type=Path, default=settings.DATA_MIRROR.get() or ROOT.parent / "shared/data")
     parser.add_argument(
         "--limit-mib",
         type=float,

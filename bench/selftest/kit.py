@@ -15,6 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench import settings
 from bench.selftest import measure, report
 
 PASS, FAIL, NA, INFO = "pass", "FAIL", "n/a", "info"
@@ -22,14 +23,6 @@ T1_STEPS = {"cuda": 300, "cpu": 150}
 T1_BUDGET_S = {"cuda": 240.0, "cpu": 300.0}
 GPU_RATIO_FLOOR = 0.8  # inside bench run, T1 keeps at least 80 % of its bare speed on a GPU
 EVAL_RATIO_TARGET = 2.0  # the trusted evaluation costs under twice the in-process one
-
-
-def _private_env(work: Path) -> None:
-    """Point the toolkit's cache, store and workspaces into ``work`` (a user's own store stays untouched)."""
-    os.environ["BENCH_CACHE_DIR"] = str(work / "cache")
-    os.environ["BENCH_MLRUNS_DIR"] = str(work / "mlruns")
-    os.environ.pop("BENCH_WORKSPACES_DIR", None)
-    os.environ.pop("MLFLOW_TRACKING_URI", None)
 
 
 def selftest(
@@ -42,13 +35,25 @@ def selftest(
     eval_runs: int = 1,
 ) -> dict:
     """Every measurement, its checks and the report files in ``out``; returns the report dict."""
-    from bench.tasks import get_task
-
     t_start = time.time()
     private = work is None
     work = Path(work or tempfile.mkdtemp(prefix="bench-selftest-")).resolve()
     work.mkdir(parents=True, exist_ok=True)
-    _private_env(work)
+    os.environ.pop("MLFLOW_TRACKING_URI", None)
+    # the toolkit's cache, store and workspaces in ``work`` (a user's own store stays untouched)
+    with settings.override(BENCH_CACHE_DIR=work / "cache", BENCH_MLRUNS_DIR=work / "mlruns", BENCH_WORKSPACES_DIR=None):
+        rep = _measure(device, work, t1_steps=t1_steps, eval_runs=eval_runs)
+    rep["seconds"] = time.time() - t_start
+    report.write(rep, out)
+    if private and not keep:
+        shutil.rmtree(work, ignore_errors=True)
+    return rep
+
+
+def _measure(device: str, work: Path, *, t1_steps: int | None, eval_runs: int) -> dict:
+    """Every measurement and its checks, in order (the report without its time)."""
+    from bench.tasks import get_task
+
     figures: dict = {}
     errors: dict[str, str] = {}
     rep = {"device": device, "work": str(work), "figures": figures, "errors": errors}
@@ -92,10 +97,6 @@ def selftest(
     figures["gpu_metrics"] = dict(t1_fig.get("system") or {})
     figures["gpu_processes"] = step("gpu_processes", measure.gpu_processes)
     rep["checks"] = checks(device, figures, errors)
-    rep["seconds"] = time.time() - t_start
-    report.write(rep, out)
-    if private and not keep:
-        shutil.rmtree(work, ignore_errors=True)
     return rep
 
 

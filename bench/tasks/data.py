@@ -25,6 +25,7 @@ from typing import BinaryIO
 
 from tqdm import tqdm
 
+from bench import settings
 from bench.checksums import CHUNK, Digest, digest_file, sha256
 from bench.paths import cache_dir
 from bench.tasks.registry import DataSource, Task
@@ -40,8 +41,8 @@ class DataError(RuntimeError):
 
 def mirror_root() -> Path | None:
     """The local mirror folder from ``BENCH_DATA_MIRROR``, or None to download from the canonical URLs."""
-    value = os.environ.get("BENCH_DATA_MIRROR", "").strip()
-    return Path(value).expanduser().resolve() if value else None
+    mirror = settings.DATA_MIRROR.get()
+    return mirror.resolve() if mirror is not None else None
 
 
 def _cache_key(task: Task) -> str:

@@ -27,11 +27,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from bench import settings
 from bench.checksums import tree_sha256
 from bench.paths import tasks_dir
 from bench.tasks.registry import Task, TaskError, TaskSource, load_task
 
-ENV_VAR = "BENCH_TASKS_PATH"
+ENV_VAR = settings.TASKS_PATH.name
 ENTRY_POINT_GROUP = "bench.tasks"
 PACK_FILE = "pack.toml"
 # a task id names run directories, campaign run ids and MLflow tags, and lookups are lower-cased
@@ -73,8 +74,7 @@ def clear_search_path() -> None:
 
 
 def _env_entries() -> list[tuple[Path, str]]:
-    raw = os.environ.get(ENV_VAR, "")
-    return [(Path(e).expanduser().resolve(), ENV_VAR) for e in raw.split(os.pathsep) if e.strip()]
+    return [(entry.resolve(), ENV_VAR) for entry in settings.TASKS_PATH.get()]
 
 
 def _task_folders(entry: Path) -> list[Path]:

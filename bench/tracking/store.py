@@ -14,12 +14,13 @@ import time
 from functools import cache
 from pathlib import Path
 
+from bench import settings
 from bench.paths import mlruns_dir
 from bench.tracking import schema
 
 # the database behind a tracking server, for readers that may read it directly (bench report): `bench server` prints
 # it; a server does not say its backend, and reading the tables is ~20x faster than a request per run (issue #16)
-DATABASE_ENV = "BENCH_TRACKING_DB"
+DATABASE_ENV = settings.TRACKING_DB.name
 
 
 def default_uri() -> str:
@@ -35,7 +36,7 @@ def database_uri() -> str:
     """The tracking database: the store itself if it is one, else ``$BENCH_TRACKING_DB`` for a server ("" if unset)."""
     uri = tracking_uri()
     if uri.startswith(("http://", "https://")):
-        return os.environ.get(DATABASE_ENV, "")
+        return settings.TRACKING_DB.get()
     return uri
 
 

@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from bench.agents.events import Event
 from bench.agents.health import ApiHealth, classify, window_s
 from bench.agents.parsers import make_parser
 from bench.outcome import decide
 from bench.result import Audit
+from bench.settings import SettingError
 
 CLAUDE_401 = {
     "type": "system",
@@ -139,5 +142,6 @@ def test_the_window_setting(monkeypatch):
     assert window_s() == 180
     monkeypatch.setenv("BENCH_API_FAIL_WINDOW", "7.5")
     assert window_s() == 7.5
-    monkeypatch.setenv("BENCH_API_FAIL_WINDOW", "zero")
-    assert window_s() == 180
+    monkeypatch.setenv("BENCH_API_FAIL_WINDOW", "zero")  # a bad value is an error naming it, not a silent default
+    with pytest.raises(SettingError, match="BENCH_API_FAIL_WINDOW='zero': expected seconds > 0"):
+        window_s()

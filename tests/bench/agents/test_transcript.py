@@ -103,7 +103,7 @@ def test_secrets_never_reach_the_bodies_file(tmp_path, monkeypatch):
 
 
 def test_past_the_run_cap_lines_keep_the_answers_head_then_sizes_only(tmp_path, monkeypatch):
-    monkeypatch.setattr(transcript, "RUN_CAP", 20_000)
+    monkeypatch.setenv("BENCH_LLM_BODIES_MB", str(20_000 / (1 << 20)))  # a run cap of 20,000 bytes
     monkeypatch.setattr(transcript, "LATE_BYTES", 3_000)
     tx = Transcript(tmp_path / "b.jsonl")
     body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "q" * 9000}]}).encode()
