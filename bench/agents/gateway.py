@@ -15,7 +15,7 @@ what had streamed is counted). Credentials (``Authorization``, ``x-api-key``, ``
 never written (the run's token swapped for the key on the way out, below): the line holds the path without its
 query. Each model request's and answer's body goes, capped and with secrets removed, to ``llm-bodies.jsonl``
 (:mod:`bench.agents.transcript`; the line's ``body`` is its id), for the run's MLflow trace
-(:mod:`bench.tracking.traces`).
+(:mod:`bench.pipeline.traces`).
 
 **The gateway holds the key.** The agent's environment carries a per-run token (``bench-run-`` and 32 hex digits,
 one per credential variable) where the harness has the real key (:func:`bench.agents.keys.run_tokens`, applied by

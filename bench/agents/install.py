@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.paths import cache_dir
+from bench.paths import clis_dir
 
 MARKER = ".bench-installed"
 
@@ -56,10 +56,6 @@ AIDER_PYTHONS = ("python3.11", "python3.12", "python3.10")  # aider-chat 0.86 su
 
 class InstallError(RuntimeError):
     """A CLI could not be installed; the message says what to do."""
-
-
-def clis_dir() -> Path:
-    return Path(os.environ.get("BENCH_CLI_DIR") or cache_dir() / "clis").resolve()
 
 
 def install_dir(name: str) -> Path:

@@ -2,7 +2,7 @@
 
 The metering gateway (:mod:`bench.agents.gateway`) hands every model request it forwards to :class:`Transcript`,
 which appends one line per request to ``<run_dir>/evidence/llm-bodies.jsonl`` when the request ends; the line's
-``id`` is also written into the request's ``llm.jsonl`` line (``body``), and :mod:`bench.tracking.traces` joins the
+``id`` is also written into the request's ``llm.jsonl`` line (``body``), and :mod:`bench.pipeline.traces` joins the
 two into the run's MLflow trace.
 
 What is kept, and why:

@@ -15,11 +15,11 @@ from pathlib import Path
 from bench import protocol, untrusted
 from bench.agents import metering, transcript
 from bench.markup import md_text
-from bench.pipeline import state, uploads
+from bench.pipeline import state, traces, uploads
 from bench.pipeline.workspace import Workspace
 from bench.result import RunResult
 from bench.tasks import TaskError, packs
-from bench.tracking import accounting, schema, sysmetrics, traces
+from bench.tracking import accounting, schema, sysmetrics
 from bench.tracking.relay import Relay
 from bench.tracking.writer import MlflowWriter, TrackingError
 

@@ -40,6 +40,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench import settings
+from bench.paths import clis_dir
+
 # modes of a Bind, in the order in which the same path's modes override each other (the later wins)
 EMPTY, SCRATCH, RO, RW = "empty", "scratch", "ro", "rw"
 DEV, LINK, MASK, DEVFS, PROCFS, RO_TRY = "dev", "link", "mask", "devfs", "procfs", "ro-try"
@@ -277,8 +279,6 @@ def package_binds(purpose: str, pythonpath: str = "") -> list[Bind]:
 def cli_binds(node: str | None = None) -> list[Bind]:
     """The pinned agent CLIs, the base Python of a CLI's private venv (Aider's) and ``node`` (found on PATH
     when None) when it lives outside /usr (nvm, a tarball under /opt)."""
-    from bench.agents.install import clis_dir
-
     out = []
     folder = clis_dir()
     if folder.is_dir():

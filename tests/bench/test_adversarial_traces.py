@@ -1,4 +1,4 @@
-"""Attacks on the conversation trace (bench.tracking.traces): an agent that reads its own API key and shows it to its
+"""Attacks on the conversation trace (bench.pipeline.traces): an agent that reads its own API key and shows it to its
 model must not put that key into the MLflow store: not through the trace, not through the run's artifacts (agent.log,
 events.jsonl, the evidence), which keep it only in the run directory on the researcher's own disk.
 

@@ -7,7 +7,7 @@ A synthetic run shaped like a long Claude Code run: ``--requests`` Anthropic Mes
 turn; compacted to its newest ~600 kB as the CLIs do near their context limit), each new turn a tool result of
 0.5-40 kB (training logs), each answer streamed (SSE) with a text and a tool call; ``--tool-calls`` tool calls with
 their outputs in ``events.jsonl``. The bodies go through the gateway's own capture (:class:`bench.agents.transcript.
-Transcript`: request view, SSE assembly, redaction, caps); the trace is built and written (bench.tracking.traces,
+Transcript`: request view, SSE assembly, redaction, caps); the trace is built and written (bench.pipeline.traces,
 ``MlflowWriter.log_trace``) into a fresh SQLite store in a temporary folder.
 
 Printed: the raw bytes the API saw, the bodies file, the store's database and artifact folder before and after the
@@ -54,7 +54,8 @@ def main() -> None:
     os.environ["BENCH_MLRUNS_DIR"] = str(tmp / "mlruns")
     os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{tmp / 'mlruns' / 'mlflow.db'}"
     from bench.agents import transcript
-    from bench.tracking import schema, traces
+    from bench.pipeline import traces
+    from bench.tracking import schema
     from bench.tracking.writer import MlflowWriter
     from tests.mockllm import anthropic as mock_anthropic
     from tests.mockllm.reply import Reply

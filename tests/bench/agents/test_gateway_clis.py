@@ -136,7 +136,7 @@ def test_cli_through_the_gateway_is_metered_exactly(agent, generated_t6, tls_env
     cost = sum(expected_cost(m, i, o) for m, i, o in served(mock))
     assert metrics[schema.COST_USD] == pytest.approx(cost, abs=1e-6 * len(lines))  # each line rounded to 1e-6
     assert tags[schema.COST_SOURCE] == "gateway" and metrics[schema.LLM_REQUESTS] == len([r for r in lines if r["api"]])
-    # its conversation in MLflow: one trace on the run, an LLM span per request served, in order (bench.tracking.traces)
+    # its conversation in MLflow: one trace on the run, an LLM span per request served, in order (bench.pipeline.traces)
     client = mlflow.tracking.MlflowClient()
     exp = client.get_run(result.mlflow_run_id).info.experiment_id
     (trace,) = client.search_traces(locations=[exp], run_id=result.mlflow_run_id)

@@ -1,4 +1,4 @@
-"""The agent's conversation as one MLflow trace (bench.tracking.traces), read back through MlflowClient.
+"""The agent's conversation as one MLflow trace (bench.pipeline.traces), read back through MlflowClient.
 
 Each test has its own SQLite store, so that the store's files can be searched for secrets byte by byte. Expected
 times, tokens and texts are the ones written into the run's files here (or sent through the gateway to the mock).
@@ -14,7 +14,8 @@ import pytest
 from mlflow import MlflowClient
 
 from bench.agents import transcript
-from bench.tracking import schema, store, traces
+from bench.pipeline import traces
+from bench.tracking import schema, store
 from bench.tracking.writer import MlflowWriter, TrackingError
 from tests.bench.agents.test_gateway import SECRET, certs, gateway, lines, mock, post, serve  # noqa: F401
 
