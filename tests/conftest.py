@@ -2,27 +2,47 @@
 
 Nothing a test does touches the user's ``~/.cache/1gc-7rc`` or the project's ``mlruns/``.
 ``BENCH_DATA_MIRROR`` is read by the tests that need real data; the others generate data.
+
+Tiers (README "Tests"): ``make test`` runs the tests not marked ``slow`` (``-m "not slow"``), ``make test-all``
+runs every test, both on pytest-xdist workers. Each worker is a pytest process with its own session folder
+(below); what costs the same for every worker (the generated tasks' prepared data) is built once per test run
+in a folder the workers share (:func:`with_prepared_data`). A test not marked ``slow`` that starts a whole
+benchmark run fails (:func:`_whole_run`), so the fast tier stays fast by construction, not by care.
 """
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import os
 import re
 import shutil
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
 import pytest
+
+from tests import tiers
 
 ROOT = Path(__file__).resolve().parents[1]
 REAL_MIRROR = os.environ.get("BENCH_DATA_MIRROR")
 
 
 _SESSION_DIR: Path | None = None
+# what the pytest-xdist workers of one test run share (the prepared data of the generated tasks); made by the
+# first pytest process of the run (the controller, or the only process without workers) and inherited by the
+# workers through the environment, which they get from it when they start (after its pytest_configure)
+SHARED_VAR = "BENCH_TESTS_SHARED_DIR"
+_SHARED_MADE: Path | None = None
 
 
 def pytest_configure(config):
-    global _SESSION_DIR
+    global _SESSION_DIR, _SHARED_MADE
+    if not os.environ.get(SHARED_VAR):
+        _SHARED_MADE = Path(tempfile.mkdtemp(prefix="bench-tests-shared-"))
+        os.environ[SHARED_VAR] = str(_SHARED_MADE)
     base = _SESSION_DIR = Path(tempfile.mkdtemp(prefix="bench-tests-"))
     os.environ["BENCH_CACHE_DIR"] = str(base / "cache")
     os.environ["BENCH_MLRUNS_DIR"] = str(base / "mlruns")
@@ -33,11 +53,30 @@ def pytest_configure(config):
     # the gateway reads an answer on for its usage after its CLI was killed (20 s by default): the tests' stalled mocks
     # never end theirs, and each run they end mid-request would wait that long (test_gateway.py sets its own)
     os.environ["BENCH_GATEWAY_DRAIN_S"] = "3"
+    sys.addaudithook(tiers.audit)  # the fast tier's guard (tests/tiers.py), after the environment is the tests'
+    tiers.wrap_runner()
 
 
 def pytest_unconfigure(config):
     if _SESSION_DIR is not None:
         shutil.rmtree(_SESSION_DIR, ignore_errors=True)
+    if _SHARED_MADE is not None:
+        shutil.rmtree(_SHARED_MADE, ignore_errors=True)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    """The fast tier's guard (tests/tiers.py), from the test's first fixture on: a session fixture that a test
+    needs is set up in that test's setup."""
+    tiers.begin(slow=item.get_closest_marker("slow") is not None)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item):
+    started = tiers.end()
+    if started:
+        pytest.fail(f"the fast tier starts no whole benchmark run; this test started {'; '.join(started)}: "
+                    "mark it @pytest.mark.slow with the reason", pytrace=False)  # fmt: skip
 
 
 @pytest.fixture(autouse=True)
@@ -135,10 +174,55 @@ def generated_task(tmp_path: Path, monkeypatch, folder_name: str, write_raw) -> 
     return get_task(folder.name.split("_")[0])
 
 
+def _digest(folder: Path) -> str:
+    """sha256 over a folder's files (names and bytes; caches of compiled Python left out)."""
+    h = hashlib.sha256()
+    for path in sorted(p for p in folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+        h.update(str(path.relative_to(folder)).encode() + b"\0" + hashlib.sha256(path.read_bytes()).digest())
+    return h.hexdigest()
+
+
+def with_prepared_data(task) -> None:
+    """Put in the test's cache the raw and prepared data that ``bench.tasks.data.prepare(task)`` would build there.
+
+    Preparing T6 costs seconds of CPU, and ~90 tests start from it: it is built once per test run (by whichever
+    pytest-xdist worker first needs it, under a lock, in the folder the workers share) and copied for each test,
+    so that a test that damages its cache (as several do, on purpose) damages only its own. The build is keyed by
+    the bytes of the task folder and of its mirror, and is ``bench data prepare`` itself in a process of its own
+    (its output is no test's output): what the copy holds is what the test would have built."""
+    from bench.tasks import data
+
+    mirror = data.mirror_root()
+    key = hashlib.sha256(f"{task.folder.name}:{_digest(task.folder)}:{_digest(mirror)}".encode()).hexdigest()[:16]
+    shared = Path(os.environ[SHARED_VAR]) / "prepared" / key
+    shared.parent.mkdir(parents=True, exist_ok=True)
+    with open(shared.parent / f"{key}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not shared.is_dir():
+            build = Path(tempfile.mkdtemp(prefix=f"{key}-", dir=shared.parent))
+            shutil.copytree(
+                task.folder, build / "tasks" / task.folder.name, ignore=shutil.ignore_patterns("__pycache__")
+            )
+            shutil.copytree(mirror, build / "mirror")
+            env = {**os.environ, "BENCH_TASKS_DIR": str(build / "tasks"), "BENCH_DATA_MIRROR": str(build / "mirror"),
+                   "BENCH_CACHE_DIR": str(build / "cache"), "BENCH_TASKS_PATH": ""}  # fmt: skip
+            done = subprocess.run([sys.executable, "-m", "bench.cli", "data", "prepare", task.id],
+                                  env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
+            assert done.returncode == 0, f"bench data prepare {task.id}: {done.stdout}{done.stderr}"
+            build.rename(shared)
+    for target in (data.raw_dir(task), data.prepared_dir(task)):
+        shutil.copytree(shared / "cache" / target.relative_to(data.cache_dir()), target, dirs_exist_ok=True)
+    assert data.is_prepared(task)
+
+
 @pytest.fixture
-def generated_t6(tmp_path, monkeypatch):
-    """The real T6 task on a generated ETTh1-shaped file (NOT the real data)."""
-    return generated_task(tmp_path, monkeypatch, "t6_time_series_forecasting", write_etth1_like)
+def generated_t6(request, tmp_path, monkeypatch):
+    """The real T6 task on a generated ETTh1-shaped file (NOT the real data), its data prepared (built once per
+    test run); a test marked ``fresh_data`` gets them unprepared, to see them being prepared."""
+    task = generated_task(tmp_path, monkeypatch, "t6_time_series_forecasting", write_etth1_like)
+    if request.node.get_closest_marker("fresh_data") is None:
+        with_prepared_data(task)
+    return task
 
 
 def write_shakespeare_like(path: Path, chars: int = 30_000) -> Path:
@@ -151,6 +235,10 @@ def write_shakespeare_like(path: Path, chars: int = 30_000) -> Path:
 
 
 @pytest.fixture
-def generated_t1(tmp_path, monkeypatch):
-    """The real T1 task on generated text: 27,000 training and 3,000 validation characters (11 scored blocks)."""
-    return generated_task(tmp_path, monkeypatch, "t1_language_modeling", write_shakespeare_like)
+def generated_t1(request, tmp_path, monkeypatch):
+    """The real T1 task on generated text: 27,000 training and 3,000 validation characters (11 scored blocks),
+    prepared as ``generated_t6`` is (``fresh_data``: unprepared)."""
+    task = generated_task(tmp_path, monkeypatch, "t1_language_modeling", write_shakespeare_like)
+    if request.node.get_closest_marker("fresh_data") is None:
+        with_prepared_data(task)
+    return task

@@ -151,3 +151,11 @@ class Notebooks:
 @pytest.fixture(scope="session")
 def notebooks(tmp_path_factory) -> Notebooks:
     return Notebooks(tmp_path_factory.mktemp("jupyter"))
+
+
+def pytest_collection_modifyitems(config, items):
+    """The tests of the real store on one pytest-xdist worker (``--dist loadgroup``): each worker would otherwise
+    make its own (four T6 runs)."""
+    for item in items:
+        if "real_store" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group("analysis-real-store"))

@@ -238,6 +238,7 @@ def test_every_script_the_agent_launches_becomes_a_nested_run(generated_t6):
     assert "RuntimeError: diverged" in by["run_3.py"][f"tags.{schema.REASON}"]
 
 
+@pytest.mark.fresh_data  # no full ETTh1.csv in the cache: the run must fetch the substitute
 def test_run_on_a_partial_substitute_says_so_in_result_and_mlflow(generated_t6):
     """The full file is unavailable, a declared partial copy is used: the run is marked, not hidden."""
     toml = generated_t6.folder / "task.toml"

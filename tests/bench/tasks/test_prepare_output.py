@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import re
 
+import pytest
 
+
+@pytest.mark.fresh_data  # it watches T6's data being prepared
 def test_the_prepared_line_names_the_final_folder(generated_t6, capfd):
     from bench.tasks import data
 
