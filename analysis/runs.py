@@ -9,10 +9,10 @@ Three tables, one row per run, joined by ``run_id`` / ``parent_run_id``:
   (the timelines);
 - eval runs: every officially evaluated checkpoint with the minute it was saved (the anytime curves).
 
-Each kind is read in one pass: straight from the tracking database when the store is one (the default
-SQLite store, PostgreSQL; :mod:`analysis.sqlstore`, about a second for a campaign of the paper's size),
-else with the MLflow API's paged ``search_runs``; both give the same tables. Metric histories are
-fetched only on demand (:func:`metric_history`), in one query per 900 runs where the store allows it.
+Each kind is read in one pass through the store's one reading interface (:mod:`bench.tracking.reader`): MLflow's
+public API, or a fast path where the store has one (its tables, about a second for a campaign of the paper's size;
+a server's bulk histories), with the same values. Metric histories are fetched only on demand
+(:func:`metric_history`).
 
 Every tag, param and metric name read from MLflow comes from :mod:`bench.tracking.schema`, never spelled
 here (a column that carries a metric is named like it, e.g. ``tokens_input``); the direction param is read
@@ -22,7 +22,6 @@ through :class:`bench.tasks.Direction`. The leaderboard built on these tables is
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -31,7 +30,7 @@ import pandas as pd
 
 from analysis import deviations
 from bench.tasks.direction import Direction
-from bench.tracking import schema, store
+from bench.tracking import reader, schema
 
 AGENT_COLUMNS = (
     "run_id experiment agent model task repeat status reason score metric higher_is_better budget_min "
@@ -63,70 +62,11 @@ class RunSet:
         return self.agents.empty
 
 
-def _api_experiments(names: list[str] | None) -> dict[str, str]:
-    c = store.client()
-    if names is None:
-        return {e.experiment_id: e.name for e in c.search_experiments(max_results=50000)}
-    found = (c.get_experiment_by_name(n) for n in names)
-    return {e.experiment_id: e.name for e in found if e is not None and e.lifecycle_stage == "active"}
-
-
-def _api_wide(ids: list[str], kind: str, params: bool = False) -> pd.DataFrame:
-    """The public-API path: every run of ``kind``, paged, flattened like :func:`analysis.sqlstore.wide`."""
-    if not ids:
-        return pd.DataFrame()
-    c, rows, token = store.client(), [], None
-    while True:
-        page = c.search_runs(ids, f"tags.`{schema.KIND}` = '{kind}'", max_results=10000, page_token=token)
-        for run in page:
-            row = {
-                "run_id": run.info.run_id,
-                "experiment_id": str(run.info.experiment_id),
-                "status": run.info.status,
-                "start_time": run.info.start_time,
-                "end_time": run.info.end_time,
-            }
-            row.update({f"t:{k}": v for k, v in run.data.tags.items() if k != schema.RUN_NOTE})
-            row.update({f"m:{k}": v for k, v in run.data.metrics.items()})
-            if params:
-                row.update({f"p:{k}": v for k, v in run.data.params.items()})
-            rows.append(row)
-        token = page.token
-        if not token:
-            return pd.DataFrame(rows)
-
-
-def _source(fast: bool | None):
-    """The SQL engine for the fast path, or None for the API (``fast``: None = when possible)."""
-    if fast is False:
-        return None
-    from analysis import sqlstore
-
-    eng = sqlstore.engine()
-    if eng is None and fast:
-        raise RuntimeError(f"no database behind {store.tracking_uri()}: the fast path needs one")
-    return eng
-
-
 def _read(names: list[str] | None, fast: bool | None, children: bool) -> tuple[dict[str, str], list[pd.DataFrame]]:
-    from analysis import sqlstore
-
     kinds = [(schema.KIND_AGENT, True)] + ([(schema.KIND_SCRIPT, False), (schema.KIND_EVAL, False)] if children else [])
-    if sqlstore.missing() and not fast:  # no store yet: no runs (MLflow would spend seconds creating one)
-        return {}, [pd.DataFrame() for _ in kinds]
-    eng = _source(fast)
-    if eng is not None:
-        try:
-            exps = sqlstore.experiments(eng, names)
-            return exps, [sqlstore.wide(eng, list(exps), k, p) for k, p in kinds]
-        except Exception as e:  # an unexpected schema: the public API always works
-            if fast:
-                raise
-            print(
-                f"analysis: reading the tracking database directly failed ({e}); using the MLflow API", file=sys.stderr
-            )
-    exps = _api_experiments(names)
-    return exps, [_api_wide(list(exps), k, p) for k, p in kinds]
+    source = reader.open_reader(fast)
+    exps = source.experiments(names)
+    return exps, [source.runs(list(exps), k, p) for k, p in kinds]
 
 
 def _col(w: pd.DataFrame, name: str, default=np.nan) -> pd.Series:
@@ -262,8 +202,8 @@ def load(
 ) -> RunSet:
     """Agent, script and eval runs of the named experiments (all experiments when None).
 
-    ``fast``: read the tracking database directly (:mod:`analysis.sqlstore`) when there is one (None, the
-    default), always (True), or never (False: the MLflow API only).
+    ``fast``: read through the store's fast path (:func:`bench.tracking.reader.open_reader`) when it has one (None,
+    the default), always (True: an error when it has none), or never (False: MLflow's public API only).
     """
     names = [experiments] if isinstance(experiments, str) else (list(experiments) if experiments else None)
     exps, wides = _read(names, fast, include_children)
@@ -293,25 +233,7 @@ def agent_runs(campaign: str | Sequence[str] | None = None) -> pd.DataFrame:
 
 def metric_history(run_ids: Iterable[str], key: str, fast: bool | None = None) -> pd.DataFrame:
     """Every logged value of metric ``key`` for the runs: run_id, step, value, time (unix seconds)."""
-    from analysis import serverstore, sqlstore
-
-    ids = list(dict.fromkeys(run_ids))
-    eng = _source(fast)
-    if eng is not None:
-        try:
-            return sqlstore.history(eng, ids, key)
-        except Exception:
-            if fast:
-                raise
-    if serverstore.is_server():  # a server (its database not readable): a few bulk requests, not one per run
-        try:
-            return serverstore.history(ids, key)
-        except Exception as e:
-            print(f"analysis: bulk histories from the server failed ({e}); one request per run", file=sys.stderr)
-    c = store.client()
-    rows = [(rid, m.step, m.value, m.timestamp / 1000.0) for rid in ids for m in c.get_metric_history(rid, key)]
-    df = pd.DataFrame(rows, columns=["run_id", "step", "value", "time"])
-    return df.sort_values(["run_id", "time", "step"], kind="stable").reset_index(drop=True)
+    return reader.open_reader(fast).metric_history(list(run_ids), key)
 
 
 def latest_campaign() -> str | None:

@@ -35,7 +35,7 @@ import time
 from dataclasses import dataclass
 from urllib.parse import quote
 
-from bench.tracking import schema, store
+from bench.tracking import reader, schema, store
 
 # the runs table's columns, in order; the README's "Comparing agents in the MLflow UI" lists them
 AGENT_METRICS = (  # an agent run's (offline agents log no tokens or cost: the UI leaves out a metric no run has)
@@ -191,17 +191,13 @@ def experiments(names: list[str] | None = None) -> list[tuple[str, str]]:
 
     Raises LookupError for a name that is no active experiment (``bench ui --experiment`` creates nothing).
     """
-    c = store.client()
+    source = reader.open_reader()
     if names:
-        found = [c.get_experiment_by_name(n) for n in names]
-        missing = [n for n, e in zip(names, found, strict=True) if e is None or e.lifecycle_stage != "active"]
+        ids = {name: eid for eid, name in source.experiments(names).items()}
+        missing = [n for n in names if n not in ids]
         if missing:
             raise LookupError(f"no experiment {', '.join(map(repr, missing))} in {store.tracking_uri()}")
-    else:
-        agents = f"tags.`{schema.KIND}` = '{schema.KIND_AGENT}'"
-        found = [
-            e
-            for e in c.search_experiments(order_by=["last_update_time DESC"], max_results=1000)
-            if c.search_runs([e.experiment_id], agents, max_results=1)
-        ]
-    return [(e.name, e.experiment_id) for e in found]
+        return [(n, ids[n]) for n in names]
+    found = source.experiments()
+    holding = set(source.runs(list(found), schema.KIND_AGENT)["experiment_id"])
+    return [(name, eid) for eid, name in found.items() if eid in holding]

@@ -7,7 +7,7 @@
 2. The synthetic campaign of ``report_speed.py`` (245 agent runs, 2,940 script runs, ~700 eval runs, tagged
    ``bench.synthetic=true``) written straight into the database through the harness's MlflowWriter.
 3. ``bench report`` as a user runs it, a new process each time: with ``MLFLOW_TRACKING_URI`` the database URL; the
-   server's URL (runs through the API, histories in bulk requests: ``analysis/serverstore.py``); the server's URL
+   server's URL (runs through the API, histories in bulk requests: ``bench/tracking/reader.py``); the server's URL
    with ``BENCH_TRACKING_DB`` naming its database (what ``bench server`` prints: the tables are read directly).
    Issue #16 measured 7.5 s on the database and 160 s through the server (one history request per script run).
 

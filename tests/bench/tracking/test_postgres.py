@@ -187,15 +187,15 @@ def _compare_histories(mlflow_server, monkeypatch, capsys) -> None:
 
     from mlflow.tracking import MlflowClient
 
-    from analysis import runs, serverstore, sqlstore
-    from bench.tracking import schema, store
+    from analysis import runs
+    from bench.tracking import reader, schema, store
 
     spec = importlib.util.spec_from_file_location("synthetic", ROOT / "tests" / "analysis" / "synthetic.py")
     synthetic = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(synthetic)
     campaign = f"report-{uuid.uuid4().hex[:8]}"
     counts = synthetic.generate(campaign, agents=2, tasks=2, repeats=2, scripts=4)
-    assert sqlstore.engine() is None  # a server, its database not named: the bulk path
+    assert reader.open_reader().name == "server"  # a server, its database not named: the bulk path
     scripts = runs.load(campaign).scripts["run_id"].tolist()
     assert len(scripts) == counts["script"]
 
@@ -209,9 +209,9 @@ def _compare_histories(mlflow_server, monkeypatch, capsys) -> None:
         return sorted(zip(df["run_id"], df["step"], df["value"], strict=True))
 
     assert table(runs.metric_history(scripts, schema.CHECKPOINT_SCORE)) == one_by_one
-    assert "bulk histories from the server failed" not in capsys.readouterr().err
-    monkeypatch.setattr(serverstore, "VALUES_PER_REQUEST", 3)  # every batch comes back full: halves, then one run
-    assert table(serverstore.history(scripts, schema.CHECKPOINT_SCORE)) == one_by_one
+    assert "did not answer bulk histories" not in capsys.readouterr().err
+    monkeypatch.setattr(reader, "VALUES_PER_REQUEST", 3)  # every batch comes back full: halves, then one run
+    assert table(reader.ServerReader(strict=True).metric_history(scripts, schema.CHECKPOINT_SCORE)) == one_by_one
     monkeypatch.setenv(store.DATABASE_ENV, mlflow_server.backend)
-    assert sqlstore.engine() is not None
+    assert reader.open_reader().name == "sql"
     assert table(runs.metric_history(scripts, schema.CHECKPOINT_SCORE)) == one_by_one
