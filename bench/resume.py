@@ -33,10 +33,10 @@ from typing import TypeVar
 import psutil
 
 from bench.durations import fmt_s
+from bench.evidence import Arrival, Evidence
 from bench.markup import one_line
 from bench.pipeline import state, workspace
-from bench.pipeline.arrivals import Arrival, look
-from bench.pipeline.evidence import Evidence
+from bench.pipeline.arrivals import look
 from bench.pipeline.record import relay_for
 from bench.pipeline.state import RunState, RunStateError
 from bench.pipeline.watch import Watched

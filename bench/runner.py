@@ -19,9 +19,8 @@ from pathlib import Path
 from bench import outcome, preflight, protocol, termination
 from bench.agents import get_agent, metering, own_hosts_of
 from bench.durations import fmt_s
+from bench.evidence import Arrival, Evidence
 from bench.pipeline import audit, codetime, collect, evaluate, guard, launch, record, state, watch, workspace
-from bench.pipeline.arrivals import Arrival
-from bench.pipeline.evidence import Evidence
 from bench.result import Audit, Evaluation, RunResult
 from bench.sandbox.resource_limits import Limits
 from bench.tasks import Task, data, packs, weights

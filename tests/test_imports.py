@@ -103,6 +103,7 @@ def test_task_files_import_nothing_from_the_harness() -> None:
 FORBIDDEN = [
     ("bench.tracking", "bench.agents", "tracking records runs for any agent; the adapters sit above it"),
     ("bench.sandbox", "bench.agents", "the sandbox confines any process; the agents ask it, never the other way"),
+    ("bench.rules", "bench.pipeline", "the rules judge a run from its evidence (bench.evidence); the audit runs them"),
 ]
 
 

@@ -31,66 +31,17 @@ import stat
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bench import untrusted
+from bench.evidence import Arrival, Identity
 
 if TYPE_CHECKING:
     from bench.pipeline.codetime import Snapshots
 
 IN_PROGRESS = ".tmp"  # the task helper writes <name>.tmp and renames it: not a checkpoint yet
-
-
-@dataclass(frozen=True)
-class Identity:
-    """What a checkpoint's content was when the harness looked: its ``stat`` and the sha256 of its bytes."""
-
-    size: int
-    ino: int
-    mtime_ns: int
-    ctime_ns: int
-    sha256: str
-
-    def same_stat(self, st: os.stat_result) -> bool:
-        """True if ``st`` is this file unchanged: no write, truncation, chmod or replacement since (ctime)."""
-        return (st.st_size, st.st_ino, st.st_mtime_ns, st.st_ctime_ns) == (
-            self.size,
-            self.ino,
-            self.mtime_ns,
-            self.ctime_ns,
-        )
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: object) -> Identity | None:
-        """The identity recorded in the evidence, or None for a record without one (an older harness's)."""
-        if not isinstance(d, dict) or not isinstance(d.get("sha256"), str):
-            return None
-        try:
-            return cls(int(d["size"]), int(d["ino"]), int(d["mtime_ns"]), int(d["ctime_ns"]), d["sha256"])
-        except (KeyError, TypeError, ValueError):
-            return None
-
-
-@dataclass(frozen=True)
-class Arrival:
-    """One checkpoint file as the harness saw it.
-
-    ``first_seen``: when its name first appeared; ``at``: when the harness first saw its current content (where
-    the anytime curve and the windows place it); ``identity``: that content (None: recorded by a harness that kept
-    no identities, placed at its first sight as then); ``changes``: how often the content was replaced after the
-    first sight (an overwrite is rule 6 evidence); ``fallback``: how a time was taken other than by looking
-    (``"mtime"``: the file was written after the harness died, :mod:`bench.resume`)."""
-
-    first_seen: float
-    at: float
-    identity: Identity | None
-    changes: int = 0
-    fallback: str | None = None
 
 
 def identify(path: Path, st: os.stat_result | None = None) -> Identity | None:

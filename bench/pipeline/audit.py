@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from bench.checksums import sha256
-from bench.pipeline.evidence import Evidence
+from bench.evidence import Evidence
 from bench.pipeline.workspace import Workspace
 from bench.result import Audit, Evaluation
 from bench.rules import Context, run_all

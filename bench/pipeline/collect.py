@@ -25,13 +25,13 @@ from pathlib import Path
 
 from bench import untrusted
 from bench.checksums import sha256
+from bench.evidence import UNTIMED, Arrival
 from bench.pipeline import checkpoint_meta
-from bench.pipeline.arrivals import IN_PROGRESS, LISTING, Arrival
+from bench.pipeline.arrivals import IN_PROGRESS, LISTING
 from bench.pipeline.codetime import Index, Snapshot
 from bench.tasks import Direction
 
 WINDOW_S = 300.0  # the paper's 5-minute windows
-UNTIMED = "its bytes are not the ones the harness timed"  # the rejection's words (rule 6 reads them)
 CLOCK_SLACK_S = 1.0  # file systems store times coarsely: "before the run" means more than this before it
 
 

@@ -30,9 +30,9 @@ from bench.agents.gateway import LOG_NAME, Gateway
 from bench.agents.metering import plan as metering_plan
 from bench.agents.prompt import standard_prompt
 from bench.agents.stream import AgentStream
+from bench.evidence import Evidence
 from bench.pipeline.arrivals import Arrivals
 from bench.pipeline.codetime import Snapshots
-from bench.pipeline.evidence import Evidence
 from bench.pipeline.launch_monitor import LaunchMonitor
 from bench.pipeline.workspace import Workspace
 from bench.processes import become_subreaper

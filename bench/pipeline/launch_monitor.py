@@ -6,7 +6,7 @@ process tree. The two agree unless a script defeats the tracer (e.g. ``python -S
 scrubbed environment), or lives shorter than the polling interval (default 0.5 s), which
 only the tracer then sees. Both counts are recorded on the agent run.
 
-It is also the audit's eye on the process tree (:mod:`bench.pipeline.evidence`): every command line it sees
+It is also the audit's eye on the process tree (:mod:`bench.evidence`): every command line it sees
 goes to ``commands.jsonl`` (a ``pip install``, a ``curl``, a ``git clone`` run by a script or a shell, with or
 without an agent's tool call saying so), and every workspace script it sees running has its source copied at
 that moment (``launches.jsonl``, ``sources/``), so that a script rewritten afterwards is judged as it ran.
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import psutil
 
-from bench.pipeline.evidence import Evidence
+from bench.evidence import Evidence
 from bench.processes import find_tree
 
 # interpreter options that take a separate argument (python -X dev, -W ignore, ...)

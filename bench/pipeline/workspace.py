@@ -14,7 +14,7 @@ Layout of one run directory::
         result.json           the run's outcome
         relay.json            how far the relay got (spool -> MLflow), for ``bench record``
         run.json              what ``bench run --resume`` needs to finish the run if the harness dies
-        evidence/             what the harness observed, for the audit (:mod:`bench.pipeline.evidence`)
+        evidence/             what the harness observed, for the audit (:mod:`bench.evidence`)
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ The audit step (:mod:`bench.pipeline.audit`) gathers a :class:`Context` from the
 check in :data:`CHECKS`; each returns findings (:class:`~bench.result.Violation`): the rule, one sentence, a
 verdict and the evidence to look at. The evidence is harness-side only:
 
-- ``evidence/`` (:mod:`bench.pipeline.evidence`): workspace manifests before and after, the locked files'
+- ``evidence/`` (:mod:`bench.evidence`): workspace manifests before and after, the locked files'
   state at each checkpoint arrival, the command lines the launch monitor saw, the sources of the scripts as
   they ran, the requests through the sandbox's proxy, the processes that outlived the agent;
 - ``events.jsonl``: the agent's tool calls, parsed by the harness from the CLI's output (``events.jsonl#N`` is

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
-from bench.pipeline.collect import UNTIMED
+from bench.evidence import UNTIMED
 from bench.result import FLAG, Violation
 from bench.rules import tracer
 from bench.rules.context import Context, finding

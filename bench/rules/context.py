@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench import untrusted
-from bench.pipeline.evidence import Evidence
+from bench.evidence import Evidence
 from bench.result import DISQUALIFY, Evaluation, Violation
 
 EVENT_DEPTH = 200  # nesting of one normalised event (its raw CLI object included): far below Python's recursion limit

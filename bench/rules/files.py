@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 from bench import untrusted
-from bench.pipeline.evidence import STAT_KEYS, locked_state
+from bench.evidence import STAT_KEYS, locked_state
 from bench.result import FLAG, Violation
 from bench.rules.context import Context, finding
 

@@ -59,7 +59,7 @@ def test_harness_files_cache_store_and_task_originals_are_out_of_reach(guard, ho
         run_dir / "events.jsonl",
         run_dir / "relay.json",
         run_dir / "run.json",  # what --resume trusts
-        run_dir / "evidence" / "arrivals.jsonl",  # what the audit reads (bench/pipeline/evidence.py)
+        run_dir / "evidence" / "arrivals.jsonl",  # what the audit reads (bench/evidence.py)
         run_dir / "evidence" / "network.jsonl",
         run_dir / "evidence" / "commands.jsonl",
         run_dir / "evidence" / "manifest-start.json",

@@ -15,10 +15,9 @@ from types import SimpleNamespace
 
 import pytest
 
+from bench.evidence import UNTIMED, Arrival, Evidence, Identity
 from bench.pipeline import arrivals as arrivals_mod
-from bench.pipeline.arrivals import Arrival, Arrivals, Identity, identify, look
-from bench.pipeline.collect import UNTIMED
-from bench.pipeline.evidence import Evidence
+from bench.pipeline.arrivals import Arrivals, identify, look
 from bench.rules.conduct import within_budget
 from bench.rules.context import Context
 

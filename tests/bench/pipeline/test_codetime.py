@@ -13,8 +13,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from bench.evidence import Arrival
 from bench.pipeline import codetime, evaluate
-from bench.pipeline.arrivals import Arrival, look
+from bench.pipeline.arrivals import look
 from bench.pipeline.collect import Checkpoint, Selection, scan
 from bench.result import Evaluation, Official
 from bench.rules.context import Context

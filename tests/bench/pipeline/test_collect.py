@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from bench.pipeline.arrivals import Arrival, Arrivals, checkpoint_files, identify
+from bench.evidence import Arrival
+from bench.pipeline.arrivals import Arrivals, checkpoint_files, identify
 from bench.pipeline.collect import Checkpoint, NotACheckpoint, scan, select, verify_copy
 from bench.tasks import Direction
 

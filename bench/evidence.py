@@ -1,8 +1,10 @@
 """Evidence (beside every step): what the harness itself observes of a run, kept where the agent cannot write.
 
-The audit (:mod:`bench.pipeline.audit`) judges a run from this folder, the normalised tool-call events and the
-scorer's results, never from what the agent's own files say. Everything lives in ``<run_dir>/evidence/``, next
-to the workspace, outside the sandbox's view::
+The pipeline's steps write it (the workspace step, the launch monitor, the arrivals thread, the watch) and the
+rules read it (:mod:`bench.rules`), so it lives below both, with the records it keeps of a checkpoint
+(:class:`Identity`, :class:`Arrival`). The audit (:mod:`bench.pipeline.audit`) judges a run from this folder, the
+normalised tool-call events and the scorer's results, never from what the agent's own files say. Everything lives
+in ``<run_dir>/evidence/``, next to the workspace, outside the sandbox's view::
 
     manifest-start.json   every file of the workspace before the agent starts (size, inode, ctime; sha256 of the
                           locked files)
@@ -34,10 +36,13 @@ import stat
 import threading
 import time
 from collections.abc import Iterable
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from bench import untrusted
-from bench.pipeline.arrivals import Arrival, Identity
+
+# collect's words for a checkpoint whose bytes the arrivals never recorded (rule 6 reads them in the rejections)
+UNTIMED = "its bytes are not the ones the harness timed"
 
 MAX_FILES = 200_000  # a manifest stops listing here (a runaway agent must not fill the harness's memory)
 MANIFEST_LIMITS = untrusted.Limits(max_entries=MAX_FILES, max_depth=256)
@@ -45,6 +50,56 @@ LISTED = (untrusted.LINK, untrusted.NOT_REGULAR, untrusted.SPARSE)  # walk's fin
 HASH_LIMITS = untrusted.Limits(max_bytes=256 * 1024 * 1024)  # the locked files are source code: far below this
 SOURCE_BYTES = 4 * 1024 * 1024  # a script source kept for the audit (a larger "script" is not kept, its hash None)
 STAT_KEYS = ("size", "mtime_ns", "ctime_ns", "ino")  # any of them moving means the file was written or replaced
+
+
+@dataclass(frozen=True)
+class Identity:
+    """What a checkpoint's content was when the harness looked: its ``stat`` and the sha256 of its bytes."""
+
+    size: int
+    ino: int
+    mtime_ns: int
+    ctime_ns: int
+    sha256: str
+
+    def same_stat(self, st: os.stat_result) -> bool:
+        """True if ``st`` is this file unchanged: no write, truncation, chmod or replacement since (ctime)."""
+        return (st.st_size, st.st_ino, st.st_mtime_ns, st.st_ctime_ns) == (
+            self.size,
+            self.ino,
+            self.mtime_ns,
+            self.ctime_ns,
+        )
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: object) -> Identity | None:
+        """The identity recorded in the evidence, or None for a record without one (an older harness's)."""
+        if not isinstance(d, dict) or not isinstance(d.get("sha256"), str):
+            return None
+        try:
+            return cls(int(d["size"]), int(d["ino"]), int(d["mtime_ns"]), int(d["ctime_ns"]), d["sha256"])
+        except (KeyError, TypeError, ValueError):
+            return None
+
+
+@dataclass(frozen=True)
+class Arrival:
+    """One checkpoint file as the harness saw it.
+
+    ``first_seen``: when its name first appeared; ``at``: when the harness first saw its current content (where
+    the anytime curve and the windows place it); ``identity``: that content (None: recorded by a harness that kept
+    no identities, placed at its first sight as then); ``changes``: how often the content was replaced after the
+    first sight (an overwrite is rule 6 evidence); ``fallback``: how a time was taken other than by looking
+    (``"mtime"``: the file was written after the harness died, :mod:`bench.resume`)."""
+
+    first_seen: float
+    at: float
+    identity: Identity | None
+    changes: int = 0
+    fallback: str | None = None
 
 
 def _entry(path: Path, *, hashed: bool) -> dict:
