@@ -40,8 +40,6 @@ import weakref
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from bench.sandbox.disk import tree_bytes  # noqa: F401 (the watch's measure of the workspace, with the limits)
-
 KIB, MIB, GIB = 2**10, 2**20, 2**30
 
 DEFAULT_MEMORY = 64 * GIB  # the paper's allocation (Appendix B: 64 GB of system RAM per run)
@@ -423,3 +421,33 @@ def set_rlimits(memory_bytes: int | None, processes: int | None, cpu_s: int | No
 def nproc_binds() -> bool:
     """Whether RLIMIT_NPROC limits this process's children: never for root (the kernel exempts uid 0)."""
     return os.getuid() != 0
+
+
+def tree_bytes(root: Path, stop_at: int | None = None) -> int:
+    """The disk a run uses: the bytes under ``root``, measured by the watch against ``--workspace-limit``
+    (:class:`bench.pipeline.watch.WorkspaceGuard`): each regular file's size once (hard links counted once), not
+    following links; stops counting once past ``stop_at`` (a workspace of a million files must not stall the watch).
+
+    Why a walk of the tree and not the file system's counters: the workspace shares its file system with every other
+    run, so only the files under it say what this run holds; a link to the data cache is not the run's disk."""
+    total, seen, stack = 0, set(), [str(root)]
+    while stack:
+        try:
+            entries = os.scandir(stack.pop())
+        except OSError:
+            continue
+        with entries:
+            for entry in entries:
+                try:
+                    if entry.is_dir(follow_symlinks=False):
+                        stack.append(entry.path)
+                    elif entry.is_file(follow_symlinks=False):
+                        st = entry.stat(follow_symlinks=False)
+                        if (st.st_dev, st.st_ino) not in seen:
+                            seen.add((st.st_dev, st.st_ino))
+                            total += max(st.st_size, st.st_blocks * 512)
+                except OSError:
+                    continue
+        if stop_at is not None and total > stop_at:
+            break
+    return total
