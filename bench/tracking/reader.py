@@ -139,10 +139,10 @@ def note(message: str) -> None:
 # The schema revisions (alembic heads) whose tables read here are known to hold what the public API returns. Add a
 # release's head only after running tests/bench/tracking/test_reader.py with that release installed.
 KNOWN_REVISIONS = {
-    "dc11669786a5": "MLflow 3.17.0-3.17.2: tested (tests/bench/tracking/test_reader.py)",
-    # 3.18.0's three migrations (e7d1f4b2a9c6 skill registry, 8b6ad64cb8f5 issues, f4a9b2c7d1e6 MCP versions) touch
-    # none of the tables read here: read in its wheel on 2026-11-26, not run (3.18.0 did not install then)
-    "f4a9b2c7d1e6": "MLflow 3.18.0: its migrations read, not run",
+    "dc11669786a5": "MLflow 3.17.x: test_reader.py passes",
+    # 3.18.0's three migrations (skill registry, issues, MCP versions) touch none of the tables read here, and
+    # test_reader.py passed with its wheel installed over the 3.17.2 companions (its own were not published: 2026-11-26)
+    "f4a9b2c7d1e6": "MLflow 3.18.0: test_reader.py passes",
 }
 TABLES = ("experiments", "runs", "tags", "params", "latest_metrics", "metrics")
 DEFAULT_WORKSPACE = "default"

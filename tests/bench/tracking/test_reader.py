@@ -24,6 +24,7 @@ ODD = {
     "odd.like": "100%_match\\",
     "odd.sql": "'; DROP TABLE runs; --",
     "odd.empty": "",
+    "odd.spaces": "  padded\n ",
     "odd.long": "x" * 5000,
     "odd key/with spaces-and.dots": "value",
 }
@@ -204,3 +205,40 @@ def test_a_store_not_made_yet_reads_empty_and_is_not_created(tmp_path, monkeypat
     assert not db.exists()
     with pytest.raises(RuntimeError, match="no fast path"):
         reader.open_reader(fast=True)
+
+
+@pytest.mark.slow  # an MLflow server's start: 20-40 s on 2 cores
+def test_a_server_reads_like_the_api_and_a_server_without_the_bulk_endpoint_is_read_one_run_at_a_time(
+    tracked, tmp_path, monkeypatch, capsys
+):
+    import socket
+
+    from bench.tracking import server
+
+    c, uri, facts = tracked
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    running = server.start(uri, tmp_path / "artifacts", port=port, log=tmp_path / "server.log")
+    try:
+        monkeypatch.setenv("MLFLOW_TRACKING_URI", running.url)
+        monkeypatch.delenv(store.DATABASE_ENV, raising=False)
+        bulk = reader.open_reader()
+        assert bulk.name == "server"
+        _check_reads_like_the_api(bulk, c, facts)
+        assert bulk.bulk and "did not answer" not in capsys.readouterr().err  # every history came in bulk
+        monkeypatch.setattr(reader, "VALUES_PER_REQUEST", 7)  # every batch comes back full: halves, then one run
+        _check_reads_like_the_api(reader.ServerReader(strict=True), c, facts)
+
+        monkeypatch.setattr(reader, "BULK", "/ajax-api/2.0/mlflow/metrics/no-such-endpoint")  # a release without it
+        with pytest.raises(Exception, match="404"):
+            reader.ServerReader(strict=True).metric_history(facts["scripts"], "loss")
+        fallback = reader.open_reader()
+        _check_reads_like_the_api(fallback, c, facts)
+        assert not fallback.bulk and "404" in capsys.readouterr().err
+
+        monkeypatch.setenv(store.DATABASE_ENV, uri)  # the server's database named (what `bench server` prints)
+        assert reader.open_reader().name == "sql"
+    finally:
+        running.stop()
+        store._client.cache_clear()  # no client left on the stopped server's URL
