@@ -1,18 +1,21 @@
 """The house rules a reader relies on: the fixed top-level layout (DESIGN.md) and modules small enough to
 read in one sitting (aim < 400 lines). The size is a guide, not a reason to split: a cap at 420 lines had started to
-shape modules instead of concepts (issue 30: a re-export shim, splits made for the count), so this fails only past
-600 lines, where a module has surely grown past one concept."""
+shape modules instead of concepts (issue 30: a re-export shim, splits made for the count). So a module past the aim
+is only named in a warning (one concept may need more); the test fails past a generous ceiling of 800 lines, where a
+module has surely grown past one concept."""
 
 from __future__ import annotations
 
 import shutil
 import subprocess
+import warnings
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-MAX_LINES = 600
+AIM_LINES = 400  # a guide: past it, a warning names the module (split it only where it holds two concepts)
+MAX_LINES = 800  # the ceiling: past it, the test fails
 
 
 def test_top_level_layout() -> None:
@@ -35,14 +38,23 @@ def test_no_folder_outside_the_fixed_layout() -> None:
     assert folders - LAYOUT == set(), "move these under one of " + ", ".join(sorted(LAYOUT))
 
 
+def module_lines() -> dict[str, int]:
+    return {
+        str(path.relative_to(ROOT)): len(path.read_text().splitlines())
+        for pkg in ("bench", "analysis", "baselines")
+        for path in (ROOT / pkg).rglob("*.py")
+    }
+
+
 def test_no_module_is_too_long_to_read_in_one_sitting() -> None:
-    long = {}
-    for pkg in ("bench", "analysis", "baselines"):
-        for path in (ROOT / pkg).rglob("*.py"):
-            n = len(path.read_text().splitlines())
-            if n > MAX_LINES:
-                long[str(path.relative_to(ROOT))] = n
-    assert not long, f"split these modules (lines): {long}"
+    lines = module_lines()
+    past_aim = {name: n for name, n in sorted(lines.items()) if AIM_LINES < n <= MAX_LINES}
+    if past_aim:
+        warnings.warn(
+            f"past the {AIM_LINES}-line aim (a guide: split only what holds two concepts): {past_aim}", stacklevel=1
+        )
+    too_long = {name: n for name, n in lines.items() if n > MAX_LINES}
+    assert not too_long, f"past {MAX_LINES} lines: these modules hold more than one concept; split them: {too_long}"
 
 
 def test_every_pipeline_step_has_its_module() -> None:
