@@ -14,7 +14,6 @@ import time
 import uuid
 from pathlib import Path
 
-import mlflow
 import pytest
 
 from bench.pipeline import collect
@@ -25,6 +24,9 @@ from bench.sandbox.bwrap import probe
 from bench.sandbox.resource_limits import Limits
 from bench.tracking import schema
 from tests.bench.adversary import HONEST, PeakRSS
+from tests.lazy import lazy
+
+mlflow = lazy("mlflow")  # imported at its first use (tests/lazy.py)
 
 pytestmark = [
     pytest.mark.slow,

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import uuid
 
-import mlflow
 import pytest
 
 from bench.pipeline import evaluate
@@ -20,6 +19,9 @@ from bench.sandbox import resource_limits as limits_mod
 from bench.sandbox.bwrap import probe
 from bench.sandbox.resource_limits import GIB, MIB, Limits
 from bench.tracking import schema
+from tests.lazy import lazy
+
+mlflow = lazy("mlflow")  # imported at its first use (tests/lazy.py)
 
 # a forward that allocates and touches 4 GiB (a float32 tensor of 2**30 ones); building and saving the model does not
 GREEDY = r"""

@@ -15,13 +15,15 @@ import sqlite3
 import time
 from pathlib import Path
 
-import mlflow
 import pytest
 
 from bench.paths import mlruns_dir
 from bench.sandbox.bwrap import probe
 from bench.tracking import relay_limits, schema
 from tests.bench.adversary import HONEST, PeakRSS, _run
+from tests.lazy import lazy
+
+mlflow = lazy("mlflow")  # imported at its first use (tests/lazy.py)
 
 pytestmark = [
     pytest.mark.slow,

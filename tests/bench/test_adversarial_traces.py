@@ -17,7 +17,6 @@ import re
 import uuid
 from pathlib import Path
 
-import mlflow
 import pytest
 
 from bench.paths import mlruns_dir
@@ -25,8 +24,11 @@ from bench.runner import RunSpec, run
 from bench.sandbox.bwrap import probe
 from bench.tracking import schema
 from tests.bench.agents.test_gateway_clis import CASES, agent, campaign, cli_dir, start_mock, tls_env  # noqa: F401
+from tests.lazy import lazy
 from tests.mockllm import default_trajectory, run1_from_train
 from tests.mockllm.trajectory import shell
+
+mlflow = lazy("mlflow")  # imported at its first use (tests/lazy.py)
 
 pytestmark = [
     pytest.mark.slow,

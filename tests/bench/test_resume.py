@@ -17,7 +17,6 @@ import time
 import uuid
 from pathlib import Path
 
-import mlflow
 import psutil
 import pytest
 
@@ -27,6 +26,9 @@ from bench.processes import TOKEN_VAR
 from bench.result import RunResult
 from bench.runner import RunSpec, run
 from bench.tracking import schema, store
+from tests.lazy import lazy
+
+mlflow = lazy("mlflow")  # imported at its first use (tests/lazy.py)
 
 ROOT = Path(__file__).resolve().parents[2]
 

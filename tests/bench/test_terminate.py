@@ -16,7 +16,6 @@ import time
 import uuid
 from pathlib import Path
 
-import mlflow
 import pytest
 
 from bench import termination
@@ -24,6 +23,9 @@ from bench.cli import main
 from bench.result import RunResult
 from bench.tracking import schema, store
 from tests.bench.adversary import HONEST
+from tests.lazy import lazy
+
+mlflow = lazy("mlflow")  # imported at its first use (tests/lazy.py)
 
 ROOT = Path(__file__).resolve().parents[2]
 

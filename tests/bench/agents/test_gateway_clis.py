@@ -14,7 +14,6 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-import mlflow
 import pytest
 
 from bench.agents import metering
@@ -22,8 +21,11 @@ from bench.runner import RunSpec, run
 from bench.tracking import schema
 from tests.bench.agents import test_clis
 from tests.bench.agents.tlsmock import HOST, TlsMock, make_certs
+from tests.lazy import lazy
 from tests.mockllm import default_trajectory, run1_from_train
 from tests.mockllm import server as mock_server
+
+mlflow = lazy("mlflow")  # imported at its first use (tests/lazy.py)
 
 GATEWAY_CLIS = ["claude-code", "codex", "gemini", "opencode", "aider"]
 # killed mid-stream (45 s each): the three streams whose usage arrives differently (Anthropic's at its start,

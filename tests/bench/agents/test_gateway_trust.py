@@ -20,7 +20,6 @@ import secrets
 import sys
 from pathlib import Path
 
-import mlflow
 import pytest
 
 from bench import redact
@@ -30,7 +29,10 @@ from bench.runner import RunSpec, run
 from bench.sandbox.bwrap import probe
 from bench.tracking import schema
 from tests.bench.agents.tlsmock import HOST, TlsMock, make_certs
+from tests.lazy import lazy
 from tests.mockllm.trajectory import answer
+
+mlflow = lazy("mlflow")  # imported at its first use (tests/lazy.py)
 
 STREAMS = Path("/work/shared/agent-streams")
 

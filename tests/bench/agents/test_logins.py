@@ -17,7 +17,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import mlflow
 import pytest
 
 from bench.agents import AGENTS, credentials, metering
@@ -30,6 +29,9 @@ from bench.pipeline.workspace import Workspace
 from bench.preflight import InputError, check_api
 from bench.sandbox import probe
 from tests.bench.agents.test_gateway import UnixHTTP, certs, gateway, lines, mock, serve  # noqa: F401 (fixtures)
+from tests.lazy import lazy
+
+mlflow = lazy("mlflow")  # imported at its first use (tests/lazy.py)
 
 VARS = (
     "ANTHROPIC_API_KEY",

@@ -15,7 +15,6 @@ import sys
 import uuid
 from pathlib import Path
 
-import mlflow
 import optuna
 import pytest
 
@@ -23,6 +22,9 @@ from bench.agents import AGENTS, AgentError, LaunchContext
 from bench.agents.optuna import OptunaAgent
 from bench.paths import ROOT
 from bench.tracking import schema
+from tests.lazy import lazy
+
+mlflow = lazy("mlflow")  # imported at its first use (tests/lazy.py)
 
 
 def ctx(task, options=None) -> LaunchContext:

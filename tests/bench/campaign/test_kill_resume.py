@@ -15,7 +15,6 @@ import sys
 import time
 from pathlib import Path
 
-import mlflow
 import pytest
 
 from bench.campaign import spec
@@ -23,6 +22,9 @@ from bench.cli import main
 from bench.result import RunResult
 from bench.tracking import schema, store
 from tests.bench.campaign.conftest import CUT, campaign_file
+from tests.lazy import lazy
+
+mlflow = lazy("mlflow")  # imported at its first use (tests/lazy.py)
 
 ROOT = Path(__file__).resolve().parents[3]
 BODY = f"""

@@ -12,7 +12,6 @@ import subprocess
 import sys
 import time
 
-import mlflow
 import pytest
 
 from bench.campaign import spec
@@ -22,6 +21,9 @@ from bench.result import RunResult
 from bench.tracking import schema, store
 from tests.bench.campaign.conftest import campaign_file
 from tests.bench.campaign.slurm_cluster import slurm  # noqa: F401 (the fixture)
+from tests.lazy import lazy
+
+mlflow = lazy("mlflow")  # imported at its first use (tests/lazy.py)
 
 
 def agent_runs(name: str):

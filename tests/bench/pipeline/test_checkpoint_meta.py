@@ -10,11 +10,13 @@ import sys
 import zipfile
 
 import pytest
-import torch
 
 from bench import protocol
 from bench.paths import ROOT
 from bench.pipeline import checkpoint_meta, collect
+from tests.lazy import lazy
+
+torch = lazy("torch")  # imported at its first use (tests/lazy.py)
 
 
 def payload(model: torch.nn.Module) -> dict:

@@ -12,11 +12,13 @@ import stat
 from pathlib import Path
 
 import pytest
-import torch
 
 from bench.pipeline import evaluate, workspace
 from bench.pipeline.audit import audit
 from bench.tasks import get_task, weights
+from tests.lazy import lazy
+
+torch = lazy("torch")  # imported at its first use (tests/lazy.py)
 
 CHECK_PY = """
 import json, sys

@@ -15,7 +15,6 @@ import time
 import uuid
 from pathlib import Path
 
-import mlflow
 import pytest
 
 from bench.cli import main
@@ -23,6 +22,9 @@ from bench.paths import ROOT
 from bench.result import RunResult
 from bench.tracking import schema
 from bench.tracking.writer import MlflowWriter, TrackingError
+from tests.lazy import lazy
+
+mlflow = lazy("mlflow")  # imported at its first use (tests/lazy.py)
 
 ONE_EPOCH = 'sed \'s/"epochs": 5/"epochs": 1/\' train.py > run_1.py && python run_1.py'
 

@@ -16,11 +16,12 @@ import time
 import uuid
 from pathlib import Path
 
-import mlflow
-
 from bench.tracking import schema
 from bench.tracking.relay import Relay
 from bench.tracking.writer import MlflowWriter
+from tests.lazy import lazy
+
+mlflow = lazy("mlflow")  # imported at its first use (tests/lazy.py)
 
 T = 1_700_000_000.0
 START = {"ev": "start", "t": T, "script": "run_1.py", "pid": 4242, "argv": ["run_1.py"], "source": ""}

@@ -6,9 +6,10 @@ import os
 import subprocess
 import sys
 
-import mlflow
-
 from bench.tracking import store
+from tests.lazy import lazy
+
+mlflow = lazy("mlflow")  # imported at its first use (tests/lazy.py)
 
 
 def test_using_one_store_does_not_pin_it_for_the_process_or_its_children(tmp_path, monkeypatch):

@@ -17,7 +17,6 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
-import mlflow
 import psutil
 import pytest
 
@@ -26,6 +25,9 @@ from bench.sandbox import Policy, Sandbox, default_hidden, default_readable
 from bench.sandbox.bwrap import probe
 from bench.tracking import hostpids, schema, sysmetrics
 from bench.tracking.sysmetrics import SystemMetrics
+from tests.lazy import lazy
+
+mlflow = lazy("mlflow")  # imported at its first use (tests/lazy.py)
 
 MiB = 2**20
 HOUR = 3600.0  # the sampler thread's tick in the unit tests: they call sample_once themselves
