@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Protocol
 
 from bench import paths, settings
-from bench.agents import AgentError, check_of, get_agent
+from bench.agents import AgentError, get_agent
 from bench.sandbox.resource_limits import LimitError, Limits, parse_size
 from bench.tasks import Task, weights
 
@@ -108,7 +108,7 @@ def check_places() -> None:
 
 def check_agent(agent: str, options: dict[str, str], model: str | None) -> None:
     """An unknown agent, an option it does not know, or options it cannot run with (AgentError, exit 2)."""
-    check_of(get_agent(agent), options, model)
+    get_agent(agent).validate(options, model)
 
 
 def check_api(agents: Iterable[tuple[str, str | None]], *, endpoints: bool = True) -> None:

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from bench import outcome, preflight, protocol, termination
-from bench.agents import get_agent, metering, own_hosts_of
+from bench.agents import get_agent, metering
 from bench.durations import fmt_s
 from bench.evidence import Arrival, Evidence
 from bench.pipeline import audit, codetime, collect, evaluate, guard, launch, record, state, watch, workspace
@@ -204,7 +204,7 @@ def finish(
             agent_argv=ended.argv,
             rejected=collected.rejected,
             offline=not ended.endpoints,
-            own_hosts=own_hosts_of(get_agent(spec.agent)),
+            own_hosts=get_agent(spec.agent).own_hosts,
         ),
         lambda: Audit(locked_sha256=dict(locked_sha)),
     )

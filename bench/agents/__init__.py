@@ -1,23 +1,27 @@
-"""The dispatch table: agent name -> adapter. A new agent is one entry here.
+"""The dispatch tables: agent name -> adapter, stream parser name -> parser. A new agent is one entry in each.
 
+Every adapter derives from :class:`bench.agents.base.Agent`, which declares what the harness asks of it.
 Offline agents need no model API (``baseline``, ``command``, ``optuna``); the CLI agents run a
 real coding-agent CLI, installed pinned into the cache on first use (``bench agents install``).
+Each CLI's stream parser lives in its agent's module, on the shared base of :mod:`bench.agents.parsing`;
+:func:`make_parser` builds the one an adapter names (:meth:`~bench.agents.base.Agent.parser_name`).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from bench.agents.aider import AiderAgent
+from bench.agents.aider import AiderAgent, AiderParser
 from bench.agents.base import Agent, AgentError, LaunchContext
 from bench.agents.baseline import BaselineAgent
-from bench.agents.claude_code import ClaudeCodeAgent
-from bench.agents.codex import CodexAgent
+from bench.agents.claude_code import ClaudeCodeAgent, ClaudeCodeParser
+from bench.agents.codex import CodexAgent, CodexParser
 from bench.agents.command import CommandAgent
-from bench.agents.gemini import GeminiAgent
-from bench.agents.generic import GenericAgent
-from bench.agents.opencode import OpenCodeAgent
+from bench.agents.gemini import GeminiAgent, GeminiParser
+from bench.agents.generic import GenericAgent, GenericParser
+from bench.agents.opencode import OpenCodeAgent, OpenCodeParser
 from bench.agents.optuna import OptunaAgent
+from bench.agents.parsing import Parser
 
 AGENTS: dict[str, Agent] = {
     a.name: a
@@ -34,6 +38,15 @@ AGENTS: dict[str, Agent] = {
     )
 }
 
+PARSERS: dict[str, type[Parser]] = {
+    "claude-code": ClaudeCodeParser,
+    "codex": CodexParser,
+    "opencode": OpenCodeParser,
+    "gemini": GeminiParser,
+    "aider": AiderParser,
+    "generic": GenericParser,
+}
+
 
 def get_agent(name: str) -> Agent:
     try:
@@ -42,60 +55,12 @@ def get_agent(name: str) -> Agent:
         raise AgentError(f"unknown agent {name!r}; known agents: {', '.join(sorted(AGENTS))}") from None
 
 
-def passthrough_of(agent: Agent, ctx: LaunchContext) -> tuple[str, ...]:
-    """The harness variables the agent may receive for this run (bench.sandbox.environment)."""
-    if hasattr(agent, "passthrough_for"):
-        return tuple(agent.passthrough_for(ctx))
-    return tuple(getattr(agent, "passthrough", ()))
+def make_parser(name: str, model: str | None = None, mapping: dict | str | Path | None = None) -> Parser:
+    """The parser of a run: the model prices runs whose CLI reports no cost (:mod:`bench.agents.pricing`); mapping
+    (a dict or a .toml/.json file) configures the generic parser."""
+    if name == "generic" and mapping is not None:
+        return GenericParser(mapping, model) if isinstance(mapping, dict) else GenericParser.from_file(mapping, model)
+    return PARSERS[name](model=model)
 
 
-def endpoints_of(agent: Agent, ctx: LaunchContext) -> tuple[str, ...]:
-    """The URLs the agent's sandbox may reach for this run; none for an agent that declares none."""
-    return tuple(agent.endpoints(ctx)) if hasattr(agent, "endpoints") else ()
-
-
-def own_hosts_of(agent: Agent) -> tuple[str, ...]:
-    """Hosts the agent's CLI asks by itself (update checks, telemetry): refused by the sandbox like any other, but
-    not findings of the audit (rule 3), since the agent's code did not ask for them."""
-    return tuple(getattr(agent, "own_hosts", ()))
-
-
-def writable_of(agent: Agent, ctx: LaunchContext) -> tuple[Path, ...]:
-    """Folders outside its workspace the agent's sandbox may write for this run; none for most agents."""
-    return tuple(Path(p) for p in agent.writable(ctx)) if hasattr(agent, "writable") else ()
-
-
-def check_of(agent: Agent, options: dict[str, str], model: str | None) -> None:
-    """AgentError for an option the agent does not know (when it declares ``option_names``) or options or a model
-    its own ``check`` refuses: asked before anything of a run is created."""
-    known = getattr(agent, "option_names", None)
-    unknown = sorted(set(options) - set(known)) if known is not None else []
-    if unknown:
-        allowed = ", ".join(known) if known else "none"
-        raise AgentError(
-            f"the {agent.name} agent does not know the option(s) {', '.join(unknown)}; it knows: {allowed}"
-        )
-    if hasattr(agent, "check"):
-        agent.check(dict(options), model)
-
-
-def parser_of(agent: Agent, ctx: LaunchContext) -> str | None:
-    """The stream parser of an agent's output for this run (None: print its output as it is)."""
-    if hasattr(agent, "parser_for"):
-        return agent.parser_for(ctx)
-    return getattr(agent, "parser_name", None)
-
-
-__all__ = [
-    "AGENTS",
-    "Agent",
-    "AgentError",
-    "LaunchContext",
-    "check_of",
-    "endpoints_of",
-    "own_hosts_of",
-    "get_agent",
-    "parser_of",
-    "passthrough_of",
-    "writable_of",
-]
+__all__ = ["AGENTS", "PARSERS", "Agent", "AgentError", "LaunchContext", "get_agent", "make_parser"]

@@ -25,7 +25,7 @@ from __future__ import annotations
 import os
 import re
 
-from bench.agents.base import LaunchContext, api_endpoints
+from bench.agents.base import Agent, LaunchContext, api_endpoints
 from bench.agents.events import Event
 from bench.agents.install import cli_binary, home_env
 from bench.agents.parsing import Parser, result_event, usage_event
@@ -34,13 +34,18 @@ DEFAULT_MODEL = "openai/gpt-5.5"
 READ_ONLY = ("program.md", "train.py")
 
 
-class AiderAgent:
+class AiderAgent(Agent):
     name = "aider"
-    option_names: tuple[str, ...] = ("bin",)  # --agent-option bin=/path/to/cli (else the pinned install)
+    option_names = ("bin",)  # --agent-option bin=/path/to/cli (else the pinned install)
     description = f"Aider (--message, diff edit format); --model LiteLLM name, default {DEFAULT_MODEL}"
-    parser_name = "aider"
-    passthrough = ("OPENAI_*", "ANTHROPIC_*", "AIDER_*")
+    default_model = DEFAULT_MODEL
     own_hosts = ("raw.githubusercontent.com",)  # the model metadata it fetches at start (measured, see codex.py)
+
+    def passthrough(self, ctx: LaunchContext) -> tuple[str, ...]:
+        return ("OPENAI_*", "ANTHROPIC_*", "AIDER_*")
+
+    def parser_name(self, ctx: LaunchContext) -> str | None:
+        return self.name
 
     def endpoints(self, ctx: LaunchContext) -> tuple[str, ...]:
         provider = (ctx.model or DEFAULT_MODEL).partition("/")[0]

@@ -4,21 +4,13 @@ from __future__ import annotations
 
 import sys
 
-from bench.agents.base import LaunchContext
+from bench.agents.base import Agent, LaunchContext
 
 
-class BaselineAgent:
+class BaselineAgent(Agent):
     name = "baseline"
-    option_names: tuple[str, ...] = ()
     description = "runs the task's baseline train.py once (no model API needed)"
-
-    passthrough: tuple[str, ...] = ()  # offline: no key, no network
-
-    def endpoints(self, ctx: LaunchContext) -> tuple[str, ...]:
-        return ()
+    offline = True  # no key, no network
 
     def command(self, ctx: LaunchContext) -> list[str]:
         return [sys.executable, "train.py"]
-
-    def env(self, ctx: LaunchContext) -> dict[str, str]:
-        return {}

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from bench.agents.base import LaunchContext, api_endpoints
+from bench.agents.base import Agent, LaunchContext, api_endpoints
 from bench.agents.events import Event
 from bench.agents.install import cli_binary, home_env
 from bench.agents.parsing import Parser, count, result_event, tool_events, usage_event
@@ -22,12 +22,17 @@ from bench.agents.parsing import Parser, count, result_event, tool_events, usage
 DEFAULT_MODEL = "claude-opus-4-7"
 
 
-class ClaudeCodeAgent:
+class ClaudeCodeAgent(Agent):
     name = "claude-code"
-    option_names: tuple[str, ...] = ("bin",)  # --agent-option bin=/path/to/cli (else the pinned install)
+    option_names = ("bin",)  # --agent-option bin=/path/to/cli (else the pinned install)
     description = f"Claude Code CLI (stream-json); --model, default {DEFAULT_MODEL}; ANTHROPIC_API_KEY"
-    parser_name = "claude-code"
-    passthrough = ("ANTHROPIC_*", "CLAUDE_CODE_*")
+    default_model = DEFAULT_MODEL
+
+    def passthrough(self, ctx: LaunchContext) -> tuple[str, ...]:
+        return ("ANTHROPIC_*", "CLAUDE_CODE_*")
+
+    def parser_name(self, ctx: LaunchContext) -> str | None:
+        return self.name
 
     def endpoints(self, ctx: LaunchContext) -> tuple[str, ...]:
         return api_endpoints(("ANTHROPIC_BASE_URL",), "https://api.anthropic.com")

@@ -32,7 +32,7 @@ import os
 from pathlib import Path
 
 from bench.agents import logins
-from bench.agents.base import LaunchContext, api_endpoints
+from bench.agents.base import Agent, LaunchContext, api_endpoints
 from bench.agents.events import Event
 from bench.agents.install import cli_binary, home_env
 from bench.agents.parsing import Parser, count, error_text, result_event, tool_events, usage_event
@@ -60,15 +60,20 @@ def _login(ctx: LaunchContext) -> logins.Credential | None:
     return found[0] if found else None
 
 
-class CodexAgent:
+class CodexAgent(Agent):
     name = "codex"
-    option_names: tuple[str, ...] = ("bin",)  # --agent-option bin=/path/to/cli (else the pinned install)
+    option_names = ("bin",)  # --agent-option bin=/path/to/cli (else the pinned install)
     description = f"OpenAI Codex CLI (exec --json); --model, default {DEFAULT_MODEL}; OPENAI_API_KEY [OPENAI_BASE_URL]"
-    parser_name = "codex"
-    passthrough = ("OPENAI_*", "CODEX_*")
+    default_model = DEFAULT_MODEL
     # hosts the CLI asks by itself (update check, feature flags), refused by the sandbox and not held against the
     # run by the audit: measured in the mock-model runs of tests/bench/agents/test_clis.py
     own_hosts = ("chatgpt.com", "ab.chatgpt.com", "api.github.com", "github.com")
+
+    def passthrough(self, ctx: LaunchContext) -> tuple[str, ...]:
+        return ("OPENAI_*", "CODEX_*")
+
+    def parser_name(self, ctx: LaunchContext) -> str | None:
+        return self.name
 
     def endpoints(self, ctx: LaunchContext) -> tuple[str, ...]:
         login = _login(ctx)
@@ -76,7 +81,8 @@ class CodexAgent:
             return (logins.CHATGPT_BACKEND,)
         return api_endpoints(("OPENAI_BASE_URL",), "https://api.openai.com")
 
-    gateway_default_path = "/v1"  # the built-in provider's https://api.openai.com/v1
+    def gateway_path(self, ctx: LaunchContext) -> str:
+        return "/v1"  # the built-in provider's https://api.openai.com/v1
 
     def gateway_var(self, ctx: LaunchContext) -> str | None:
         """The ``bench`` provider's base URL points Codex at the gateway: with a key, a base URL, or a stored login

@@ -7,19 +7,15 @@ is in ``$BENCH_PROMPT``.
 
 from __future__ import annotations
 
-from bench.agents.base import AgentError, LaunchContext
+from bench.agents.base import Agent, AgentError, LaunchContext
 from bench.protocol import PROMPT_VAR
 
 
-class CommandAgent:
+class CommandAgent(Agent):
     name = "command"
     option_names = ("command",)
     description = "runs a shell command as the agent: --agent-command 'cp train.py run_1.py && python run_1.py'"
-
-    passthrough: tuple[str, ...] = ()  # offline: no key, no network
-
-    def endpoints(self, ctx: LaunchContext) -> tuple[str, ...]:
-        return ()
+    offline = True  # no key, no network
 
     def check(self, options: dict[str, str], model: str | None) -> None:
         """Before anything is created: the one thing this agent needs is the command."""

@@ -1,6 +1,6 @@
 """Normalised agent events: one model for what every coding-agent CLI prints, and a tally of a run.
 
-A parser per CLI (:mod:`bench.agents.parsers`) turns stdout, one line at a time, into :class:`Event` objects
+A parser per CLI (:data:`bench.agents.PARSERS`) turns stdout, one line at a time, into :class:`Event` objects
 (``feed(line)``, then ``finish()`` at end of stream); :class:`Tally` counts them for the live status
 line, the run's metrics and its status (API error, over-refusal). Usage events carry increments; a
 ``final`` event with tokens or cost carries run totals, which replace the increments. ``tokens_input``

@@ -26,7 +26,7 @@ import os
 from pathlib import Path
 
 from bench.agents import logins, pricing
-from bench.agents.base import LaunchContext, api_endpoints
+from bench.agents.base import Agent, LaunchContext, api_endpoints
 from bench.agents.events import Event
 from bench.agents.install import cli_binary, home_env
 from bench.agents.parsing import Parser, count, error_text, result_event, tool_events, usage_event
@@ -50,15 +50,20 @@ def _login(ctx: LaunchContext) -> logins.Credential | None:
     return found[0] if found else None
 
 
-class GeminiAgent:
+class GeminiAgent(Agent):
     name = "gemini"
-    option_names: tuple[str, ...] = ("bin",)  # --agent-option bin=/path/to/cli (else the pinned install)
+    option_names = ("bin",)  # --agent-option bin=/path/to/cli (else the pinned install)
     description = f"Gemini CLI (-o stream-json); --model, default {DEFAULT_MODEL}; GEMINI_API_KEY"
-    parser_name = "gemini"
-    passthrough = ("GEMINI_API_KEY", "GOOGLE_*")
+    default_model = DEFAULT_MODEL
     # a Google login's account e-mail, asked by the CLI at the start (its source: fetchAndCacheUserInfo; a failure is
     # only logged): refused by the sandbox, not held against the run
     own_hosts = ("www.googleapis.com",)
+
+    def passthrough(self, ctx: LaunchContext) -> tuple[str, ...]:
+        return ("GEMINI_API_KEY", "GOOGLE_*")
+
+    def parser_name(self, ctx: LaunchContext) -> str | None:
+        return self.name
 
     def endpoints(self, ctx: LaunchContext) -> tuple[str, ...]:
         if _login(ctx) is not None:

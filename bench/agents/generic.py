@@ -4,7 +4,7 @@
 
     command = ["mycli", "run", "--json", "--model", "{model}", "{prompt}"]  # or one string, split like a shell
     model = "my-default-model"   # when --model is not given
-    parser = "claude-code"       # a stream parser of bench.agents.parsers for its stdout (omit: plain log)
+    parser = "claude-code"       # a stream parser of bench.agents.PARSERS for its stdout (omit: plain log)
     private_home = true          # HOME and XDG dirs in the run's private home (the default)
 
     passthrough = ["MYCLI_*"]    # harness variables it may receive (default: ANTHROPIC_* and OPENAI_*)
@@ -32,7 +32,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from bench.agents.base import AgentError, LaunchContext, api_endpoints
+from bench.agents.base import Agent, AgentError, LaunchContext, api_endpoints
 from bench.agents.events import Event
 from bench.agents.install import ensure_cli, home_env
 from bench.agents.parsing import Parser, error_text, result_event, tool_kind, unwrap_shell, usage_event
@@ -78,20 +78,19 @@ def expand(text: str, ctx: LaunchContext, model: str) -> str:
     return PLACEHOLDER.sub(value, text)
 
 
-class GenericAgent:
+class GenericAgent(Agent):
     name = "generic"
     description = "any CLI from a TOML description: --agent-option config=FILE (command, model, parser, env)"
-    parser_name: str | None = None  # set from the config by command(); parser_for(ctx) is the pure form
     option_names = ("config",)
-    passthrough = ("ANTHROPIC_*", "OPENAI_*")  # unless the config says otherwise (passthrough_for)
 
     def check(self, options: dict[str, str], model: str | None) -> None:
         """Before anything is created: the config file exists, is TOML and has a command."""
         load_config(options)
 
-    def passthrough_for(self, ctx: LaunchContext) -> tuple[str, ...]:
+    def passthrough(self, ctx: LaunchContext) -> tuple[str, ...]:
+        """The config's ``passthrough``, else the OpenAI and Anthropic variables."""
         names = load(ctx).get("passthrough")
-        return tuple(str(n) for n in names) if isinstance(names, list) else self.passthrough
+        return tuple(str(n) for n in names) if isinstance(names, list) else ("ANTHROPIC_*", "OPENAI_*")
 
     def endpoints(self, ctx: LaunchContext) -> tuple[str, ...]:
         cfg = load(ctx)
@@ -104,12 +103,11 @@ class GenericAgent:
         found = tuple(dict.fromkeys([*urls, *api_endpoints(variables, None)]))
         return found or ("https://api.openai.com", "https://api.anthropic.com")
 
-    def parser_for(self, ctx: LaunchContext) -> str | None:
+    def parser_name(self, ctx: LaunchContext) -> str | None:
         return load(ctx).get("parser") or None
 
     def command(self, ctx: LaunchContext) -> list[str]:
         cfg = load(ctx)
-        self.parser_name = cfg.get("parser") or None
         model = ctx.model or cfg.get("model", "")
         cmd = cfg["command"]
         argv = shlex.split(cmd) if isinstance(cmd, str) else [str(a) for a in cmd]

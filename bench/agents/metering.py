@@ -2,9 +2,9 @@
 
 At the launch, :func:`plan` decides whether the agent's LLM requests go through a metering gateway
 (:mod:`bench.agents.gateway`): a sandboxed CLI agent whose adapter names the base-URL variable it can be pointed
-with (``gateway_var``) and whose run reaches one API (where that variable is not set here and the API's URL has no
-path, the vendor's own, the upstream gets the adapter's ``gateway_path(ctx)`` or ``gateway_default_path``: the path
-its client's base URL has, ``/v1``). ``BENCH_GATEWAY=0`` turns it off (the CLI then reaches its API
+with (``Agent.gateway_var``) and whose run reaches one API (where that variable is not set here and the API's URL has
+no path, the vendor's own, the upstream gets the adapter's ``Agent.gateway_path``: the path its client's base URL has,
+``/v1``). ``BENCH_GATEWAY=0`` turns it off (the CLI then reaches its API
 through the sandbox's proxy, as before). Two settings of the harness's environment serve tests and split-horizon
 set-ups: ``BENCH_GATEWAY_RESOLVE=host=address[,...]`` dials an address instead of asking DNS (the certificate is still
 checked against the host), ``BENCH_GATEWAY_CA=file`` trusts a CA beside the system's.
@@ -25,7 +25,7 @@ from urllib.parse import urlsplit
 
 from bench import settings
 from bench.agents import routes
-from bench.agents.base import LaunchContext
+from bench.agents.base import Agent, LaunchContext
 from bench.agents.gateway import INSIDE_PORT, LOG_NAME, Gateway
 from bench.tracking import schema
 
@@ -42,18 +42,17 @@ class Metering:
 
 
 def plan(
-    agent: object, ctx: LaunchContext, endpoints: tuple[str, ...], log: Path, max_cost: float | None = None
+    agent: Agent, ctx: LaunchContext, endpoints: tuple[str, ...], log: Path, max_cost: float | None = None
 ) -> Metering | None:
     """The gateway for this launch, or None when the agent's requests cannot (or must not) go through one."""
-    if not settings.GATEWAY.get() or len(endpoints) != 1 or not hasattr(agent, "gateway_var"):
+    if not settings.GATEWAY.get() or len(endpoints) != 1:
         return None
     var = agent.gateway_var(ctx)
     if not var:
         return None
     upstream = endpoints[0]
     if not os.environ.get(var) and not urlsplit(upstream).path.strip("/"):
-        path = agent.gateway_path(ctx) if hasattr(agent, "gateway_path") else getattr(agent, "gateway_default_path", "")
-        upstream = upstream.rstrip("/") + path
+        upstream = upstream.rstrip("/") + agent.gateway_path(ctx)
     resolve = settings.GATEWAY_RESOLVE.get()
     gw = Gateway(
         upstream,

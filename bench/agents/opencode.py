@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import os
 
-from bench.agents.base import AgentError, LaunchContext, api_endpoints
+from bench.agents.base import Agent, AgentError, LaunchContext, api_endpoints
 from bench.agents.events import Event
 from bench.agents.install import cli_binary, home_env
 from bench.agents.parsing import Parser, count, error_text, result_event, tool_events, usage_event
@@ -68,13 +68,18 @@ def config(model: str, ctx: LaunchContext | None = None) -> dict:
     return cfg
 
 
-class OpenCodeAgent:
+class OpenCodeAgent(Agent):
     name = "opencode"
-    option_names: tuple[str, ...] = ("bin",)  # --agent-option bin=/path/to/cli (else the pinned install)
+    option_names = ("bin",)  # --agent-option bin=/path/to/cli (else the pinned install)
     description = f"OpenCode CLI (run --format json); --model provider/model, default {DEFAULT_MODEL}"
-    parser_name = "opencode"
-    passthrough = ("OPENROUTER_API_KEY", "OPENAI_*", "OPENCODE_*")
+    default_model = DEFAULT_MODEL
     own_hosts = ("registry.npmjs.org",)  # its provider plugins' registry, asked at start (measured, see codex.py)
+
+    def passthrough(self, ctx: LaunchContext) -> tuple[str, ...]:
+        return ("OPENROUTER_API_KEY", "OPENAI_*", "OPENCODE_*")
+
+    def parser_name(self, ctx: LaunchContext) -> str | None:
+        return self.name
 
     def endpoints(self, ctx: LaunchContext) -> tuple[str, ...]:
         provider = (ctx.model or DEFAULT_MODEL).partition("/")[0]

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from bench.agents.base import AgentError, LaunchContext
+from bench.agents.base import Agent, AgentError, LaunchContext
 from bench.paths import ROOT
 from bench.sandbox.network import parse_endpoint
 
@@ -26,12 +26,11 @@ DB_PORTS = {"postgresql": 5432, "postgres": 5432, "mysql": 3306}  # the default 
 OPTIONS = ("trials", "seed", "storage", "study", "pruner", "prune_after", "max_epochs", "threads")
 
 
-class OptunaAgent:
+class OptunaAgent(Agent):
     name = "optuna"
     option_names = OPTIONS
     description = "Optuna search over the baseline's knobs, one run_<k>.py per trial (no model API needed)"
-
-    passthrough: tuple[str, ...] = ()  # offline: no key, no network
+    offline = True  # no key; no network but a study storage on this machine (endpoints)
 
     def endpoints(self, ctx: LaunchContext) -> tuple[str, ...]:
         """A study storage served on this machine (``postgresql://127.0.0.1:5432/...``) is bridged port for

@@ -2,7 +2,7 @@
 usage counts and errors onto normalised :class:`~bench.agents.events.Event` objects.
 
 Each CLI's own parser lives in that agent's module (``claude_code.py`` holds ``ClaudeCodeParser`` beside
-``ClaudeCodeAgent``); :mod:`bench.agents.parsers` is the table that finds them by name. ``feed(line)`` for
+``ClaudeCodeAgent``); :data:`bench.agents.PARSERS` is the table that finds them by name. ``feed(line)`` for
 every line the CLI prints, then ``finish()`` at end of stream. Parsers never raise on unknown or malformed
 lines (a CLI upgrade must not take a run down).
 """

@@ -1,7 +1,7 @@
 """The agent's output, live (paper §3.3 step 3; part of the launch step): to the log, the console, as events.
 
 Every line the agent prints goes unchanged to ``agent.log`` (harness-side: the agent cannot
-rewrite it). When the agent's adapter names a stream parser (``parser_name``), each line is
+rewrite it). When the agent's adapter names a stream parser (``Agent.parser_name``), each line is
 also parsed into normalised events (``bench.agents.events``): appended to ``events.jsonl``,
 counted in a :class:`~bench.agents.events.Tally` that feeds the live status line, and shown on the
 console as one short line per event instead of the CLI's raw JSON.
@@ -118,9 +118,9 @@ class AgentStream:
         self._events_written = events_file.stat().st_size if events_file.exists() else 0
         self.parser = self.tally = self.health = None
         if parser_name:
+            from bench.agents import make_parser
             from bench.agents.events import Tally
             from bench.agents.health import ApiHealth
-            from bench.agents.parsers import make_parser
 
             self.parser, self.tally = make_parser(parser_name, model=model), Tally()
             self.health = ApiHealth()  # the model API failing for minutes ends the run (bench.agents.health)

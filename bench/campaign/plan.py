@@ -25,7 +25,6 @@ A campaign's ``max_cost`` (the metering gateway's API budget per run) gives an u
 from __future__ import annotations
 
 import heapq
-import importlib
 import math
 from collections import Counter
 from dataclasses import dataclass
@@ -140,14 +139,12 @@ def model_of(agent: AgentEntry) -> str | None:
     """The model an agent entry runs: its own, else its adapter's default (None for an agent without one)."""
     if agent.model:
         return agent.model
-    module = importlib.import_module(type(AGENTS[agent.name]).__module__)
-    return getattr(module, "DEFAULT_MODEL", None)
+    return AGENTS[agent.name].default_model
 
 
 def offline(agent: AgentEntry) -> bool:
-    """An agent that gets no variable from the harness's environment gets no key: it calls no model API."""
-    adapter = AGENTS[agent.name]
-    return not hasattr(adapter, "passthrough_for") and tuple(getattr(adapter, "passthrough", ())) == ()
+    """An agent that calls no model API (:attr:`bench.agents.base.Agent.offline`): no key, no cost."""
+    return AGENTS[agent.name].offline
 
 
 def measured_use(runs: list[dict], campaign: Campaign, experiment: str) -> dict[str, TokenUse]:

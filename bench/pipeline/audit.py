@@ -58,7 +58,7 @@ def audit(
 
     ``rejected``: the collect step's rejections (objects with ``path`` and ``reason``, or dicts); ``offline``: the
     agent declared no endpoint, so any request its sandbox saw came from the run's own code; ``own_hosts``: hosts its
-    CLI asks by itself (:func:`bench.agents.own_hosts_of`), whose refused requests are not findings."""
+    CLI asks by itself (:attr:`bench.agents.base.Agent.own_hosts`), whose refused requests are not findings."""
     evidence = Evidence(ws.run_dir)
     recorded = evidence.path("inputs.json").is_file()  # a run of the pipeline (a bare workspace has no evidence)
     start = evidence.read_json("manifest-start.json")

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench import protocol
-from bench.agents import Agent, AgentError, LaunchContext, endpoints_of, parser_of, passthrough_of, writable_of
+from bench.agents import Agent, AgentError, LaunchContext
 from bench.agents import keys as runkeys
 from bench.agents.gateway import LOG_NAME, Gateway
 from bench.agents.metering import plan as metering_plan
@@ -127,7 +127,7 @@ def launch(
         model=model,
         options=dict(options or {}),
     )
-    endpoints = endpoints_of(agent, ctx)
+    endpoints = agent.endpoints(ctx)
     evidence.dir.mkdir(parents=True, exist_ok=True)
     # the CLI's LLM requests through the metering gateway (its base URL pointed there; no direct route to the API)
     meter = metering_plan(agent, ctx, endpoints, evidence.path(LOG_NAME), max_cost) if sandbox else None
@@ -135,12 +135,12 @@ def launch(
     argv = agent.command(ctx)
     ctx.home.mkdir(parents=True, exist_ok=True)
     extra = {"HOME": str(ctx.home), **agent.env(ctx)}  # a private HOME for every agent, not only the CLIs
-    writable = (ctx.home, *_declared(writable_of(agent, ctx)))
+    writable = (ctx.home, *_declared(agent.writable(ctx)))
     limits = limits or Limits()
     group = RunGroup(limits)  # a cgroup when this machine lets the harness make one, else rlimits (limits.py)
     pythonpath = extra.get("PYTHONPATH", "")  # the toolkit's own agent names the repository: its packages are bound
     reach, services = ((), meter.services) if meter else (endpoints, None)
-    logins = tuple(agent.login_files(ctx)) if hasattr(agent, "login_files") else ()  # read-only, this run only
+    logins = agent.login_files(ctx)  # read-only, this run only
     runkeys.register_logins([source for source, _ in logins])  # the record is kept free of them (bench.redact)
     box = _sandbox(ws, writable, reach, evidence, group, pythonpath, services, logins) if sandbox else None
     token = uuid.uuid4().hex
@@ -151,7 +151,7 @@ def launch(
     arrivals = Arrivals(ws.checkpoints, on_new=lambda p, a: evidence.note_arrival(ws.path, p, a, locked), code=code)
     arrivals.start()
     started = time.time()
-    env = agent_env(ws, token, extra, budget_s, started, passthrough_of(agent, ctx))
+    env = agent_env(ws, token, extra, budget_s, started, agent.passthrough(ctx))
     if meter:  # the gateway holds the key: the agent gets a per-run token in its place (bench.agents.keys)
         env, meter.gateway.keys = runkeys.run_tokens(env)
         argv = runkeys.tokenized(argv, meter.gateway.keys)  # a generic agent's {env:KEY} in its command line
@@ -172,7 +172,7 @@ def launch(
         if box:
             box.close()
         raise
-    stream = AgentStream(proc, ws.log, ws.events, status, console, parser_of(agent, ctx), model, limits).start()
+    stream = AgentStream(proc, ws.log, ws.events, status, console, agent.parser_name(ctx), model, limits).start()
     monitor = LaunchMonitor(proc.pid, token, ws.path, evidence=evidence).start()
     gw = meter.gateway if meter else None
     return LaunchedAgent(

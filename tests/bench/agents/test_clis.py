@@ -288,7 +288,7 @@ def test_every_adapter_keeps_cli_state_in_the_private_home(tmp_path, monkeypatch
         ctx = ctx_for(tmp_path / adapter.name, model="bench/m" if adapter.name == "opencode" else None)
         argv, env = adapter.command(ctx), adapter.env(ctx)
         assert argv[0] == "/opt/cli" and "PROMPT" in argv
-        assert adapter.parser_name == adapter.name
+        assert adapter.parser_name(ctx) == adapter.name
         assert env["HOME"] == str(ctx.home) and all(Path(env[v]).is_dir() for v in env if v.startswith("XDG_"))
         assert all(str(ctx.workspace) not in env[v] for v in env if v.startswith(("HOME", "XDG_", "CODEX")))
 
@@ -372,7 +372,7 @@ def test_generic_placeholders(tmp_path, monkeypatch):
     ctx = ctx_for(tmp_path, config=str(config))
     agent = GenericAgent()
     assert agent.command(ctx) == ["mycli", "--json", '{"a": 1}', "-m", "m0", "-p", "PROMPT", "-C", str(ctx.workspace)]
-    assert agent.parser_name == "gemini" == agent.parser_for(ctx)
+    assert agent.parser_name(ctx) == "gemini"
     assert agent.env(ctx) == {"URL": "http://h:1/v1", "H": str(ctx.home)}
     with pytest.raises(AgentError, match="config=PATH"):
         agent.command(ctx_for(tmp_path / "n"))

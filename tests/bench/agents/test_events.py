@@ -12,19 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from bench.agents import pricing
+from bench.agents import PARSERS, make_parser, pricing
+from bench.agents.aider import AiderParser
+from bench.agents.claude_code import ClaudeCodeParser
+from bench.agents.codex import CodexParser
 from bench.agents.events import METRICS, REFUSAL_PATTERNS, Event, Tally
-from bench.agents.parsers import (
-    PARSERS,
-    AiderParser,
-    ClaudeCodeParser,
-    CodexParser,
-    GeminiParser,
-    GenericParser,
-    OpenCodeParser,
-    make_parser,
-    unwrap_shell,
-)
+from bench.agents.gemini import GeminiParser
+from bench.agents.generic import GenericParser
+from bench.agents.opencode import OpenCodeParser
+from bench.agents.parsing import unwrap_shell
 
 ROOT = Path(__file__).resolve().parents[3]
 SHARED = ROOT.parent / "shared" / "agent-streams"

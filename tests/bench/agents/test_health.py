@@ -8,9 +8,9 @@ import json
 
 import pytest
 
+from bench.agents import make_parser
 from bench.agents.events import Event
 from bench.agents.health import ApiHealth, classify, window_s
-from bench.agents.parsers import make_parser
 from bench.outcome import decide
 from bench.result import Audit
 from bench.settings import SettingError

@@ -6,7 +6,7 @@ import os
 import sys
 from pathlib import Path
 
-from bench.agents import AGENTS, endpoints_of, passthrough_of
+from bench.agents import AGENTS
 from bench.agents.base import LaunchContext
 from bench.agents.generic import GenericAgent
 from bench.pipeline.launch import agent_env
@@ -61,7 +61,7 @@ def test_launch_builds_the_agent_environment_from_the_allow_list(tmp_path, monke
     ws = Workspace(tmp_path / "run", task=None)
     claude = AGENTS["claude-code"]
     ctx = LaunchContext(task=None, workspace=ws.path, prompt="P", budget_s=60, home=tmp_path / "run" / "home")
-    env = agent_env(ws, "tok", {"HOME": str(ctx.home)}, 60.0, 123.0, passthrough_of(claude, ctx))
+    env = agent_env(ws, "tok", {"HOME": str(ctx.home)}, 60.0, 123.0, claude.passthrough(ctx))
     for gone in ("MLFLOW_TRACKING_URI", "MLFLOW_TRACKING_PASSWORD", "MLFLOW_RUN_ID", "BENCH_CACHE_DIR", "SECRET"):
         assert gone not in env, gone
     assert not {"BENCH_DATA_MIRROR", "AWS_SECRET_ACCESS_KEY", "GITHUB_TOKEN", "VIRTUAL_ENV", "OPENAI_API_KEY"} & set(
@@ -91,15 +91,21 @@ def test_every_agent_declares_its_variables_and_endpoints(tmp_path, monkeypatch)
         "gemini": ("https://generativelanguage.googleapis.com",),
         "aider": ("https://api.openai.com",),
     }
+    variables = {  # the harness variables each may receive: its keys and base URLs, as its CLI reads them
+        "claude-code": ("ANTHROPIC_*", "CLAUDE_CODE_*"),
+        "codex": ("OPENAI_*", "CODEX_*"),
+        "opencode": ("OPENROUTER_API_KEY", "OPENAI_*", "OPENCODE_*"),
+        "gemini": ("GEMINI_API_KEY", "GOOGLE_*"),
+        "aider": ("OPENAI_*", "ANTHROPIC_*", "AIDER_*"),
+    }
     for name, urls in expected.items():
-        assert endpoints_of(AGENTS[name], ctx) == urls, name
-        assert passthrough_of(AGENTS[name], ctx) == AGENTS[name].passthrough
-    assert passthrough_of(AGENTS["baseline"], ctx) == ()
+        assert AGENTS[name].endpoints(ctx) == urls, name
+        assert AGENTS[name].passthrough(ctx) == variables.get(name, ()), name  # offline agents: none
     monkeypatch.setenv("ANTHROPIC_BASE_URL", "http://127.0.0.1:8080")
-    assert endpoints_of(AGENTS["claude-code"], ctx) == ("http://127.0.0.1:8080",)  # a gateway, the mock
+    assert AGENTS["claude-code"].endpoints(ctx) == ("http://127.0.0.1:8080",)  # a gateway, the mock
     monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:8081/v1")
     bench_model = LaunchContext(task=None, workspace=tmp_path, prompt="P", budget_s=60, home=tmp_path, model="bench/m")
-    assert endpoints_of(AGENTS["opencode"], bench_model) == ("http://127.0.0.1:8081/v1",)
+    assert AGENTS["opencode"].endpoints(bench_model) == ("http://127.0.0.1:8081/v1",)
 
 
 def test_the_generic_agent_reads_its_variables_and_endpoints_from_its_config(tmp_path, monkeypatch):
@@ -115,7 +121,7 @@ def test_the_generic_agent_reads_its_variables_and_endpoints_from_its_config(tmp
         return LaunchContext(task=None, workspace=tmp_path, prompt="P", budget_s=60, home=tmp_path, options=opts)
 
     agent = GenericAgent()
-    assert passthrough_of(agent, ctx(explicit)) == ("MYCLI_*",)
-    assert endpoints_of(agent, ctx(explicit)) == ("https://api.example.com",)
-    assert passthrough_of(agent, ctx(implicit)) == ("ANTHROPIC_*", "OPENAI_*")
-    assert endpoints_of(agent, ctx(implicit)) == ("http://127.0.0.1:7000/v1",)
+    assert agent.passthrough(ctx(explicit)) == ("MYCLI_*",)
+    assert agent.endpoints(ctx(explicit)) == ("https://api.example.com",)
+    assert agent.passthrough(ctx(implicit)) == ("ANTHROPIC_*", "OPENAI_*")
+    assert agent.endpoints(ctx(implicit)) == ("http://127.0.0.1:7000/v1",)
