@@ -113,10 +113,10 @@ def check_agent(agent: str, options: dict[str, str], model: str | None) -> None:
 
 def check_api(agents: Iterable[tuple[str, str | None]], *, endpoints: bool = True) -> None:
     """Each LLM agent's credential, then (``endpoints``, unless ``BENCH_API_CHECK=0``) its endpoint, key and model,
-    asked of all agents at once in parallel (:mod:`bench.agents.credentials`, :mod:`bench.agents.endpoints`):
+    asked of all agents at once in parallel (:mod:`bench.agents.credentials`, :mod:`bench.agents.api_probe`):
     InputError naming the agent and what to set. Offline and generic agents have nothing to check."""
+    from bench.agents import api_probe as api
     from bench.agents import credentials
-    from bench.agents import endpoints as api
 
     needs = [n for agent, model in agents if (n := credentials.need_of(agent, model)) is not None]
     for need in needs:  # the cheap, local half first: a missing key needs no request to be found

@@ -1,6 +1,6 @@
 """``bench agents check``: per agent, is its CLI installed, is a credential found, does its endpoint answer?
 
-The same rules as the check before a run (:mod:`bench.agents.credentials`, :mod:`bench.agents.endpoints`), for
+The same rules as the check before a run (:mod:`bench.agents.credentials`, :mod:`bench.agents.api_probe`), for
 every agent at once, as a table: the endpoints are asked in parallel with the short timeout, so the table comes in
 seconds even when every endpoint is unreachable. Nothing is installed or created; a credential is shown by its kind
 and where it was found, never by its value (``API key ANTHROPIC_API_KEY``, ``login CLAUDE_CODE_OAUTH_TOKEN (Claude)``,
@@ -12,8 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bench.agents import AGENTS, AgentError
-from bench.agents import endpoints as api
+from bench.agents import AGENTS, AgentError, api_probe
 from bench.agents.credentials import need_of
 from bench.agents.install import CLIS, is_installed
 
@@ -35,7 +34,7 @@ def rows(names: list[str] | None = None, models: dict[str, str] | None = None) -
     models = models or {}
     needs = {n: need_of(n, models.get(n)) for n in names}
     asked = [need for need in needs.values() if need is not None]
-    probes = api.probe_all(asked) if api.enabled() else [None] * len(asked)
+    probes = api_probe.probe_all(asked) if api_probe.enabled() else [None] * len(asked)
     found = dict(zip([id(n) for n in asked], probes, strict=True))
     out = []
     for name in names:
@@ -49,7 +48,7 @@ def rows(names: list[str] | None = None, models: dict[str, str] | None = None) -
         probe = found[id(need)]
         cred = str(need.credential) if need.credential else "unusable login" if need.broken else "none"
         where = probe.describe() if probe is not None else "not asked"
-        problem = api.problem(need, probe)
+        problem = api_probe.problem(need, probe)
         if problem is None and spec is not None and not is_installed(name):
             problem = f"{name}: installed on first use, or now: bench agents install {name}"
             out.append(Row(name, cli, cred, f"{where} ({need.base_url})", problem.split(": ", 1)[1], True))

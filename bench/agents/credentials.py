@@ -35,7 +35,7 @@ from pathlib import Path
 
 from bench.agents.logins import CHATGPT_BACKEND, CODE_ASSIST, Credential, codex_login, gemini_login
 
-# the APIs whose endpoint can be asked for its model list (bench.agents.endpoints)
+# the APIs whose endpoint can be asked for its model list (bench.agents.api_probe)
 ANTHROPIC, OPENAI, GEMINI, OPENROUTER = "anthropic", "openai", "gemini", "openrouter"
 # Claude Code's model aliases, resolved by the CLI itself: not in any model list
 CLAUDE_ALIASES = ("default", "sonnet", "opus", "haiku", "opusplan", "best")

@@ -18,7 +18,7 @@ query. Each model request's and answer's body goes, capped and with secrets remo
 (:mod:`bench.pipeline.traces`).
 
 **The gateway holds the key.** The agent's environment carries a per-run token (``bench-run-`` and 32 hex digits,
-one per credential variable) where the harness has the real key (:func:`bench.agents.keys.run_tokens`, applied by
+one per credential variable) where the harness has the real key (:func:`bench.agents.key_swap.run_tokens`, applied by
 :mod:`bench.pipeline.launch`); the gateway, given ``keys`` (token -> real value), refuses a request that carries
 none of its tokens (401, ``refused: token``) and swaps each token for its real value in the credential headers
 (``x-api-key``, ``Authorization: Bearer``, ``x-goog-api-key``, ``api-key``) and the ``key`` query parameter before
@@ -52,8 +52,7 @@ from pathlib import Path
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from bench import settings
-from bench.agents import keys as runkeys
-from bench.agents import pricing, routes, transcript
+from bench.agents import key_swap, pricing, routes, transcript
 from bench.agents.http1 import MAX_BODY
 from bench.agents.http1 import read_request as _read_request
 from bench.agents.http1 import send_json as _send_json
@@ -213,7 +212,7 @@ class Gateway:
             self._note({**rec, "status": status, "refused": kind, "latency_s": round(time.time() - t0, 3)})
             _send_json(conn, status, payload)
             return up, not close
-        headers, path = runkeys.swap(headers, path, self.keys)
+        headers, path = key_swap.swap(headers, path, self.keys)
         out = [(k, v) for k, v in headers if k.lower() not in HOP]
         out += [("Host", self.host if self.port in (80, 443) else f"{self.host}:{self.port}")]
         out += [("Accept-Encoding", "identity"), ("Content-Length", str(len(body)))]
@@ -322,7 +321,7 @@ class Gateway:
                 time.sleep(0.01)
         if self.max_cost is not None and self.spent >= self.max_cost:
             return "budget", budget_message(self.max_cost, self.spent)
-        if self.keys and not runkeys.carries(headers, path, self.keys):
+        if self.keys and not key_swap.carries(headers, path, self.keys):
             return "token", "1GC-7RC: this request carries no valid run token for the benchmark's gateway."
         if not routes.allowed(self.family, method, path, self.base_path):
             where = path.split("?", 1)[0][:200]

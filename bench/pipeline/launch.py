@@ -4,8 +4,9 @@ The agent gets its own session (so its whole tree can be ended), a run token in 
 processes that leave the session are still found, :mod:`bench.processes`), the script tracer on its
 ``PYTHONPATH`` and, of the harness's environment, only an allow-list and the variables its adapter declares
 (:mod:`bench.sandbox.environment`). Where its LLM requests go through the metering gateway, every credential value
-among those is replaced by a per-run token that only the gateway can turn back into the key (:mod:`bench.agents.keys`):
-the real key never enters the sandbox. By default it runs in a sandbox (:mod:`bench.sandbox`): the workspace and
+among those is replaced by a per-run token that only the gateway can turn back into the key
+(:mod:`bench.agents.key_swap`): the real key never enters the sandbox. By default it runs in a sandbox
+(:mod:`bench.sandbox`): the workspace and
 its private home are the only places it can write, the harness's places are hidden, the network reaches only
 the adapter's endpoints, and nothing it starts outlives the sandbox. From the first byte its output goes
 to ``agent.log`` and, through the adapter's stream parser, to ``events.jsonl`` and the status line; an
@@ -24,8 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench import protocol
-from bench.agents import Agent, AgentError, LaunchContext
-from bench.agents import keys as runkeys
+from bench.agents import Agent, AgentError, LaunchContext, key_swap
 from bench.agents.gateway import LOG_NAME, Gateway
 from bench.agents.metering import plan as metering_plan
 from bench.agents.prompt import standard_prompt
@@ -141,7 +141,7 @@ def launch(
     pythonpath = extra.get("PYTHONPATH", "")  # the toolkit's own agent names the repository: its packages are bound
     reach, services = ((), meter.services) if meter else (endpoints, None)
     logins = agent.login_files(ctx)  # read-only, this run only
-    runkeys.register_logins([source for source, _ in logins])  # the record is kept free of them (bench.redact)
+    key_swap.register_logins([source for source, _ in logins])  # the record is kept free of them (bench.redact)
     box = _sandbox(ws, writable, reach, evidence, group, pythonpath, services, logins) if sandbox else None
     token = uuid.uuid4().hex
     become_subreaper()
@@ -152,9 +152,9 @@ def launch(
     arrivals.start()
     started = time.time()
     env = agent_env(ws, token, extra, budget_s, started, agent.passthrough(ctx))
-    if meter:  # the gateway holds the key: the agent gets a per-run token in its place (bench.agents.keys)
-        env, meter.gateway.keys = runkeys.run_tokens(env)
-        argv = runkeys.tokenized(argv, meter.gateway.keys)  # a generic agent's {env:KEY} in its command line
+    if meter:  # the gateway holds the key: the agent gets a per-run token in its place (bench.agents.key_swap)
+        env, meter.gateway.keys = key_swap.run_tokens(env)
+        argv = key_swap.tokenized(argv, meter.gateway.keys)  # a generic agent's {env:KEY} in its command line
     try:
         proc = subprocess.Popen(
             box.wrap(argv) if box else argv,

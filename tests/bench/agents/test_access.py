@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.agents import endpoints
+from bench.agents import api_probe
 from bench.agents.credentials import need_of
 from bench.preflight import InputError, check_api
 
@@ -104,12 +104,12 @@ def _claude(url: str, model: str = "claude-sonnet-4-6"):
 def test_endpoint_answers_with_the_model_listed():
     with MockLLM(model="claude-sonnet-4-6") as llm:
         need = _claude(llm.url)
-        found = endpoints.probe(need)
+        found = api_probe.probe(need)
         assert (found.status, found.models, found.error) == (200, ("claude-sonnet-4-6",), None)
-        assert endpoints.problem(need, found) is None
-        assert endpoints.problem(_claude(llm.url, "claude-sonnet-4"), found) is None  # a dated version: offered
+        assert api_probe.problem(need, found) is None
+        assert api_probe.problem(_claude(llm.url, "claude-sonnet-4"), found) is None  # a dated version: offered
         wrong = _claude(llm.url, "claude-opus-9")
-        assert endpoints.problem(wrong, endpoints.probe(wrong)) == (
+        assert api_probe.problem(wrong, api_probe.probe(wrong)) == (
             f"claude-code: model 'claude-opus-9' is not offered by {llm.url} (1 listed: claude-sonnet-4-6): "
             "pick one with --model"
         )
@@ -122,10 +122,10 @@ def test_endpoint_answers_with_the_model_listed():
 def test_gemini_and_openai_lists_are_read():
     with MockLLM(model="gemini-2.5-pro") as llm:
         g = need_of("gemini", None, env={"GEMINI_API_KEY": "g", "GOOGLE_GEMINI_BASE_URL": llm.url}, home=Path("/nx"))
-        assert endpoints.probe(g).models == ("gemini-2.5-pro",)
+        assert api_probe.probe(g).models == ("gemini-2.5-pro",)
         o = need_of("codex", "gpt-5.5", env={"OPENAI_API_KEY": "o", "OPENAI_BASE_URL": llm.url + "/v1"})
-        found = endpoints.probe(o)
-        assert found.models == ("gemini-2.5-pro",) and "gpt-5.5" in endpoints.problem(o, found)
+        found = api_probe.probe(o)
+        assert found.models == ("gemini-2.5-pro",) and "gpt-5.5" in api_probe.problem(o, found)
     paths = [r.path for r in llm.requests]
     assert paths == ["/v1beta/models?pageSize=1000", "/v1/models"]
     assert {k.lower(): v for k, v in llm.requests[1].headers.items()}["authorization"] == "Bearer o"
@@ -135,9 +135,9 @@ def test_a_refused_port_is_no_answer():
     llm = MockLLM().start()
     llm.stop()
     need = need_of("codex", None, env={"OPENAI_API_KEY": "o", "OPENAI_BASE_URL": llm.url + "/v1"})
-    found = endpoints.probe(need, timeout=5)
+    found = api_probe.probe(need, timeout=5)
     assert found.status is None and "refused" in found.error.lower()
-    assert endpoints.problem(need, found) == (
+    assert api_probe.problem(need, found) == (
         f"codex: the endpoint {llm.url}/v1 does not answer ({found.error}): check OPENAI_BASE_URL"
     )
 
@@ -167,12 +167,12 @@ def refusing():
 
 def test_a_refused_key_is_named_but_a_login_only_proves_reachability(refusing):
     need = _claude(refusing)
-    assert endpoints.problem(need, endpoints.probe(need)) == (
+    assert api_probe.problem(need, api_probe.probe(need)) == (
         f"claude-code: ANTHROPIC_API_KEY was refused by {refusing} (HTTP 401): set a valid key"
     )
     login = need_of("claude-code", None, env={"CLAUDE_CODE_OAUTH_TOKEN": "o", "ANTHROPIC_BASE_URL": refusing})
-    found = endpoints.probe(login)
-    assert found.status == 401 and endpoints.problem(login, found) is None
+    found = api_probe.probe(login)
+    assert found.status == 401 and api_probe.problem(login, found) is None
 
 
 def test_check_api_names_the_first_agent_not_ready(monkeypatch, tmp_path):

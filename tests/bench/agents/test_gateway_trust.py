@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from bench import redact
-from bench.agents import keys, metering, routes
+from bench.agents import key_swap, metering, routes
 from bench.paths import mlruns_dir
 from bench.runner import RunSpec, run
 from bench.sandbox.bwrap import probe
@@ -233,15 +233,17 @@ def test_what_the_real_clis_sent_is_allowed():
 
 def test_run_tokens_replace_every_copy_of_a_key_and_swap_back(monkeypatch):
     env = {"OPENAI_API_KEY": "sk-real-openai-0123456789", "CODEX_API_KEY": "sk-real-openai-0123456789", "X": "1"}
-    out, held = keys.run_tokens(env, {"sk-real-openai-0123456789": "OPENAI_API_KEY"})
+    out, held = key_swap.run_tokens(env, {"sk-real-openai-0123456789": "OPENAI_API_KEY"})
     assert out["OPENAI_API_KEY"] == out["CODEX_API_KEY"] != env["OPENAI_API_KEY"] and out["X"] == "1"
     token = out["OPENAI_API_KEY"]
     assert redact.RUN_TOKEN.fullmatch(token) and held == {token: env["OPENAI_API_KEY"]}
-    headers, path = keys.swap([("Authorization", f"Bearer {token}"), ("X-Other", token)], f"/m?key={token}&a=1", held)
+    headers, path = key_swap.swap(
+        [("Authorization", f"Bearer {token}"), ("X-Other", token)], f"/m?key={token}&a=1", held
+    )
     assert headers == [("Authorization", "Bearer sk-real-openai-0123456789"), ("X-Other", token)]
     assert path == "/m?key=sk-real-openai-0123456789&a=1"
-    assert keys.carries(headers=[("x-api-key", token)], path="/", keys=held)
-    assert not keys.carries(headers=[("x-api-key", "sk-real-openai-0123456789")], path="/", keys=held)
+    assert key_swap.carries(headers=[("x-api-key", token)], path="/", keys=held)
+    assert not key_swap.carries(headers=[("x-api-key", "sk-real-openai-0123456789")], path="/", keys=held)
 
 
 def test_the_redactor_finds_a_secret_cut_by_a_piece_boundary(tmp_path, monkeypatch):
@@ -277,5 +279,5 @@ def test_a_login_files_tokens_are_redacted_from_the_record(tmp_path):
     refresh, access = "rt-" + secrets.token_hex(12), "at-" + secrets.token_hex(12)
     f = tmp_path / "auth.json"
     f.write_text(json.dumps({"tokens": {"refresh_token": refresh, "access_token": access, "account_id": "acc-1"}}))
-    assert keys.register_logins([f, tmp_path / "absent.json"]) == 2
+    assert key_swap.register_logins([f, tmp_path / "absent.json"]) == 2
     assert redact.text(f"x {refresh} y {access} acc-1") == "x [redacted:login] y [redacted:login] acc-1"
