@@ -21,6 +21,8 @@ from bench.result import RunResult
 from bench.runner import RunSpec, run
 from bench.tracking import schema
 
+pytestmark = pytest.mark.slow  # every test is a whole benchmark run (bench.runner.run or bench run): make test-all
+
 
 def campaign() -> str:
     return f"test-{uuid.uuid4().hex[:8]}"
