@@ -28,6 +28,8 @@ from bench.runner import RunSpec, run
 from bench.tracking import schema, store
 from tests.lazy import lazy
 
+pytestmark = pytest.mark.slow  # every test makes a whole benchmark run to kill, resume or record: make test-all
+
 mlflow = lazy("mlflow")  # imported at its first use (tests/lazy.py)
 
 ROOT = Path(__file__).resolve().parents[2]
