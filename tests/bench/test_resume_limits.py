@@ -99,6 +99,7 @@ def _limits_seen(monkeypatch) -> list[Limits]:
     return seen
 
 
+@pytest.mark.slow  # a whole benchmark run, killed and resumed
 def test_a_resumed_run_keeps_its_own_limits(generated_t6, monkeypatch, capsys):
     run_dir = _unfinished(generated_t6, OWN)
     assert json.loads((run_dir / "run.json").read_text())["limits"] == OWN.to_dict()  # written at the launch
@@ -112,6 +113,7 @@ def test_a_resumed_run_keeps_its_own_limits(generated_t6, monkeypatch, capsys):
     assert OLD_LIMITS_NOTE not in capsys.readouterr().out
 
 
+@pytest.mark.slow  # a whole benchmark run, killed and resumed
 def test_a_run_json_from_before_limits_resumes_with_the_defaults_and_says_so(generated_t6, monkeypatch, capsys):
     run_dir = _unfinished(generated_t6, OWN)
     raw = json.loads((run_dir / "run.json").read_text())
@@ -127,6 +129,7 @@ def test_a_run_json_from_before_limits_resumes_with_the_defaults_and_says_so(gen
     assert f"{OLD_LIMITS_NOTE} (evaluation budget 3600 s)" in capsys.readouterr().out
 
 
+@pytest.mark.slow  # a whole benchmark run, killed and resumed
 def test_a_resume_refuses_a_run_json_with_malformed_limits_in_one_line(generated_t6, capsys):
     run_dir = _unfinished(generated_t6, OWN)
     raw = json.loads((run_dir / "run.json").read_text())
