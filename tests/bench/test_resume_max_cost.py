@@ -61,6 +61,7 @@ def _unfinished(task, max_cost: float | None) -> tuple[Path, float]:
     return run_dir, (t + 5 - st.started_at) / 60
 
 
+@pytest.mark.slow  # a whole benchmark run, killed and resumed
 def test_a_resumed_run_records_its_own_api_budget(generated_t6):
     run_dir, minutes = _unfinished(generated_t6, 0.5)
     assert json.loads((run_dir / "run.json").read_text())["max_cost"] == 0.5  # written at the launch
@@ -73,6 +74,7 @@ def test_a_resumed_run_records_its_own_api_budget(generated_t6):
     assert tags[schema.API_BUDGET] == f"$0.5: spent at {minutes:.1f} min: later requests refused ($0.6000 used)"
 
 
+@pytest.mark.slow  # a whole benchmark run, killed and resumed
 def test_a_resumed_run_without_a_budget_records_none(generated_t6):
     run_dir, _ = _unfinished(generated_t6, None)
     assert json.loads((run_dir / "run.json").read_text())["max_cost"] is None
