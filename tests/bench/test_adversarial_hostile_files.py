@@ -57,6 +57,7 @@ def _peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
 
 
+@pytest.mark.slow  # a whole benchmark run of a hostile agent
 def test_links_fifos_sparse_files_and_hard_links_reach_neither_the_store_nor_result_json(generated_t6, tmp_path):
     task = generated_t6
     data.prepare(task, progress=False)
@@ -124,6 +125,7 @@ def test_links_fifos_sparse_files_and_hard_links_reach_neither_the_store_nor_res
     _no_run_left_running(result)
 
 
+@pytest.mark.slow  # a whole benchmark run of a hostile agent
 def test_an_inode_flood_in_checkpoints_keeps_the_harness_and_result_json_small(generated_t6):
     task = generated_t6
     data.prepare(task, progress=False)
@@ -145,6 +147,7 @@ def test_an_inode_flood_in_checkpoints_keeps_the_harness_and_result_json_small(g
     print(f"result.json {size / 1024:.0f} KiB; harness peak RSS rose {grown_rss:.0f} MiB")
 
 
+@pytest.mark.slow  # a whole benchmark run of a hostile agent
 def test_folders_nested_past_pythons_recursion_limit_end_in_a_recorded_run_with_a_flag(generated_t6):
     """os.walk and Path.rglob recurse: a workspace folder nested 1,100 deep raised RecursionError in the harness's
     manifest of the workspace, after the agent had ended (no result.json). The boundary's walk does not recurse."""
