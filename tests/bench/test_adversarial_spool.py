@@ -149,6 +149,7 @@ def _sabotage_spool(run_dir: Path) -> None:
     (spool / "4-4.jsonl").write_text(json.dumps(start) + "\n" + "[" * 100_000 + "\n")
 
 
+@pytest.mark.slow  # a whole benchmark run of a hostile agent
 def test_resume_and_bench_record_finish_a_sabotaged_run_whose_harness_died(generated_t6):
     from bench.campaign import job
     from bench.cli import main
@@ -180,6 +181,7 @@ def test_resume_and_bench_record_finish_a_sabotaged_run_whose_harness_died(gener
     assert all(r.info.status != "RUNNING" for r in _runs(result.campaign))
 
 
+@pytest.mark.slow  # a whole benchmark run of a hostile agent
 def test_a_step_that_crashes_anyway_records_an_honest_failed_run(generated_t6, monkeypatch):
     """Belt and braces: whatever makes a step raise (here the collect step, forced), the run is recorded as failed
     with the step and its error named in the reason and the audit, result.json written, every MLflow run closed
@@ -213,6 +215,7 @@ def test_a_step_that_crashes_anyway_records_an_honest_failed_run(generated_t6, m
     assert seen.state == "final" and job.infra_failure(seen.result) is None
 
 
+@pytest.mark.slow  # a whole benchmark run of a hostile agent
 def test_a_resume_that_cannot_rebuild_part_of_the_run_still_records_it_and_says_what(generated_t6, monkeypatch):
     """What a resume rebuilds from the run directory before finishing (the agent's events, the arrivals, the
     launches) raising is contained too: here the agent's events (forced: events.jsonl is read with a bounded depth
@@ -231,6 +234,7 @@ def test_a_resume_that_cannot_rebuild_part_of_the_run_still_records_it_and_says_
     assert all(r.info.status != "RUNNING" for r in _runs(result.campaign))
 
 
+@pytest.mark.slow  # a whole benchmark run of a hostile agent
 def test_a_record_step_that_crashes_leaves_result_json_and_no_run_open(generated_t6, monkeypatch):
     """The record step raising something other than a tracking outage (forced here): result.json still holds the
     run (with the error as its tracking error, so ``bench record`` is the way on) and the agent run is closed."""
