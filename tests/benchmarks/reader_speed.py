@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -74,6 +75,13 @@ def main() -> int:
     args = ap.parse_args()
 
     folder = tempfile.mkdtemp(prefix="bench-reader-speed-")
+    try:
+        return measure(args, folder)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def measure(args: argparse.Namespace, folder: str) -> int:
     os.environ["BENCH_MLRUNS_DIR"] = str(Path(folder) / "mlruns")
     os.environ.pop("MLFLOW_TRACKING_URI", None)
     from bench.tracking import reader, store
@@ -100,6 +108,10 @@ def main() -> int:
     for name, ts in times.items():
         print(f"{name}: median {med[name]:.3f} s over {len(ts)} rounds (min {min(ts):.3f}, max {max(ts):.3f})")
     print(f"ratio api / sql: {med['api'] / med['sql']:.1f}x on {total} runs; same values: yes")
+    t = time.perf_counter()
+    for _ in range(args.repeat):
+        reader.open_reader()
+    print(f"open_reader (the SQL path's precondition check): {(time.perf_counter() - t) / args.repeat * 1000:.0f} ms")
     print(f"load average while measuring: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
     return 0
 
