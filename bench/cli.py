@@ -11,6 +11,7 @@ from bench.agents import AGENTS, AgentError
 from bench.durations import parse_duration
 from bench.preflight import InputError
 from bench.result import ResultError, RunResult
+from bench.runspec import GRACE_S
 from bench.sandbox.bwrap import SandboxUnavailable
 from bench.tasks import TaskError, all_tasks, get_task
 
@@ -83,7 +84,8 @@ def cmd_data(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from bench.runner import RunSpec, run
+    from bench.runner import run
+    from bench.runspec import RunSpec
 
     results, done = [], set()
     if args.resume is not None:  # first finish the runs whose harness died (bench/resume.py)
@@ -106,53 +108,25 @@ def cmd_run(args: argparse.Namespace) -> int:
             raise InputError(f"--agent-command is for --agent command only; the {args.agent} agent would ignore it")
         options["command"] = args.agent_command
     tasks = _tasks(args.task)
-    limits = _limits(args)  # InputError for a size or duration that is not one
-    if args.max_cost is not None and not args.max_cost > 0:
-        raise InputError("--max-cost must be a positive amount in USD: e.g. --max-cost 20")
-    if args.max_cost is not None and args.unsandboxed:
-        raise InputError("--max-cost is enforced by the sandbox's metering gateway: drop --unsandboxed or --max-cost")
     if args.api_fail_window is not None:  # read by bench.agents.health (bench.settings: beats BENCH_API_FAIL_WINDOW)
         from bench import settings
 
         if not args.api_fail_window > 0:
             raise InputError("--api-fail-window must be a positive duration: e.g. 3m (the default) or 90s")
         settings.pin(BENCH_API_FAIL_WINDOW=float(args.api_fail_window))
-    preflight.check_run(  # every argument, before any data, workspace or MLflow run is created
-        tasks,
-        agent=args.agent,
-        campaign=args.campaign,
-        budget_s=args.budget,
-        grace_s=args.grace,
-        repeats=args.repeats,
-        first_repeat=args.first_repeat,
-        model=args.model,
-        options=options,
-        device=args.device,
-        no_weights=args.no_weights,
-        sandbox=not args.unsandboxed,
-    )
-    for task in tasks:
-        for repeat in range(args.first_repeat, args.first_repeat + args.repeats):
-            if (task.id, repeat) in done:  # never redo a finished run
-                print(f"[bench] {task.id}-{args.agent}-r{repeat}: finished in {args.campaign} already, skipped")
-                continue
-            spec = RunSpec(
-                task=task,
-                agent=args.agent,
-                campaign=args.campaign,
-                repeat=repeat,
-                budget_s=args.budget,
-                grace_s=args.grace,
-                model=args.model,
-                options=options,
-                device=args.device,
-                console=not args.quiet,
-                no_weights=args.no_weights,
-                sandbox=not args.unsandboxed,
-                limits=limits,
-                max_cost=args.max_cost,
-            )
-            results.append(run(spec))
+    preflight.check_repeats(args.repeats, args.first_repeat)
+    flags = _run_settings(args, options)  # the command line's layer of each run's description
+    specs = [  # every run's description, its values checked (RunSpec.build), before anything is created
+        RunSpec.build(task, args.agent, flags, campaign=args.campaign, repeat=repeat, console=not args.quiet)
+        for task in tasks
+        for repeat in range(args.first_repeat, args.first_repeat + args.repeats)
+    ]
+    preflight.check_run(tasks, specs[0])  # the machine's side: the agent, its credential, weights, sandbox
+    for spec in specs:
+        if (spec.task, spec.repeat) in done:  # never redo a finished run
+            print(f"[bench] {spec.label}: finished in {args.campaign} already, skipped")
+            continue
+        results.append(run(spec))
     _print_summary(results)
     _campaign_summaries(results, args)
     return _exit_status(results)
@@ -169,6 +143,22 @@ def _limit_flags(s: argparse.ArgumentParser) -> None:
     s.add_argument("--max-cost", type=float, metavar="USD", help="the run's API budget: once its LLM requests "
                    "cost this much (the metering gateway's tokens x the price table), further ones are refused "
                    "(default: none)")  # fmt: skip
+
+
+def _run_settings(args: argparse.Namespace, options: dict[str, str]) -> dict:
+    """``bench run``'s flags as a layer of the run's description (:meth:`bench.runspec.RunSpec.build`): a flag left
+    out is None, so the layer below (the task's budget, the defaults) stays."""
+    return {
+        "budget_s": args.budget,
+        "grace_s": args.grace,
+        "model": args.model,
+        "options": options,
+        "device": args.device,
+        "no_weights": args.no_weights or None,
+        "sandbox": False if args.unsandboxed else None,
+        "limits": _limits(args),  # InputError for a size or duration that is not one
+        "max_cost": args.max_cost,
+    }
 
 
 def _limits(args: argparse.Namespace):
@@ -227,13 +217,14 @@ def _finish_from_spool(run_dir: Path) -> int:
     """A run directory without result.json: its harness died before the result existed, so there is nothing to
     record yet. Everything needed to make it is in the directory (run.json, the spool, relay.json, the evidence),
     so the run is finished here exactly as ``bench run --resume`` finishes it, which also records it in MLflow."""
-    if not (run_dir / "run.json").is_file():
-        raise ResultError(f"{run_dir} has no result.json and no run.json: no run of bench run was launched there")
     from bench import resume
-    from bench.pipeline import state
+    from bench.rundir import RUNNING, UNFINISHED, RunDir
     from bench.tracking.writer import MlflowWriter
 
-    if not state.read(run_dir).harness_alive():  # a live one: resume_run refuses it in one line, nothing is done
+    seen = RunDir(run_dir).seen()
+    if seen.state not in (RUNNING, UNFINISHED) and not seen.note:  # stale: nothing was launched there
+        raise ResultError(f"{run_dir} has no result.json and no run.json: no run of bench run was launched there")
+    if seen.state != RUNNING:  # a live one: resume_run refuses it in one line, nothing is done
         print(
             f"bench record: {run_dir} has no result.json (its harness died); finishing the run from its spool and "
             "relay state, as bench run --resume does",
@@ -328,7 +319,9 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="adapter option, repeatable: config=agent.toml (generic), bin=/path/to/cli, trials=20 (optuna)",
     )
-    s.add_argument("--grace", type=float, default=30.0, help="seconds after the budget before SIGKILL (paper: 30)")
+    s.add_argument(
+        "--grace", type=float, help=f"seconds after the budget before SIGKILL (default {GRACE_S:g}, the paper's)"
+    )
     s.add_argument("--device", help="evaluation device (default: cuda if available)")
     s.add_argument(
         "--api-fail-window",

@@ -7,12 +7,12 @@ record step). So everything that can be known from the arguments and the machine
 each problem is one sentence that says what to do. Nothing in this module creates a file or a folder.
 
 ``bench run`` checks every task before the first run (:func:`check_run`); :func:`bench.runner.run` checks its
-spec again (:func:`check_spec`) for programmatic callers.
+spec again for programmatic callers. The values of a run's description are judged where it is built
+(:func:`bench.runspec.check`); this module judges the machine and the arguments around it.
 """
 
 from __future__ import annotations
 
-import math
 import os
 import re
 from collections.abc import Iterable
@@ -26,32 +26,23 @@ from bench.tasks import Task, weights
 
 
 class Spec(Protocol):
-    """What :func:`check_spec` reads of a :class:`bench.runner.RunSpec` (not imported: the runner imports this)."""
+    """What :func:`check_run` reads of a run's description (:class:`bench.runspec.RunSpec`, not imported: it
+    imports this module for its errors)."""
 
-    task: Task
     agent: str
-    campaign: str
-    repeat: int
-    budget_s: float | None
-    grace_s: float
     model: str | None
     options: dict[str, str]
-    device: str | None
     no_weights: bool
     sandbox: bool
-    limits: Limits
+    max_cost: float | None
 
 
 class InputError(ValueError):
     """An argument or a setting a run cannot start with; the message says what to do (``bench`` exits 2)."""
 
 
-def check_numbers(budget_s: float | None, grace_s: float, repeats: int = 1, first_repeat: int = 1) -> None:
-    """The budget divides the run's utilisation and bounds the watchdog; a repeat count of 0 runs nothing."""
-    if budget_s is not None and not (math.isfinite(budget_s) and budget_s > 0):
-        raise InputError(f"--budget must be a positive duration (got {budget_s:g} s): e.g. --budget 90s, 3m or 1h")
-    if not (math.isfinite(grace_s) and grace_s >= 0):
-        raise InputError(f"--grace must be a number of seconds >= 0 (got {grace_s:g}); the paper uses 30")
+def check_repeats(repeats: int = 1, first_repeat: int = 1) -> None:
+    """A repeat count of 0 runs nothing; repeats are numbered from 1 (a run's own values: bench.runspec.check)."""
     if repeats < 1:
         raise InputError(f"--repeats must be at least 1 (got {repeats})")
     if first_repeat < 1:
@@ -236,60 +227,24 @@ def check_sandbox(sandbox: bool) -> None:
         bwrap.require()
 
 
-def check_run(
-    tasks: list[Task],
-    *,
-    agent: str,
-    campaign: str,
-    budget_s: float | None,
-    grace_s: float,
-    repeats: int = 1,
-    first_repeat: int = 1,
-    model: str | None = None,
-    options: dict[str, str] | None = None,
-    device: str | None = None,
-    no_weights: bool = False,
-    sandbox: bool = True,
-    endpoints: bool = True,
-    max_cost: float | None = None,
-) -> None:
-    """Every check of a ``bench run`` invocation, cheapest first; raises InputError, AgentError or
-    SandboxUnavailable, and creates nothing. ``endpoints``: ask the agent's model endpoint too (a request with a
-    short timeout; a campaign asks all its agents at once before, :func:`check_api`)."""
-    check_numbers(budget_s, grace_s, repeats, first_repeat)
-    check_campaign(campaign)
-    check_agent(agent, dict(options or {}), model)
-    check_api([(agent, model)], endpoints=False)  # the credential: local, no request
-    check_priced(agent, model, max_cost)
-    if not sandbox:
-        check_unsandboxed_login(agent, model)
-    check_device(device)
+def check_run(tasks: list[Task], spec: Spec, *, endpoints: bool = True, sandbox: bool | None = None) -> None:
+    """The machine's side of a run's description (its values are checked where it is built,
+    :func:`bench.runspec.check`), cheapest first: the agent and its options, its credential, its model's price under
+    an API budget, the folders, the weights, the sandbox; raises InputError, AgentError or SandboxUnavailable and
+    creates nothing. ``endpoints``: ask the agent's model endpoint too (a request with a short timeout; a campaign
+    asks all its agents at once before, :func:`check_api`). ``sandbox``: check for this instead of the spec's (a
+    Slurm login node need not have what the compute nodes have)."""
+    sandboxed = spec.sandbox if sandbox is None else sandbox
+    check_agent(spec.agent, dict(spec.options or {}), spec.model)
+    check_api([(spec.agent, spec.model)], endpoints=False)  # the credential: local, no request
+    check_priced(spec.agent, spec.model, spec.max_cost)
+    if not sandboxed:
+        check_unsandboxed_login(spec.agent, spec.model)
     check_places()
-    check_weights(tasks, no_weights)
-    check_sandbox(sandbox)
+    check_weights(tasks, spec.no_weights)
+    check_sandbox(sandboxed)
     if endpoints:
-        check_api([(agent, model)])
+        check_api([(spec.agent, spec.model)])
 
 
-def check_spec(spec: Spec) -> None:
-    """The same checks for one :class:`~bench.runner.RunSpec` (programmatic callers of ``bench.runner.run``)."""
-    if spec.repeat < 1:
-        raise InputError(f"repeat must be at least 1 (got {spec.repeat})")
-    check_run(
-        [spec.task],
-        agent=spec.agent,
-        campaign=spec.campaign,
-        budget_s=spec.budget_s,
-        grace_s=spec.grace_s,
-        model=spec.model,
-        options=spec.options,
-        device=spec.device,
-        no_weights=spec.no_weights,
-        sandbox=spec.sandbox,
-        endpoints=False,  # asked by bench run and bench campaign before; a campaign's job does not ask again
-        max_cost=spec.max_cost,
-    )
-    check_limits(spec.limits)
-
-
-__all__ = ["AgentError", "InputError", "check_api", "check_run", "check_spec"]
+__all__ = ["AgentError", "InputError", "check_api", "check_run"]

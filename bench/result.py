@@ -3,12 +3,14 @@
 Everything that reads a run back (the record step, ``bench record``, ``bench run``'s summary, the baseline tuner,
 the tests) goes through :class:`RunResult`, never through string keys of a dict, so a field that is missing
 or ``null`` is handled once, here. ``result.json`` carries ``schema_version``; files written before it existed
-(version 1: one flat dict, no version key) are read by :meth:`RunResult.from_dict` too.
+(version 1: one flat dict, no version key) and version 2 (the run's description flat: task, agent, model,
+campaign, repeat, budget_s, grace_s, device, task_source) are read by :meth:`RunResult.from_dict` too.
 
-Layout of version 2 (the keys of :meth:`RunResult.to_dict`)::
+Layout of version 3 (the keys of :meth:`RunResult.to_dict`)::
 
-    schema_version, task, task_name, agent, model, campaign, repeat,        what ran
-    metric, direction, split, baseline_score, budget_s, grace_s,            under which protocol
+    schema_version, run: {task, agent, model, campaign, repeat, budget_s,   what ran: the run's description
+      grace_s, options, device, limits, max_cost, task_source, ...},         (bench.runspec.RunSpec.to_dict)
+    task_name, metric, direction, split, baseline_score,                    under which protocol
     started_at, wall_time_s, budget_utilisation, agent_argv, agent_exit_code,
     timed_out, interrupted, agent_events, device, partial_data, partial_data_notes,
     scripts, launches_observed, checkpoints_found, rejected_checkpoints,    what the watch and collect steps saw
@@ -16,6 +18,7 @@ Layout of version 2 (the keys of :meth:`RunResult.to_dict`)::
     evaluations: [{candidate, path, script, val_score, metric, step, saved_s, window, official: {...}}],
     audit: {locked_sha256, violations: [{rule, reason}]},
     outcome: {status, score, reason, best_val_score},
+    hardware, sandboxed, hostile_inputs,
     workspace, run_dir, mlflow_run_id, tracking_error
 """
 
@@ -29,10 +32,11 @@ from pathlib import Path
 from typing import Any
 
 from bench.markup import one_line
+from bench.runspec import RunSpec
 from bench.tasks import Direction
 from bench.tracking.schema import STATUSES
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3  # 3: the run's description embedded (``run``); 2: its fields flat; 1: flat, no version
 
 
 class ResultError(ValueError):
@@ -171,18 +175,12 @@ class Outcome:
 class RunResult:
     """One agent run on one task, from the workspace to the outcome (``result.json``)."""
 
-    task: str
+    run: RunSpec  # what ran: the run's description as launched (bench.runspec)
     task_name: str
-    agent: str
-    model: str | None
-    campaign: str
-    repeat: int
     metric: str
     direction: Direction
     split: str
     baseline_score: float
-    budget_s: float
-    grace_s: float
     started_at: float
     wall_time_s: float
     budget_utilisation: float
@@ -190,7 +188,6 @@ class RunResult:
     agent_exit_code: int | None
     timed_out: bool
     interrupted: bool
-    device: str
     workspace: str
     run_dir: str
     outcome: Outcome
@@ -213,9 +210,6 @@ class RunResult:
     # {settings, enforcement, hit: [{limit, value, ...what happened}]};
     # hit is empty when the run stayed within all of them ({} in files written before limits existed)
     limits: dict = field(default_factory=dict)
-    # the task's source (built-in, path or entry-point pack: name, version, origin), its folder and the folder's
-    # sha256 at the run's start (bench.tasks.packs.provenance); {} in files written before task packs
-    task_source: dict = field(default_factory=dict)
     # what the record step refused to read of the agent's files (bench.untrusted: links, FIFOs, sparse or huge files,
     # floods), counted by kind with a few examples (bench.untrusted.Tally.to_dict); {} when nothing was refused
     hostile_inputs: dict = field(default_factory=dict)
@@ -226,6 +220,44 @@ class RunResult:
     schema_version: int = SCHEMA_VERSION
 
     # --- what readers ask -------------------------------------------------------------------
+    @property
+    def task(self) -> str:
+        return self.run.task
+
+    @property
+    def agent(self) -> str:
+        return self.run.agent
+
+    @property
+    def model(self) -> str | None:
+        return self.run.model
+
+    @property
+    def campaign(self) -> str:
+        return self.run.campaign
+
+    @property
+    def repeat(self) -> int:
+        return self.run.repeat
+
+    @property
+    def budget_s(self) -> float:
+        return float(self.run.budget_s) if self.run.budget_s is not None else 0.0
+
+    @property
+    def grace_s(self) -> float:
+        return self.run.grace_s
+
+    @property
+    def device(self) -> str:
+        return self.run.device or ""
+
+    @property
+    def task_source(self) -> dict:
+        """The task's source (built-in, path or entry-point pack: name, version, origin), its folder and the
+        folder's sha256 at the run's start (bench.tasks.packs.provenance); {} in files written before task packs."""
+        return dict(self.run.task_source or {})
+
     @property
     def status(self) -> str:
         return self.outcome.status
@@ -269,6 +301,8 @@ class RunResult:
                 value = value.to_dict()
             elif f.name == "outcome":
                 value = asdict(value)
+            elif f.name == "run":
+                value = value.to_dict()
             out[f.name] = value
         return out
 
@@ -296,15 +330,18 @@ class RunResult:
         if version == 1:
             d = _upgrade_v1(d)
         d.setdefault("sandboxed", False)  # written before sandboxes: the agent ran unsandboxed
+        if version < 3:
+            d = _upgrade_v2(d)
         try:
             return cls(
                 **{f.name: d[f.name] for f in fields(cls) if f.name in d and f.name not in _NESTED},
+                run=RunSpec.from_dict(d["run"]),
                 direction=Direction(d["direction"]),
                 outcome=Outcome(**d["outcome"]),
                 audit=Audit.from_dict(d.get("audit") or {}),
                 evaluations=[Evaluation.from_dict(e) for e in d.get("evaluations") or ()],
             )
-        except (KeyError, TypeError) as e:
+        except (KeyError, TypeError, ValueError) as e:
             raise ResultError(f"result.json lacks or mistypes a field: {e}") from e
 
     @classmethod
@@ -323,7 +360,20 @@ class RunResult:
             raise ResultError(f"{path} is not valid JSON ({e}); the run's files are still in {path.parent}") from e
 
 
-_NESTED = ("direction", "outcome", "audit", "evaluations", "schema_version")
+_NESTED = ("run", "direction", "outcome", "audit", "evaluations", "schema_version")
+_V2_RUN = ("task", "agent", "model", "campaign", "repeat", "budget_s", "grace_s", "device", "task_source")
+
+
+def _upgrade_v2(d: dict) -> dict:
+    """Versions 1 and 2: the description's fields flat at the top level; the limits' settings and whether the run
+    was sandboxed were kept beside (options, no_weights and max_cost were not: their defaults)."""
+    run = {k: d.pop(k) for k in _V2_RUN if k in d}
+    settings = (d.get("limits") or {}).get("settings")
+    if settings is not None:
+        run["limits"] = settings
+    run["sandbox"] = bool(d.get("sandboxed"))
+    run["task_source"] = run.get("task_source") or None
+    return {**d, "run": run}
 
 
 def _upgrade_v1(d: dict) -> dict:

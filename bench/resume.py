@@ -42,7 +42,8 @@ from bench.pipeline.state import RunState, RunStateError
 from bench.pipeline.watch import Watched
 from bench.processes import TOKEN_VAR, describe, end_tree, find_tree, running
 from bench.result import ResultError, RunResult
-from bench.runner import Ended, RunSpec, finish
+from bench.rundir import RunDir
+from bench.runner import Ended, Run, finish
 from bench.sandbox.resource_limits import Limits
 from bench.tasks import data, packs
 from bench.termination import Termination
@@ -59,17 +60,10 @@ class ResumeError(RuntimeError):
     """A run that cannot or must not be resumed; the message says why in one line."""
 
 
-def is_run_dir(path: Path) -> bool:
-    path = Path(path)
-    return path.is_dir() and any((path / name).exists() for name in ("run.json", "result.json", "workspace"))
-
-
 def finished(run_dir: Path) -> RunResult | None:
     """The run's result if ``result.json`` is there and complete; None if there is none."""
-    if not (Path(run_dir) / "result.json").is_file():
-        return None
     try:
-        return RunResult.load(run_dir)
+        return RunDir(run_dir).result()
     except ResultError as e:  # written atomically, so this is a newer schema or a hand-edited file: leave it
         raise ResumeError(f"{run_dir} has a result.json that cannot be read ({e}); it is not redone") from None
 
@@ -89,7 +83,8 @@ def resume_run(run_dir: Path, *, console: bool = True, by: str = "bench run --re
     st = state.read(run_dir)
     if st.harness_alive():
         raise ResumeError(f"{run_dir} is still being run by bench (pid {st.harness_pid}); nothing to resume")
-    task = packs.task_for_run(st.task, st.task_source)  # the folder the run ran, when it is still there
+    spec = st.run_spec(console=console)  # the run's description as it launched (run.json)
+    task = spec.resolve_task()  # the folder the run ran, when it is still there
     ws = workspace.Workspace(run_dir, task)
     evidence = Evidence(run_dir)
     if st.harness_died_at is None:  # before anything here touches the run's files
@@ -107,7 +102,7 @@ def resume_run(run_dir: Path, *, console: bool = True, by: str = "bench run --re
         started_at=st.started_at,
         argv=list(st.agent_argv),
         endpoints=tuple(st.endpoints),
-        sandboxed=st.sandbox,
+        sandboxed=spec.sandbox,
         watched=watched,
         arrivals=_rebuilt("the checkpoints' arrivals", lambda: _arrivals(ws, evidence), dict, failed),
         launches=_rebuilt("the launches", lambda: _launches(evidence), list, failed),
@@ -117,32 +112,18 @@ def resume_run(run_dir: Path, *, console: bool = True, by: str = "bench run --re
     left = f"; ended {len(ended_pids)} process(es) of the run still running" if ended_pids else ""
     print(f"[bench] {st.label}: resuming {run_dir} (its harness died ~{died_s:.0f} s into the run{left})", flush=True)
     limits, ended = _limits(st, ended)
-    spec = RunSpec(
-        task=task,
-        agent=st.agent,
-        campaign=st.campaign,
-        repeat=st.repeat,
-        budget_s=st.budget_s,
-        grace_s=st.grace_s,
-        model=st.model,
-        options=dict(st.options),
-        device=st.device,
-        console=console,
-        no_weights=st.no_weights,
-        sandbox=st.sandbox,
-        limits=limits,
-        task_source=st.task_source or packs.provenance(task),
-        max_cost=st.max_cost,  # the run's API budget: its cap and tag recorded as the run would have
-    )
+    # the run's own limits and API budget (its cap and tag recorded as the run would have); the task's source
+    spec = replace(spec, task=task, limits=limits, task_source=spec.task_source or packs.provenance(task))
     data_dir = Path(st.data_dir)
     if not data_dir.is_dir():  # the cache moved or was cleared since: prepare it again (verified as for a run)
         data_dir = data.prepare(task, progress=console)
-    writer = MlflowWriter(st.campaign)
-    base = schema.run_tags(st.campaign, st.agent, st.task, st.repeat)
+    writer = MlflowWriter(spec.campaign)
+    base = schema.run_tags(spec.campaign, spec.agent, spec.task, spec.repeat)
     relay = relay_for(writer, st.mlflow_run_id, ws, base)
     locked = evidence.locked_at_start(task.locked_files)
+    run = Run(spec, ws, data_dir, list(st.partial_notes), locked, writer, relay)
     with Termination(launched=True) as term:  # a SIGTERM now lets the result be written first (bench.termination)
-        result = finish(spec, ws, st.device, data_dir, list(st.partial_notes), locked, writer, relay, ended)
+        result = finish(run, ended)
     if term.pending:
         raise KeyboardInterrupt
     return result
@@ -151,7 +132,7 @@ def resume_run(run_dir: Path, *, console: bool = True, by: str = "bench run --re
 def resume_campaign(campaign: str, *, console: bool = True) -> list[RunResult]:
     """Resume every run of ``campaign`` with run.json and no result.json, one line each."""
     folder = workspace.campaign_dir(campaign)
-    todo = sorted(d for d in (folder.iterdir() if folder.is_dir() else ()) if _unfinished(d))
+    todo = sorted(d for d in (folder.iterdir() if folder.is_dir() else ()) if _to_resume(d))
     print(f"[bench] campaign {campaign}: {len(todo)} unfinished run(s) to resume in {folder}", flush=True)
     results = []
     for run_dir in todo:
@@ -162,8 +143,9 @@ def resume_campaign(campaign: str, *, console: bool = True) -> list[RunResult]:
     return results
 
 
-def _unfinished(run_dir: Path) -> bool:
-    if not (run_dir / "run.json").is_file():
+def _to_resume(run_dir: Path) -> bool:
+    """Launched and without a result (unfinished, or running: refused by :func:`resume_run` with its reason)."""
+    if not RunDir(run_dir).launched():
         return False
     try:
         return finished(run_dir) is None
@@ -280,7 +262,7 @@ def _agent_events(ws: workspace.Workspace) -> dict:
 
 def for_cli(target: str, *, campaign: str, agent: str | None, task: str | None, console: bool):
     """``bench run --resume [TARGET]``: (results, the campaign to go on running the grid of, or None)."""
-    if target and is_run_dir(Path(target)):
+    if target and RunDir(target).is_run_dir():
         if agent or task:
             raise ResumeError("--resume RUN_DIR finishes that run only: leave out --agent and --task")
         was_finished = finished(Path(target)) is not None

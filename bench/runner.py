@@ -13,7 +13,7 @@ calls too for a run whose harness died (from ``run.json``, :mod:`bench.pipeline.
 from __future__ import annotations
 
 import threading
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from bench import outcome, preflight, protocol, termination
@@ -22,42 +22,11 @@ from bench.durations import fmt_s
 from bench.evidence import Arrival, Evidence
 from bench.pipeline import audit, codetime, collect, evaluate, guard, launch, record, state, watch, workspace
 from bench.result import Audit, Evaluation, RunResult
-from bench.sandbox.resource_limits import Limits
+from bench.runspec import RunSpec, check
 from bench.tasks import Task, data, packs, weights
 from bench.tracking import schema, spool_files
 from bench.tracking.relay import Relay
 from bench.tracking.writer import MlflowWriter
-
-
-@dataclass
-class RunSpec:
-    """What to run: one agent, one task, one repeat."""
-
-    task: Task
-    agent: str
-    campaign: str = "1gc-7rc"
-    repeat: int = 1
-    budget_s: float | None = None  # None: the task's budget
-    grace_s: float = 30.0
-    model: str | None = None
-    options: dict[str, str] = field(default_factory=dict)
-    device: str | None = None
-    console: bool = True
-    no_weights: bool = False  # run a task that provides pretrained weights without them (marked partial)
-    sandbox: bool = True  # the agent runs in a bubblewrap sandbox (bench.sandbox); False: --unsandboxed, marked so
-    run_id: str | None = None  # the run directory's name (a campaign's stable id); None: task-agent-repeat-time
-    limits: Limits = field(default_factory=Limits)  # memory, processes, workspace, log, evaluation time (limits.py)
-    max_cost: float | None = None  # the API budget in USD, enforced by the metering gateway (bench.agents.gateway)
-    # the task's source and folder hash (bench.tasks.packs.provenance); None: taken when the run starts
-    task_source: dict | None = None
-
-    @property
-    def budget(self) -> float:
-        return self.budget_s if self.budget_s is not None else self.task.budget_s
-
-    @property
-    def label(self) -> str:
-        return f"{self.task.id}-{self.agent}-r{self.repeat}"
 
 
 def run(spec: RunSpec) -> RunResult:
@@ -74,11 +43,12 @@ def run(spec: RunSpec) -> RunResult:
 
 def _run(spec: RunSpec, term: termination.Termination) -> RunResult:
     # bad input, an unknown agent, unwritable folders, missing weights, no sandbox: stopped before anything is created
-    preflight.check_spec(spec)
-    if spec.task_source is None:  # before the workspace copies the task: the folder as this run got it
-        spec = replace(spec, task_source=packs.provenance(spec.task))
-    task, adapter = spec.task, get_agent(spec.agent)
-    device = spec.device or evaluate.default_device()
+    check(spec)  # programmatic callers too (bench run and a campaign built it through RunSpec.build, checked)
+    task, adapter = spec.resolve_task(), get_agent(spec.agent)
+    preflight.check_run([task], spec, endpoints=False)  # asked by bench run and bench campaign before
+    # the description as the run goes: its budget, device and the task folder as this run got it (before the
+    # workspace copies it), so run.json and result.json say what ran
+    spec = spec.launched(spec.device or evaluate.default_device(), spec.task_source or packs.provenance(task))
     data_dir = data.prepare(task, progress=spec.console)
     weight_files = [] if spec.no_weights else weights.for_task(task)  # raises with instructions when missing
     notes = _partial_notes(spec)  # read from the verified cache now, before any agent code runs
@@ -96,32 +66,38 @@ def _run(spec: RunSpec, term: termination.Termination) -> RunResult:
     locked_sha = evidence.start(ws.path, task.locked_files, audit.scorer_inputs(task))
     print(f"[bench] {spec.label}: workspace {ws.path} (budget {fmt_s(spec.budget)})", flush=True)
     writer, relay, opening = _track_live(spec, ws, notes)
+    run = Run(spec, ws, data_dir, notes, locked_sha, writer, relay)
 
     term.launched = True  # from here a signal is noted: the run goes on to its result (bench.termination)
-    agent = launch.launch(  # 2
-        adapter,
-        ws,
-        budget_s=spec.budget,
-        device=device,
-        label=spec.label,
-        model=spec.model,
-        options=spec.options,
-        console=spec.console,
-        sandbox=spec.sandbox,
-        evidence=evidence,
-        limits=spec.limits,
-        max_cost=spec.max_cost,
-    )
+    agent = launch.launch(adapter, ws, spec, evidence)  # 2
     relay.follow(agent.proc.pid, agent.token)  # system metrics by host pid from now (spool pids are the sandbox's)
     opening.join()  # the agent run is open by now (run.json names it); MLflow's start-up ran beside the agent's
-    _save_state(spec, ws, device, data_dir, notes, agent, relay)
+    _save_state(run, agent)
     watched = watch.watch(  # 3
         agent, spec.budget, spec.grace_s, on_tick=_status_ticker(agent, relay), stopped=lambda: term.pending
     )
     _save_watched(ws, watched)
     if agent.gateway is not None:  # the lines of requests cut by the agent's end, written before they are read
         agent.gateway.drain()
-    return finish(spec, ws, device, data_dir, notes, locked_sha, writer, relay, Ended.of(agent, watched))
+    return finish(run, Ended.of(agent, watched))
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run's context, as the steps after the launch take it: its description, its workspace and what the start
+    made for it (the prepared data, the partial-data notes, the locked files' hashes, the tracking)."""
+
+    spec: RunSpec  # as launched: budget, device and task source filled in
+    ws: workspace.Workspace
+    data_dir: Path
+    notes: list[str]  # why the run's data falls short of the paper's (empty: full data)
+    locked_sha: dict[str, str]  # each locked file's sha256 at the start
+    writer: MlflowWriter
+    relay: Relay
+
+    @property
+    def task(self) -> Task:
+        return self.spec.resolve_task()
 
 
 @dataclass(frozen=True)
@@ -152,20 +128,10 @@ class Ended:
         )
 
 
-def finish(
-    spec: RunSpec,
-    ws: workspace.Workspace,
-    device: str,
-    data_dir: Path,
-    notes: list[str],
-    locked_sha: dict[str, str],
-    writer: MlflowWriter,
-    relay: Relay,
-    ended: Ended,
-) -> RunResult:
+def finish(run: Run, ended: Ended) -> RunResult:
     """The steps after the watch, shared by :func:`run` and ``bench run --resume`` (:mod:`bench.resume`):
     the spool relayed (script runs left open closed as KILLED) -> collect -> evaluate -> audit -> record."""
-    task = spec.task
+    spec, ws, relay, writer, task = run.spec, run.ws, run.relay, run.writer, run.task
     steps = guard.StepGuard(ws.run_dir, spec.label)  # a step that raises anyway: named, the run goes on (guard.py)
     scripts = steps.run("relay", relay.finalize, lambda: guard.relay_summary(relay))
     deadline = spec.budget + spec.grace_s
@@ -187,7 +153,7 @@ def finish(
     evaluations = steps.run(
         "evaluate",
         lambda: evaluate.evaluate_candidates(  # 5
-            ws, collected.selection, data_dir, device, spec.console, sandboxed=spec.sandbox, limits=spec.limits
+            ws, collected.selection, run.data_dir, spec.device, spec.console, sandboxed=spec.sandbox, limits=spec.limits
         ),
         list,
     )
@@ -197,7 +163,7 @@ def finish(
         "audit",
         lambda: audit.audit(  # 6
             ws,
-            locked_sha,
+            run.locked_sha,
             evaluations,
             started_at=ended.started_at,
             budget_s=spec.budget,
@@ -206,10 +172,10 @@ def finish(
             offline=not ended.endpoints,
             own_hosts=get_agent(spec.agent).own_hosts,
         ),
-        lambda: Audit(locked_sha256=dict(locked_sha)),
+        lambda: Audit(locked_sha256=dict(run.locked_sha)),
     )
     audited = steps.audit(audited)
-    result = _result(spec, ws, device, notes, ended, scripts, collected, evaluations, audited, relay)
+    result = _result(run, ended, scripts, collected, evaluations, audited)
     result.outcome = steps.outcome(result.outcome)
     failed = lambda: guard.record_failed(result, writer, ws.run_dir)  # noqa: E731 (result.json written, run closed)
     steps.run("record", lambda: record.save(result, writer, ws), failed)  # 7
@@ -242,43 +208,21 @@ def _after_signal(ended: Ended, evaluations: list[Evaluation], ws: workspace.Wor
     return replace(ended, note=f"{ended.note}; {late}" if ended.note else late)
 
 
-def _save_state(
-    spec: RunSpec,
-    ws: workspace.Workspace,
-    device: str,
-    data_dir: Path,
-    notes: list[str],
-    agent: launch.LaunchedAgent,
-    relay: Relay,
-) -> None:
+def _save_state(run: Run, agent: launch.LaunchedAgent) -> None:
     """run.json: what ``bench run --resume`` needs if this harness dies; a disk that refuses costs one line."""
     try:
         state.write(
-            ws.run_dir,
+            run.ws.run_dir,
             state.RunState(
-                task=spec.task.id,
-                agent=spec.agent,
-                campaign=spec.campaign,
-                repeat=spec.repeat,
-                budget_s=spec.budget,
-                grace_s=spec.grace_s,
-                model=spec.model,
-                options=dict(spec.options),
-                device=device,
-                no_weights=spec.no_weights,
-                sandbox=spec.sandbox,
-                label=spec.label,
+                spec=run.spec.to_dict(),  # limits, API budget, options...: a resume runs under the run's own
                 token=agent.token,
                 agent_pid=agent.proc.pid,
                 started_at=agent.started_at,
                 agent_argv=list(agent.argv),
                 endpoints=list(agent.endpoints),
-                mlflow_run_id=relay.parent_run,
-                partial_notes=list(notes),
-                data_dir=str(data_dir),
-                limits=spec.limits.to_dict(),  # a resume evaluates under the run's own limits
-                task_source=spec.task_source,
-                max_cost=spec.max_cost,  # a resume records the run's API budget
+                mlflow_run_id=run.relay.parent_run,
+                partial_notes=list(run.notes),
+                data_dir=str(run.data_dir),
             ),
         )
     except state.RunStateError as e:
@@ -298,8 +242,9 @@ def _save_watched(ws: workspace.Workspace, watched: watch.Watched) -> None:
 
 def _partial_notes(spec: RunSpec) -> list[str]:
     """Why this run's data falls short of the paper's (empty: full data)."""
-    notes = data.partial_notes(spec.task)
-    if spec.no_weights and spec.task.weights:
+    task = spec.resolve_task()
+    notes = data.partial_notes(task)
+    if spec.no_weights and task.weights:
         notes.append("the pretrained weights were not provided (--no-weights)")
     return notes
 
@@ -320,19 +265,15 @@ def _status_ticker(agent: launch.LaunchedAgent, relay: Relay) -> watch.Tick:
 
 
 def _result(
-    spec: RunSpec,
-    ws: workspace.Workspace,
-    device: str,
-    notes: list[str],
+    run: Run,
     ended: Ended,
     scripts: dict,
     collected: collect.Collected,
     evaluations: list[Evaluation],
     audited: Audit,
-    relay: Relay,
 ) -> RunResult:
     """Everything the steps produced, as one :class:`RunResult` with its outcome decided."""
-    task, watched = spec.task, ended.watched
+    spec, ws, task, watched = run.spec, run.ws, run.task, ended.watched
     # the metering gateway's tokens, cost and API budget (evidence/llm.jsonl) beside the CLI's own figures
     agent_events = metering.merge(ended.agent_events, metering.log_path(ws.run_dir), spec.max_cost)
     rejected = [{"path": str(r.path), "reason": r.reason} for r in collected.rejected]
@@ -359,18 +300,12 @@ def _result(
         limits["hit"] = [*limits["hit"], capped]
         decided = replace(decided, reason=f"{decided.reason}; {capped['detail']}")
     return RunResult(
-        task=task.id,
+        run=spec,
         task_name=task.name,
-        agent=spec.agent,
-        model=spec.model,
-        campaign=spec.campaign,
-        repeat=spec.repeat,
         metric=task.metric,
         direction=task.direction,
         split=task.eval_split,
         baseline_score=task.baseline_score,
-        budget_s=spec.budget,
-        grace_s=spec.grace_s,
         started_at=ended.started_at,
         wall_time_s=watched.wall_time_s,
         budget_utilisation=round(min(watched.wall_time_s, spec.budget) / spec.budget, 4),
@@ -378,8 +313,7 @@ def _result(
         agent_exit_code=watched.exit_code,
         timed_out=watched.timed_out,
         interrupted=watched.interrupted,
-        device=device,
-        hardware=protocol.describe_hardware(device),
+        hardware=protocol.describe_hardware(spec.device),
         workspace=str(ws.path),
         run_dir=str(ws.run_dir),
         outcome=decided,
@@ -390,12 +324,11 @@ def _result(
         launches_observed=list(ended.launches),
         checkpoints_found=len(collected.found),
         rejected_checkpoints=rejected,
-        mlflow_run_id=relay.parent_run,
-        partial_data=bool(notes),
-        partial_data_notes=notes,
+        mlflow_run_id=run.relay.parent_run,
+        partial_data=bool(run.notes),
+        partial_data_notes=run.notes,
         sandboxed=ended.sandboxed,
         limits=limits,
-        task_source=dict(spec.task_source or {}),
     )
 
 
@@ -410,12 +343,13 @@ def _track_live(
     anything needs the run's id."""
     writer = MlflowWriter(spec.campaign)
     tags = {
-        **schema.agent_run_tags(spec.campaign, spec.agent, spec.model, spec.task.id, spec.repeat, str(ws.run_dir)),
+        **schema.agent_run_tags(spec.campaign, spec.agent, spec.model, spec.task, spec.repeat, str(ws.run_dir)),
         schema.STATUS: "running",
         schema.PARTIAL_DATA: str(bool(notes)).lower(),
         schema.SANDBOXED: str(spec.sandbox).lower(),
+        **schema.spec_tags(spec.to_dict()),
     }
-    base = schema.run_tags(spec.campaign, spec.agent, spec.task.id, spec.repeat)
+    base = schema.run_tags(spec.campaign, spec.agent, spec.task, spec.repeat)
     relay = record.relay_for(writer, None, ws, base)
     opening = threading.Thread(
         target=lambda: relay.attach(record.open_agent_run(writer, spec.label, tags)), name="bench-open-run", daemon=True

@@ -15,7 +15,7 @@ import argparse
 import shutil
 from collections import Counter
 
-from bench import preflight
+from bench import preflight, rundir
 from bench.campaign import spec
 from bench.campaign.spec import Campaign
 from bench.durations import fmt_s
@@ -91,22 +91,15 @@ def cmd_plan(args: argparse.Namespace) -> int:
 def check_machine(campaign: Campaign) -> None:
     """Every agent's checks of ``bench run`` (folders, weights, sandbox, options, credentials), the executor's needs,
     then every LLM agent's endpoint, key and model, asked in parallel (:func:`bench.preflight.check_api`)."""
+    from bench.campaign import job
+
     slurm = campaign.executor == "slurm"
-    for agent in campaign.agents:
+    for key in {k.agent: k for k in campaign.runs()}.values():  # each agent's first run: its description
         preflight.check_run(
             campaign.tasks(),
-            agent=agent.name,
-            campaign=campaign.name,
-            budget_s=campaign.budget_s,
-            grace_s=campaign.grace_s,
-            repeats=campaign.repeats,
-            model=agent.model,
-            options=dict(agent.options),
-            device=campaign.device,
-            no_weights=campaign.no_weights,
-            sandbox=campaign.sandbox and not slurm,  # a login node may lack what the compute nodes have
+            job.spec_of(campaign, key),  # an unpriced model under a budget is refused here, before any job starts
             endpoints=False,  # all agents at once, below
-            max_cost=campaign.max_cost,  # an unpriced model under a budget is refused here, before any job starts
+            sandbox=campaign.sandbox and not slurm,  # a login node may lack what the compute nodes have
         )
     if slurm:
         try:
@@ -124,7 +117,6 @@ def check_machine(campaign: Campaign) -> None:
 
 def start(campaign: Campaign, *, resume: bool, redo_cut_short: bool = False) -> int:
     """``bench campaign run`` / ``resume`` (module docstring)."""
-    from bench.campaign import job
     from bench.campaign.retry import CampaignLock
 
     if resume and not campaign.folder.is_dir():
@@ -134,7 +126,7 @@ def start(campaign: Campaign, *, resume: bool, redo_cut_short: bool = False) -> 
     check_machine(campaign)
     with CampaignLock(campaign):
         keys = campaign.runs()
-        seen = {k: job.inspect(campaign.run_dir(k)) for k in keys}
+        seen = {k: rundir.inspect(campaign.run_dir(k)) for k in keys}
         if redo_cut_short:
             seen.update(_retire_cut_short(campaign, seen))
         seen.update(_retire_infra_failures(campaign, seen))
@@ -157,7 +149,7 @@ def start(campaign: Campaign, *, resume: bool, redo_cut_short: bool = False) -> 
             from bench.campaign.local import LocalExecutor, slots_for
 
             outcome = LocalExecutor(campaign, slots_for(campaign)).run(todo, done_before=len(final))
-        seen = {k: job.inspect(campaign.run_dir(k)) for k in keys}
+        seen = {k: rundir.inspect(campaign.run_dir(k)) for k in keys}
         unrecorded = _record_missing(campaign, seen)
         if any(s.state == "final" for s in seen.values()):  # the summary runs and the report, once per campaign
             from analysis.report_cli import write_summaries
@@ -186,10 +178,10 @@ def _retire_cut_short(campaign: Campaign, seen: dict) -> dict:
 
     again = {}
     for key, was in seen.items():
-        if was.state == "final" and was.result and job.cut_short(was.result):
+        if was.state == "final" and was.result and rundir.cut_short(was.result):
             moved = job.retire(campaign, campaign.run_dir(key))
             print(f"[campaign] {key.run_id}: cut short ({was.status}), runs again; the old run is in {moved}")
-            again[key] = job.inspect(campaign.run_dir(key))
+            again[key] = rundir.inspect(campaign.run_dir(key))
     return again
 
 
@@ -203,7 +195,7 @@ def _retire_infra_failures(campaign: Campaign, seen: dict) -> dict:
         if was.state == "final" and was.result and (why := job.infra_failure(was.result)):
             moved = job.retire(campaign, campaign.run_dir(key))
             print(f"[campaign] {key.run_id}: {why}; runs again, the old run is in {moved}", flush=True)
-            again[key] = job.inspect(campaign.run_dir(key))
+            again[key] = rundir.inspect(campaign.run_dir(key))
     return again
 
 
@@ -234,12 +226,11 @@ def _record_missing(campaign: Campaign, seen: dict) -> list[str]:
 
 def status(campaign: Campaign) -> int:
     """``bench campaign status``: every run's state, then the ETA of what is left."""
-    from bench.campaign import job
     from bench.campaign.retry import last_events
     from bench.campaign.view import Estimate, table
 
     keys = campaign.runs()
-    seen = {k: job.inspect(campaign.run_dir(k)) for k in keys}
+    seen = {k: rundir.inspect(campaign.run_dir(k)) for k in keys}
     jobs: dict[str, str] = {}
     if campaign.executor == "slurm":
         from bench.campaign.slurm import SlurmExecutor
@@ -251,7 +242,7 @@ def status(campaign: Campaign) -> int:
 
         slots = len(slots_for(campaign))
     print(table(campaign, seen, last_events(campaign), jobs))
-    short = [k for k, was in seen.items() if was.state == "final" and was.result and job.cut_short(was.result)]
+    short = [k for k, was in seen.items() if was.state == "final" and was.result and rundir.cut_short(was.result)]
     if short:  # final, but not a full-budget measurement of the agent
         print(
             f"{len(short)} run(s) cut short by the harness ({', '.join(k.run_id for k in short[:3])}"

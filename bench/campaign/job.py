@@ -1,17 +1,10 @@
 """One run of a campaign as a job: what state it is in, doing what it still needs, and what counts as an
 infrastructure failure (retried) rather than an agent's outcome (final).
 
-A run's state is read from its run directory (:func:`inspect`), never from a memory of what was launched, so that a
-campaign killed at any point finds the truth again:
-
-- ``final``: result.json is there. Whatever the status (success, failed, timeout, disqualified, refused,
-  interrupted) it is the run's outcome and is never redone;
-- ``running``: run.json names a harness that is alive (:meth:`bench.pipeline.state.RunState.harness_alive`);
-- ``unfinished``: run.json, no result.json, its harness is dead: finished by :func:`bench.resume.resume_run`;
-- ``stale``: the directory exists without run.json: a harness died before it launched the agent. Nothing of the
-  agent ran, so the run starts over: the directory is removed and the MLflow agent run it may have opened is
-  deleted (else the leaderboard would count a run that never happened);
-- ``pending``: no directory yet.
+A run's state is read from its run directory (:mod:`bench.rundir`: final, running, unfinished, stale, pending,
+and cut short), never from a memory of what was launched; a stale run starts over (:func:`discard`: the directory
+is removed and the MLflow agent run it may have opened is deleted, else the leaderboard would count a run that
+never happened).
 
 An **infrastructure failure** is a job that ended with its run not final: its ``bench`` process crashed or was
 killed (a signal, an out-of-memory kill, a lost node, a scheduler's time limit) or stopped before a run directory
@@ -30,14 +23,14 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-from dataclasses import dataclass
 from pathlib import Path
 
 from bench import settings
 from bench.campaign.spec import Campaign, RunKey
-from bench.pipeline import state
-from bench.result import ResultError, RunResult
-from bench.runner import RunSpec, run
+from bench.result import RunResult
+from bench.rundir import RunDir
+from bench.runner import run
+from bench.runspec import RunSpec
 from bench.tasks import get_task
 from bench.tracking import schema
 from bench.tracking.writer import MlflowWriter, TrackingError
@@ -45,56 +38,14 @@ from bench.tracking.writer import MlflowWriter, TrackingError
 CPUS_VAR = settings.CAMPAIGN_CPUS.name  # the CPU set the local executor gives a run's bench process: "0,1,2,3"
 
 
-@dataclass(frozen=True)
-class Seen:
-    """What a run's directory says about it."""
-
-    state: str  # final | running | unfinished | stale | pending
-    result: RunResult | None = None
-    note: str = ""  # for a final run whose result.json cannot be read: why
-
-    @property
-    def status(self) -> str:
-        if self.result is not None:
-            return self.result.status
-        return "unreadable" if self.state == "final" else self.state
-
-
-def inspect(run_dir: Path) -> Seen:
-    """The run's state from its directory (module docstring)."""
-    if (run_dir / "result.json").is_file():
-        try:
-            return Seen("final", RunResult.load(run_dir))
-        except ResultError as e:  # written atomically: a newer schema or a hand edit; never redone either
-            return Seen("final", note=str(e))
-    if (run_dir / "run.json").is_file():
-        try:
-            alive = state.read(run_dir).harness_alive()
-        except state.RunStateError as e:
-            return Seen("final", note=str(e))  # not ours to touch: shown by status, never overwritten
-        return Seen("running" if alive else "unfinished")
-    return Seen("stale" if run_dir.exists() else "pending")
-
-
 def spec_of(campaign: Campaign, key: RunKey, console: bool = False) -> RunSpec:
-    """The :class:`bench.runner.RunSpec` of one run of the campaign (its run directory named by the stable id)."""
-    return RunSpec(
-        task=get_task(key.task),
-        agent=key.agent.name,
-        campaign=campaign.name,
-        repeat=key.repeat,
-        budget_s=campaign.budget_s,
-        grace_s=campaign.grace_s,
-        model=key.agent.model,
-        options=dict(key.agent.options),
-        device=campaign.device,
-        console=console,
-        no_weights=campaign.no_weights,
-        sandbox=campaign.sandbox,
-        run_id=key.run_id,
-        limits=campaign.limits,
-        max_cost=campaign.max_cost,
-    )
+    """The description of one run of the campaign (:meth:`bench.runspec.RunSpec.build`: the task's budget < the
+    file's keys < its agent entry), its run directory named by the stable id."""
+    entry = {"model": key.agent.model, "options": dict(key.agent.options)}
+    return RunSpec.build(
+        get_task(key.task), key.agent.name, campaign.run, entry,
+        campaign=campaign.name, repeat=key.repeat, run_id=key.run_id, console=console,
+    )  # fmt: skip
 
 
 def execute(campaign: Campaign, key: RunKey, *, console: bool = True) -> RunResult | None:
@@ -103,7 +54,7 @@ def execute(campaign: Campaign, key: RunKey, *, console: bool = True) -> RunResu
     from bench.resume import resume_run
 
     run_dir = campaign.run_dir(key)
-    seen = inspect(run_dir)
+    seen = RunDir(run_dir).seen()
     if seen.state == "final":
         print(f"[campaign] {key.run_id}: final already ({seen.status}); never redone", flush=True)
         return seen.result
@@ -124,15 +75,6 @@ def discard(campaign: Campaign, run_dir: Path) -> None:
     _delete_agent_runs(campaign, run_dir)
     print(f"[campaign] {run_dir.name}: its harness died before the agent started; starting it over", flush=True)
     shutil.rmtree(run_dir)
-
-
-def cut_short(result: RunResult) -> bool:
-    """The harness, not the agent or its budget, ended the agent's time: the run's ``cut-short`` deviation (a
-    Ctrl-C, ``scancel``, a preemption, or a harness that died and was resumed before the budget's end)."""
-    from bench import protocol
-    from bench.pipeline.record import deviations
-
-    return any(d.kind == protocol.CUT_SHORT for d in deviations(result, get_task(result.task).budget_s))
 
 
 def infra_failure(result: RunResult) -> str | None:

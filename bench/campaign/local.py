@@ -30,10 +30,11 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.campaign.job import CPUS_VAR, inspect
+from bench.campaign.job import CPUS_VAR
 from bench.campaign.retry import Attempts, control_dir
 from bench.campaign.spec import Campaign, RunKey
 from bench.campaign.view import Estimate, LiveView
+from bench.rundir import inspect
 
 
 def visible_gpus(env: dict[str, str] | None = None, nvidia_smi: str = "nvidia-smi") -> list[str]:

@@ -16,9 +16,10 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from bench.campaign.job import infra_failure, inspect, retire
+from bench.campaign.job import infra_failure, retire
 from bench.campaign.spec import Campaign, RunKey
 from bench.preflight import InputError
+from bench.rundir import inspect
 
 CONTROL = ".campaign"  # in the campaign's folder: its log, lock, children's output, submitit's files
 

@@ -240,7 +240,7 @@ class SlurmExecutor:
             return None
 
     def _status(self, key: RunKey) -> str:
-        from bench.campaign.job import inspect
+        from bench.rundir import inspect
 
         return inspect(self.campaign.run_dir(key)).status
 

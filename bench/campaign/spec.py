@@ -14,7 +14,8 @@ starts (a mistake found after an hour of runs costs the hour), every problem one
     name = "command"
     agent_command = "python train.py"
 
-Optional keys: ``grace`` (seconds after the budget before SIGKILL, 30), ``device`` (the evaluation's), ``sandbox``
+Optional keys: ``grace`` (seconds after the budget before SIGKILL, 30: :data:`bench.runspec.GRACE_S`),
+``device`` (the evaluation's), ``sandbox``
 (true), ``no_weights`` (false), ``retries`` (2: infrastructure failures only, :mod:`bench.campaign.job`),
 ``executor`` (``local`` or ``slurm``), ``tasks_path`` (folders of task packs, searched as ``BENCH_TASKS_PATH``
 is: each a task folder or a folder of task folders, relative to the campaign file; :mod:`bench.tasks.packs`),
@@ -54,7 +55,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench import preflight
+from bench import preflight, runspec
 from bench.agents import AGENTS, AgentError
 from bench.durations import fmt_s, parse_duration
 from bench.pipeline.evaluate import SCORER_GRACE_S
@@ -70,8 +71,8 @@ LIMIT_KEYS = {  # the key of each limit (Limits' field), named after its bench r
 AFTER_EVAL_S = 10 * 60  # a Slurm job's time after the evaluation: the relay's last values, collect, audit, record
 
 TOP_KEYS = {
-    "name", "tasks", "repeats", "budget", "grace", "device", "sandbox", "no_weights", "retries", "executor", "gpus",
-    "agents", "slurm", "max_cost", "tasks_path", *LIMIT_KEYS,
+    "name", "tasks", "repeats", "retries", "executor", "gpus", "agents", "slurm", "tasks_path", *LIMIT_KEYS,
+    *runspec.FILE_KEYS,
 }  # fmt: skip
 AGENT_KEYS = {"name", "model", "agent_command", "options"}
 EXECUTORS = ("local", "slurm")
@@ -153,21 +154,37 @@ class Campaign:
     task_ids: tuple[str, ...]
     repeats: int
     agents: tuple[AgentEntry, ...]
-    budget_s: float | None = None
-    grace_s: float = 30.0
-    device: str | None = None
-    sandbox: bool = True
-    no_weights: bool = False
+    # the file's layer of every run's description (bench.runspec.FILE_KEYS and the limits): field -> value
+    run: dict = field(default_factory=dict, hash=False)
     retries: int = 2
     executor: str = "local"
     gpus: tuple[str, ...] | None = None
     slurm: SlurmSettings = field(default_factory=SlurmSettings)
-    limits: Limits = field(default_factory=Limits)  # every run's (bench.sandbox.resource_limits); the flags' defaults
-    max_cost: float | None = None  # every run's API budget in USD (bench.agents.gateway); None: none
     tasks_path: tuple[Path, ...] = ()  # task pack folders (bench.tasks.packs), searched in this process once loaded
     # each task's budget once looked up: a lookup searches every pack (~10 ms), and the status line and the Slurm
     # grouping ask once per run (245 runs: seconds)
     _budgets: dict[str, float] = field(default_factory=dict, compare=False, repr=False)
+
+    # what the executors, the plan and the status line ask of every run's description
+    @property
+    def budget_s(self) -> float | None:
+        return self.run.get("budget_s")
+
+    @property
+    def grace_s(self) -> float:
+        return self.run.get("grace_s", runspec.GRACE_S)
+
+    @property
+    def sandbox(self) -> bool:
+        return self.run.get("sandbox", True)
+
+    @property
+    def limits(self) -> Limits:
+        return self.run.get("limits") or Limits()
+
+    @property
+    def max_cost(self) -> float | None:
+        return self.run.get("max_cost")
 
     @property
     def folder(self) -> Path:
@@ -240,47 +257,21 @@ def load(path: Path) -> Campaign:
     repeats = integer(raw.get("repeats", 1), "repeats", bad)
     if repeats < 1:
         raise bad("repeats", f"must be at least 1 (got {repeats}); the paper runs 5")
-    budget_s = None
-    if "budget" in raw:
-        if not isinstance(raw["budget"], str):
-            raise bad("budget", f'write a duration as a string, e.g. budget = "40m" (got {raw["budget"]!r})')
-        try:
-            budget_s = parse_duration(raw["budget"])
-        except Exception as e:  # argparse's error type: the message is the one line
-            raise bad("budget", str(e)) from None
-        if not (math.isfinite(budget_s) and budget_s > 0):
-            raise bad("budget", f"must be a positive duration (got {raw['budget']!r})")
-    grace = raw.get("grace", 30.0)
-    if isinstance(grace, bool) or not isinstance(grace, int | float) or not math.isfinite(grace) or grace < 0:
-        raise bad("grace", f"must be a number of seconds >= 0 (got {grace!r}); the paper uses 30")
     retries = integer(raw.get("retries", 2), "retries", bad)
     if retries < 0:
         raise bad("retries", f"must be 0 or more (got {retries})")
     executor = raw.get("executor", "local")
     if executor not in EXECUTORS:
         raise bad("executor", f"must be one of {', '.join(EXECUTORS)} (got {executor!r})")
-    flags = {k: raw.get(k, d) for k, d in (("sandbox", True), ("no_weights", False))}
-    for k, v in flags.items():
-        if not isinstance(v, bool):
-            raise bad(k, f"must be true or false (got {v!r})")
-    device = raw.get("device")
-    if device is not None:
-        if not isinstance(device, str):
-            raise bad("device", f"must be a string, cpu or cuda (got {device!r})")
-        try:
-            preflight.check_device(device)
-        except InputError as e:
-            raise bad("device", str(e)) from None
-    limits = parse_limits(raw, bad)
-    max_cost = raw.get("max_cost")
-    if max_cost is not None and (isinstance(max_cost, bool) or not isinstance(max_cost, int | float) or max_cost <= 0):
-        raise bad("max_cost", f"must be a positive amount in USD, e.g. max_cost = 20.0 (got {max_cost!r})")
-    if max_cost is not None and not flags["sandbox"]:
-        raise bad("max_cost", "is enforced by the sandbox's metering gateway: it needs sandbox = true")
+    run = runspec.file_layer(raw, bad)  # every run's description, as the file sets it: judged once, below
+    run["limits"] = parse_limits(raw, bad)
     slurm = slurm_settings(raw.get("slurm", {}), where)
     if slurm.eval_margin_s is not None and "eval_budget" not in raw:  # a file written before eval_budget existed
-        limits = fit_to_margin(slurm.eval_margin_s, limits)
-    check_margin(slurm.eval_margin_s, limits, where)
+        run["limits"] = fit_to_margin(slurm.eval_margin_s, run["limits"])
+    check_margin(slurm.eval_margin_s, run["limits"], where)
+    keys = {field: key for key, field in runspec.FILE_KEYS.items()}
+    # the same checks as bench run's flags (bench.runspec.check), each naming the file's key
+    runspec.RunSpec.build("-", "-", run, names=lambda f: f"{where}: {keys.get(f, f)}:", campaign=name)
     tasks_path = _tasks_path(raw.get("tasks_path", []), path, bad)  # before the task ids: they may name its tasks
     campaign = Campaign(
         name=name,
@@ -288,17 +279,11 @@ def load(path: Path) -> Campaign:
         task_ids=_tasks(raw.get("tasks"), bad),
         repeats=repeats,
         agents=_agents(raw.get("agents"), where),
-        budget_s=budget_s,
-        grace_s=float(grace),
-        device=device,
-        sandbox=flags["sandbox"],
-        no_weights=flags["no_weights"],
+        run=run,
         retries=retries,
         executor=executor,
         gpus=_gpus(raw["gpus"], bad) if "gpus" in raw else None,
         slurm=slurm,
-        limits=limits,
-        max_cost=None if max_cost is None else float(max_cost),
         tasks_path=tasks_path,
     )
     return campaign

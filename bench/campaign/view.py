@@ -14,10 +14,10 @@ import sys
 import time
 from typing import TextIO
 
-from bench.campaign.job import Seen
 from bench.campaign.spec import Campaign, RunKey
 from bench.durations import fmt_s
 from bench.progress import StatusLine
+from bench.rundir import Seen
 
 DEFAULT_OVERHEAD_S = 120.0
 

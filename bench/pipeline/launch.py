@@ -37,6 +37,7 @@ from bench.pipeline.launch_monitor import LaunchMonitor
 from bench.pipeline.workspace import Workspace
 from bench.processes import become_subreaper
 from bench.progress import StatusLine
+from bench.runspec import RunSpec
 from bench.sandbox import Policy, Sandbox, agent_environment, default_hidden, default_readable
 from bench.sandbox.resource_limits import Limits, RunGroup
 from bench.tracking import HOOK_DIR
@@ -94,29 +95,18 @@ def agent_env(
     return env
 
 
-def launch(
-    agent: Agent,
-    ws: Workspace,
-    *,
-    budget_s: float,
-    device: str,
-    label: str,
-    model: str | None = None,
-    options: dict[str, str] | None = None,
-    console: bool = True,
-    sandbox: bool = True,
-    evidence: Evidence | None = None,
-    limits: Limits | None = None,
-    max_cost: float | None = None,
-) -> LaunchedAgent:
-    """Start ``agent`` in ``ws`` with the standard prompt; returns at once, the agent runs on.
+def launch(agent: Agent, ws: Workspace, spec: RunSpec, evidence: Evidence | None = None) -> LaunchedAgent:
+    """Start ``agent`` in ``ws`` as the run's description says (budget, device, model, options, sandbox, limits,
+    API budget: :class:`bench.runspec.RunSpec`, as launched); returns at once, the agent runs on.
 
-    ``sandbox``: run it in a bubblewrap sandbox (raises :class:`~bench.sandbox.SandboxUnavailable` when none
+    ``spec.sandbox``: run it in a bubblewrap sandbox (raises :class:`~bench.sandbox.SandboxUnavailable` when none
     can be built here); paths are the same inside and out, so nothing downstream changes. ``evidence``: where the
     harness keeps what it observes for the audit (requests through the sandbox's proxy, command lines, checkpoint
-    arrivals with the locked files' state); the run directory's ``evidence/`` by default. ``max_cost``: the run's API
-    budget in USD, enforced by the metering gateway (:mod:`bench.agents.metering`), which a sandboxed CLI agent's
-    LLM requests go through; its log is ``evidence/llm.jsonl``."""
+    arrivals with the locked files' state); the run directory's ``evidence/`` by default. ``spec.max_cost``: the
+    run's API budget in USD, enforced by the metering gateway (:mod:`bench.agents.metering`), which a sandboxed CLI
+    agent's LLM requests go through; its log is ``evidence/llm.jsonl``."""
+    budget_s, device, label, model, options = spec.budget, spec.device or "cpu", spec.label, spec.model, spec.options
+    console, sandbox, limits, max_cost = spec.console, spec.sandbox, spec.limits, spec.max_cost
     evidence = evidence or Evidence(ws.run_dir)
     ctx = LaunchContext(
         task=ws.task,

@@ -141,16 +141,10 @@ def record(writer: MlflowWriter, result: RunResult, ws: Workspace, staged: uploa
     writer.log_params(
         run_id,
         {
-            schema.PARAM_AGENT: result.agent,
-            schema.PARAM_MODEL: result.model or "",
-            schema.PARAM_TASK: result.task,
-            schema.PARAM_REPEAT: result.repeat,
-            schema.PARAM_BUDGET_MINUTES: result.budget_s / 60,
-            schema.PARAM_GRACE_S: result.grace_s,
+            **schema.spec_params(result.run.to_dict()),  # the run's description (bench.runspec)
             schema.PARAM_METRIC: result.metric,
             schema.PARAM_DIRECTION: str(result.direction),
             schema.PARAM_EVAL_SPLIT: result.split,
-            schema.PARAM_DEVICE: result.device,
             schema.PARAM_PREPARE_SHA256: result.audit.locked_sha256.get("prepare.py", ""),
             schema.PARAM_AGENT_ARGV: " ".join(result.agent_argv),
         },
@@ -243,6 +237,7 @@ def record(writer: MlflowWriter, result: RunResult, ws: Workspace, staged: uploa
             schema.PARTIAL_NOTES: "\n".join(result.partial_data_notes)[:5000],
             **schema.audit_tags(result.audit.violations),
             **schema.task_source_tags(result.task_source),
+            **schema.spec_tags(result.run.to_dict()),
         },
     )
     writer.log_text(run_id, json.dumps(result.audit.to_dict(), indent=2), schema.AUDIT_ARTIFACT)

@@ -15,10 +15,11 @@ from pathlib import Path
 
 import psutil
 
-from bench.sandbox.resource_limits import FLAGS, LimitError, Limits
+from bench.runspec import RunSpec, limits_of
+from bench.sandbox.resource_limits import LimitError, Limits
 
 STATE_FILE = "run.json"
-VERSION = 1
+VERSION = 2  # 2: the run's description embedded whole (``spec``); 1: its fields flat beside the launch's
 
 
 class RunStateError(RuntimeError):
@@ -27,20 +28,10 @@ class RunStateError(RuntimeError):
 
 @dataclass
 class RunState:
-    """The run's spec (task id, not the Task), its launch, its tracking and the harness that ran it."""
+    """The run's description (:class:`bench.runspec.RunSpec`, as a dict) and what its launch added: the run token,
+    the agent's pid and argv, the endpoints, the MLflow run and the harness that ran it."""
 
-    task: str
-    agent: str
-    campaign: str
-    repeat: int
-    budget_s: float
-    grace_s: float
-    model: str | None
-    options: dict[str, str]
-    device: str
-    no_weights: bool
-    sandbox: bool
-    label: str
+    spec: dict  # RunSpec.to_dict() as the run launched (budget, device and task source filled in)
     token: str  # BENCH_RUN_TOKEN: every process of the run carries it
     agent_pid: int
     started_at: float
@@ -53,14 +44,6 @@ class RunState:
     harness_started: float = field(default_factory=lambda: _create_time(os.getpid()) or 0.0)
     harness_died_at: float | None = None  # set by the first --resume: the harness's last sign of life
     watched: dict | None = None  # how the agent's time ended (watch.Watched), once it has; None while the agent runs
-    # the run's limits (Limits.to_dict(): memory, processes, workspace, log, evaluation budget), so that a resume
-    # evaluates under the run's own; None in files written before runs had limits (a resume uses the defaults)
-    limits: dict | None = None
-    # where the task came from and its folder's sha256 (bench.tasks.packs.provenance); None in older files
-    task_source: dict | None = None
-    # the run's API budget in USD (--max-cost, the campaign's max_cost), so that a resume records it as the run did;
-    # None: none, or a file written before runs kept it
-    max_cost: float | None = None
     version: int = VERSION
 
     def harness_alive(self) -> bool:
@@ -68,9 +51,31 @@ class RunState:
         started = _create_time(self.harness_pid)
         return started is not None and abs(started - self.harness_started) < 0.05
 
+    def run_spec(self, *, console: bool = True) -> RunSpec:
+        """The run's description, rebuilt (checked when the file was read)."""
+        return RunSpec.from_dict(self.spec, console=console)
+
     def run_limits(self) -> Limits | None:
-        """The limits the run was launched with (checked when read); None for a run.json that has none."""
-        return None if self.limits is None else limits_of(self.limits)
+        """The limits the run was launched with (checked when read); None for a run.json that has none (written
+        before runs had limits: a resume uses the defaults and says so)."""
+        return None if self.spec.get("limits") is None else limits_of(self.spec["limits"])
+
+    # what readers ask of the description
+    @property
+    def label(self) -> str:
+        return f"{self.spec['task']}-{self.spec['agent']}-r{self.spec['repeat']}"
+
+    @property
+    def budget_s(self) -> float:
+        return float(self.spec["budget_s"])
+
+    @property
+    def grace_s(self) -> float:
+        return float(self.spec["grace_s"])
+
+    @property
+    def max_cost(self) -> float | None:
+        return self.spec.get("max_cost")
 
 
 def _create_time(pid: int) -> float | None:
@@ -99,7 +104,8 @@ def write(run_dir: Path, state: RunState) -> Path:
 
 
 def read(run_dir: Path) -> RunState:
-    """The run's state; :class:`RunStateError` (one line) for a missing or malformed run.json."""
+    """The run's state; :class:`RunStateError` (one line) for a missing or malformed run.json. A file of
+    version 1 (the description's fields flat) is read too."""
     target = path(run_dir)
     try:
         raw = json.loads(target.read_text())
@@ -109,18 +115,21 @@ def read(run_dir: Path) -> RunState:
         raise RunStateError(f"{target} cannot be read ({e}); the run's files are still in {run_dir}") from e
     if not isinstance(raw, dict):
         raise RunStateError(f"{target} is not a JSON object")
-    if int(raw.get("version", VERSION)) > VERSION:
+    if int(raw.get("version", 1)) > VERSION:
         raise RunStateError(f"{target} has version {raw['version']}, newer than this toolkit's {VERSION}: upgrade")
+    if int(raw.get("version", 1)) == 1:
+        raw = _upgrade_v1(raw)
     names = {f.name for f in fields(RunState)}
-    optional = {"harness_pid", "harness_started", "harness_died_at", "watched", "limits", "task_source", "version"}
-    optional |= {"max_cost"}
+    optional = {"harness_pid", "harness_started", "harness_died_at", "watched", "version"}
     missing = sorted(names - set(raw) - optional)
+    missing += sorted(f"spec.{k}" for k in _SPEC_KEYS if k not in (raw.get("spec") or {}))
     if missing:
         raise RunStateError(f"{target} lacks {', '.join(missing)}: it was not written by bench run")
     try:
         state = RunState(**{k: v for k, v in raw.items() if k in names})
-        state.repeat, state.agent_pid = int(state.repeat), int(state.agent_pid)
-        state.budget_s, state.grace_s, state.started_at = map(float, (state.budget_s, state.grace_s, state.started_at))
+        state.version = VERSION
+        state.agent_pid, state.started_at = int(state.agent_pid), float(state.started_at)
+        float(state.spec["budget_s"])
         if state.watched is not None:  # what a resume rebuilds the watch's outcome from: checked here, not there
             from bench.pipeline.watch import Watched
 
@@ -137,28 +146,22 @@ def read(run_dir: Path) -> RunState:
         state.run_limits()
     except LimitError as e:
         raise RunStateError(f"{target}: limits: {e}; fix it or remove the key (a resume then uses the defaults)") from e
+    try:
+        state.run_spec()
+    except (TypeError, ValueError) as e:
+        raise RunStateError(f"{target} mistypes a field of the run's description ({e})") from e
     return state
 
 
-def limits_of(raw: object) -> Limits:
-    """The limits a run recorded (``Limits.to_dict()``), checked: LimitError naming the field for a missing or
-    unknown key, a wrong type or a value no run can live with (a hand edit, a newer toolkit), so that a resume
-    never runs under limits nobody set."""
-    if not isinstance(raw, dict):
-        raise LimitError(f"not a table of limits (got {raw!r})")
-    if extra := sorted(set(raw) - set(FLAGS)):
-        raise LimitError(f"unknown limit {extra[0]!r}; known: {', '.join(sorted(FLAGS))}")
-    if missing := sorted(set(FLAGS) - set(raw)):
-        raise LimitError(f"lacks {', '.join(missing)}")
-    for key in ("memory_bytes", "processes", "workspace_bytes", "log_bytes"):
-        value, may_be_off = raw[key], key != "log_bytes"  # null: switched off ("none"); agent.log always has one
-        if not (value is None and may_be_off) and (isinstance(value, bool) or not isinstance(value, int)):
-            raise LimitError(f"{key} must be a whole number{' or null' if may_be_off else ''} (got {value!r})")
-    if isinstance(raw["eval_s"], bool) or not isinstance(raw["eval_s"], int | float):
-        raise LimitError(f"eval_s must be a number of seconds (got {raw['eval_s']!r})")
-    limits = Limits(**{**raw, "eval_s": float(raw["eval_s"])})
-    limits.check(names={k: k for k in FLAGS})
-    return limits
+_SPEC_KEYS = ("task", "agent", "campaign", "repeat", "budget_s", "grace_s", "device", "sandbox")
+_V1_LAUNCH = {"token", "agent_pid", "started_at", "agent_argv", "endpoints", "mlflow_run_id", "partial_notes"}
+_V1_LAUNCH |= {"data_dir", "harness_pid", "harness_started", "harness_died_at", "watched", "version", "label"}
+
+
+def _upgrade_v1(raw: dict) -> dict:
+    """Version 1: the description's fields (task, agent, budget_s, limits, max_cost, ...) flat beside the launch's."""
+    spec = {k: v for k, v in raw.items() if k not in _V1_LAUNCH}
+    return {**{k: v for k, v in raw.items() if k in _V1_LAUNCH and k != "label"}, "spec": spec}
 
 
 def disk_error(target: Path, err: OSError, run_dir: Path) -> RunStateError:

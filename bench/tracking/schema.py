@@ -116,6 +116,27 @@ PARAM_DEVICE = "device"  # the evaluation device
 PARAM_PREPARE_SHA256 = "prepare_sha256"
 PARAM_AGENT_ARGV = "agent_argv"
 
+# the run's description (bench.runspec.RunSpec.to_dict()) on its agent run: each field named here is a param, each
+# table of labels named in SPEC_TAG_TABLES one tag per key; the record step maps them with spec_params/spec_tags
+SPEC_PARAMS = {
+    "agent": PARAM_AGENT, "model": PARAM_MODEL, "task": PARAM_TASK, "repeat": PARAM_REPEAT,
+    "budget_s": PARAM_BUDGET_MINUTES, "grace_s": PARAM_GRACE_S, "device": PARAM_DEVICE,
+}  # fmt: skip
+SPEC_TAG_TABLES: dict[str, str] = {}  # field -> tag prefix
+
+
+def spec_params(spec: dict) -> dict:
+    """The description's params (the budget in minutes, as the paper gives it; a missing model as "")."""
+    out = {name: "" if spec.get(key) is None else spec[key] for key, name in SPEC_PARAMS.items()}
+    if spec.get("budget_s") is not None:
+        out[PARAM_BUDGET_MINUTES] = float(spec["budget_s"]) / 60
+    return out
+
+
+def spec_tags(spec: dict) -> dict[str, str]:
+    """The description's tables of labels as tags: ``prefix + key`` -> value."""
+    return {f"{prefix}{k}": str(v) for key, prefix in SPEC_TAG_TABLES.items() for k, v in (spec.get(key) or {}).items()}
+
 
 def audit_tags(findings) -> dict[str, str]:
     """The audit's tags on an agent run, from its findings (objects with ``rule``, ``verdict``, ``reason``)."""

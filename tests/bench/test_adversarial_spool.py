@@ -151,6 +151,7 @@ def _sabotage_spool(run_dir: Path) -> None:
 
 @pytest.mark.slow  # a whole benchmark run of a hostile agent
 def test_resume_and_bench_record_finish_a_sabotaged_run_whose_harness_died(generated_t6):
+    from bench import rundir
     from bench.campaign import job
     from bench.cli import main
     from bench.resume import resume_run
@@ -167,7 +168,7 @@ def test_resume_and_bench_record_finish_a_sabotaged_run_whose_harness_died(gener
     assert any(v.rule == 7 and "ghost.py" in v.reason for v in result.audit.violations)
     assert all(r.info.status != "RUNNING" for r in _runs(result.campaign))
     # a campaign sees the run as final: the agent's act is its outcome, never an infrastructure failure
-    seen = job.inspect(run_dir)
+    seen = rundir.inspect(run_dir)
     assert seen.state == "final" and job.infra_failure(seen.result) is None
 
     Path(result.result_file).unlink()  # the harness died again before its result: bench record finishes it
@@ -186,6 +187,7 @@ def test_a_step_that_crashes_anyway_records_an_honest_failed_run(generated_t6, m
     """Belt and braces: whatever makes a step raise (here the collect step, forced), the run is recorded as failed
     with the step and its error named in the reason and the audit, result.json written, every MLflow run closed
     (a forged script run with no end event too), and a campaign treats it as final."""
+    from bench import rundir
     from bench.campaign import job
     from bench.pipeline import guard as guard_mod
     from bench.runner import RunSpec, run
@@ -211,7 +213,7 @@ def test_a_step_that_crashes_anyway_records_an_honest_failed_run(generated_t6, m
     statuses = {r.data.tags.get(schema.SCRIPT) or r.data.tags.get(schema.KIND): r.info.status for r in runs}
     assert statuses == {"agent": "FAILED", "open.py": "KILLED"}, statuses  # closed, never RUNNING
     assert RunResult.load(result.run_dir).status == "failed"
-    seen = job.inspect(Path(result.run_dir))
+    seen = rundir.inspect(Path(result.run_dir))
     assert seen.state == "final" and job.infra_failure(seen.result) is None
 
 

@@ -16,6 +16,9 @@ from bench.result import SCHEMA_VERSION, ResultError, RunResult
 from bench.tasks import Direction
 
 V1 = Path(__file__).parent / "fixtures" / "results" / "v1_t6_baseline.json"
+# version 2 (the run's description flat at the top level): the v1 file written again by the version-2 code
+# (bench/result.py at ac76d85), with the limits, task source and sandbox a version-2 run recorded set by hand
+V2 = V1.with_name("v2_t6_baseline.json")
 
 
 def test_reads_a_version_1_result_json() -> None:
@@ -35,8 +38,9 @@ def test_round_trip_writes_the_current_version(tmp_path: Path) -> None:
     r = RunResult.load(V1)
     written = r.write(tmp_path / "result.json")
     raw = json.loads(written.read_text())
-    assert raw["schema_version"] == SCHEMA_VERSION == 2
+    assert raw["schema_version"] == SCHEMA_VERSION == 3
     assert raw["outcome"]["status"] == "success" and "status" not in raw  # nested, not flat any more
+    assert raw["run"]["task"] == "t6" and raw["run"]["agent"] == "baseline" and "task" not in raw  # embedded
     assert raw["direction"] == "min" and raw["audit"]["violations"] == []
     again = RunResult.load(tmp_path)  # a run directory works too
     assert again == r
@@ -62,3 +66,14 @@ def test_bench_record_on_a_folder_without_a_result_says_so(tmp_path: Path, capsy
 
     assert main(["record", str(tmp_path)]) == 1
     assert "no result.json" in capsys.readouterr().err
+
+
+def test_reads_a_version_2_result_json_into_the_embedded_run_description() -> None:
+    raw = json.loads(V2.read_text())
+    assert raw["schema_version"] == 2 and raw["task"] == "t6"  # the layout this reads: flat
+    r = RunResult.load(V2)
+    assert (r.task, r.agent, r.model, r.campaign, r.repeat) == ("t6", "baseline", None, "v1", 1)
+    assert (r.budget_s, r.grace_s, r.device, r.label) == (2400.0, 30.0, "cpu", "t6-baseline-r1")
+    assert r.run.limits.to_dict() == raw["limits"]["settings"]  # the limits' settings become the description's
+    assert r.run.sandbox is True and r.task_source["sha256"] == "ab" * 32
+    assert RunResult.from_dict(r.to_dict()) == r  # and round-trips as version 3

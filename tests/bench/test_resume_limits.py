@@ -4,7 +4,6 @@ settings of its launch, not the defaults of whoever resumes it."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import subprocess
 import uuid
@@ -23,10 +22,37 @@ from bench.sandbox.resource_limits import GIB, MIB, Limits
 OWN = Limits(memory_bytes=3 * GIB, processes=300, workspace_bytes=7 * GIB, log_bytes=8 * MIB, eval_s=123.0)
 
 
+def v1_state(**changes) -> dict:
+    """A run.json of version 1, as bench run wrote it before the run's description was embedded: the description's
+    fields flat beside the launch's. Still read (state._upgrade_v1)."""
+    st = {"task": "t6", "agent": "command", "campaign": "c", "repeat": 1, "budget_s": 60, "grace_s": 2, "model": None,
+          "options": {}, "device": "cpu", "no_weights": False, "sandbox": True, "label": "l", "token": "tok",
+          "agent_pid": 1, "started_at": 0.0, "agent_argv": [], "endpoints": [], "mlflow_run_id": None,
+          "partial_notes": [], "data_dir": "/d", "version": 1}  # fmt: skip
+    return {**st, **changes}
+
+
 def _state(**changes) -> dict:
-    st = state.RunState("t6", "command", "c", 1, 60, 2, None, {}, "cpu", False, True, "l", "tok", 1, 0.0, [], [],
-                        None, [], "/d", limits=OWN.to_dict())  # fmt: skip
-    return {**dataclasses.asdict(st), **changes}
+    return v1_state(**{"limits": OWN.to_dict(), **changes})
+
+
+def test_run_json_of_version_2_embeds_the_description_and_reads_it_back(tmp_path):
+    """What bench run writes now: the description whole under ``spec``, the launch's fields beside it."""
+    spec = RunSpec(task="t6", agent="command", campaign="c", budget_s=60.0, grace_s=2.0, device="cpu", limits=OWN)
+    st = state.RunState(spec=spec.to_dict(), token="tok", agent_pid=1, started_at=0.0, agent_argv=[], endpoints=[],
+                        mlflow_run_id=None, partial_notes=[], data_dir="/d")  # fmt: skip
+    state.write(tmp_path, st)
+    raw = json.loads((tmp_path / "run.json").read_text())
+    assert raw["version"] == 2 and raw["spec"]["limits"] == OWN.to_dict() and "limits" not in raw
+    back = state.read(tmp_path)
+    assert back.run_spec() == spec and back.run_limits() == OWN and back.label == "t6-command-r1"
+    old = state.read(_written(tmp_path, _state()))  # version 1: the same description
+    assert old.run_spec() == spec and old.version == 2
+
+
+def _written(folder: Path, raw: dict) -> Path:
+    (folder / "run.json").write_text(json.dumps(raw))
+    return folder
 
 
 def test_run_json_keeps_the_limits_and_reads_them_back(tmp_path):
@@ -102,7 +128,7 @@ def _limits_seen(monkeypatch) -> list[Limits]:
 @pytest.mark.slow  # a whole benchmark run, killed and resumed
 def test_a_resumed_run_keeps_its_own_limits(generated_t6, monkeypatch, capsys):
     run_dir = _unfinished(generated_t6, OWN)
-    assert json.loads((run_dir / "run.json").read_text())["limits"] == OWN.to_dict()  # written at the launch
+    assert json.loads((run_dir / "run.json").read_text())["spec"]["limits"] == OWN.to_dict()  # written at the launch
     seen = _limits_seen(monkeypatch)
     assert main(["run", "--resume", str(run_dir), "--quiet"]) == 1  # no checkpoint: not a success
     resumed = RunResult.load(run_dir)
@@ -117,7 +143,7 @@ def test_a_resumed_run_keeps_its_own_limits(generated_t6, monkeypatch, capsys):
 def test_a_run_json_from_before_limits_resumes_with_the_defaults_and_says_so(generated_t6, monkeypatch, capsys):
     run_dir = _unfinished(generated_t6, OWN)
     raw = json.loads((run_dir / "run.json").read_text())
-    del raw["limits"]  # as an older bench wrote it
+    del raw["spec"]["limits"]  # as an older bench wrote it
     (run_dir / "run.json").write_text(json.dumps(raw))
     seen = _limits_seen(monkeypatch)
     capsys.readouterr()
@@ -133,7 +159,7 @@ def test_a_run_json_from_before_limits_resumes_with_the_defaults_and_says_so(gen
 def test_a_resume_refuses_a_run_json_with_malformed_limits_in_one_line(generated_t6, capsys):
     run_dir = _unfinished(generated_t6, OWN)
     raw = json.loads((run_dir / "run.json").read_text())
-    raw["limits"]["eval_s"] = -5
+    raw["spec"]["limits"]["eval_s"] = -5
     (run_dir / "run.json").write_text(json.dumps(raw))
     capsys.readouterr()
     assert main(["run", "--resume", str(run_dir)]) != 0

@@ -4,7 +4,6 @@ when read."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import time
 from pathlib import Path
@@ -17,13 +16,11 @@ from bench.cli import main
 from bench.pipeline import state
 from bench.result import RunResult
 from bench.tracking import schema
-from tests.bench.test_resume_limits import unfinished_run
+from tests.bench.test_resume_limits import unfinished_run, v1_state
 
 
 def _state(**changes) -> dict:
-    st = state.RunState("t6", "command", "c", 1, 60, 2, None, {}, "cpu", False, True, "l", "tok", 1, 0.0, [], [],
-                        None, [], "/d", max_cost=2.5)  # fmt: skip
-    return {**dataclasses.asdict(st), **changes}
+    return v1_state(**{"max_cost": 2.5, **changes})  # run.json of version 1 (flat): still read
 
 
 def test_run_json_keeps_max_cost_and_reads_it_back(tmp_path):
@@ -64,7 +61,7 @@ def _unfinished(task, max_cost: float | None) -> tuple[Path, float]:
 @pytest.mark.slow  # a whole benchmark run, killed and resumed
 def test_a_resumed_run_records_its_own_api_budget(generated_t6):
     run_dir, minutes = _unfinished(generated_t6, 0.5)
-    assert json.loads((run_dir / "run.json").read_text())["max_cost"] == 0.5  # written at the launch
+    assert json.loads((run_dir / "run.json").read_text())["spec"]["max_cost"] == 0.5  # written at the launch
     assert main(["run", "--resume", str(run_dir), "--quiet"]) == 1  # no checkpoint: not a success
     resumed = RunResult.load(run_dir)
     assert resumed.tracking_error is None, resumed.tracking_error
@@ -77,7 +74,7 @@ def test_a_resumed_run_records_its_own_api_budget(generated_t6):
 @pytest.mark.slow  # a whole benchmark run, killed and resumed
 def test_a_resumed_run_without_a_budget_records_none(generated_t6):
     run_dir, _ = _unfinished(generated_t6, None)
-    assert json.loads((run_dir / "run.json").read_text())["max_cost"] is None
+    assert json.loads((run_dir / "run.json").read_text())["spec"]["max_cost"] is None
     main(["run", "--resume", str(run_dir), "--quiet"])
     tags = mlflow.tracking.MlflowClient().get_run(RunResult.load(run_dir).mlflow_run_id).data.tags
     assert not tags.get(schema.API_BUDGET)

@@ -72,7 +72,7 @@ def test_bench_run_baseline_t6_end_to_end(generated_t6, capsys):
     assert client.get_run(child["run_id"]).data.params["config.kernel_size"] == "25"
 
     result_file = Path(parent[f"tags.{schema.WORKSPACE}"]) / "result.json"
-    assert json.loads(result_file.read_text())["schema_version"] == 2
+    assert json.loads(result_file.read_text())["schema_version"] == 3
     result = RunResult.load(result_file)
     assert result.status == "success" and result.score == pytest.approx(parent[f"metrics.{schema.SCORE}"])
     assert result.evaluations[0].official.raw["split"] == "test"

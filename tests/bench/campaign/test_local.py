@@ -19,6 +19,7 @@ from bench.campaign.job import CPUS_VAR
 from bench.cli import main
 from bench.pipeline import state
 from bench.result import RunResult
+from bench.runspec import RunSpec
 from bench.tracking import schema
 from tests.bench.campaign.conftest import campaign_file
 from tests.bench.campaign.test_kill_resume import agent_runs
@@ -173,18 +174,18 @@ def test_a_run_whose_harness_still_lives_elsewhere_is_waited_for_then_finished_h
     threading.Thread(target=harness.wait, daemon=True).start()  # reaped as its parent would
     run_dir = c.run_dir(key)
     run_dir.mkdir(parents=True)
-    fields = dict.fromkeys(("task", "agent", "campaign", "label", "token", "device", "data_dir"), "x")
+    described = RunSpec(task="x", agent="x", campaign="x", budget_s=1, grace_s=1, device="x", sandbox=False)
     state.write(
         run_dir,
         state.RunState(
-            **fields, repeat=1, budget_s=1, grace_s=1, model=None, options={}, no_weights=False, sandbox=False,
-            agent_pid=harness.pid, started_at=time.time(), agent_argv=[], endpoints=[], mlflow_run_id=None,
-            partial_notes=[], harness_pid=harness.pid, harness_started=psutil.Process(harness.pid).create_time(),
+            spec=described.to_dict(), token="x", data_dir="x", agent_pid=harness.pid, started_at=time.time(),
+            agent_argv=[], endpoints=[], mlflow_run_id=None, partial_notes=[], harness_pid=harness.pid,
+            harness_started=psutil.Process(harness.pid).create_time(),
         ),
     )  # fmt: skip
-    from bench.campaign import job
+    from bench import rundir
 
-    assert job.inspect(run_dir).state == "running"
+    assert rundir.inspect(run_dir).state == "running"
     started = tmp_path / "started"
 
     class Executor(local.LocalExecutor):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import threading
 
+from bench import rundir
 from bench.campaign import job, spec
 from bench.campaign.retry import Attempts, last_events
 from tests.bench.campaign.conftest import campaign_file
@@ -32,7 +33,7 @@ def test_a_run_whose_agent_sabotaged_the_spool_is_final_and_never_retried(tasks,
     thread.join(240)
     assert not thread.is_alive(), "the run's job hung on the spool"
     assert out["result"] is not None  # job_main's exit 0: the run is final, not an infrastructure failure
-    seen = job.inspect(c.run_dir(key))
+    seen = rundir.inspect(c.run_dir(key))
     assert seen.state == "final" and seen.result.status == "failed" and job.infra_failure(seen.result) is None
     assert seen.result.scripts["relay"]["refused_files"]["counts"] == {"not-regular": 2}
     assert seen.result.scripts["relay"]["lines_dropped"] == {"too-deep": 1}

@@ -240,7 +240,7 @@ def test_a_pack_task_runs_through_bench_run_and_bench_report_names_its_pack_and_
     run_dir = Path(parent[f"tags.{schema.WORKSPACE}"])
     result = RunResult.load(run_dir / "result.json")
     assert result.task_source["sha256"] == expected and result.task_source["folder"] == str(x6.resolve())
-    assert json.loads((run_dir / "run.json").read_text())["task_source"]["pack"] == "lab-tasks"
+    assert json.loads((run_dir / "run.json").read_text())["spec"]["task_source"]["pack"] == "lab-tasks"
     assert (Path(os.environ["BENCH_CACHE_DIR"]) / "prepared" / "packs" / "x6").is_dir()  # not T6's data folder
 
     report = tmp_path / "report"
