@@ -5,8 +5,8 @@ and recorded; in this process, or in a ``bench run``, ``bench demo``, ``bench se
 costs tens of seconds to minutes, and ``make test`` (``-m "not slow"``) is the tier a contributor runs in minutes.
 tests/conftest.py wraps ``bench.runner.run`` (:func:`wrap_runner`), installs :func:`audit` as the test process's
 audit hook, and calls :func:`begin` and :func:`end` around each test. While a test not marked slow runs, a whole run
-is refused before it starts (the test fails at once instead of waiting out a budget) and named again at the test's
-end, in case the code under test swallowed the refusal. The launch, watch and scoring steps on their own (a few
+is refused before its agent starts (the test fails at once instead of waiting out a budget) and named again at the
+test's end, in case the code under test swallowed the refusal. The launch, watch and scoring steps on their own (a few
 seconds each, with the process machinery they test) stay in the fast tier. A subprocess's own children are not
 seen: the ``bench`` commands that run agents are recognised by their command line.
 
@@ -22,6 +22,7 @@ import os
 CLI_RUNS = {("run",), ("demo",), ("selftest",), ("campaign", "run"), ("campaign", "job")}
 
 _guarded = False  # the running test is not marked slow
+_in_run = 0  # bench.runner.run calls under way in this process
 _started: list[str] = []  # the whole runs it started
 
 
@@ -59,22 +60,34 @@ def refuse(what: str) -> None:
 
 
 def wrap_runner() -> None:
-    """``bench.runner.run`` refuses to start while a test not marked slow runs (called before any test module is
-    imported, so that every ``from bench.runner import run`` gets the wrapped one)."""
+    """``bench.runner.run`` refuses to launch its agent while a test not marked slow runs (called before any test
+    module is imported, so that every ``from bench.runner import run`` gets the wrapped one). The refusal is at the
+    launch, not at the call: a run that its checks stop before anything starts is a fast test."""
+    global _in_run
     try:
         from bench import runner
+        from bench.pipeline import launch
     except Exception:  # noqa: BLE001 (a tree that does not import: its tests say why; the CLI runs are still seen)
         return
-    real = runner.run
-    if getattr(real, "__wrapped__", None) is not None:
+    if getattr(runner.run, "__wrapped__", None) is not None:
         return
 
-    @functools.wraps(real)
+    @functools.wraps(runner.run)
     def run(*args, **kwargs):
-        refuse("bench.runner.run")
-        return real(*args, **kwargs)
+        global _in_run
+        _in_run += 1
+        try:
+            return run.__wrapped__(*args, **kwargs)
+        finally:
+            _in_run -= 1
 
-    runner.run = run
+    @functools.wraps(launch.launch)
+    def launch_agent(*args, **kwargs):
+        if _in_run:
+            refuse("bench.runner.run")
+        return launch_agent.__wrapped__(*args, **kwargs)
+
+    runner.run, launch.launch = run, launch_agent
 
 
 def guarded() -> bool:
