@@ -29,6 +29,7 @@ mlflow = lazy("mlflow")  # imported at its first use (tests/lazy.py)
 ONE_EPOCH = 'sed \'s/"epochs": 5/"epochs": 1/\' train.py > run_1.py && python run_1.py'
 
 
+@pytest.mark.slow  # a whole benchmark run (bench run)
 def test_bench_run_exits_non_zero_when_the_run_is_not_recorded_and_bench_record_clears_it(
     generated_t6, monkeypatch, capsys
 ):
