@@ -113,6 +113,7 @@ def _everything(root: Path) -> bytes:
     return b"".join(p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file() and not p.is_symlink())
 
 
+@pytest.mark.slow  # a whole benchmark run of a CLI agent through the gateway
 @pytest.mark.skipif(probe() is not None, reason="needs a working bubblewrap sandbox")
 def test_the_agent_holds_a_token_not_the_key_and_nothing_of_either_is_recorded(planted, generated_t6):
     secret, mock, cli = planted
