@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import threading
 
+import pytest
+
 from bench import rundir
 from bench.campaign import job, spec
 from bench.campaign.retry import Attempts, last_events
@@ -19,6 +21,7 @@ SABOTAGE = (
 )
 
 
+@pytest.mark.slow  # a campaign of a whole benchmark run
 def test_a_run_whose_agent_sabotaged_the_spool_is_final_and_never_retried(tasks, tmp_path):
     body = 'tasks = ["t6"]\nbudget = "30s"\ngrace = 2\nretries = 2\nsandbox = false\n[[agents]]\nname = "command"\n'
     path, _ = campaign_file(tmp_path, body + f"agent_command = {json.dumps(SABOTAGE)}\n")
