@@ -65,7 +65,7 @@ COST_SOURCE = "bench.cost_source"
 API_BUDGET = "bench.api_budget"
 GPU_METRICS = "bench.gpu_metrics"  # agent runs: "nvml", or "no GPU metrics (...)" and why (tracking.sysmetrics)
 RELAY_DROPPED = "bench.relay.dropped"  # agent runs: what the relay dropped or left, one "reason: count" per line
-# the agent's conversation as an MLflow trace (bench.tracking.traces): the agent run's tag says its trace id, or why
+# the agent's conversation as an MLflow trace (bench.pipeline.traces): the agent run's tag says its trace id, or why
 # it has none ("none: ...") or could not be written ("failed: ..."); the trace's own tags and its spans' attributes
 TRACE = "bench.trace"
 TRACE_KIND = "agent-conversation"  # the trace's bench.kind

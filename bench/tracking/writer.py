@@ -222,7 +222,7 @@ class MlflowWriter:
             self._do("log artifacts", "log_artifacts", run_id, tmp, artifact_path)
 
     def log_trace(self, run_id: str, spec) -> str:
-        """Write ``spec`` (a :class:`bench.tracking.traces.TraceSpec`) as one MLflow trace linked to ``run_id``, with
+        """Write ``spec`` (a :class:`bench.pipeline.traces.TraceSpec`) as one MLflow trace linked to ``run_id``, with
         its spans' recorded times, and return the trace id.
 
         MLflow's client tracing API (``start_trace``/``start_span`` with explicit start and end times) exports in
