@@ -20,8 +20,12 @@ import sys
 import time
 import uuid
 
+import pytest
+
 from bench.paths import ROOT
 from tests.bench.tracking.test_store_concurrent import START as STORE  # the same harness start, on PostgreSQL
+
+pytestmark = pytest.mark.slow  # a PostgreSQL cluster and MLflow server, then many processes at once: minutes on 2 cores
 
 
 def together(code: str, argv_of, n: int, env: dict, delay: float = 8.0) -> list[str]:
