@@ -213,6 +213,7 @@ def test_a_run_recorded_before_bodies_were_kept_and_a_span_flood(tmp_path, monke
     assert spec.outputs["spans_left_out"] == 2 and spec.outputs["llm_requests"] == 6
 
 
+@pytest.mark.slow  # starts a PostgreSQL cluster and an MLflow server (~40 s)
 def test_a_trace_through_the_server_on_postgresql(mlflow_server, tmp_path, monkeypatch):
     """``bench server`` (MLflow's server on PostgreSQL, for many nodes) takes the trace through its REST API."""
     import uuid
