@@ -9,6 +9,8 @@ import sys
 import uuid
 from pathlib import Path
 
+import pytest
+
 from bench.paths import ROOT
 
 START = """
@@ -24,6 +26,7 @@ print("ok", eid)
 """
 
 
+@pytest.mark.slow  # many processes at once on a fresh store: 30-100 s on 2 cores
 def test_processes_starting_together_on_a_fresh_store_all_succeed(tmp_path: Path):
     import time
 
