@@ -53,6 +53,7 @@ def _expected(task, data_dir: Path, checkpoint: Path, script: Path) -> float:
     return json.loads(out.stdout.strip().splitlines()[-1])["value"]
 
 
+@pytest.mark.slow  # three T6 checkpoints saved, checked and scored in sandboxes: 1-3 min on 2 cores
 def test_an_unloadable_best_is_skipped_and_the_next_checkpoint_by_validation_is_scored(generated_t6):
     task = generated_t6
     data_dir = data.prepare(task, progress=False)
