@@ -180,6 +180,7 @@ if __name__ == "__main__":
 """
 
 
+@pytest.mark.slow  # torch scripts with spawned workers / torch.compile: 20-50 s on 2 cores
 def test_dataloader_and_spawned_workers_are_not_launches(ws):
     proc = run_traced(ws, "run_w.py", WORKERS)
     assert proc.returncode == 0, proc.stderr.read()
@@ -196,6 +197,7 @@ if __name__ == "__main__":
 """
 
 
+@pytest.mark.slow  # torch scripts with spawned workers / torch.compile: 20-50 s on 2 cores
 def test_torch_compiled_script_is_one_launch(ws):
     proc = run_traced(ws, "run_c.py", COMPILED)
     assert proc.returncode == 0, proc.stderr.read()
