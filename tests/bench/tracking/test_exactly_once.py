@@ -73,6 +73,7 @@ def relayed(ws: Path) -> tuple[str, MlflowWriter]:
     return script["run_id"], writer
 
 
+@pytest.mark.slow  # a traced training script through the tee and the relay, per order: 30-50 s on 2 cores
 @pytest.mark.parametrize("order", ["print-after", "print-first", "print-only"])
 def test_a_value_traced_and_printed_is_one_value_however_late_the_print_is_read(tmp_path, order):
     import mlflow
