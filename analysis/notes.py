@@ -109,6 +109,17 @@ def partial_data_notes(lb) -> list[str]:
     ]
 
 
+def tag_notes(agents) -> list[str]:
+    """One line per run that carries labels of its own (``bench run --tag``, a campaign's ``tags``), naming it."""
+    if agents.empty or "tags" not in agents:
+        return []
+    out = []
+    for r in agents[agents["tags"].map(bool)].sort_values(["experiment", "task", "agent", "repeat"]).itertuples():
+        labels = ", ".join(f"{k}={v}" for k, v in sorted(r.tags.items()))
+        out.append(f"Tags of {r.task.upper()} {r.agent} r{r.repeat:g} ({r.experiment}): {labels}.")
+    return out
+
+
 def task_pack_notes(agents) -> list[str]:
     """One line per task that came from a pack (bench.tasks.packs), naming the pack, its version and the task
     folder's sha256 with its number of runs: a result names exactly what was run, and runs of one task id on two

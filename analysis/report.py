@@ -208,6 +208,8 @@ def _index(lb, runs, experiments, published, fit, comparison, written, intervals
         lines += [f"**{note}**" for note in flagged] + [""]
     if packed := notes.task_pack_notes(runs.agents):  # tasks from outside the repository: pack, version, hash
         lines += packed + [""]
+    if labelled := notes.tag_notes(runs.agents):  # the runs' own labels (bench run --tag), a line per run
+        lines += labelled + [""]
     if missing := gap.missing_note(lb.tasks):  # the tasks without a reference: no gap-closed term there
         lines += [missing, ""]
     board = tables.leaderboard_table(lb, intervals)

@@ -38,7 +38,7 @@ AGENT_COLUMNS = (
     "tokens_input tokens_output tokens_cached cost_usd cost_source api_budget start_time end_time synthetic "
     "partial_data unsandboxed "
     "audit_disqualified audit_flagged nonstandard deviations deviation_notes hardware "
-    "task_source task_pack task_pack_version task_sha256"
+    "task_source task_pack task_pack_version task_sha256 tags"
 ).split()
 SCRIPT_COLUMNS = (
     "run_id parent_run_id experiment agent task repeat script exit reason start_time end_time start_min "
@@ -144,6 +144,8 @@ def _agents(w: pd.DataFrame, names: dict[str, str]) -> pd.DataFrame:
             "task_pack": t(schema.TASK_PACK),
             "task_pack_version": t(schema.TASK_PACK_VERSION),
             "task_sha256": t(schema.TASK_SHA256),
+            # the run's own labels (bench run --tag, a campaign's tags): {key: value}, {} for a run without
+            "tags": _labels(w),
         }
     )
     # the paper's protocol: the run's own verdict (bench.protocol tags), or one derived from what an older run has
@@ -151,6 +153,14 @@ def _agents(w: pd.DataFrame, names: dict[str, str]) -> pd.DataFrame:
     params = {schema.PARAM_DEVICE: _col(w, f"p:{schema.PARAM_DEVICE}", "").fillna("")}
     out[["nonstandard", "deviations", "deviation_notes", "hardware"]] = deviations.protocol_columns(tags, params, out)
     return out[AGENT_COLUMNS]
+
+
+def _labels(w: pd.DataFrame) -> pd.Series:
+    """Each run's ``bench.tag.KEY`` tags as {KEY: value}."""
+    prefix = f"t:{schema.TAG_PREFIX}"
+    cols = [c for c in w.columns if c.startswith(prefix)]
+    rows = w[cols].to_dict("records") if cols else [{} for _ in range(len(w))]
+    return pd.Series([{k[len(prefix) :]: v for k, v in r.items() if isinstance(v, str)} for r in rows], index=w.index)
 
 
 def _child(w: pd.DataFrame, names: dict[str, str]) -> dict[str, pd.Series]:

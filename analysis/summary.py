@@ -157,7 +157,8 @@ def write_campaign(
             model = r.model if isinstance(r.model, str) else ""
             tags = {schema.CAMPAIGN: experiment, schema.AGENT: r.agent, schema.MODEL: model}
             run = _one(writer, schema.KIND_SUMMARY, tags, f"summary: {r.entry}", parent=campaign_run)
-            writer.set_tags(run, {schema.ENTRY: schema.entry_label(r.agent, model)})
+            labels = _labels(runs.agents, r.agent, model)  # the runs' own (bench run --tag)
+            writer.set_tags(run, {schema.ENTRY: schema.entry_label(r.agent, model), **labels})
             writer.log_metrics(run, [(k, v, 0, None) for k, v in entry_metrics(lb, experiment, r.entry).items()])
             writer.end_run(run)
             written.summary_runs[r.entry] = run
@@ -169,6 +170,18 @@ def write_campaign(
         writer.end_run(campaign_run)
     written.seconds = time.perf_counter() - started
     return written
+
+
+def _labels(agents, agent: str, model: str) -> dict[str, str]:
+    """The labels of an entry's runs (bench run --tag) on its summary run: each key with its values, comma-joined."""
+    if "tags" not in agents:
+        return {}
+    mine = agents[(agents["agent"] == agent) & (agents["model"].fillna("") == model)]
+    values: dict[str, set[str]] = {}
+    for labels in mine["tags"]:
+        for k, v in labels.items():
+            values.setdefault(k, set()).add(v)
+    return {f"{schema.TAG_PREFIX}{k}": ",".join(sorted(v))[:5000] for k, v in values.items()}
 
 
 @contextlib.contextmanager

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from bench import preflight
+from bench import preflight, runspec
 from bench.agents import AGENTS, AgentError
 from bench.durations import parse_duration
 from bench.preflight import InputError
@@ -158,6 +158,7 @@ def _run_settings(args: argparse.Namespace, options: dict[str, str]) -> dict:
         "sandbox": False if args.unsandboxed else None,
         "limits": _limits(args),  # InputError for a size or duration that is not one
         "max_cost": args.max_cost,
+        "tags": dict(args.tag) if args.tag else None,
     }
 
 
@@ -321,6 +322,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.add_argument(
         "--grace", type=float, help=f"seconds after the budget before SIGKILL (default {GRACE_S:g}, the paper's)"
+    )
+    s.add_argument(
+        "--tag",
+        action="append",
+        type=runspec.tag,
+        metavar="KEY=VALUE",
+        help="a label of your own for the run, repeatable: an MLflow tag of the run and its summary, in run.json "
+        "and result.json, shown by bench report (e.g. --tag team=vision --tag sweep=lr-3)",
     )
     s.add_argument("--device", help="evaluation device (default: cuda if available)")
     s.add_argument(

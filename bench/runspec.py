@@ -14,6 +14,7 @@ A field a layer leaves out (absent or None) keeps the value of the layer below i
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
@@ -30,13 +31,13 @@ SPEC_VERSION = 1
 FLAGS = {
     "budget_s": "--budget", "grace_s": "--grace", "model": "--model", "options": "--agent-option",
     "device": "--device", "no_weights": "--no-weights", "sandbox": "--unsandboxed", "limits": "limits",
-    "max_cost": "--max-cost", "campaign": "--campaign", "repeat": "--first-repeat",
+    "max_cost": "--max-cost", "campaign": "--campaign", "repeat": "--first-repeat", "tags": "--tag",
 }  # fmt: skip
 # the keys of a campaign file that set a field of every run's description (bench.campaign.spec; its limit keys are
 # read there, with their [slurm] margin): key -> field
 FILE_KEYS = {
     "budget": "budget_s", "grace": "grace_s", "device": "device", "sandbox": "sandbox", "no_weights": "no_weights",
-    "max_cost": "max_cost",
+    "max_cost": "max_cost", "tags": "tags",
 }  # fmt: skip
 
 
@@ -66,6 +67,9 @@ class RunSpec:
     max_cost: float | None = None
     # the task's source and folder hash (bench.tasks.packs.provenance); None: taken when the run starts
     task_source: dict | None = None
+    # the researcher's own labels (--tag KEY=VALUE, a campaign file's tags table): MLflow tags of the agent run and
+    # its summary run (bench.tracking.schema.TAG_PREFIX), shown by bench report
+    tags: dict[str, str] = field(default_factory=dict)
     console: bool = field(default=True, compare=False)  # stream the agent's output: how it is shown, not what it is
 
     def __post_init__(self) -> None:
@@ -116,7 +120,7 @@ class RunSpec:
         spec = cls(**values, limits=limits, console=console)
         spec.repeat, spec.grace_s = int(spec.repeat), float(spec.grace_s)
         spec.budget_s = None if spec.budget_s is None else float(spec.budget_s)
-        spec.options = dict(spec.options or {})
+        spec.options, spec.tags = dict(spec.options or {}), dict(spec.tags or {})
         return spec
 
     # --- the one constructor ------------------------------------------------------------
@@ -196,6 +200,10 @@ def file_layer(raw: Mapping[str, Any], bad: Callable[[str, str], Exception]) -> 
                 value = float(parse_duration(value))
             except Exception as e:  # argparse's error type: the message is the one line
                 raise bad(key, str(e)) from None
+        elif key == "tags":
+            if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+                raise bad(key, f'must be a table of strings, e.g. tags = {{ team = "vision" }} (got {value!r})')
+            value = dict(value)
         elif key in ("grace", "max_cost"):
             if isinstance(value, bool) or not isinstance(value, int | float):
                 raise bad(key, f"must be a number (got {value!r})")
@@ -239,3 +247,30 @@ def check(spec: RunSpec, names: Mapping[str, str] | Callable[[str], str] = FLAGS
             said = str(e)
             raise InputError(said if said.startswith(name(key)) else f"{name(key)} {said}") from None
     preflight.check_limits(spec.limits)
+    for key, value in (spec.tags or {}).items():
+        if why := _bad_tag(key, value):
+            raise InputError(f"{name('tags')} {key}={value}: {why}")
+
+
+_TAG_KEY = re.compile(r"[A-Za-z0-9_.\-/ ]{1,100}")
+
+
+def _bad_tag(key: object, value: object) -> str:
+    """Why a label cannot be an MLflow tag of the run ("" when it can)."""
+    if not isinstance(key, str) or not _TAG_KEY.fullmatch(key) or key != key.strip():
+        return "a key is 1-100 letters, digits, _ . - / or inner spaces"
+    if not isinstance(value, str) or len(value) > 500 or any(c in value for c in "\r\n"):
+        return "a value is one line of at most 500 characters"
+    return ""
+
+
+def tag(text: str) -> tuple[str, str]:
+    """``--tag KEY=VALUE`` -> (key, value); argparse's error (``bench`` exits 2) saying what is expected."""
+    import argparse
+
+    key, sep, value = text.partition("=")
+    if not sep:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}: e.g. --tag team=vision")
+    if why := _bad_tag(key, value):
+        raise argparse.ArgumentTypeError(f"{text!r}: {why}")
+    return key, value

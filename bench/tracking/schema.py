@@ -122,7 +122,8 @@ SPEC_PARAMS = {
     "agent": PARAM_AGENT, "model": PARAM_MODEL, "task": PARAM_TASK, "repeat": PARAM_REPEAT,
     "budget_s": PARAM_BUDGET_MINUTES, "grace_s": PARAM_GRACE_S, "device": PARAM_DEVICE,
 }  # fmt: skip
-SPEC_TAG_TABLES: dict[str, str] = {}  # field -> tag prefix
+TAG_PREFIX = "bench.tag."  # the researcher's own labels (bench run --tag KEY=VALUE, a campaign's tags): bench.tag.KEY
+SPEC_TAG_TABLES = {"tags": TAG_PREFIX}  # field -> tag prefix
 
 
 def spec_params(spec: dict) -> dict:
