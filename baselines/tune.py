@@ -21,6 +21,7 @@ from pathlib import Path
 from bench.paths import mlruns_dir
 from bench.pipeline.workspace import ARTIFACTS
 from bench.result import RunResult
+from bench.runspec import GRACE_S
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 RESULT_KEYS = (  # what `bench report` reads; more keys may follow them
@@ -91,7 +92,7 @@ def tune(
     out: Path | None = None,
     write: bool = True,
     console: bool = True,
-    grace_s: float = 30.0,
+    grace_s: float = GRACE_S,
     options: dict[str, str] | None = None,
 ) -> dict:
     """Run the optuna agent on one task and return (and write) the tuned result."""

@@ -28,6 +28,7 @@ from subprocess import Popen
 
 from bench.pipeline.launch import LaunchedAgent
 from bench.processes import describe, end_tree, find_tree, running, signal_tree
+from bench.runspec import GRACE_S
 from bench.sandbox.resource_limits import WORKSPACE_CHECK_S, WORKSPACE_MARGIN, tree_bytes
 
 log = logging.getLogger(__name__)
@@ -44,7 +45,7 @@ class Watchdog:
     tick_s: float = 1.0  # period of on_tick and of the checks; tests may lower it on the instance before start()
 
     def __init__(
-        self, proc: Popen, budget_s: float, *, token: str | None, grace_s: float = 30.0, on_tick: Tick | None = None
+        self, proc: Popen, budget_s: float, *, token: str | None, grace_s: float = GRACE_S, on_tick: Tick | None = None
     ) -> None:
         self.proc, self.budget_s, self.grace_s, self.token = proc, float(budget_s), float(grace_s), token
         self.on_tick = on_tick
