@@ -45,7 +45,8 @@ class Setting:
     default: Any
     expects: str
     doc: str
-    group: str = "knob"  # "path" or "knob", for the table
+    group: str = "knob"  # "path", "knob" or "internal" (set by the toolkit for its own processes), for the table
+    shown: str = ""  # the default as the table says it, where it is computed
 
     def raw(self) -> str | None:
         """The variable's text in this process's environment (None: unset or blank)."""
@@ -121,19 +122,19 @@ def _cache_default() -> Path:
 
 # paths
 CACHE_DIR = Setting(
-    "BENCH_CACHE_DIR", _path, _cache_default, "a folder", "downloaded and prepared data, workspaces, CLIs "
-    "(default $XDG_CACHE_HOME/1gc-7rc, else ~/.cache/1gc-7rc)", "path"
+    "BENCH_CACHE_DIR", _path, _cache_default, "a folder", "downloaded and prepared data, workspaces, CLIs", "path",
+    "$XDG_CACHE_HOME/1gc-7rc, else ~/.cache/1gc-7rc"
 )  # fmt: skip
 MLRUNS_DIR = Setting(
     "BENCH_MLRUNS_DIR", _path, ROOT / "mlruns", "a folder", "the embedded MLflow store: SQLite and artifacts", "path"
 )
 WORKSPACES_DIR = Setting(
     "BENCH_WORKSPACES_DIR", _path, lambda: CACHE_DIR.get() / "workspaces", "a folder",
-    "where agent workspaces and run directories are made (default <cache>/workspaces)", "path"
+    "where agent workspaces and run directories are made", "path", "<cache>/workspaces"
 )  # fmt: skip
 TASKS_DIR = Setting(
-    "BENCH_TASKS_DIR", _path, ROOT / "tasks", "a folder", "the built-in task folders (default the repository's tasks/)",
-    "path"
+    "BENCH_TASKS_DIR", _path, ROOT / "tasks", "a folder", "the built-in task folders", "path",
+    "the repository's tasks/"
 )  # fmt: skip
 TASKS_PATH = Setting(
     "BENCH_TASKS_PATH", _paths, (), f"folders separated by {os.pathsep!r}",
@@ -145,7 +146,7 @@ DATA_MIRROR = Setting(
 )  # fmt: skip
 CLI_DIR = Setting(
     "BENCH_CLI_DIR", _path, lambda: CACHE_DIR.get() / "clis", "a folder",
-    "where the agents' CLIs are installed (default <cache>/clis)", "path"
+    "where the agents' CLIs are installed", "path", "<cache>/clis"
 )  # fmt: skip
 TRACKING_DB = Setting(
     "BENCH_TRACKING_DB", str, "", "a SQLAlchemy URL",
@@ -188,7 +189,7 @@ API_FAIL_WINDOW_S = Setting(
 )  # fmt: skip
 CAMPAIGN_CPUS = Setting(
     "BENCH_CAMPAIGN_CPUS", _cpus, (), "CPU numbers: 0,1,2,3",
-    "set by the local campaign executor: the CPU set of one run's bench process"
+    "set by the local campaign executor: the CPU set of one run's bench process", "internal"
 )  # fmt: skip
 
 SETTINGS: tuple[Setting, ...] = tuple(v for v in list(globals().values()) if isinstance(v, Setting))
@@ -238,13 +239,20 @@ def table() -> str:
     """The settings as a Markdown table, for the docs (``python -m bench.settings``)."""
     rows = ["| variable | kind | expects | default | what it does |", "|---|---|---|---|---|"]
     for s in SETTINGS:
-        default = (
-            "(computed)" if callable(s.default) else repr(s.default) if s.default not in (None, "", (), {}) else "unset"
-        )
-        if isinstance(s.default, Path):
-            default = str(s.default.relative_to(ROOT)) if s.default.is_relative_to(ROOT) else str(s.default)
-        rows.append(f"| `{s.name}` | {s.group} | {s.expects} | {default} | {s.doc} |")
+        rows.append(f"| `{s.name}` | {s.group} | {s.expects} | {_shown(s)} | {s.doc} |")
     return "\n".join(rows)
+
+
+def _shown(s: Setting) -> str:
+    if s.shown or callable(s.default):
+        return s.shown or "computed"
+    if isinstance(s.default, bool):
+        return "1" if s.default else "0"
+    if isinstance(s.default, Path):
+        return str(s.default.relative_to(ROOT)) + "/" if s.default.is_relative_to(ROOT) else str(s.default)
+    if isinstance(s.default, float):
+        return f"{s.default:g}"
+    return "unset" if s.default in (None, "", (), {}) else str(s.default)
 
 
 if __name__ == "__main__":

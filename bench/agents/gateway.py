@@ -66,8 +66,8 @@ UPSTREAM_TIMEOUT_S = 600.0  # the longest silence inside an answer (a model thin
 # After the client (the CLI, killed at its budget) leaves mid-answer, the answer is still read, not passed on, for up
 # to this long: the API bills the generation it goes on with, and OpenAI's Responses and Chat Completions streams
 # (Codex, OpenCode, Aider) say their usage only at the end, so reading on is what makes the run's tokens and cost
-# the API's own. Past it the upstream is cut and the line keeps what had streamed (marked cut). BENCH_GATEWAY_DRAIN_S.
-DRAIN_S = 20.0
+# the API's own. Past it the upstream is cut and the line keeps what had streamed (marked cut). That time is
+# Gateway.drain_s: BENCH_GATEWAY_DRAIN_S (bench.settings, 20 s by default).
 SETTLE_S = 0.5  # under a budget: how long a model request waits for those in flight to be counted
 LOG_LIMIT = 100_000  # lines; a request loop must not fill the harness's disk
 SECRET_PARAMS = ("key", "api_key", "apikey", "access_token")
@@ -247,7 +247,7 @@ class Gateway:
         try:
             conn.sendall(("\r\n".join(head) + "\r\n\r\n").encode("latin-1"))
         except OSError:
-            left, keep = True, False  # the answer is still read for its usage (DRAIN_S), passed on to no one
+            left, keep = True, False  # the answer is still read for its usage (drain_s), passed on to no one
         while cut is None:
             try:
                 data = resp.read1(65536)
@@ -273,7 +273,7 @@ class Gateway:
                 try:
                     conn.sendall(data if whole else b"%x\r\n%s\r\n" % (len(data), data))
                 except OSError:
-                    left, keep = True, False  # read on for the usage (the watch cuts it after DRAIN_S)
+                    left, keep = True, False  # read on for the usage (the watch cuts it after drain_s)
         gone.set()  # the answer is over: stop watching
         if gone.cut and cut is None:  # the upstream was cut: the client left and the drain's time ran out
             cut, keep = "the client closed its connection mid-answer", False

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from bench import settings
 from bench.scoring import checks
 from bench.scoring.session import LoadError, PredictorError, Session
 
@@ -93,7 +94,7 @@ def score_checkpoint(
     script: str,
     *,
     device: str = "cpu",
-    timeout_s: float = 900.0,
+    timeout_s: float | None = None,  # None: BENCH_EVAL_TIMEOUT (bench.settings)
     sandboxed: bool = True,
     log: Path | None = None,
     validate: bool = True,
@@ -112,6 +113,7 @@ def score_checkpoint(
     test gives one), which stays in this process until the result records it.
     """
     t0 = time.time()
+    timeout_s = settings.EVAL_TIMEOUT_S.get() if timeout_s is None else timeout_s
     log = log or eval_dir.with_suffix(".predictor.log")
     sandbox = sandbox_wrap(eval_dir, device, limits) if sandboxed else None
     hits: list[dict] = []  # what the predictors' group refused or killed (read before it is removed)
@@ -221,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--checkpoint", required=True, help="file name inside --eval-dir")
     parser.add_argument("--script", required=True, help="file name inside --eval-dir")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    parser.add_argument("--timeout", type=float, default=900.0)
+    parser.add_argument("--timeout", type=float, help="seconds (default: BENCH_EVAL_TIMEOUT, 15 min)")
     parser.add_argument("--unsandboxed", action="store_true")
     parser.add_argument("--no-val", action="store_true", help="skip the validation pass (a window candidate)")
     parser.add_argument("--memory", type=_limit, default="", help="the run's memory limit in bytes, or none")
