@@ -152,6 +152,10 @@ TRACKING_DB = Setting(
     "BENCH_TRACKING_DB", str, "", "a SQLAlchemy URL",
     "the tracking server's database, read directly by bench report for speed", "path"
 )  # fmt: skip
+EXPERIMENT = Setting(
+    "BENCH_EXPERIMENT", str, "", "a campaign's name", "the campaign notebooks/02 reads", "knob",
+    "the latest campaign"
+)  # fmt: skip
 
 # knobs
 EVAL_TIMEOUT_S = Setting(

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import ast
 import os
 import stat
+from pathlib import Path
 
 import pytest
 
-from bench import protocol
+from bench import protocol, settings
 
 FORTY_MIN = 40 * 60.0
 
@@ -81,3 +83,25 @@ def test_a_cpu_is_named_with_its_cores():
     text = protocol.describe_hardware("cpu")
     assert text.startswith("cpu (") and f"{os.cpu_count()} cores" in text
     assert not protocol.is_paper_gpu(text)
+
+
+HOOK = Path(protocol.__file__).parent / "tracking" / "hook"  # stdlib only, inside the sandbox: spells the names itself
+
+
+def test_the_hook_spells_only_the_protocols_names():
+    spelled = set()
+    for path in HOOK.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("BENCH_"):
+                spelled.add(node.value)
+            elif isinstance(node, ast.keyword) and (node.arg or "").startswith("BENCH_"):
+                spelled.add(node.arg)
+    assert spelled and spelled <= set(protocol.IN_SANDBOX)
+    assert not set(protocol.IN_SANDBOX) & set(settings.BY_NAME)  # the two kinds never share a name
+
+
+def test_a_process_reads_only_protocol_names_from_the_harness(monkeypatch):
+    monkeypatch.setenv(protocol.BUDGET_VAR, "120")
+    assert protocol.from_harness(protocol.BUDGET_VAR) == "120"
+    with pytest.raises(KeyError, match="BENCH_CACHE_DIR is not an in-sandbox protocol variable"):
+        protocol.from_harness("BENCH_CACHE_DIR")
