@@ -23,58 +23,44 @@ from bench.tasks.direction import Direction
 Sample = np.ndarray | tuple[float, float, int]  # per-run scores, or (mean, std, n) when only those are known
 
 
-# --- tests (scipy.special only: scipy.stats costs most of a second to import, a report's whole budget) ----------
-def _t_two_sided(t: float, df: float) -> float:
-    from scipy.special import stdtr
-
-    return float(2 * stdtr(df, -abs(t))) if np.isfinite(t) else 0.0
-
-
+# --- tests: scipy.stats, imported when a test is asked for (it costs most of a second, a report's whole budget) ----
 def pearson(x, y) -> tuple[float, float]:
-    """Pearson r and its two-sided p-value (t test with n - 2 degrees of freedom), as ``scipy.stats.pearsonr``."""
+    """Pearson r and its two-sided p-value (``scipy.stats.pearsonr``); NaN for fewer than 3 points or no spread."""
     x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
-    n = len(x)
-    if n < 3 or x.std() == 0 or y.std() == 0:
+    if len(x) < 3 or x.std() == 0 or y.std() == 0:
         return np.nan, np.nan
-    r = float(np.clip(np.corrcoef(x, y)[0, 1], -1.0, 1.0))
-    t = r * np.sqrt((n - 2) / (1 - r * r)) if abs(r) < 1 else np.inf
-    return r, _t_two_sided(t, n - 2)
+    from scipy.stats import pearsonr
+
+    result = pearsonr(x, y)
+    return float(result.statistic), float(result.pvalue)
 
 
 def welch_p(m1: float, s1: float, n1: float, m2: float, s2: float, n2: float) -> float:
-    """Two-sided Welch t-test p-value from summary statistics (NaN when it is undefined)."""
+    """Two-sided Welch t-test p-value from summary statistics (``scipy.stats.ttest_ind_from_stats``, unequal
+    variances; the published rows have only mean, std and n); NaN when it is undefined."""
     if min(n1, n2) < 2 or not (np.isfinite(s1) and np.isfinite(s2)) or s1 == s2 == 0:
         return np.nan
-    v1, v2 = s1 * s1 / n1, s2 * s2 / n2
-    df = (v1 + v2) ** 2 / (v1 * v1 / (n1 - 1) + v2 * v2 / (n2 - 1))
-    return _t_two_sided((m1 - m2) / np.sqrt(v1 + v2), df)
+    from scipy.stats import ttest_ind_from_stats
+
+    return float(ttest_ind_from_stats(m1, s1, n1, m2, s2, n2, equal_var=False).pvalue)
 
 
 def wilcoxon_p(diff) -> float:
-    """Two-sided Wilcoxon signed-rank p-value, exact (the sign-flip distribution of the rank sum, by counting).
+    """Two-sided Wilcoxon signed-rank p-value (``scipy.stats.wilcoxon``), exact whatever the number of tasks.
 
-    Zero differences are dropped (scipy's default); tied magnitudes get average ranks, and the exact
-    distribution is counted on those ranks (doubled to integers), so ties need no approximation.
-    """
+    Zero differences are dropped (below 1e-12: a float's zero). Without tied magnitudes the exact distribution is
+    used for any n (scipy's default switches to a normal approximation past 50); with ties, scipy's default: an
+    exhaustive permutation test on the average ranks for up to 13 tasks, exact too, and past that the normal
+    approximation (2**n sign flips take minutes from n = 16 on; the hand-written count before issue 30 was exact
+    there, and the paper's seven tasks are far below it)."""
     d = np.asarray(diff, dtype=float)
     d = d[np.abs(d) > 1e-12]
     n = len(d)
     if n < 2:
         return np.nan
-    magnitude = np.abs(d)
-    ranks = np.empty(n)
-    ranks[magnitude.argsort(kind="stable")] = np.arange(1, n + 1)
-    for value in np.unique(magnitude):  # average ranks of ties
-        tied = magnitude == value
-        ranks[tied] = ranks[tied].mean()
-    doubled = np.rint(2 * ranks).astype(int)
-    counts = np.zeros(doubled.sum() + 1)
-    counts[0] = 1.0
-    for r in doubled:  # each rank is either in the positive sum or not
-        counts[r:] = counts[r:] + counts[:-r].copy()
-    prob = counts / counts.sum()
-    w = int(doubled[d > 0].sum())
-    return float(min(1.0, 2 * min(prob[: w + 1].sum(), prob[w:].sum())))
+    from scipy.stats import wilcoxon
+
+    return float(wilcoxon(d, method="exact" if len(np.unique(np.abs(d))) == n else "auto").pvalue)
 
 
 def task_samples(lb: Leaderboard, source: str, entry: str, column: str = "mean") -> dict[str, Sample]:
