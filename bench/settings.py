@@ -6,8 +6,9 @@ one-line doc and check, and read only when a caller asks (:meth:`Setting.get`), 
 ``monkeypatch.setenv`` and a process's own :func:`override` both take effect. A bad value is one clear error
 (:class:`SettingError`) naming the variable and what it expects, never a silent default.
 
-Precedence, highest first: an explicit in-process override (:func:`override`: a command-line flag such as
-``--api-fail-window``, the self-test pointing the toolkit at its private folders) > the environment > the default.
+Precedence, highest first: an explicit in-process override (:func:`pin`: a command-line flag such as
+``--api-fail-window``; :func:`override`: the self-test pointing the toolkit at its private folders) > the
+environment > the default. :func:`check` validates them all at once (the preflight calls it before a run).
 The overrides live in this process only: nothing here writes ``os.environ``.
 
 The variables the harness passes to the agent's processes (the run token, the spool, the budget: the in-sandbox
@@ -66,10 +67,6 @@ class Setting:
         except (ValueError, TypeError) as e:
             detail = f" ({e})" if str(e) else ""
             raise SettingError(f"{self.name}={raw!r}: expected {self.expects}{detail}") from None
-
-    def is_set(self) -> bool:
-        """True when an override or the environment gives this setting a value (not the default)."""
-        return self.name in _OVERRIDES or self.raw() is not None
 
 
 def _path(text: str) -> Path:
@@ -152,10 +149,6 @@ TRACKING_DB = Setting(
     "BENCH_TRACKING_DB", str, "", "a SQLAlchemy URL",
     "the tracking server's database, read directly by bench report for speed", "path"
 )  # fmt: skip
-EXPERIMENT = Setting(
-    "BENCH_EXPERIMENT", str, "", "a campaign's name", "the campaign notebooks/02 reads", "knob",
-    "the latest campaign"
-)  # fmt: skip
 
 # knobs
 EVAL_TIMEOUT_S = Setting(
@@ -190,6 +183,10 @@ API_CHECK = Setting(
 API_FAIL_WINDOW_S = Setting(
     "BENCH_API_FAIL_WINDOW", _number(0, above=True), 180.0, "seconds > 0",
     "API failures spanning this long end an LLM agent's run as interrupted (bench run --api-fail-window)"
+)  # fmt: skip
+EXPERIMENT = Setting(
+    "BENCH_EXPERIMENT", str, "", "a campaign's name", "the campaign notebooks/02 reads", "knob",
+    "the latest campaign"
 )  # fmt: skip
 CAMPAIGN_CPUS = Setting(
     "BENCH_CAMPAIGN_CPUS", _cpus, (), "CPU numbers: 0,1,2,3",

@@ -137,3 +137,12 @@ def test_the_table_lists_every_setting():
     table = settings.table()
     assert all(f"| `{s.name}` |" in table for s in settings.SETTINGS)
     assert len(table.splitlines()) == len(settings.SETTINGS) + 2
+
+
+def test_a_flag_pins_its_setting_over_the_environment(monkeypatch):
+    monkeypatch.setenv("BENCH_API_FAIL_WINDOW", "60")
+    monkeypatch.setattr(settings, "_OVERRIDES", {})  # this test's pin ends with it
+    settings.pin(BENCH_API_FAIL_WINDOW=7.5)  # bench run --api-fail-window 7.5s
+    assert settings.API_FAIL_WINDOW_S.get() == 7.5
+    with pytest.raises(KeyError, match="no such setting: BENCH_NOPE"):
+        settings.pin(BENCH_NOPE=1)
