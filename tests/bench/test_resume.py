@@ -282,8 +282,8 @@ def test_bench_record_without_result_json_finishes_the_run_from_its_spool(genera
     spec = RunSpec(generated_t6, "command", campaign=campaign(), budget_s=60, grace_s=1, console=False)
     spec.options, spec.sandbox = {"command": short}, False
 
-    def died(spec, ws, device, data_dir, notes, locked_sha, writer, relay, ended):  # runner.finish's place
-        relay.stop()  # the harness's relay thread dies with it
+    def died(run, ended):  # runner.finish's place
+        run.relay.stop()  # the harness's relay thread dies with it
         raise HarnessDied
 
     with monkeypatch.context() as patch, pytest.raises(HarnessDied):
@@ -338,8 +338,8 @@ def test_run_json_errors_are_one_clear_line(tmp_path, monkeypatch):
     (tmp_path / "run.json").write_text(json.dumps({"task": "t6"}))
     with pytest.raises(state.RunStateError, match="lacks agent"):
         state.read(tmp_path)
-    good = state.RunState("t6", "command", "c", 1, 60, 2, None, {}, "cpu", False, True, "l", "tok", 1, 0.0, [], [],
-                          None, [], "/d")  # fmt: skip
+    described = RunSpec("t6", "command", campaign="c", budget_s=60.0, grace_s=2.0, device="cpu").to_dict()
+    good = state.RunState(described, "tok", 1, 0.0, [], [], None, [], "/d")
     for bad in ({"wall_time_s": 3.0}, [3.0, 0, False, False]):  # a hand edit of how the agent's time ended
         (tmp_path / "run.json").write_text(json.dumps({**dataclasses.asdict(good), "watched": bad}))
         with pytest.raises(state.RunStateError, match="mistypes a field"):
@@ -349,10 +349,8 @@ def test_run_json_errors_are_one_clear_line(tmp_path, monkeypatch):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(Path, "write_text", full)
-    st = state.RunState("t6", "command", "c", 1, 60, 2, None, {}, "cpu", False, True, "l", "tok", 1, 0.0, [], [],
-                        None, [], "/d")  # fmt: skip
     with pytest.raises(state.RunStateError) as e:
-        state.write(tmp_path, st)
+        state.write(tmp_path, good)
     assert "No space left on device" in str(e.value) and f"free space in {tmp_path}" in str(e.value)
     assert f"bench run --resume {tmp_path}" in str(e.value)
 

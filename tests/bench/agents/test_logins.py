@@ -27,6 +27,7 @@ from bench.pipeline.launch import launch
 from bench.pipeline.watch import watch
 from bench.pipeline.workspace import Workspace
 from bench.preflight import InputError, check_api
+from bench.runspec import RunSpec
 from bench.sandbox import probe
 from tests.bench.agents.test_gateway import UnixHTTP, certs, gateway, lines, mock, serve  # noqa: F401 (fixtures)
 from tests.lazy import lazy
@@ -191,8 +192,8 @@ def _launch(agent_name: str, tmp: Path, script: Path) -> tuple[list[str], Worksp
     ws = Workspace(tmp / f"run-{agent_name}", task=None)
     for d in (ws.path, ws.checkpoints, ws.spool_dir):
         d.mkdir(parents=True, exist_ok=True)
-    launched = launch(AGENTS[agent_name], ws, budget_s=60, device="cpu", label=agent_name, console=False,
-                      options={"bin": str(script)})  # fmt: skip
+    spec = RunSpec("login", agent_name, budget_s=60, device="cpu", console=False, options={"bin": str(script)})
+    launched = launch(AGENTS[agent_name], ws, spec)
     watch(launched, 60, 2)  # the script gets the CLI's arguments and ignores them
     text = ws.log.read_text()
     return [x for x in text.splitlines() if x.split(" ", 1)[0] in REPORT_WORDS], ws

@@ -115,12 +115,13 @@ from pathlib import Path
 from bench.agents.command import CommandAgent
 from bench.pipeline.launch import launch
 from bench.pipeline.workspace import Workspace
+from bench.runspec import RunSpec
 
 ws = Workspace(Path(sys.argv[1]), task=None)
 for d in (ws.path, ws.checkpoints, ws.spool_dir):
     d.mkdir(parents=True, exist_ok=True)
-agent = launch(CommandAgent(), ws, budget_s=600, device="cpu", label="stand-in", options={"command": sys.argv[2]},
-               console=False)
+spec = RunSpec("stand-in", "command", budget_s=600, device="cpu", options={"command": sys.argv[2]}, console=False)
+agent = launch(CommandAgent(), ws, spec)
 print(agent.proc.pid, agent.sandboxed, flush=True)
 time.sleep(1000)
 """
