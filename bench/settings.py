@@ -79,7 +79,10 @@ def _paths(text: str) -> tuple[Path, ...]:
 
 def _number(low: float, *, above: bool) -> Callable[[str], float]:
     def parse(text: str) -> float:
-        value = float(text)
+        try:
+            value = float(text)
+        except ValueError:
+            raise ValueError("") from None  # float's own message adds nothing to "expected seconds > 0"
         if value != value or value in (float("inf"), float("-inf")) or (value <= low if above else value < low):
             raise ValueError("")
         return value
@@ -107,8 +110,10 @@ def _pairs(text: str) -> dict[str, str]:
 
 
 def _cpus(text: str) -> tuple[int, ...]:
+    if not all(c.strip().isdigit() for c in text.split(",") if c.strip()):
+        raise ValueError("")
     cpus = tuple(int(c) for c in text.split(",") if c.strip())
-    if any(c < 0 for c in cpus):
+    if not cpus:
         raise ValueError("")
     return cpus
 
