@@ -1,7 +1,10 @@
 """The task loader: a folder with a ``task.toml`` is a task.
 
 A task folder is self-contained (``task.toml``, ``program.md``, the locked ``prepare.py``
-and the baseline ``train.py``); nothing here knows about a particular task. Which folders are tasks (the
+and the baseline ``train.py``, plus any other locked file its ``extra_locked`` names); nothing here knows about a
+particular task. The built-in tasks share one locked file, ``tasks/task_helpers.py`` (the checkpoint and logging
+helpers every ``prepare.py`` imports): each folder holds it as a link, so a workspace and the evaluation copy its
+content like any locked file, and the folder's content hash covers it. Which folders are tasks (the
 repository's ``tasks/``, ``BENCH_TASKS_PATH``, installed packs) is :mod:`bench.tasks.packs`' business.
 """
 
@@ -104,7 +107,7 @@ class Task:
     folder: Path
     reference_score: float | None = None
     data: tuple[DataSource, ...] = field(default_factory=tuple)
-    extra_locked: tuple[str, ...] = ()  # locked files besides prepare.py (T3's dinov3.py)
+    extra_locked: tuple[str, ...] = ()  # locked files besides prepare.py (T3's dinov3.py, task_helpers.py)
     weights: tuple[Weights, ...] = ()
     # files of the prepared data kept out of every workspace: the labels of a test-scored task (paper rule 9);
     # only the trusted scorer reads them

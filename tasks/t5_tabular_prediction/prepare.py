@@ -7,7 +7,7 @@
 #   2. preparation: covtype.data.gz -> stratified 80/10/10 split, standardised float32 arrays in data/
 #   3. loaders the training scripts import (load_split, load_meta)
 #   4. the evaluation: the inputs the harness feeds, the forward contract, the metric (test accuracy)
-#   5. checkpoint + logging helpers (shared by all seven tasks)
+#   5. checkpoint + logging helpers (task_helpers.py, shared by all seven tasks)
 #   6. main(): the command line
 #
 #   python prepare.py --prepare --raw-dir RAW --data-dir OUT
@@ -18,7 +18,6 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import sys
@@ -27,6 +26,13 @@ import time
 import numpy as np
 import torch
 import torch.nn as nn
+
+# The checkpoint and logging helpers every task shares live in task_helpers.py beside this file (locked too);
+# section 5 gives two of them this task's metric. Training scripts import them all from here:
+# `from prepare import log_metrics, save_checkpoint`.
+from task_helpers import CHECKPOINT_DIR, load_build_model, load_checkpoint, log_metrics, rebuild_model  # noqa: F401
+from task_helpers import save_checkpoint as helpers_save_checkpoint
+from task_helpers import self_check as helpers_self_check
 
 # ---------------------------------------------------------------------------
 # 1. Constants
@@ -37,7 +43,6 @@ METRIC = "accuracy"  # fraction of rows whose highest logit is the true cover ty
 DIRECTION = "max"  # higher is better
 EVAL_SPLIT = "test"
 DATA_DIR = "data"
-CHECKPOINT_DIR = "checkpoints"
 
 RAW_FILE = "covtype.data.gz"  # UCI covtype.data, gzip: no header, 55 comma-separated integers a row
 URL = "https://archive.ics.uci.edu/ml/machine-learning-databases/covtype/covtype.data.gz"
@@ -293,139 +298,38 @@ def evaluate(
     return score(outputs, targets)
 
 
-# 5. The helper block below is shared verbatim by all seven tasks (hence kept out of the formatter).
-# fmt: off
 # ---------------------------------------------------------------------------
-# Checkpoint + logging helpers (the output contract, paper rule 7).
-# Every training script saves its models through save_checkpoint() so that the
-# harness can find them, rank them by the validation score the script
-# reports, and rebuild them for the official evaluation:
-#     model = build_model(payload["config"]); model.load_state_dict(sd, strict=True)
+# 5. Checkpoint + logging helpers (the output contract, paper rule 7)
+# They are the same for every task, so they live in task_helpers.py beside
+# this file (locked too) and are imported at the top: log_metrics,
+# load_checkpoint, rebuild_model. The two below give the shared ones this
+# task's metric and evaluation.
 # ---------------------------------------------------------------------------
 
-CHECKPOINT_FORMAT = "1gc-7rc/checkpoint-v1"
 
+def save_checkpoint(
+    model: nn.Module, config: dict, val_score: float, *, step: int | None = None, path: str | None = None
+) -> str:
+    """Save a scored checkpoint into checkpoints/ and return its path (task_helpers.save_checkpoint).
 
-_spool = None  # the open spool file (one line-buffered append per event: microseconds, no MLflow)
-
-
-def _trace(event: dict) -> None:
-    """Append one event to the harness's spool file, if the harness set one.
-
-    Standard library only and a no-op outside the harness, so it costs nothing
-    when you run a script by hand. The harness relays these lines to MLflow.
+    `config`: plain Python values, passed back to your script's build_model(config).
+    `val_score`: your own measurement of METRIC on the validation split.
     """
-    global _spool
-    path = os.environ.get("BENCH_SPOOL_FILE")
-    if not path:
-        return
-    try:
-        if _spool is None or _spool.name != path:
-            _spool = open(path, "a", buffering=1, encoding="utf-8")
-        _spool.write(json.dumps(event, default=str) + "\n")
-    except OSError:
-        pass  # tracing must never break training
-
-
-def log_metrics(step: int, **metrics: float) -> None:
-    """Trace one set of metrics at full precision, then print it (`step 100 | loss 1.2300 | val_bpb 2.3100`)."""
-    values = {k: float(v) for k, v in metrics.items()}
-    _trace({"ev": "metrics", "t": time.time(), "step": int(step), "metrics": values})
-    print(f"step {step} | " + " | ".join(f"{k} {v:.4f}" for k, v in values.items()), flush=True)
-
-
-def save_checkpoint(model: nn.Module, config: dict, val_score: float, *, step: int | None = None,
-                    path: str | None = None) -> str:
-    """Save a scored checkpoint into checkpoints/ and return its path.
-
-    `config` must be plain Python values (numbers, strings, lists, dicts): it is
-    stored beside the weights and passed back to your script's build_model().
-    `val_score` is your own measurement of METRIC on the validation split.
-    The state dict is saved as is: evaluation loads it with strict=True, so a
-    torch.compile()d model must be saved via model._orig_mod.
-    """
-    script = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "unknown"
-    if path is None:
-        os.makedirs(CHECKPOINT_DIR, exist_ok=True)
-        stem = os.path.splitext(script)[0]
-        tag = f"step{step}_" if step is not None else ""
-        path = os.path.join(CHECKPOINT_DIR, f"{stem}_{tag}{METRIC}{float(val_score):.4f}_{time.time_ns()}.pt")
-    payload = {
-        "format": CHECKPOINT_FORMAT,
-        "state_dict": model.state_dict(),
-        "config": config,
-        "script": script,
-        "val_score": float(val_score),
-        "metric": METRIC,
-        "step": step,
-        "time": time.time(),
-    }
-    tmp = path + ".tmp"
-    torch.save(payload, tmp)
-    os.replace(tmp, path)  # atomic: the harness never sees half a file
-    _trace({"ev": "checkpoint", "t": time.time(), "path": os.path.abspath(path), "val_score": float(val_score),
-            "metric": METRIC, "step": step, "config": config,
-            "n_params": sum(p.numel() for p in model.parameters()),
-            "device": str(next(model.parameters()).device) if any(True for _ in model.parameters()) else "cpu"})
-    return path
-
-
-def load_checkpoint(path: str) -> dict:
-    """Load a checkpoint payload (weights_only: a checkpoint cannot run code)."""
-    payload = torch.load(path, map_location="cpu", weights_only=True)
-    if not isinstance(payload, dict) or "state_dict" not in payload or "config" not in payload:
-        raise ValueError(f"{path} is not a checkpoint saved by save_checkpoint(): it needs 'state_dict' and 'config'")
-    return payload
-
-
-def load_build_model(script_path: str):
-    """Import build_model from a training script without running its training."""
-    spec = importlib.util.spec_from_file_location("_scored_script", script_path)
-    module = importlib.util.module_from_spec(spec)
-    sys.path.insert(0, os.path.dirname(os.path.abspath(script_path)))
-    spec.loader.exec_module(module)  # scripts must guard training with `if __name__ == "__main__":`
-    if not hasattr(module, "build_model"):
-        raise AttributeError(f"{script_path} has no build_model(config) function (rule 7)")
-    return module.build_model
-
-
-def rebuild_model(payload: dict, script_path: str) -> nn.Module:
-    """build_model(config) + load_state_dict(strict=True): exactly what the official evaluation does."""
-    model = load_build_model(script_path)(payload["config"])
-    try:
-        model.load_state_dict(payload["state_dict"], strict=True)
-    except RuntimeError as e:
-        hint = ""
-        if any(str(k).startswith("_orig_mod.") for k in payload["state_dict"]):
-            hint = (" The keys start with '_orig_mod.': the model was saved after torch.compile();"
-                    " save the original module, save_checkpoint(model._orig_mod, ...).")
-        raise ValueError(f"the saved state_dict does not fit build_model(config) from {script_path} "
-                         f"under strict=True.{hint} Details: {e}") from e
-    return model
+    return helpers_save_checkpoint(model, config, val_score, METRIC, step=step, path=path)
 
 
 def self_check(checkpoint: str, script: str | None = None, split: str = EVAL_SPLIT, **eval_options) -> dict:
-    """Your own check of one checkpoint: rebuilt as the harness rebuilds it, scored by evaluate() in this process.
-
-    The official score comes from the harness, not from here: a sandboxed process runs the model and a
-    separate scorer, which never runs your code, holds the labels (of a test split: outside your workspace).
-    """
-    start = time.time()
-    if not os.path.isfile(checkpoint):
-        raise FileNotFoundError(f"checkpoint {checkpoint} does not exist")
-    try:
-        payload = load_checkpoint(checkpoint)
-    except Exception as e:
-        raise ValueError(f"cannot read checkpoint {checkpoint}: {e} (save it with prepare.save_checkpoint())") from e
-    given, script = script, script or payload.get("script")
-    if not script or not os.path.isfile(script):
-        named = f"--script names {given!r}" if given else f"the checkpoint names {payload.get('script')!r}"
-        raise FileNotFoundError(f"training script not found: {named}; pass --script PATH to the script that saved it")
-    model = rebuild_model(payload, script)
-    result = evaluate(model.to(eval_options.get("device", "cpu")), split, **eval_options)
-    return {"task": TASK_ID, "metric": METRIC, "value": result[METRIC], "direction": DIRECTION, "split": split,
-            "checkpoint": checkpoint, "script": script, "seconds": round(time.time() - start, 3), "n": result["n"]}
-# fmt: on
+    """Your own check of one checkpoint: rebuilt as the harness rebuilds it, scored by evaluate() here."""
+    return helpers_self_check(
+        checkpoint,
+        script,
+        split,
+        evaluate=evaluate,
+        task_id=TASK_ID,
+        metric=METRIC,
+        direction=DIRECTION,
+        **eval_options,
+    )
 
 
 # ---------------------------------------------------------------------------

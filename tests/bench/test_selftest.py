@@ -109,7 +109,7 @@ def test_t3_sends_class_maps_not_logits(tmp_path) -> None:
     from bench.scoring.session import Session
 
     task_dir = ROOT / "tasks" / "t3_semantic_segmentation"
-    for name in ("prepare.py", "dinov3.py"):
+    for name in ("prepare.py", "dinov3.py", "task_helpers.py"):
         (tmp_path / name).write_text((task_dir / name).read_text())
     (tmp_path / "tiny.py").write_text(
         "import torch.nn as nn\n\ndef build_model(config):\n    return nn.Conv2d(3, 21, 1)\n"

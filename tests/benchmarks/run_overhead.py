@@ -52,7 +52,7 @@ def setup(base: Path) -> tuple[list[str], list[str], Path, dict[str, str]]:
     prepared = data.prepare(task, progress=False)
     plain = base / "plain"
     plain.mkdir(exist_ok=True)
-    for name in ("prepare.py", "train.py"):
+    for name in ("train.py", *task.locked_files):
         shutil.copyfile(task.file(name), plain / name)
     if not (plain / "data").exists():
         (plain / "data").symlink_to(prepared, target_is_directory=True)

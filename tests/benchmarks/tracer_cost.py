@@ -83,7 +83,8 @@ def main() -> None:
     NO_TEE = args.no_tee
     ws = Path(tempfile.mkdtemp(prefix="tracer-bench-"))
     (ws / ".bench" / "spool").mkdir(parents=True)
-    shutil.copy(ROOT / "tasks" / "t6_time_series_forecasting" / "prepare.py", ws / "prepare.py")
+    for name in ("prepare.py", "task_helpers.py"):  # prepare.py imports the shared helpers beside it
+        shutil.copy(ROOT / "tasks" / "t6_time_series_forecasting" / name, ws / name)
     (ws / "run_start.py").write_text("print(1)\n")
     (ws / "run_loop.py").write_text(LOOP)
 

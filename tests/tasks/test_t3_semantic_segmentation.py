@@ -111,7 +111,7 @@ def test_task_toml_loads():
     task = load_task(TASK_DIR)
     assert (task.id, task.metric, task.direction, task.eval_split) == ("t3", "miou", "max", "val")
     assert (task.budget_minutes, task.baseline_score, task.reference_score) == (80, 0.660, None)
-    assert task.locked_files == ("prepare.py", "dinov3.py")
+    assert task.locked_files == ("prepare.py", "dinov3.py", "task_helpers.py")
     assert [(w.file, w.sha256_prefix) for w in task.weights] == [(CONVNEXT_FILE, "21b726bb"), (VIT_FILE, "08c60483")]
     full, labels, train_list, val_list, sample = task.data
     assert (full.file, full.url, full.mirror, full.md5, full.size) == (
@@ -658,7 +658,7 @@ def test_official_miou_is_numpys_and_the_old_evaluations(small, fake, official, 
     assert (result["task"], result["metric"], result["split"], result["n"]) == ("t3", "miou", "val", 4)
     assert result["checks"] == expected_probes(1)  # the honest baseline passes every probe (4 images: one batch)
     staged = {p.name for p in official["folder"].iterdir()} - {"__pycache__"}  # (bytecode: the unsandboxed predictor)
-    assert staged == {"checkpoint.pt", "dinov3.py", "prepare.py", "train.py"}  # the original locked files, no weights/
+    assert staged == {"checkpoint.pt", "dinov3.py", "prepare.py", "task_helpers.py", "train.py"}  # the originals
     payload = torch.load(official["checkpoint"], weights_only=True)
     assert payload["step"] == 1 and payload["config"]["pretrained"] == f"weights/{CONVNEXT_FILE}"
     with task_modules(fake["ws"]) as (_, train):
@@ -692,7 +692,7 @@ def many(tmp_path_factory) -> Path:
 def tiny_folder(dest: Path, mix: bool) -> Path:
     """A staged folder for TINY_SCRIPT's model (a seeded 1x1 convolution), with or without the batch mixing."""
     dest.mkdir()
-    for name in ("prepare.py", "dinov3.py"):
+    for name in ("prepare.py", "dinov3.py", "task_helpers.py"):
         shutil.copyfile(TASK_DIR / name, dest / name)
     (dest / "run_tiny.py").write_text(TINY_SCRIPT, encoding="utf-8")
     torch.manual_seed(0)
@@ -805,7 +805,7 @@ def test_bench_run_provides_weights_locks_dinov3_and_scores(fake, tmp_path, monk
     result = run(spec)
     assert result.status == "success", result.reason
     assert result.metric == "miou"
-    assert result.audit.locked_sha256.keys() == {"prepare.py", "dinov3.py"} and not result.violations
+    assert result.audit.locked_sha256.keys() == {"prepare.py", "dinov3.py", "task_helpers.py"} and not result.violations
     assert result.partial_data is True  # a 6/4-image tar is not the official 1,464/1,449
     ws = Path(result.workspace)
     (ckpt,) = (ws / "checkpoints").glob("*.pt")  # one step: one checkpoint, the one scored

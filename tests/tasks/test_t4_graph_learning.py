@@ -68,7 +68,7 @@ def test_task_toml_loads():
     task = load_task(TASK_DIR)
     assert (task.id, task.metric, task.direction, task.eval_split) == ("t4", "auroc", "max", "test")
     assert (task.budget_minutes, task.baseline_score, task.reference_score) == (60, 0.706, 0.848)
-    assert task.locked_files == ("prepare.py", "molecules.py")  # both read-only in the workspace, staged for eval
+    assert task.locked_files == ("prepare.py", "molecules.py", "task_helpers.py")  # read-only in the workspace, staged
     full, mol, *splits = task.data
     assert (full.file, full.mirror, full.sha256, full.size, full.required) == (
         "hiv.zip",

@@ -1,4 +1,4 @@
-"""The seven tasks as a suite: faithful to the paper's Table 2, one shared helper block, listed by `bench tasks`.
+"""The seven tasks as a suite: faithful to the paper's Table 2, one shared helper file, listed by `bench tasks`.
 
 What each task folder promises on its own (output contract, --eval, its command line) is in test_conformance.py.
 """
@@ -16,13 +16,7 @@ from bench.tasks import all_tasks
 
 ROOT = Path(__file__).resolve().parents[2]
 PUBLISHED = pd.read_csv(ROOT / "analysis" / "data" / "published" / "tasks.csv")
-BLOCK = re.compile(r"^# fmt: off\n(.*?)^# fmt: on\n", re.S | re.M)
-
-
-def _block(path: Path) -> str:
-    found = BLOCK.findall(path.read_text(encoding="utf-8"))
-    assert len(found) == 1, f"{path}: expected exactly one '# fmt: off' ... '# fmt: on' helper block"
-    return found[0]
+HELPERS = ROOT / "tasks" / "task_helpers.py"
 
 
 def test_all_seven_tasks_match_table_2():
@@ -38,11 +32,19 @@ def test_all_seven_tasks_match_table_2():
         assert t.data, f"{t.id} declares no data source"
 
 
-def test_every_prepare_py_shares_the_helper_block_verbatim():
-    """save_checkpoint/log_metrics are the output contract: one text, so a fix lands in every task."""
-    reference = _block(ROOT / "tasks" / "t6_time_series_forecasting" / "prepare.py")
+def test_every_task_locks_the_one_shared_helper_file():
+    """save_checkpoint/log_metrics are the output contract: one text, tasks/task_helpers.py, so a fix lands in every
+    task. Each task folder holds it as a link to that file (a workspace and the evaluation get a locked copy of its
+    content), and its prepare.py imports the helpers from it instead of holding a copy."""
+    helpers = HELPERS.read_bytes()
     for t in all_tasks():
-        assert _block(t.file("prepare.py")) == reference, f"{t.name}/prepare.py: the helper block differs from T6's"
+        assert "task_helpers.py" in t.locked_files, f"{t.name}/task.toml: task_helpers.py is not in extra_locked"
+        assert t.file("task_helpers.py").resolve() == HELPERS.resolve(), f"{t.name}/task_helpers.py is not the link"
+        assert t.file("task_helpers.py").read_bytes() == helpers
+        prepare = t.file("prepare.py").read_text(encoding="utf-8")
+        assert "from task_helpers import" in prepare, f"{t.name}/prepare.py does not import the shared helpers"
+        copies = [f"def {name}(" for name in ("_trace", "log_metrics", "load_checkpoint", "rebuild_model")]
+        assert not [c for c in copies if c in prepare], f"{t.name}/prepare.py holds a copy of the shared helpers"
 
 
 def test_bench_tasks_lists_budget_metric_direction_and_data_status(capsys):

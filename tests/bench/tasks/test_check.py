@@ -128,7 +128,9 @@ def test_the_workspace_builder_never_copies_smalldata(tmp_path):
     (data / "train.npy").write_bytes(b"x")
     ws = workspace.create(load_task(T6), data, campaign="c", agent="a", repeat=1, root=tmp_path / "runs")
     assert (T6 / "smalldata.py").is_file()
-    assert sorted(p.name for p in ws.path.iterdir() if p.is_file()) == ["prepare.py", "program.md", "train.py"]
+    names = ["prepare.py", "program.md", "task_helpers.py", "train.py"]  # task_helpers.py: locked, shared by the tasks
+    assert sorted(p.name for p in ws.path.iterdir() if p.is_file()) == names
+    assert not (ws.path / "task_helpers.py").is_symlink()  # the task folder's link is copied as the file's content
 
 
 # ---------------------------------------------------------------------------

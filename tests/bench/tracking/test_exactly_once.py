@@ -47,7 +47,8 @@ for step in range(1, steps + 1):
 def run_late(ws: Path, order: str) -> None:
     """Run the loop traced; its stdout is read only once the helper has traced far ahead of the printed lines."""
     (ws / "loop.py").write_text(LOOP)
-    shutil.copy(ROOT / "tasks" / "t6_time_series_forecasting" / "prepare.py", ws / "prepare.py")
+    for name in ("prepare.py", "task_helpers.py"):  # prepare.py imports the shared helpers beside it
+        shutil.copy(ROOT / "tasks" / "t6_time_series_forecasting" / name, ws / name)
     spool = ws / ".bench" / "spool"
     env = {**os.environ, "BENCH_WORKSPACE": str(ws), "BENCH_SPOOL_DIR": str(spool), "PYTHONPATH": str(HOOK_DIR)}
     proc = subprocess.Popen(

@@ -98,8 +98,8 @@ print(json.dumps({"parent": parent, "scripts": {s["script"]: s["run_id"] for s i
 
 
 def helper_module() -> str:
-    """The locked helper ``log_metrics`` (and ``_trace``) of T6's prepare.py, as it is, without the torch import."""
-    source = (ROOT / "tasks" / "t6_time_series_forecasting" / "prepare.py").read_text()
+    """The tasks' locked helper ``log_metrics`` (and ``_trace``), as it is, without the torch import."""
+    source = (ROOT / "tasks" / "task_helpers.py").read_text()
     tree = ast.parse(source)
     wanted = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name in ("_trace", "log_metrics")]
     assert len(wanted) == 2
