@@ -16,8 +16,10 @@ def small(tmp_path_factory) -> SmallTasks:
 
 
 def pytest_collection_modifyitems(config, items):
-    """A task's tests on one pytest-xdist worker (``--dist loadgroup``), so that its small data are prepared and its
-    baseline trained once per test run, not once per worker (``small`` is per session, and each worker is one)."""
+    """The tests of the session's small tasks are slow (each task's data prepared and baseline trained: minutes on 2
+    cores; ``make test-all``), and a task's tests run on one pytest-xdist worker (``--dist loadgroup``), so that its
+    small data are prepared and its baseline trained once per test run, not once per worker (``small`` is per
+    session, and each worker is one)."""
     tasks = Path(__file__).resolve().parents[2] / "tasks"
     names = sorted((p.name for p in tasks.iterdir() if (p / "task.toml").is_file()), key=len, reverse=True)
     here = Path(__file__).resolve().parent
@@ -25,5 +27,8 @@ def pytest_collection_modifyitems(config, items):
         if here not in Path(str(item.path)).parents:
             continue
         name = next((n for n in names if n in item.nodeid or n[:2] == Path(str(item.path)).stem[5:7]), None)
-        if name is not None and "small" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.xdist_group(f"small-{name}"))
+        if "small" in getattr(item, "fixturenames", ()):
+            # its task's small data prepared and its baseline trained in this process: minutes per task on 2 cores
+            item.add_marker(pytest.mark.slow)
+            if name is not None:
+                item.add_marker(pytest.mark.xdist_group(f"small-{name}"))
