@@ -109,8 +109,8 @@ class RunSpec:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], *, console: bool = True) -> RunSpec:
         """A description read back (run.json, result.json); TypeError or ValueError for a mistyped field, a
-        :class:`~bench.sandbox.limits.LimitError` for limits no run can live with. Unknown keys (a newer toolkit's
-        fields) are refused by the caller's version check, not here."""
+        :class:`~bench.sandbox.resource_limits.LimitError` for limits no run can live with. Unknown keys (a newer
+        toolkit's fields) are refused by the caller's version check, not here."""
         names = {f.name for f in fields(cls)} - {"console", "limits"}
         values = {k: d[k] for k in names if k in d}
         for key in ("task", "agent"):
