@@ -16,8 +16,8 @@ BIN := $(VENV)/bin
 
 .PHONY: demo test test-all install lint ui lab gpu-proof gpu-proof-bundle
 
-# pytest-xdist workers: measured on the 2-core machine (README "Tests"), three beat two and four for both tiers: the
-# whole runs wait on budgets, sleeps and subprocesses as much as they compute
+# pytest-xdist workers: one more than a 2-core machine's cores, as the tests wait on budgets, sleeps, sandboxes and
+# subprocesses as much as they compute (TEST_WORKERS=2 or 4 to change it; TEST_WORKERS=0 runs in one process)
 TEST_WORKERS ?= 3
 
 $(BIN)/bench: pyproject.toml
