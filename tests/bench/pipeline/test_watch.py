@@ -145,7 +145,8 @@ def test_end_tree_finds_detached_grandchild_by_token(tmp_path: Path, token: str,
     else:
         cmd = f'setsid nohup "{sys.executable}" "{sleeper}" "{pid_file}" >/dev/null 2>&1 & exit 0'
         proc = spawn(["bash", "-c", cmd])
-    bystander = spawn([sys.executable, str(sleeper), str(tmp_path / "bystander.pid")], run_token="other-run")
+    # another run's own token: a fixed one was ended by the teardown of this test's other case on a parallel worker
+    bystander = spawn([sys.executable, str(sleeper), str(tmp_path / "bystander.pid")], run_token=uuid.uuid4().hex)
 
     detached = read_pid(pid_file)
     other = read_pid(tmp_path / "bystander.pid")
