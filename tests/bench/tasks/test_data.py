@@ -420,6 +420,7 @@ def test_manifest_folder_is_copied_verified_and_atomic(tmp_path: Path, mirror: P
         fetch_tree(source, tmp_path / "raw3", mirror=None)
 
 
+@pytest.mark.slow  # T6's data prepared four times: 30-90 s on 2 cores
 def test_prepared_data_are_verified_against_their_build(generated_t6):
     """A changed, added or removed prepared file stops the next use with what to do; --force rebuilds."""
     import json
