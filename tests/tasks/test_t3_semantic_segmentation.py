@@ -474,6 +474,7 @@ def test_state_dicts_equal_the_notes_appendices(backbones):
     assert layout(backbones["vit"]) == parse(appendix_b)
 
 
+@pytest.mark.slow  # the backbone at 224 and 512 px / the scorer on a batch-dependent model: ~1 min on 2 cores
 def test_feature_shapes_at_224_and_512(backbones):
     with torch.no_grad():
         for side in (224, 512):
@@ -702,6 +703,7 @@ def tiny_folder(dest: Path, mix: bool) -> Path:
     return dest
 
 
+@pytest.mark.slow  # the backbone at 224 and 512 px / the scorer on a batch-dependent model: ~1 min on 2 cores
 def test_scorer_flags_a_model_whose_outputs_depend_on_the_batch(many, tmp_path):
     """Two feed batches of 40 val images. The honest per-pixel model passes every probe and its score is the
     numpy mIoU of its class maps; the same model plus the batch's mean logits gets other class maps for the first
