@@ -34,7 +34,8 @@ PLACEHOLDER = "a placeholder value for the reader to fill in"
 # command (as written, comments stripped) -> why it is not run here
 SKIP: dict[str, str] = {
     "make demo": "installs the toolkit and runs ~10 min (the demo's own test covers it)",
-    "make test": "the whole test suite",
+    "make test": "the fast tier of the test suite: minutes (the tests themselves)",
+    "make test-all": "the whole test suite: tens of minutes (CI runs it)",
     "make gpu-proof": GPU_LONG,
     "bench selftest --device cpu --out selftest-report": "30-50 s, run by tests/bench/test_selftest.py",
     "make gpu-proof-bundle": "downloads wheels from PyPI: minutes, and network",
