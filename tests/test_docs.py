@@ -283,3 +283,11 @@ def test_readme_is_short_and_no_page_cites_internal_issues() -> None:
         for m in re.finditer(r"\bissues? #?\d+", p.read_text(), re.I)
     ]
     assert cited == []
+
+
+def test_the_settings_table_is_the_one_bench_settings_prints() -> None:
+    """docs/runs.md shows every environment override as ``python -m bench.settings`` prints it: a setting added,
+    renamed or given another default cannot leave the user guide behind."""
+    from bench import settings
+
+    assert settings.table().strip() in (ROOT / "docs" / "runs.md").read_text()
