@@ -84,7 +84,7 @@ def test_summarise_picks_the_evaluated_checkpoints_trial(tmp_path):
     outcome = dataclasses.replace(v1.outcome, score=0.371, best_val_score=0.649)
     result = dataclasses.replace(
         v1, workspace=str(ws), run_dir=str(tmp_path / "run"), evaluations=[best, window], outcome=outcome,
-        mlflow_run_id="abc", budget_s=600.0,
+        mlflow_run_id="abc", run=dataclasses.replace(v1.run, budget_s=600.0),
     )  # fmt: skip
     out = summarise(result, storage="sqlite:///x.db", study="s", seed=0)
     assert set(RESULT_KEYS) <= set(out)
