@@ -76,6 +76,12 @@ class RunSpec:
         self._task: Task | None = None
         if isinstance(self.task, Task):
             self._task, self.task = self.task, self.task.id
+        # seconds are floats however they were given (grace_s=3 or 3.0): the description must read the same after a
+        # trip through result.json, or MLflow refuses the param logged again by `bench record` ("3" vs "3.0")
+        for name in ("budget_s", "grace_s"):
+            value = getattr(self, name)
+            if isinstance(value, int) and not isinstance(value, bool):
+                setattr(self, name, float(value))
 
     # --- what readers ask ---------------------------------------------------------------
     @property

@@ -53,6 +53,14 @@ def test_the_description_round_trips_and_the_layers_take_precedence_in_order() -
         RunSpec.build("t6", "command", {"grace_s": -1.0}, names=lambda f: f"camp.toml: {f[:-2]}:")
 
 
+def test_whole_seconds_read_the_same_after_a_trip_through_json() -> None:
+    """grace_s=3 given by a program became "3" in MLflow at the run's record and "3.0" when `bench record` logged the
+    description read back from result.json: MLflow refuses a param changed, and the second record failed."""
+    spec = RunSpec("t6", "command", budget_s=30, grace_s=3)
+    back = RunSpec.from_dict(json.loads(json.dumps(spec.to_dict())))
+    assert (str(spec.grace_s), str(spec.budget_s)) == (str(back.grace_s), str(back.budget_s)) == ("3.0", "30.0")
+
+
 def test_a_campaign_files_tags_table_is_read_and_checked(tmp_path) -> None:
     from bench.campaign import spec
 
