@@ -9,7 +9,7 @@ import pytest
 from bench.runner import RunSpec, run
 from bench.tasks import get_task
 
-pytestmark = pytest.mark.mirror
+pytestmark = [pytest.mark.mirror, pytest.mark.slow]  # a whole benchmark run on the real file: make test-all
 
 
 def test_t6_baseline_reproduces_the_paper_score_on_the_real_data(real_mirror, monkeypatch, tmp_path):
