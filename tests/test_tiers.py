@@ -51,3 +51,37 @@ def test_a_whole_run_in_a_test_not_marked_slow_is_refused_before_it_starts(tmp_p
 def test_other_processes_start(tmp_path):
     done = subprocess.run([sys.executable, "-c", "print('ok')"], capture_output=True, text=True, check=True)
     assert done.stdout == "ok\n"
+
+
+GROUPED = """
+import os
+import pytest
+
+@pytest.hookimpl(tryfirst=True)  # as ours do: pytest-xdist reads the mark in the same hook
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if "shared" in item.fixturenames:  # as tests/analysis/conftest.py groups the real store's tests
+            item.add_marker(pytest.mark.xdist_group("shared"))
+
+@pytest.fixture(scope="session")
+def shared():
+    return os.environ["PYTEST_XDIST_WORKER"]
+"""
+
+
+def test_tests_of_one_xdist_group_run_on_one_worker(tmp_path):
+    """make test-all's --dist loadgroup puts the tests of an expensive session fixture (the real analysis store: four
+    T6 runs) on one worker. pytest 9.2 with pytest-xdist 3.8 silently stopped grouping (pytest-xdist issue 1386): the
+    store was built once per worker. Eight grouped tests on three workers must all see the same one."""
+    (tmp_path / "conftest.py").write_text(GROUPED)
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    body = "import time\n" + "".join(
+        f"def test_{i}(shared):\n    time.sleep(0.2)\n    open('seen', 'a').write(shared + '\\n')\n" for i in range(8)
+    )
+    (tmp_path / "test_grouped.py").write_text(body)
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "-n", "3", "--dist", "loadgroup", "-q", "-p", "no:cacheprovider"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+    ).stdout  # fmt: skip
+    workers = (tmp_path / "seen").read_text().split()
+    assert len(workers) == 8 and len(set(workers)) == 1, out

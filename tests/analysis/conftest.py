@@ -153,6 +153,7 @@ def notebooks(tmp_path_factory) -> Notebooks:
     return Notebooks(tmp_path_factory.mktemp("jupyter"))
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist adds the group to the node id
 def pytest_collection_modifyitems(config, items):
     """The tests of the real store on one pytest-xdist worker (``--dist loadgroup``): each worker would otherwise
     make its own (four T6 runs)."""

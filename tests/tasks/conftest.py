@@ -15,6 +15,7 @@ def small(tmp_path_factory) -> SmallTasks:
     return SmallTasks(tmp_path_factory)
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist adds the group to the node id
 def pytest_collection_modifyitems(config, items):
     """The tests of the session's small tasks are slow (each task's data prepared and baseline trained: minutes on 2
     cores; ``make test-all``), and a task's tests run on one pytest-xdist worker (``--dist loadgroup``), so that its
