@@ -43,10 +43,12 @@ BUSY = r"""import os, sys, time
 block = b"x" * (200 << 20)
 sys.stdout.write(f"busy {os.getpid()} {time.time()} 0\n")
 sys.stdout.flush()
-end = time.time() + float(sys.argv[1])
+start, cpu = time.time(), time.process_time()
+end = start + float(sys.argv[1])
 while time.time() < end:
     pass
 print(len(block))
+print(f"own cpu {100 * (time.process_time() - cpu) / (time.time() - start):.1f}")
 """
 
 no_sandbox = pytest.mark.skipif(probe() is not None, reason=f"no usable sandbox here: {probe()}")
@@ -294,8 +296,12 @@ def test_a_sandboxed_script_run_carries_its_cpu_and_memory_and_the_agent_run_say
     memory = [m.value for m in client.get_metric_history(script.info.run_id, schema.SYSTEM_MEMORY)]
     print(f"busy.py in the sandbox: cpu {cpu}, memory {memory}")
     assert len(cpu) >= 2 and len(memory) >= 2, (cpu, memory)  # a series, sampled every 2 s in its first 30 s
-    # plausible, not merely non-zero: one spinning thread is about one core, and it holds 200 MiB
-    assert 30 <= max(cpu) <= 110 and sorted(cpu)[len(cpu) // 2] >= 20, cpu
+    # plausible, not merely non-zero: one spinning thread is at most one core, and about the share of a core the
+    # script measured on itself (on an idle machine ~100%, on a loaded CI machine measured as low as 12%); it
+    # holds 200 MiB
+    own = float(Path(result.workspace, "busy.log").read_text().split("own cpu ")[1].split()[0])
+    median = sorted(cpu)[len(cpu) // 2]
+    assert max(cpu) <= 110 and own / 3 - 5 <= median <= own * 3 + 10, (cpu, own)
     assert max(memory) >= 200 and sorted(memory)[len(memory) // 2] >= 200, memory  # (a last one may see its exit)
     state = json.loads(Path(result.run_dir, "relay.json").read_text())
     (busy,) = [s for s in state["scripts"].values() if s["script"] == "busy.py"]
