@@ -49,8 +49,9 @@ $(BIN)/jupyter-lab: $(BIN)/bench
 	$(BIN)/python -m pip install -q -e '.[lab]'
 	touch $@
 
+# Jupyter refuses to start as root without --allow-root (containers, cloud machines): given only when run as root
 lab: $(BIN)/jupyter-lab
-	$(BIN)/jupyter-lab --notebook-dir=notebooks $(LAB_ARGS)
+	$(BIN)/jupyter-lab --notebook-dir=notebooks $(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS)
 
 gpu-proof: $(BIN)/bench
 	$(BIN)/bench selftest --device cuda --out selftest-report $(SELFTEST_ARGS)
