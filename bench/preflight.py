@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Protocol
 
@@ -39,6 +40,52 @@ class Spec(Protocol):
 
 class InputError(ValueError):
     """An argument or a setting a run cannot start with; the message says what to do (``bench`` exits 2)."""
+
+
+class Problems(InputError):
+    """Every problem found before a run, at once: a researcher fixing a campaign of two agents should not need three
+    tries to learn of two missing keys and a closed endpoint. One problem reads as its own line (as a single
+    InputError did); several read as a count, then one indented line each, each saying what to do."""
+
+    def __init__(self, lines: list[str]) -> None:
+        self.lines = list(dict.fromkeys(lines))  # the same problem found for two agents (a folder, the sandbox): once
+        if len(self.lines) == 1:
+            super().__init__(self.lines[0])
+        else:
+            head = f"{len(self.lines)} problems, found before anything was created (fix each, then run again):"
+            super().__init__("\n".join([head, *(f"  - {line}" for line in self.lines)]))
+
+
+def refusals() -> tuple[type[Exception], ...]:
+    """The errors a check raises for a problem of the user's (said in one line, exit 2); imported when asked: the
+    sandbox's module is not needed by every caller of this one."""
+    from bench.sandbox.bwrap import SandboxUnavailable
+    from bench.tasks import TaskError
+
+    return (InputError, AgentError, TaskError, SandboxUnavailable)
+
+
+class Collect:
+    """Runs checks one after another and keeps each one's problem instead of stopping at the first; ``raise_any``
+    raises them all as one :class:`Problems`. ``with problems.check():`` around a check; ``add`` for a line."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def add(self, line: str) -> None:
+        self.lines.append(line)
+
+    @contextmanager
+    def check(self, prefix: str = "") -> Iterator[None]:
+        try:
+            yield
+        except refusals() as e:
+            for line in e.lines if isinstance(e, Problems) else [str(e)]:
+                self.add(prefix + line)
+
+    def raise_any(self) -> None:
+        if self.lines:
+            raise Problems(self.lines)
 
 
 def check_repeats(repeats: int = 1, first_repeat: int = 1) -> None:
@@ -89,12 +136,19 @@ def check_folder(path: Path, what: str, variable: str) -> None:
 def check_places() -> None:
     """The folders a run writes: the data cache, the workspaces and, for the embedded store, the MLflow store;
     first, every ``BENCH_*`` setting the environment gives (bench.settings), checked once before anything is made."""
-    if errors := settings.check():
-        raise InputError("; ".join(errors))
-    check_folder(paths.cache_dir(), "cache folder", "BENCH_CACHE_DIR")
-    check_folder(paths.workspaces_dir(), "workspaces folder", "BENCH_WORKSPACES_DIR")
-    if not os.environ.get("MLFLOW_TRACKING_URI"):  # a server or a database elsewhere is checked when first used
-        check_folder(paths.mlruns_dir(), "tracking store folder", "BENCH_MLRUNS_DIR")
+    if errors := settings.check():  # a folder's check would read a bad setting: said first, each on its line
+        raise Problems(errors)
+    problems = Collect()
+    for folder, what, variable in (
+        (paths.cache_dir, "cache folder", "BENCH_CACHE_DIR"),
+        (paths.workspaces_dir, "workspaces folder", "BENCH_WORKSPACES_DIR"),
+        (paths.mlruns_dir, "tracking store folder", "BENCH_MLRUNS_DIR"),
+    ):
+        if variable == "BENCH_MLRUNS_DIR" and os.environ.get("MLFLOW_TRACKING_URI"):
+            continue  # a server or a database elsewhere is checked when first used
+        with problems.check():
+            check_folder(folder(), what, variable)
+    problems.raise_any()
 
 
 def check_agent(agent: str, options: dict[str, str], model: str | None) -> None:
@@ -103,21 +157,20 @@ def check_agent(agent: str, options: dict[str, str], model: str | None) -> None:
 
 
 def check_api(agents: Iterable[tuple[str, str | None]], *, endpoints: bool = True) -> None:
-    """Each LLM agent's credential, then (``endpoints``, unless ``BENCH_API_CHECK=0``) its endpoint, key and model,
-    asked of all agents at once in parallel (:mod:`bench.agents.credentials`, :mod:`bench.agents.api_probe`):
-    InputError naming the agent and what to set. Offline and generic agents have nothing to check."""
+    """Each LLM agent's credential, then (``endpoints``, unless ``BENCH_API_CHECK=0``) the endpoint, key and model of
+    each agent that has one, asked of all agents at once in parallel (:mod:`bench.agents.credentials`,
+    :mod:`bench.agents.api_probe`): :class:`Problems` naming every agent not ready and what to set, all at once.
+    Offline and generic agents have nothing to check."""
     from bench.agents import api_probe as api
     from bench.agents import credentials
 
     needs = [n for agent, model in agents if (n := credentials.need_of(agent, model)) is not None]
-    for need in needs:  # the cheap, local half first: a missing key needs no request to be found
-        if need.credential is None:
-            raise InputError(need.missing())
-    if not (endpoints and api.enabled() and needs):
-        return
-    for need, found in zip(needs, api.probe_all(needs), strict=True):
-        if why := api.problem(need, found):
-            raise InputError(why)
+    lines = [need.missing() for need in needs if need.credential is None]  # local: no request needed to find these
+    if endpoints and api.enabled() and any(n.credential is not None for n in needs):
+        found = api.probe_all(needs)  # None for a need without a credential: said above
+        lines += [why for need, seen in zip(needs, found, strict=True) if seen and (why := api.problem(need, seen))]
+    if lines:
+        raise Problems(lines)
 
 
 def check_unsandboxed_login(agent: str, model: str | None) -> None:
@@ -159,11 +212,14 @@ def check_weights(tasks: Iterable[Task], no_weights: bool) -> None:
     """A task that provides pretrained weights needs them installed (or ``--no-weights``)."""
     if no_weights:
         return
+    lines = []
     for task in tasks:
         try:
             weights.for_task(task)
         except weights.WeightsError as e:
-            raise InputError(str(e)) from None
+            lines.append(str(e))
+    if lines:
+        raise Problems(lines)
 
 
 def parse_limits(
@@ -227,24 +283,34 @@ def check_sandbox(sandbox: bool) -> None:
         bwrap.require()
 
 
-def check_run(tasks: list[Task], spec: Spec, *, endpoints: bool = True, sandbox: bool | None = None) -> None:
-    """The machine's side of a run's description (its values are checked where it is built,
-    :func:`bench.runspec.check`), cheapest first: the agent and its options, its credential, its model's price under
-    an API budget, the folders, the weights, the sandbox; raises InputError, AgentError or SandboxUnavailable and
-    creates nothing. ``endpoints``: ask the agent's model endpoint too (a request with a short timeout; a campaign
-    asks all its agents at once before, :func:`check_api`). ``sandbox``: check for this instead of the spec's (a
-    Slurm login node need not have what the compute nodes have)."""
+def run_problems(tasks: list[Task], spec: Spec, *, endpoints: bool = True, sandbox: bool | None = None) -> list[str]:
+    """Every problem of the machine's side of a run's description, one line each (its values are checked where it
+    is built, :func:`bench.runspec.check`): the agent and its options, its credential, its model's price under an
+    API budget, the folders, the weights, the sandbox, then its endpoint. Every check runs whatever the others
+    found, so one try shows them all. Creates nothing. ``endpoints``: ask the agent's model endpoint too (a request
+    with a short timeout; a campaign asks all its agents at once, :func:`check_api`). ``sandbox``: check for this
+    instead of the spec's (a Slurm login node need not have what the compute nodes have)."""
     sandboxed = spec.sandbox if sandbox is None else sandbox
-    check_agent(spec.agent, dict(spec.options or {}), spec.model)
-    check_api([(spec.agent, spec.model)], endpoints=False)  # the credential: local, no request
-    check_priced(spec.agent, spec.model, spec.max_cost)
+    problems = Collect()
+    with problems.check():
+        check_agent(spec.agent, dict(spec.options or {}), spec.model)
+    with problems.check():  # the credential, then (endpoints) what its endpoint answers
+        check_api([(spec.agent, spec.model)], endpoints=endpoints)
+    with problems.check():
+        check_priced(spec.agent, spec.model, spec.max_cost)
     if not sandboxed:
-        check_unsandboxed_login(spec.agent, spec.model)
-    check_places()
-    check_weights(tasks, spec.no_weights)
-    check_sandbox(sandboxed)
-    if endpoints:
-        check_api([(spec.agent, spec.model)])
+        with problems.check():
+            check_unsandboxed_login(spec.agent, spec.model)
+    for check in (check_places, lambda: check_weights(tasks, spec.no_weights), lambda: check_sandbox(sandboxed)):
+        with problems.check():
+            check()
+    return problems.lines
 
 
-__all__ = ["AgentError", "InputError", "check_api", "check_run"]
+def check_run(tasks: list[Task], spec: Spec, *, endpoints: bool = True, sandbox: bool | None = None) -> None:
+    """:func:`run_problems`, raised as one :class:`Problems` (an InputError: ``bench`` exits 2) when there is any."""
+    if lines := run_problems(tasks, spec, endpoints=endpoints, sandbox=sandbox):
+        raise Problems(lines)
+
+
+__all__ = ["AgentError", "Collect", "InputError", "Problems", "check_api", "check_run", "run_problems"]

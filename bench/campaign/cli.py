@@ -90,12 +90,14 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 def check_machine(campaign: Campaign) -> None:
     """Every agent's checks of ``bench run`` (folders, weights, sandbox, options, credentials), the executor's needs,
-    then every LLM agent's endpoint, key and model, asked in parallel (:func:`bench.preflight.check_api`)."""
+    then every LLM agent's endpoint, key and model, asked in parallel (:func:`bench.preflight.check_api`). Every
+    check runs whatever the others found: one :class:`~bench.preflight.Problems` lists them all (exit 2)."""
     from bench.campaign import job
 
     slurm = campaign.executor == "slurm"
+    problems = preflight.Collect()
     for key in {k.agent: k for k in campaign.runs()}.values():  # each agent's first run: its description
-        preflight.check_run(
+        problems.lines += preflight.run_problems(
             campaign.tasks(),
             job.spec_of(campaign, key),  # an unpriced model under a budget is refused here, before any job starts
             endpoints=False,  # all agents at once, below
@@ -105,14 +107,15 @@ def check_machine(campaign: Campaign) -> None:
         try:
             import submitit  # noqa: F401
         except ImportError:
-            raise InputError("executor = \"slurm\" needs submitit: pip install 'onegc-7rc[cluster]'") from None
+            problems.add("executor = \"slurm\" needs submitit: pip install 'onegc-7rc[cluster]'")
         if campaign.slurm.cluster == "slurm" and shutil.which("sbatch") is None:
-            raise InputError(
-                'executor = "slurm": no sbatch here; run on a Slurm login node (or slurm.cluster = "local")'
-            )
-    preflight.check_api([(agent.name, agent.model) for agent in campaign.agents])
+            problems.add('executor = "slurm": no sbatch here; run on a Slurm login node (or slurm.cluster = "local")')
+    with problems.check():  # a missing credential found above again: Problems says each line once
+        preflight.check_api([(agent.name, agent.model) for agent in campaign.agents])
     for agent in campaign.agents if not campaign.sandbox else ():
-        preflight.check_unsandboxed_login(agent.name, agent.model)
+        with problems.check():
+            preflight.check_unsandboxed_login(agent.name, agent.model)
+    problems.raise_any()
 
 
 def start(campaign: Campaign, *, resume: bool, redo_cut_short: bool = False) -> int:

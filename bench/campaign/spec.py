@@ -231,7 +231,10 @@ class Campaign:
 
 
 def load(path: Path) -> Campaign:
-    """Read and check a campaign file: InputError, TaskError or AgentError with one line naming the key."""
+    """Read and check a campaign file: every problem of the file at once, one line each naming its key
+    (:class:`bench.preflight.Problems`, an InputError); a file that cannot be read or parsed is one line. Each part
+    of the file is judged whatever the others held (a part that depends on one found wrong is judged with its
+    default): a file fixed key by key would cost a try per key."""
     path = Path(path)
     try:
         raw = tomllib.loads(path.read_text())
@@ -242,51 +245,70 @@ def load(path: Path) -> Campaign:
     except tomllib.TOMLDecodeError as e:
         raise InputError(f"{path} is not valid TOML: {e}") from None
     where = str(path)
+    problems = preflight.Collect()
 
     def bad(key: str, why: str) -> InputError:
         return InputError(f"{where}: {key}: {why}")
 
-    unknown_keys(raw, TOP_KEYS, where, "")
-    name = raw.get("name")
-    if not isinstance(name, str):
-        raise bad("name", 'missing or not a string: name = "my-campaign" (the MLflow experiment)')
-    try:
-        preflight.check_campaign(name)
-    except InputError as e:
-        raise bad("name", str(e)) from None
-    repeats = integer(raw.get("repeats", 1), "repeats", bad)
-    if repeats < 1:
-        raise bad("repeats", f"must be at least 1 (got {repeats}); the paper runs 5")
-    retries = integer(raw.get("retries", 2), "retries", bad)
-    if retries < 0:
-        raise bad("retries", f"must be 0 or more (got {retries})")
-    executor = raw.get("executor", "local")
-    if executor not in EXECUTORS:
-        raise bad("executor", f"must be one of {', '.join(EXECUTORS)} (got {executor!r})")
-    run = runspec.file_layer(raw, bad)  # every run's description, as the file sets it: judged once, below
-    run["limits"] = parse_limits(raw, bad)
-    slurm = slurm_settings(raw.get("slurm", {}), where)
+    def part(judge: Callable[[], object], default: object = None) -> object:
+        """``judge()``, or ``default`` with its problem kept."""
+        with problems.check():
+            return judge()
+        return default
+
+    def named() -> str:
+        name = raw.get("name")
+        if not isinstance(name, str):
+            raise bad("name", 'missing or not a string: name = "my-campaign" (the MLflow experiment)')
+        try:
+            preflight.check_campaign(name)
+        except InputError as e:
+            raise bad("name", str(e)) from None
+        return name
+
+    def at_least(key: str, default: int, least: int, why: str) -> int:
+        value = integer(raw.get(key, default), key, bad)
+        if value < least:
+            raise bad(key, f"must be {why} (got {value})")
+        return value
+
+    def executor_of() -> str:
+        if (executor := raw.get("executor", "local")) not in EXECUTORS:
+            raise bad("executor", f"must be one of {', '.join(EXECUTORS)} (got {executor!r})")
+        return executor
+
+    part(lambda: unknown_keys(raw, TOP_KEYS, where, ""))
+    name = part(named, runspec.DEFAULT_CAMPAIGN)
+    repeats = part(lambda: at_least("repeats", 1, 1, "at least 1; the paper runs 5"), 1)
+    retries = part(lambda: at_least("retries", 2, 0, "0 or more"), 2)
+    executor = part(executor_of, "local")
+    run = part(lambda: runspec.file_layer(raw, bad), {})  # every run's description, as the file sets it
+    run["limits"] = part(lambda: parse_limits(raw, bad), Limits())
+    slurm = part(lambda: slurm_settings(raw.get("slurm", {}), where), SlurmSettings())
     if slurm.eval_margin_s is not None and "eval_budget" not in raw:  # a file written before eval_budget existed
         run["limits"] = fit_to_margin(slurm.eval_margin_s, run["limits"])
-    check_margin(slurm.eval_margin_s, run["limits"], where)
+    part(lambda: check_margin(slurm.eval_margin_s, run["limits"], where))
     keys = {field: key for key, field in runspec.FILE_KEYS.items()}
     # the same checks as bench run's flags (bench.runspec.check), each naming the file's key
-    runspec.RunSpec.build("-", "-", run, names=lambda f: f"{where}: {keys.get(f, f)}:", campaign=name)
-    tasks_path = _tasks_path(raw.get("tasks_path", []), path, bad)  # before the task ids: they may name its tasks
-    campaign = Campaign(
+    part(lambda: runspec.RunSpec.build("-", "-", run, names=lambda f: f"{where}: {keys.get(f, f)}:", campaign=name))
+    tasks_path = part(lambda: _tasks_path(raw.get("tasks_path", []), path, bad), ())  # first: tasks may be its own
+    task_ids = part(lambda: _tasks(raw.get("tasks"), bad), ())
+    agents = _agents(raw.get("agents"), where, problems)
+    gpus = part(lambda: _gpus(raw["gpus"], bad)) if "gpus" in raw else None
+    problems.raise_any()
+    return Campaign(
         name=name,
         file=path.resolve(),
-        task_ids=_tasks(raw.get("tasks"), bad),
+        task_ids=task_ids,
         repeats=repeats,
-        agents=_agents(raw.get("agents"), where),
+        agents=agents,
         run=run,
         retries=retries,
         executor=executor,
-        gpus=_gpus(raw["gpus"], bad) if "gpus" in raw else None,
+        gpus=gpus,
         slurm=slurm,
         tasks_path=tasks_path,
     )
-    return campaign
 
 
 def _tasks_path(value: object, path: Path, bad) -> tuple[Path, ...]:
@@ -320,37 +342,43 @@ def _tasks(value: object, bad) -> tuple[str, ...]:
     return tuple(ids)
 
 
-def _agents(value: object, where: str) -> tuple[AgentEntry, ...]:
+def _agents(value: object, where: str, problems: preflight.Collect) -> tuple[AgentEntry, ...]:
+    """The ``[[agents]]`` tables, each judged whatever the others held (its problems added to ``problems``)."""
     if not isinstance(value, list) or not value or not all(isinstance(a, dict) for a in value):
-        raise InputError(f'{where}: agents: missing: add an [[agents]] table per agent, with name = "..."')
+        problems.add(f'{where}: agents: missing: add an [[agents]] table per agent, with name = "..."')
+        return ()
     out: list[AgentEntry] = []
     for i, raw in enumerate(value):
-        at = f"agents[{i}]"
-        unknown_keys(raw, AGENT_KEYS, where, f"{at}.")
-        name, model = raw.get("name"), raw.get("model")
-        if name not in AGENTS:
-            raise InputError(f"{where}: {at}.name: unknown agent {name!r}; known: {', '.join(sorted(AGENTS))}")
-        if model is not None and (not isinstance(model, str) or not model.strip()):
-            raise InputError(f"{where}: {at}.model: must be a non-empty string (got {model!r})")
-        options = raw.get("options", {})
-        if not isinstance(options, dict) or not all(isinstance(v, str) for v in options.values()):
-            raise InputError(f'{where}: {at}.options: must be a table of strings, e.g. options = {{ bin = "..." }}')
-        options = dict(options)
-        if "agent_command" in raw:
-            if name != "command":
-                raise InputError(f"{where}: {at}.agent_command: is for the command agent only; {name} would ignore it")
-            if not isinstance(raw["agent_command"], str):
-                raise InputError(f"{where}: {at}.agent_command: must be a string")
-            options["command"] = raw["agent_command"]
-        try:
-            preflight.check_agent(name, options, model)
-        except AgentError as e:
-            raise InputError(f"{where}: {at}: {e}") from None
-        entry = AgentEntry(name, model, options)
-        if any((a.name, a.model) == (entry.name, entry.model) for a in out):
-            raise InputError(f"{where}: {at}: {entry.label} is listed twice; each (agent, model) once per campaign")
-        out.append(entry)
+        with problems.check():
+            entry, at = _agent(raw, f"agents[{i}]", where), f"{where}: agents[{i}]"
+            if any((a.name, a.model) == (entry.name, entry.model) for a in out):
+                raise InputError(f"{at}: {entry.label} is listed twice; each (agent, model) once per campaign")
+            out.append(entry)
     return tuple(out)
+
+
+def _agent(raw: dict, at: str, where: str) -> AgentEntry:
+    unknown_keys(raw, AGENT_KEYS, where, f"{at}.")
+    name, model = raw.get("name"), raw.get("model")
+    if name not in AGENTS:
+        raise InputError(f"{where}: {at}.name: unknown agent {name!r}; known: {', '.join(sorted(AGENTS))}")
+    if model is not None and (not isinstance(model, str) or not model.strip()):
+        raise InputError(f"{where}: {at}.model: must be a non-empty string (got {model!r})")
+    options = raw.get("options", {})
+    if not isinstance(options, dict) or not all(isinstance(v, str) for v in options.values()):
+        raise InputError(f'{where}: {at}.options: must be a table of strings, e.g. options = {{ bin = "..." }}')
+    options = dict(options)
+    if "agent_command" in raw:
+        if name != "command":
+            raise InputError(f"{where}: {at}.agent_command: is for the command agent only; {name} would ignore it")
+        if not isinstance(raw["agent_command"], str):
+            raise InputError(f"{where}: {at}.agent_command: must be a string")
+        options["command"] = raw["agent_command"]
+    try:
+        preflight.check_agent(name, options, model)
+    except AgentError as e:
+        raise InputError(f"{where}: {at}: {e}") from None
+    return AgentEntry(name, model, options)
 
 
 def _gpus(value: object, bad) -> tuple[str, ...]:
