@@ -384,6 +384,9 @@ def build_parser() -> argparse.ArgumentParser:
     from bench.selftest.cli import add_cli as add_selftest
 
     add_selftest(sub)  # bench selftest: the GPU proof kit (make gpu-proof)
+    from bench.verify_cli import add_cli as add_verify
+
+    add_verify(sub)  # bench verify RUN|CAMPAIGN|BUNDLE: re-scored and re-audited from what it recorded
 
     s = sub.add_parser("ui", help="open the MLflow UI on the tracking store (lean: 1 worker)")
     s.add_argument("--host", default="127.0.0.1")

@@ -53,12 +53,14 @@ def audit(
     rejected: Iterable = (),
     offline: bool = False,
     own_hosts: Iterable[str] = (),
+    keep: bool = True,
 ) -> Audit:
     """Every check of :mod:`bench.rules`; ``locked_sha256`` maps each locked file to its hash at the start.
 
     ``rejected``: the collect step's rejections (objects with ``path`` and ``reason``, or dicts); ``offline``: the
     agent declared no endpoint, so any request its sandbox saw came from the run's own code; ``own_hosts``: hosts its
-    CLI asks by itself (:attr:`bench.agents.base.Agent.own_hosts`), whose refused requests are not findings."""
+    CLI asks by itself (:attr:`bench.agents.base.Agent.own_hosts`), whose refused requests are not findings. ``keep``:
+    write ``evidence/audit.json`` (False: ``bench verify`` re-runs the audit and leaves the recorded evidence alone)."""
     evidence = Evidence(ws.run_dir)
     recorded = evidence.path("inputs.json").is_file()  # a run of the pipeline (a bare workspace has no evidence)
     start = evidence.read_json("manifest-start.json")
@@ -83,7 +85,7 @@ def audit(
     # without the run's evidence (a workspace audited on its own) only the rules read from files and scores apply
     checked = tuple(range(1, 10)) if recorded else (1, 5, 7, 9)
     result = Audit(locked_sha256=dict(locked_sha256), violations=found, checked=checked)
-    if ws.run_dir.is_dir():
+    if keep and ws.run_dir.is_dir():
         evidence.write_json("audit.json", result.to_dict())
     return result
 

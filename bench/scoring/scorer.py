@@ -228,6 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-val", action="store_true", help="skip the validation pass (a window candidate)")
     parser.add_argument("--memory", type=_limit, default="", help="the run's memory limit in bytes, or none")
     parser.add_argument("--max-processes", type=_limit, default="", help="the run's process limit, or none")
+    parser.add_argument("--secret", help="the probes' secret (default: a fresh one); bench verify gives the recorded")
     args = parser.parse_args(argv)
     with open(args.task_dir / "task.toml", "rb") as f:  # the names only: prepare.py (and torch) load later
         toml = tomllib.load(f)
@@ -246,6 +247,7 @@ def main(argv: list[str] | None = None) -> int:
             sandboxed=not args.unsandboxed,
             validate=not args.no_val,
             limits=_run_limits(args.memory, args.max_processes),
+            secret=args.secret,
         )
     except ContractViolation as e:
         seconds = round(time.time() - t0, 3)

@@ -1,0 +1,315 @@
+"""``bench verify``: one finished run checked again from what it recorded, by the pipeline's own steps.
+
+A reader of a result should not have to trust the machine that produced it. Everything a score rests on is in the
+run directory: each scored candidate's checkpoint (and the sha256 of the bytes that were timed and scored), the
+scripts of its time (``evidence/code/``, :mod:`bench.pipeline.codetime`), the probe secret the scorer drew (in the
+official result), the task folder's content hash, and the evidence the audit judged. So this module re-does steps
+5 and 6 from those files alone, with the same functions the run used and no second scorer:
+
+* the task folder is the one whose content hash (:func:`bench.checksums.tree_sha256`) equals the recorded one,
+  among the folders :mod:`bench.tasks.packs` finds (``BENCH_TASKS_DIR``, packs); none: named, nothing re-scored;
+* each distinct scored candidate is staged afresh (:func:`bench.pipeline.evaluate.stage`: the task's originals,
+  the recorded snapshot of the scripts, the recorded checkpoint) in a new temporary folder and scored by the
+  trusted scorer in a fresh sandboxed predictor (:func:`bench.pipeline.evaluate.evaluate`) with the recorded
+  secret, so the very same probes are asked again;
+* the audit's nine rules run again on the recorded evidence (:func:`bench.pipeline.audit.audit`, not written back),
+  and the outcome is decided again (:func:`bench.outcome.decide`).
+
+Recorded and recomputed must be identical on the same kind of device (floats compared exactly: a CPU scores
+bitwise the same), and within the task's tolerance across kinds (:func:`tolerance`). Every difference is one line
+naming the file, candidate or field. The MLflow side is :mod:`bench.verify_store`; the command, :mod:`bench.verify_cli`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import tempfile
+import time
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bench import outcome, protocol
+from bench.agents import AgentError, get_agent
+from bench.checksums import sha256, tree_sha256
+from bench.evidence import Evidence
+from bench.markup import one_line
+from bench.pipeline import audit, codetime, evaluate, state, workspace
+from bench.result import Evaluation, Official, RunResult
+from bench.tasks import Task, TaskError, all_tasks, data
+
+# across device kinds (a CPU run verified on a GPU, or the reverse) a score may move by float rounding: relative
+# difference allowed when the task's task.toml gives none ([scoring] verify_tolerance)
+DEFAULT_TOLERANCE = 1e-3
+# files a finished run directory always holds, beside the candidates' own (checkpoints, code snapshots)
+REQUIRED = ("run.json", "evidence/inputs.json", "evidence/manifest-start.json", "evidence/manifest-end.json")
+SCORED_KEYS = ("value", "val_value", "n", "checks")  # the scorer's answer compared field by field
+
+
+@dataclass
+class Candidate:
+    """One distinct checkpoint the run scored: its labels (best, window-k), the recorded and recomputed results."""
+
+    labels: list[str]
+    name: str  # the checkpoint's file name (agent-chosen: printed through one_line)
+    recorded: Official
+    recomputed: Official | None = None  # None: not re-scored (``note`` says why)
+    note: str = ""
+
+
+@dataclass
+class RunCheck:
+    """A run's verification: recorded vs recomputed status and score, its candidates, and every difference."""
+
+    label: str
+    run_dir: Path
+    recorded_status: str
+    recorded_score: float | None
+    status: str | None = None  # recomputed (None: not recomputed)
+    score: float | None = None
+    device: str = ""  # where it was re-scored
+    recorded_device: str = ""
+    candidates: list[Candidate] = field(default_factory=list)
+    differences: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return not self.differences
+
+
+def tolerance(task: Task) -> float:
+    """The relative difference a score may show when re-scored on another kind of device: ``task.toml``'s
+    ``[scoring] verify_tolerance``, else :data:`DEFAULT_TOLERANCE`. On the same kind of device nothing may differ."""
+    try:
+        with open(task.folder / "task.toml", "rb") as f:
+            given = tomllib.load(f).get("scoring", {}).get("verify_tolerance")
+    except (OSError, tomllib.TOMLDecodeError):
+        given = None
+    if given is None:
+        return DEFAULT_TOLERANCE
+    if not (isinstance(given, int | float) and 0 <= given < 1):
+        why = f"[scoring] verify_tolerance must be a number in [0, 1), not {given!r}"
+        raise TaskError(f"{task.folder}/task.toml: {why}")
+    return float(given)
+
+
+def match_task(result: RunResult) -> tuple[Task | None, str]:
+    """(the task folder whose content hash is the recorded one, "") or (None, why there is none)."""
+    want = str(result.task_source.get("sha256") or "")
+    found = [t for t in all_tasks() if t.id == result.task]
+    for task in found:
+        if want and tree_sha256(task.folder) == want:
+            return task, ""
+    if not want:
+        return None, f"result.json records no task folder hash for {result.task}: the task cannot be matched"
+    if not found:
+        return None, f"no task folder {result.task} here (recorded sha256 {want[:12]}): point BENCH_TASKS_DIR at it"
+    now = ", ".join(f"{t.folder} has {tree_sha256(t.folder)[:12]}" for t in found)
+    return None, f"task folder {result.task} differs from the recorded hash {want[:12]}: {now}"
+
+
+def missing_files(run_dir: Path, result: RunResult) -> list[str]:
+    """The files every finished run keeps that are gone (arrivals and code records: once a checkpoint was scored)."""
+    need = [*REQUIRED, *(("evidence/arrivals.jsonl", "evidence/code.jsonl") if _scored(result) else ())]
+    return [f"missing: {name} (the run directory kept it)" for name in need if not (run_dir / name).is_file()]
+
+
+def _scored(result: RunResult) -> bool:
+    return any(e.official.raw.get("checkpoint_sha256") for e in result.evaluations)
+
+
+def local_checkpoint(run_dir: Path, result: RunResult, recorded: str) -> Path:
+    """Where a recorded checkpoint path lies in this copy of the run directory (result.json holds the paths of the
+    machine that ran it): the same place relative to the workspace, else by name under ``checkpoints/``."""
+    ws = run_dir / "workspace"
+    try:
+        rel = Path(recorded).relative_to(result.workspace)
+    except ValueError:
+        rel = Path("checkpoints") / Path(recorded).name
+    return ws / rel if (ws / rel).exists() else ws / "checkpoints" / Path(recorded).name
+
+
+def snapshot(run_dir: Path, digest: str) -> codetime.Snapshot:
+    """The recorded snapshot of the scripts (``evidence/code/<digest>.json``), checked against its own name (the
+    sha256 of its text); OSError naming the file when it is gone or altered."""
+    path = run_dir / "evidence" / codetime.CODE_DIR / f"{digest}.json"
+    text = path.read_bytes()
+    if hashlib.sha256(text).hexdigest() != digest:
+        raise OSError(f"evidence/code/{digest[:12]}.json is not the snapshot recorded (its sha256 differs)")
+    d = json.loads(text)
+    return codetime.Snapshot(digest, dict(d["files"]), dict(d.get("left_out") or {}), d.get("incomplete"))
+
+
+def rescore(
+    result: RunResult, run_dir: Path, task: Task, data_dir: Path, device: str, tmp: Path
+) -> tuple[list[Candidate], list[Evaluation], list[str]]:
+    """Each distinct candidate staged and scored again (candidates, the recomputed evaluations in the recorded
+    order, the differences found while staging)."""
+    by_path: dict[str, Candidate] = {}
+    diffs: list[str] = []
+    ws, store = run_dir / "workspace", run_dir / "evidence" / codetime.CODE_DIR
+    for e in result.evaluations:
+        if e.path in by_path:
+            by_path[e.path].labels.append(e.candidate)
+            continue
+        cand = by_path[e.path] = Candidate([e.candidate], Path(e.path).name, e.official)
+        raw = e.official.raw
+        if not raw.get("checkpoint_sha256"):  # never reached the scorer at the run (budget spent, not stageable)
+            cand.note = f"not scored at the run: {one_line(e.official.why_not, 160)}"
+            continue
+        ckpt = local_checkpoint(run_dir, result, e.path)
+        if not ckpt.is_file():
+            diffs.append(f"missing: checkpoint {_rel(run_dir, ckpt)} ({cand.labels[0]})")
+            cand.note = "checkpoint missing"
+            continue
+        dest = tmp / f"{len(by_path):02d}-{ckpt.stem}"[:120]
+        try:
+            code = snapshot(run_dir, raw["code_snapshot"]) if raw.get("code_snapshot") else None
+            evaluate.stage(task, ws, dest, ckpt, code=code, store=store)
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            diffs.append(f"{cand.name}: cannot be staged as recorded: {one_line(err, 300)}")
+            cand.note = "not staged"
+            continue
+        now = sha256(dest / evaluate.CHECKPOINT)
+        if now != raw["checkpoint_sha256"]:
+            diffs.append(
+                f"checkpoint {_rel(run_dir, ckpt)}: sha256 {now[:12]}, recorded {raw['checkpoint_sha256'][:12]} "
+                "(the bytes scored at the run are not these)"
+            )
+        official = evaluate.evaluate(
+            task,
+            dest,
+            data_dir,
+            script=e.script,
+            device=device,
+            sandboxed=bool(raw.get("sandboxed", True)),
+            validate=e.candidate.startswith("best"),
+            limits=result.run.limits,
+            secret=(raw.get("probes") or {}).get("secret"),
+        )
+        kept = {k: raw[k] for k in ("code_snapshot", "code_files", "code_fallback") if k in raw}
+        cand.recomputed = Official.from_dict({**official.to_dict(), **kept, "checkpoint_sha256": now})
+    evals = [
+        e if by_path[e.path].recomputed is None else _with(e, by_path[e.path].recomputed) for e in result.evaluations
+    ]
+    return list(by_path.values()), evals, diffs
+
+
+def _with(e: Evaluation, official: Official) -> Evaluation:
+    return Evaluation(**{**{k: getattr(e, k) for k in e.__dataclass_fields__}, "official": official})
+
+
+def _rel(run_dir: Path, path: Path) -> str:
+    try:
+        return path.relative_to(run_dir).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def compare(cand: Candidate, same_device: bool, tol: float) -> list[str]:
+    """How the recomputed result of one candidate differs from the recorded one (empty: it does not)."""
+    rec, now = cand.recorded.raw, cand.recomputed.raw if cand.recomputed else {}
+    where = f"{one_line(cand.name, 120)} ({','.join(cand.labels)})"
+    if cand.recomputed is None:
+        return []
+    out = []
+    for kind in ("violation", "unloadable"):
+        if bool(rec.get(kind)) != bool(now.get(kind)):
+            out.append(f"{where}: {kind} recorded {bool(rec.get(kind))}, recomputed {bool(now.get(kind))}")
+    if cand.recorded.ok != cand.recomputed.ok:
+        why = one_line(cand.recomputed.why_not if cand.recorded.ok else cand.recorded.why_not, 300)
+        out.append(f"{where}: scored recorded {cand.recorded.ok}, recomputed {cand.recomputed.ok} ({why})")
+        return out
+    for key in SCORED_KEYS:
+        a, b = rec.get(key), now.get(key)
+        if key not in rec or a == b:
+            continue
+        if isinstance(a, int | float) and isinstance(b, int | float) and not same_device and _close(a, b, tol):
+            continue
+        out.append(f"{where}: {key} recorded {a!r}, recomputed {b!r}")
+    return out
+
+
+def _close(a: float, b: float, tol: float) -> bool:
+    if math.isnan(a) or math.isnan(b):
+        return math.isnan(a) and math.isnan(b)
+    return abs(a - b) <= tol * max(abs(a), abs(b))
+
+
+def reaudit(result: RunResult, run_dir: Path, task: Task, evaluations: list[Evaluation]):
+    """The nine rules on the recorded evidence, with the recomputed evaluations (evidence/audit.json untouched)."""
+    endpoints: list[str] = []
+    try:
+        endpoints = list(state.read(run_dir).endpoints)
+    except state.RunStateError:
+        pass  # named by missing_files
+    try:
+        own_hosts = get_agent(result.agent).own_hosts
+    except AgentError:  # an agent this toolkit does not know: no hosts of its own
+        own_hosts = ()
+    return audit.audit(
+        workspace.Workspace(run_dir, task),
+        Evidence(run_dir).locked_at_start(task.locked_files),
+        evaluations,
+        started_at=result.started_at,
+        budget_s=result.budget_s,
+        agent_argv=result.agent_argv,
+        rejected=result.rejected_checkpoints,
+        offline=not endpoints,
+        own_hosts=own_hosts,
+        keep=False,
+    )
+
+
+def _findings(violations) -> list[tuple[int, str]]:
+    """(rule, verdict) of each finding, the harness's own (rule 0: a step that failed) left out, sorted."""
+    return sorted((v.rule, v.verdict) for v in violations if v.rule != 0)
+
+
+def verify_run(run_dir: Path, result: RunResult, *, device: str | None = None) -> RunCheck:
+    """Re-score every scored candidate of one finished run and re-run its audit; the differences named."""
+    t0 = time.monotonic()
+    run_dir = Path(run_dir)
+    recorded_device = next((str(e.official.raw["device"]) for e in result.evaluations if e.official.raw.get("device")),
+                           result.device or "cpu")  # fmt: skip
+    if device is None:
+        device = recorded_device if recorded_device == "cpu" or protocol.default_device() != "cpu" else "cpu"
+    check = RunCheck(result.label, run_dir, result.status, result.score, device=device, recorded_device=recorded_device)
+    check.differences += missing_files(run_dir, result)
+    task, why = match_task(result)
+    if task is None:
+        check.differences.append(why)
+        check.seconds = round(time.monotonic() - t0, 1)
+        return check
+    data_dir = data.prepare(task, progress=False)  # the verifier's own copy, verified against its content list
+    with tempfile.TemporaryDirectory(prefix="bench-verify-") as tmp:
+        check.candidates, evals, diffs = rescore(result, run_dir, task, data_dir, device, Path(tmp))
+    check.differences += diffs
+    same, tol = device == recorded_device, tolerance(task)
+    for cand in check.candidates:
+        check.differences += compare(cand, same, tol)
+    audited = reaudit(result, run_dir, task, evals)
+    if _findings(audited.violations) != _findings(result.audit.violations):
+        rec = "; ".join(f"rule {r} {v}" for r, v in _findings(result.audit.violations)) or "no finding"
+        now = "; ".join(f"rule {v.rule} {v.verdict}: {one_line(v.reason, 200)}" for v in audited.violations) or "none"
+        check.differences.append(f"audit: recorded {rec}; recomputed {now}")
+    decided = outcome.decide(
+        evals,
+        audited,
+        interrupted=result.interrupted,
+        timed_out=result.timed_out,
+        agent_events=result.agent_events,
+        rejected=result.rejected_checkpoints,
+    )
+    check.status, check.score = decided.status, decided.score
+    if decided.status != result.status:
+        check.differences.append(f"verdict: recorded {result.status}, recomputed {decided.status}")
+    if check.score != check.recorded_score and not (
+        not same and None not in (check.score, check.recorded_score) and _close(check.score, check.recorded_score, tol)
+    ):
+        check.differences.append(f"official score: recorded {check.recorded_score!r}, recomputed {check.score!r}")
+    check.seconds = round(time.monotonic() - t0, 1)
+    return check

@@ -1,0 +1,180 @@
+"""``bench verify RUN|CAMPAIGN|BUNDLE``: which runs to check, the table of recorded vs recomputed, the exit status.
+
+The target is told apart by what it is on disk, in this order: a bundle of ``bench export`` (a file, or a folder
+with the bundle's manifest: :func:`bench.bundle.check` names every file that differs from the manifest, every MLflow
+metric that differs from its run's result.json and every artifact missing, then its runs are extracted and checked),
+a run directory, a folder of run directories, or a campaign's name (its folder of run directories). Each run is
+checked by :func:`bench.verify.verify_run`; runs on disk are also compared with the tracking store
+(:mod:`bench.verify_store`). Exit 0 when everything matches, 1 when anything differs, 2 for a target that is none of
+these (:class:`bench.preflight.InputError`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import tempfile
+import time
+from pathlib import Path
+
+from bench import settings
+from bench.markup import one_line
+from bench.preflight import InputError
+from bench.progress import StatusLine
+from bench.result import ResultError, RunResult
+from bench.rundir import RESULT_FILE, RunDir
+
+WIDE = 26  # the run and checkpoint columns (names are cut with an ellipsis beyond it)
+
+
+def targets(target: str, stack: contextlib.ExitStack) -> tuple[list[Path], list[str], bool]:
+    """(the run directories to check, the bundle's own problems, whether they came from a bundle)."""
+    from bench import bundle
+    from bench.pipeline import workspace
+
+    path = Path(target)
+    is_bundle = path.is_file() or (path.is_dir() and _has_manifest(path))
+    if is_bundle:
+        try:
+            problems = [str(p) for p in bundle.check(path)]
+            runs = bundle.extract(path, Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-verify-"))))
+        except bundle.BundleError as e:
+            raise InputError(f"bench verify: {e}") from e
+        return sorted(p for p in runs.iterdir() if p.is_dir()) if runs.is_dir() else [], problems, True
+    if path.is_dir() and RunDir(path).is_run_dir():
+        if not (path / RESULT_FILE).is_file():
+            raise InputError(f"bench verify: {path} has no result.json: finish the run first (bench run --resume)")
+        return [path], [], False
+    folder = path if path.is_dir() else workspace.campaign_dir(target)
+    runs = sorted(p for p in folder.iterdir() if RunDir(p).is_run_dir()) if folder.is_dir() else []
+    if not runs:
+        raise InputError(
+            f"bench verify: {target!r} is no run directory, campaign or bundle (no campaign folder {folder}); give "
+            "the run dir bench run printed, a campaign's name, or a .tar.gz of bench export"
+        )
+    return runs, [], False
+
+
+def _has_manifest(path: Path) -> bool:
+    from bench import bundle
+
+    return (path / bundle.MANIFEST).is_file() or any((p / bundle.MANIFEST).is_file() for p in path.iterdir())
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    tasks = {"BENCH_TASKS_DIR": Path(args.tasks_dir).resolve()} if args.tasks_dir else {}
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(settings.override(**tasks))
+        run_dirs, problems, from_bundle = targets(args.target, stack)
+        checks = run_all(run_dirs, device=args.device, store=not from_bundle, quiet=args.quiet)
+    print_table(checks)
+    differences = [*problems, *(f"{c.label}: {d}" for c in checks for d in c.differences)]
+    if problems:
+        print(f"\nthe bundle ({len(problems)} difference(s) from its manifest or its records):")
+        for p in problems:
+            print(f"  - {one_line(p, 400)}")
+    for c in checks:
+        if c.differences:
+            print(f"\n{one_line(c.label, 200)} ({c.run_dir}):")
+            for d in c.differences:
+                print(f"  - {one_line(d, 600)}")
+    n = len(checks)
+    if differences:
+        print(f"\nbench verify: {len(differences)} difference(s) in {sum(not c.ok for c in checks)} of {n} run(s)"
+              + (" and the bundle" if problems else ""))  # fmt: skip
+        return 1
+    print(f"\nbench verify: {n} run(s), every recorded score, verdict and audit recomputed as recorded")
+    return 0
+
+
+def run_all(run_dirs: list[Path], *, device: str | None, store: bool, quiet: bool) -> list:
+    """Each run verified in turn, one line each as it ends, with a status line (runs done, time left) for many."""
+    from bench import verify, verify_store
+
+    results: dict[Path, RunResult] = {}
+    checks = []
+    status = StatusLine("bench verify", every_s=15.0, enabled=not quiet and len(run_dirs) > 1)
+    t0 = time.monotonic()
+    for i, run_dir in enumerate(run_dirs):
+        try:
+            result = RunResult.load(run_dir) if (run_dir / RESULT_FILE).is_file() else None
+        except ResultError as e:
+            result, why = None, f"result.json cannot be read: {one_line(e, 300)}"
+        else:
+            why = "no result.json: the run is not finished (bench run --resume)"
+        if result is None:
+            check = verify.RunCheck(run_dir.name, run_dir, "unreadable", None)
+            check.differences.append(why)
+        else:
+            results[run_dir] = result
+            check = verify.verify_run(run_dir, result, device=device)
+        checks.append(check)
+        done = "matches" if check.ok else f"{len(check.differences)} difference(s)"
+        if not quiet:
+            status.print(f"[verify] {one_line(check.label, 80)}: {done} ({check.seconds:.1f} s)")
+        elapsed = time.monotonic() - t0
+        status.set(runs=f"{i + 1}/{len(run_dirs)}", differ=sum(not c.ok for c in checks))
+        status.update(elapsed, elapsed / (i + 1) * (len(run_dirs) - i - 1))
+    status.close()
+    if store and results:
+        found = verify_store.differences(results)
+        for check in checks:
+            check.differences += found.get(check.run_dir, [])
+    return checks
+
+
+def _cut(text: object, width: int = WIDE) -> str:
+    flat = one_line(text, 400)
+    return flat if len(flat) <= width else flat[: width - 1] + "\u2026"
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else repr(float(value))  # every digit: a bitwise comparison shows as one
+
+
+def print_table(checks: list) -> None:
+    """Per run: each candidate's recorded and recomputed official value (every digit), then the verdict row: the
+    run's status recorded and recomputed, and whether its official score is the same."""
+    head = f"{'run':{WIDE}} {'candidate':16} {'checkpoint':{WIDE}} {'recorded':>22} {'recomputed':>22}"
+    head += f"  {'device':11} ok"
+    print("\n" + head)
+    for c in checks:
+        dev = f"{c.recorded_device or '-'}->{c.device or '-'}"
+        for cand in c.candidates:
+            shown = _num(cand.recomputed.value) if cand.recomputed else (cand.note.split(":")[0] or "-")
+            print(
+                f"{_cut(c.label):{WIDE}} {_cut(','.join(cand.labels), 16):16} {_cut(cand.name):{WIDE}} "
+                f"{_num(cand.recorded.value):>22} {_cut(shown, 22):>22}  {dev:11} {'yes' if _same(cand) else 'NO'}"
+            )
+        score = "score same" if c.score == c.recorded_score else "score DIFFERS"
+        now = c.status or "not recomputed"
+        print(f"{_cut(c.label):{WIDE}} {'verdict':16} {score:{WIDE}} {c.recorded_status:>22} {_cut(now, 22):>22}  "
+              f"{dev:11} {'yes' if c.ok else 'NO'}")  # fmt: skip
+
+
+def _same(cand) -> bool:
+    if cand.recomputed is None:
+        return not cand.recorded.raw.get("checkpoint_sha256")  # nothing was scored at the run either
+    return cand.recorded.value == cand.recomputed.value
+
+
+def add_cli(sub) -> None:
+    s = sub.add_parser(
+        "verify",
+        help="re-score every scored candidate of a run, a campaign or a bundle from what it recorded, re-run the "
+        "audit, and name every difference (exit 0: all match, 1: something differs, 2: bad input)",
+    )
+    s.add_argument("target", help="a run directory, a campaign's name, or a bundle of bench export (.tar.gz)")
+    s.add_argument(
+        "--device",
+        choices=["cpu", "cuda"],
+        help="where to re-score (default: the recorded device if this machine has one, else cpu; another kind "
+        "than the recorded is compared within the task's [scoring] verify_tolerance)",
+    )
+    s.add_argument(
+        "--tasks-dir",
+        metavar="DIR",
+        help="the task folders to match by their recorded hash (default: BENCH_TASKS_DIR, the repository's tasks/)",
+    )
+    s.add_argument("--quiet", action="store_true", help="no line per run, no status line")
+    s.set_defaults(func=cmd_verify)

@@ -1,0 +1,72 @@
+"""``bench verify``'s look at the tracking store: does each run's MLflow record still say what its result.json says?
+
+A leaderboard is read from MLflow (``bench report``, the UI), a verification from the run directory; a metric edited
+in one and not the other would make them tell two stories. The metrics compared are the ones the record step derives
+from ``result.json`` (:func:`bench.bundle.expected_metrics`, shared with the bundle's own check, so there is one list):
+the agent run's outcome (score, success, wall time, ...) and each eval run's validation and official scores. Read
+through :mod:`bench.tracking.reader` (the latest value of each metric, as the UI and the reports show it).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from bench import bundle
+from bench.result import RunResult
+from bench.tracking import reader, schema
+
+PARENT, NAME = "mlflow.parentRunId", "mlflow.runName"  # MLflow's own tags: an eval run's agent run and its name
+
+
+def differences(results: dict[Path, RunResult]) -> dict[Path, list[str]]:
+    """Per run directory, every metric of its MLflow runs that differs from its result.json, and every MLflow run
+    it should have that the store lacks (a run never recorded: ``bench record RUN_DIR``)."""
+    out: dict[Path, list[str]] = {path: [] for path in results}
+    read = reader.open_reader()
+    for campaign in sorted({r.campaign for r in results.values()}):
+        ids = list(read.experiments([campaign]))
+        agents = _rows(read.runs(ids, schema.KIND_AGENT)) if ids else {}
+        evals = list(_rows(read.runs(ids, schema.KIND_EVAL)).values()) if ids else []
+        for path, result in results.items():
+            if result.campaign == campaign:
+                out[path] = _one(result, agents, evals)
+    return out
+
+
+def _rows(frame) -> dict[str, dict]:
+    return {row["run_id"]: row for row in frame.to_dict("records")}
+
+
+def _one(result: RunResult, agents: dict[str, dict], evals: list[dict]) -> list[str]:
+    run_id = result.mlflow_run_id
+    if not run_id:
+        return [f"{result.label}: not recorded in MLflow (bench record {result.run_dir})"]
+    if run_id not in agents:
+        return [f"{result.label}: its MLflow run {run_id} is not in the tracking store"]
+    agent = agents[run_id]
+    out = _metrics(f"MLflow run {result.label}", agent, bundle.expected_metrics(result, _as_run(agent)))
+    children = {str(r.get(f"t:{NAME}")): r for r in evals if r.get(f"t:{PARENT}") == run_id}
+    for name in dict.fromkeys(f"eval {Path(e.path).name}"[:250] for e in result.evaluations):
+        row = children.get(name)
+        if row is None:
+            out.append(f"MLflow run {result.label}: its eval run {name!r} is missing")
+            continue
+        out += _metrics(f"MLflow {name!r} of {result.label}", row, bundle.expected_metrics(result, _as_run(row)))
+    return out
+
+
+def _as_run(row: dict) -> dict:
+    """A reader's row as the run dict :func:`bench.bundle.expected_metrics` reads (its kind tag and its name)."""
+    return {"tags": {schema.KIND: row.get(f"t:{schema.KIND}")}, "run_name": row.get(f"t:{NAME}")}
+
+
+def _metrics(where: str, row: dict, expected: dict[str, float | None]) -> list[str]:
+    out = []
+    for key, want in expected.items():
+        got = row.get(f"m:{key}")  # NaN: the run has no such metric (another run of the frame has)
+        got = None if got is None or (isinstance(got, float) and math.isnan(got)) else float(got)
+        want = None if want is None or math.isnan(float(want)) else float(want)
+        if got != want:  # exact: MLflow keeps the float64 the record step logged
+            out.append(f"{where}: metric {key} is {got!r} in MLflow, {want!r} in result.json")
+    return out
