@@ -5,6 +5,13 @@ official score is a success; an interrupted harness is ``interrupted``, and so i
 (an infrastructure failure, :mod:`bench.agents.health`); an over-refusal (Appendix A) is ``refused``;
 otherwise the run ``failed`` (or hit a ``timeout`` when the budget ended it), with the reason a person needs first.
 The agent's exit code is never trusted on its own.
+
+A run whose API budget (``--max-cost``) ran out is judged as the paper judges a run whose time ran out (§3.3: the
+best checkpoint saved within the budget is scored): ``success`` when a checkpoint saved before the cap scores, the
+score made within the limits the researcher set. Without one it ``failed``, even when the agent then waited out its
+time on refused requests: the API budget, not the time budget, ended its work (never ``timeout``, never an
+infrastructure failure that a campaign would retry). A capped run is found by its ``limits.hit`` entry ``api-cost``
+or its ``bench.api_budget`` tag, whatever its status.
 """
 
 from __future__ import annotations
@@ -48,7 +55,8 @@ def decide(
         why += f"; the agent reported an error: {str(agent_events['error'])[:300]}"
     if rejected:
         why += f" ({len(rejected)} rejected: {rejected[0]['reason']})"
-    return Outcome("timeout" if timed_out else "failed", why)
+    capped = bool((agent_events.get("gateway") or {}).get("cap_hit"))  # the API budget ended its work, not the time
+    return Outcome("timeout" if timed_out and not capped else "failed", why)
 
 
 def _unloadable(evaluations: list[Evaluation]) -> str:

@@ -56,3 +56,19 @@ def test_a_reason_quoting_the_agents_text_is_one_plain_bounded_line() -> None:
     assert "\n" not in decided.reason and "\x1b" not in decided.reason and "\u2028" not in decided.reason
     assert len(decided.reason) == 2000 and decided.reason.endswith("\u2026")
     assert replace(decided, reason="a\nb").reason == "a b"  # every later change of the reason too
+
+
+def test_a_run_capped_by_its_api_budget_is_scored_like_one_whose_time_ran_out() -> None:
+    """--max-cost: a checkpoint saved before the cap is the run's score (success, as the paper scores the best
+    checkpoint of a run its time budget ended); without one the run failed, even when the agent then waited out its
+    time on refused requests (the API budget ended its work: not a timeout, not an infrastructure failure)."""
+    capped = {"gateway": {"max_cost_usd": 0.5, "cap_hit": True, "cap_hit_at": 100.0}}
+    good = Evaluation("best", "/x/ck.pt", "run_1.py", 0.5, "mse", 3, 10.0, 0, Official(0.4))
+    for timed_out in (False, True):
+        kw = {"interrupted": False, "timed_out": timed_out, "rejected": []}
+        scored = outcome.decide([good], Audit(), agent_events=capped, **kw)
+        assert (scored.status, scored.score) == ("success", 0.4)
+        assert outcome.decide([], Audit(), agent_events=capped, **kw).status == "failed"
+    not_reached = {"gateway": {"max_cost_usd": 0.5, "cap_hit": False}}  # a budget that was not reached: as before
+    kw = {"interrupted": False, "timed_out": True, "rejected": []}
+    assert outcome.decide([], Audit(), agent_events=not_reached, **kw).status == "timeout"
