@@ -264,13 +264,37 @@ def _index(lb, runs, experiments, published, fit, comparison, written, intervals
     return "\n".join(lines)
 
 
+def latest_campaign() -> tuple[str, int] | None:
+    """The campaign whose newest agent run started last, and how many campaigns with agent runs the store holds;
+    None when it holds none. What a bare ``bench report`` reports: one campaign's leaderboard, never every campaign
+    of the store mixed in one (a demo, a pilot and a study are different comparisons)."""
+    from bench.tracking import reader, schema
+
+    source = reader.open_reader()
+    found = source.experiments()
+    runs = source.runs(list(found), schema.KIND_AGENT)
+    if runs.empty:
+        return None
+    newest = runs.groupby("experiment_id")["start_time"].max()
+    return found[str(newest.idxmax())], len(newest)
+
+
 def cmd_report(args: argparse.Namespace) -> int:
-    """``bench report``: write the report, print where it is."""
+    """``bench report``: write the report, print where it is. Without ``--experiment``: the latest campaign, named
+    in one line with how to choose another."""
     started = time.perf_counter()
+    experiments = args.experiment
+    if not experiments and (latest := latest_campaign()) is not None:
+        experiments = [latest[0]]
+        others = f" ({latest[1]} campaigns in the store)" if latest[1] > 1 else ""
+        print(
+            f"bench report: the latest campaign, {latest[0]}{others}; --experiment NAME reports another "
+            "(repeat it for several)"
+        )
     try:
         written = write_report(
             Path(args.out),
-            args.experiment,
+            experiments,
             published=args.published,
             calibration=args.calibration or args.calibration_dir is not None,
             calibration_dir=args.calibration_dir,
@@ -287,5 +311,5 @@ def cmd_report(args: argparse.Namespace) -> int:
     )
     from analysis import summary  # the campaign and summary runs in MLflow: one line per experiment, never a failure
 
-    summary.after_report(Path(args.out), args.experiment, render=write_report)
+    summary.after_report(Path(args.out), experiments, render=write_report)
     return 0

@@ -41,9 +41,12 @@ def add_cli(subparsers) -> argparse.ArgumentParser:
         "--experiment",
         action="append",
         metavar="NAME",
-        help="MLflow experiment (campaign) to report; repeat for several (default: all with agent runs)",
+        help="MLflow experiment (campaign) to report; repeat for several (default: the latest campaign, named in "
+        "the output)",
     )
-    s.add_argument("--out", default="report", help="output folder (default: ./report)")
+    s.add_argument(
+        "--out", default="report", help="output folder (default: ./report, which git ignores in the toolkit's clone)"
+    )
     s.add_argument("--published", action="store_true", help="add the paper's published rows")
     s.add_argument(
         "--compare",
