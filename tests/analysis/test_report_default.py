@@ -29,7 +29,6 @@ def _synthetic():
 
 def test_a_bare_report_reports_the_latest_campaign_and_says_so(tmp_path, monkeypatch, capsys):
     from analysis import report, summary
-
     from bench.tracking import reader
 
     older, newer = (f"{n}-{uuid.uuid4().hex[:6]}" for n in ("older-study", "newer-pilot"))
@@ -54,7 +53,7 @@ def test_a_bare_report_reports_the_latest_campaign_and_says_so(tmp_path, monkeyp
     # which campaigns it is asked for and where it writes
     asked = []
     monkeypatch.setattr(report, "write_report", lambda out, experiments, **kw: asked.append((out, experiments)) or {})
-    monkeypatch.setattr(summary, "after_report", lambda out, experiments, render: asked.append(("summary", experiments)))
+    monkeypatch.setattr(summary, "after_report", lambda out, names, render: asked.append(("summary", names)))
     out = tmp_path / "my-report"
 
     assert report_cli.main(["--out", str(out)]) == 0
