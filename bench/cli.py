@@ -114,12 +114,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         if not args.api_fail_window > 0:
             raise InputError("--api-fail-window must be a positive duration: e.g. 3m (the default) or 90s")
         settings.pin(BENCH_API_FAIL_WINDOW=float(args.api_fail_window))
-    preflight.check_repeats(args.repeats, args.first_repeat)
+    preflight.check_repeats(args.repeats, 1 if args.first_repeat is None else args.first_repeat)
     flags = _run_settings(args, options)  # the command line's layer of each run's description
     specs = [  # every run's description, its values checked (RunSpec.build), before anything is created
         RunSpec.build(task, args.agent, flags, campaign=args.campaign, repeat=repeat, console=not args.quiet)
         for task in tasks
-        for repeat in range(args.first_repeat, args.first_repeat + args.repeats)
+        for first in [_first_repeat(args, task.id)]
+        for repeat in range(first, first + args.repeats)
     ]
     preflight.check_run(tasks, specs[0])  # the machine's side: the agent, its credential, weights, sandbox
     for spec in specs:
@@ -130,6 +131,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     _print_summary(results)
     _campaign_summaries(results, args)
     return _exit_status(results)
+
+
+def _first_repeat(args: argparse.Namespace, task_id: str) -> int:
+    """``--first-repeat`` when given; with ``--resume`` 1 (its grid skips the finished runs); else the next repeat
+    free in the campaign (:func:`bench.rundir.next_repeat`), so a second ``bench run`` is r2, not another r1."""
+    if args.first_repeat is not None or args.resume is not None:
+        return args.first_repeat or 1
+    from bench import rundir
+    from bench.pipeline.workspace import campaign_dir
+
+    return rundir.next_repeat(campaign_dir(args.campaign), task_id, args.agent)
 
 
 def _limit_flags(s: argparse.ArgumentParser) -> None:
@@ -309,7 +321,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--budget", type=parse_duration, help="override the task budget: 90s, 3m, 1h (default: task's)")
     s.add_argument("--repeats", type=int, default=1, help="independent runs per task (paper: 5)")
-    s.add_argument("--first-repeat", type=int, default=1, help="index of the first repeat (to extend a campaign)")
+    s.add_argument(
+        "--first-repeat",
+        type=int,
+        help="index of the first repeat (default: the next one free in the campaign for this agent and task)",
+    )
     s.add_argument("--campaign", default="1gc-7rc", help="campaign = MLflow experiment name")
     s.add_argument("--model", help="model for LLM agents")
     s.add_argument("--agent-command", help="shell command for the 'command' agent")
@@ -366,6 +382,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--campaign", default="demo")
     s.set_defaults(func=cmd_demo)
 
+    from bench.agents.price_map import add_cli as add_prices
+
+    add_prices(sub)  # bench prices [refresh]: the price table, generated from LiteLLM's model cost map
     from bench.campaign.cli import add_cli as add_campaign
 
     add_campaign(sub)  # bench campaign run | resume | status CAMPAIGN.toml
@@ -387,6 +406,9 @@ def build_parser() -> argparse.ArgumentParser:
     from bench.verify_cli import add_cli as add_verify
 
     add_verify(sub)  # bench verify RUN|CAMPAIGN|BUNDLE: re-scored and re-audited from what it recorded
+    from bench.bundle_cli import add_cli as add_bundle
+
+    add_bundle(sub)  # bench export / bench import: a campaign as one bundle (docs/publishing.md)
 
     s = sub.add_parser("ui", help="open the MLflow UI on the tracking store (lean: 1 worker)")
     s.add_argument("--host", default="127.0.0.1")

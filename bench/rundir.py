@@ -99,6 +99,18 @@ def inspect(run_dir: Path) -> Seen:
     return RunDir(run_dir).seen()
 
 
+def next_repeat(campaign_folder: Path, task_id: str, agent: str) -> int:
+    """The repeat a new ``bench run`` of ``agent`` on ``task_id`` takes in a campaign: one above the highest that
+    a run directory there already has (whatever its state: a run being made, died or finished keeps its number), 1
+    in an empty campaign. Two ``bench run``s into one campaign are then r1 and r2, never two r1s told apart only by
+    the time in their folder's name."""
+    from bench.pipeline.workspace import repeat_of
+
+    names = (p.name for p in campaign_folder.iterdir() if p.is_dir()) if campaign_folder.is_dir() else ()
+    taken = [r for name in names if (r := repeat_of(name, task_id, agent)) is not None]
+    return max(taken, default=0) + 1
+
+
 def cut_short(result: RunResult) -> bool:
     """The harness, not the agent or its budget, ended the agent's time: the run's ``cut-short`` deviation (a
     Ctrl-C, ``scancel``, a preemption, or a harness that died and was resumed before the budget's end)."""

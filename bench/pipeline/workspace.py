@@ -114,6 +114,13 @@ def campaign_dir(campaign: str, root: Path | None = None) -> Path:
     return (root or workspaces_dir()) / _slug(campaign)
 
 
+def repeat_of(name: str, task_id: str, agent: str) -> int | None:
+    """The repeat a run directory's name gives for ``task_id`` and ``agent`` (``t6-baseline-r2-20260101-120000``,
+    as :func:`create` names it, or a campaign's ``t6-baseline-r2-1a2b3c4d``); None for another task's or agent's."""
+    m = re.fullmatch(rf"{re.escape(task_id)}-{re.escape(_slug(agent))}-r(\d+)-.+", name)
+    return int(m.group(1)) if m else None
+
+
 def create(
     task: Task,
     data_dir: Path,

@@ -52,3 +52,34 @@ def test_an_unreadable_file_is_final_and_says_why(tmp_path: Path) -> None:
     (run_dir / "result.json").write_text('{"schema_version": 99}')
     seen = inspect(run_dir)
     assert (seen.state, seen.result) == (FINAL, None) and "upgrade the toolkit" in seen.note
+
+
+def test_a_new_bench_run_takes_the_repeat_after_the_campaigns_last(tmp_path: Path, monkeypatch) -> None:
+    """Two bench runs of one agent on one task into one campaign are r1 and r2: the repeat is one above the highest
+    a run directory of that agent and task holds (any state), counted from the folders' names as
+    bench.pipeline.workspace.create writes them; other agents and tasks do not count."""
+    from bench import rundir
+    from bench.cli import _first_repeat, build_parser
+
+    folder = tmp_path / "workspaces" / "mine"
+    assert rundir.next_repeat(folder, "t6", "baseline") == 1  # no campaign folder yet
+    for name in (
+        "t6-baseline-r1-20260101-120000",
+        "t6-baseline-r3-20260101-130000-2",  # a second run in the same second
+        "t6-claude-code-r5-20260101-120000",  # another agent
+        "t6-baseline-claude-r9-20260101-120000",  # not baseline's: an agent named baseline-claude
+        "t1-baseline-r7-20260101-120000",  # another task
+        "t16-baseline-r8-20260101-120000",  # a task whose id starts like t1's
+    ):
+        (folder / name).mkdir(parents=True)
+    (folder / "t6-baseline-r11-notes.txt").write_text("a file, not a run directory")
+    assert rundir.next_repeat(folder, "t6", "baseline") == 4
+    assert rundir.next_repeat(folder, "t6", "claude-code") == 6
+    assert rundir.next_repeat(folder, "t1", "baseline") == 8
+    assert rundir.next_repeat(folder, "t5", "baseline") == 1
+
+    monkeypatch.setenv("BENCH_WORKSPACES_DIR", str(tmp_path / "workspaces"))
+    run = ["run", "--agent", "baseline", "--task", "t6", "--campaign", "mine"]
+    assert _first_repeat(build_parser().parse_args(run), "t6") == 4
+    assert _first_repeat(build_parser().parse_args([*run, "--first-repeat", "2"]), "t6") == 2  # asked: as given
+    assert _first_repeat(build_parser().parse_args([*run, "--resume"]), "t6") == 1  # the grid skips finished runs
