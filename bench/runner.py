@@ -258,7 +258,8 @@ def _scripts_that_ran(launches: list[dict], scripts: dict) -> set[str]:
 
 def _status_ticker(agent: launch.LaunchedAgent, relay: Relay) -> watch.Tick:
     def tick(elapsed: float, left: float) -> None:
-        agent.status.set(scripts=relay.launches)
+        # the gateway's tokens and cost move between the CLI's events (Codex says its usage at its turn's end only)
+        agent.status.set(scripts=relay.launches, **agent.stream.status_fields())
         agent.status.update(elapsed, left)
 
     return tick

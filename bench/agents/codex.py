@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 from bench.agents import logins
@@ -148,8 +149,21 @@ class CodexAgent(Agent):
         return env
 
 
+# what codex exec prints beside its JSON events that says nothing to the person watching (kept in agent.log): the
+# note that it reads stdin (always, as its stdin is not a terminal), and its own tracing log lines
+# ("2026-11-26T23:14:45.338151Z ERROR codex_core::session: failed to record rollout items: ..."); an error of the
+# model API comes as a JSON event (error, turn.failed) and is shown from there. Seen in real 0.169.0 runs.
+CONSOLE_NOISE = re.compile(
+    r"Reading (additional )?(input|prompt) from stdin\.*"
+    r"|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z\s+(ERROR|WARN|INFO|DEBUG|TRACE)\s+\S+:.*"
+)
+
+
 class CodexParser(Parser):
     """``codex exec --json``: items started and completed; usage on ``turn.completed``; no cost, no model name."""
+
+    def shown(self, line: str) -> bool:
+        return not CONSOLE_NOISE.fullmatch(line.strip())
 
     def on_json(self, o: dict) -> list[Event]:
         t, item = o.get("type"), o.get("item") or {}

@@ -141,10 +141,13 @@ class Tally:
 
     def status_fields(self) -> dict[str, str]:
         """Short strings for the live status line: {"tools": "12", "tokens": "35.2k", "cost": "$0.41"}."""
-        n = self.tokens_input + self.tokens_output
-        tokens = f"{n}" if n < 1000 else f"{n / 1000:.1f}k" if n < 1_000_000 else f"{n / 1e6:.2f}M"
         return {
             "tools": str(self.tool_calls),
-            "tokens": tokens,
+            "tokens": short_count(self.tokens_input + self.tokens_output),
             "cost": "-" if self.cost_usd is None else f"${self.cost_usd:.2f}",
         }
+
+
+def short_count(n: int) -> str:
+    """A token count for the status line: 950, 35.2k, 1.20M."""
+    return f"{n}" if n < 1000 else f"{n / 1000:.1f}k" if n < 1_000_000 else f"{n / 1e6:.2f}M"

@@ -146,6 +146,8 @@ class Gateway:
         self.keys = dict(keys or {})  # run token -> the real credential it stands for (empty: forwarded as sent)
         self.family = family or routes.family_of(upstream)
         self.spent = 0.0
+        self.tokens = 0  # input + output tokens of the answers read so far (the live status line's figure)
+        self.unpriced = False  # an answer with tokens the price table cannot price: the running cost is not known
         self.capped = False  # the budget refused a request
         self._lock = threading.Lock()
         self._lines = 0
@@ -295,8 +297,10 @@ class Gateway:
             rec.update(cache_write=usage.cache_write, complete=usage.complete)
             price = pricing.cost(model, usage.input, usage.output, usage.cached, usage.cache_write)
             rec["cost_usd"] = price
-            if price is not None:
-                with self._lock:
+            with self._lock:
+                self.tokens += usage.input + usage.output
+                self.unpriced = self.unpriced or (price is None and usage.input + usage.output > 0)
+                if price is not None:
                     self.spent += price
         if cut:
             rec["cut"] = cut

@@ -103,6 +103,11 @@ class Parser:
         """One JSON event of the CLI -> normalised events; every JSON-speaking parser overrides this."""
         return []
 
+    def shown(self, line: str) -> bool:
+        """Whether a plain (non-JSON) line of the CLI is worth the console (it is in agent.log whatever this says):
+        warnings and errors by default; a parser leaves out what its CLI always prints that says nothing."""
+        return True
+
     def finish(self) -> list[Event]:
         """A final event from the last assistant text when the CLI printed none (killed, or none in its format)."""
         done, self.done = self.done, True

@@ -20,9 +20,13 @@ import json
 import subprocess
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bench.progress import StatusLine
 from bench.sandbox.resource_limits import Limits
+
+if TYPE_CHECKING:
+    from bench.agents.gateway import Gateway
 
 CONSOLE_CHARS = 2000  # a plain line shown on the console at most this long
 
@@ -108,8 +112,10 @@ class AgentStream:
         parser_name: str | None = None,
         model: str | None = None,
         limits: Limits | None = None,
+        gateway: Gateway | None = None,
     ):
         self.proc, self.log, self.events_file, self.status, self.console = proc, log, events_file, status, console
+        self.gateway = gateway  # the metering gateway: its live tokens and cost on the status line
         self.limits = limits or Limits()
         self.log_cut = 0  # bytes of agent.log left out between its head and its tail
         self.lines_cut = 0  # lines longer than the line limit
@@ -181,14 +187,26 @@ class AgentStream:
                         continue
                     f.write(text)
                     self._events_written += len(text)
-            self.status.set(**self.tally.status_fields())
+            self.status.set(**self.status_fields())
         if not self.console:
             return
         shown = [text for text in map(_render, events) if text]
         for text in shown:
             self.status.print(text)
-        if not events and line and not line.lstrip().startswith("{"):
+        if not events and line and not line.lstrip().startswith("{") and self.parser.shown(line):
             self.status.print(line[:CONSOLE_CHARS])  # plain text from a JSON-speaking CLI (warnings, errors)
+
+    def status_fields(self) -> dict[str, str]:
+        """The status line's tools, tokens and cost. Tokens and cost are the metering gateway's once it has answered
+        a model request: they are the run's own figures (what the record keeps), and they move while a CLI that
+        says its usage only at the end of its turn (Codex) still reports none; else the CLI's stream's."""
+        fields = self.tally.status_fields() if self.tally is not None else {}
+        gw = self.gateway
+        if gw is not None and (gw.tokens or gw.spent):
+            from bench.agents.events import short_count
+
+            fields.update(tokens=short_count(gw.tokens), cost="-" if gw.unpriced else f"${gw.spent:.2f}")
+        return fields
 
     def limits_hit(self) -> list[dict]:
         """``result.json``'s lines for the output limits this run passed (empty: none)."""

@@ -162,9 +162,9 @@ def launch(agent: Agent, ws: Workspace, spec: RunSpec, evidence: Evidence | None
         if box:
             box.close()
         raise
-    stream = AgentStream(proc, ws.log, ws.events, status, console, agent.parser_name(ctx), model, limits).start()
-    monitor = LaunchMonitor(proc.pid, token, ws.path, evidence=evidence).start()
     gw = meter.gateway if meter else None
+    stream = AgentStream(proc, ws.log, ws.events, status, console, agent.parser_name(ctx), model, limits, gw).start()
+    monitor = LaunchMonitor(proc.pid, token, ws.path, evidence=evidence).start()
     return LaunchedAgent(
         proc, argv, token, started, stream, monitor, arrivals, status, box, evidence, endpoints, group, gw
     )
