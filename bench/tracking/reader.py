@@ -386,3 +386,35 @@ def open_reader(fast: bool | None = None) -> Reader:
     if is_server():
         return ServerReader(strict=bool(fast))
     return ApiReader()
+
+
+# --- a campaign whole, as MLflow holds it: for bench export (bench/bundle_export.py) ---------------------------------
+def campaign_runs(campaign: str) -> tuple[object, list]:
+    """The campaign's experiment and every active run in it (any kind), oldest first, through the public API."""
+    c = store.client()
+    exp = None if missing() else c.get_experiment_by_name(campaign)
+    if exp is None or exp.lifecycle_stage != "active":
+        return None, []
+    runs, token = [], None
+    while True:
+        page = c.search_runs([exp.experiment_id], "", max_results=10000, page_token=token, order_by=["start_time ASC"])
+        runs += list(page)
+        if not (token := page.token):
+            return exp, runs
+
+
+def full_histories(run_id: str, keys: Sequence[str]) -> dict[str, list]:
+    """Every logged value of each metric of a run (MLflow ``Metric`` objects: value, step, timestamp in ms)."""
+    c = store.client()
+    return {key: list(c.get_metric_history(run_id, key)) for key in keys}
+
+
+def download_artifacts(run_id: str, dest: Path) -> None:
+    """All of a run's artifacts copied into ``dest`` (as MLflow holds them, folders kept)."""
+    Path(dest).mkdir(parents=True, exist_ok=True)
+    store.client().download_artifacts(run_id, "", str(dest))
+
+
+def run_traces(experiment_id: str, run_id: str) -> list:
+    """The MLflow traces linked to a run (``mlflow.entities.Trace``, spans included)."""
+    return list(store.client().search_traces(locations=[experiment_id], run_id=run_id))

@@ -1,0 +1,264 @@
+"""A campaign bundle: one archive that holds what a campaign recorded, with a manifest of every file's sha256.
+
+Why a bundle: a reader of a result can only check what they can load. The bundle carries the campaign's MLflow runs
+(written by :mod:`bench.bundle_export`, loaded into any store by :mod:`bench.bundle_import`) and each run's
+directory as the harness left it (``result.json``, the evidence, the scored checkpoints and the code recorded with
+them), so that ``bench verify`` can re-score and re-audit from it. The manifest makes an edit visible: a file whose
+bytes differ from its recorded sha256 is named, and so is a metric in the MLflow runs that no longer agrees with its
+run's ``result.json``. (The manifest is no signature: whoever edits a file can rewrite the manifest too; a reader who
+wants more compares the manifest's own hash with the one the authors published.)
+
+The layout (``docs/publishing.md`` has it for users)::
+
+    <campaign>-bundle/
+      manifest.json                     format, toolkit version, date, campaign, task folder hashes, files' sha256
+      mlflow/experiment.json            the experiment's name and tags (the UI's saved views)
+      mlflow/runs/<run_id>.json         one per run: name, parent, status, times, params, tags, metric histories
+      mlflow/artifacts/<run_id>/...     its artifacts
+      mlflow/traces/<trace_id>.json     its traces (``mlflow.entities.Trace.to_dict()``)
+      runs/<run folder>/...             the run directory, less the data copies (:data:`RUN_FILES`)
+
+This module holds the format: the manifest, :func:`check` and :func:`extract` (what ``bench verify`` calls).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import tarfile
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.checksums import sha256
+from bench.tracking import schema
+
+FORMAT = "1gc7rc-bundle/1"
+MANIFEST = "manifest.json"
+SUFFIX = ".tar.gz"
+
+
+class BundleError(ValueError):
+    """Not a bundle, an unreadable one, or a manifest of another format: bad input (exit 2)."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One difference between a bundle and its manifest or its own records.
+
+    ``kind``: ``hash`` (a file's sha256 differs from the manifest), ``missing`` (in the manifest, not in the bundle),
+    ``extra`` (in the bundle, not in the manifest), ``metric`` (an MLflow metric differs from its run's
+    result.json), ``artifact`` (a run lists an artifact the bundle lacks)."""
+
+    kind: str
+    path: str
+    detail: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.kind}: {self.path}" + (f": {self.detail}" if self.detail else "")
+
+
+def files_of(top: Path) -> dict[str, str]:
+    """Every file under ``top`` but the manifest, relative posix path -> sha256 (links are refused: a bundle holds
+    plain files only)."""
+    out = {}
+    for p in sorted(top.rglob("*")):
+        rel = p.relative_to(top).as_posix()
+        if p.is_symlink():
+            raise BundleError(f"{rel} is a link: a bundle holds plain files only")
+        if p.is_file() and rel != MANIFEST:
+            out[rel] = sha256(p)
+    return out
+
+
+def write_manifest(top: Path, *, campaign: str, tasks: dict, created: str, version: str) -> dict:
+    """Hash every file under ``top`` and write ``manifest.json`` beside them; returns the manifest."""
+    manifest = {
+        "format": FORMAT,
+        "toolkit_version": version,
+        "created": created,
+        "campaign": campaign,
+        "tasks": dict(sorted(tasks.items())),
+        "files": files_of(top),
+    }
+    (top / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
+    return manifest
+
+
+def read_manifest(top: Path) -> dict:
+    """The manifest of an extracted bundle folder; BundleError when it is missing, unreadable or of another format."""
+    path = top / MANIFEST
+    try:
+        manifest = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise BundleError(f"{top} has no {MANIFEST}: not a bundle of `bench export`") from None
+    except ValueError as e:
+        raise BundleError(f"{path} is not valid JSON ({e})") from e
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        got = manifest.get("format") if isinstance(manifest, dict) else type(manifest).__name__
+        raise BundleError(f"{path}: format {got!r}, expected {FORMAT!r} (a bundle of another toolkit version?)")
+    if not isinstance(manifest.get("files"), dict) or not isinstance(manifest.get("campaign"), str):
+        raise BundleError(f"{path} lacks its 'files' table or its 'campaign'")
+    return manifest
+
+
+def _top_of(root: Path) -> Path:
+    """The one folder of an extracted archive that holds the manifest."""
+    tops = [p for p in root.iterdir() if p.is_dir() and (p / MANIFEST).is_file()]
+    if len(tops) != 1:
+        raise BundleError(f"no single top folder with a {MANIFEST}: not a bundle of `bench export`")
+    return tops[0]
+
+
+def unpack(archive: Path, dest: Path) -> Path:
+    """Extract ``archive`` into ``dest`` (members that would leave it, links and devices refused); its top folder."""
+    archive = Path(archive)
+    if not archive.is_file():
+        raise BundleError(f"{archive}: no such file (a bundle is the .tar.gz that `bench export` wrote)")
+    try:
+        with tarfile.open(archive, "r:*") as tar:
+            for m in tar.getmembers():
+                if not (m.isfile() or m.isdir()):
+                    raise BundleError(f"{archive}: member {m.name} is not a plain file: not a bundle")
+            tar.extractall(dest, filter="data")
+    except (tarfile.TarError, OSError, EOFError) as e:
+        raise BundleError(f"{archive} is not a readable .tar.gz ({e}): not a bundle of `bench export`") from e
+    return _top_of(Path(dest))
+
+
+@contextmanager
+def opened(path: Path) -> Iterator[Path]:
+    """The bundle's top folder: ``path`` itself when it is an extracted bundle, else a temporary extraction."""
+    path = Path(path)
+    if path.is_dir():
+        yield path if (path / MANIFEST).is_file() else _top_of(path)
+        return
+    with tempfile.TemporaryDirectory(prefix="bench-bundle-") as tmp:
+        yield unpack(path, Path(tmp))
+
+
+def manifest(path: Path) -> dict:
+    """The manifest of a bundle (archive or extracted folder)."""
+    with opened(path) as top:
+        return read_manifest(top)
+
+
+def extract(path: Path, dest: Path) -> Path:
+    """Extract the bundle into ``dest`` and return its ``runs/`` folder (one sub-folder per run directory); the
+    bundle's other parts are beside it. Nothing is checked here: :func:`check` first."""
+    dest = Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    if Path(path).is_dir():
+        with opened(path) as src:  # an extracted bundle: copied as it is
+            top = dest / src.name
+            shutil.copytree(src, top, dirs_exist_ok=True)
+    else:
+        top = unpack(Path(path), dest)
+    return top / "runs"
+
+
+def check(path: Path) -> list[Problem]:
+    """Every difference between a bundle and its manifest (files changed, missing, added), every MLflow metric that
+    differs from its run's result.json, and every listed artifact the bundle lacks. [] when all agree.
+
+    Raises :class:`BundleError` only for bad input (not a bundle)."""
+    with opened(path) as top:
+        return check_folder(top)
+
+
+def check_folder(top: Path) -> list[Problem]:
+    """:func:`check` on an extracted bundle folder."""
+    recorded = read_manifest(top)["files"]
+    present = files_of(top)
+    problems = [Problem("missing", rel, "listed in the manifest, absent") for rel in recorded if rel not in present]
+    problems += [Problem("extra", rel, "not in the manifest") for rel in present if rel not in recorded]
+    problems += [
+        Problem("hash", rel, f"sha256 {digest[:12]}... differs from the manifest's {recorded[rel][:12]}...")
+        for rel, digest in present.items()
+        if rel in recorded and recorded[rel] != digest
+    ]
+    for run_json in sorted((top / "mlflow" / "runs").glob("*.json")):
+        try:
+            run = json.loads(run_json.read_text())
+        except ValueError as e:
+            problems.append(Problem("hash", run_json.relative_to(top).as_posix(), f"not valid JSON ({e})"))
+            continue
+        rel = run_json.relative_to(top).as_posix()
+        arts = top / "mlflow" / "artifacts" / str(run.get("run_id"))
+        problems += [
+            Problem(
+                "artifact", f"mlflow/artifacts/{run.get('run_id')}/{a}", f"an artifact of run {run.get('run_name')}"
+            )
+            for a in run.get("artifacts") or ()
+            if not (arts / a).is_file()
+        ]
+        problems += [Problem("metric", rel, d) for d in metric_differences(top, run)]
+    return problems
+
+
+def latest(history: list[dict]) -> float | None:
+    """A metric's current value as MLflow shows it: the value at the largest step, then the latest time."""
+    if not history:
+        return None
+    last = max(history, key=lambda m: (m.get("step") or 0, m.get("timestamp") or 0))
+    return math.nan if last.get("value") is None else float(last["value"])
+
+
+def expected_metrics(result, run: dict) -> dict[str, float | None]:
+    """What result.json says a run's metrics are: the agent run's outcome, or an eval run's evaluation (None for
+    any other run). ``result``: the run's :class:`bench.result.RunResult`."""
+    kind = (run.get("tags") or {}).get(schema.KIND)
+    official = schema.official_metric(result.metric)
+    if kind == schema.KIND_AGENT:
+        out = {
+            schema.SUCCESS: 1.0 if result.status == "success" else 0.0,
+            schema.WALL_TIME: result.wall_time_s,
+            schema.BUDGET_UTILISATION: result.budget_utilisation,
+            schema.CHECKPOINTS: result.checkpoints_found,
+            schema.TASK_BASELINE: result.baseline_score,
+        }
+        if result.score is not None:
+            out |= {schema.SCORE: result.score, official: result.score, schema.BEST_VAL: result.outcome.best_val_score}
+        return out
+    if kind == schema.KIND_EVAL:
+        name = str(run.get("run_name") or "")
+        for e in result.evaluations:
+            if f"eval {Path(e.path).name}"[:250] == name:
+                out = {schema.EVAL_VAL_SCORE: e.val_score, schema.EVAL_SAVED_MINUTES: e.saved_s / 60}
+                if e.official.value is not None:
+                    out[official] = e.official.value
+                return out
+    return {}
+
+
+def _same(a: float | None, b: float | None) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    a, b = float(a), float(b)
+    return (math.isnan(a) and math.isnan(b)) or math.isclose(a, b, rel_tol=1e-12, abs_tol=1e-12)
+
+
+def metric_differences(top: Path, run: dict) -> list[str]:
+    """The metrics of one run JSON that differ from its run folder's result.json (agent and eval runs)."""
+    from bench.result import ResultError, RunResult
+
+    folder = run.get("run_folder")
+    if not folder:
+        return []
+    path = top / "runs" / folder / "result.json"
+    if not path.is_file():
+        return [f"run {run.get('run_name')}: its run folder runs/{folder} has no result.json"]
+    try:
+        result = RunResult.load(path)
+    except ResultError as e:
+        return [f"run {run.get('run_name')}: runs/{folder}/result.json unreadable ({e})"]
+    metrics = run.get("metrics") or {}
+    out = []
+    for key, want in expected_metrics(result, run).items():
+        got = latest(metrics.get(key) or [])
+        if not _same(got, want):
+            out.append(f"run {run.get('run_name')} ({folder}): metric {key} = {got} in MLflow, {want} in result.json")
+    return out

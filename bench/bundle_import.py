@@ -1,0 +1,232 @@
+"""``bench import BUNDLE``: a bundle's runs into the store in force (SQLite, a file store, a server, PostgreSQL).
+
+Each MLflow run is created again through :class:`bench.tracking.writer.MlflowWriter` with its name, start and end
+times, status, params, tags, metric histories (every value with its step and time), artifacts and traces; parents
+before children, so that each ``mlflow.parentRunId`` names the new id of its parent, and the UI's tree, ``bench
+report`` and the notebooks read the imported campaign as the original. Each new run carries its id in the source
+store (``schema.SOURCE_RUN``): a second import finds it and adds nothing, and a run that an interrupted import left
+open (RUNNING where the source is not) is deleted and written again. The run directories are copied to where this
+machine keeps the campaign's run directories (or ``--runs-dir``), and each agent run's ``bench.workspace`` tag names
+its new place.
+
+The bundle is checked against its manifest first (:func:`bench.bundle.check`): an import of files that differ from
+what was published is refused, naming them, unless forced.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bench import bundle
+from bench.tracking import reader, schema, store
+from bench.tracking.writer import MlflowWriter, TrackingError
+
+TERMINAL = ("FINISHED", "FAILED", "KILLED")
+
+
+class BundleMismatch(RuntimeError):
+    """The bundle's files differ from its manifest (exit 1): the problems, each naming its file."""
+
+    def __init__(self, problems: list[bundle.Problem]):
+        self.problems = problems
+        super().__init__(f"{len(problems)} difference(s) from the manifest")
+
+
+@dataclass
+class Imported:
+    """What one import did: runs created, runs already there, run folders copied or already there, values the
+    store refused."""
+
+    campaign: str
+    created: int = 0
+    skipped: int = 0
+    folders: int = 0
+    folders_kept: int = 0
+    refused: list[str] = field(default_factory=list)
+    problems: list[bundle.Problem] = field(default_factory=list)
+
+
+def _seconds(ms: int | None) -> float | None:
+    """Milliseconds as the writer's seconds, such that its int(t * 1000) gives back the same milliseconds."""
+    return None if ms is None else (int(ms) + 0.5) / 1000.0
+
+
+def _ordered(runs: list[dict]) -> list[dict]:
+    """Parents before their children, otherwise in start order (a parent outside the bundle counts as none)."""
+    ids = {r["run_id"] for r in runs}
+    done: set[str] = set()
+    out: list[dict] = []
+    pending = sorted(runs, key=lambda r: (r.get("start_time") or 0, r["run_id"]))
+    while pending:
+        ready = [r for r in pending if r.get("parent_run_id") not in ids or r["parent_run_id"] in done]
+        if not ready:  # a cycle in the parents' tags: the rest as they come
+            ready = pending
+        out += ready
+        done |= {r["run_id"] for r in ready}
+        pending = [r for r in pending if r["run_id"] not in done]
+    return out
+
+
+def _existing(campaign: str) -> dict[str, tuple[str, str]]:
+    """Source run id -> (new run id, status) of the runs a former import of this campaign made."""
+    _, runs = reader.campaign_runs(campaign)
+    return {
+        r.data.tags[schema.SOURCE_RUN]: (r.info.run_id, r.info.status)
+        for r in runs
+        if r.data.tags.get(schema.SOURCE_RUN)
+    }
+
+
+def trace_spec(data: dict):
+    """A stored trace (``Trace.to_dict()``) as the :class:`bench.pipeline.traces.TraceSpec` the writer logs: the
+    root span and its children, with their names, types, times, inputs, outputs, attributes and status."""
+    from mlflow.entities import Trace
+
+    from bench.pipeline.traces import SpanSpec, TraceSpec
+
+    trace = Trace.from_dict(data)
+    spans = trace.data.spans
+    root = next((s for s in spans if s.parent_id is None), None)
+    if root is None:
+        raise ValueError("the trace has no root span")
+
+    def own(attrs: dict) -> dict:  # MLflow's own bookkeeping (type, inputs, outputs, trace id) is set by the writer
+        return {k: v for k, v in attrs.items() if not k.startswith(("mlflow.span", "mlflow.traceRequestId"))}
+
+    children = [
+        SpanSpec(
+            s.name,
+            s.span_type or "UNKNOWN",
+            s.start_time_ns,
+            s.end_time_ns,
+            s.inputs,
+            s.outputs,
+            own(s.attributes),
+            s.status.description if str(s.status.status_code).endswith("ERROR") else None,
+        )
+        for s in spans
+        if s is not root
+    ]
+    tags = {k: v for k, v in (trace.info.tags or {}).items() if not k.startswith("mlflow.")}
+    return TraceSpec(root.name, root.start_time_ns, root.end_time_ns, root.inputs, root.outputs, tags, children)
+
+
+def _import_run(writer: MlflowWriter, top: Path, data: dict, parent: str | None, folder: Path | None, out) -> str:
+    """Create one run again; its new id. The source-run tag goes in at the creation, the status last."""
+    tags = {k: v for k, v in data["tags"].items() if k != schema.PARENT}
+    tags[schema.SOURCE_RUN] = data["run_id"]
+    if folder is not None:
+        tags[schema.WORKSPACE] = str(folder)
+    run_id = writer.create_run(data["run_name"] or "", tags, parent=parent, start_time=_seconds(data.get("start_time")))
+    writer.log_params(run_id, data.get("params") or {})
+    rows = [
+        (key, math.nan if m["value"] is None else float(m["value"]), int(m["step"]), _seconds(m["timestamp"]))
+        for key, values in (data.get("metrics") or {}).items()
+        for m in values
+    ]
+    refused = writer.log_values(run_id, rows)
+    out.refused += [f"{data['run_name']}: {row[0]}: {why}" for row, why in refused]
+    arts = top / "mlflow" / "artifacts" / data["run_id"]
+    if arts.is_dir():
+        writer.log_artifacts(run_id, arts)
+    new_traces = {}
+    for trace_id in data.get("traces") or ():
+        path = top / "mlflow" / "traces" / f"{trace_id}.json"
+        if path.is_file():
+            new_traces[trace_id] = writer.log_trace(run_id, trace_spec(json.loads(path.read_text())))
+    if (old := tags.get(schema.TRACE)) in new_traces:
+        writer.set_tags(run_id, {schema.TRACE: new_traces[old]})
+    if data.get("status") in TERMINAL:
+        writer.end_run(run_id, data["status"], _seconds(data.get("end_time")))
+    return run_id
+
+
+def _copy_folder(src: Path, dest: Path, out: Imported) -> None:
+    if dest.exists():
+        out.folders_kept += 1  # imported before (or a run of that name already here): never overwritten
+        return
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    partial = dest.with_name(dest.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    shutil.copytree(src, partial)
+    partial.rename(dest)
+    out.folders += 1
+
+
+def import_bundle(path: Path, *, runs_dir: Path | None = None, force: bool = False, say=None) -> Imported:
+    """Load the bundle at ``path`` into the store in force. BundleError: bad input; BundleMismatch: the bundle
+    differs from its manifest (and ``force`` is off); TrackingError: the store refused or is down."""
+    from bench.pipeline.workspace import campaign_dir
+
+    say = say or (lambda line: None)
+    with bundle.opened(Path(path)) as top:
+        manifest = bundle.read_manifest(top)
+        problems = bundle.check_folder(top)
+        if problems and not force:
+            raise BundleMismatch(problems)
+        try:
+            experiment = json.loads((top / "mlflow" / "experiment.json").read_text())
+            runs = [json.loads(p.read_text()) for p in sorted((top / "mlflow" / "runs").glob("*.json"))]
+        except (OSError, ValueError) as e:
+            raise bundle.BundleError(f"the bundle's MLflow part is unreadable ({e})") from e
+        campaign = str(experiment.get("name") or manifest["campaign"])
+        out = Imported(campaign, problems=problems)
+        writer = MlflowWriter(campaign)
+        for key, value in (experiment.get("tags") or {}).items():  # the UI's saved views, the description
+            writer.set_experiment_tag(key, value)
+        base = Path(runs_dir) if runs_dir else campaign_dir(campaign)
+        existing = _existing(campaign)
+        new_ids: dict[str, str] = {}
+        for i, data in enumerate(_ordered(runs), 1):
+            kind = data["tags"].get(schema.KIND)
+            folder = (base / data["run_folder"]) if data.get("run_folder") and kind == schema.KIND_AGENT else None
+            if folder is not None and (top / "runs" / data["run_folder"]).is_dir():
+                _copy_folder(top / "runs" / data["run_folder"], folder, out)
+            found = existing.get(data["run_id"])
+            if found and (found[1] != "RUNNING" or data.get("status") == "RUNNING"):
+                new_ids[data["run_id"]] = found[0]
+                out.skipped += 1
+                continue
+            if found:  # left open by an interrupted import: written again
+                writer.delete_run(found[0])
+            parent = new_ids.get(data.get("parent_run_id") or "")
+            new_ids[data["run_id"]] = _import_run(writer, top, data, parent, folder, out)
+            out.created += 1
+            say(f"[{i}/{len(runs)}] {data['run_name']}")
+    return out
+
+
+def main(path: str, runs_dir: str | None, force: bool, quiet: bool) -> int:
+    """``bench import``: 0 imported, 1 the bundle differs from its manifest (unless --force), 2 bad input."""
+    say = None if quiet else (lambda line: print(line, file=sys.stderr, flush=True))
+    try:
+        out = import_bundle(Path(path), runs_dir=Path(runs_dir) if runs_dir else None, force=force, say=say)
+    except bundle.BundleError as e:
+        print(f"bench import: {e}", file=sys.stderr)
+        return 2
+    except BundleMismatch as e:
+        for p in e.problems:
+            print(f"bench import: {p}", file=sys.stderr)
+        print(
+            f"bench import: {path} differs from its manifest in {len(e.problems)} place(s): nothing imported "
+            "(--force imports it anyway)",
+            file=sys.stderr,
+        )
+        return 1
+    except TrackingError as e:
+        print(f"bench import: {e}", file=sys.stderr)
+        return 1
+    for p in out.problems:
+        print(f"bench import: warning (--force): {p}", file=sys.stderr)
+    for r in out.refused:
+        print(f"bench import: the store refused {r}", file=sys.stderr)
+    print(
+        f"{out.campaign} in {store.tracking_uri()}: {out.created} runs imported, {out.skipped} already there; "
+        f"{out.folders} run folders copied, {out.folders_kept} already there"
+    )
+    return 0
