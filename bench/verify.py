@@ -121,15 +121,21 @@ def _scored(result: RunResult) -> bool:
     return any(e.official.raw.get("checkpoint_sha256") for e in result.evaluations)
 
 
-def local_checkpoint(run_dir: Path, result: RunResult, recorded: str) -> Path:
-    """Where a recorded checkpoint path lies in this copy of the run directory (result.json holds the paths of the
-    machine that ran it): the same place relative to the workspace, else by name under ``checkpoints/``."""
+def local_checkpoint(run_dir: Path, result: RunResult, recorded: str, staged: str = "") -> Path:
+    """Where a recorded checkpoint lies in this copy of the run directory (result.json holds the paths of the machine
+    that ran it): the same place relative to the workspace, else by name under ``checkpoints/``, else the copy the
+    run's evaluation staged (``eval/<folder>/checkpoint.pt``: the bytes it scored, checked by their sha256 as well).
+    The workspace's place when none is there (named as missing)."""
     ws = run_dir / "workspace"
     try:
         rel = Path(recorded).relative_to(result.workspace)
     except ValueError:
         rel = Path("checkpoints") / Path(recorded).name
-    return ws / rel if (ws / rel).exists() else ws / "checkpoints" / Path(recorded).name
+    copy = run_dir / "eval" / Path(staged).name / evaluate.CHECKPOINT if staged else None
+    for path in (ws / rel, ws / "checkpoints" / Path(recorded).name, copy):
+        if path is not None and path.is_file():
+            return path
+    return ws / rel
 
 
 def snapshot(run_dir: Path, digest: str) -> codetime.Snapshot:
@@ -160,12 +166,12 @@ def rescore(
         if not raw.get("checkpoint_sha256"):  # never reached the scorer at the run (budget spent, not stageable)
             cand.note = f"not scored at the run: {one_line(e.official.why_not, 160)}"
             continue
-        ckpt = local_checkpoint(run_dir, result, e.path)
+        ckpt = local_checkpoint(run_dir, result, e.path, str(raw.get("staged") or ""))
         if not ckpt.is_file():
             diffs.append(f"missing: checkpoint {_rel(run_dir, ckpt)} ({cand.labels[0]})")
             cand.note = "checkpoint missing"
             continue
-        dest = tmp / f"{len(by_path):02d}-{ckpt.stem}"[:120]
+        dest = tmp / f"{len(by_path):02d}-{Path(e.path).stem}"[:120]
         try:
             code = snapshot(run_dir, raw["code_snapshot"]) if raw.get("code_snapshot") else None
             evaluate.stage(task, ws, dest, ckpt, code=code, store=store)

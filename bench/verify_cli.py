@@ -39,17 +39,17 @@ def targets(target: str, stack: contextlib.ExitStack) -> tuple[list[Path], list[
             problems = [str(p) for p in bundle.check(path)]
             runs = bundle.extract(path, Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-verify-"))))
         except bundle.BundleError as e:
-            raise InputError(f"bench verify: {e}") from e
+            raise InputError(str(e)) from e
         return sorted(p for p in runs.iterdir() if p.is_dir()) if runs.is_dir() else [], problems, True
     if path.is_dir() and RunDir(path).is_run_dir():
         if not (path / RESULT_FILE).is_file():
-            raise InputError(f"bench verify: {path} has no result.json: finish the run first (bench run --resume)")
+            raise InputError(f"{path} has no result.json: finish the run first (bench run --resume)")
         return [path], [], False
     folder = path if path.is_dir() else workspace.campaign_dir(target)
     runs = sorted(p for p in folder.iterdir() if RunDir(p).is_run_dir()) if folder.is_dir() else []
     if not runs:
         raise InputError(
-            f"bench verify: {target!r} is no run directory, campaign or bundle (no campaign folder {folder}); give "
+            f"verify: {target!r} is no run directory, campaign or bundle (no campaign folder {folder}); give "
             "the run dir bench run printed, a campaign's name, or a .tar.gz of bench export"
         )
     return runs, [], False
