@@ -301,9 +301,9 @@ def cmd_report(args: argparse.Namespace) -> int:
             compare=args.compare,
             include_nonstandard=args.include_nonstandard,
         )
-    except ReportError as e:
-        print(f"bench report: {e}", file=sys.stderr)
-        return 1
+    except ReportError as e:  # bad input (an experiment or entry that does not exist, nothing to report): exit 2,
+        print(f"bench report: {e}", file=sys.stderr)  # as bench ui and every other command say it
+        return 2
     n = sum(len(v) for v in written.values())
     print(
         f"report: {n} files in {Path(args.out).resolve()} ({time.perf_counter() - started:.1f} s); "

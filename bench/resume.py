@@ -262,14 +262,21 @@ def _agent_events(ws: workspace.Workspace) -> dict:
 
 def for_cli(target: str, *, campaign: str, agent: str | None, task: str | None, console: bool):
     """``bench run --resume [TARGET]``: (results, the campaign to go on running the grid of, or None)."""
+    from bench.preflight import InputError  # what the user gave names nothing to resume: bad input, exit 2
+
     if target and RunDir(target).is_run_dir():
         if agent or task:
-            raise ResumeError("--resume RUN_DIR finishes that run only: leave out --agent and --task")
+            raise InputError("--resume RUN_DIR finishes that run only: leave out --agent and --task")
         was_finished = finished(Path(target)) is not None
         result = resume_run(Path(target), console=console)  # a finished run: says so, does nothing
         return ([] if was_finished else [result]), None
     if target and (os.sep in target or Path(target).exists()):  # a path, not a campaign name
-        raise ResumeError(f"{target} is not a run directory of bench run (no run.json, result.json or workspace/)")
+        raise InputError(f"{target} is not a run directory of bench run (no run.json, result.json or workspace/)")
     name = target or campaign
+    if not (agent or task) and not workspace.campaign_dir(name).is_dir():  # with a grid: a new campaign may start
+        raise InputError(
+            f"--resume {name}: no campaign {name!r} here ({workspace.campaign_dir(name)}): give a campaign's name or "
+            "the run dir bench run printed"
+        )
     results = resume_campaign(name, console=console)
     return results, (name if agent or task else None)

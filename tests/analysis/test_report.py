@@ -216,12 +216,12 @@ def test_cli_plugs_into_bench_and_reports_errors(tmp_path, capsys):
     args = parser.parse_args(["report", "--experiment", "a", "--experiment", "b", "--published", "--out", "x"])
     assert args.func is report_cli.cmd_report and args.experiment == ["a", "b"] and args.published and args.out == "x"
     assert parser.parse_args(["report"]).out == "report" and parser.parse_args(["report"]).experiment is None
-    assert report_cli.main(["--experiment", "no-such-campaign", "--out", str(tmp_path / "r")]) == 1
+    assert report_cli.main(["--experiment", "no-such-campaign", "--out", str(tmp_path / "r")]) == 2  # bad input
     assert "no experiment 'no-such-campaign' in " in capsys.readouterr().err  # it does not exist: said so
     assert report_cli.main(["--experiment", "no-such-campaign", "--published", "--out", str(tmp_path / "p")]) == 0
     assert (tmp_path / "p" / "figure3.png").exists() and "Not drawn" in (tmp_path / "p" / "index.md").read_text()
     bad = ["--experiment", "no-such-campaign", "--published", "--compare", "Opus 4.7", "Nobody", "--out", str(tmp_path)]
-    assert report_cli.main(bad) == 1 and "unknown entry 'Nobody'" in capsys.readouterr().err
+    assert report_cli.main(bad) == 2 and "unknown entry 'Nobody'" in capsys.readouterr().err
 
 
 def test_a_task_without_baseline_is_shown_but_not_in_agg():
