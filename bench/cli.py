@@ -30,15 +30,22 @@ def cmd_tasks(args: argparse.Namespace) -> int:
 
         return check_main(args.dir, keep=args.keep)
     tasks = all_tasks()  # an id declared twice is said before any line is printed
-    print(f"{'id':4} {'name':28} {'budget':>7} {'metric':>9} {'dir':>4} {'split':>6} {'baseline':>9}  data  [source]")
+    # each column as wide as its longest value (a pack's task id or name can be longer than the built-in ones)
+    wid = max([2, *(len(t.id) for t in tasks)])
+    wname = max([4, *(len(t.name) for t in tasks)])
+    wmetric = max([6, *(len(t.metric) for t in tasks)])
+    print(
+        f"{'id':{wid}} {'name':{wname}} {'budget':>7} {'metric':>{wmetric}} {'dir':>4} {'split':>6} {'baseline':>9}  "
+        "data  [source]"
+    )
     for t in tasks:
         status = data.data_status(t)
         if t.weights:
             n = sum(weights.installed(w) is not None for w in t.weights)
             status += f"; weights {n}/{len(t.weights)} installed"
         print(
-            f"{t.id:4} {t.name:28} {t.budget_minutes:>5g} m {t.metric:>9} {t.direction:>4} {t.eval_split:>6} "
-            f"{t.baseline_score:>9.3f}  {status}  [{t.source.describe()}]"
+            f"{t.id:{wid}} {t.name:{wname}} {t.budget_minutes:>5g} m {t.metric:>{wmetric}} {t.direction:>4} "
+            f"{t.eval_split:>6} {t.baseline_score:>9.3f}  {status}  [{t.source.describe()}]"
         )
     return 0
 
