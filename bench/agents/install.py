@@ -146,14 +146,21 @@ def _pip_install(cli: CLI, folder: Path, quiet: bool) -> None:
 
 
 def du(path: Path) -> int:
-    """Bytes on disk under path (links not followed)."""
+    """Bytes on disk under ``path``, as ``du -s`` counts them: the blocks each file, folder and link takes, each
+    inode once (npm installs a CLI's binary twice by hard link: Claude Code's 245 MB were reported as 491 MB),
+    symbolic links not followed (a link counts its own blocks, not its target's)."""
+    seen: set[tuple[int, int]] = set()
     total = 0
-    for root, _, files in os.walk(path):
-        for f in files:
-            try:
-                total += os.lstat(os.path.join(root, f)).st_size
-            except OSError:
-                pass
+    top = os.fspath(path)
+    entries = (os.path.join(root, n) for root, dirs, files in os.walk(top) for n in [*dirs, *files])
+    for entry in (top, *entries):
+        try:
+            st = os.lstat(entry)
+        except OSError:
+            continue
+        if (st.st_dev, st.st_ino) not in seen:
+            seen.add((st.st_dev, st.st_ino))
+            total += st.st_blocks * 512  # st_blocks is in 512-byte units whatever the file system's block size
     return total
 
 
