@@ -73,6 +73,13 @@ def _path(text: str) -> Path:
     return Path(text).expanduser()
 
 
+def _file(text: str) -> Path:
+    path = Path(text).expanduser()
+    if not path.is_file():
+        raise ValueError("no such file")
+    return path
+
+
 def _paths(text: str) -> tuple[Path, ...]:
     return tuple(Path(e.strip()).expanduser() for e in text.split(os.pathsep) if e.strip())
 
@@ -149,6 +156,10 @@ DATA_MIRROR = Setting(
 CLI_DIR = Setting(
     "BENCH_CLI_DIR", _path, lambda: CACHE_DIR.get() / "clis", "a folder",
     "where the agents' CLIs are installed", "path", "<cache>/clis"
+)  # fmt: skip
+PRICES_FILE = Setting(
+    "BENCH_PRICES", _file, None, "a TOML file of [models.\"id\"] rows",
+    "your own model prices (USD per 1M tokens): they override or add to bench/agents/prices.toml", "path"
 )  # fmt: skip
 TRACKING_DB = Setting(
     "BENCH_TRACKING_DB", str, "", "a SQLAlchemy URL",

@@ -2,27 +2,38 @@
 
 Codex CLI and Gemini CLI print token counts but no cost; OpenCode prints 0 for providers it has no
 price for; Aider prints a cost only for models LiteLLM knows. :func:`cost` fills the gap from token
-counts. Claude Code's own ``total_cost_usd`` is always preferred where a CLI reports one.
+counts, and the metering gateway prices every request with it (and holds ``--max-cost`` with it).
 
 Token semantics of :func:`cost`: ``tokens_input`` is every prompt token of the run, cached ones
 included; ``tokens_cached`` is the part of it that was read from the provider's prompt cache (billed
 at the cached-input price). Cache *writes* (``tokens_cache_write``, which only the metering gateway
 sees) are billed at the row's ``cache_write`` rate (Anthropic: 1.25x input, the 5-minute cache);
-long-context surcharges (Gemini and Claude above 200k prompt tokens, Qwen tiers) are ignored:
+long-context surcharges (GPT-5.5 above 272k prompt tokens, Gemini above 200k, Qwen tiers) are ignored:
 treat the result as an estimate.
 
-NONE OF THESE ROWS IS VERIFIED (``verified=False``): they were written without web access, from the
-most recent public list prices the author knew for the same or the closest earlier model. Several of
-the paper's models (April 2026) are newer than that knowledge; their rows carry the price of the
-closest predecessor and say so in ``note``. Check each row against its ``source`` before quoting a
-cost, then set ``verified=True`` and update the date. Every row says where (:attr:`Price.url`) and as of
-when (:attr:`Price.date`) its prices held; :func:`describe` puts both next to a figure.
+The rows are not kept by hand: ``prices.toml`` beside this module is generated from LiteLLM's model cost
+map by ``bench prices refresh`` (:mod:`bench.agents.price_map`), pinned to a LiteLLM version and the
+map's date (:data:`SOURCE`). A user's own file (``$BENCH_PRICES``: the same ``[models."id"]`` tables)
+overrides or adds rows: a negotiated price, a self-hosted model, a model the map does not know yet.
+Every row says where (:attr:`Price.url`) and as of when (:attr:`Price.date`) its prices held, and
+where it came from (:attr:`Price.origin`); :func:`describe` puts them next to a figure.
 """
 
 from __future__ import annotations
 
 import re
+import tomllib
 from dataclasses import dataclass
+from pathlib import Path
+
+from bench import settings
+from bench.agents.base import AgentError
+
+TABLE = Path(__file__).with_name("prices.toml")
+
+
+class PriceFileError(AgentError):
+    """A price file ($BENCH_PRICES, or the generated table) that cannot be read; the message says what to fix."""
 
 
 @dataclass(frozen=True)
@@ -33,9 +44,10 @@ class Price:
     cached_input: float
     output: float
     source: str  # "list price as of <date>, <url>"
-    verified: bool = False
+    verified: bool = False  # checked by a person against the provider's page (never set by the generator)
     note: str = ""
     cache_write: float | None = None  # prompt-cache writes (Anthropic: 1.25x input, 5-minute cache); None: input
+    origin: str = ""  # "LiteLLM 1.110.2 (2026-11-20): gpt-5.5", "kept by hand", "user file /path"
 
     @property
     def url(self) -> str:
@@ -49,65 +61,54 @@ class Price:
         return m.group(0) if m else ""
 
 
-_ANTHROPIC = "https://www.anthropic.com/pricing#api"
-_OPENAI = "https://openai.com/api/pricing/"
-_MOONSHOT = "https://platform.moonshot.ai/docs/pricing/chat"
-_QWEN = "https://www.alibabacloud.com/help/en/model-studio/models"
-_GOOGLE = "https://ai.google.dev/gemini-api/docs/pricing"
-_DEEPSEEK = "https://api-docs.deepseek.com/quick_start/pricing"
+_FIELDS = {"input", "cached_input", "output", "cache_write", "key", "url", "note", "hand", "date"}
 
 
-def _src(date: str, url: str) -> str:
-    return f"list price as of {date}, {url}"
+def _rows(data: dict, where: str, date: str, origin: str, url: str = "") -> dict[str, Price]:
+    """``[models."id"]`` tables as Prices; ``date``, ``url``: the file's, where a row gives none."""
+    models = data.get("models", {})
+    if not isinstance(models, dict):
+        raise PriceFileError(f'{where}: expected [models."<model id>"] tables')
+    out = {}
+    for model, row in models.items():
+        at = f"{where}: [models.{model!r}]"
+        if not isinstance(row, dict) or set(row) - _FIELDS:
+            unknown = ", ".join(sorted(set(row) - _FIELDS)) if isinstance(row, dict) else "not a table"
+            expected = "input, output, cached_input, cache_write, url, date, note"
+            raise PriceFileError(f"{at}: unknown field(s) {unknown}; expected {expected}")
+        nums = {}
+        for field in ("input", "cached_input", "output", "cache_write"):
+            value = row.get(field)
+            if value is None and field in ("input", "output"):
+                raise PriceFileError(f"{at}: {field} is missing (USD per 1M tokens)")
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int | float) or value < 0):
+                raise PriceFileError(f"{at}: {field} = {value!r} is not a price (USD per 1M tokens, >= 0)")
+            nums[field] = None if value is None else float(value)
+        cached = nums["input"] if nums["cached_input"] is None else nums["cached_input"]
+        link = str(row.get("url") or url or where)
+        kept = "kept by hand" if row.get("hand") else origin + (f": {row['key']}" if row.get("key") else "")
+        out[model] = Price(
+            nums["input"], cached, nums["output"], f"list price as of {row.get('date') or date}, {link}",
+            note=str(row.get("note", "")), cache_write=nums["cache_write"], origin=kept,
+        )  # fmt: skip
+    return out
 
 
+def _load(path: Path) -> dict:
+    try:
+        return tomllib.loads(path.read_text())
+    except OSError as e:
+        raise PriceFileError(f"{path}: cannot be read ({e.strerror}): set $BENCH_PRICES to a price file") from None
+    except tomllib.TOMLDecodeError as e:
+        raise PriceFileError(f"{path} is not valid TOML ({e})") from None
+
+
+_TABLE = _load(TABLE)
+SOURCE: dict[str, str] = _TABLE["source"]  # version, date, file, sha256, url of the LiteLLM map it came from
 # Keys are canonical model ids; lookup() also accepts provider prefixes, date suffixes and ALIASES.
-PRICES: dict[str, Price] = {
-    # --- the paper's models (Table 3); all newer than the prices known here: check them ---
-    "claude-sonnet-4-6": Price(
-        3.00, 0.30, 15.00, _src("2025-09-29", _ANTHROPIC), cache_write=3.75, note="claude-sonnet-4-5 price"
-    ),
-    "claude-opus-4-6": Price(
-        5.00, 0.50, 25.00, _src("2025-11-24", _ANTHROPIC), cache_write=6.25, note="claude-opus-4-5 price"
-    ),
-    "claude-opus-4-7": Price(
-        5.00, 0.50, 25.00, _src("2025-11-24", _ANTHROPIC), cache_write=6.25, note="claude-opus-4-5 price"
-    ),
-    "gpt-5.5": Price(1.75, 0.175, 14.00, _src("2025-12-11", _OPENAI), note="gpt-5.2 price"),
-    "kimi-k2.5": Price(0.60, 0.15, 2.50, _src("2025-09-05", _MOONSHOT), note="kimi-k2-0905 price"),
-    "kimi-k2.6": Price(0.60, 0.15, 2.50, _src("2025-09-05", _MOONSHOT), note="kimi-k2-0905 price"),
-    "qwen3.6-plus": Price(0.40, 0.08, 1.20, _src("2025-09-01", _QWEN), note="qwen-plus price, non-thinking output"),
-    # --- common others ---
-    "claude-opus-4-5": Price(5.00, 0.50, 25.00, _src("2025-11-24", _ANTHROPIC), cache_write=6.25),
-    "claude-opus-4-1": Price(15.00, 1.50, 75.00, _src("2025-08-05", _ANTHROPIC), cache_write=18.75),
-    "claude-opus-4": Price(15.00, 1.50, 75.00, _src("2025-05-22", _ANTHROPIC), cache_write=18.75),
-    "claude-sonnet-4-5": Price(3.00, 0.30, 15.00, _src("2025-09-29", _ANTHROPIC), cache_write=3.75),
-    "claude-sonnet-4": Price(3.00, 0.30, 15.00, _src("2025-05-22", _ANTHROPIC), cache_write=3.75),
-    "claude-haiku-4-5": Price(1.00, 0.10, 5.00, _src("2025-10-15", _ANTHROPIC), cache_write=1.25),
-    "claude-3-7-sonnet": Price(3.00, 0.30, 15.00, _src("2025-02-24", _ANTHROPIC), cache_write=3.75),
-    "claude-3-5-haiku": Price(0.80, 0.08, 4.00, _src("2024-11-04", _ANTHROPIC), cache_write=1),
-    "gpt-5.2": Price(1.75, 0.175, 14.00, _src("2025-12-11", _OPENAI)),
-    "gpt-5.1": Price(1.25, 0.125, 10.00, _src("2025-11-13", _OPENAI)),
-    "gpt-5": Price(1.25, 0.125, 10.00, _src("2025-08-07", _OPENAI)),
-    "gpt-5-codex": Price(1.25, 0.125, 10.00, _src("2025-09-15", _OPENAI)),
-    "gpt-5-mini": Price(0.25, 0.025, 2.00, _src("2025-08-07", _OPENAI)),
-    "gpt-5-nano": Price(0.05, 0.005, 0.40, _src("2025-08-07", _OPENAI)),
-    "gpt-4.1": Price(2.00, 0.50, 8.00, _src("2025-04-14", _OPENAI)),
-    "gpt-4o": Price(2.50, 1.25, 10.00, _src("2024-10-01", _OPENAI)),
-    "o3": Price(2.00, 0.50, 8.00, _src("2025-06-10", _OPENAI)),
-    "o4-mini": Price(1.10, 0.275, 4.40, _src("2025-04-16", _OPENAI)),
-    "kimi-k2": Price(0.60, 0.15, 2.50, _src("2025-09-05", _MOONSHOT)),
-    "kimi-k2-thinking": Price(0.60, 0.15, 2.50, _src("2025-11-06", _MOONSHOT)),
-    "qwen-plus": Price(0.40, 0.08, 1.20, _src("2025-09-01", _QWEN), note="0-256k tier, non-thinking output"),
-    "qwen3-max": Price(1.20, 0.24, 6.00, _src("2025-09-24", _QWEN), note="0-32k tier"),
-    "qwen3-coder-plus": Price(1.00, 0.20, 5.00, _src("2025-07-23", _QWEN), note="0-32k tier"),
-    "gemini-3-pro-preview": Price(2.00, 0.20, 12.00, _src("2025-11-18", _GOOGLE), note="prompts <= 200k"),
-    "gemini-2.5-pro": Price(1.25, 0.125, 10.00, _src("2025-06-17", _GOOGLE), note="prompts <= 200k"),
-    "gemini-2.5-flash": Price(0.30, 0.03, 2.50, _src("2025-06-17", _GOOGLE)),
-    "gemini-2.5-flash-lite": Price(0.10, 0.01, 0.40, _src("2025-07-22", _GOOGLE)),
-    "deepseek-chat": Price(0.28, 0.028, 0.42, _src("2025-09-29", _DEEPSEEK), note="DeepSeek-V3.2"),
-    "deepseek-reasoner": Price(0.28, 0.028, 0.42, _src("2025-09-29", _DEEPSEEK), note="DeepSeek-V3.2"),
-}
+PRICES: dict[str, Price] = _rows(
+    _TABLE, str(TABLE), SOURCE["date"], f"LiteLLM {SOURCE['version']} ({SOURCE['date']})", SOURCE["url"]
+)
 
 # Other spellings -> a PRICES key (compared after normalisation, see _norm).
 ALIASES: dict[str, str] = {
@@ -136,11 +137,34 @@ def _norm(model: str) -> str:
 
 
 _INDEX: dict[str, str] = {_norm(k): k for k in PRICES}
-_INDEX.update({_norm(a): k for a, k in ALIASES.items()})
+_INDEX.update({_norm(a): k for a, k in ALIASES.items() if k in PRICES})  # a refresh may drop an alias's model
+_USER: dict[tuple, tuple[dict[str, str], dict[str, Price]]] = {}  # (path, mtime, size) -> (index, rows)
+
+
+def user_rows() -> tuple[dict[str, str], dict[str, Price]]:
+    """The rows of the user's price file ($BENCH_PRICES; none when unset), with their index by normalised name.
+    Read again only when the file changes (the gateway asks for every request)."""
+    try:
+        path = settings.PRICES_FILE.get()
+    except settings.SettingError as e:
+        raise PriceFileError(f"{e}: point it at a price file, or unset it") from None
+    if path is None:
+        return {}, {}
+    try:
+        st = path.stat()
+    except OSError as e:
+        raise PriceFileError(f"BENCH_PRICES={path}: cannot be read ({e.strerror}): point it at a price file") from None
+    stamp = (str(path), st.st_mtime_ns, st.st_size)
+    if stamp not in _USER:
+        rows = _rows(_load(path), str(path), "", f"user file {path}")
+        _USER.clear()
+        _USER[stamp] = ({_norm(k): k for k in rows}, rows)
+    return _USER[stamp]
 
 
 def lookup(model: str | None) -> tuple[str, Price] | None:
-    """The (canonical id, Price) for a model name as a CLI or provider spells it; None if unknown.
+    """The (canonical id, Price) for a model name as a CLI or provider spells it; None if unknown. A row of the
+    user's price file ($BENCH_PRICES) wins over the generated table's.
 
     Accepts provider prefixes ("anthropic/claude-opus-4-7", "openrouter/moonshotai/kimi-k2.6"),
     tags (":free"), Bedrock/Vertex ids ("us.anthropic.claude-opus-4-5-20251101-v1:0",
@@ -149,7 +173,12 @@ def lookup(model: str | None) -> tuple[str, Price] | None:
     """
     if not model:
         return None
-    key = _INDEX.get(_norm(model))
+    name = _norm(model)
+    key = _INDEX.get(name)
+    index, rows = user_rows()
+    for spelled in (name, _norm(key) if key else None):  # as asked, then as the table's row ("sonnet": its model)
+        if spelled in index:
+            return index[spelled], rows[index[spelled]]
     return (key, PRICES[key]) if key else None
 
 
@@ -171,15 +200,36 @@ def cost(
 
 
 def describe(model: str | None) -> str:
-    """Which row priced ``model``, with its source and date ("claude-opus-4-7: 5.0/0.5/25.0 USD per 1M tokens
-    in/cached/out, list price of 2025-11-24, https://...; unverified"); a sentence saying so for an unknown model."""
+    """Which row priced ``model``, with its source, date and origin ("gpt-5.5: 5.0/0.5/30.0 USD per 1M tokens
+    in/cached/out, list price as of 2026-11-20, https://...; from LiteLLM 1.110.2 (2026-11-20): gpt-5.5"); a
+    sentence saying so for an unknown model."""
     found = lookup(model)
     if found is None:
-        return f"{model or 'no model'}: not in the price table (bench/agents/pricing.py): cost unknown"
+        return (
+            f"{model or 'no model'}: not in the price table (bench/agents/prices.toml, LiteLLM {SOURCE['version']}) "
+            "nor in a $BENCH_PRICES file: cost unknown"
+        )
     key, p = found
-    state = "verified" if p.verified else "unverified"
     note = f" ({p.note})" if p.note else ""
     return (
-        f"{key}: {p.input}/{p.cached_input}/{p.output} USD per 1M tokens in/cached/out, list price of {p.date}, "
-        f"{p.url}; {state}{note}"
+        f"{key}: {p.input:g}/{p.cached_input:g}/{p.output:g} USD per 1M tokens in/cached/out, list price as of "
+        f"{p.date}, {p.url}; from {p.origin}{note}"
     )
+
+
+def summary() -> str:
+    """The table in force, as ``bench prices`` prints it: where it came from, then one line per model (the user's
+    rows first)."""
+    _, mine = user_rows()
+    lines = [
+        f"price table: bench/agents/prices.toml, generated from LiteLLM {SOURCE['version']}'s model cost map of "
+        f"{SOURCE['date']} (sha256 {SOURCE['sha256'][:12]}..., {SOURCE['url']})",
+        f"user file: {settings.PRICES_FILE.get()} ({len(mine)} rows, they win)" if mine else
+        "user file: none ($BENCH_PRICES unset)",
+        "",
+        f"{'model':26} {'input':>8} {'cached':>8} {'write':>8} {'output':>8}  USD per 1M tokens; origin",
+    ]  # fmt: skip
+    for key, p in [*mine.items(), *((k, v) for k, v in PRICES.items() if k not in mine)]:
+        write = "-" if p.cache_write is None else f"{p.cache_write:g}"
+        lines.append(f"{key:26} {p.input:>8g} {p.cached_input:>8g} {write:>8} {p.output:>8g}  {p.origin}")
+    return "\n".join(lines)

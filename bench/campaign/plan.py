@@ -16,10 +16,12 @@ GPU-hour figures, since an agent may stop early and the harness holds the GPU be
 - **at most**: each run's budget + the grace + the whole evaluation margin (the evaluation budget, the scorer's
   grace to report and the time to record: :attr:`Campaign.eval_margin_s`, what a Slurm job is given).
 
-API cost: the expected cost of an agent's runs is its published token use per run x the list prices of
-:mod:`bench.agents.pricing` x its runs. The paper publishes no token use (nor any cost) for its agents, so for its
-models the plan says "unknown" rather than invent one; :data:`PUBLISHED_USE` is where a published figure goes.
-A campaign's ``max_cost`` (the metering gateway's API budget per run) gives an upper bound either way.
+API cost, a range (low-high) per agent: each run's minutes of agent time (its budget, or its published use where the
+paper gives one) x the agent's tokens per minute (:mod:`bench.campaign.token_rates`: published figures, each with its
+source, low and high) x the price table (:mod:`bench.agents.pricing`, generated from LiteLLM's cost map). A pilot's
+measured token use (``--measured PILOT``, :func:`measured_use`) or a published one (:data:`PUBLISHED_USE`) replaces the
+per-minute figures where it has one. Only a model without a price is "unknown". A campaign's ``max_cost`` (the
+metering gateway's API budget per run) gives an upper bound either way.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.agents import AGENTS, pricing
+from bench.campaign import token_rates
 from bench.campaign.spec import AgentEntry, Campaign
 
 HOUR = 3600.0
@@ -111,6 +114,17 @@ def as_published(
     return (seconds / HOUR, tuple(which)) if which else None
 
 
+def agent_minutes(campaign: Campaign, budget: dict[str, float] | None = None) -> dict[AgentEntry, float]:
+    """Each agent entry's minutes of agent time over its runs: a run's published mean use where the paper gives one
+    at the same budget (Table 8), else its whole budget (the paper: the others typically exhausted it)."""
+    of, out = budget or budgets(campaign), Counter()
+    for key in campaign.runs():
+        table = PUBLISHED_MINUTES.get((key.agent.name, _canonical(model_of(key.agent))), {})
+        given, used = table.get(key.task, (0, None))
+        out[key.agent] += used if used is not None and given * 60 == of[key.task] else of[key.task] / 60
+    return dict(out)
+
+
 def wall_clock_s(durations: list[float], slots: int) -> float:
     """When the last run ends if the runs start in this order, each on the first slot free (what the local
     executor does: one run per GPU, the queue in the campaign's order)."""
@@ -177,38 +191,56 @@ def measured_use(runs: list[dict], campaign: Campaign, experiment: str) -> dict[
 
 @dataclass(frozen=True)
 class Cost:
-    """The expected API cost of one agent's runs: ``usd`` None when unknown, ``why`` says what is known."""
+    """The expected API cost of one agent's runs: ``usd`` (low) to ``high``, None when unknown; ``why`` says how."""
 
     agent: AgentEntry
     runs: int
     usd: float | None
     why: str
+    high: float | None = None  # None: a single figure (usd)
+
+    @property
+    def shown(self) -> str:
+        """ "$12.00" or "$12.00-$34.00" ("unknown" without a figure)."""
+        if self.usd is None:
+            return "unknown"
+        return f"${self.usd:,.2f}" + (f"-${self.high:,.2f}" if self.high is not None else "")
 
 
 def agent_cost(
-    agent: AgentEntry, runs: int, published: dict[str, TokenUse] | None = None, missing: str = "the paper publishes"
+    agent: AgentEntry,
+    runs: int,
+    published: dict[str, TokenUse] | None = None,
+    missing: str = "the paper publishes",
+    minutes: float | None = None,
 ) -> Cost:
-    """The expected cost of ``runs`` runs of ``agent`` from ``published`` token use (:data:`PUBLISHED_USE`, or a
-    pilot's, :func:`measured_use`); ``missing`` says who has no figure ("the paper publishes", "pilot has")."""
+    """The expected cost of ``runs`` runs of ``agent``: from ``published`` token use per run (:data:`PUBLISHED_USE`,
+    or a pilot's, :func:`measured_use`) where it has the model, else a range from ``minutes`` of agent time over
+    those runs x the agent's tokens per minute (:mod:`bench.campaign.token_rates`); ``missing`` says who has no
+    figure ("the paper publishes", "the pilot X has"). Unknown only for a model without a price."""
     published = PUBLISHED_USE if published is None else published
     if offline(agent):
         return Cost(agent, runs, 0.0, "an offline agent, no model API")
     model = model_of(agent)
     found = pricing.lookup(model)
+    shown = (model or agent.name).rsplit("/", 1)[-1]  # the model as the paper names it: no provider prefix
+    if found is None:
+        return Cost(agent, runs, None, f"unknown: {shown} has no price (bench/agents/prices.toml, $BENCH_PRICES)")
+    key, row = found
+    price = f"{key}'s price" + ("" if row.origin.startswith("LiteLLM") else f" ({row.origin})")
     use = next((u for m, u in published.items() if _canonical(m) == _canonical(model)), None)
-    if use is None:
-        shown = (model or agent.name).rsplit("/", 1)[-1]  # the model as the paper names it: no provider prefix
-        return Cost(agent, runs, None, f"unknown: {missing} no token use for {shown}")
-    per_run = pricing.cost(model, use.input, use.output, use.cached)
-    if per_run is None:
-        return Cost(agent, runs, None, f"unknown: {model} has no price in bench/agents/pricing.py")
-    row = found[1] if found else None  # found: cost() priced it
-    state = "verified" if row is not None and row.verified else "unverified"
-    why = (
-        f"{runs} x ${per_run:,.2f}: {use.input / 1e6:.2f}M tokens in ({use.cached / 1e6:.2f}M cached), "
-        f"{use.output / 1e6:.2f}M out per run ({use.source}) at the list price of {row.date if row else '?'} ({state})"
-    )
-    return Cost(agent, runs, per_run * runs, why)
+    if use is not None:
+        per_run = pricing.cost(model, use.input, use.output, use.cached) or 0.0
+        why = (
+            f"{runs} x ${per_run:,.2f}: {use.input / 1e6:.2f}M tokens in ({use.cached / 1e6:.2f}M cached), "
+            f"{use.output / 1e6:.2f}M out per run ({use.source}) at {price}"
+        )
+        return Cost(agent, runs, per_run * runs, why)
+    rate = token_rates.rate_of(agent.name)
+    low, high = token_rates.cost_range(model, rate, minutes or 0.0) or (0.0, 0.0)
+    lead = f"{missing} no token use for {shown}: " if published else ""
+    why = f"{lead}{minutes or 0:,.0f} min at {rate.agent}'s tokens per minute, {price}"
+    return Cost(agent, runs, low, why, high)
 
 
 def _published_line(campaign: Campaign, budget: dict[str, float]) -> list[str]:
@@ -222,6 +254,23 @@ def _published_line(campaign: Campaign, budget: dict[str, float]) -> list[str]:
         f"  {hours:8.1f}  agent time as published: {names} at its mean use per task (the paper's Table 8),",
         f"{'':12}the others at their whole budget (the paper: they typically exhausted it)",
     ]
+
+
+def _sources(costs: list[Cost]) -> list[str]:
+    """Where the per-minute figures and the prices came from, said once under the costs."""
+    used = sorted({token_rates.rate_of(c.agent.name).agent for c in costs if c.high is not None})
+    if not used:
+        return []
+    lines = ["  tokens per minute (bench/campaign/token_rates.toml; a pilot's use replaces them: --measured PILOT):"]
+    for name in used:
+        rate = token_rates.rates()[name]
+        lines += [f"    {name}: {token_rates.describe(rate)}", f"      source: {rate.source}"]
+    source = pricing.SOURCE
+    lines.append(
+        f"  prices: bench/agents/prices.toml, from LiteLLM {source['version']}'s model cost map of {source['date']}"
+        " ($BENCH_PRICES overrides)"
+    )
+    return lines
 
 
 def _shown(campaign: Campaign) -> str:
@@ -313,21 +362,25 @@ def render(campaign: Campaign, published: dict[str, TokenUse] | None = None, mea
     )
     if named is None:
         lines.append("  the file names no gpus: the local executor uses every GPU it finds (nvidia-smi -L)")
-    where = f"the token use measured in {measured}" if measured else "the published token use"
-    lines += ["", f"API cost (expected, from {where} per run x bench/agents/pricing.py's list prices):"]
-    per_agent = Counter(k.agent for k in keys)
+    head = f"the token use measured in {measured} where it has the model, else " if measured else ""
+    lines += [
+        "",
+        f"API cost (estimated, low-high: {head}each run's minutes x tokens per minute x the price table):",
+    ]
+    per_agent, minutes = Counter(k.agent for k in keys), agent_minutes(campaign, budget)
     missing = f"the pilot {measured} has" if measured else "the paper publishes"
-    costs = [agent_cost(a, per_agent[a], published, missing) for a in campaign.agents]
+    costs = [agent_cost(a, per_agent[a], published, missing, minutes.get(a)) for a in campaign.agents]
     w = max(len(c.agent.label) for c in costs)
     for c in costs:
-        figure = c.why if c.usd is None else f"${c.usd:,.2f}: {c.why}"
+        figure = c.why if c.usd is None else f"{c.shown}: {c.why}"
         lines.append(f"  {c.agent.label:{w}}  {c.runs:>4} runs  {figure}")
-    unknown = [c for c in costs if c.usd is None]
-    if unknown:
-        kind = "measured" if measured else "published"
-        lines.append(f"  total: unknown ({len(unknown)} of {len(costs)} agent(s) without a {kind} figure)")
-    else:
-        lines.append(f"  total: ${sum(c.usd for c in costs if c.usd is not None):,.2f}")
+    known = [c for c in costs if c.usd is not None]
+    low, high = sum(c.usd or 0.0 for c in known), sum(c.usd if c.high is None else c.high for c in known)
+    total = f"${low:,.2f}" + (f"-${high:,.2f}" if high != low else "")
+    if len(known) < len(costs):
+        total = f"unknown ({len(costs) - len(known)} of {len(costs)} agent(s) without a price); the others {total}"
+    lines.append(f"  total: {total}")
+    lines += _sources(costs)
     if campaign.max_cost is not None:
         llm = sum(c.runs for c in costs if not offline(c.agent))
         lines.append(

@@ -206,8 +206,8 @@ def test_json_and_sse_through_the_gateway_are_metered(mock, certs, tmp_path):
     ]
     assert [(r["input"], r["output"]) for r in got] == mock.usages  # what the mock served, request by request
     assert all(r["complete"] and not r.get("cut") for r in got)
-    # hand-computed costs: sonnet-4-5 3/15, gpt-5.5 1.75/14, gpt-5 1.25/10, gemini-2.5-pro 1.25/10 per 1M
-    rates = {"claude-sonnet-4-5": (3, 15), "gpt-5.5": (1.75, 14), "gpt-5": (1.25, 10), "gemini-2.5-pro": (1.25, 10)}
+    # hand-computed costs: sonnet-4-5 3/15, gpt-5.5 5/30, gpt-5 1.25/10, gemini-2.5-pro 1.25/10 per 1M (LiteLLM's map)
+    rates = {"claude-sonnet-4-5": (3, 15), "gpt-5.5": (5, 30), "gpt-5": (1.25, 10), "gemini-2.5-pro": (1.25, 10)}
     for r in got:
         rin, rout = rates[r["model"]]
         assert r["cost_usd"] == pytest.approx((r["input"] * rin + r["output"] * rout) / 1e6, abs=1e-6)

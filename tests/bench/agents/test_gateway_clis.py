@@ -42,8 +42,8 @@ agent, cli_dir = test_clis.agent, test_clis.cli_dir  # the CLI installed and reg
 # USD per 1M in/out, the price table's rows, copied by hand (Gemini's side requests may name its flash models)
 RATES = {
     "claude-sonnet-4-6": (3.0, 15.0),
-    "gpt-5.5": (1.75, 14.0),
-    "kimi-k2.6": (0.60, 2.50),
+    "gpt-5.5": (5.0, 30.0),
+    "kimi-k2.6": (0.95, 4.0),
     "gemini-2.5-pro": (1.25, 10.0),
     "gemini-2.5-flash": (0.30, 2.50),
     "gemini-2.5-flash-lite": (0.10, 0.40),

@@ -70,8 +70,8 @@ def test_plan_of_the_paper_prints_245_runs_and_its_gpu_hours(isolated, capsys):
         row = next(line for line in out.splitlines() if line.startswith(agent) and model in line.split(")")[0])
         assert row.split()[-9:] == [*["5"] * 7, "35", "35.0"]
         named = rf"(?:[\w.-]+/)*{re.escape(model)}"  # OpenCode's: OpenRouter's provider/model prefix
-        cost = rf"^  {agent} \({named}\)\s+35 runs  unknown: the paper publishes no token use for {model}$"
-        assert re.search(cost, out, re.M), (agent, model)
+        cost = rf"^  {agent} \({named}\)\s+35 runs  \$[\d,]+\.\d\d-\$[\d,]+\.\d\d: [\d,]+ min at {agent}'s tokens"
+        assert re.search(cost, out, re.M), (agent, model)  # a range for every entry, never "unknown"
     # expected: + 30 s grace + the 2 min the ETA assumes; at most: + 30 s + (60 min eval + 1 min scorer + 10 min)
     assert f"{hours + 245 * (30 + 120) / 3600:8.1f}  expected" in out  # 255.2
     assert f"{hours + 245 * (30 + 71 * 60) / 3600:8.1f}  at most" in out  # 537.0
@@ -79,7 +79,7 @@ def test_plan_of_the_paper_prints_245_runs_and_its_gpu_hours(isolated, capsys):
     # the agent time as the paper reports it: Codex's mean minutes used per task (Table 8), the others' whole budget
     codex_used = 24.93 + 75.06 + 27.23 + 30.60 + 17.43 + 15.39 + 23.64  # 214.28 of its 420 min per repeat
     assert f"{6 * 35 + codex_used * 5 / 60:8.1f}  agent time as published: codex (gpt-5.5)" in out  # 227.9
-    assert "total: unknown (7 of 7" in out
+    assert re.search(r"^  total: \$[\d,]+\.\d\d-\$[\d,]+\.\d\d$", out, re.M) and "unknown" not in out
     assert not any(p.exists() for p in isolated)  # no run directory, no cache, no MLflow store
 
 
@@ -124,7 +124,12 @@ def test_a_small_campaigns_plan(isolated, tmp_path, capsys):
     assert f"      1 GPU(s)  {8 * 750 / 3600:.1f} h" in out
     assert f"      8 GPU(s)  {750 / 3600:.1f} h: the floor" in out
     assert re.search(r"baseline\s+4 runs  \$0\.00: an offline agent", out)
-    assert "unknown: the paper publishes no token use for claude-opus-4-7" in out
+    # claude-opus-4-7, 4 runs x 10 min = 40 min at claude-code's tokens per minute (bench/campaign/token_rates.toml:
+    # 100k-300k in, 97k-270k of it cached, 1.5k-7k out a minute) and LiteLLM's 5/0.5/25 USD per 1M in/cached/out:
+    # low  (4M - 3.88M) x 5 + 3.88M x 0.5 + 0.06M x 25 = 0.6 + 1.94 + 1.5 = $4.04
+    # high (12M - 10.8M) x 5 + 10.8M x 0.5 + 0.28M x 25 = 6 + 5.4 + 7 = $18.40
+    assert re.search(r"claude-code \(claude-opus-4-7\)\s+4 runs  \$4\.04-\$18\.40: 40 min at claude-code's", out)
+    assert "total: $4.04-$18.40" in out
     assert "at most $20.00: max_cost $5.00 per run x 4 LLM runs" in out  # baseline's 4 runs cost nothing
     assert "as published" not in out  # the paper publishes the use of no agent here
 
@@ -208,12 +213,36 @@ def test_the_cost_measured_in_a_pilot_campaign_prices_the_paper(isolated, capsys
     assert (p.input, p.output) == (3.0, 15.0)  # the figures the docstring's hand computation uses
     assert main(["campaign", "plan", str(PAPER), "--measured", pilot]) == 0
     out = capsys.readouterr().out
-    assert "API cost (expected, from the token use measured in pilot-sonnet per run" in out
+    assert "API cost (estimated, low-high: the token use measured in pilot-sonnet where it has the model, else" in out
     line = next(x for x in out.splitlines() if x.strip().startswith("claude-code (claude-sonnet-4-6)") and "runs" in x)
     assert "$1,764.00: 35 x $50.40: 13.20M tokens in (0.00M cached), 0.72M out per run" in line
     assert "measured: 2 run(s) of pilot-sonnet, 220k tokens in per budget-minute" in line
-    assert "unknown: the pilot pilot-sonnet has no token use for gpt-5.5" in out
-    assert "total: unknown (6 of 7 agent(s) without a measured figure)" in out
+    # the others: not unknown, their range from tokens per minute, saying the pilot had no figure for them
+    assert "the pilot pilot-sonnet has no token use for gpt-5.5: 1,071 min at codex's tokens per minute" in out
+    assert "unknown" not in out
     # an experiment without runs, or without tokens: one line, exit 2
     assert main(["campaign", "plan", str(PAPER), "--measured", "no-such-pilot"]) == 2
     assert "--measured no-such-pilot: no agent run in that experiment" in capsys.readouterr().err
+
+
+def test_the_papers_codex_entry_costs_what_a_hand_computation_says(isolated, capsys):
+    """Codex with gpt-5.5 in campaigns/paper.toml: 5 repeats of its Table 8 minutes (24.93 + 75.06 + 27.23 + 30.60 +
+    17.43 + 15.39 + 23.64 = 214.28 a repeat) = 1,071.4 min, at 100k-300k tokens in (97k-270k cached) and 1.5k-7k out
+    a minute (bench/campaign/token_rates.toml), priced at LiteLLM's 5 / 0.5 / 30 USD per 1M in/cached/out:
+    low  107.14M in, 103.9258M cached, 1.6071M out: 3.2142 x 5 + 103.9258 x 0.5 + 1.6071 x 30 = $116.25
+    high 321.42M in, 289.278M cached, 7.4998M out: 32.142 x 5 + 289.278 x 0.5 + 7.4998 x 30 = $530.34"""
+    assert main(["campaign", "plan", str(PAPER)]) == 0
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if x.startswith("  codex (gpt-5.5)"))
+    assert re.search(r"35 runs  \$116\.25-\$530\.34: 1,071 min at codex's tokens per minute, gpt-5\.5's price$", line)
+    assert "tokens per minute (bench/campaign/token_rates.toml" in out and "code.claude.com/docs/en/costs" in out
+    assert "prices: bench/agents/prices.toml, from LiteLLM 1.110.2's model cost map of 2026-11-20" in out
+
+
+def test_only_an_unpriced_model_is_unknown(isolated, tmp_path):
+    """A model without a price is the one "unknown"; the total says how many and sums the others."""
+    body = 'tasks = ["t6"]\n[[agents]]\nname = "codex"\nmodel = "gpt-unpriced-7"\n[[agents]]\nname = "baseline"\n'
+    path, _ = campaign_file(tmp_path, body)
+    text = plan.render(spec.load(path))
+    assert "unknown: gpt-unpriced-7 has no price (bench/agents/prices.toml, $BENCH_PRICES)" in text
+    assert "total: unknown (1 of 2 agent(s) without a price); the others $0.00" in text
