@@ -260,5 +260,6 @@ def metric_differences(top: Path, run: dict) -> list[str]:
     for key, want in expected_metrics(result, run).items():
         got = latest(metrics.get(key) or [])
         if not _same(got, want):
-            out.append(f"run {run.get('run_name')} ({folder}): metric {key} = {got} in MLflow, {want} in result.json")
+            now = "absent" if got is None else f"= {got}"
+            out.append(f"run {run.get('run_name')} ({folder}): metric {key} {now} in MLflow, {want} in result.json")
     return out

@@ -391,8 +391,10 @@ def open_reader(fast: bool | None = None) -> Reader:
 # --- a campaign whole, as MLflow holds it: for bench export (bench/bundle_export.py) ---------------------------------
 def campaign_runs(campaign: str) -> tuple[object, list]:
     """The campaign's experiment and every active run in it (any kind), oldest first, through the public API."""
+    if missing():  # no store yet: no campaign, and no schema made for nothing
+        return None, []
     c = store.client()
-    exp = None if missing() else c.get_experiment_by_name(campaign)
+    exp = c.get_experiment_by_name(campaign)
     if exp is None or exp.lifecycle_stage != "active":
         return None, []
     runs, token = [], None

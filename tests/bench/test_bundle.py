@@ -1,0 +1,251 @@
+"""Campaign bundles (bench/bundle.py, bundle_export.py, bundle_import.py): the manifest names every edit; a campaign
+exported and imported into a fresh store reads the same; a second import adds nothing; bad input exits 2.
+
+Fast tier: the campaign is generated through the harness's writer (tests/analysis/synthetic.py, plus a trace and an
+artifact), the run folder is a result.json of the fixtures. The whole-run version (real T6 runs, run folders) is
+tests/analysis/test_bundle_real.py; PostgreSQL: tests/bench/tracking/test_bundle_postgres.py.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import tarfile
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from bench import bundle, bundle_export, bundle_import
+from bench.cli import main
+from bench.tracking import reader, schema
+from tests.bench.bundle_frames import assert_same, report_frames
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULT = ROOT / "tests" / "bench" / "fixtures" / "results" / "v2_t6_baseline.json"
+NS = 1_000_000_000
+
+
+def _synthetic():
+    spec = importlib.util.spec_from_file_location("bundle_synthetic", ROOT / "tests" / "analysis" / "synthetic.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _use_store(monkeypatch, folder: Path, empty: Path | None = None) -> None:
+    """The embedded store under ``folder``; from a copy of ``empty`` (an SQLite store with MLflow's schema and no
+    runs) when given: MLflow takes seconds to create its schema, a copy milliseconds."""
+    if empty is not None:
+        folder.mkdir(parents=True)
+        shutil.copy(empty, folder / "mlflow.db")
+    monkeypatch.setenv("BENCH_MLRUNS_DIR", str(folder))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+
+
+@pytest.fixture(scope="module")
+def empty(tmp_path_factory) -> Path:
+    """An SQLite store's file with MLflow's schema made and nothing in it."""
+    folder = tmp_path_factory.mktemp("bundle-empty-store")
+    with pytest.MonkeyPatch.context() as mp:
+        _use_store(mp, folder)
+        reader.store.client()
+    return folder / "mlflow.db"
+
+
+@dataclass
+class Source:
+    campaign: str
+    counts: dict
+    archive: Path
+    tree: list
+    frames: dict
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory, empty) -> Source:
+    """A small campaign in a store of its own, exported once: 2 agents x 1 task, a script run each, an eval run of
+    the successful one (the other failed), one agent run with a trace of two spans and an artifact."""
+    from bench.pipeline.traces import SpanSpec, TraceSpec
+    from bench.tracking.writer import MlflowWriter
+
+    tmp = tmp_path_factory.mktemp("bundle-source")
+    with pytest.MonkeyPatch.context() as mp:
+        _use_store(mp, tmp / "store", empty)
+        name = f"bundle-{uuid.uuid4().hex[:6]}"
+        counts = _synthetic().generate(name, agents=2, tasks=1, repeats=1, scripts=1, evals=1, fail_every=2)
+        _, runs = reader.campaign_runs(name)
+        agent = next(r for r in runs if r.data.tags.get(schema.KIND) == schema.KIND_AGENT)
+        w = MlflowWriter(name)
+        spans = [
+            SpanSpec("LLM 1: m", "LLM", 10 * NS, 11 * NS, {"q": 1}, {"a": 2}, {schema.SPAN_LLM_ATTRS["api"]: "x"}),
+            SpanSpec("shell: ls", "TOOL", 12 * NS, 13 * NS, {"cmd": "ls"}, {"o": ""}, {schema.SPAN_TOOL: "shell"}, "1"),
+        ]
+        spec = TraceSpec("agent run", 9 * NS, 14 * NS, {"p": "x"}, {"s": "ok"}, {schema.KIND: schema.TRACE_KIND}, spans)
+        trace = w.log_trace(agent.info.run_id, spec)
+        w.set_tags(agent.info.run_id, {schema.TRACE: trace})
+        w.log_text(agent.info.run_id, "the audit\n", "audit/audit.json")
+        archive = tmp / "c.tar.gz"
+        bundle_export.export(name, archive)
+        return Source(name, counts, archive, _tree(name), report_frames(name))
+
+
+def _tree(name: str) -> list[tuple]:
+    """The campaign as comparable tuples: name, status, times, params, tags, histories, parent's name, artifacts."""
+    exp, runs = reader.campaign_runs(name)
+    names = {r.info.run_id: r.info.run_name for r in runs}
+    out = []
+    for r in runs:
+        tags = {k: v for k, v in r.data.tags.items() if k not in (schema.PARENT, schema.SOURCE_RUN, schema.TRACE)}
+        hist = reader.full_histories(r.info.run_id, sorted(r.data.metrics))
+        hist = {k: [(m.value, m.step, m.timestamp) for m in v] for k, v in hist.items()}
+        traces = [
+            [(s.name, s.span_type, s.start_time_ns, s.end_time_ns, s.inputs, s.outputs) for s in t.data.spans]
+            for t in reader.run_traces(exp.experiment_id, r.info.run_id)
+        ]
+        arts = [a.path for a in reader.store.client().list_artifacts(r.info.run_id, "audit")]
+        parent = names.get(r.data.tags.get(schema.PARENT))
+        info = (r.info.run_name, r.info.status, r.info.start_time, r.info.end_time)
+        out.append((*info, dict(r.data.params), tags, hist, parent, traces, arts))
+    return sorted(out, key=repr)
+
+
+def test_a_campaign_exported_and_imported_into_a_fresh_store_reads_the_same(source, empty, tmp_path, monkeypatch):
+    assert len(source.tree) == sum(source.counts.values()) and bundle.check(source.archive) == []
+    _use_store(monkeypatch, tmp_path / "fresh", empty)
+    assert main(["import", str(source.archive), "--quiet"]) == 0
+    after = _tree(source.campaign)
+    assert after == source.tree  # names, nesting, times, params, tags, every metric value, the trace's spans, artifacts
+    assert any(t[8] for t in after) and any(t[9] for t in after)  # the trace and the artifact were compared
+    assert_same(report_frames(source.campaign), source.frames)
+
+    _, runs = reader.campaign_runs(source.campaign)
+    assert main(["import", str(source.archive), "--quiet"]) == 0  # twice: nothing added
+    _, again = reader.campaign_runs(source.campaign)
+    assert sorted(r.info.run_id for r in again) == sorted(r.info.run_id for r in runs)
+
+
+def test_an_import_interrupted_after_a_run_was_created_writes_that_run_again(source, empty, tmp_path, monkeypatch):
+    """A run left RUNNING by an import that died is deleted and written again; the finished ones are kept."""
+    _use_store(monkeypatch, tmp_path / "fresh", empty)
+    real = bundle_import._import_run
+    calls = []
+
+    def dies_on_the_third(writer, top, data, parent, folder, out):
+        calls.append(data["run_id"])
+        if len(calls) == 3:
+            writer.create_run(data["run_name"], {schema.SOURCE_RUN: data["run_id"]})  # created, never finished
+            raise KeyboardInterrupt
+        return real(writer, top, data, parent, folder, out)
+
+    monkeypatch.setattr(bundle_import, "_import_run", dies_on_the_third)
+    with pytest.raises(KeyboardInterrupt):
+        bundle_import.import_bundle(source.archive)
+    monkeypatch.setattr(bundle_import, "_import_run", real)
+    out = bundle_import.import_bundle(source.archive)
+    assert (out.skipped, out.created) == (2, len(source.tree) - 2)  # the third was created again
+    assert _tree(source.campaign) == source.tree
+
+
+def _bundle_folder(tmp_path: Path) -> Path:
+    """A bundle folder by hand: a run folder with the fixture's result.json, its agent run's JSON with the metrics
+    result.json implies (read from the file here, not from bench.bundle), an artifact; then the manifest."""
+    top = tmp_path / "x-bundle"
+    (top / "runs" / "r1").mkdir(parents=True)
+    shutil.copy(RESULT, top / "runs" / "r1" / "result.json")
+    (top / "runs" / "r1" / "evidence").mkdir()
+    (top / "runs" / "r1" / "evidence" / "audit.json").write_text("{}\n")
+    raw = json.loads(RESULT.read_text())
+    score, outcome = raw["outcome"]["score"], raw["outcome"]
+    metrics = {
+        "score": score,
+        f"official_{raw['metric']}": score,
+        "best_val_score": outcome["best_val_score"],
+        "success": 1.0 if outcome["status"] == "success" else 0.0,
+        "wall_time_s": raw["wall_time_s"],
+        "budget_utilisation": raw["budget_utilisation"],
+        "checkpoints": raw["checkpoints_found"],
+        "task_baseline": raw["baseline_score"],
+    }
+    run = {
+        "run_id": "a1",
+        "run_name": "t6-baseline-r1",
+        "status": "FINISHED",
+        "tags": {schema.KIND: schema.KIND_AGENT},
+        "metrics": {k: [{"value": v, "step": 0, "timestamp": 1}] for k, v in metrics.items()},
+        "artifacts": ["audit.json"],
+        "run_folder": "r1",
+    }
+    (top / "mlflow" / "runs").mkdir(parents=True)
+    (top / "mlflow" / "runs" / "a1.json").write_text(json.dumps(run))
+    (top / "mlflow" / "experiment.json").write_text(json.dumps({"name": "x", "tags": {}}))
+    (top / "mlflow" / "artifacts" / "a1").mkdir(parents=True)
+    (top / "mlflow" / "artifacts" / "a1" / "audit.json").write_text("{}\n")
+    bundle.write_manifest(top, campaign="x", tasks={"t6": "ab"}, created="now", version="0")
+    return top
+
+
+def test_the_manifest_names_every_changed_missing_or_added_file_and_every_metric_that_left_result_json(tmp_path):
+    top = _bundle_folder(tmp_path)
+    assert bundle.check(top) == []
+    ckpt = top / "runs" / "r1" / "evidence" / "audit.json"
+    ckpt.write_text("{} \n")  # one byte more
+    (top / "mlflow" / "artifacts" / "a1" / "audit.json").unlink()
+    (top / "runs" / "r1" / "extra.txt").write_text("x")
+    run_json = top / "mlflow" / "runs" / "a1.json"
+    run = json.loads(run_json.read_text())
+    run["metrics"]["score"][0]["value"] = 0.1  # the leaderboard's number, edited
+    run_json.write_text(json.dumps(run))
+    found = {(p.kind, p.path) for p in bundle.check(top)}
+    assert found == {
+        ("hash", "runs/r1/evidence/audit.json"),
+        ("missing", "mlflow/artifacts/a1/audit.json"),
+        ("artifact", "mlflow/artifacts/a1/audit.json"),
+        ("extra", "runs/r1/extra.txt"),
+        ("hash", "mlflow/runs/a1.json"),
+        ("metric", "mlflow/runs/a1.json"),
+    }
+    metric = next(p for p in bundle.check(top) if p.kind == "metric")
+    assert "score = 0.1 in MLflow" in metric.detail and str(json.loads(RESULT.read_text())["outcome"]["score"]) in (
+        metric.detail
+    )
+
+
+def test_an_archive_whose_files_differ_from_its_manifest_is_refused_by_import_unless_forced(
+    empty, tmp_path, monkeypatch, capsys
+):
+    top = _bundle_folder(tmp_path)
+    (top / "runs" / "r1" / "evidence" / "audit.json").write_text("edited\n")
+    archive = tmp_path / "x.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(top, arcname=top.name)
+    assert bundle.extract(archive, tmp_path / "out") == tmp_path / "out" / "x-bundle" / "runs"
+    _use_store(monkeypatch, tmp_path / "store", empty)
+    assert main(["import", str(archive), "--quiet", "--runs-dir", str(tmp_path / "runs")]) == 1
+    assert "hash: runs/r1/evidence/audit.json" in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists()  # nothing imported
+    assert main(["import", str(archive), "--quiet", "--force", "--runs-dir", str(tmp_path / "runs")]) == 0
+    assert (tmp_path / "runs" / "r1" / "evidence" / "audit.json").read_text() == "edited\n"
+    _, runs = reader.campaign_runs("x")
+    assert [r.data.tags[schema.WORKSPACE] for r in runs] == [str(tmp_path / "runs" / "r1")]
+
+
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["import", "{tmp}/none.tar.gz"], "no such file"),
+        (["import", "{tmp}/text.tar.gz"], "not a readable .tar.gz"),
+        (["import", "{tmp}/empty.tar.gz"], "not a bundle"),
+        (["export", "no-such-campaign", "{tmp}/o.tar.gz"], "no campaign 'no-such-campaign'"),
+        (["export", "x", "{tmp}/no/o.tar.gz"], "no such folder"),
+    ],
+)
+def test_bad_input_exits_2_and_says_what(argv, says, tmp_path, monkeypatch, capsys):
+    _use_store(monkeypatch, tmp_path / "store")
+    (tmp_path / "text.tar.gz").write_text("hello")
+    with tarfile.open(tmp_path / "empty.tar.gz", "w:gz"):
+        pass
+    assert main([a.format(tmp=tmp_path) for a in argv]) == 2
+    assert says in capsys.readouterr().err
