@@ -203,8 +203,9 @@ def check_priced(agent: str, model: str | None, max_cost: float | None) -> None:
         return
     if pricing.lookup(name) is None:
         raise InputError(
-            f"{agent}: model {name!r} has no price in bench/agents/pricing.py, and --max-cost is set: the gateway "
-            "refuses unpriced models under a budget (their cost could not be counted); add its row, or drop --max-cost"
+            f"{agent}: model {name!r} has no price in the price table (bench prices), and --max-cost is set: the "
+            "gateway refuses unpriced models under a budget (their cost could not be counted); add its row to a file "
+            "named by BENCH_PRICES, or drop --max-cost"
         )
 
 
