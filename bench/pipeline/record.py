@@ -227,6 +227,7 @@ def record(writer: MlflowWriter, result: RunResult, ws: Workspace, staged: uploa
             schema.API_BUDGET: metering.budget_tag(result.agent_events, result.started_at)[:500],
             schema.LIMITS_HIT: ",".join(dict.fromkeys(str(h.get("limit")) for h in result.limits.get("hit", []))),
             schema.ENTRY: schema.entry_label(result.agent, result.model),
+            schema.GROUP: schema.group_label(result.task, schema.entry_label(result.agent, result.model)),
             **schema.protocol_tags(
                 budget_s=result.budget_s,
                 task_budget_s=task_budget_s,

@@ -46,6 +46,9 @@ TASK_BUDGET_MINUTES = "bench.task_budget_minutes"  # the task's own budget (task
 HARDWARE = "bench.hardware"  # the evaluation device in words: "NVIDIA A100-SXM4-80GB", "cpu (..., 2 cores)"
 DEVICE = "bench.device"  # cuda | cpu
 ENTRY = "bench.entry"  # leaderboard entry label: the paper's name for a published CLI + model, else "agent (model)"
+# agent runs: "t6 · claude-code (claude-opus-4-7)", the task and the entry in one value: the UI's per-task view groups
+# by it alone, as a group row labelled by two keys ("bench.task: t6, bench.entry: ...") is cut before the agent's name
+GROUP = "bench.group"
 PROTOCOL_STANDARD, PROTOCOL_NONSTANDARD = "standard", "nonstandard"
 # where the task came from (bench.tasks.packs): what a result names as "the task that was run"
 TASK_SOURCE = "bench.task.source"  # built-in | path | entry-point
@@ -258,6 +261,11 @@ def agent_run_tags(campaign: str, agent: str, model: str | None, task: str, repe
 def entry_label(agent: str, model: str | None) -> str:
     """The label the UI groups by: ``claude-code (claude-opus-4-7)``, or the agent alone for an offline one."""
     return f"{agent} ({model})" if model else agent
+
+
+def group_label(task: str, entry: str) -> str:
+    """An agent run's :data:`GROUP`: the task first, so that the UI's groups sort task by task."""
+    return f"{task} · {entry}"
 
 
 def task_source_tags(source: dict) -> dict[str, str]:

@@ -8,16 +8,24 @@
 - The links are printed once the server answers, each opening a saved view (:mod:`bench.tracking.views`) in the UI's
   model-training mode; the server is MLflow's app with the model-training default (:mod:`bench.tracking.uiapp`).
 - Lean: one worker and no job runner (``bench server`` measures it: 2 processes, ~0.5 GB).
+- Quiet, so that the links stay on the screen: uvicorn without its access log and below warnings
+  (:data:`UVICORN_OPTS`; 402 lines over 11 page loads before), the registry store named (MLflow says so
+  otherwise), and left out of the server's output: deprecation warnings (Starlette's, which is a ``UserWarning``
+  that ``PYTHONWARNINGS`` cannot name without importing Starlette first, with the source line Python prints under
+  it) and the localhost-only security middleware's notice (:data:`NOTICES`: a default ``bench ui`` chose). Anything
+  else the server prints (an error, a traceback) is passed on.
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -30,6 +38,10 @@ APP = "bench-ui"  # the mlflow.app entry point of pyproject.toml -> bench.tracki
 GRACE_S = 20.0  # from SIGTERM to SIGKILL of the server's group
 READY_S = 180.0  # the server answers in ~5 s on a loaded 2-core machine; a cold import can take much longer
 MOST = 10  # campaigns linked
+UVICORN_OPTS = "--no-access-log --log-level warning"  # after MLflow's --log-config, which sets INFO
+# the start of lines of the MLflow CLI's output that describe bench ui's own defaults (a localhost-only server)
+NOTICES = ("[MLflow] Security middleware enabled with default settings (localhost-only)",)
+DEPRECATION = re.compile(r"^\S.*:\d+: \w*DeprecationWarning: ")  # Python's "file:line: Category: message" line
 
 
 class PortBusy(OSError):
@@ -70,8 +82,9 @@ def app_registered() -> bool:
 def command(host: str, port: int, app: bool) -> list[str]:
     """The ``mlflow server`` command line on the store in force."""
     here = Path(sys.executable).parent / "mlflow"
-    cmd = [str(here) if here.exists() else "mlflow", "server", "--backend-store-uri", store.tracking_uri()]
-    cmd += ["--host", host, "--port", str(port), "--workers", "1"]
+    uri = store.tracking_uri()
+    cmd = [str(here) if here.exists() else "mlflow", "server", "--backend-store-uri", uri, "--registry-store-uri", uri]
+    cmd += ["--host", host, "--port", str(port), "--workers", "1", "--uvicorn-opts", UVICORN_OPTS]
     if store.is_embedded():
         cmd += ["--artifacts-destination", str(store.artifact_root())]
     if app:
@@ -124,7 +137,9 @@ def print_links(base: str, campaigns: list[tuple[str, str]], most: int = MOST) -
 
     for name, exp_id in campaigns[:most]:
         try:
-            views.save(MlflowWriter(name))
+            writer = MlflowWriter(name)
+            views.save(writer)
+            views.backfill_groups(writer, exp_id)  # runs recorded before bench.group: the per-task view's groups
         except TrackingError as e:
             print(f"  {name}: views not saved ({e}); the experiment: {views.url(base, exp_id, None)}", flush=True)
             continue
@@ -132,6 +147,24 @@ def print_links(base: str, campaigns: list[tuple[str, str]], most: int = MOST) -
             print(f"  {name}: {view.label:<16} {views.url(base, exp_id, view.id)}", flush=True)
     if len(campaigns) > most:
         print(f"  ... and {len(campaigns) - most} more campaigns: bench ui --experiment NAME", flush=True)
+
+
+def relay_output(source, sink) -> None:
+    """The server's output, line by line, less :data:`NOTICES` and deprecation warnings (with the source line under
+    each); ends with the server's output."""
+    after_warning = False  # the line after a warning is its source line, indented
+    for line in source:
+        if after_warning and line.startswith("  "):
+            after_warning = False
+            continue
+        after_warning = bool(DEPRECATION.match(line))
+        if after_warning or line.startswith(NOTICES):
+            continue
+        try:
+            sink.write(line)
+            sink.flush()
+        except (OSError, ValueError):  # our output is gone (a closed pipe): read on, so the server never blocks
+            continue
 
 
 def serve(host: str, port: int, names: list[str] | None) -> int:
@@ -150,7 +183,16 @@ def serve(host: str, port: int, names: list[str] | None) -> int:
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     proc = None
     try:
-        proc = subprocess.Popen(command(host, port, app), env=env, start_new_session=True)
+        proc = subprocess.Popen(
+            command(host, port, app),
+            env=env,
+            start_new_session=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+        )
+        threading.Thread(target=relay_output, args=(proc.stdout, sys.stdout), daemon=True).start()
         wait_ready(proc, base)
         print(f"MLflow UI on {base}; Ctrl-C to stop", flush=True)
         if not app:

@@ -20,10 +20,13 @@ import json
 import os
 
 from flask import Response
+from mlflow.server import BACKEND_STORE_URI_ENV_VAR
 from mlflow.server import app as flask_app
 from mlflow.server.fastapi_app import app  # what uvicorn serves: MLflow's FastAPI app around its Flask app
 
-__all__ = ["app", "STORAGE_KEY", "TRAINING", "SCRIPT"]
+from bench.tracking import views
+
+__all__ = ["app", "STORAGE_KEY", "TRAINING", "SCRIPT", "SEEDED", "views_script"]
 
 STORAGE_KEY = "mlflow.workflowType_v1"  # the UI's useLocalStorage({key: "mlflow.workflowType", version: 1})
 TRAINING = "machine_learning"  # its WorkflowType.MACHINE_LEARNING ("Model training" in the side bar)
@@ -35,15 +38,54 @@ SCRIPT = (
     + json.dumps(DEFAULTS)
     + ";for(var k in d)if(localStorage.getItem(k)===null)localStorage.setItem(k,d[k])}catch(e){}</script>"
 )
+SEEDED = "1gc7rc.viewSeeded."  # + experiment id: this browser was given the runs view as the campaign's state once
+# The views (bench.tracking.views): a campaign gets the runs view as this browser's own state of it the first time
+# the browser loads a page of the UI after the campaign exists (a person's later changes are then kept), and a link
+# with ?benchView=<id> sets that view as the experiment's state and leaves the URL without it, before MLflow's UI
+# reads the state (its scripts are deferred): no "shared view" banner, and MLflow's own navigation finds the
+# benchmark's columns too. B: {d: defaults, v: view id -> state, c: campaign ids, r: runs view, p: URL parameter,
+# k: the state's key, s: SEEDED}
+VIEWS_SCRIPT = r"""<script>try{var B=%s,L=localStorage;
+function K(i){return B.k.replace("{ids}",JSON.stringify([String(i)]))}
+for(var j=0;j<B.c.length;j++){if(L.getItem(B.s+B.c[j])===null){L.setItem(K(B.c[j]),B.v[B.r]);L.setItem(B.s+B.c[j],"1")}}
+var h=location.hash,q=h.indexOf("?"),e=h.match(/^#\/experiments\/([^\/?]+)/);
+if(e&&q>=0){var p=new URLSearchParams(h.slice(q+1)),v=p.get(B.p);if(v!==null){
+if(B.v[v]){L.setItem(K(e[1]),B.v[v]);L.setItem(B.s+e[1],"1")}p.delete(B.p);var r=p.toString();
+history.replaceState(null,"",location.pathname+location.search+h.slice(0,q)+(r?"?"+r:""))}}
+}catch(x){}</script>"""
 _INDEX = "serve"  # the Flask endpoint of MLflow's UI page ("/" and every UI route under it)
 
 
+def _campaigns() -> list[str]:
+    """The ids of the store's campaigns (the experiments holding the views), read from the store this server serves;
+    none when it cannot be read (the page is served all the same)."""
+    try:
+        return views.campaign_ids(os.environ[BACKEND_STORE_URI_ENV_VAR])
+    except Exception:  # noqa: BLE001 (a page without the seeding beats no page)
+        return []
+
+
+def views_script(campaigns: list[str]) -> str:
+    """:data:`VIEWS_SCRIPT` for these campaign ids."""
+    data = {
+        "v": views.states(),
+        "c": campaigns,
+        "r": views.RUNS_VIEW,
+        "p": views.VIEW_PARAM,
+        "k": views.STATE_KEY,
+        "s": SEEDED,
+    }
+    return VIEWS_SCRIPT % json.dumps(data).replace("</", "<\\/")
+
+
 def _index() -> Response:
-    """MLflow's ``index.html`` with :data:`SCRIPT` first in its head (the UI's own scripts are deferred)."""
+    """MLflow's ``index.html`` with :data:`SCRIPT` and the views' script first in its head (the UI's own scripts
+    are deferred)."""
     path = os.path.join(flask_app.static_folder, "index.html")
     with open(path, encoding="utf-8") as f:
         html = f.read()
-    return Response(html.replace("<head>", "<head>" + SCRIPT, 1), mimetype="text/html")
+    head = "<head>" + SCRIPT + views_script(_campaigns())
+    return Response(html.replace("<head>", head, 1), mimetype="text/html")
 
 
 if _INDEX in flask_app.view_functions:  # else MLflow changed its routes: its own page, in its default mode

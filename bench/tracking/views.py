@@ -3,19 +3,31 @@
 MLflow 3.17's experiment page keeps its search facets (``searchFilter``, ``orderByKey``, ``orderByAsc``,
 ``startTime``, ``lifecycleFilter``, ``modelVersionFilter``, ``datasetsFilter``) in the URL's query, but the table's
 columns and grouping (``selectedColumns``, ``groupBy``, ...) only in the browser's local storage, which a link cannot
-set. What a link *can* do is open a **saved view**: ``#/experiments/<id>/runs?viewStateShareKey=<view id>`` makes the
-UI read the experiment tag ``mlflow.sharedViewState.<view id>`` and apply it (and list it under "Views"). Read from
-the installed UI bundle (``mlflow/server/js/build/static/js``): the envelope ``{"name", "createdAt", "updatedAt",
-"state"}`` where ``state`` is the JSON of the search facets and the UI state together (plain JSON is accepted, a
-compressed one too), at most 20,000 characters; the UI ignores the view when the URL also carries a search facet.
+set. Read from the installed UI bundle (``mlflow/server/js/build/static/js``), two ways in:
+
+- a **saved view**: the experiment tag ``mlflow.sharedViewState.<view id>``, listed under "Views" (the envelope
+  ``{"name", "createdAt", "updatedAt", "state"}`` where ``state`` is the JSON of the search facets and the UI state
+  together, at most 20,000 characters). ``?viewStateShareKey=<view id>`` opens one, but always as "a shared view"
+  with a banner ("Your changes won't be saved unless you override your own saved view") a newcomer cannot act on;
+- the browser's **own state** of the experiment: local storage ``MLflowLocalStorage-1.1-ExperimentPage-["<id>"]-
+  ReactComponentState`` (:data:`STATE_KEY`), the same JSON, read when the page opens without search facets in its
+  URL; no banner, and the person's later changes are kept.
+
+So the views are saved as tags (the "Views" menu), and the links ``bench ui`` prints carry ``?benchView=<view id>``
+(:data:`VIEW_PARAM`), which the page the bench-ui app serves turns into the browser's own state of that experiment
+before MLflow's UI starts (:mod:`bench.tracking.uiapp`); the same page gives every campaign the runs view as its
+state the first time a browser opens it (however it is reached: MLflow's experiment list, a bare address), so the
+benchmark's columns are there without a click.
 
 Three views per campaign, rewritten with the same ids (idempotent) by the campaign summary and by ``bench ui``; none
 averages a raw score over tasks (an MSE with an accuracy is a number without meaning):
 
 - ``bench-runs``: every run, newest first, with :func:`selected_columns` (script and eval runs nested under their
   agent run, the summary runs under the campaign run);
-- ``bench-tasks``: agent runs only, grouped by task, then by ``bench.entry``: per task, each agent's mean score,
-  rel_improvement, scripts and time over its runs (a group row averages the runs of one agent on one task);
+- ``bench-tasks``: agent runs only, grouped by ``bench.group`` ("t6 · claude-code (claude-opus-4-7)": the task, then
+  the entry, in one value, so that the group row reads "Group: t6 · claude-code (...)" at the default width; two
+  grouping keys would print both names and cut the agent's off): per task, each agent's mean score, rel_improvement,
+  scripts and time over its runs (a group row averages the runs of one agent on one task);
 - ``bench-compare``: the campaign's summary runs (:mod:`analysis.summary`), one per agent, best Agg first: Agg,
   Agg-max and success rate, the paper's Eq. 1 over the tasks.
 
@@ -61,10 +73,11 @@ TAG_COLUMNS = (
     schema.AUDIT_DISQUALIFIED,
 )
 # column widths (px): a float's 17 digits fit in 180, with a group row's " (average)" in 250; the run name column
-# holds "Group: bench.task: t6, bench.entry: ..." in a grouped view
-METRIC_PX, GROUPED_METRIC_PX, TAG_PX, NAME_PX, GROUPED_NAME_PX = 180, 250, 130, 220, 300
+# holds "Group: t6 · claude-code (claude-opus-4-7)" in a grouped view; the comparison's entry column a whole entry
+METRIC_PX, GROUPED_METRIC_PX, TAG_PX, NAME_PX, GROUPED_NAME_PX, ENTRY_PX = 180, 250, 130, 220, 380, 280
 RUN_NAME = "attributes.`Run Name`"
-SHARE_PARAM = "viewStateShareKey"  # the URL parameter naming the saved view
+VIEW_PARAM = "benchView"  # the URL parameter naming the view (bench.tracking.uiapp applies it)
+STATE_KEY = "MLflowLocalStorage-1.1-ExperimentPage-{ids}-ReactComponentState"  # ids: JSON of the sorted id list
 MODE_PARAM, TRAINING = "workflowType", "machine_learning"  # the UI's mode: "Model training", not "GenAI"
 RUNS_VIEW, TASKS_VIEW, COMPARE_VIEW = "bench-runs", "bench-tasks", "bench-compare"
 COMPARE_METRICS = (
@@ -116,7 +129,10 @@ class View:
 
 def _widths(columns: list[str], grouped: bool) -> dict[str, int]:
     metric_px, name_px = (GROUPED_METRIC_PX, GROUPED_NAME_PX) if grouped else (METRIC_PX, NAME_PX)
-    return {RUN_NAME: name_px} | {c: metric_px if c.startswith("metrics.") else TAG_PX for c in columns}
+    widths = {c: metric_px if c.startswith("metrics.") else TAG_PX for c in columns}
+    if column_key("tags", schema.ENTRY) in widths:  # "claude-code (claude-opus-4-7)" whole
+        widths[column_key("tags", schema.ENTRY)] = ENTRY_PX
+    return {RUN_NAME: name_px} | widths
 
 
 def _state(search_filter: str, order_by: str, ascending: bool, columns: list[str], group_by: tuple[str, ...]) -> dict:
@@ -153,10 +169,10 @@ def all_views() -> tuple[View, ...]:
             "1GC-7RC: per task",
             _state(
                 agents_only,
-                column_key("tags", schema.TASK),
+                column_key("tags", schema.GROUP),
                 True,
                 selected_columns(summaries=False),
-                (schema.TASK, schema.ENTRY),
+                (schema.GROUP,),
             ),
             "per task",
         ),
@@ -177,9 +193,10 @@ def save(writer) -> None:
 
 
 def url(base: str, experiment_id: str, view: str | None = RUNS_VIEW, mode: str | None = None) -> str:
-    """The link to an experiment's runs tab opening ``view``, in the UI's model-training mode; ``mode`` ``CHART``
-    opens the charts beside the table."""
-    query = [f"{SHARE_PARAM}={quote(view)}"] if view else []
+    """The link to an experiment's runs tab opening ``view`` as the browser's own state of it (no shared-view
+    banner; :mod:`bench.tracking.uiapp`), in the UI's model-training mode; ``mode`` ``CHART`` opens the charts beside
+    the table."""
+    query = [f"{VIEW_PARAM}={quote(view)}"] if view else []
     if mode:
         query.append(f"compareRunsMode={quote(mode)}")
     query.append(f"{MODE_PARAM}={TRAINING}")
@@ -201,3 +218,43 @@ def experiments(names: list[str] | None = None) -> list[tuple[str, str]]:
     found = source.experiments()
     holding = set(source.runs(list(found), schema.KIND_AGENT)["experiment_id"])
     return [(name, eid) for eid, name in found.items() if eid in holding]
+
+
+def states() -> dict[str, str]:
+    """view id -> the JSON the UI keeps as an experiment's own state (:data:`STATE_KEY`): the view's state."""
+    return {view.id: json.dumps(view.state) for view in all_views()}
+
+
+def state_key(experiment_id: str) -> str:
+    """The browser's local-storage key of one experiment's own state."""
+    return STATE_KEY.format(ids=json.dumps([str(experiment_id)]))
+
+
+def campaign_ids(tracking_uri: str) -> list[str]:
+    """The ids of the experiments that hold the views (campaigns: written by their summary and by ``bench ui``), on
+    the store at ``tracking_uri``; what the bench-ui app asks on each page it serves (one query, ~0.1 s)."""
+    from mlflow import MlflowClient
+
+    found = MlflowClient(tracking_uri=tracking_uri).search_experiments(
+        filter_string=f"tags.`{schema.SHARED_VIEW_PREFIX}{RUNS_VIEW}` LIKE '%'", max_results=50000
+    )
+    return [str(e.experiment_id) for e in found]
+
+
+def backfill_groups(writer, experiment_id: str) -> int:
+    """Set :data:`schema.GROUP` on the experiment's agent runs recorded before it existed (the per-task view groups by
+    it); the number of runs tagged (``writer``: an MlflowWriter)."""
+    runs = reader.open_reader().runs([experiment_id], schema.KIND_AGENT)
+    column = f"t:{schema.GROUP}"
+    todo, done = runs if column not in runs else runs[runs[column].isna()], 0
+    for values in todo.to_dict("records"):
+        task = values.get(f"t:{schema.TASK}")
+        if not isinstance(task, str) or not task:  # not a run the harness recorded: left as it is
+            continue
+        entry = values.get(f"t:{schema.ENTRY}")
+        if not isinstance(entry, str) or not entry:  # a run older than the entry tag
+            model = values.get(f"t:{schema.MODEL}")
+            entry = schema.entry_label(str(values.get(f"t:{schema.AGENT}")), model if isinstance(model, str) else None)
+        writer.set_tags(values["run_id"], {schema.GROUP: schema.group_label(task, entry)})
+        done += 1
+    return done

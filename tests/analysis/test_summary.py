@@ -194,7 +194,7 @@ def test_the_saved_views_are_written_on_the_experiment(hand_store):
     tasks = json.loads(json.loads(tags[schema.SHARED_VIEW_PREFIX + views.TASKS_VIEW])["state"])
     assert tasks["groupBy"] == {
         "aggregateFunction": "average",
-        "groupByKeys": [{"mode": "tag", "groupByData": "bench.task"}, {"mode": "tag", "groupByData": "bench.entry"}],
+        "groupByKeys": [{"mode": "tag", "groupByData": "bench.group"}],  # "t6 · baseline": task, then entry
     }
     assert tasks["searchFilter"] == "tags.`bench.kind` = 'agent'"
     assert tasks["selectedColumns"][:2] == ["metrics.`score`", "metrics.`rel_improvement`"]

@@ -4,10 +4,13 @@ Headless chromium (Debian's package: Playwright's own browser download is not re
 for Python against `bench ui` started by the test on a free 127.0.0.1 port, over the campaign of tests/campaign.py
 (baseline and command agents x T6 and T5 x 2 repeats, real runs, plus the campaign summary). Every page is opened in
 a fresh browser context (no local storage: a first visit). Checked: every printed link, the run pages they lead to
-and the bare experiment page open in MLflow's model-training mode, not GenAI; the runs view shows the documented
-columns and the campaign's summary runs with their Agg; the per-task view groups the agent runs by task, then agent,
-with each group's mean score and rel_improvement; the comparison view lists the summary runs' Agg, Agg-max and
-success rate. The screenshots of the per-task and comparison views are saved under the test's tmp folder; with
+and the bare experiment page open in MLflow's model-training mode, not GenAI, and no link shows MLflow's "shared
+view" banner; the campaign opened from MLflow's own experiment list shows the benchmark's columns; the runs view shows
+the documented columns and the campaign's summary runs with their Agg; the per-task view groups the agent runs by
+task, then agent, each group row naming its task and agent whole at a laptop's width, with each group's mean score
+and rel_improvement; the comparison view lists the summary runs' Agg, Agg-max and success rate, the entry uncut;
+``bench ui``'s own output holds its links and no access-log line, warning or notice after all these page loads.
+The screenshots of the per-task and comparison views are saved under the test's tmp folder; with
 BENCH_UPDATE_SCREENSHOT=1 they replace the docs' images (analysis/images/mlflow-per-task.png,
 analysis/images/mlflow-compare-agents.png).
 """
@@ -22,6 +25,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -39,6 +43,7 @@ except ImportError:  # the test extra not installed
 ROOT = Path(__file__).resolve().parents[2]
 IMAGES = ROOT / "analysis" / "images"
 CHROMIUM = next((p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None)
+SHARED_BANNER = "viewing a shared view"  # MLflow's banner over a view opened by ?viewStateShareKey=
 T6, T5 = 0.384, 0.806  # the tasks' baselines (task.toml): T6 MSE, lower is better; T5 accuracy, higher is better
 
 pytestmark = [
@@ -90,8 +95,9 @@ def ui(campaign):  # noqa: F811
     proc = subprocess.Popen(
         argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
     )
+    lines = []  # everything bench ui prints (the server's output included), read on until it ends
     try:
-        lines, links = [], {}
+        links = {}
         while len(links) < 3:
             line = proc.stdout.readline()
             if not line:
@@ -111,7 +117,8 @@ def ui(campaign):  # noqa: F811
             if time.monotonic() > deadline or proc.poll() is not None:
                 pytest.fail("the MLflow server of bench ui did not answer within 90 s:\n" + "".join(lines))
             time.sleep(0.5)
-        yield {**links, "base": base}
+        threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True).start()
+        yield {**links, "base": base, "output": lines, "campaign": campaign.name}
     finally:
         os.killpg(proc.pid, signal.SIGTERM)  # bench ui and the mlflow server it started (their own session)
         try:
@@ -134,19 +141,21 @@ def pages(browser, tmp_path):
     """Opens pages (:func:`_open`). A test closes its pages when its checks passed: one left open failed, and leaves
     a screenshot under the test's tmp folder."""
     opened = []
-    yield lambda url, **size: opened.append(_open(browser, url, **size)) or opened[-1]
+    yield lambda url, **how: opened.append(_open(browser, url, **how)) or opened[-1]
     for i, page in enumerate(p for p in opened if not p.is_closed()):
         page.screenshot(path=str(tmp_path / f"failed-{i}.png"))
         print(f"screenshot of the page of a failed check: {tmp_path / f'failed-{i}.png'}")
         page.close()
 
 
-def _open(browser, url: str, width: int = 4200, height: int = 1000):
-    """A fresh page (no saved UI state) on ``url``, once the runs table is drawn; wide enough for every column."""
+def _open(browser, url: str, width: int = 4200, height: int = 1000, ready: str | None = ".ag-header-cell"):
+    """A fresh page (no saved UI state) on ``url``, once ``ready`` is drawn (the runs table); wide enough for every
+    column."""
     page = browser.new_page(viewport={"width": width, "height": height})
     page.set_default_timeout(60_000)
     page.goto(url)
-    page.wait_for_selector(".ag-header-cell")
+    if ready:
+        page.wait_for_selector(ready)
     return page
 
 
@@ -181,12 +190,9 @@ def _training_mode(page) -> None:
 def test_the_links_open_the_views_of_the_campaign_in_model_training_mode(ui, campaign):  # noqa: F811
     exp = campaign.experiment_id
     assert ui["runs"] == views.url(ui["base"], exp, views.RUNS_VIEW)
-    assert (
-        ui["per"]
-        == f"{ui['base']}/#/experiments/{exp}/runs?viewStateShareKey=bench-tasks&workflowType=machine_learning"
-    )
+    assert ui["per"] == f"{ui['base']}/#/experiments/{exp}/runs?benchView=bench-tasks&workflowType=machine_learning"
     assert ui["compare"] == (
-        f"{ui['base']}/#/experiments/{exp}/runs?viewStateShareKey=bench-compare&workflowType=machine_learning"
+        f"{ui['base']}/#/experiments/{exp}/runs?benchView=bench-compare&workflowType=machine_learning"
     )
 
 
@@ -195,6 +201,8 @@ def test_every_page_opens_in_model_training_mode_in_a_fresh_browser(ui, pages, c
         page = pages(link, width=1600, height=900)
         _training_mode(page)
         expect(page.locator("body")).not_to_contain_text("Training runs")  # GenAI mode's title of this page
+        expect(page.locator("body")).not_to_contain_text(SHARED_BANNER)
+        assert "benchView" not in page.url  # applied, then left out (a reload keeps the person's own state)
         page.close()
 
     # a run page the runs view leads to (the UI drops the URL's workflowType there: the stored default holds)
@@ -212,6 +220,16 @@ def test_every_page_opens_in_model_training_mode_in_a_fresh_browser(ui, pages, c
     page = pages(f"{ui['base']}/#/experiments/{campaign.experiment_id}", width=1600, height=900)
     expect(page).to_have_url(re.compile(r"/runs\?.*workflowType=machine_learning"))
     _training_mode(page)
+    page.close()
+
+    # MLflow's own navigation: its experiment list, then the campaign's name: the benchmark's columns, no click more
+    page = pages(f"{ui['base']}/#/experiments", ready=None)
+    page.get_by_role("link", name=campaign.name, exact=True).first.click()
+    page.wait_for_selector(".ag-header-cell")
+    expect(page.locator('.ag-header-cell[col-id="metrics.`score`"]')).to_be_attached()
+    columns = page.locator(".ag-header-cell").evaluate_all("hs => hs.map(h => h.getAttribute('col-id'))")
+    assert sorted(c for c in columns if c.startswith(("metrics.", "tags."))) == sorted(SHOWN)
+    expect(page.locator("body")).not_to_contain_text(SHARED_BANNER)
     page.close()
 
 
@@ -269,15 +287,21 @@ def test_the_per_task_view_groups_by_task_then_agent(ui, pages, campaign, tmp_pa
         if (runs := [r for r in campaign.results if (r.task, r.agent) == (task, entry)])
     }
     assert len(groups) == 4
-    page = pages(ui["per"])
+    page = pages(ui["per"], width=1600, height=900)  # a laptop's width: each group row names its agent whole
     columns = page.locator(".ag-header-cell").evaluate_all("hs => hs.map(h => h.getAttribute('col-id'))")
     assert "metrics.`agg`" not in columns and "metrics.`score`" in columns  # agent runs' columns only
     rows = page.locator(".ag-center-cols-container .ag-row").evaluate_all("rs => rs.map(r => r.getAttribute('row-id'))")
     group_rows = [r for r in rows if not re.search(r"\.[0-9a-f]{32}$", r)]  # a run's row: its group's id + its own
-    assert sorted(group_rows) == sorted(f"tag.bench.task.{t},tag.bench.entry.{e}" for t, e in groups)
-    assert [r.split(",")[0] for r in group_rows] == sorted(r.split(",")[0] for r in group_rows)  # task by task
+    assert sorted(group_rows) == sorted(f"tag.{schema.GROUP}.{schema.group_label(t, e)}" for t, e in groups)
+    assert group_rows == sorted(group_rows)  # task by task, then agent
     for (task, entry), runs in groups.items():
-        row = f"tag.bench.task.{task},tag.bench.entry.{entry}"
+        label = schema.group_label(task, entry)  # "t6 · command"
+        row = f"tag.{schema.GROUP}.{label}"
+        name = page.locator(f'.ag-pinned-left-cols-container .ag-row[row-id="{row}"] span[title="{label}"]')
+        assert name.inner_text() == f"Group: {task} · {entry}"
+        # drawn whole: no ellipsis in the label, and the label ends inside its cell
+        whole = "e => e.scrollWidth <= e.clientWidth && e.getBoundingClientRect().right <= "
+        assert name.evaluate(whole + "e.closest('.ag-cell').getBoundingClientRect().right"), f"{label} is cut"
         score = _cell(page, row, "metrics.`score`").inner_text()
         assert score.endswith("(average)")  # a mean over one agent's runs on one task, never across tasks
         assert _number(score) == pytest.approx(_mean(r.score for r in runs), rel=1e-9)
@@ -290,7 +314,7 @@ def test_the_per_task_view_groups_by_task_then_agent(ui, pages, campaign, tmp_pa
     page = pages(f"{ui['base']}/#/experiments/{campaign.experiment_id}/runs", width=1600, height=900)
     page.locator('[data-testid="saved-views-trigger"]').click()
     page.get_by_role("menuitem", name="1GC-7RC: per task").click()
-    cell = _cell(page, "tag.bench.task.t6,tag.bench.entry.command", "metrics.`score`")
+    cell = _cell(page, f"tag.{schema.GROUP}.{schema.group_label('t6', 'command')}", "metrics.`score`")
     cell.wait_for(state="attached")
     assert _number(cell.inner_text()) == pytest.approx(_mean(r.score for r in groups[("t6", "command")]), rel=1e-9)
     _hide_panels(page)
@@ -315,7 +339,24 @@ def test_the_comparison_view_ranks_the_summary_runs_by_agg(ui, pages, campaign, 
         assert _number(_cell(page, run_id, "metrics.`success_rate`").inner_text()) == pytest.approx(
             sum(r.status == "success" for r in runs) / len(runs)
         )
-        assert _cell(page, run_id, "tags.`bench.entry`").inner_text() == entry
+        entry_cell = _cell(page, run_id, "tags.`bench.entry`")
+        assert entry_cell.inner_text() == entry
+        assert entry_cell.evaluate(f"e => e.getBoundingClientRect().width >= {views.ENTRY_PX - 1}")  # a whole entry
     _hide_panels(page)
     _screenshot(page, tmp_path, "mlflow-compare-agents.png")
     page.close()
+
+
+ACCESS_LOG = re.compile(r'"(GET|POST|HEAD) /\S* HTTP/[\d.]+" \d{3}')  # uvicorn's access line
+
+
+def test_bench_ui_stays_quiet_with_its_links_last(ui):
+    """After every page the tests above loaded (dozens of requests): bench ui's output is its two lines and its
+    links, with no access-log line, deprecation warning or MLflow notice."""
+    time.sleep(1)  # the last lines the server may have printed
+    out = list(ui["output"])
+    text = "".join(out)
+    assert not [line for line in out if ACCESS_LOG.search(line)], text
+    assert "Warning" not in text and "[MLflow]" not in text and "Registry store" not in text, text
+    assert [line for line in out if "http" in line][-1].startswith(f"  {ui['campaign']}: compare agents"), text
+    assert len(out) == 5, text  # starting ..., MLflow UI on ..., three links: nothing after them

@@ -7,11 +7,13 @@ MLflow server (~10 s to answer on a loaded 2-core machine).
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 import uuid
 from pathlib import Path
@@ -113,6 +115,11 @@ def test_a_signal_to_bench_ui_leaves_nothing_listening_on_its_port(tmp_path, cam
         assert any("MLflow UI on" in line for line in lines)
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=10) as r:
             assert r.status == 200
+        for page in ("/", "/ajax-api/2.0/mlflow/experiments/search?max_results=5", "/static-files/nothing-here"):
+            try:  # a few pages, one of them missing: each would be an access-log line
+                urllib.request.urlopen(f"http://127.0.0.1:{port}{page}", timeout=30).close()
+            except urllib.error.HTTPError as e:
+                assert e.code == 404
         servers = _listeners(port)
         assert servers and proc.pid not in servers  # the MLflow server (uvicorn) listens, not bench ui itself
         second = _bench_ui(tmp_path, port)  # a second bench ui on the same port: refused, the first one unharmed
@@ -121,6 +128,10 @@ def test_a_signal_to_bench_ui_leaves_nothing_listening_on_its_port(tmp_path, cam
 
         os.kill(proc.pid, sig)  # bench ui alone, not its group: it must end the server itself
         assert proc.wait(timeout=60) == 0
+        out = "".join(lines) + proc.stdout.read()  # all it printed: quiet, so that its links stay on the screen
+        assert not re.search(r'"GET /\S* HTTP/[\d.]+" \d{3}', out), out  # uvicorn's access lines
+        assert "Warning" not in out and "[MLflow]" not in out and "Registry store" not in out, out
+        assert out.splitlines()[-1].startswith(f"  {campaign_store}: compare agents"), out  # the links last
         deadline = time.monotonic() + 30
         while _listeners(port) and time.monotonic() < deadline:  # its SIGTERM-to-SIGKILL grace is 20 s
             time.sleep(0.5)
@@ -137,14 +148,16 @@ def test_a_signal_to_bench_ui_leaves_nothing_listening_on_its_port(tmp_path, cam
 
 
 def test_the_app_serves_mlflows_page_with_the_model_training_default_first():
-    """The bench-ui app (bench/tracking/uiapp.py): every UI route's page is MLflow's index.html with the one script
-    that stores the model-training mode when the browser has none, before the UI's own (deferred) script."""
+    """The bench-ui app (bench/tracking/uiapp.py): every UI route's page is MLflow's index.html with the script
+    that stores the model-training mode when the browser has none and the views' script (the browser test checks
+    what it does), before the UI's own (deferred) script."""
     from bench.tracking import uiapp
 
     assert ui.app_registered()  # pyproject.toml's mlflow.app entry point, as the mlflow command sees it
     assert ui.command("127.0.0.1", 5000, app=True)[-2:] == ["--app-name", "bench-ui"]
     page = uiapp.flask_app.test_client().get("/").get_data(as_text=True)
     original = (Path(uiapp.flask_app.static_folder) / "index.html").read_text()
-    assert page == original.replace("<head>", "<head>" + uiapp.SCRIPT, 1) and page != original
+    # the views' script names no campaign here: this process is no MLflow server (no backend store to read)
+    assert page == original.replace("<head>", "<head>" + uiapp.SCRIPT + uiapp.views_script([]), 1)
     assert page.index(uiapp.SCRIPT) < page.index("static/js/main.")
     assert '"mlflow.workflowType_v1": "\\"machine_learning\\""' in uiapp.SCRIPT  # the stored value is JSON text

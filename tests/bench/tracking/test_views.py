@@ -19,27 +19,29 @@ from bench.tracking.writer import MlflowWriter
 def test_links_open_the_runs_tab_with_the_view_named_in_model_training_mode():
     assert (
         views.url("http://127.0.0.1:5000/", "7", views.COMPARE_VIEW)
-        == "http://127.0.0.1:5000/#/experiments/7/runs?viewStateShareKey=bench-compare&workflowType=machine_learning"
+        == "http://127.0.0.1:5000/#/experiments/7/runs?benchView=bench-compare&workflowType=machine_learning"
     )
     assert (
         views.url("http://h:1", "12", views.RUNS_VIEW, mode="CHART")
-        == "http://h:1/#/experiments/12/runs?viewStateShareKey=bench-runs&compareRunsMode=CHART"
+        == "http://h:1/#/experiments/12/runs?benchView=bench-runs&compareRunsMode=CHART"
         "&workflowType=machine_learning"
     )
     assert views.url("http://h:1", "12", None) == "http://h:1/#/experiments/12/runs?workflowType=machine_learning"
 
 
 def test_no_view_averages_a_raw_score_over_tasks():
-    """A grouped view groups by task first (an average inside one task is meaningful); the overall comparison shows
-    the summary runs' Agg (Eq. 1 over tasks), never a group row over all of an agent's runs."""
+    """A grouped view groups by task first (an average inside one task is meaningful): by the one tag whose value
+    starts with the task; the overall comparison shows the summary runs' Agg (Eq. 1 over tasks), never a group row
+    over all of an agent's runs."""
     by_id = {v.id: v for v in views.all_views()}
     assert list(by_id) == [views.RUNS_VIEW, views.TASKS_VIEW, views.COMPARE_VIEW]
     for view in by_id.values():
         group = view.state["groupBy"]
         if group is not None:
-            assert group["groupByKeys"][0] == {"mode": "tag", "groupByData": "bench.task"}
+            assert group["groupByKeys"] == [{"mode": "tag", "groupByData": "bench.group"}]
     tasks = by_id[views.TASKS_VIEW].state
-    assert [k["groupByData"] for k in tasks["groupBy"]["groupByKeys"]] == ["bench.task", "bench.entry"]
+    assert schema.group_label("t6", "claude-code (claude-opus-4-7)") == "t6 · claude-code (claude-opus-4-7)"
+    assert tasks["orderByKey"] == "tags.`bench.group`" and tasks["orderByAsc"] is True
     assert tasks["searchFilter"] == "tags.`bench.kind` = 'agent'"
     compare = by_id[views.COMPARE_VIEW].state
     assert compare["groupBy"] is None and compare["searchFilter"] == "tags.`bench.kind` = 'summary'"
@@ -70,7 +72,8 @@ def test_bench_ui_links_campaigns_with_agent_runs_and_refuses_unknown_ones(capsy
 
     with_runs, without = f"ui-{uuid.uuid4().hex[:6]}", f"ui-empty-{uuid.uuid4().hex[:6]}"
     w = MlflowWriter(with_runs)
-    w.end_run(w.create_run("t6-baseline-r1", {schema.KIND: schema.KIND_AGENT}))
+    old = {schema.KIND: schema.KIND_AGENT, schema.TASK: "t6", schema.AGENT: "baseline"}  # recorded before bench.group
+    w.end_run(run := w.create_run("t6-baseline-r1", old))
     MlflowWriter(without).experiment_id  # noqa: B018 (creates the experiment, with no run)
     names = [name for name, _ in views.experiments()]
     assert with_runs in names and without not in names
@@ -81,7 +84,7 @@ def test_bench_ui_links_campaigns_with_agent_runs_and_refuses_unknown_ones(capsy
     exp_id = w.experiment_id
     ui.print_links("http://127.0.0.1:5099", [(with_runs, exp_id)])
     out = capsys.readouterr().out.splitlines()
-    link = f"http://127.0.0.1:5099/#/experiments/{exp_id}/runs?viewStateShareKey"
+    link = f"http://127.0.0.1:5099/#/experiments/{exp_id}/runs?benchView"
     assert out == [
         f"  {with_runs}: runs             {link}=bench-runs&workflowType=machine_learning",
         f"  {with_runs}: per task         {link}=bench-tasks&workflowType=machine_learning",
@@ -89,6 +92,9 @@ def test_bench_ui_links_campaigns_with_agent_runs_and_refuses_unknown_ones(capsy
     ]
     tags = store.client().get_experiment(exp_id).tags
     assert {schema.SHARED_VIEW_PREFIX + v for v in (views.RUNS_VIEW, views.TASKS_VIEW, views.COMPARE_VIEW)} <= set(tags)
+    assert store.client().get_run(run).data.tags[schema.GROUP] == "t6 · baseline"  # the per-task view's groups
+    campaigns = views.campaign_ids(store.tracking_uri())  # what the bench-ui app seeds: the views' holders
+    assert exp_id in campaigns and MlflowWriter(without).experiment_id not in campaigns
 
     args = argparse.Namespace(host="127.0.0.1", port=5099, experiment=["nope-" + with_runs])
     with pytest.raises(cli.InputError, match="bench ui --experiment: no experiment"):
