@@ -192,10 +192,13 @@ def check_priced(agent: str, model: str | None, max_cost: float | None) -> None:
     """With an API budget, the run's model must have a price (bench/agents/pricing.py): the metering gateway refuses
     every request for a model it cannot price while a budget is set (its cost could not count against it), so such
     a run could only fail. Said before anything is created. An agent without an API, or a model the table cannot be
-    asked about (a Claude alias the CLI resolves), is not checked."""
+    asked about (a Claude alias the CLI resolves), is not checked. A user's price file ($BENCH_PRICES) that cannot
+    be read is said here, budget or not: the gateway prices every request with it."""
+    from bench.agents import credentials, pricing
+
+    pricing.user_rows()  # raises PriceFileError (an AgentError) naming the file and the row
     if max_cost is None:
         return
-    from bench.agents import credentials, pricing
 
     need = credentials.need_of(agent, model)
     name = model or (need.model if need is not None else None)

@@ -158,3 +158,15 @@ def test_a_user_file_overrides_and_adds(tmp_path, monkeypatch, capsys):
     assert "is not a price" in capsys.readouterr().err
     monkeypatch.setenv("BENCH_PRICES", str(tmp_path / "missing.toml"))
     assert main(["prices"]) == 2
+
+
+def test_a_bad_user_file_is_refused_before_a_run_budget_or_not(tmp_path, monkeypatch):
+    """The gateway prices every request with the user's file: a bad one is said by the preflight, not mid-run."""
+    from bench.preflight import check_priced
+
+    mine = tmp_path / "my-prices.toml"
+    mine.write_text('[models."gpt-5.5"]\ninput = 1.0\n')  # no output price
+    monkeypatch.setenv("BENCH_PRICES", str(mine))
+    for budget in (None, 5.0):
+        with pytest.raises(pricing.PriceFileError, match=r"\[models.'gpt-5.5'\]: output is missing"):
+            check_priced("codex", "gpt-5.5", budget)
