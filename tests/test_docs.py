@@ -100,6 +100,7 @@ EXPECT: dict[str, tuple[int, str]] = {
     "bench campaign status pilot.toml": (0, "0/20 final"),
     "bench campaign plan campaigns/paper.toml": (0, "245 runs = 7 agent(s) x 7 task(s) x 5 repeat(s)"),
     "bench tasks": (0, "t6_time_series_forecasting"),
+    "bench run --resume mine": (2, "no campaign 'mine' here"),  # no run of campaign mine was made here: bad input
     "bench sandbox view": (0, "the predictor's sandbox"),
     "bench report --experiment mine --out report-mine": (0, "index.md"),
     "bench data prepare t6": (0, "t6: prepared data"),
