@@ -44,7 +44,6 @@ class Price:
     cached_input: float
     output: float
     source: str  # "list price as of <date>, <url>"
-    verified: bool = False  # checked by a person against the provider's page (never set by the generator)
     note: str = ""
     cache_write: float | None = None  # prompt-cache writes (Anthropic: 1.25x input, 5-minute cache); None: input
     origin: str = ""  # "LiteLLM 1.110.2 (2026-11-20): gpt-5.5", "kept by hand", "user file /path"
