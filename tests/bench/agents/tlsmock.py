@@ -81,6 +81,7 @@ class TlsMock(MockLLM):
         self.models: list[str | None] = []  # per entry of usages: the model in the request's body or path
         self.usage_only_when_asked = True
         self._usage_lock = threading.Lock()
+        self.refused_handshakes = 0  # TLS handshakes the client broke off (_handle_error)
 
     def start(self) -> TlsMock:
         super().start()
@@ -88,7 +89,17 @@ class TlsMock(MockLLM):
         ctx.load_cert_chain(self.cert, self.key)
         # the handshake happens in the handler's thread, not in the accepting loop
         self._server.socket = ctx.wrap_socket(self._server.socket, server_side=True, do_handshake_on_connect=False)
+        self._server.handle_error = self._handle_error
         return self
+
+    def _handle_error(self, request, client_address) -> None:
+        """A handshake the client refused (a test's unverified certificate: "unknown ca") is counted in
+        ``refused_handshakes``, not printed: socketserver would print its traceback on the test run's terminal, from
+        the handler's thread, as if something had failed. Any other error is printed as socketserver does."""
+        if isinstance(sys.exc_info()[1], ssl.SSLError):
+            self.refused_handshakes += 1
+            return
+        type(self._server).handle_error(self._server, request, client_address)
 
     def turn(self, req, tools, done):
         reply = super().turn(req, tools, done)
