@@ -45,7 +45,8 @@ from bench.tasks import Task, TaskError, all_tasks, data
 DEFAULT_TOLERANCE = 1e-3
 # files a finished run directory always holds, beside the candidates' own (checkpoints, code snapshots)
 REQUIRED = ("run.json", "evidence/inputs.json", "evidence/manifest-start.json", "evidence/manifest-end.json")
-SCORED_KEYS = ("value", "val_value", "n", "checks")  # the scorer's answer compared field by field
+SCORED_KEYS = ("value", "val_value", "n", "checks", "probes")  # the scorer's answer, field by field (probes: the
+# positions the recorded secret gives: the same probes were asked again)
 
 
 @dataclass
@@ -191,7 +192,7 @@ def rescore(
             data_dir,
             script=e.script,
             device=device,
-            sandboxed=bool(raw.get("sandboxed", True)),
+            sandboxed=True,  # always: the verifier runs someone else's code (the run's own choice is not theirs)
             validate=e.candidate.startswith("best"),
             limits=result.run.limits,
             secret=(raw.get("probes") or {}).get("secret"),
@@ -235,7 +236,7 @@ def compare(cand: Candidate, same_device: bool, tol: float) -> list[str]:
             continue
         if isinstance(a, int | float) and isinstance(b, int | float) and not same_device and _close(a, b, tol):
             continue
-        out.append(f"{where}: {key} recorded {a!r}, recomputed {b!r}")
+        out.append(f"{where}: {key} recorded {one_line(repr(a), 160)}, recomputed {one_line(repr(b), 160)}")
     return out
 
 
