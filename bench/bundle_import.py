@@ -73,13 +73,12 @@ def _ordered(runs: list[dict]) -> list[dict]:
 
 
 def _existing(campaign: str) -> dict[str, tuple[str, str]]:
-    """Source run id -> (new run id, status) of the runs a former import of this campaign made."""
+    """Source run id -> (run id here, status) of the runs a former import of this campaign made, and of the
+    original runs themselves (a bundle imported into the store it came from adds nothing)."""
     _, runs = reader.campaign_runs(campaign)
-    return {
-        r.data.tags[schema.SOURCE_RUN]: (r.info.run_id, r.info.status)
-        for r in runs
-        if r.data.tags.get(schema.SOURCE_RUN)
-    }
+    found = {r.info.run_id: (r.info.run_id, r.info.status) for r in runs}
+    found |= {r.data.tags[schema.SOURCE_RUN]: found[r.info.run_id] for r in runs if r.data.tags.get(schema.SOURCE_RUN)}
+    return found
 
 
 def trace_spec(data: dict):
@@ -188,7 +187,8 @@ def import_bundle(path: Path, *, runs_dir: Path | None = None, force: bool = Fal
             if folder is not None and (top / "runs" / data["run_folder"]).is_dir():
                 _copy_folder(top / "runs" / data["run_folder"], folder, out)
             found = existing.get(data["run_id"])
-            if found and (found[1] != "RUNNING" or data.get("status") == "RUNNING"):
+            original = found is not None and found[0] == data["run_id"]  # the store the bundle came from
+            if found and (original or found[1] != "RUNNING" or data.get("status") == "RUNNING"):
                 new_ids[data["run_id"]] = found[0]
                 out.skipped += 1
                 continue

@@ -81,6 +81,8 @@ SKIP: dict[str, str] = {
     "export BENCH_TRACKING_DB=postgresql+psycopg://postgres@127.0.0.1:5432/mlflow": PLACEHOLDER + " (a database)",
     "bench baselines tune --task t6 --storage postgresql+psycopg://postgres@127.0.0.1:5432/optuna": SERVER
     + " is needed first (PostgreSQL), then a tuning run of the task's budget",
+    "BENCH_MLRUNS_DIR=theirs bench report --experiment mine --out report-theirs": "needs the import above first "
+    "(examples run in any order): tests/bench/test_bundle.py compares an imported campaign's report tables",
 }
 
 # commands that read the real data: run when BENCH_DATA_MIRROR is set (they copy from it, then prepare)
@@ -103,6 +105,8 @@ EXPECT: dict[str, tuple[int, str]] = {
     "bench run --resume mine": (2, "no campaign 'mine' here"),  # no run of campaign mine was made here: bad input
     "bench sandbox view": (0, "the predictor's sandbox"),
     "bench report --experiment mine --out report-mine": (0, "index.md"),
+    "bench export mine mine.tar.gz": (0, "mine.tar.gz: "),
+    "BENCH_MLRUNS_DIR=theirs bench import mine.tar.gz": (0, "runs imported"),
     "bench data prepare t6": (0, "t6: prepared data"),
     "bench run --agent baseline --task t6": (0, "success"),
     "bench run --agent command --agent-command 'cp train.py run_1.py && python run_1.py' --task t6 --budget 2m": (
@@ -207,6 +211,8 @@ def docs_env(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, 
         f"[m.generate(c, agents=2, tasks=2, repeats=2, scripts=1, evals=1, fail_every=0) for c in ({names},)]"
     )
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, check=True, timeout=300)
+    # the bundle docs/publishing.md imports, here whichever of its examples runs first (and on whichever worker)
+    subprocess.run(["bench", "export", "mine", "mine.tar.gz", "--quiet"], cwd=work, env=env, check=True, timeout=300)
     return work, env
 
 
