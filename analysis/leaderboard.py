@@ -16,7 +16,11 @@ Paper rules implemented here (Section 3.1 and Table 4/5/6 captions):
   says what "more runs" means for a cell and for a whole entry): it keeps its numbers (a published row still
   reproduces the paper) but is marked, does not compete for best-in-column and, as a whole entry, is not ranked;
 - runs outside the paper's protocol are marked, and left out when published rows are included unless asked
-  (:mod:`analysis.deviations`).
+  (:mod:`analysis.deviations`);
+- a cell whose runs had another budget than the task's own (deviation ``budget``: the demo's 8-minute T1 on a CPU, a
+  ``--budget 3m`` trial) measured something else than the task: it never competes for best-in-column, and an entry
+  with such a cell is listed with its Agg but not ranked (:func:`reduced_budget`), so a short trial is never shown
+  as the best or the first against runs on the full budget.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import pandas as pd
 from analysis import deviations, gap
 from analysis import published as pub
 from analysis.runs import RunSet
+from bench import protocol
 from bench.tasks.direction import Direction, relative, signs
 
 CELL_COLUMNS = (
@@ -145,6 +150,12 @@ def _winners(pairs: pd.DataFrame, keys: list[str], runs: str) -> pd.Series:
     return top.groupby(keys)["source_w"].agg(lambda s: ", ".join(dict.fromkeys(s.astype(str))))
 
 
+def reduced_budget(kinds: pd.Series) -> pd.Series:
+    """Whether comma-joined deviation kinds (a cell's or an entry's ``deviations``) hold ``budget``: runs made with
+    another budget than the task's own, which neither compete for best-in-column nor are ranked."""
+    return kinds.fillna("").astype(str).str.split(",").apply(lambda k: protocol.BUDGET in k)
+
+
 def supersede(table: pd.DataFrame) -> pd.DataFrame:
     """Mark cells and whole entries that a larger sample of the same agent supersedes (Sections 3.1 and 6).
 
@@ -231,6 +242,7 @@ def summary(table: pd.DataFrame) -> pd.DataFrame:
     out["of_tasks"] = table.loc[table["baseline"].notna(), "task"].nunique()  # tasks where Eq. 1 is defined
     out["complete"] = out["agg_tasks"] == out["of_tasks"]  # Eq. 1 averages over all T tasks: only then ranked
     ranked = (out["kind"] == AGENT) & out["complete"] & out["superseded_by"].eq("")  # superseded: listed, unranked
+    ranked &= ~reduced_budget(out["deviations"])  # another budget than the task's: listed (§), unranked
     out["rank"] = out["agg"].where(ranked).rank(ascending=False, method="min").astype("Int64")
     out = out.sort_values("agg", ascending=False, na_position="last", kind="stable")
     return out.sort_values("rank", na_position="last", kind="stable").reset_index(drop=True)

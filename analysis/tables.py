@@ -16,7 +16,7 @@ import pandas as pd
 
 from analysis import published as pub
 from analysis.deviations import MARK
-from analysis.leaderboard import AGENT, AGG_DIRECTION, Leaderboard
+from analysis.leaderboard import AGENT, AGG_DIRECTION, Leaderboard, reduced_budget
 from analysis.notes import audit_notes, partial_data_notes, table_notes, unsandboxed_notes
 from analysis.render import Cell, Row, Table
 from bench.tasks.direction import Direction
@@ -53,6 +53,7 @@ def _best(lb: Leaderboard, column: str, decimals: int) -> set[tuple[str, str, st
     """(source, entry, task) of the best agent value per task, at printed precision (ties all bold)."""
     c = lb.cells[(lb.cells["kind"] == AGENT) & lb.cells[column].notna()]
     c = c[(c["superseded_by"] == "") & (c["entry_superseded_by"] == "")]  # superseded cells and entries never bold
+    c = c[~reduced_budget(c["deviations"])]  # nor a cell made on another budget than the task's
     marks = set()
     for task, group in c.groupby("task"):
         values = group[column].round(decimals)

@@ -298,3 +298,95 @@ def test_the_settings_table_is_the_one_bench_settings_prints() -> None:
     from bench import settings
 
     assert settings.table().strip() in (ROOT / "docs" / "runs.md").read_text()
+
+
+# --- numbers the docs state that the code can count ---------------------------------------------------------------
+WORDS = dict(zip("one two three four five six seven eight nine ten eleven twelve".split(), range(1, 13), strict=True))
+PAGES = [*DOCS, ROOT / "ARCHITECTURE.md"]
+
+
+def _stated(pattern: str) -> list[tuple[str, int]]:
+    """(where, number) for each match of ``pattern`` (its group 1: a number word or digits) in the pages' prose and
+    examples, e.g. ``the (\\w+) tasks``."""
+    found = []
+    for path in PAGES:
+        for m in re.finditer(pattern, path.read_text(), re.I):
+            word = m.group(1).lower().replace(",", "")
+            number = WORDS.get(word) if not word.isdigit() else int(word)
+            if number is not None:
+                found.append((f"{path.relative_to(ROOT)}: {m.group(0)!r}", number))
+    return found
+
+
+def _counts() -> dict[str, tuple[str, int]]:
+    """What the code says, each by the pattern of the docs' sentence that states it."""
+    from bench.agents.install import CLIS
+    from bench.rules.context import RULES
+    from bench.tracking import views
+
+    paper = tomllib.loads((ROOT / "campaigns" / "paper.toml").read_text())
+    tasks = len(list((ROOT / "tasks").glob("*/task.toml")))  # the built-in tasks (task packs come on top)
+    paper_tasks = tasks if paper["tasks"] == "all" else len(paper["tasks"])
+    return {
+        "built-in tasks": (r"\bthe (\w+) tasks\b", tasks),
+        "rules": (r"\b(\w+) rules\b", len(RULES)),
+        "agent CLIs": (r"\b(\w+) CLIs\b", len(CLIS)),
+        "npm CLIs": (r"\b(\w+) npm CLIs\b", sum(c.kind == "npm" for c in CLIS.values())),
+        "the paper's agents": (r"\b(?:Table 3's|the) (\w+) agents (?:of its Table 3|x)", len(paper["agents"])),
+        "the paper's runs": (r"paper[^\n]*?\b([\d,]+) runs\b", len(paper["agents"]) * paper_tasks * paper["repeats"]),
+        "views per campaign": (r"\b(\w+) views per campaign\b", len(views.all_views())),
+    }
+
+
+def test_the_counts_the_docs_state_are_the_codes() -> None:
+    """A number the docs state and the code can count (seven tasks, nine rules, five CLIs, four of them npm's, the
+    paper's study's agents and runs, three views per campaign) equals the code's count: a task, a rule, an agent or a
+    view added cannot leave a stale number behind. Each pattern must find its number somewhere, so a reworded
+    sentence is noticed too. The README's test counts and times are measured, not computed: not checked here."""
+    stale, unmatched = [], []
+    for what, (pattern, expected) in _counts().items():
+        stated = _stated(pattern)
+        if not stated:
+            unmatched.append(what)
+        stale += [f"{where}: {n}, but the code has {expected} {what}" for where, n in stated if n != expected]
+    assert stale == [] and unmatched == []
+
+
+def test_the_data_states_the_docs_list_are_the_ones_bench_tasks_shows() -> None:
+    """``bench tasks``'s data column (bench/tasks/data.py:data_status, read from its source: every string it
+    returns) is listed whole, in the docs' comment on ``bench tasks``."""
+    import ast
+    import inspect
+
+    from bench.tasks import data
+
+    tree = ast.parse(inspect.getsource(data.data_status))
+    states = {
+        v.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Return) and node.value is not None
+        for v in ast.walk(node.value)
+        if isinstance(v, ast.Constant) and isinstance(v.value, str)
+    }
+    assert {"missing", "raw", "raw (partial)", "prepared", "prepared (partial)"} <= states
+    page = (ROOT / "docs" / "tasks-and-data.md").read_text()
+    line = next(line for line in page.splitlines() if "data column" in line)
+    listed = {s.strip() for s in line.split("data column:")[1].split(", ")}
+    assert listed == states
+
+
+def test_every_docs_section_a_file_cites_exists() -> None:
+    """A file that cites a page's section by name (``docs/extending.md, "An example pack"``) cites a heading that
+    exists (or a heading's start: "Logins" for "Logins: Claude, ChatGPT and Google subscriptions"): the example pack's
+    task.toml named one that never did."""
+    cited = re.compile(r"\b((?:docs/)?[\w-]+\.md), \"([^\"]+)\"")
+    sources = [p for p in ROOT.rglob("*") if p.suffix in {".py", ".toml", ".md"} and ".venv" not in p.parts]
+    broken = []
+    for path in sources:
+        if any(part.startswith(".") or part in {"node_modules", "build"} for part in path.relative_to(ROOT).parts):
+            continue
+        for m in cited.finditer(path.read_text(errors="replace")):
+            page = ROOT / m.group(1) if m.group(1).startswith("docs/") else ROOT / "docs" / m.group(1)
+            if page.exists() and not any(a.startswith(_slug(m.group(2))) for a in _anchors(page)):  # or its start
+                broken.append(f"{path.relative_to(ROOT)}: {m.group(0)}")
+    assert broken == []

@@ -234,3 +234,22 @@ def test_a_published_agent_missing_from_table3_still_renders(monkeypatch):
     assert f"{lb.summary.set_index('entry').loc['Newbie 1', 'agg']:+.3f}" == "+0.287"
     ax = figures.figure3(lb).axes[0]
     assert "other" in ax.get_legend_handles_labels()[1]
+
+
+# --- a reduced budget ----------------------------------------------------------------------------
+def test_an_entry_on_a_reduced_budget_is_listed_but_neither_ranked_nor_bold():
+    """The demo's case: an 8-minute T1 (and T6) beside runs on the tasks' own 40 minutes. The short entry scores
+    10 % under both baselines (lower is better on T1 and T6: each Eq. 1 term +0.1, Agg +0.100 by hand), the full
+    one the baselines (Agg 0): still only the full one is ranked (1st) and bold, the short one listed with its Agg."""
+    full = _runs("full", {"t1": 2, "t6": 2}, model="m-full")
+    short = _runs("short", {"t1": 2, "t6": 2}, model="m-short", budget_min=8.0, nonstandard=True,
+                  deviations="budget,hardware", deviation_notes="budget: 8 min instead of 40")  # fmt: skip
+    short["score"] = short["task"].map(BASELINE) * 0.9
+    lb = leaderboard.build(pd.concat([full, short], ignore_index=True), registry=False)
+    s = lb.summary.set_index("source")
+    assert s.loc["full", "rank"] == 1 and s.loc["full", "agg"] == pytest.approx(0.0)
+    assert pd.isna(s.loc["short", "rank"]) and s.loc["short", "agg"] == pytest.approx(0.1)
+    assert s.loc["short", "deviations"] == "budget,hardware"
+    t4 = tables.table4(lb)
+    assert {(src, k) for src, _, k in _bold(t4)} == {("full", "t1"), ("full", "t6"), ("full", "agg")}
+    assert {(src, k) for src, _, k in _bold(tables.table6(lb))} == {("full", "t1"), ("full", "t6"), ("full", "agg_max")}
