@@ -295,7 +295,9 @@ def verify_run(run_dir: Path, result: RunResult, *, device: str | None = None) -
     with tempfile.TemporaryDirectory(prefix="bench-verify-") as tmp:
         check.candidates, evals, diffs = rescore(result, run_dir, task, data_dir, device, Path(tmp))
     check.differences += diffs
-    same, tol = device == recorded_device, tolerance(task)
+    # the same kind of device: a CPU, or the same GPU model (another GPU model runs other kernels)
+    same = device == recorded_device and (device == "cpu" or protocol.describe_hardware(device) == result.hardware)
+    tol = tolerance(task)
     for cand in check.candidates:
         check.differences += compare(cand, same, tol)
     audited = reaudit(result, run_dir, task, evals)

@@ -21,7 +21,8 @@ PARENT, NAME = "mlflow.parentRunId", "mlflow.runName"  # MLflow's own tags: an e
 
 def differences(results: dict[Path, RunResult]) -> dict[Path, list[str]]:
     """Per run directory, every metric of its MLflow runs that differs from its result.json, and every MLflow run
-    it should have that the store lacks (a run never recorded: ``bench record RUN_DIR``)."""
+    it should have that the store lacks (a run never recorded: ``bench record RUN_DIR``). A run imported from a bundle
+    (``bench import``) is found by the id it had where it was recorded (the tag ``schema.SOURCE_RUN``)."""
     out: dict[Path, list[str]] = {path: [] for path in results}
     read = reader.open_reader()
     for campaign in sorted({r.campaign for r in results.values()}):
@@ -42,9 +43,12 @@ def _one(result: RunResult, agents: dict[str, dict], evals: list[dict]) -> list[
     run_id = result.mlflow_run_id
     if not run_id:
         return [f"{result.label}: not recorded in MLflow (bench record {result.run_dir})"]
-    if run_id not in agents:
+    # a store the run was imported into (bench import) holds it under a new id, tagged with the one recorded
+    imported = [row for row in agents.values() if row.get(f"t:{schema.SOURCE_RUN}") == run_id]
+    agent = agents.get(run_id) or (imported[0] if imported else None)
+    if agent is None:
         return [f"{result.label}: its MLflow run {run_id} is not in the tracking store"]
-    agent = agents[run_id]
+    run_id = agent["run_id"]
     out = _metrics(f"MLflow run {result.label}", agent, bundle.expected_metrics(result, _as_run(agent)))
     children = {str(r.get(f"t:{NAME}")): r for r in evals if r.get(f"t:{PARENT}") == run_id}
     for name in dict.fromkeys(f"eval {Path(e.path).name}"[:250] for e in result.evaluations):

@@ -168,16 +168,22 @@ def test_a_changed_task_folder_is_named_and_nothing_is_rescored(recorded, tmp_pa
     assert "not recomputed" in out
 
 
-@pytest.mark.slow
-def test_a_bundle_verifies_and_an_edit_in_it_is_named(recorded, tmp_path):
-    archive = tmp_path / "campaign.tar.gz"
+@pytest.fixture(scope="module")
+def exported(recorded, tmp_path_factory) -> Path:
+    """The module's campaign as a bundle of ``bench export``."""
+    archive = tmp_path_factory.mktemp("bundle") / "campaign.tar.gz"
     assert main(["export", CAMPAIGN, str(archive), "--quiet"]) == 0
-    code, out = _verify([str(archive)])
+    return archive
+
+
+@pytest.mark.slow
+def test_a_bundle_verifies_and_an_edit_in_it_is_named(recorded, exported, tmp_path):
+    code, out = _verify([str(exported)])
     assert code == 0, out
     value = repr(float(_best(recorded.result)["official"]["value"]))
     assert any(line.count(value) == 2 for line in out.splitlines() if "best" in line), out
 
-    shutil.unpack_archive(archive, tmp_path / "x")
+    shutil.unpack_archive(exported, tmp_path / "x")
     (top,) = list((tmp_path / "x").iterdir())
     run_id = recorded.result["mlflow_run_id"]
     run_json = top / "mlflow" / "runs" / f"{run_id}.json"
@@ -190,6 +196,17 @@ def test_a_bundle_verifies_and_an_edit_in_it_is_named(recorded, tmp_path):
     assert code == 1
     assert "metric score" in out and f"mlflow/runs/{run_id}.json" in out
     assert "missing: checkpoint" in out
+
+
+@pytest.mark.slow
+def test_a_bundle_imported_into_a_fresh_store_verifies_against_it(recorded, exported, tmp_path, monkeypatch):
+    monkeypatch.setenv("BENCH_MLRUNS_DIR", str(tmp_path / "mlruns"))  # a store and a machine's folders of its own
+    monkeypatch.setenv("BENCH_WORKSPACES_DIR", str(tmp_path / "workspaces"))
+    assert main(["import", str(exported), "--quiet"]) == 0
+    code, out = _verify([CAMPAIGN])  # its run folders, and its MLflow runs under their new ids
+    assert code == 0, out
+    value = repr(float(_best(recorded.result)["official"]["value"]))
+    assert any(line.count(value) == 2 for line in out.splitlines() if "best" in line), out
 
 
 # --- the fast tier: bad input, and the comparison's rules on their own -----------------------------------------------
