@@ -27,6 +27,7 @@ from bench.tracking import reader, schema, store
 from bench.tracking.writer import MlflowWriter, TrackingError
 
 TERMINAL = ("FINISHED", "FAILED", "KILLED")
+RUN_NAME = "mlflow.runName"  # MLflow's own tag, set from the run's name (MLflow refuses the two when they differ)
 
 
 class BundleMismatch(RuntimeError):
@@ -117,7 +118,7 @@ def trace_spec(data: dict):
 
 def _import_run(writer: MlflowWriter, top: Path, data: dict, parent: str | None, folder: Path | None, out) -> str:
     """Create one run again; its new id. The source-run tag goes in at the creation, the status last."""
-    tags = {k: v for k, v in data["tags"].items() if k != schema.PARENT}
+    tags = {k: v for k, v in data["tags"].items() if k not in (schema.PARENT, RUN_NAME)}  # both set by the creation
     tags[schema.SOURCE_RUN] = data["run_id"]
     if folder is not None:
         tags[schema.WORKSPACE] = str(folder)
