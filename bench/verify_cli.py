@@ -40,7 +40,8 @@ def targets(target: str, stack: contextlib.ExitStack) -> tuple[list[Path], list[
             runs = bundle.extract(path, Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-verify-"))))
         except bundle.BundleError as e:
             raise InputError(str(e)) from e
-        return sorted(p for p in runs.iterdir() if p.is_dir()) if runs.is_dir() else [], problems, True
+        folders = sorted(p for p in runs.iterdir() if p.is_dir()) if runs.is_dir() else []
+        return folders, [*problems, *_without_folder(runs)], True
     if path.is_dir() and RunDir(path).is_run_dir():
         if not (path / RESULT_FILE).is_file():
             raise InputError(f"{path} has no result.json: finish the run first (bench run --resume)")
@@ -53,6 +54,29 @@ def targets(target: str, stack: contextlib.ExitStack) -> tuple[list[Path], list[
             "the run dir bench run printed, a campaign's name, or a .tar.gz of bench export"
         )
     return runs, [], False
+
+
+def _without_folder(runs: Path) -> list[str]:
+    """The bundle's agent runs whose run folder it does not hold (``bench export`` found none): each named, since
+    nothing of such a run can be re-scored or re-audited."""
+    import json
+
+    from bench.tracking import schema
+
+    out = []
+    for path in sorted((runs.parent / "mlflow" / "runs").glob("*.json")):
+        try:
+            run = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue  # named by the bundle's own check
+        if (run.get("tags") or {}).get(schema.KIND) != schema.KIND_AGENT:
+            continue
+        folder = str(run.get("run_folder") or "")
+        if not folder or not (runs / folder / RESULT_FILE).is_file():
+            name = one_line(run.get("run_name") or run.get("run_id"), 120)
+            out.append(f"MLflow run {name}: the bundle holds no run folder{f' runs/{folder}' if folder else ''} with "
+                       "its result.json: it cannot be re-scored")  # fmt: skip
+    return out
 
 
 def _has_manifest(path: Path) -> bool:
