@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shutil
 import tarfile
 import tempfile
@@ -51,7 +52,8 @@ class Problem:
 
     ``kind``: ``hash`` (a file's sha256 differs from the manifest), ``missing`` (in the manifest, not in the bundle),
     ``extra`` (in the bundle, not in the manifest), ``metric`` (an MLflow metric differs from its run's
-    result.json), ``artifact`` (a run lists an artifact the bundle lacks)."""
+    result.json), ``artifact`` (a run lists an artifact the bundle lacks), ``unsafe`` (a run JSON names a run id,
+    run folder or artifact that is no plain path inside the bundle: left unread)."""
 
     kind: str
     path: str
@@ -59,6 +61,17 @@ class Problem:
 
     def __str__(self) -> str:
         return f"{self.kind}: {self.path}" + (f": {self.detail}" if self.detail else "")
+
+
+SAFE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+
+
+def safe_name(name: object, what: str) -> str:
+    """A run id, trace id or run folder name from a bundle, checked to be one plain path component (a bundle is
+    someone else's file: a name such as ``../..`` must not lead an import out of its folders)."""
+    if not isinstance(name, str) or not SAFE_NAME.match(name) or len(name) > 255:
+        raise BundleError(f"the bundle names a {what} {name!r}: not a plain file name; not a bundle of `bench export`")
+    return name
 
 
 def files_of(top: Path) -> dict[str, str]:
@@ -187,6 +200,18 @@ def check_folder(top: Path) -> list[Problem]:
             problems.append(Problem("hash", run_json.relative_to(top).as_posix(), f"not valid JSON ({e})"))
             continue
         rel = run_json.relative_to(top).as_posix()
+        try:
+            if not isinstance(run, dict):
+                raise BundleError(f"a JSON {type(run).__name__}, not a run")
+            safe_name(run.get("run_id"), "run id")
+            if run.get("run_folder") is not None:
+                safe_name(run["run_folder"], "run folder")
+            for a in run.get("artifacts") or ():
+                if not isinstance(a, str) or ".." in Path(a).parts or Path(a).is_absolute():
+                    raise BundleError(f"an artifact path {a!r} leaves the run's artifacts")
+        except BundleError as e:
+            problems.append(Problem("unsafe", rel, str(e)))
+            continue
         arts = top / "mlflow" / "artifacts" / str(run.get("run_id"))
         problems += [
             Problem(

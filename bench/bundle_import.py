@@ -172,8 +172,17 @@ def import_bundle(path: Path, *, runs_dir: Path | None = None, force: bool = Fal
         try:
             experiment = json.loads((top / "mlflow" / "experiment.json").read_text())
             runs = [json.loads(p.read_text()) for p in sorted((top / "mlflow" / "runs").glob("*.json"))]
-        except (OSError, ValueError) as e:
-            raise bundle.BundleError(f"the bundle's MLflow part is unreadable ({e})") from e
+            for data in runs:
+                bundle.safe_name(data["run_id"], "run id")
+                data["tags"] = dict(data.get("tags") or {})
+                if data.get("run_folder") is not None:
+                    bundle.safe_name(data["run_folder"], "run folder")
+                for trace_id in data.get("traces") or ():
+                    bundle.safe_name(trace_id, "trace id")
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            if isinstance(e, bundle.BundleError):
+                raise
+            raise bundle.BundleError(f"the bundle's MLflow part is unreadable ({type(e).__name__}: {e})") from e
         campaign = str(experiment.get("name") or manifest["campaign"])
         out = Imported(campaign, problems=problems)
         writer = MlflowWriter(campaign)

@@ -163,3 +163,17 @@ def test_bad_input_exits_2_and_says_what(argv, says, tmp_path, monkeypatch, caps
         pass
     assert main([a.format(tmp=tmp_path) for a in argv]) == 2
     assert says in capsys.readouterr().err
+
+
+def test_a_bundle_whose_runs_name_paths_out_of_it_is_named_and_never_imported(empty, tmp_path, monkeypatch, capsys):
+    top = _bundle_folder(tmp_path)
+    run_json = top / "mlflow" / "runs" / "a1.json"
+    run = json.loads(run_json.read_text())
+    run["run_folder"] = "../../escaped"
+    run_json.write_text(json.dumps(run))
+    bundle.write_manifest(top, campaign="x", tasks={}, created="now", version="0")  # the manifest agrees with it
+    assert [(p.kind, p.path) for p in bundle.check(top)] == [("unsafe", "mlflow/runs/a1.json")]
+    _use_store(monkeypatch, tmp_path / "store", empty)
+    assert main(["import", str(top), "--quiet", "--force", "--runs-dir", str(tmp_path / "a" / "b")]) == 2
+    assert "not a plain file name" in capsys.readouterr().err
+    assert not (tmp_path / "escaped").exists() and not (tmp_path / "a").exists()
