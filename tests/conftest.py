@@ -53,6 +53,13 @@ def pytest_configure(config):
     # the gateway reads an answer on for its usage after its CLI was killed (20 s by default): the tests' stalled mocks
     # never end theirs, and each run they end mid-request would wait that long (test_gateway.py sets its own)
     os.environ["BENCH_GATEWAY_DRAIN_S"] = "3"
+    # one thread per torch process (the sandbox passes these on to the agent's scripts and the predictors): the suite
+    # runs several workers on two cores, where torch's default of one thread per core made each process spin for the
+    # others' cores (T6's train.py under load: 42 s of CPU with two threads, 10.5 s with one; a user's values win)
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ.setdefault(var, "1")
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
     sys.addaudithook(tiers.audit)  # the fast tier's guard (tests/tiers.py), after the environment is the tests'
     tiers.wrap_runner()
 

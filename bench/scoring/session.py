@@ -25,6 +25,8 @@ from bench import settings
 from bench.scoring import wire
 
 PREDICTOR = Path(__file__).with_name("predictor.py")
+# what the predictor's environment keeps of the harness's (it holds no keys, no MLflow or BENCH_ variables)
+PREDICTOR_ENV = ("PATH", "LANG", "LC_ALL", "HOME", "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
 
 class PredictorError(RuntimeError):
@@ -77,7 +79,8 @@ class Session:
         self._held = hold
         if wrap is not None:
             argv = wrap(argv)
-        env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL", "HOME", "CUDA_VISIBLE_DEVICES")}
+        # a thread count the user set (OMP/MKL_NUM_THREADS, as the agent's scripts get them) holds for the predictor
+        env = {k: v for k, v in os.environ.items() if k in PREDICTOR_ENV}
         env["PYTHONDONTWRITEBYTECODE"] = "1"
         cpu_s = int(timeout_s * max(1, os.cpu_count() or 1)) + 10
         mem = None if device == "cuda" else (int(settings.PREDICTOR_MEM_GB.get() * 2**30) or _default_mem())
