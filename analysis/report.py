@@ -265,18 +265,16 @@ def _index(lb, runs, experiments, published, fit, comparison, written, intervals
 
 
 def latest_campaign() -> tuple[str, int] | None:
-    """The campaign whose newest agent run started last, and how many campaigns with agent runs the store holds;
-    None when it holds none. What a bare ``bench report`` reports: one campaign's leaderboard, never every campaign
-    of the store mixed in one (a demo, a pilot and a study are different comparisons)."""
-    from bench.tracking import reader, schema
+    """The campaign whose newest agent run started last (:func:`analysis.runs.latest_campaign`, what notebook 02
+    reads too), and how many campaigns with agent runs the store holds; None when it holds none. What a bare
+    ``bench report`` reports: one campaign's leaderboard, never every campaign of the store mixed in one (a demo, a
+    pilot and a study are different comparisons)."""
+    from analysis import runs
 
-    source = reader.open_reader()
-    found = source.experiments()
-    runs = source.runs(list(found), schema.KIND_AGENT)
-    if runs.empty:
+    agents = runs.agent_runs()
+    if agents.empty:
         return None
-    newest = runs.groupby("experiment_id")["start_time"].max()
-    return found[str(newest.idxmax())], len(newest)
+    return str(runs.latest_campaign(agents)), int(agents["experiment"].nunique())
 
 
 def cmd_report(args: argparse.Namespace) -> int:

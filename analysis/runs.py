@@ -246,10 +246,11 @@ def metric_history(run_ids: Iterable[str], key: str, fast: bool | None = None) -
     return reader.open_reader(fast).metric_history(list(run_ids), key)
 
 
-def latest_campaign() -> str | None:
+def latest_campaign(agents: pd.DataFrame | None = None) -> str | None:
     """The experiment (campaign) of the agent run started last: what a notebook reads when told nothing, since
-    experiments mixed together compare an agent with itself and draw a 3-minute pilot on a 40-minute axis."""
-    agents = agent_runs()
+    experiments mixed together compare an agent with itself and draw a 3-minute pilot on a 40-minute axis; ``bench
+    report`` without ``--experiment`` too. ``agents``: :func:`agent_runs` already loaded."""
+    agents = agent_runs() if agents is None else agents
     if agents.empty:
         return None
     return str(agents.loc[agents["start_time"].astype(float).idxmax(), "experiment"])

@@ -39,8 +39,8 @@ def test_a_bare_report_reports_the_latest_campaign_and_says_so(tmp_path, monkeyp
     real = reader.open_reader
 
     class TheseTwo:
-        def __init__(self):
-            self.source = real()
+        def __init__(self, *args, **kwargs):
+            self.source = real(*args, **kwargs)
 
         def experiments(self, names=None):
             return {i: n for i, n in self.source.experiments(names).items() if n in (older, newer)}
