@@ -71,6 +71,16 @@ def pytest_unconfigure(config):
         shutil.rmtree(_SHARED_MADE, ignore_errors=True)
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist adds the group to the node id
+def pytest_collection_modifyitems(config, items):
+    """The tests of the real campaign (``tests/campaign.py``: eight ``bench run``s, ~2 minutes) on one pytest-xdist
+    worker (``--dist loadgroup``): three modules use it, and each worker that ran one of them built it again."""
+    for item in items:
+        defs = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {}).get("campaign", ())
+        if any(d.func.__module__ == "tests.campaign" for d in defs):
+            item.add_marker(pytest.mark.xdist_group("real-campaign"))
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item):
     """The fast tier's guard (tests/tiers.py), from the test's first fixture on: a session fixture that a test
