@@ -123,7 +123,7 @@ def _stored(run_ids: list[str]) -> int:
 
 
 def test_a_flood_is_cut_at_the_cap_with_an_honest_count_and_bounded_memory(guard, honest, monkeypatch):
-    cap = 250_000  # the default (relay_limits.MAX_VALUES_PER_SCRIPT) takes ~1 min to relay here; the cut is the point
+    cap = 50_000  # the default (relay_limits.MAX_VALUES_PER_SCRIPT) takes ~1 min to relay here; the cut is the point
     monkeypatch.setattr(relay_limits, "MAX_VALUES_PER_SCRIPT", cap)
     started = time.monotonic()
     with PeakRSS() as mem:
