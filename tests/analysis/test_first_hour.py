@@ -173,7 +173,7 @@ def test_bench_report_names_an_experiment_that_does_not_exist(tmp_path, capsys):
     name = f"real-{uuid.uuid4().hex[:6]}"
     _agent_run(MlflowWriter(name), "baseline", "t6", 1, 0.38, 40.0, start=1_900_000_000.0)
     args = report_args(tmp_path / "out", [f"nope-{name}"])
-    assert report.cmd_report(args) == 1
+    assert report.cmd_report(args) == 2  # bad input, as in every command
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"bench report: no experiment 'nope-{name}' in {store.tracking_uri()}")
     assert name in err and not (tmp_path / "out").exists()  # what exists is named; nothing written
