@@ -208,6 +208,24 @@ def test_a_bundle_imported_into_a_fresh_store_verifies_against_it(recorded, expo
     value = repr(float(_best(recorded.result)["official"]["value"]))
     assert any(line.count(value) == 2 for line in out.splitlines() if "best" in line), out
 
+    # a metric edited in this store (its own, so the module's run stays untouched): a later value of the score
+    import time
+
+    from bench import verify_store
+    from bench.pipeline import workspace
+    from bench.result import RunResult
+    from bench.tracking import reader, schema
+    from bench.tracking.writer import MlflowWriter
+
+    read = reader.open_reader()
+    (agent_id,) = read.runs(list(read.experiments([CAMPAIGN])), schema.KIND_AGENT)["run_id"]
+    edited = float(recorded.result["outcome"]["score"]) + 0.001
+    MlflowWriter(CAMPAIGN).log_metrics(agent_id, [(schema.SCORE, edited, 0, time.time() + 5)])
+    (run_dir,) = list(workspace.campaign_dir(CAMPAIGN).iterdir())
+    found = verify_store.differences({run_dir: RunResult.load(run_dir)})[run_dir]
+    was = float(recorded.result["outcome"]["score"])
+    assert found == [f"MLflow run t6-command-r1: metric score is {edited!r} in MLflow, {was!r} in result.json"]
+
 
 # --- the fast tier: bad input, and the comparison's rules on their own -----------------------------------------------
 
