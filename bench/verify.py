@@ -45,6 +45,7 @@ from bench.tasks import Task, TaskError, all_tasks, data
 DEFAULT_TOLERANCE = 1e-3
 # files a finished run directory always holds, beside the candidates' own (checkpoints, code snapshots)
 REQUIRED = ("run.json", "evidence/inputs.json", "evidence/manifest-start.json", "evidence/manifest-end.json")
+NOT_SCORED = "not scored at the run"  # a candidate the run's evaluation never gave to the scorer: nothing to redo
 SCORED_KEYS = ("value", "val_value", "n", "checks", "probes")  # the scorer's answer, field by field (probes: the
 # positions the recorded secret gives: the same probes were asked again)
 
@@ -164,8 +165,8 @@ def rescore(
             continue
         cand = by_path[e.path] = Candidate([e.candidate], Path(e.path).name, e.official)
         raw = e.official.raw
-        if not raw.get("checkpoint_sha256"):  # never reached the scorer at the run (budget spent, not stageable)
-            cand.note = f"not scored at the run: {one_line(e.official.why_not, 160)}"
+        if not raw.get("checkpoint_sha256") and "eval_wall_s" not in raw:  # the run never reached the scorer with
+            cand.note = f"{NOT_SCORED}: {one_line(e.official.why_not, 160)}"  # it (budget spent, not stageable)
             continue
         ckpt = local_checkpoint(run_dir, result, e.path, str(raw.get("staged") or ""))
         if not ckpt.is_file():
@@ -181,7 +182,7 @@ def rescore(
             cand.note = "not staged"
             continue
         now = sha256(dest / evaluate.CHECKPOINT)
-        if now != raw["checkpoint_sha256"]:
+        if raw.get("checkpoint_sha256") and now != raw["checkpoint_sha256"]:  # a run of an older harness kept none
             diffs.append(
                 f"checkpoint {_rel(run_dir, ckpt)}: sha256 {now[:12]}, recorded {raw['checkpoint_sha256'][:12]} "
                 "(the bytes scored at the run are not these)"
