@@ -13,6 +13,7 @@ import math
 from pathlib import Path
 
 from bench import bundle
+from bench.pipeline import record
 from bench.result import RunResult
 from bench.tracking import reader, schema
 
@@ -31,7 +32,7 @@ def differences(results: dict[Path, RunResult]) -> dict[Path, list[str]]:
         evals = list(_rows(read.runs(ids, schema.KIND_EVAL)).values()) if ids else []
         for path, result in results.items():
             if result.campaign == campaign:
-                out[path] = _one(result, agents, evals)
+                out[path] = _one(path, result, agents, evals)
     return out
 
 
@@ -39,7 +40,7 @@ def _rows(frame) -> dict[str, dict]:
     return {row["run_id"]: row for row in frame.to_dict("records")}
 
 
-def _one(result: RunResult, agents: dict[str, dict], evals: list[dict]) -> list[str]:
+def _one(run_dir: Path, result: RunResult, agents: dict[str, dict], evals: list[dict]) -> list[str]:
     run_id = result.mlflow_run_id
     if not run_id:
         return [f"{result.label}: not recorded in MLflow (bench record {result.run_dir})"]
@@ -50,14 +51,30 @@ def _one(result: RunResult, agents: dict[str, dict], evals: list[dict]) -> list[
         return [f"{result.label}: its MLflow run {run_id} is not in the tracking store"]
     run_id = agent["run_id"]
     out = _metrics(f"MLflow run {result.label}", agent, bundle.expected_metrics(result, _as_run(agent)))
+    out += _artifacts(f"MLflow run {result.label}", run_id, _agent_artifacts(run_dir))
     children = {str(r.get(f"t:{NAME}")): r for r in evals if r.get(f"t:{PARENT}") == run_id}
     for name in dict.fromkeys(f"eval {Path(e.path).name}"[:250] for e in result.evaluations):
         row = children.get(name)
         if row is None:
             out.append(f"MLflow run {result.label}: its eval run {name!r} is missing")
             continue
-        out += _metrics(f"MLflow {name!r} of {result.label}", row, bundle.expected_metrics(result, _as_run(row)))
+        where = f"MLflow {name!r} of {result.label}"
+        out += _metrics(where, row, bundle.expected_metrics(result, _as_run(row)))
+        out += _artifacts(where, row["run_id"], ["official.json"])
     return out
+
+
+def _agent_artifacts(run_dir: Path) -> list[str]:
+    """What the record step always logs on the agent run: result.json, the audit, and each evidence file the run
+    directory holds (of those it uploads)."""
+    evidence = Path(run_dir) / "evidence"
+    kept = [f"evidence/{n}" for n in record.EVIDENCE_ARTIFACTS if (evidence / n).is_file()]
+    return ["result.json", schema.AUDIT_ARTIFACT, *kept]
+
+
+def _artifacts(where: str, run_id: str, expected: list[str]) -> list[str]:
+    have = set(reader.artifact_paths(run_id))
+    return [f"{where}: artifact {name} is missing from the tracking store" for name in expected if name not in have]
 
 
 def _as_run(row: dict) -> dict:

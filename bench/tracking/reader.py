@@ -420,3 +420,13 @@ def download_artifacts(run_id: str, dest: Path) -> None:
 def run_traces(experiment_id: str, run_id: str) -> list:
     """The MLflow traces linked to a run (``mlflow.entities.Trace``, spans included)."""
     return list(store.client().search_traces(locations=[experiment_id], run_id=run_id))
+
+
+def artifact_paths(run_id: str) -> list[str]:
+    """Every artifact file of a run, as paths relative to its artifact root (folders walked), through the public
+    API: ``bench verify`` names an artifact the record step logged that the store no longer holds."""
+    c, out, todo = store.client(), [], [""]
+    while todo:
+        for f in c.list_artifacts(run_id, todo.pop() or None):
+            (todo if f.is_dir else out).append(f.path)
+    return sorted(out)

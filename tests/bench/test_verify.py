@@ -226,6 +226,13 @@ def test_a_bundle_imported_into_a_fresh_store_verifies_against_it(recorded, expo
     was = float(recorded.result["outcome"]["score"])
     assert found == [f"MLflow run t6-command-r1: metric score is {edited!r} in MLflow, {was!r} in result.json"]
 
+    # an artifact deleted from this store: the eval run's official.json
+    (official,) = list((tmp_path / "mlruns").rglob("official.json"))
+    official.unlink()
+    found = verify_store.differences({run_dir: RunResult.load(run_dir)})[run_dir]
+    name = "eval " + Path(_best(recorded.result)["path"]).name
+    assert found[1:] == [f"MLflow {name!r} of t6-command-r1: artifact official.json is missing from the tracking store"]
+
 
 # --- the fast tier: bad input, and the comparison's rules on their own -----------------------------------------------
 
