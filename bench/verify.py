@@ -292,7 +292,12 @@ def verify_run(run_dir: Path, result: RunResult, *, device: str | None = None) -
         check.differences.append(why)
         check.seconds = round(time.monotonic() - t0, 1)
         return check
-    data_dir = data.prepare(task, progress=False)  # the verifier's own copy, verified against its content list
+    try:
+        data_dir = data.prepare(task, progress=False)  # the verifier's own copy, verified against its content list
+    except data.DataError as e:  # no data here (offline, no mirror) or a changed copy: this run cannot be re-scored
+        check.differences.append(f"the task's data cannot be prepared here, nothing re-scored: {one_line(e, 400)}")
+        check.seconds = round(time.monotonic() - t0, 1)
+        return check
     with tempfile.TemporaryDirectory(prefix="bench-verify-") as tmp:
         check.candidates, evals, diffs = rescore(result, run_dir, task, data_dir, device, Path(tmp))
     check.differences += diffs
