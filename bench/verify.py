@@ -75,6 +75,7 @@ class RunCheck:
     recorded_device: str = ""
     candidates: list[Candidate] = field(default_factory=list)
     differences: list[str] = field(default_factory=list)
+    score_ok: bool = False  # the official score recomputed as recorded (within the tolerance across device kinds)
     seconds: float = 0.0
 
     @property
@@ -322,9 +323,10 @@ def verify_run(run_dir: Path, result: RunResult, *, device: str | None = None) -
     check.status, check.score = decided.status, decided.score
     if decided.status != result.status:
         check.differences.append(f"verdict: recorded {result.status}, recomputed {decided.status}")
-    if check.score != check.recorded_score and not (
+    check.score_ok = check.score == check.recorded_score or (
         not same and None not in (check.score, check.recorded_score) and _close(check.score, check.recorded_score, tol)
-    ):
+    )
+    if not check.score_ok:
         check.differences.append(f"official score: recorded {check.recorded_score!r}, recomputed {check.score!r}")
     check.seconds = round(time.monotonic() - t0, 1)
     return check

@@ -171,6 +171,7 @@ def print_table(checks: list) -> None:
                 f"{_num(cand.recorded.value):>22} {_cut(shown, 22):>22}  {dev:11} {'yes' if _same(cand) else 'NO'}"
             )
         score = "score same" if c.score == c.recorded_score else "score DIFFERS"
+        score = "score within tolerance" if c.score_ok and c.score != c.recorded_score else score
         now = c.status or "not recomputed"
         print(f"{_cut(c.label):{WIDE}} {'verdict':16} {score:{WIDE}} {c.recorded_status:>22} {_cut(now, 22):>22}  "
               f"{dev:11} {'yes' if c.ok else 'NO'}")  # fmt: skip
