@@ -107,9 +107,9 @@ def evaluate(
     ``validate``: also the scorer's own validation score (``val_value``, rule 9's evidence); the window candidates,
     which only draw the anytime curve, skip that pass. ``limits``: the run's, whose memory and process limits hold
     the predictors (the defaults when None); a failure that came with a limit hit says so first. ``timeout_s``:
-    None is ``BENCH_EVAL_TIMEOUT`` (an agent script that trains at import time would hang the evaluation). ``secret``: the
-    probes' secret (None: the scorer draws a fresh one); ``bench verify`` gives the one a run recorded, so that the
-    same probes are asked again (:mod:`bench.verify`)."""
+    None is ``BENCH_EVAL_TIMEOUT`` (an agent script that trains at import time would hang the evaluation).
+    ``secret``: the probes' secret (None: the scorer draws a fresh one); ``bench verify`` gives the one a run
+    recorded, so that the same probes are asked again (:mod:`bench.verify`)."""
     timeout_s = settings.EVAL_TIMEOUT_S.get() if timeout_s is None else timeout_s
     # -I: not even the working directory goes on sys.path, so nothing an agent wrote can be imported here
     cmd = [
