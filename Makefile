@@ -10,11 +10,13 @@
 #   make gpu-proof         bench selftest --device cuda: CUDA in the sandbox, T6 baseline, T1 steps/s bare vs bench run,
 #                          evaluation on the GPU vs in-process; report in selftest-report/ (SELFTEST_ARGS passes options)
 #   make gpu-proof-bundle  .gpu-proof/: the wheels a machine without a package index lacks, T6/T1 data, run.sh
+# and the price table:
+#   make prices   regenerate bench/agents/prices.toml from the newest LiteLLM cost map on PyPI (PRICES_ARGS="--litellm-version X")
 PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test test-all install lint ui lab gpu-proof gpu-proof-bundle
+.PHONY: demo test test-all install lint ui lab gpu-proof gpu-proof-bundle prices
 
 # pytest-xdist workers: one more than a 2-core machine's cores, as the tests wait on budgets, sleeps, sandboxes and
 # subprocesses as much as they compute (TEST_WORKERS=2 or 4 to change it; TEST_WORKERS=0 runs in one process)
@@ -58,3 +60,6 @@ gpu-proof: $(BIN)/bench
 
 gpu-proof-bundle: $(BIN)/bench
 	$(BIN)/python -m bench.selftest.bundle .gpu-proof
+
+prices: $(BIN)/bench
+	$(BIN)/bench prices refresh $(PRICES_ARGS)
