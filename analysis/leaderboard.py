@@ -153,7 +153,8 @@ def _winners(pairs: pd.DataFrame, keys: list[str], runs: str) -> pd.Series:
 def reduced_budget(kinds: pd.Series) -> pd.Series:
     """Whether comma-joined deviation kinds (a cell's or an entry's ``deviations``) hold ``budget``: runs made with
     another budget than the task's own, which neither compete for best-in-column nor are ranked."""
-    return kinds.fillna("").astype(str).str.split(",").apply(lambda k: protocol.BUDGET in k)
+    # bool even when empty (an empty object Series used as a mask would select columns: a campaign without a score)
+    return kinds.fillna("").astype(str).str.split(",").apply(lambda k: protocol.BUDGET in k).astype(bool)
 
 
 def supersede(table: pd.DataFrame) -> pd.DataFrame:

@@ -253,3 +253,13 @@ def test_an_entry_on_a_reduced_budget_is_listed_but_neither_ranked_nor_bold():
     t4 = tables.table4(lb)
     assert {(src, k) for src, _, k in _bold(t4)} == {("full", "t1"), ("full", "t6"), ("full", "agg")}
     assert {(src, k) for src, _, k in _bold(tables.table6(lb))} == {("full", "t1"), ("full", "t6"), ("full", "agg_max")}
+
+
+def test_a_campaign_whose_runs_all_failed_still_gets_its_tables():
+    """No scored cell (one failed run, as a first try often is): the tables render with nothing bold, rather than
+    the summary's report failing (an empty reduced-budget mask once selected columns instead of rows)."""
+    failed = _runs("failed", {"t6": 1}, status="failed", score=np.nan)
+    lb = leaderboard.build(failed, registry=False)
+    for table in (tables.table4(lb), tables.table6(lb)):
+        assert _bold(table) == set()
+    assert leaderboard.reduced_budget(pd.Series([], dtype=object)).dtype == bool
