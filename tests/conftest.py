@@ -79,6 +79,11 @@ def pytest_collection_modifyitems(config, items):
         defs = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {}).get("campaign", ())
         if any(d.func.__module__ == "tests.campaign" for d in defs):
             item.add_marker(pytest.mark.xdist_group("real-campaign"))
+    # the files that hold slow tests first (a stable sort: files stay whole, so their module fixtures are made once):
+    # pytest-xdist hands tests out in this order, so the whole runs of a minute or more start early and the
+    # second-long tests fill the end, instead of one worker finishing a five-minute self-test while the others wait
+    slow = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow)
 
 
 @pytest.hookimpl(tryfirst=True)
