@@ -64,7 +64,6 @@ ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 SelectType=select/cons_tres
 SchedulerType=sched/backfill
-SchedulerParameters=bf_interval=5
 ReturnToService=2
 KillWait=30
 NodeName={host} CPUs={os.cpu_count()} RealMemory={mem_mb} State=UNKNOWN
