@@ -71,6 +71,7 @@ class Collect:
 
     def __init__(self) -> None:
         self.lines: list[str] = []
+        self.errors: list[Exception] = []  # what the checks raised, so that a lone one keeps its type
 
     def add(self, line: str) -> None:
         self.lines.append(line)
@@ -80,10 +81,15 @@ class Collect:
         try:
             yield
         except refusals() as e:
+            self.errors.append(e)
             for line in e.lines if isinstance(e, Problems) else [str(e)]:
                 self.add(prefix + line)
 
     def raise_any(self) -> None:
+        """One problem raised by one check is raised as it was (a ``SandboxUnavailable`` stays one for a caller
+        that tells them apart); several, or lines added by hand, as one :class:`Problems`."""
+        if len(self.lines) == 1 and len(self.errors) == 1 and str(self.errors[0]) == self.lines[0]:
+            raise self.errors[0]
         if self.lines:
             raise Problems(self.lines)
 
@@ -294,6 +300,10 @@ def run_problems(tasks: list[Task], spec: Spec, *, endpoints: bool = True, sandb
     found, so one try shows them all. Creates nothing. ``endpoints``: ask the agent's model endpoint too (a request
     with a short timeout; a campaign asks all its agents at once, :func:`check_api`). ``sandbox``: check for this
     instead of the spec's (a Slurm login node need not have what the compute nodes have)."""
+    return _run_checks(tasks, spec, endpoints=endpoints, sandbox=sandbox).lines
+
+
+def _run_checks(tasks: list[Task], spec: Spec, *, endpoints: bool, sandbox: bool | None) -> Collect:
     sandboxed = spec.sandbox if sandbox is None else sandbox
     problems = Collect()
     with problems.check():
@@ -308,13 +318,12 @@ def run_problems(tasks: list[Task], spec: Spec, *, endpoints: bool = True, sandb
     for check in (check_places, lambda: check_weights(tasks, spec.no_weights), lambda: check_sandbox(sandboxed)):
         with problems.check():
             check()
-    return problems.lines
+    return problems
 
 
 def check_run(tasks: list[Task], spec: Spec, *, endpoints: bool = True, sandbox: bool | None = None) -> None:
     """:func:`run_problems`, raised as one :class:`Problems` (an InputError: ``bench`` exits 2) when there is any."""
-    if lines := run_problems(tasks, spec, endpoints=endpoints, sandbox=sandbox):
-        raise Problems(lines)
+    _run_checks(tasks, spec, endpoints=endpoints, sandbox=sandbox).raise_any()
 
 
 __all__ = ["AgentError", "Collect", "InputError", "Problems", "check_api", "check_run", "run_problems"]
