@@ -25,7 +25,8 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench import __version__, bundle
+from bench import __version__, bundle, untrusted
+from bench.pipeline import uploads
 from bench.tracking import reader, schema, store
 
 # MLflow's progress bars and its note on a run without artifacts are noise in a command's output
@@ -81,11 +82,12 @@ def copy_run_folder(src: Path, dest: Path) -> None:
     for name in RUN_FOLDERS:
         if (src / name).is_dir():
             shutil.copytree(src / name, dest / name, symlinks=True, ignore=_links)
-    scripts = [p for p in sorted((src / "workspace").glob(WORKSPACE_SCRIPTS)) if p.is_file() and not p.is_symlink()]
-    if scripts:
-        (dest / "workspace").mkdir()
-        for p in scripts:
-            shutil.copy2(p, dest / "workspace" / p.name)
+    # the workspace's scripts are the agent's files: read through the one hostile-input boundary (a link, a FIFO, a
+    # sparse or oversized file named *.py is left out, never followed, never blocks), with the upload step's limits
+    ws = src / "workspace"
+    budget = untrusted.CopyBudget(uploads.TOTAL_BYTES)
+    for p in sorted(ws.glob(WORKSPACE_SCRIPTS)) if ws.is_dir() else []:
+        untrusted.copy_into(p.name, ws, dest / "workspace" / p.name, uploads.SCRIPT_LIMITS, budget)
 
 
 def _links(folder: str, names: list[str]) -> list[str]:

@@ -177,3 +177,33 @@ def test_a_bundle_whose_runs_name_paths_out_of_it_is_named_and_never_imported(em
     assert main(["import", str(top), "--quiet", "--force", "--runs-dir", str(tmp_path / "a" / "b")]) == 2
     assert "not a plain file name" in capsys.readouterr().err
     assert not (tmp_path / "escaped").exists() and not (tmp_path / "a").exists()
+
+
+def test_an_agents_links_fifos_and_bloated_scripts_never_reach_a_bundle(tmp_path):
+    """The workspace's scripts are the agent's files: a *.py link to a host secret, a FIFO (which would block a plain
+    copy), a sparse 'script' of 1 GiB and a hard-linked one are left out of the exported run folder; the honest
+    script is copied whole."""
+    import os
+
+    from bench.bundle_export import copy_run_folder
+
+    secret = tmp_path / "host" / "secret.txt"
+    secret.parent.mkdir()
+    secret.write_text("HOST-SECRET")
+    run = tmp_path / "run"
+    ws = run / "workspace"
+    ws.mkdir(parents=True)
+    (run / "result.json").write_text("{}")
+    (ws / "run_1.py").write_text("print('honest')\n")
+    (ws / "leak.py").symlink_to(secret)
+    os.mkfifo(ws / "pipe.py")
+    with open(ws / "huge.py", "wb") as f:
+        f.truncate(1 << 30)
+    os.link(ws / "run_1.py", ws / "twin.py")
+    out = tmp_path / "out"
+    copy_run_folder(run, out)  # returns at once: the FIFO is never opened for reading
+    copied = sorted(p.name for p in (out / "workspace").iterdir())
+    assert "leak.py" not in copied and "pipe.py" not in copied and "huge.py" not in copied
+    assert (out / "workspace" / "run_1.py").read_text() == "print('honest')\n"
+    assert len([n for n in copied if n in ("run_1.py", "twin.py")]) == 1  # one inode, copied once
+    assert not any("HOST-SECRET" in p.read_text(errors="replace") for p in out.rglob("*") if p.is_file())
