@@ -133,9 +133,13 @@ def unpack(archive: Path, dest: Path) -> Path:
         raise BundleError(f"{archive}: no such file (a bundle is the .tar.gz that `bench export` wrote)")
     try:
         with tarfile.open(archive, "r:*") as tar:
-            for m in tar.getmembers():
+            members = tar.getmembers()  # headers only: what each member would write is known before anything is
+            for m in members:
                 if not (m.isfile() or m.isdir()):
                     raise BundleError(f"{archive}: member {m.name} is not a plain file: not a bundle")
+            size, free = sum(m.size for m in members), shutil.disk_usage(dest).free
+            if size > free:  # a stranger's archive that unpacks to more than the disk holds (a gzip bomb)
+                raise BundleError(f"{archive} unpacks to {size:,} bytes and {dest} has {free:,} free: free space first")
             tar.extractall(dest, filter="data")
     except (tarfile.TarError, OSError, EOFError) as e:
         raise BundleError(f"{archive} is not a readable .tar.gz ({e}): not a bundle of `bench export`") from e

@@ -207,3 +207,23 @@ def test_an_agents_links_fifos_and_bloated_scripts_never_reach_a_bundle(tmp_path
     assert (out / "workspace" / "run_1.py").read_text() == "print('honest')\n"
     assert len([n for n in copied if n in ("run_1.py", "twin.py")]) == 1  # one inode, copied once
     assert not any("HOST-SECRET" in p.read_text(errors="replace") for p in out.rglob("*") if p.is_file())
+
+
+def test_an_archive_that_unpacks_past_the_free_disk_is_refused_before_anything_is_written(tmp_path, monkeypatch):
+    """A stranger's bundle is read member headers first: one that would unpack to more than the disk has free (a
+    gzip bomb) is refused, naming both sizes, and nothing is extracted."""
+    import collections
+
+    src = tmp_path / "b" / "x-bundle"
+    src.mkdir(parents=True)
+    (src / "big.bin").write_bytes(b"\0" * 1_000_000)  # compresses to ~1 KB
+    archive = tmp_path / "x.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(src, arcname="x-bundle")
+    usage = collections.namedtuple("usage", "total used free")
+    monkeypatch.setattr(bundle.shutil, "disk_usage", lambda _: usage(10**6, 10**6 - 4096, 4096))
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    with pytest.raises(bundle.BundleError, match=r"unpacks to 1,000,000 bytes .* has 4,096 free"):
+        bundle.unpack(archive, dest)
+    assert list(dest.iterdir()) == []
