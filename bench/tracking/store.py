@@ -97,14 +97,17 @@ def _client(uri: str):
     if uri == default_uri():
         mlruns_dir().mkdir(parents=True, exist_ok=True)
     follow(uri)
+    # a server makes its own schema, and MLflow already retries each request to it (a few seconds, writer.py): more
+    # tries would only make an unreachable server cost half a minute at the run's start and again at its record
+    tries = 1 if uri.split(":", 1)[0] in ("http", "https") else SCHEMA_TRIES
     with schema_lock(uri):
-        for attempt in range(SCHEMA_TRIES):
+        for attempt in range(tries):
             c = MlflowClient(tracking_uri=uri)
             try:
                 c.search_experiments(max_results=1)  # creates the schema on first use
                 return c
             except Exception:
-                if attempt == SCHEMA_TRIES - 1:
+                if attempt == tries - 1:
                     raise
                 time.sleep(0.5 * (attempt + 1))  # another process is creating it: look again once it is done
     raise AssertionError("unreachable")

@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the repository r
 from tests.mockllm import MockLLM, default_trajectory, run1_from_train  # noqa: E402
 
 ERROR_BUDGET_S = 45.0  # an HTTP 400 must end the run well before this
-REFUSED_BUDGET_S = 30.0  # every CLI retries a refused connection past this (Codex forever): the watchdog ends it
+REFUSED_BUDGET_S = 20.0  # every CLI retries a refused connection past this (Codex forever): the watchdog ends it
 
 
 @dataclass(frozen=True)

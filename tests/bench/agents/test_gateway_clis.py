@@ -165,10 +165,10 @@ def test_cli_killed_mid_stream_keeps_its_tokens(agent, generated_t6, tls_env, mo
     case = CASES[agent]
     run1 = run1_from_train((generated_t6.folder / "train.py").read_text())
     mock = start_mock(case, tls_env, default_trajectory(run1), monkeypatch)
-    mock.stall_at = 1  # the second model turn never ends
+    mock.stall_at = 1  # the second model turn never ends: the budget ends the run (the stall comes in seconds)
     t0 = time.time()
     try:
-        spec = RunSpec(task=generated_t6, agent=agent, model=case.model, budget_s=45, grace_s=5, console=False,
+        spec = RunSpec(task=generated_t6, agent=agent, model=case.model, budget_s=30, grace_s=5, console=False,
                        campaign=campaign())  # fmt: skip
         result = run(spec)
     finally:
