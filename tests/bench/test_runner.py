@@ -103,7 +103,7 @@ def test_budget_ends_detached_scripts_and_keeps_their_checkpoints(generated_t6):
             task=generated_t6,
             agent="command",
             campaign=name,
-            budget_s=45,
+            budget_s=30,
             grace_s=3,
             options={"command": DETACHED},
             console=False,

@@ -119,7 +119,7 @@ def test_an_infrastructure_failure_is_retried_then_given_up_and_the_others_go_on
 def test_a_killed_harness_is_an_infrastructure_failure_its_retry_resumes_the_run(tasks, tmp_path, capsys):
     """The run's bench process is SIGKILLed mid-run (an out-of-memory kill): the campaign retries it, and the retry
     finishes that run (bench run --resume) instead of starting a second one."""
-    body = 'tasks = ["t6"]\nbudget = "40s"\ngrace = 2\n[[agents]]\nname = "command"\nagent_command = "sleep 60"\n'
+    body = 'tasks = ["t6"]\nbudget = "20s"\ngrace = 2\n[[agents]]\nname = "command"\nagent_command = "sleep 60"\n'
     path, name = campaign_file(tmp_path, body)
     c = spec.load(path)
     (key,) = c.runs()
@@ -144,14 +144,14 @@ def test_a_killed_harness_is_an_infrastructure_failure_its_retry_resumes_the_run
     assert "killed by SIGKILL" in events[0]["why"] and "unfinished" in events[0]["why"]
     assert len(agent_runs(name)) == 1
 
-    # the resumed run lost most of its 40 s to the kill: --redo-cut-short runs its cell again, the old run set aside
+    # the resumed run lost most of its 20 s to the kill: --redo-cut-short runs its cell again, the old run set aside
     assert "cut-short" in agent_runs(name)[f"tags.{schema.DEVIATIONS}"].iloc[0].split(",")
     capsys.readouterr()
     assert main(["campaign", "status", str(path)]) == 0
     assert f"1 run(s) cut short by the harness ({key.run_id}): bench campaign resume" in capsys.readouterr().out
     assert main(["campaign", "resume", str(path), "--redo-cut-short"]) == 0
     again = RunResult.load(c.run_dir(key))
-    assert again.status == "timeout" and not again.interrupted, again.reason  # `sleep 60` given its whole 40 s
+    assert again.status == "timeout" and not again.interrupted, again.reason  # `sleep 60` given its whole 20 s
     (old,) = (c.folder / ".campaign" / "retired").iterdir()
     assert RunResult.load(old).status == "interrupted"  # evidence and all, kept
     runs = agent_runs(name)  # one agent run per cell: the cut-short one deleted (restorable in MLflow)
