@@ -81,7 +81,7 @@ def test_four_bench_runs_started_together_on_a_fresh_sqlite_store_all_record(gen
     procs = [
         subprocess.Popen(
             [sys.executable, "-c", RUN, str(t0), "run", "--agent", "command", "--agent-command", ONE_EPOCH]
-            + ["--task", "t6", "--budget", "3m", "--grace", "5", "--campaign", "together", "--quiet"]
+            + ["--task", "t6", "--budget", "3m", "--grace", "5", "--campaign", "together", "--quiet", "--no-summary"]
             + ["--first-repeat", str(repeat)],
             env=env,
             stdout=subprocess.PIPE,
