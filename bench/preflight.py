@@ -164,17 +164,16 @@ def check_agent(agent: str, options: dict[str, str], model: str | None) -> None:
 
 def check_api(agents: Iterable[tuple[str, str | None]], *, endpoints: bool = True) -> None:
     """Each LLM agent's credential, then (``endpoints``, unless ``BENCH_API_CHECK=0``) the endpoint, key and model of
-    each agent that has one, asked of all agents at once in parallel (:mod:`bench.agents.credentials`,
-    :mod:`bench.agents.api_probe`): :class:`Problems` naming every agent not ready and what to set, all at once.
-    Offline and generic agents have nothing to check."""
+    each agent (of an agent without a key: whether its endpoint answers), asked of all agents at once in parallel
+    (:mod:`bench.agents.credentials`, :mod:`bench.agents.api_probe`): :class:`Problems` naming every agent not ready
+    and what to set, all at once. Offline and generic agents have nothing to check."""
     from bench.agents import api_probe as api
     from bench.agents import credentials
 
     needs = [n for agent, model in agents if (n := credentials.need_of(agent, model)) is not None]
-    lines = [need.missing() for need in needs if need.credential is None]  # local: no request needed to find these
-    if endpoints and api.enabled() and any(n.credential is not None for n in needs):
-        found = api.probe_all(needs)  # None for a need without a credential: said above
-        lines += [why for need, seen in zip(needs, found, strict=True) if seen and (why := api.problem(need, seen))]
+    asked = endpoints and api.enabled()
+    found = api.probe_all(needs) if asked else [None] * len(needs)  # a missing key is said without asking
+    lines = [line for need, seen in zip(needs, found, strict=True) for line in api.problems(need, seen)]
     if lines:
         raise Problems(lines)
 

@@ -126,9 +126,8 @@ def problem(need: Need, found: Probe | None) -> str | None:
         return need.missing()
     if found is None:
         return None
-    where = f"check {need.base_variable}" if need.base_variable else "check the network (a proxy needs HTTPS_PROXY)"
     if found.status is None:
-        return f"{need.agent}: the endpoint {need.base_url} does not answer ({found.error}): {where}"
+        return _unanswered(need, found)
     if found.status in (401, 403) and not cred.login:
         return f"{need.agent}: {cred.source} was refused by {need.base_url} (HTTP {found.status}): set a valid key"
     if found.status == 200 and need.model and found.models and not offers(found.models, need.model):
@@ -140,18 +139,36 @@ def problem(need: Need, found: Probe | None) -> str | None:
     return None
 
 
-def probe_all(needs: list[Need], timeout: float = TIMEOUT_S) -> list[Probe | None]:
-    """:func:`probe` of each need with a credential, in parallel, one request per distinct URL and credential;
-    None for a need without a credential (nothing worth asking)."""
-    first: dict[tuple[str, str], Need] = {}
+def problems(need: Need, found: Probe | None) -> list[str]:
+    """Every problem of ``need``: :func:`problem`, and for a need without a credential also an endpoint that does
+    not answer (asked without a key, its answer proves only that it is there), so that one report names both."""
+    first = problem(need, found)
+    lines = [first] if first else []
+    if need.credential is None and found is not None and found.status is None:
+        lines.append(_unanswered(need, found))
+    return lines
+
+
+def _unanswered(need: Need, found: Probe) -> str:
+    where = f"check {need.base_variable}" if need.base_variable else "check the network (a proxy needs HTTPS_PROXY)"
+    return f"{need.agent}: the endpoint {need.base_url} does not answer ({found.error}): {where}"
+
+
+def _key(need: Need) -> tuple[str, str | None]:
+    return models_url(need), need.credential.source if need.credential is not None else None
+
+
+def probe_all(needs: list[Need], timeout: float = TIMEOUT_S) -> list[Probe]:
+    """:func:`probe` of each need, in parallel, one request per distinct URL and credential (a need without a
+    credential is asked without one: whether its endpoint answers at all is still worth knowing before a run)."""
+    first: dict[tuple[str, str | None], Need] = {}
     for n in needs:
-        if n.credential is not None:
-            first.setdefault((models_url(n), n.credential.source), n)
+        first.setdefault(_key(n), n)
     if not first:
-        return [None] * len(needs)
+        return []
     with ThreadPoolExecutor(max_workers=min(8, len(first))) as pool:
         done = dict(zip(first, pool.map(lambda n: probe(n, timeout), first.values()), strict=True))
-    return [done[(models_url(n), n.credential.source)] if n.credential is not None else None for n in needs]
+    return [done[_key(n)] for n in needs]
 
 
-__all__ = ["Probe", "enabled", "models_url", "offers", "probe", "probe_all", "problem"]
+__all__ = ["Probe", "enabled", "models_url", "offers", "probe", "probe_all", "problem", "problems"]

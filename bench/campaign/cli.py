@@ -60,7 +60,12 @@ def add_cli(sub: argparse._SubParsersAction) -> None:
 def cmd_campaign(args: argparse.Namespace) -> int:
     from bench.campaign import job  # the pipeline: imported when a campaign command runs, not for every `bench`
 
-    campaign = spec.load(args.file)
+    try:
+        campaign = spec.load(args.file)
+    except InputError as e:
+        if args.campaign_command not in ("run", "resume") or not getattr(e, "agents", ()):
+            raise
+        raise with_agent_problems(e, e.agents) from None
     if args.campaign_command == "job":
         return job.job_main(campaign, args.run_id)
     if args.campaign_command == "status":
@@ -86,6 +91,21 @@ def cmd_plan(args: argparse.Namespace) -> int:
         raise InputError(f"--measured {args.measured}: none of its agent runs recorded tokens (the metering gateway)")
     print(plan.render(campaign, use, measured=args.measured))
     return 0
+
+
+def with_agent_problems(file_problems: InputError, agents) -> InputError:
+    """A file refused for its own mistakes, with the keys, endpoints and models of the agents it names well asked
+    too: a researcher learns of a typo and a missing key in one try, not two."""
+    problems = preflight.Collect()
+    with problems.check():
+        raise file_problems
+    with problems.check():
+        preflight.check_api([(agent.name, agent.model) for agent in agents])
+    try:
+        problems.raise_any()
+    except InputError as e:
+        return e
+    return file_problems
 
 
 def check_machine(campaign: Campaign) -> None:

@@ -295,7 +295,11 @@ def load(path: Path) -> Campaign:
     task_ids = part(lambda: _tasks(raw.get("tasks"), bad), ())
     agents = _agents(raw.get("agents"), where, problems)
     gpus = part(lambda: _gpus(raw["gpus"], bad)) if "gpus" in raw else None
-    problems.raise_any()
+    try:
+        problems.raise_any()
+    except InputError as e:
+        e.agents = agents  # the entries read well: `bench campaign run` still asks their keys and endpoints
+        raise
     return Campaign(
         name=name,
         file=path.resolve(),
@@ -477,10 +481,11 @@ def check_margin(given_s: float | None, limits: Limits, where: str) -> None:
 
 
 def unknown_keys(table: dict, known: set[str], where: str, prefix: str) -> None:
-    """One clear line for the first key of ``table`` that is not in ``known``."""
+    """One clear line for each key of ``table`` that is not in ``known`` (two typos: both named in one try)."""
     extra = sorted(set(table) - known)
     if extra:
-        raise InputError(f"{where}: {prefix}{extra[0]}: unknown key; known: {', '.join(sorted(known))}")
+        lines = [f"{where}: {prefix}{key}: unknown key; known: {', '.join(sorted(known))}" for key in extra]
+        raise preflight.Problems(lines) if len(lines) > 1 else InputError(lines[0])
 
 
 def integer(value: object, key: str, bad) -> int:

@@ -182,6 +182,7 @@ def test_check_api_names_the_first_agent_not_ready(monkeypatch, tmp_path):
     check_api([("baseline", None), ("command", None)])  # offline agents: nothing to ask
     with MockLLM(model="gpt-5.5") as llm:
         monkeypatch.setenv("OPENAI_BASE_URL", llm.url + "/v1")
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", llm.url)  # an endpoint that answers (a keyless agent's is asked too)
         monkeypatch.setenv("OPENAI_API_KEY", "o")
         check_api([("codex", "gpt-5.5"), ("baseline", None)])
         with pytest.raises(InputError, match="^claude-code: no credential: set ANTHROPIC_API_KEY"):
@@ -238,7 +239,9 @@ def test_a_campaign_with_an_agent_lacking_its_key_fails_before_its_first_run(tmp
     body = 'tasks = ["t6"]\nbudget = "40s"\n[[agents]]\nname = "baseline"\n[[agents]]\nname = "claude-code"\n'
     path, _ = campaign_file(tmp_path, body)
     capsys.readouterr()
-    assert main(["campaign", "run", str(path)]) == 2
+    with MockLLM() as llm:  # an endpoint that answers: the keyless agent's is asked whether it does
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", llm.url)
+        assert main(["campaign", "run", str(path)]) == 2
     err = capsys.readouterr().err.strip()
     assert err == (
         "bench: claude-code: no credential: set ANTHROPIC_API_KEY "
