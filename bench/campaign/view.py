@@ -70,7 +70,13 @@ class LiveView:
 
 def table(campaign: Campaign, seen: dict[RunKey, Seen], events: dict[str, dict], jobs: dict[str, str]) -> str:
     """``bench campaign status``: one row per run of the matrix, then the counts."""
-    rows = [f"{'run id':44} {'agent':28} {'task':4} {'rep':>3} {'state':11} {'status':12} {'score':>8}  note"]
+    # the run id and agent columns as wide as their longest value ("opencode (openrouter/moonshotai/kimi-k2.6)")
+    wid = max([6, *(len(k.run_id) for k in seen)])
+    wagent = max([5, *(len(k.agent.label) for k in seen)])
+    wtask = max([4, *(len(k.task) for k in seen)])
+    rows = [
+        f"{'run id':{wid}} {'agent':{wagent}} {'task':{wtask}} {'rep':>3} {'state':11} {'status':12} {'score':>8}  note"
+    ]
     for key, s in seen.items():
         score = f"{s.result.score:.4f}" if s.result is not None and s.result.score is not None else "-"
         status = s.status if s.state == "final" else "-"
@@ -81,8 +87,8 @@ def table(campaign: Campaign, seen: dict[RunKey, Seen], events: dict[str, dict],
         if key.run_id in jobs and s.state != "final":
             note = f"job {jobs[key.run_id]}; {note}" if note else f"job {jobs[key.run_id]}"
         rows.append(
-            f"{key.run_id:44} {key.agent.label:28} {key.task:4} {key.repeat:>3} {s.state:11} {status:12} {score:>8}"
-            f"  {note[:160]}"
+            f"{key.run_id:{wid}} {key.agent.label:{wagent}} {key.task:{wtask}} {key.repeat:>3} {s.state:11} "
+            f"{status:12} {score:>8}  {note[:160]}"
         )
     states = [s.state for s in seen.values()]
     counts = ", ".join(f"{states.count(x)} {x}" for x in ("final", "running", "unfinished", "stale", "pending"))

@@ -107,3 +107,18 @@ def test_an_unpriced_model_under_a_campaigns_api_budget_is_refused_before_anythi
     err = capsys.readouterr().err.strip()
     assert "gpt-nobody-priced-9" in err and "has no price" in err, err
     assert not (tmp_path / "workspaces").exists()
+
+
+def test_campaign_status_columns_line_up_for_long_agent_labels(tmp_path, monkeypatch, capsys):
+    """The paper's file: opencode's "opencode (openrouter/moonshotai/kimi-k2.6)" is longer than any fixed column;
+    every row's task id starts under the header's "task" (a fixed width shifted each opencode row)."""
+    from pathlib import Path
+
+    monkeypatch.setenv("BENCH_WORKSPACES_DIR", str(tmp_path / "workspaces"))  # nothing of it has run: all pending
+    paper = Path(__file__).resolve().parents[3] / "campaigns" / "paper.toml"
+    assert main(["campaign", "status", str(paper)]) == 0
+    head, *rows = capsys.readouterr().out.split("\n\n")[0].splitlines()
+    at = head.index(" task ") + 1
+    assert len(rows) == 245 and any("kimi-k2.6" in r for r in rows)
+    assert {r[at : at + 3] for r in rows} == {f"t{i} " for i in range(1, 8)}
+    assert {r[head.index("state") : head.index("state") + 8] for r in rows} == {"pending "}
