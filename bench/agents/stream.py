@@ -122,6 +122,7 @@ class AgentStream:
         self.line_bytes_dropped = 0  # what those lines lost past the limit
         self.events_dropped = 0  # events parsed but not written (events.jsonl at its limit)
         self._events_written = events_file.stat().st_size if events_file.exists() else 0
+        self._said = ""  # the text of the last message shown on the console
         self.parser = self.tally = self.health = None
         if parser_name:
             from bench.agents import make_parser
@@ -190,8 +191,13 @@ class AgentStream:
             self.status.set(**self.status_fields())
         if not self.console:
             return
-        shown = [text for text in map(_render, events) if text]
-        for text in shown:
+        for ev in events:
+            if not (text := _render(ev)):
+                continue
+            said = (ev.text or "").strip()
+            if ev.kind == "final" and said == self._said:
+                continue  # Claude Code's error result repeats the assistant message just shown (an API error)
+            self._said = said if ev.kind == "message" else ""
             self.status.print(text)
         if not events and line and not line.lstrip().startswith("{") and self.parser.shown(line):
             self.status.print(line[:CONSOLE_CHARS])  # plain text from a JSON-speaking CLI (warnings, errors)
