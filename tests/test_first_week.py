@@ -57,3 +57,16 @@ def test_git_ignores_what_jupyterlab_leaves():
     """JupyterLab's checkpoint folder beside the notebooks (bench report's report/: test_report_default.py)."""
     path = "notebooks/.ipynb_checkpoints/02_agent_strategies-checkpoint.ipynb"
     assert subprocess.run(["git", "check-ignore", "--no-index", "-q", path], cwd=ROOT).returncode == 0
+
+
+@pytest.mark.skipif(not (ROOT / ".git").exists(), reason="not a git clone")
+def test_git_ignores_every_report_folder_the_docs_write():
+    """The README's own steps (`bench report ... --out report-two-agents`) leave nothing untracked in the clone."""
+    import re
+
+    docs = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    outs = {m for p in docs for m in re.findall(r"--out ([\w./-]+)", p.read_text())}
+    assert "report-two-agents" in outs and len(outs) >= 3, outs
+    for out in sorted(outs):
+        path = f"{out}/index.md"
+        assert subprocess.run(["git", "check-ignore", "--no-index", "-q", path], cwd=ROOT).returncode == 0, out
