@@ -86,9 +86,7 @@ def _check_experiments(names: list[str], fatal: bool = True) -> None:
     try:
         views.experiments(names)
     except LookupError as e:
-        known = [n for n, _ in views.experiments()]
-        hint = f"experiments with agent runs: {', '.join(known[:10])}" if known else "the store has no agent runs"
-        message = f"{e} ({hint}{', ...' if len(known) > 10 else ''})"
+        message = str(e)  # it names the experiments that could be meant
         if fatal:
             raise ReportError(message) from e
         print(f"bench report: {message}; the report holds the other rows", file=sys.stderr)

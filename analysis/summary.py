@@ -56,9 +56,10 @@ class Written:
         report = (
             f"report not attached ({self.report_error})" if self.report_error else f"{self.report_files} report files"
         )
+        n = len(self.summary_runs)
         return (
             f"campaign summary of {self.experiment}: MLflow run {self.campaign_run} "
-            f"({len(self.summary_runs)} entries, {report}, {self.seconds:.1f} s)"
+            f"({n} {'entry' if n == 1 else 'entries'}, {report}, {self.seconds:.1f} s)"
         )
 
 

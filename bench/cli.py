@@ -271,7 +271,7 @@ def cmd_ui(args: argparse.Namespace) -> int:
     try:
         return ui.serve(args.host, args.port, args.experiment)
     except LookupError as e:
-        raise InputError(f"bench ui --experiment: {e}") from e
+        raise InputError(f"ui --experiment: {e}") from e  # printed after "bench: "
     except ui.PortBusy as e:
         raise InputError(f"bench ui: {e}") from e
 

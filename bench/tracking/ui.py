@@ -135,6 +135,7 @@ def print_links(base: str, campaigns: list[tuple[str, str]], most: int = MOST) -
     existed get them)."""
     from bench.tracking.writer import MlflowWriter, TrackingError
 
+    width = max((len(name) + 1 for name, _ in campaigns[:most]), default=0)  # the links in one column
     for name, exp_id in campaigns[:most]:
         try:
             writer = MlflowWriter(name)
@@ -144,7 +145,7 @@ def print_links(base: str, campaigns: list[tuple[str, str]], most: int = MOST) -
             print(f"  {name}: views not saved ({e}); the experiment: {views.url(base, exp_id, None)}", flush=True)
             continue
         for view in views.all_views():
-            print(f"  {name}: {view.label:<16} {views.url(base, exp_id, view.id)}", flush=True)
+            print(f"  {name + ':':<{width}} {view.label:<16} {views.url(base, exp_id, view.id)}", flush=True)
     if len(campaigns) > most:
         print(f"  ... and {len(campaigns) - most} more campaigns: bench ui --experiment NAME", flush=True)
 

@@ -212,8 +212,11 @@ def experiments(names: list[str] | None = None) -> list[tuple[str, str]]:
     if names:
         ids = {name: eid for eid, name in source.experiments(names).items()}
         missing = [n for n in names if n not in ids]
-        if missing:
-            raise LookupError(f"no experiment {', '.join(map(repr, missing))} in {store.tracking_uri()}")
+        if missing:  # with the names that could be meant (bench report and bench ui say the same)
+            known = [n for n, _ in experiments()]
+            more = ", ..." if len(known) > 10 else ""
+            hint = f"experiments with agent runs: {', '.join(known[:10])}{more}" if known else "it has no agent runs"
+            raise LookupError(f"no experiment {', '.join(map(repr, missing))} in {store.tracking_uri()} ({hint})")
         return [(n, ids[n]) for n in names]
     found = source.experiments()
     holding = set(source.runs(list(found), schema.KIND_AGENT)["experiment_id"])

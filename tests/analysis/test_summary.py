@@ -276,3 +276,11 @@ def test_a_real_campaign_summary_against_its_runs_results(campaign, monkeypatch)
     line = f"[bench] campaign summary of {campaign.name}: MLflow run {run.info.run_id} ("
     assert line in campaign.log("command", "t5").read_text()  # `bench run` wrote it at its end, into the same run
     assert "campaign summary" not in campaign.log("baseline", "t6").read_text()  # --no-summary
+
+
+def test_the_summary_line_counts_one_entry_in_the_singular():
+    from analysis.summary import Written
+
+    one = Written("demo", "abc", {"baseline": "r1"}, 34, None, 1.8).line()
+    two = Written("demo", "abc", {"a": "r1", "b": "r2"}, 34, None, 1.8).line()
+    assert "(1 entry, 34 report files, 1.8 s)" in one and "(2 entries, 34 report files" in two

@@ -97,5 +97,19 @@ def test_bench_ui_links_campaigns_with_agent_runs_and_refuses_unknown_ones(capsy
     assert exp_id in campaigns and MlflowWriter(without).experiment_id not in campaigns
 
     args = argparse.Namespace(host="127.0.0.1", port=5099, experiment=["nope-" + with_runs])
-    with pytest.raises(cli.InputError, match="bench ui --experiment: no experiment"):
+    with pytest.raises(cli.InputError, match="^ui --experiment: no experiment") as e:
         cli.cmd_ui(args)  # refused before any server starts
+    assert "experiments with agent runs: " in str(e.value) and with_runs in str(e.value)  # what could be meant
+
+
+def test_the_links_of_campaigns_with_names_of_different_lengths_start_in_one_column(monkeypatch, capsys):
+    from bench.tracking import ui, writer
+
+    monkeypatch.setattr(writer, "MlflowWriter", lambda name: name)  # nothing is saved: only what is printed
+    monkeypatch.setattr(views, "save", lambda w: None)
+    monkeypatch.setattr(views, "backfill_groups", lambda w, eid: None)
+    ui.print_links("http://127.0.0.1:5000", [("tworuns", "1"), ("two-agents-long", "2")])
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2 * len(views.all_views())
+    assert len({line.index("http://") for line in lines}) == 1, lines  # every link in the same column
+    assert lines[0].startswith("  tworuns:         ") and lines[-1].startswith("  two-agents-long: ")
