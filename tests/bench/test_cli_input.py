@@ -124,7 +124,11 @@ CASES = [
     (  # the CLI would print "Not logged in · Please run /login" and be recorded as a failed agent
         "claude-code-without-a-key",
         ["run", "--agent", "claude-code", "--task", "t6", "--quiet"],
-        lambda tmp: {v: None for v in ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN")},
+        # the endpoint is not asked (without internet it would be a second line): the key is still checked
+        lambda tmp: (
+            {"BENCH_API_CHECK": "0"}
+            | {v: None for v in ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN")}
+        ),
         "claude-code: no credential: set ANTHROPIC_API_KEY (or CLAUDE_CODE_OAUTH_TOKEN from `claude setup-token`)",
     ),
     (  # the CLI would retry "Reconnecting..." for its whole budget
