@@ -299,7 +299,10 @@ def test_ctrl_c_and_sigterm_to_the_whole_group_leave_the_output_working(ws):
     proc = start(ws, "run_s.py", SIGNALS, start_new_session=True)
     assert proc.stdout.readline() == b"ready\n"
     os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the tee is in the group as well
-    assert proc.stdout.readline() == b"interrupted, cleaning up\n"
+    line = proc.stdout.readline()
+    if line != b"interrupted, cleaning up\n":  # seen once in a full fast tier (b""), never alone in 55 tries: say why
+        proc.kill()
+        raise AssertionError(f"{line!r} after SIGINT; exit {proc.wait(timeout=60)}; stderr: {proc.stderr.read()!r}")
     assert proc.stdout.readline() == b"ready\n"
     os.killpg(proc.pid, signal.SIGTERM)  # as the watchdog at the budget
     out, err = proc.communicate(timeout=60)
