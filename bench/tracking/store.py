@@ -92,8 +92,13 @@ def _client(uri: str):
     (harness processes on any node take turns: :mod:`bench.tracking.postgres`); and for any store retried a few
     times, since a process that lost a race (a server's own start-up, another database) finds the schema made.
     """
+    import logging
+
     from mlflow.tracking import MlflowClient
 
+    # "Creating initial MLflow database tables..." on a fresh store: MLflow's INFO, which reached a user's console
+    # (and the stderr that a refused command's one line is read from) only for the first command of a store
+    logging.getLogger("mlflow.store.db.utils").setLevel(logging.WARNING)
     if uri == default_uri():
         mlruns_dir().mkdir(parents=True, exist_ok=True)
     follow(uri)

@@ -208,7 +208,7 @@ def test_the_demo_ends_with_a_summary_run_and_a_working_ui_hint(capsys, monkeypa
     demo.finish(name, {"t6": 0.384, "t5": 0.806})
     out = capsys.readouterr().out
     assert "NaN" not in out and "baseline §" in out
-    assert re.search(rf"\[demo\] campaign summary of {name}: MLflow run \w+ \(1 entries", out)
+    assert re.search(rf"\[demo\] campaign summary of {name}: MLflow run \w+ \(1 entry,", out)
     exp = store.client().get_experiment_by_name(name).experiment_id
     summaries = store.client().search_runs([exp], f"tags.`{schema.KIND}` = '{schema.KIND_SUMMARY}'")
     assert len(summaries) == 1 and summaries[0].data.tags[schema.ENTRY] == "baseline"
