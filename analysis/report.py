@@ -300,7 +300,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     except ReportError as e:  # bad input (an experiment or entry that does not exist, nothing to report): exit 2,
         print(f"bench report: {e}", file=sys.stderr)  # as bench ui and every other command say it
         return 2
-    n = sum(len(v) for v in written.values())
+    n = sum(len(v) for v in written.values()) + 1  # and index.md, which lists them (the summary's count has it too)
     print(
         f"report: {n} files in {Path(args.out).resolve()} ({time.perf_counter() - started:.1f} s); "
         f"start with {Path(args.out) / 'index.md'}"

@@ -220,6 +220,8 @@ def test_cli_plugs_into_bench_and_reports_errors(tmp_path, capsys):
     assert "no experiment 'no-such-campaign' in " in capsys.readouterr().err  # it does not exist: said so
     assert report_cli.main(["--experiment", "no-such-campaign", "--published", "--out", str(tmp_path / "p")]) == 0
     assert (tmp_path / "p" / "figure3.png").exists() and "Not drawn" in (tmp_path / "p" / "index.md").read_text()
+    on_disk = sum(1 for f in (tmp_path / "p").rglob("*") if f.is_file())  # what it says it wrote: every file there
+    assert f"report: {on_disk} files in {(tmp_path / 'p').resolve()}" in capsys.readouterr().out
     bad = ["--experiment", "no-such-campaign", "--published", "--compare", "Opus 4.7", "Nobody", "--out", str(tmp_path)]
     assert report_cli.main(bad) == 2 and "unknown entry 'Nobody'" in capsys.readouterr().err
 
