@@ -73,8 +73,10 @@ TAG_COLUMNS = (
     schema.AUDIT_DISQUALIFIED,
 )
 # column widths (px): a float's 17 digits fit in 180, with a group row's " (average)" in 250; the run name column
-# holds "Group: t6 · claude-code (claude-opus-4-7)" in a grouped view; the comparison's entry column a whole entry
+# holds "Group: t6 · claude-code (claude-opus-4-7)" in a grouped view; the comparison's entry column a whole entry,
+# its model column a whole model ("openrouter/moonshotai/kimi-k2.6")
 METRIC_PX, GROUPED_METRIC_PX, TAG_PX, NAME_PX, GROUPED_NAME_PX, ENTRY_PX = 180, 250, 130, 220, 380, 280
+MODEL_PX = 240
 RUN_NAME = "attributes.`Run Name`"
 VIEW_PARAM = "benchView"  # the URL parameter naming the view (bench.tracking.uiapp applies it)
 STATE_KEY = "MLflowLocalStorage-1.1-ExperimentPage-{ids}-ReactComponentState"  # ids: JSON of the sorted id list
@@ -132,6 +134,8 @@ def _widths(columns: list[str], grouped: bool) -> dict[str, int]:
     widths = {c: metric_px if c.startswith("metrics.") else TAG_PX for c in columns}
     if column_key("tags", schema.ENTRY) in widths:  # "claude-code (claude-opus-4-7)" whole
         widths[column_key("tags", schema.ENTRY)] = ENTRY_PX
+    if column_key("tags", schema.MODEL) in widths:  # "claude-sonnet-4-6", not "claude-sonnet-…"
+        widths[column_key("tags", schema.MODEL)] = MODEL_PX
     return {RUN_NAME: name_px} | widths
 
 

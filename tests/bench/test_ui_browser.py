@@ -342,6 +342,8 @@ def test_the_comparison_view_ranks_the_summary_runs_by_agg(ui, pages, campaign, 
         entry_cell = _cell(page, run_id, "tags.`bench.entry`")
         assert entry_cell.inner_text() == entry
         assert entry_cell.evaluate(f"e => e.getBoundingClientRect().width >= {views.ENTRY_PX - 1}")  # a whole entry
+        model_cell = _cell(page, run_id, "tags.`bench.model`")  # a whole model name beside it
+        assert model_cell.evaluate(f"e => e.getBoundingClientRect().width >= {views.MODEL_PX - 1}")
     _hide_panels(page)
     _screenshot(page, tmp_path, "mlflow-compare-agents.png")
     page.close()
