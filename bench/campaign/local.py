@@ -134,7 +134,10 @@ class LocalExecutor:
         waiting: dict[RunKey, float] = {}  # runs whose harness lives in another process: until it ends
         logs = control_dir(self.campaign) / "logs"
         logs.mkdir(parents=True, exist_ok=True)
-        view.say(f"{len(keys)} run(s) to go on {len(self.slots)} slot(s): {', '.join(s.where for s in self.slots)}")
+        if keys:
+            view.say(f"{len(keys)} run(s) to go on {len(self.slots)} slot(s): {', '.join(s.where for s in self.slots)}")
+        else:
+            view.say("nothing to run: every run of the campaign is final (its summary is written again)")
         old = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
         try:
             while ((queue or waiting) and not self._signals) or self._children:

@@ -157,7 +157,9 @@ def test_a_killed_harness_is_an_infrastructure_failure_its_retry_resumes_the_run
     runs = agent_runs(name)  # one agent run per cell: the cut-short one deleted (restorable in MLflow)
     assert list(runs["run_id"]) == [again.mlflow_run_id]
     assert "cut-short" not in runs[f"tags.{schema.DEVIATIONS}"].iloc[0].split(",")
+    capsys.readouterr()
     assert main(["campaign", "resume", str(path), "--redo-cut-short"]) == 0  # nothing cut short now: nothing redone
+    assert "nothing to run: every run of the campaign is final" in capsys.readouterr().out
     assert RunResult.load(c.run_dir(key)).to_dict() == again.to_dict()
 
 
