@@ -33,6 +33,15 @@ def _printed(tmp_path: Path, lines_: list[str]) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-c", code, str(src)], stdout=subprocess.PIPE)
 
 
+def watch(tmp_path: Path, lines_: list[str], parser: str) -> None:
+    """A CLI that prints ``lines_``, streamed to the console as a run shows it (read it with capsys)."""
+    proc = _printed(tmp_path, lines_)
+    status = StatusLine("test", enabled=False)
+    agent = AgentStream(proc, tmp_path / "agent.log", tmp_path / "events.jsonl", status, True, parser).start()
+    proc.wait(timeout=60)
+    agent.join(timeout=60)
+
+
 def _codex_stream() -> list[str]:
     path = STREAMS / "codex_stream.jsonl"
     if not path.is_file():
@@ -43,11 +52,7 @@ def _codex_stream() -> list[str]:
 def test_codexs_stdin_note_and_tracing_lines_stay_in_the_log(tmp_path, capsys):
     events = _codex_stream()
     printed = [STDIN, KEPT, *events[:4], TRACING, *events[4:]]
-    proc = _printed(tmp_path, printed)
-    status = StatusLine("test", enabled=False)
-    agent = AgentStream(proc, tmp_path / "agent.log", tmp_path / "events.jsonl", status, True, "codex").start()
-    proc.wait(timeout=60)
-    agent.join(timeout=60)
+    watch(tmp_path, printed, "codex")
     shown = capsys.readouterr().out
     assert STDIN not in shown and "codex_core::session" not in shown, shown
     assert KEPT in shown  # a warning says something: it reaches the console

@@ -7,9 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from bench.agents.stream import AgentStream
-from bench.progress import StatusLine
-from tests.bench.agents.test_codex_console import _printed
+from tests.bench.agents.test_codex_console import watch
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "agent-streams" / "claude_api_error.jsonl"
 
@@ -18,11 +16,7 @@ def test_an_api_error_reaches_the_console_once_and_the_events_twice(tmp_path, ca
     lines = FIXTURE.read_text().splitlines()
     said = json.loads(lines[1])["result"]
     assert said.startswith("API Error: 402") and said in lines[0]  # the same text, twice in the stream
-    proc = _printed(tmp_path, lines)
-    status = StatusLine("test", enabled=False)
-    agent = AgentStream(proc, tmp_path / "agent.log", tmp_path / "events.jsonl", status, True, "claude-code").start()
-    proc.wait(timeout=60)
-    agent.join(timeout=60)
+    watch(tmp_path, lines, "claude-code")
     shown = capsys.readouterr().out
     assert shown.count("API Error: 402") == 1, shown
     events = [json.loads(x) for x in (tmp_path / "events.jsonl").read_text().splitlines()]
