@@ -1,7 +1,7 @@
 # Two entry points, both self-installing into .venv (see README.md):
 #   make demo   install, then run `bench demo` (baseline agent on T6 and T1, into MLflow)
 #   make test       install, then run the fast tier: every test not marked slow (no whole benchmark run), ~3 min
-#   make test-all   install, then run every test (the whole benchmark runs too), 20-25 min; CI runs it (.ci/run)
+#   make test-all   install, then run every test (the whole benchmark runs too), 20-25 min; CI runs both (.ci/run)
 # both on pytest-xdist workers (TEST_WORKERS); PYTEST_ARGS passes options (make test PYTEST_ARGS="tests/bench -x")
 # and two to look at the results without activating the environment:
 #   make ui     the MLflow UI on the store (`bench ui`; UI_ARGS="--port 5001" passes options)

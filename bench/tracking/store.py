@@ -89,8 +89,9 @@ def _client(uri: str):
     a UniqueViolation on PostgreSQL; measured with MLflow 3.17: 4 processes on a fresh SQLite store, most
     fail), so the harness does it here, before it starts an agent, under a lock: a file lock beside an SQLite
     database (harness processes on one machine take turns), a PostgreSQL advisory lock for a PostgreSQL database
-    (harness processes on any node take turns: :mod:`bench.tracking.postgres`); and for any store retried a few
-    times, since a process that lost a race (a server's own start-up, another database) finds the schema made.
+    (harness processes on any node take turns: :mod:`bench.tracking.postgres`); and a database is retried a few
+    times, since a process that lost a race finds the schema made. A server (http, https) makes its own schema and
+    is asked once: MLflow already retries each request to it a few seconds.
     """
     import logging
 
@@ -102,8 +103,8 @@ def _client(uri: str):
     if uri == default_uri():
         mlruns_dir().mkdir(parents=True, exist_ok=True)
     follow(uri)
-    # a server makes its own schema, and MLflow already retries each request to it (a few seconds, writer.py): more
-    # tries would only make an unreachable server cost half a minute at the run's start and again at its record
+    # more tries of a server would only make an unreachable one cost half a minute at a run's start and again at its
+    # record (MLflow's retries: writer.py)
     tries = 1 if uri.split(":", 1)[0] in ("http", "https") else SCHEMA_TRIES
     with schema_lock(uri):
         for attempt in range(tries):
