@@ -410,10 +410,10 @@ def build_parser() -> argparse.ArgumentParser:
     from bench.selftest.cli import add_cli as add_selftest
 
     add_selftest(sub)  # bench selftest: the GPU proof kit (make gpu-proof)
-    from bench.verify_cli import add_cli as add_verify
+    from bench.bundle.verify_cli import add_cli as add_verify
 
     add_verify(sub)  # bench verify RUN|CAMPAIGN|BUNDLE: re-scored and re-audited from what it recorded
-    from bench.bundle_cli import add_cli as add_bundle
+    from bench.bundle.cli import add_cli as add_bundle
 
     add_bundle(sub)  # bench export / bench import: a campaign as one bundle (docs/publishing.md)
 

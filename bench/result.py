@@ -18,7 +18,7 @@ Layout of version 3 (the keys of :meth:`RunResult.to_dict`)::
     evaluations: [{candidate, path, script, val_score, metric, step, saved_s, window, official: {...}}],
     audit: {locked_sha256, violations: [{rule, reason}]},
     outcome: {status, score, reason, best_val_score},
-    hardware, sandboxed, hostile_inputs,
+    hardware, sandboxed, hostile_inputs, software (python, torch, numpy, ..., cuda, driver: bench.software),
     workspace, run_dir, mlflow_run_id, tracking_error
 """
 
@@ -213,6 +213,9 @@ class RunResult:
     # what the record step refused to read of the agent's files (bench.untrusted: links, FIFOs, sparse or huge files,
     # floods), counted by kind with a few examples (bench.untrusted.Tally.to_dict); {} when nothing was refused
     hostile_inputs: dict = field(default_factory=dict)
+    # the software the scores depend on (bench.software.versions: python, torch, numpy, the scorer's other packages,
+    # cuda and the driver where present); {} in files written before it was recorded
+    software: dict = field(default_factory=dict)
     mlflow_run_id: str | None = None
     # why MLflow has not recorded the run (the store refused or was unreachable); None once it has. `bench run`
     # exits non-zero while it is set, and `bench record RUN_DIR` records the run and clears it
@@ -351,13 +354,19 @@ class RunResult:
         if path.is_dir():
             path = path / "result.json"
         try:
-            return cls.from_dict(json.loads(path.read_text()))
+            data = json.loads(path.read_text())
         except FileNotFoundError:
             raise ResultError(f"no result.json at {path}: is this a run directory of `bench run`?") from None
-        except ValueError as e:
-            if isinstance(e, ResultError):
-                raise
+        except (ValueError, RecursionError) as e:
             raise ResultError(f"{path} is not valid JSON ({e}); the run's files are still in {path.parent}") from e
+        if not isinstance(data, dict):
+            raise ResultError(f"{path} holds a JSON {type(data).__name__}, not a run's result")
+        try:
+            return cls.from_dict(data)
+        except ResultError:
+            raise
+        except (KeyError, TypeError, ValueError, AttributeError) as e:  # a file of another tool, or edited by hand
+            raise ResultError(f"{path} lacks or mistypes a field ({type(e).__name__}: {e})") from e
 
 
 _NESTED = ("run", "direction", "outcome", "audit", "evaluations", "schema_version")

@@ -16,7 +16,7 @@ import threading
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from bench import outcome, preflight, protocol, termination
+from bench import outcome, preflight, protocol, software, termination
 from bench.agents import get_agent, metering
 from bench.durations import fmt_s
 from bench.evidence import Arrival, Evidence
@@ -315,6 +315,7 @@ def _result(
         timed_out=watched.timed_out,
         interrupted=watched.interrupted,
         hardware=protocol.describe_hardware(spec.device),
+        software=software.versions(),
         workspace=str(ws.path),
         run_dir=str(ws.run_dir),
         outcome=decided,

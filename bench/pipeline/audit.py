@@ -11,6 +11,7 @@ It runs the same way for a run finished by ``bench run --resume``.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from pathlib import Path
 
 from bench.checksums import sha256
 from bench.evidence import Evidence
@@ -54,13 +55,16 @@ def audit(
     offline: bool = False,
     own_hosts: Iterable[str] = (),
     keep: bool = True,
+    recorded_workspace: Path | None = None,
 ) -> Audit:
     """Every check of :mod:`bench.rules`; ``locked_sha256`` maps each locked file to its hash at the start.
 
     ``rejected``: the collect step's rejections (objects with ``path`` and ``reason``, or dicts); ``offline``: the
     agent declared no endpoint, so any request its sandbox saw came from the run's own code; ``own_hosts``: hosts its
     CLI asks by itself (:attr:`bench.agents.base.Agent.own_hosts`), whose refused requests are not findings. ``keep``:
-    write ``evidence/audit.json`` (False: ``bench verify`` re-runs the audit and leaves the recorded evidence alone)."""
+    write ``evidence/audit.json`` (False: ``bench verify`` re-runs the audit and leaves the recorded evidence alone).
+    ``recorded_workspace``: where the workspace was when the run ran, when the run folder has moved since (``bench
+    verify`` of a bundle or an imported campaign): the recorded paths are judged against it."""
     evidence = Evidence(ws.run_dir)
     recorded = evidence.path("inputs.json").is_file()  # a run of the pipeline (a bare workspace has no evidence)
     start = evidence.read_json("manifest-start.json")
@@ -80,6 +84,7 @@ def audit(
         provided={k: e for k, e in start.items() if k.startswith("weights/")},
         data_error=_data_error(ws.task) if recorded else None,
         originals_changed=_originals_changed(ws.task, evidence) if recorded else [],
+        recorded_workspace=recorded_workspace,
     )
     found = run_all(ctx)
     # without the run's evidence (a workspace audited on its own) only the rules read from files and scores apply

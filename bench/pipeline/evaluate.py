@@ -109,7 +109,7 @@ def evaluate(
     the predictors (the defaults when None); a failure that came with a limit hit says so first. ``timeout_s``:
     None is ``BENCH_EVAL_TIMEOUT`` (an agent script that trains at import time would hang the evaluation).
     ``secret``: the probes' secret (None: the scorer draws a fresh one); ``bench verify`` gives the one a run
-    recorded, so that the same probes are asked again (:mod:`bench.verify`)."""
+    recorded, so that the same probes are asked again (:mod:`bench.bundle.verify`)."""
     timeout_s = settings.EVAL_TIMEOUT_S.get() if timeout_s is None else timeout_s
     # -I: not even the working directory goes on sys.path, so nothing an agent wrote can be imported here
     cmd = [

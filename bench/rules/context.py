@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shlex
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -58,6 +59,10 @@ class Context:
     provided: dict[str, dict] = field(default_factory=dict)  # provided weight files (relative) -> start manifest entry
     data_error: str | None = None  # why the prepared data no longer verify (None: they do)
     originals_changed: list[str] = field(default_factory=list)  # the task's own files that changed during the run
+    # where the run's workspace was when it ran (result.json's ``workspace``): the paths the evidence records (tool
+    # calls, command lines' folders) are judged against it, so a run folder moved or imported elsewhere (``bench
+    # verify`` of a bundle) gets the verdict it got where it ran. None: the workspace has not moved.
+    recorded_workspace: Path | None = None
 
     @property
     def evidence(self) -> Evidence:
@@ -66,6 +71,23 @@ class Context:
     @property
     def deadline(self) -> float:
         return self.started_at + self.budget_s
+
+    @property
+    def moved(self) -> bool:
+        """The run folder is no longer where it ran: recorded paths are judged lexically against the recorded place
+        (the reader's disk may hold anything, links included, at that path)."""
+        return self.recorded_workspace is not None and Path(self.recorded_workspace) != Path(self.workspace)
+
+    def in_workspace(self, path: Path) -> bool:
+        """Whether a path the evidence recorded (absolute, or relative to the workspace) lies in the run's workspace
+        as it was when the run ran."""
+        if self.moved:
+            root = Path(os.path.normpath(self.recorded_workspace))
+            where = Path(os.path.normpath(path if path.is_absolute() else root / path))
+        else:
+            root = self.workspace.resolve()
+            where = (path if path.is_absolute() else self.workspace / path).resolve()
+        return where == root or root in where.parents
 
     def events(self) -> Iterator[tuple[str, dict]]:
         """(ref, event) for each line of ``events.jsonl``: read line by line (the file may be as large as the agent's
@@ -89,7 +111,6 @@ class Context:
         """Shell tool calls and observed command lines; the agent process itself (its prompt) is not one."""
         out = [Command(str(e["target"]), ref) for ref, e in self.tool_calls("shell")]
         agent = [str(a) for a in self.agent_argv]
-        root = self.workspace.resolve()
         for n, rec in enumerate(self.evidence.lines("commands.jsonl"), 1):
             argv = [str(a) for a in rec.get("argv") or []]
             if not argv or (agent and argv[-len(agent) :] == agent):
@@ -99,7 +120,7 @@ class Context:
                 argv = argv[1:]  # a console script run by its shebang (python .../bin/pip install): the script's line
             text = argv[2] if shell else shlex.join(argv)
             cwd = Path(str(rec.get("cwd") or "/"))
-            out.append(Command(text, f"commands.jsonl#{n}", cwd == root or root in cwd.parents))
+            out.append(Command(text, f"commands.jsonl#{n}", self.in_workspace(cwd)))
         return out
 
 

@@ -141,8 +141,7 @@ def stays_in_workspace(ctx: Context) -> list[Violation]:
         outside = []
         for ref, e in ctx.tool_calls(*tools):
             target = Path(str(e["target"]))
-            resolved = (target if target.is_absolute() else ctx.workspace / target).resolve()
-            if resolved != root and root not in resolved.parents:
+            if not ctx.in_workspace(target):  # judged where the run ran (a moved run folder: its recorded place)
                 outside.append(f"{ref}: {e['tool']} {target}")
         if outside:
             reason = (

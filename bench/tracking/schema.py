@@ -91,7 +91,7 @@ SPAN_LLM_ATTRS = {  # llm.jsonl field -> LLM span attribute (tokens, cost, model
 SPAN_TOOL = "bench.tool"  # TOOL spans: shell | write | edit | read | other (bench.agents.events)
 SPAN_TOOL_TARGET = "bench.tool.target"  # the command, the file, or the tool's name
 CANDIDATE = "bench.candidate"  # eval runs: best | best-unloadable | window-<k>, comma-joined (best,window-3)
-# a run brought in by `bench import` (bench.bundle_import): its run id in the store it was exported from; a second
+# a run brought in by `bench import` (bench.bundle.importer): its run id in the store it was exported from; a second
 # import of the same bundle finds it and adds nothing
 SOURCE_RUN = "bench.import.source_run_id"
 

@@ -2,7 +2,7 @@
 
 A leaderboard is read from MLflow (``bench report``, the UI), a verification from the run directory; a metric edited
 in one and not the other would make them tell two stories. The metrics compared are the ones the record step derives
-from ``result.json`` (:func:`bench.bundle.expected_metrics`, shared with the bundle's own check, so there is one list):
+from ``result.json`` (:func:`bench.bundle.archive.expected_metrics`, shared with the bundle's own check, so there is one list):
 the agent run's outcome (score, success, wall time, ...) and each eval run's validation and official scores. Read
 through :mod:`bench.tracking.reader` (the latest value of each metric, as the UI and the reports show it).
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from bench import bundle
+from bench.bundle import archive as bundle
 from bench.pipeline import record
 from bench.result import RunResult
 from bench.tracking import reader, schema
@@ -78,7 +78,7 @@ def _artifacts(where: str, run_id: str, expected: list[str]) -> list[str]:
 
 
 def _as_run(row: dict) -> dict:
-    """A reader's row as the run dict :func:`bench.bundle.expected_metrics` reads (its kind tag and its name)."""
+    """A reader's row as the run dict :func:`bench.bundle.archive.expected_metrics` reads (its kind tag and its name)."""
     return {"tags": {schema.KIND: row.get(f"t:{schema.KIND}")}, "run_name": row.get(f"t:{NAME}")}
 
 

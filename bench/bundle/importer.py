@@ -9,7 +9,7 @@ open (RUNNING where the source is not) is deleted and written again. The run dir
 machine keeps the campaign's run directories (or ``--runs-dir``), and each agent run's ``bench.workspace`` tag names
 its new place.
 
-The bundle is checked against its manifest first (:func:`bench.bundle.check`): an import of files that differ from
+The bundle is checked against its manifest first (:func:`bench.bundle.archive.check`): an import of files that differ from
 what was published is refused, naming them, unless forced.
 """
 
@@ -22,7 +22,10 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench import bundle
+from bench import paths
+from bench.bundle import archive as bundle
+from bench.bundle import containment
+from bench.checksums import sha256
 from bench.tracking import reader, schema, store
 from bench.tracking.writer import MlflowWriter, TrackingError
 
@@ -120,8 +123,9 @@ def _import_run(writer: MlflowWriter, top: Path, data: dict, parent: str | None,
     """Create one run again; its new id. The source-run tag goes in at the creation, the status last."""
     tags = {k: v for k, v in data["tags"].items() if k not in (schema.PARENT, RUN_NAME)}  # both set by the creation
     tags[schema.SOURCE_RUN] = data["run_id"]
+    tags.pop(schema.WORKSPACE, None)  # the bundle's tag names a folder of the author's disk (or anything at all)
     if folder is not None:
-        tags[schema.WORKSPACE] = str(folder)
+        tags[schema.WORKSPACE] = str(folder)  # the one this import copied
     run_id = writer.create_run(data["run_name"] or "", tags, parent=parent, start_time=_seconds(data.get("start_time")))
     writer.log_params(run_id, data.get("params") or {})
     rows = [
@@ -138,7 +142,7 @@ def _import_run(writer: MlflowWriter, top: Path, data: dict, parent: str | None,
     for trace_id in data.get("traces") or ():
         path = top / "mlflow" / "traces" / f"{trace_id}.json"
         if path.is_file():
-            new_traces[trace_id] = writer.log_trace(run_id, trace_spec(json.loads(path.read_text())))
+            new_traces[trace_id] = writer.log_trace(run_id, trace_spec(bundle.read_json(path)))
     if (old := tags.get(schema.TRACE)) in new_traces:
         writer.set_tags(run_id, {schema.TRACE: new_traces[old]})
     if data.get("status") in TERMINAL:
@@ -147,8 +151,9 @@ def _import_run(writer: MlflowWriter, top: Path, data: dict, parent: str | None,
 
 
 def _copy_folder(src: Path, dest: Path, out: Imported) -> None:
+    """Copy one run folder of the bundle to its checked destination (one already there was compared first)."""
     if dest.exists():
-        out.folders_kept += 1  # imported before (or a run of that name already here): never overwritten
+        out.folders_kept += 1  # the bundle's own files, already here (compared by :func:`_differs`)
         return
     dest.parent.mkdir(parents=True, exist_ok=True)
     partial = dest.with_name(dest.name + ".partial")
@@ -158,9 +163,68 @@ def _copy_folder(src: Path, dest: Path, out: Imported) -> None:
     out.folders += 1
 
 
-def import_bundle(path: Path, *, runs_dir: Path | None = None, force: bool = False, say=None) -> Imported:
-    """Load the bundle at ``path`` into the store in force. BundleError: bad input; BundleMismatch: the bundle
-    differs from its manifest (and ``force`` is off); TrackingError: the store refused or is down."""
+def _differs(folder: str, dest: Path, files: dict[str, str]) -> list[str]:
+    """How a run folder already at ``dest`` differs from the bundle's ``runs/<folder>`` (its manifest hashes): each
+    of the bundle's files must be there with the same sha256 (the original run folder holds more: its data, spool
+    and home, which a bundle leaves out)."""
+    prefix = f"runs/{folder}/"
+    out = []
+    for rel, digest in files.items():
+        if not rel.startswith(prefix):
+            continue
+        here = dest / rel[len(prefix) :]
+        if here.is_symlink() or not here.is_file():
+            out.append(f"{rel[len(prefix) :]} missing")
+        elif sha256(here) != digest:
+            out.append(f"{rel[len(prefix) :]} differs (sha256 {sha256(here)[:12]}, the bundle's {digest[:12]})")
+    return out
+
+
+def _read(top: Path) -> tuple[dict, list[dict]]:
+    """The bundle's experiment and runs, read within the caps and with every name checked; BundleError otherwise."""
+    try:
+        experiment = bundle.read_json(top / "mlflow" / "experiment.json")
+        runs = [bundle.read_json(p) for p in sorted((top / "mlflow" / "runs").glob("*.json"))]
+        if not isinstance(experiment, dict) or not all(isinstance(r, dict) for r in runs):
+            raise TypeError("a JSON value where a run or the experiment should be")
+        for data in runs:
+            bundle.safe_name(data["run_id"], "run id")
+            data["tags"] = dict(data.get("tags") or {})
+            if data.get("run_folder") is not None:
+                bundle.safe_name(data["run_folder"], "run folder")
+            for trace_id in data.get("traces") or ():
+                bundle.safe_name(trace_id, "trace id")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        if isinstance(e, bundle.BundleError):
+            raise
+        raise bundle.BundleError(f"the bundle's MLflow part is unreadable ({type(e).__name__}: {e})") from e
+    return experiment, runs
+
+
+def _refuse_merge(campaign: str, bundled: str, exp, present: list, ids: set[str], path: Path) -> None:
+    """An import never merges into another campaign: the store's experiment of that name may hold only runs of this
+    bundle (a former import of it, or the runs it was exported from)."""
+    foreign = [r for r in present if r.info.run_id not in ids and r.data.tags.get(schema.SOURCE_RUN) not in ids]
+    if exp is None or not foreign:
+        return
+    names = ", ".join(sorted({str(r.info.run_name) for r in foreign})[:3])
+    raise containment.Refused(
+        f"the store {store.tracking_uri()} already has a campaign {campaign!r} with {len(foreign)} run(s) that are "
+        f"not this bundle's (e.g. {names}); the bundle's campaign is {bundled!r}. An import never merges into "
+        f"another campaign: import it beside, under a name of your own: bench import {path} --as NEW_NAME"
+    )
+
+
+def import_bundle(
+    path: Path, *, runs_dir: Path | None = None, force: bool = False, say=None, name: str | None = None
+) -> Imported:
+    """Load the bundle at ``path`` into the store in force, as campaign ``name`` (default: the bundle's own).
+
+    Everything is checked before anything is written: the manifest, the caps, every destination
+    (:mod:`bench.bundle.containment`), the campaign's name against the store's campaigns, and each run folder
+    already here against the bundle's. BundleError (containment.Refused among them): bad input, nothing written;
+    BundleMismatch: the bundle differs from its manifest (and ``force`` is off); TrackingError: the store refused
+    or is down."""
     from bench.pipeline.workspace import campaign_dir
 
     say = say or (lambda line: None)
@@ -169,32 +233,38 @@ def import_bundle(path: Path, *, runs_dir: Path | None = None, force: bool = Fal
         problems = bundle.check_folder(top)
         if problems and not force:
             raise BundleMismatch(problems)
-        try:
-            experiment = json.loads((top / "mlflow" / "experiment.json").read_text())
-            runs = [json.loads(p.read_text()) for p in sorted((top / "mlflow" / "runs").glob("*.json"))]
-            for data in runs:
-                bundle.safe_name(data["run_id"], "run id")
-                data["tags"] = dict(data.get("tags") or {})
-                if data.get("run_folder") is not None:
-                    bundle.safe_name(data["run_folder"], "run folder")
-                for trace_id in data.get("traces") or ():
-                    bundle.safe_name(trace_id, "trace id")
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-            if isinstance(e, bundle.BundleError):
-                raise
-            raise bundle.BundleError(f"the bundle's MLflow part is unreadable ({type(e).__name__}: {e})") from e
-        campaign = str(experiment.get("name") or manifest["campaign"])
+        experiment, runs = _read(top)
+        bundled = str(experiment.get("name") or manifest["campaign"])
+        campaign = containment.check_name(name if name is not None else bundled, "campaign")
+        if runs_dir is None:  # the campaign's folder under this machine's workspaces, itself checked
+            base = containment.destination(paths.workspaces_dir(), campaign_dir(campaign).name, "campaign")
+        else:
+            base = containment.clear(Path(runs_dir), "--runs-dir")
+        exp, present = reader.campaign_runs(campaign)
+        _refuse_merge(campaign, bundled, exp, present, {r["run_id"] for r in runs}, Path(path))
+        folders: dict[str, Path] = {}  # the run folders this import copies (or finds already here, the same)
+        differ = []
+        for data in runs:
+            rel = data.get("run_folder")
+            if rel and data["tags"].get(schema.KIND) == schema.KIND_AGENT and (top / "runs" / rel).is_dir():
+                dest = folders[rel] = containment.destination(base, rel, "run folder")
+                if dest.exists() and (diff := _differs(rel, dest, manifest["files"])):
+                    differ.append(f"{dest}: {'; '.join(diff[:3])}" + (f" (+{len(diff) - 3} more)" if len(diff) > 3 else ""))
+        if differ:
+            raise containment.Refused(
+                "run folder(s) already here differ from the bundle's, nothing imported (never overwritten): "
+                + " | ".join(differ) + "; import into a folder of your own with --runs-dir DIR"
+            )
         out = Imported(campaign, problems=problems)
         writer = MlflowWriter(campaign)
-        for key, value in (experiment.get("tags") or {}).items():  # the UI's saved views, the description
-            writer.set_experiment_tag(key, value)
-        base = Path(runs_dir) if runs_dir else campaign_dir(campaign)
+        if exp is None:  # a new experiment takes the bundle's tags (the UI's saved views); an existing one is kept
+            for key, value in (experiment.get("tags") or {}).items():
+                writer.set_experiment_tag(key, value)
         existing = _existing(campaign)
         new_ids: dict[str, str] = {}
         for i, data in enumerate(_ordered(runs), 1):
-            kind = data["tags"].get(schema.KIND)
-            folder = (base / data["run_folder"]) if data.get("run_folder") and kind == schema.KIND_AGENT else None
-            if folder is not None and (top / "runs" / data["run_folder"]).is_dir():
+            folder = folders.get(data.get("run_folder") or "")
+            if folder is not None:
                 _copy_folder(top / "runs" / data["run_folder"], folder, out)
             found = existing.get(data["run_id"])
             original = found is not None and found[0] == data["run_id"]  # the store the bundle came from
@@ -204,6 +274,8 @@ def import_bundle(path: Path, *, runs_dir: Path | None = None, force: bool = Fal
                 continue
             if found:  # left open by an interrupted import: written again
                 writer.delete_run(found[0])
+            if campaign != bundled and schema.CAMPAIGN in data["tags"]:
+                data["tags"][schema.CAMPAIGN] = campaign  # imported --as another name: the runs say which
             parent = new_ids.get(data.get("parent_run_id") or "")
             new_ids[data["run_id"]] = _import_run(writer, top, data, parent, folder, out)
             out.created += 1
@@ -211,11 +283,13 @@ def import_bundle(path: Path, *, runs_dir: Path | None = None, force: bool = Fal
     return out
 
 
-def main(path: str, runs_dir: str | None, force: bool, quiet: bool) -> int:
-    """``bench import``: 0 imported, 1 the bundle differs from its manifest (unless --force), 2 bad input."""
+def main(path: str, runs_dir: str | None, force: bool, quiet: bool, name: str | None = None) -> int:
+    """``bench import``: 0 imported, 1 the bundle differs from its manifest (unless --force), 2 bad input (a name
+    that leads out of its folder, a campaign of that name already in the store, a run folder here that differs)."""
     say = None if quiet else (lambda line: print(line, file=sys.stderr, flush=True))
     try:
-        out = import_bundle(Path(path), runs_dir=Path(runs_dir) if runs_dir else None, force=force, say=say)
+        runs = Path(runs_dir) if runs_dir else None
+        out = import_bundle(Path(path), runs_dir=runs, force=force, say=say, name=name)
     except bundle.BundleError as e:
         print(f"bench import: {e}", file=sys.stderr)
         return 2

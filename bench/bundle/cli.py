@@ -1,4 +1,4 @@
-"""``bench export`` and ``bench import``: the command line of campaign bundles (:mod:`bench.bundle`)."""
+"""``bench export`` and ``bench import``: the command line of campaign bundles (:mod:`bench.bundle.archive`)."""
 
 from __future__ import annotations
 
@@ -28,17 +28,17 @@ def tracking_uri(uri: str | None) -> Iterator[None]:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from bench import bundle_export
+    from bench.bundle import export as bundle_export
 
     with tracking_uri(args.tracking_uri):
         return bundle_export.main(args.campaign, args.bundle, args.runs_dir, args.quiet)
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    from bench import bundle_import
+    from bench.bundle import importer as bundle_import
 
     with tracking_uri(args.tracking_uri):
-        return bundle_import.main(args.bundle, args.runs_dir, args.force, args.quiet)
+        return bundle_import.main(args.bundle, args.runs_dir, args.force, args.quiet, name=args.as_name)
 
 
 def add_cli(sub) -> None:
@@ -58,5 +58,11 @@ def add_cli(sub) -> None:
     s.add_argument("--tracking-uri", help=store)
     s.add_argument("--runs-dir", help="where the run folders go (default: this machine's folder of the campaign)")
     s.add_argument("--force", action="store_true", help="import even where files differ from the manifest")
+    s.add_argument(
+        "--as",
+        dest="as_name",
+        metavar="NEW_NAME",
+        help="import the campaign under this name (an import never merges into a campaign the store already has)",
+    )
     s.add_argument("--quiet", action="store_true", help="no progress line per run")
     s.set_defaults(func=cmd_import)

@@ -17,7 +17,7 @@ official result), the task folder's content hash, and the evidence the audit jud
 
 Recorded and recomputed must be identical on the same kind of device (floats compared exactly: a CPU scores
 bitwise the same), and within the task's tolerance across kinds (:func:`tolerance`). Every difference is one line
-naming the file, candidate or field. The MLflow side is :mod:`bench.verify_store`; the command, :mod:`bench.verify_cli`.
+naming the file, candidate or field. The MLflow side is :mod:`bench.bundle.verify_store`; the command, :mod:`bench.bundle.verify_cli`.
 """
 
 from __future__ import annotations
@@ -270,6 +270,7 @@ def reaudit(result: RunResult, run_dir: Path, task: Task, evaluations: list[Eval
         offline=not endpoints,
         own_hosts=own_hosts,
         keep=False,
+        recorded_workspace=Path(result.workspace) if result.workspace else None,  # judged where the run ran
     )
 
 

@@ -1,7 +1,7 @@
 """A campaign bundle: one archive that holds what a campaign recorded, with a manifest of every file's sha256.
 
 Why a bundle: a reader of a result can only check what they can load. The bundle carries the campaign's MLflow runs
-(written by :mod:`bench.bundle_export`, loaded into any store by :mod:`bench.bundle_import`) and each run's
+(written by :mod:`bench.bundle.export`, loaded into any store by :mod:`bench.bundle.importer`) and each run's
 directory as the harness left it (``result.json``, the evidence, the scored checkpoints and the code recorded with
 them), so that ``bench verify`` can re-score and re-audit from it. The manifest makes an edit visible: a file whose
 bytes differ from its recorded sha256 is named, and so is a metric in the MLflow runs that no longer agrees with its
@@ -42,6 +42,15 @@ MANIFEST = "manifest.json"
 SUFFIX = ".tar.gz"
 
 
+# Caps on what a stranger's bundle can make a reader do, checked before anything is written (a bundle over one is
+# refused, exit 2, with the reason): the paper's 245-run campaign is about 10,000 files; a run JSON with every
+# metric's history is a few MB; the bundle's own JSON nests 5 levels (the traces' spans, a few more)
+MAX_MEMBERS = 50_000
+MAX_BYTES = 200 * 2**30  # unpacked, all members together
+MAX_JSON_BYTES = 256 * 2**20  # one JSON file of the bundle
+MAX_JSON_DEPTH = 64
+
+
 class BundleError(ValueError):
     """Not a bundle, an unreadable one, or a manifest of another format: bad input (exit 2)."""
 
@@ -78,7 +87,12 @@ def files_of(top: Path) -> dict[str, str]:
     """Every file under ``top`` but the manifest, relative posix path -> sha256 (links are refused: a bundle holds
     plain files only)."""
     out = {}
-    for p in sorted(top.rglob("*")):
+    found = []
+    for n, p in enumerate(top.rglob("*")):
+        if n >= MAX_MEMBERS:
+            raise BundleError(f"{top} holds more than {MAX_MEMBERS:,} entries: not a bundle of `bench export`")
+        found.append(p)
+    for p in sorted(found):
         rel = p.relative_to(top).as_posix()
         if p.is_symlink():
             raise BundleError(f"{rel} is a link: a bundle holds plain files only")
@@ -104,18 +118,51 @@ def write_manifest(top: Path, *, campaign: str, tasks: dict, created: str, versi
 def read_manifest(top: Path) -> dict:
     """The manifest of an extracted bundle folder; BundleError when it is missing, unreadable or of another format."""
     path = top / MANIFEST
-    try:
-        manifest = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise BundleError(f"{top} has no {MANIFEST}: not a bundle of `bench export`") from None
-    except ValueError as e:
-        raise BundleError(f"{path} is not valid JSON ({e})") from e
+    if not path.is_file():
+        raise BundleError(f"{top} has no {MANIFEST}: not a bundle of `bench export`")
+    manifest = read_json(path)
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         got = manifest.get("format") if isinstance(manifest, dict) else type(manifest).__name__
         raise BundleError(f"{path}: format {got!r}, expected {FORMAT!r} (a bundle of another toolkit version?)")
     if not isinstance(manifest.get("files"), dict) or not isinstance(manifest.get("campaign"), str):
         raise BundleError(f"{path} lacks its 'files' table or its 'campaign'")
+    if len(manifest["files"]) > MAX_MEMBERS:
+        raise BundleError(f"{path} lists {len(manifest['files']):,} files, over the {MAX_MEMBERS:,} a bundle may hold")
     return manifest
+
+
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+_BRACKET = re.compile(r"[\[\]{}]")
+
+
+def depth(text: str) -> int:
+    """How deep the arrays and objects of a JSON text nest (strings skipped), read without parsing it: a text
+    nested 100,000 deep would make the parser itself fail with a RecursionError."""
+    deepest = level = 0
+    for m in _BRACKET.finditer(_STRING.sub("", text)):
+        level += 1 if m.group() in "[{" else -1
+        deepest = max(deepest, level)
+    return deepest
+
+
+def read_json(path: Path) -> object:
+    """One JSON file of a bundle, read within the caps (:data:`MAX_JSON_BYTES`, :data:`MAX_JSON_DEPTH`);
+    BundleError naming the file and the cap it passed, or why it is no JSON."""
+    path = Path(path)
+    try:
+        if path.is_symlink() or not path.is_file():
+            raise BundleError(f"{path.name} is not a plain file: not a bundle of `bench export`")
+        if (size := path.stat().st_size) > MAX_JSON_BYTES:
+            raise BundleError(f"{path.name} is {size:,} bytes, over the {MAX_JSON_BYTES:,} a bundle's JSON may hold")
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise BundleError(f"{path.name} cannot be read ({e})") from e
+    if (deep := depth(text)) > MAX_JSON_DEPTH:
+        raise BundleError(f"{path.name} nests {deep:,} levels deep, over the {MAX_JSON_DEPTH} a bundle's JSON may")
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError) as e:
+        raise BundleError(f"{path.name} is not valid JSON ({e})") from e
 
 
 def _top_of(root: Path) -> Path:
@@ -133,14 +180,23 @@ def unpack(archive: Path, dest: Path) -> Path:
         raise BundleError(f"{archive}: no such file (a bundle is the .tar.gz that `bench export` wrote)")
     try:
         with tarfile.open(archive, "r:*") as tar:
-            members = tar.getmembers()  # headers only: what each member would write is known before anything is
-            for m in members:
+            # headers only, one at a time and counted: what each member would write is known before anything is,
+            # and a flood of members stops at the cap (the headers read so far are all that is held)
+            members, size = [], 0
+            for m in tar:
+                if len(members) >= MAX_MEMBERS:
+                    raise BundleError(f"{archive} holds more than {MAX_MEMBERS:,} members: refused unread (the "
+                                      f"paper's whole campaign is about 10,000): not a bundle of `bench export`")  # fmt: skip
                 if not (m.isfile() or m.isdir()):
                     raise BundleError(f"{archive}: member {m.name} is not a plain file: not a bundle")
-            size, free = sum(m.size for m in members), shutil.disk_usage(dest).free
+                members.append(m)
+                size += m.size
+                if size > MAX_BYTES:
+                    raise BundleError(f"{archive} unpacks to more than {MAX_BYTES:,} bytes: refused unread")
+            free = shutil.disk_usage(dest).free
             if size > free:  # a stranger's archive that unpacks to more than the disk holds (a gzip bomb)
                 raise BundleError(f"{archive} unpacks to {size:,} bytes and {dest} has {free:,} free: free space first")
-            tar.extractall(dest, filter="data")
+            tar.extractall(dest, members=members, filter="data")
     except (tarfile.TarError, OSError, EOFError) as e:
         raise BundleError(f"{archive} is not a readable .tar.gz ({e}): not a bundle of `bench export`") from e
     return _top_of(Path(dest))
@@ -199,9 +255,9 @@ def check_folder(top: Path) -> list[Problem]:
     ]
     for run_json in sorted((top / "mlflow" / "runs").glob("*.json")):
         try:
-            run = json.loads(run_json.read_text())
-        except ValueError as e:
-            problems.append(Problem("hash", run_json.relative_to(top).as_posix(), f"not valid JSON ({e})"))
+            run = read_json(run_json)
+        except BundleError as e:
+            problems.append(Problem("hash", run_json.relative_to(top).as_posix(), str(e)))
             continue
         rel = run_json.relative_to(top).as_posix()
         try:

@@ -1,4 +1,4 @@
-"""``bench export CAMPAIGN BUNDLE``: a campaign's MLflow runs and run directories as one bundle (:mod:`bench.bundle`).
+"""``bench export CAMPAIGN BUNDLE``: a campaign's MLflow runs and run directories as one bundle (:mod:`bench.bundle.archive`).
 
 Why MLflow's public API and not ``mlflow-export-import``: that package's PyPI release (1.2.0) writes with its own
 ``MlflowClient`` calls (here every write goes through :mod:`bench.tracking.writer`, the one redacting writer),
@@ -25,7 +25,9 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench import __version__, bundle, untrusted
+from bench import __version__, untrusted
+from bench.bundle import archive as bundle
+from bench.bundle import containment
 from bench.pipeline import uploads
 from bench.tracking import reader, schema, store
 
@@ -96,16 +98,21 @@ def _links(folder: str, names: list[str]) -> list[str]:
 
 
 def find_run_folder(run, campaign: str, runs_dir: Path | None) -> Path | None:
-    """The run directory of an agent run: where its ``bench.workspace`` tag says, else a folder of that name under
-    ``runs_dir`` or the campaign's folder of run directories (a store moved from another machine)."""
+    """The run directory of an agent run: where its ``bench.workspace`` tag says when that lies under the campaign's
+    folder of run directories (or ``runs_dir``), else a folder of that name under one of them (a store moved from
+    another machine). Never a folder elsewhere: a tag may come from someone else's bundle (``bench import``), and
+    an export must not pack a private folder that a stranger's tag names."""
     from bench.pipeline.workspace import campaign_dir
 
     recorded = run.data.tags.get(schema.WORKSPACE)
     if not recorded:
         return None
-    candidates = [Path(recorded)]
-    candidates += [base / Path(recorded).name for base in (runs_dir, campaign_dir(campaign)) if base]
-    return next((c for c in candidates if (c / "result.json").is_file()), None)
+    bases = [base for base in (runs_dir, campaign_dir(campaign)) if base]
+    candidates = [Path(recorded)] if any(containment.inside(recorded, base) for base in bases) else []
+    candidates += [base / Path(recorded).name for base in bases if Path(recorded).name not in ("", ".", "..")]
+    return next(
+        (c for c in candidates if (c / "result.json").is_file() and any(containment.inside(c, b) for b in bases)), None
+    )
 
 
 def export(campaign: str, archive: Path, *, runs_dir: Path | None = None, say=None) -> Exported:
@@ -177,7 +184,7 @@ def _run_folder(run, campaign: str, runs_dir: Path | None, top: Path, tasks: dic
     try:
         source = (json.loads((src / "result.json").read_text()).get("run") or {}).get("task_source") or {}
         digest = source.get("sha256") or digest
-    except (OSError, ValueError):
+    except (OSError, ValueError, AttributeError, RecursionError):
         pass
     if task and digest:
         known = tasks.get(task)

@@ -1,11 +1,11 @@
 """``bench verify RUN|CAMPAIGN|BUNDLE``: which runs to check, the table of recorded vs recomputed, the exit status.
 
 The target is told apart by what it is on disk, in this order: a bundle of ``bench export`` (a file, or a folder
-with the bundle's manifest: :func:`bench.bundle.check` names every file that differs from the manifest, every MLflow
+with the bundle's manifest: :func:`bench.bundle.archive.check` names every file that differs from the manifest, every MLflow
 metric that differs from its run's result.json and every artifact missing, then its runs are extracted and checked),
 a run directory, a folder of run directories, or a campaign's name (its folder of run directories). Each run is
-checked by :func:`bench.verify.verify_run`; runs on disk are also compared with the tracking store
-(:mod:`bench.verify_store`). Exit 0 when everything matches, 1 when anything differs, 2 for a target that is none of
+checked by :func:`bench.bundle.verify.verify_run`; runs on disk are also compared with the tracking store
+(:mod:`bench.bundle.verify_store`). Exit 0 when everything matches, 1 when anything differs, 2 for a target that is none of
 these (:class:`bench.preflight.InputError`).
 """
 
@@ -29,7 +29,7 @@ WIDE = 26  # the run and checkpoint columns (names are cut with an ellipsis beyo
 
 def targets(target: str, stack: contextlib.ExitStack) -> tuple[list[Path], list[str], bool]:
     """(the run directories to check, the bundle's own problems, whether they came from a bundle)."""
-    from bench import bundle
+    from bench.bundle import archive as bundle
     from bench.pipeline import workspace
 
     path = Path(target)
@@ -80,7 +80,7 @@ def _without_folder(runs: Path) -> list[str]:
 
 
 def _has_manifest(path: Path) -> bool:
-    from bench import bundle
+    from bench.bundle import archive as bundle
 
     return (path / bundle.MANIFEST).is_file() or any((p / bundle.MANIFEST).is_file() for p in path.iterdir())
 
@@ -113,7 +113,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 def run_all(run_dirs: list[Path], *, device: str | None, store: bool, quiet: bool) -> list:
     """Each run verified in turn, one line each as it ends, with a status line (runs done, time left) for many."""
-    from bench import verify, verify_store
+    from bench.bundle import verify, verify_store
 
     results: dict[Path, RunResult] = {}
     checks = []
@@ -179,7 +179,7 @@ def print_table(checks: list) -> None:
 
 def _same(cand) -> bool:
     if cand.recomputed is None:
-        from bench.verify import NOT_SCORED
+        from bench.bundle.verify import NOT_SCORED
 
         return cand.note.startswith(NOT_SCORED)  # nothing was scored at the run either
     return cand.recorded.value == cand.recomputed.value
