@@ -185,8 +185,8 @@ def unpack(archive: Path, dest: Path) -> Path:
             members, size = [], 0
             for m in tar:
                 if len(members) >= MAX_MEMBERS:
-                    raise BundleError(f"{archive} holds more than {MAX_MEMBERS:,} members: refused unread (the "
-                                      f"paper's whole campaign is about 10,000): not a bundle of `bench export`")  # fmt: skip
+                    why = f"more than {MAX_MEMBERS:,} members (the paper's whole campaign is about 10,000)"
+                    raise BundleError(f"{archive} holds {why}: refused unread, not a bundle of `bench export`")
                 if not (m.isfile() or m.isdir()):
                     raise BundleError(f"{archive}: member {m.name} is not a plain file: not a bundle")
                 members.append(m)

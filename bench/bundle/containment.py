@@ -32,7 +32,14 @@ def protected() -> list[Path]:
     """The folders no import may write into: the data (downloaded and prepared), the weights, the CLIs, the task
     folders and the tracking store."""
     cache = paths.cache_dir()
-    return [cache / "raw", cache / "prepared", cache / "weights", paths.clis_dir(), paths.tasks_dir(), paths.mlruns_dir()]
+    return [
+        cache / "raw",
+        cache / "prepared",
+        cache / "weights",
+        paths.clis_dir(),
+        paths.tasks_dir(),
+        paths.mlruns_dir(),
+    ]
 
 
 def check_name(name: object, what: str) -> str:

@@ -1,4 +1,5 @@
-"""``bench export CAMPAIGN BUNDLE``: a campaign's MLflow runs and run directories as one bundle (:mod:`bench.bundle.archive`).
+"""``bench export CAMPAIGN BUNDLE``: a campaign's MLflow runs and run directories as one bundle
+(:mod:`bench.bundle.archive`).
 
 Why MLflow's public API and not ``mlflow-export-import``: that package's PyPI release (1.2.0) writes with its own
 ``MlflowClient`` calls (here every write goes through :mod:`bench.tracking.writer`, the one redacting writer),

@@ -9,13 +9,13 @@ open (RUNNING where the source is not) is deleted and written again. The run dir
 machine keeps the campaign's run directories (or ``--runs-dir``), and each agent run's ``bench.workspace`` tag names
 its new place.
 
-The bundle is checked against its manifest first (:func:`bench.bundle.archive.check`): an import of files that differ from
-what was published is refused, naming them, unless forced.
+The bundle is checked against its manifest first (:func:`bench.bundle.archive.check`): an import of files that
+differ from what was published is refused, naming them, unless forced. Every destination is checked before anything
+is written (:mod:`bench.bundle.containment`), and an import never merges into a campaign the store already has.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import shutil
 import sys
@@ -249,11 +249,14 @@ def import_bundle(
             if rel and data["tags"].get(schema.KIND) == schema.KIND_AGENT and (top / "runs" / rel).is_dir():
                 dest = folders[rel] = containment.destination(base, rel, "run folder")
                 if dest.exists() and (diff := _differs(rel, dest, manifest["files"])):
-                    differ.append(f"{dest}: {'; '.join(diff[:3])}" + (f" (+{len(diff) - 3} more)" if len(diff) > 3 else ""))
+                    differ.append(
+                        f"{dest}: {'; '.join(diff[:3])}" + (f" (+{len(diff) - 3} more)" if len(diff) > 3 else "")
+                    )
         if differ:
             raise containment.Refused(
                 "run folder(s) already here differ from the bundle's, nothing imported (never overwritten): "
-                + " | ".join(differ) + "; import into a folder of your own with --runs-dir DIR"
+                + " | ".join(differ)
+                + "; import into a folder of your own with --runs-dir DIR"
             )
         out = Imported(campaign, problems=problems)
         writer = MlflowWriter(campaign)

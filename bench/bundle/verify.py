@@ -1,10 +1,15 @@
 """``bench verify``: one finished run checked again from what it recorded, by the pipeline's own steps.
 
-A reader of a result should not have to trust the machine that produced it. Everything a score rests on is in the
-run directory: each scored candidate's checkpoint (and the sha256 of the bytes that were timed and scored), the
-scripts of its time (``evidence/code/``, :mod:`bench.pipeline.codetime`), the probe secret the scorer drew (in the
-official result), the task folder's content hash, and the evidence the audit judged. So this module re-does steps
-5 and 6 from those files alone, with the same functions the run used and no second scorer:
+What this proves, and what it cannot. Everything a score rests on is in the run directory: each scored candidate's
+checkpoint (and the sha256 of the bytes that were timed and scored), the scripts of its time (``evidence/code/``,
+:mod:`bench.pipeline.codetime`), the probe secret the scorer drew (in the official result), the task folder's content
+hash, and the evidence the audit judged. This module re-does steps 5 and 6 from those files alone, with the same
+functions the run used and no second scorer, so a reader learns that *the recorded checkpoint bytes, staged with the
+recorded code and the task's locked files, score as recorded under the recorded probes on the reader's own data, and
+that the audit of the recorded evidence gives the recorded verdict*. It cannot show that the checkpoint, the times or
+the evidence came from a run of that agent within that budget: whoever produced the files can rewrite them
+consistently (a checkpoint that carries the test targets is looked for separately by the scorer's label scan). The
+steps:
 
 * the task folder is the one whose content hash (:func:`bench.checksums.tree_sha256`) equals the recorded one,
   among the folders :mod:`bench.tasks.packs` finds (``BENCH_TASKS_DIR``, packs); none: named, nothing re-scored;
@@ -17,7 +22,8 @@ official result), the task folder's content hash, and the evidence the audit jud
 
 Recorded and recomputed must be identical on the same kind of device (floats compared exactly: a CPU scores
 bitwise the same), and within the task's tolerance across kinds (:func:`tolerance`). Every difference is one line
-naming the file, candidate or field. The MLflow side is :mod:`bench.bundle.verify_store`; the command, :mod:`bench.bundle.verify_cli`.
+naming the file, candidate or field. The MLflow side is :mod:`bench.bundle.verify_store`; the command,
+:mod:`bench.bundle.verify_cli`.
 """
 
 from __future__ import annotations
@@ -26,12 +32,13 @@ import hashlib
 import json
 import math
 import tempfile
+import threading
 import time
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench import outcome, protocol
+from bench import outcome, protocol, settings, software
 from bench.agents import AgentError, get_agent
 from bench.checksums import sha256, tree_sha256
 from bench.evidence import Evidence
@@ -43,9 +50,15 @@ from bench.tasks import Task, TaskError, all_tasks, data
 # across device kinds (a CPU run verified on a GPU, or the reverse) a score may move by float rounding: relative
 # difference allowed when the task's task.toml gives none ([scoring] verify_tolerance)
 DEFAULT_TOLERANCE = 1e-3
+_PREPARE = threading.Lock()
 # files a finished run directory always holds, beside the candidates' own (checkpoints, code snapshots)
 REQUIRED = ("run.json", "evidence/inputs.json", "evidence/manifest-start.json", "evidence/manifest-end.json")
 NOT_SCORED = "not scored at the run"  # a candidate the run's evaluation never gave to the scorer: nothing to redo
+# a candidate's re-scoring may take this many times its recorded evaluation (at least VERIFY_MIN_S, at most the
+# reader's BENCH_EVAL_TIMEOUT) on the same kind of device: a bundle cannot hold a reader's verify for the reader's
+# whole evaluation timeout per candidate. Across device kinds (a GPU run checked on a CPU) the reader's timeout holds.
+VERIFY_FACTOR = 5
+VERIFY_MIN_S = 60.0
 SCORED_KEYS = ("value", "val_value", "n", "checks", "probes")  # the scorer's answer, field by field (probes: the
 # positions the recorded secret gives: the same probes were asked again)
 
@@ -76,6 +89,8 @@ class RunCheck:
     candidates: list[Candidate] = field(default_factory=list)
     differences: list[str] = field(default_factory=list)
     score_ok: bool = False  # the official score recomputed as recorded (within the tolerance across device kinds)
+    versions: list[str] = field(default_factory=list)  # software that differs from the recorded (bench.software)
+    software: dict = field(default_factory=dict)  # what the run recorded (result.json's software)
     seconds: float = 0.0
 
     @property
@@ -152,11 +167,48 @@ def snapshot(run_dir: Path, digest: str) -> codetime.Snapshot:
     return codetime.Snapshot(digest, dict(d["files"]), dict(d.get("left_out") or {}), d.get("incomplete"))
 
 
+def timeout_s(recorded_s: object, same_device: bool) -> float:
+    """The time one candidate's re-scoring may take: :data:`VERIFY_FACTOR` times its recorded evaluation time, at
+    least :data:`VERIFY_MIN_S`, at most the reader's ``BENCH_EVAL_TIMEOUT``; that timeout itself across device kinds
+    or when the run recorded no time."""
+    ceiling = settings.EVAL_TIMEOUT_S.get()
+    if not same_device or not isinstance(recorded_s, int | float) or not math.isfinite(recorded_s) or recorded_s < 0:
+        return ceiling
+    return min(ceiling, max(VERIFY_MIN_S, VERIFY_FACTOR * float(recorded_s)))
+
+
+def expected_s(result: RunResult, same_device: bool) -> tuple[float, float]:
+    """(the recorded evaluation time of the candidates verify re-scores, the most it may take): what verify says
+    before it starts."""
+    seen, spent, most = set(), 0.0, 0.0
+    for e in result.evaluations:
+        raw = e.official.raw
+        if e.path in seen or (not raw.get("checkpoint_sha256") and "eval_wall_s" not in raw):
+            continue
+        seen.add(e.path)
+        wall = raw.get("eval_wall_s")
+        spent += float(wall) if isinstance(wall, int | float) and math.isfinite(wall) and wall > 0 else 0.0
+        most += timeout_s(wall, same_device)
+    return spent, most
+
+
+def same_kind(result: RunResult, device: str, recorded_device: str) -> bool:
+    """Whether ``device`` here is the recorded kind: a CPU, or the same GPU model (another model runs other
+    kernels)."""
+    return device == recorded_device and (device == "cpu" or protocol.describe_hardware(device) == result.hardware)
+
+
+def recorded_device_of(result: RunResult) -> str:
+    """The device the run's evaluation scored on."""
+    found = (str(e.official.raw["device"]) for e in result.evaluations if e.official.raw.get("device"))
+    return next(found, result.device or "cpu")
+
+
 def rescore(
-    result: RunResult, run_dir: Path, task: Task, data_dir: Path, device: str, tmp: Path
+    result: RunResult, run_dir: Path, task: Task, data_dir: Path, device: str, tmp: Path, same_device: bool = True
 ) -> tuple[list[Candidate], list[Evaluation], list[str]]:
     """Each distinct candidate staged and scored again (candidates, the recomputed evaluations in the recorded
-    order, the differences found while staging)."""
+    order, the differences found while staging), each within :func:`timeout_s` of its recorded time."""
     by_path: dict[str, Candidate] = {}
     diffs: list[str] = []
     ws, store = run_dir / "workspace", run_dir / "evidence" / codetime.CODE_DIR
@@ -194,6 +246,7 @@ def rescore(
             data_dir,
             script=e.script,
             device=device,
+            timeout_s=timeout_s(raw.get("eval_wall_s"), same_device),
             sandboxed=True,  # always: the verifier runs someone else's code (the run's own choice is not theirs)
             validate=e.candidate.startswith("best"),
             limits=result.run.limits,
@@ -283,8 +336,7 @@ def verify_run(run_dir: Path, result: RunResult, *, device: str | None = None) -
     """Re-score every scored candidate of one finished run and re-run its audit; the differences named."""
     t0 = time.monotonic()
     run_dir = Path(run_dir)
-    recorded_device = next((str(e.official.raw["device"]) for e in result.evaluations if e.official.raw.get("device")),
-                           result.device or "cpu")  # fmt: skip
+    recorded_device = recorded_device_of(result)
     if device is None:
         device = recorded_device if recorded_device == "cpu" or protocol.default_device() != "cpu" else "cpu"
     check = RunCheck(result.label, run_dir, result.status, result.score, device=device, recorded_device=recorded_device)
@@ -295,16 +347,16 @@ def verify_run(run_dir: Path, result: RunResult, *, device: str | None = None) -
         check.seconds = round(time.monotonic() - t0, 1)
         return check
     try:
-        data_dir = data.prepare(task, progress=False)  # the verifier's own copy, verified against its content list
+        with _PREPARE:  # runs verified side by side (--jobs) prepare a task's data once
+            data_dir = data.prepare(task, progress=False)  # the verifier's own copy, verified against its content list
     except data.DataError as e:  # no data here (offline, no mirror) or a changed copy: this run cannot be re-scored
         check.differences.append(f"the task's data cannot be prepared here, nothing re-scored: {one_line(e, 400)}")
         check.seconds = round(time.monotonic() - t0, 1)
         return check
+    same = same_kind(result, device, recorded_device)
     with tempfile.TemporaryDirectory(prefix="bench-verify-") as tmp:
-        check.candidates, evals, diffs = rescore(result, run_dir, task, data_dir, device, Path(tmp))
+        check.candidates, evals, diffs = rescore(result, run_dir, task, data_dir, device, Path(tmp), same)
     check.differences += diffs
-    # the same kind of device: a CPU, or the same GPU model (another GPU model runs other kernels)
-    same = device == recorded_device and (device == "cpu" or protocol.describe_hardware(device) == result.hardware)
     tol = tolerance(task)
     for cand in check.candidates:
         check.differences += compare(cand, same, tol)
@@ -329,5 +381,7 @@ def verify_run(run_dir: Path, result: RunResult, *, device: str | None = None) -
     )
     if not check.score_ok:
         check.differences.append(f"official score: recorded {check.recorded_score!r}, recomputed {check.score!r}")
+    if check.differences and (other := software.differences(result.software, software.versions())):
+        check.versions = other  # a number that moved may have moved with them: said beside the differences
     check.seconds = round(time.monotonic() - t0, 1)
     return check

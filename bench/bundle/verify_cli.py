@@ -1,19 +1,21 @@
 """``bench verify RUN|CAMPAIGN|BUNDLE``: which runs to check, the table of recorded vs recomputed, the exit status.
 
 The target is told apart by what it is on disk, in this order: a bundle of ``bench export`` (a file, or a folder
-with the bundle's manifest: :func:`bench.bundle.archive.check` names every file that differs from the manifest, every MLflow
-metric that differs from its run's result.json and every artifact missing, then its runs are extracted and checked),
-a run directory, a folder of run directories, or a campaign's name (its folder of run directories). Each run is
-checked by :func:`bench.bundle.verify.verify_run`; runs on disk are also compared with the tracking store
-(:mod:`bench.bundle.verify_store`). Exit 0 when everything matches, 1 when anything differs, 2 for a target that is none of
-these (:class:`bench.preflight.InputError`).
+with the bundle's manifest: :func:`bench.bundle.archive.check` names every file that differs from the manifest,
+every MLflow metric that differs from its run's result.json and every artifact missing, then its runs are extracted
+and checked), a run directory, a folder of run directories, or a campaign's name (its folder of run directories).
+Each run is checked by :func:`bench.bundle.verify.verify_run`; runs on disk are also compared with the tracking
+store (:mod:`bench.bundle.verify_store`). Exit 0 when everything matches, 1 when anything differs, 2 for a target
+that is none of these (:class:`bench.preflight.InputError`).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -59,16 +61,17 @@ def targets(target: str, stack: contextlib.ExitStack) -> tuple[list[Path], list[
 def _without_folder(runs: Path) -> list[str]:
     """The bundle's agent runs whose run folder it does not hold (``bench export`` found none): each named, since
     nothing of such a run can be re-scored or re-audited."""
-    import json
-
+    from bench.bundle import archive as bundle
     from bench.tracking import schema
 
     out = []
     for path in sorted((runs.parent / "mlflow" / "runs").glob("*.json")):
         try:
-            run = json.loads(path.read_text())
-        except (OSError, ValueError):
+            run = bundle.read_json(path)
+        except bundle.BundleError:
             continue  # named by the bundle's own check
+        if not isinstance(run, dict):
+            continue
         if (run.get("tags") or {}).get(schema.KIND) != schema.KIND_AGENT:
             continue
         folder = str(run.get("run_folder") or "")
@@ -85,13 +88,30 @@ def _has_manifest(path: Path) -> bool:
     return (path / bundle.MANIFEST).is_file() or any((p / bundle.MANIFEST).is_file() for p in path.iterdir())
 
 
+PROVED = (
+    "re-computed here: each recorded checkpoint, staged with its recorded code and the task's locked files, scores "
+    "as recorded under the recorded probes on this machine's own copy of the data; the audit of the recorded "
+    "evidence gives the recorded verdict; the MLflow records agree with result.json{bundle}."
+)
+NOT_PROVED = (
+    "not proved, and no bundle can prove it: that the checkpoints, the times and the evidence came from a run of "
+    "that agent within that budget (whoever produced the files can rewrite them consistently); a published sha256 "
+    "of the archive proves only which bundle was published."
+)
+
+
 def cmd_verify(args: argparse.Namespace) -> int:
     tasks = {"BENCH_TASKS_DIR": Path(args.tasks_dir).resolve()} if args.tasks_dir else {}
+    if args.jobs < 1:
+        raise InputError(f"--jobs {args.jobs}: give 1 or more runs to verify side by side")
     with contextlib.ExitStack() as stack:
         stack.enter_context(settings.override(**tasks))
         run_dirs, problems, from_bundle = targets(args.target, stack)
-        checks = run_all(run_dirs, device=args.device, store=not from_bundle, quiet=args.quiet)
+        experiment = None if from_bundle or Path(args.target).exists() else args.target  # a campaign by its name
+        checks = run_all(run_dirs, device=args.device, store=not from_bundle, quiet=args.quiet, jobs=args.jobs,
+                         experiment=experiment)  # fmt: skip
     print_table(checks)
+    print_software(checks)
     differences = [*problems, *(f"{c.label}: {d}" for c in checks for d in c.differences)]
     if problems:
         print(f"\nthe bundle ({len(problems)} difference(s) from its manifest or its records):")
@@ -102,24 +122,89 @@ def cmd_verify(args: argparse.Namespace) -> int:
             print(f"\n{one_line(c.label, 200)} ({c.run_dir}):")
             for d in c.differences:
                 print(f"  - {one_line(d, 600)}")
+            if c.versions:
+                print(f"  (this machine's software differs from the run's: {', '.join(c.versions)})")
     n = len(checks)
     if differences:
-        print(f"\nbench verify: {len(differences)} difference(s) in {sum(not c.ok for c in checks)} of {n} run(s)"
-              + (" and the bundle" if problems else ""))  # fmt: skip
+        where = f"{sum(not c.ok for c in checks)} of {n} run(s)" + (" and the bundle" if problems else "")
+        print(f"\nbench verify: {len(differences)} difference(s) in {where}: not what was recorded")
+        print(NOT_PROVED)
         return 1
-    print(f"\nbench verify: {n} run(s), every recorded score, verdict and audit recomputed as recorded")
+    print(f"\nbench verify: {n} run(s) recomputed as recorded.")
+    print(PROVED.format(bundle=", and the bundle's files agree with its manifest" if from_bundle else ""))
+    print(NOT_PROVED)
     return 0
 
 
-def run_all(run_dirs: list[Path], *, device: str | None, store: bool, quiet: bool) -> list:
-    """Each run verified in turn, one line each as it ends, with a status line (runs done, time left) for many."""
+def print_software(checks: list) -> None:
+    """The software the runs recorded beside this machine's, and which versions differ (a number that moved may
+    have moved with them)."""
+    from bench import software
+
+    here = software.versions()
+    seen: list[dict] = []
+    for c in checks:
+        rec = getattr(c, "software", None) or {}
+        if rec and rec not in seen:
+            seen.append(rec)
+    print("\nsoftware here:     " + ", ".join(f"{k} {v}" for k, v in here.items()))
+    if not seen:
+        print("software recorded: none (result.json written before the toolkit recorded it)")
+    for rec in seen:
+        diff = software.differences(rec, here)
+        print("software recorded: " + ", ".join(f"{k} {v}" for k, v in rec.items()))
+        print("  differs here: " + ", ".join(diff) if diff else "  the same here")
+
+
+def expectation(run_dirs: list[Path], device: str | None, jobs: int) -> str | None:
+    """One line said before verify starts: how long the runs' evaluations took when they were recorded, and the most
+    their re-scoring may take here (each candidate within :func:`bench.bundle.verify.timeout_s`)."""
+    from bench import protocol
+    from bench.bundle import verify
+
+    spent = most = 0.0
+    for run_dir in run_dirs:
+        try:
+            result = RunResult.load(run_dir)
+        except ResultError:
+            continue
+        rec = verify.recorded_device_of(result)
+        here = device or (rec if rec == "cpu" or protocol.default_device() != "cpu" else "cpu")
+        a, b = verify.expected_s(result, verify.same_kind(result, here, rec))
+        spent, most = spent + a, most + b
+    if not run_dirs:
+        return None
+    from bench.durations import fmt_s
+
+    return (f"[verify] {len(run_dirs)} run(s): their evaluations took {fmt_s(spent)} when recorded; expect about "
+            f"{fmt_s(spent / jobs)} plus staging here ({jobs} at a time), at most {fmt_s(most / jobs)}")  # fmt: skip
+
+
+def run_all(
+    run_dirs: list[Path],
+    *,
+    device: str | None,
+    store: bool,
+    quiet: bool,
+    jobs: int = 1,
+    experiment: str | None = None,
+) -> list:
+    """Each run verified (``jobs`` side by side), one line each as it ends, with a status line (runs done, time
+    left) for many. ``experiment``: the MLflow experiment the runs are in, when it is not the campaign their
+    result.json names (a campaign imported ``--as`` another name)."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from bench.bundle import verify, verify_store
 
     results: dict[Path, RunResult] = {}
-    checks = []
     status = StatusLine("bench verify", every_s=15.0, enabled=not quiet and len(run_dirs) > 1)
+    if not quiet and (line := expectation(run_dirs, device, jobs)):
+        print(line, file=sys.stderr, flush=True)
     t0 = time.monotonic()
-    for i, run_dir in enumerate(run_dirs):
+    lock = threading.Lock()
+    done: list = []
+
+    def one(run_dir: Path):
         try:
             result = RunResult.load(run_dir) if (run_dir / RESULT_FILE).is_file() else None
         except ResultError as e:
@@ -130,18 +215,25 @@ def run_all(run_dirs: list[Path], *, device: str | None, store: bool, quiet: boo
             check = verify.RunCheck(run_dir.name, run_dir, "unreadable", None)
             check.differences.append(why)
         else:
-            results[run_dir] = result
             check = verify.verify_run(run_dir, result, device=device)
-        checks.append(check)
-        done = "matches" if check.ok else f"{len(check.differences)} difference(s)"
-        if not quiet:
-            status.print(f"[verify] {one_line(check.label, 80)}: {done} ({check.seconds:.1f} s)")
-        elapsed = time.monotonic() - t0
-        status.set(runs=f"{i + 1}/{len(run_dirs)}", differ=sum(not c.ok for c in checks))
-        status.update(elapsed, elapsed / (i + 1) * (len(run_dirs) - i - 1))
+            check.software = dict(result.software)
+        with lock:
+            if result is not None:
+                results[run_dir] = result
+            done.append(check)
+            said = "matches" if check.ok else f"{len(check.differences)} difference(s)"
+            if not quiet:
+                status.print(f"[verify] {one_line(check.label, 80)}: {said} ({check.seconds:.1f} s)")
+            elapsed = time.monotonic() - t0
+            status.set(runs=f"{len(done)}/{len(run_dirs)}", differ=sum(not c.ok for c in done))
+            status.update(elapsed, elapsed / len(done) * (len(run_dirs) - len(done)))
+        return check
+
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        checks = list(pool.map(one, run_dirs))  # in the targets' order, whatever order they end in
     status.close()
     if store and results:
-        found = verify_store.differences(results)
+        found = verify_store.differences(results, experiment=experiment)
         for check in checks:
             check.differences += found.get(check.run_dir, [])
     return checks
@@ -202,6 +294,13 @@ def add_cli(sub) -> None:
         "--tasks-dir",
         metavar="DIR",
         help="the task folders to match by their recorded hash (default: BENCH_TASKS_DIR, the repository's tasks/)",
+    )
+    s.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        metavar="N",
+        help="verify N runs side by side (each re-scoring is one scorer process; give at most the cores you can spare)",
     )
     s.add_argument("--quiet", action="store_true", help="no line per run, no status line")
     s.set_defaults(func=cmd_verify)

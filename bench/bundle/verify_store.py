@@ -2,9 +2,9 @@
 
 A leaderboard is read from MLflow (``bench report``, the UI), a verification from the run directory; a metric edited
 in one and not the other would make them tell two stories. The metrics compared are the ones the record step derives
-from ``result.json`` (:func:`bench.bundle.archive.expected_metrics`, shared with the bundle's own check, so there is one list):
-the agent run's outcome (score, success, wall time, ...) and each eval run's validation and official scores. Read
-through :mod:`bench.tracking.reader` (the latest value of each metric, as the UI and the reports show it).
+from ``result.json`` (:func:`bench.bundle.archive.expected_metrics`, shared with the bundle's own check, so there is
+one list): the agent run's outcome (score, success, wall time, ...) and each eval run's validation and official
+scores. Read through :mod:`bench.tracking.reader` (the latest value of each metric, as the UI and the reports show it).
 """
 
 from __future__ import annotations
@@ -20,14 +20,16 @@ from bench.tracking import reader, schema
 PARENT, NAME = "mlflow.parentRunId", "mlflow.runName"  # MLflow's own tags: an eval run's agent run and its name
 
 
-def differences(results: dict[Path, RunResult]) -> dict[Path, list[str]]:
+def differences(results: dict[Path, RunResult], experiment: str | None = None) -> dict[Path, list[str]]:
     """Per run directory, every metric of its MLflow runs that differs from its result.json, and every MLflow run
-    it should have that the store lacks (a run never recorded: ``bench record RUN_DIR``). A run imported from a bundle
-    (``bench import``) is found by the id it had where it was recorded (the tag ``schema.SOURCE_RUN``)."""
+    it should have that the store lacks (a run never recorded: ``bench record RUN_DIR``). ``experiment``: the one
+    to look in when it is not the one each result.json names (a campaign imported under another name). A run
+    imported from a bundle (``bench import``) is found by the id it had where it was recorded (the tag
+    ``schema.SOURCE_RUN``)."""
     out: dict[Path, list[str]] = {path: [] for path in results}
     read = reader.open_reader()
     for campaign in sorted({r.campaign for r in results.values()}):
-        ids = list(read.experiments([campaign]))
+        ids = list(read.experiments([experiment or campaign]))  # imported --as another name: that experiment
         agents = _rows(read.runs(ids, schema.KIND_AGENT)) if ids else {}
         evals = list(_rows(read.runs(ids, schema.KIND_EVAL)).values()) if ids else []
         for path, result in results.items():
@@ -78,7 +80,7 @@ def _artifacts(where: str, run_id: str, expected: list[str]) -> list[str]:
 
 
 def _as_run(row: dict) -> dict:
-    """A reader's row as the run dict :func:`bench.bundle.archive.expected_metrics` reads (its kind tag and its name)."""
+    """A reader's row as the run dict :func:`bench.bundle.archive.expected_metrics` reads (its kind and name)."""
     return {"tags": {schema.KIND: row.get(f"t:{schema.KIND}")}, "run_name": row.get(f"t:{NAME}")}
 
 
