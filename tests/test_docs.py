@@ -106,7 +106,7 @@ EXPECT: dict[str, tuple[int, str]] = {
     "bench sandbox view": (0, "the predictor's sandbox"),
     "bench report --experiment mine --out report-mine": (0, "index.md"),
     "bench export mine mine.tar.gz": (0, "mine.tar.gz: "),
-    "BENCH_MLRUNS_DIR=theirs bench import mine.tar.gz": (0, "runs imported"),
+    "BENCH_MLRUNS_DIR=theirs bench import mine.tar.gz --runs-dir theirs/runs": (0, "runs imported"),
     # the synthetic campaign's bundle has MLflow runs and no run folders: verify names each run it cannot re-score
     # (tests/bench/test_verify.py verifies a real T6 run's bundle: exit 0, every score bitwise equal)
     "bench verify mine.tar.gz": (1, "it cannot be re-scored"),

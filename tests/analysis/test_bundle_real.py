@@ -11,7 +11,8 @@ import tarfile
 
 import pytest
 
-from bench import bundle, bundle_export
+from bench.bundle import archive as bundle
+from bench.bundle import export as bundle_export
 from bench.cli import main
 from bench.tracking import reader, schema
 from tests.bench.bundle_support import _use_store, assert_same, report_frames

@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from bench import bundle_export
+from bench.bundle import export as bundle_export
 from bench.tracking import reader, schema
 
 ROOT = Path(__file__).resolve().parents[2]

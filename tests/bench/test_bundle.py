@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from bench import bundle, bundle_import
+from bench.bundle import archive as bundle
+from bench.bundle import importer as bundle_import
 from bench.cli import main
 from bench.tracking import reader, schema
 from tests.bench import bundle_support as support
@@ -185,7 +186,7 @@ def test_an_agents_links_fifos_and_bloated_scripts_never_reach_a_bundle(tmp_path
     script is copied whole."""
     import os
 
-    from bench.bundle_export import copy_run_folder
+    from bench.bundle.export import copy_run_folder
 
     secret = tmp_path / "host" / "secret.txt"
     secret.parent.mkdir()

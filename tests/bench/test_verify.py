@@ -98,7 +98,8 @@ def test_untouched_run_verifies_with_every_score_bitwise_equal(recorded, untouch
     assert row.rstrip().endswith("yes") and "cpu->cpu" in row
     verdict = next(line for line in out.splitlines() if "verdict" in line and "t6-command" in line)
     assert verdict.count(recorded.result["outcome"]["status"]) == 2 and "score same" in verdict
-    assert "every recorded score, verdict and audit recomputed as recorded" in out
+    assert "1 run(s) recomputed as recorded" in out and "re-computed here" in out and "not proved" in out
+    assert "software recorded: python" in out and "the same here" in out  # the versions it scored with, beside these
 
 
 @pytest.mark.slow
@@ -211,7 +212,7 @@ def test_a_bundle_imported_into_a_fresh_store_verifies_against_it(recorded, expo
     # a metric edited in this store (its own, so the module's run stays untouched): a later value of the score
     import time
 
-    from bench import verify_store
+    from bench.bundle import verify_store
     from bench.pipeline import workspace
     from bench.result import RunResult
     from bench.tracking import reader, schema
@@ -251,7 +252,7 @@ def test_bad_input_exits_2(tmp_path, capsys):
 
 
 def _candidate(recorded_value: float, recomputed_value: float):
-    from bench.verify import Candidate
+    from bench.bundle.verify import Candidate
 
     rec = Official.from_dict({"value": recorded_value, "val_value": 0.5, "n": 10, "checks": ["determinism"]})
     now = Official.from_dict({"value": recomputed_value, "val_value": 0.5, "n": 10, "checks": ["determinism"]})
@@ -259,7 +260,7 @@ def _candidate(recorded_value: float, recomputed_value: float):
 
 
 def test_same_device_is_exact_and_another_device_within_the_tolerance():
-    from bench.verify import compare
+    from bench.bundle.verify import compare
 
     a = 0.384
     b = a * (1 + 5e-4)  # 5e-4 relative: within 1e-3, not bitwise
@@ -271,7 +272,7 @@ def test_same_device_is_exact_and_another_device_within_the_tolerance():
 
 
 def test_a_failed_recomputation_of_a_scored_candidate_is_named():
-    from bench.verify import Candidate, compare
+    from bench.bundle.verify import Candidate, compare
 
     rec = Official.from_dict({"value": 0.4})
     now = Official.from_dict({"error": "forward contract broken: x", "violation": "forward contract broken: x"})
@@ -283,7 +284,7 @@ def test_a_failed_recomputation_of_a_scored_candidate_is_named():
 def test_the_tolerance_is_the_tasks_or_the_documented_default(tmp_path):
     from bench.tasks import TaskError
     from bench.tasks.registry import load_task
-    from bench.verify import DEFAULT_TOLERANCE, tolerance
+    from bench.bundle.verify import DEFAULT_TOLERANCE, tolerance
 
     folder = tmp_path / "t6"
     shutil.copytree(ROOT / "tasks" / "t6_time_series_forecasting", folder)
@@ -295,3 +296,27 @@ def test_the_tolerance_is_the_tasks_or_the_documented_default(tmp_path):
     toml.write_text(base + "\n[scoring]\nverify_tolerance = 2\n")
     with pytest.raises(TaskError, match="verify_tolerance must be a number in"):
         tolerance(load_task(folder))
+
+
+def test_verify_says_what_it_proved_and_what_no_bundle_can_prove_in_its_output_and_the_docs():
+    """The closing lines and docs/publishing.md separate (a) what was re-computed here from (b) what a bundle
+    cannot prove; no line of the code or the page reads as a proof of (b)."""
+    from bench.bundle import verify_cli
+
+    page = " ".join((ROOT / "docs" / "publishing.md").read_text().split())
+    for words in (
+        "the recorded checkpoint bytes, staged with the recorded code and the task's locked files, score as recorded "
+        "under the recorded probes on the reader's own copy of the data",
+        "the audit of the recorded evidence gives the recorded verdict",
+        "that the checkpoint, the times and the evidence came from a run of that agent within that budget",
+        "Whoever produced the files can rewrite them consistently",
+        "The published sha256 of the archive proves only which bundle was published",
+    ):
+        assert words in page, words
+    assert "re-computed here" in verify_cli.PROVED and "recorded verdict" in verify_cli.PROVED
+    assert "not proved" in verify_cli.NOT_PROVED and "within that budget" in verify_cli.NOT_PROVED
+    assert "rewrite them consistently" in verify_cli.NOT_PROVED and "which bundle was published" in verify_cli.NOT_PROVED
+    claims = ("should not have to trust", "every recorded score, verdict and audit recomputed", "proves the run")
+    for path in [*(ROOT / "bench" / "bundle").glob("*.py"), ROOT / "docs" / "publishing.md", ROOT / "README.md"]:
+        text = " ".join(path.read_text().split())
+        assert not [c for c in claims if c in text], path
