@@ -9,8 +9,8 @@ agent CLI). So every name a bundle gives a destination is checked here, before a
 * each destination is resolved (links followed) and must lie strictly under its base: the campaign's folder of run
   directories, or ``--runs-dir``;
 * no destination may be, hold, or lie inside a folder the toolkit keeps for itself (:func:`protected`: the
-  downloaded and prepared data, the weights, the agents' CLIs, the task folders, the tracking store), whatever the
-  base, so a ``--runs-dir`` pointed at the cache cannot be used to write into it either.
+  downloaded and prepared data, the weights, the agents' CLIs, the task folders, the embedded tracking store's
+  database and artifacts), whatever the base, so a ``--runs-dir`` pointed at the cache cannot be used to write into it either.
 
 ``bench export`` asks :func:`inside` too: it packs only run folders that lie under the campaign's folder (or
 ``--runs-dir``), never a path an imported tag names.
@@ -29,17 +29,12 @@ class Refused(BundleError):
 
 
 def protected() -> list[Path]:
-    """The folders no import may write into: the data (downloaded and prepared), the weights, the CLIs, the task
-    folders and the tracking store."""
-    cache = paths.cache_dir()
-    return [
-        cache / "raw",
-        cache / "prepared",
-        cache / "weights",
-        paths.clis_dir(),
-        paths.tasks_dir(),
-        paths.mlruns_dir(),
-    ]
+    """The folders and files no import may write into: the data (downloaded and prepared), the weights, the CLIs,
+    the task folders, and the embedded tracking store's database and artifacts (a reader's ``theirs/runs`` beside
+    ``theirs/mlflow.db`` is theirs to choose)."""
+    cache, store = paths.cache_dir(), paths.mlruns_dir()
+    kept = [cache / "raw", cache / "prepared", cache / "weights", paths.clis_dir(), paths.tasks_dir()]
+    return [*kept, store / "mlflow.db", store / "artifacts"]
 
 
 def check_name(name: object, what: str) -> str:

@@ -79,7 +79,7 @@ def test_a_campaign_named_to_leave_its_folder_is_refused_and_the_cache_is_untouc
     assert reader.campaign_runs(campaign)[1] == [] if campaign else True
 
 
-@pytest.mark.parametrize("folder", [*CACHE_FOLDERS, "mlruns", "tasks"])
+@pytest.mark.parametrize("folder", [*CACHE_FOLDERS, "mlruns", "tasks", "mlflow.db", "artifacts"])
 def test_run_folders_named_after_the_cache_are_contained_in_the_campaigns_folder(folder, reader_home, tmp_path):
     top = _named(_bundle_folder(tmp_path / "b"), folder=folder)
     before = _listing(reader_home)
@@ -98,6 +98,11 @@ def test_a_runs_dir_in_the_cache_is_refused(reader_home, tmp_path, capsys):
         assert main(["import", str(top), "--quiet", "--runs-dir", str(where)]) == 2
         assert "where the toolkit keeps" in capsys.readouterr().err
     assert _listing(reader_home) == before
+    store = tmp_path / "store"  # a run folder named like the store's artifacts, with --runs-dir the store's folder
+    top = _named(_bundle_folder(tmp_path / "c"), folder="artifacts")
+    assert main(["import", str(top), "--quiet", "--runs-dir", str(store)]) == 2
+    assert "where the toolkit keeps 'mlflow.db'" in capsys.readouterr().err  # the folder holding the store
+    assert not (store / "artifacts" / "result.json").exists()
 
 
 def test_a_bundle_named_like_the_readers_campaign_is_refused_and_imports_beside_with_as(reader_home, tmp_path, capsys):
