@@ -10,7 +10,8 @@ agent CLI). So every name a bundle gives a destination is checked here, before a
   directories, or ``--runs-dir``;
 * no destination may be, hold, or lie inside a folder the toolkit keeps for itself (:func:`protected`: the
   downloaded and prepared data, the weights, the agents' CLIs, the task folders, the embedded tracking store's
-  database and artifacts), whatever the base, so a ``--runs-dir`` pointed at the cache cannot be used to write into it either.
+  database and artifacts), whatever the base, so a ``--runs-dir`` pointed at the cache cannot write into it
+  either.
 
 ``bench export`` asks :func:`inside` too: it packs only run folders that lie under the campaign's folder (or
 ``--runs-dir``), never a path an imported tag names.

@@ -233,4 +233,3 @@ def test_a_flood_of_members_and_a_deep_manifest_are_refused_in_seconds_and_bound
 def test_json_depth_is_read_without_parsing():
     assert bundle.depth('{"a": [1, {"b": "[[[[not counted]]]]"}]}') == 3
     assert bundle.depth('"\\"[[["') == 0 and bundle.depth("[]" * 5) == 1 and bundle.depth("[" * 70 + "]" * 70) == 70
-
