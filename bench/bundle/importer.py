@@ -203,8 +203,16 @@ def _read(top: Path) -> tuple[dict, list[dict]]:
 
 def _refuse_merge(campaign: str, bundled: str, exp, present: list, ids: set[str], path: Path) -> None:
     """An import never merges into another campaign: the store's experiment of that name may hold only runs of this
-    bundle (a former import of it, or the runs it was exported from)."""
-    foreign = [r for r in present if r.info.run_id not in ids and r.data.tags.get(schema.SOURCE_RUN) not in ids]
+    bundle (a former import of it, or the runs it was exported from), beside the summary runs a report wrote of
+    them."""
+    derived = (schema.KIND_SUMMARY, schema.KIND_CAMPAIGN)  # roll-ups a report writes of whatever runs are there
+    foreign = [
+        r
+        for r in present
+        if r.info.run_id not in ids
+        and r.data.tags.get(schema.SOURCE_RUN) not in ids
+        and r.data.tags.get(schema.KIND) not in derived
+    ]
     if exp is None or not foreign:
         return
     names = ", ".join(sorted({str(r.info.run_name) for r in foreign})[:3])

@@ -125,8 +125,10 @@ def test_a_bundle_named_like_the_readers_campaign_is_refused_and_imports_beside_
     assert [r.info.run_name for r in theirs] == ["t6-baseline-r1"]
     assert theirs[0].data.tags[schema.CAMPAIGN] == "theirs"
     assert (reader_home / "workspaces" / "theirs" / "r1" / "result.json").is_file()
+    w = MlflowWriter("theirs")  # a report's summary run of the imported campaign: the same bundle still imports
+    w.end_run(w.create_run("summary", {schema.KIND: schema.KIND_SUMMARY}))
     assert main(["import", str(top), "--quiet", "--as", "theirs"]) == 0  # twice: nothing added
-    assert len(reader.campaign_runs("theirs")[1]) == 1
+    assert len(reader.campaign_runs("theirs")[1]) == 2
     exp, runs = reader.campaign_runs("x")
     assert [r.info.run_id for r in runs] == [mine] and exp.tags[schema.RUN_NOTE] == "the reader's own description"
 
