@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import tarfile
+from pathlib import Path
 
 import pytest
 
@@ -28,7 +29,10 @@ def test_a_real_campaign_exported_and_imported_gives_the_same_report_and_its_run
     assert {r.data.tags[schema.AGENT] for r in agents} == {"baseline", "command"} and len(agents) == 4
     frames = report_frames(real_store)
     archive = tmp_path / "real.tar.gz"
-    out = bundle_export.export(real_store, archive)
+    # the runs were made under another cache (the fixture's): an export packs only folders under the campaign's
+    # folder or --runs-dir, so the author names where they are, as after any move
+    where = Path(agents[0].data.tags[schema.WORKSPACE]).parent
+    out = bundle_export.export(real_store, archive, runs_dir=where)
     assert (out.runs, out.run_folders, out.missing_folders) == (len(runs), 4, [])
     assert bundle.check(archive) == []
     manifest = bundle.manifest(archive)
