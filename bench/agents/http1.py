@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import json
 import socket
-from urllib.parse import urlsplit
 
 MAX_HEAD = 64 * 1024
 MAX_BODY = 64 << 20  # a request body larger than this is refused: the CLIs send tens of kB
 
 
 def read_request(rfile) -> tuple[str, str, list[tuple[str, str]], bytes] | None:
-    """One HTTP/1.1 request (method, origin-form path, headers in order, body); None at a clean end of the
+    """One HTTP/1.1 request (method, target as sent: :func:`bench.agents.routes.bad_target` judges it, headers in
+    order, body); None at a clean end of the
     connection. Raises ValueError for a malformed one."""
     line = rfile.readline(MAX_HEAD)
     while line in (b"\r\n", b"\n"):
@@ -44,18 +44,11 @@ def read_request(rfile) -> tuple[str, str, list[tuple[str, str]], bytes] | None:
                 raise ValueError("request body too large")
         while rfile.readline(MAX_HEAD) not in (b"\r\n", b"\n", b""):
             pass  # trailers
-        return method, origin(target), headers, bytes(body)
+        return method, target, headers, bytes(body)
     length = int(names.get("content-length") or 0)
     if length > MAX_BODY:
         raise ValueError("request body too large")
-    return method, origin(target), headers, rfile.read(length) if length else b""
-
-
-def origin(target: str) -> str:
-    if "://" not in target:
-        return target
-    parts = urlsplit(target)
-    return (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    return method, target, headers, rfile.read(length) if length else b""
 
 
 def send_json(conn: socket.socket, status: int, payload: dict) -> None:

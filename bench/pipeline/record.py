@@ -185,7 +185,7 @@ def record(writer: MlflowWriter, result: RunResult, ws: Workspace, staged: uploa
     llm = metering.series(
         metering.read(metering.log_path(ws.run_dir)),
         result.started_at,
-        cost=result.agent_events.get("cost_source") == "gateway",
+        cost=str(result.agent_events.get("cost_source") or "").startswith("gateway"),
     )
     over_time = {k for k, *_ in llm}
     writer.log_metrics(

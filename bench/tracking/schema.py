@@ -60,8 +60,9 @@ TASK_FOLDER = "bench.task.folder"  # the task folder the run used
 SCRIPT = "bench.script"  # script runs: file name, e.g. run_3.py
 PID = "bench.pid"
 EXIT = "bench.exit"  # FINISHED | FAILED | KILLED, as observed
-# where the agent run's cost_usd came from: "gateway" (the metering gateway's tokens x the price table), "cli" (the
-# CLI's own figure), "cli-tokens" (the CLI's token counts x the price table) or "unknown" (bench.agents.metering)
+# where the agent run's cost_usd came from: "gateway" (the metering gateway's tokens x the price table),
+# "gateway+max_tokens" (the same, some answers left early charged their max_tokens), "cli" (the CLI's own figure),
+# "cli-tokens" (the CLI's token counts x the price table) or "unknown" (bench.agents.metering)
 COST_SOURCE = "bench.cost_source"
 # the API budget (--max-cost) of an agent run: "$X: spent at M min: later requests refused ($Y used)" or
 # "$X: not reached ($Y used)"; "" without one (bench.agents.metering.budget_tag; read by analysis.notes)
