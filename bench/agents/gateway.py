@@ -61,13 +61,13 @@ import time
 from pathlib import Path
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
+import h11
+
 from bench import settings
 from bench.agents import budget, key_swap, pricing, routes, transcript
 from bench.agents.budget import BUDGET_PREFIX, budget_message  # noqa: F401  (the budget's words, said here)
 from bench.agents.budget import _usd as _usd
-from bench.agents.http1 import MAX_BODY
-from bench.agents.http1 import read_request as _read_request
-from bench.agents.http1 import send_json as _send_json
+from bench.agents.http1 import MAX_BODY, ClientConnection
 from bench.agents.routes import refusal
 from bench.agents.usage import Usage, api_of, request_model
 
@@ -166,30 +166,29 @@ class Gateway:
     # --- one client connection ---------------------------------------------------------------------------
     def handle(self, conn: socket.socket) -> None:
         conn.settimeout(IDLE_TIMEOUT_S)
-        rfile = conn.makefile("rb")
+        client = ClientConnection(conn)  # h11 reads the requests and frames the answers
         up: http.client.HTTPConnection | None = None
         try:
             while True:
-                req = _read_request(rfile)
+                req = client.next_request()
                 if req is None:
                     return
                 method, path, headers, body = req
                 with self._lock:
                     self._inflight += 1
                 try:
-                    up, keep = self._one(conn, up, method, path, headers, body)
+                    up, keep = self._one(client, up, method, path, headers, body)
                 finally:
                     with self._lock:
                         self._inflight -= 1
                 if not keep:
                     return
-        except (OSError, ValueError, http.client.HTTPException):
+        except (OSError, ValueError, http.client.HTTPException, h11.ProtocolError):
             return
         finally:
             if up is not None:
                 up.close()
             with contextlib.suppress(OSError):
-                rfile.close()
                 conn.close()
 
     def _connect(self) -> http.client.HTTPConnection:
@@ -197,7 +196,7 @@ class Gateway:
             return _Upstream(self.host, self.port, self.address, self.context)
         return http.client.HTTPConnection(self.address, self.port, timeout=UPSTREAM_TIMEOUT_S)
 
-    def _one(self, conn, up, method: str, path: str, headers: list[tuple[str, str]], body: bytes):
+    def _one(self, client: ClientConnection, up, method: str, path: str, headers: list[tuple[str, str]], body: bytes):
         """Forward one request and stream its answer back; returns the upstream connection to reuse and whether
         the client connection stays open."""
         t0 = time.time()
@@ -223,14 +222,14 @@ class Gateway:
             self.capped = self.capped or kind == "budget"
             status, payload = refusal(api, path, message, kind, self.family)
             self._note({**rec, "status": status, "refused": kind, "latency_s": round(time.time() - t0, 3)})
-            _send_json(conn, status, payload)
-            return up, not close
+            client.send_json(status, payload, close)
+            return up, client.keep_alive
         try:
-            return self._forward(conn, up, method, path, headers, body, rec, parsed, close, rid)
+            return self._forward(client, up, method, path, headers, body, rec, parsed, close, rid)
         finally:
             self.budget.settle(rid, None)  # released if _forward raised (settled there otherwise: a no-op)
 
-    def _forward(self, conn, up, method, path, headers, body, rec, parsed, close, rid):
+    def _forward(self, client, up, method, path, headers, body, rec, parsed, close, rid):
         """Forward a request that passed every check and stream its answer back (the rest of :meth:`_one`)."""
         t0, api = rec["t"], rec["api"]
         headers = key_swap.swap(headers, self.keys, self.family)  # the key in the family's header, nowhere else
@@ -259,15 +258,13 @@ class Gateway:
         capture = self.bodies.start(api, headers, body)  # the bodies for the run's MLflow trace
         rec["status"] = resp.status  # the upstream's status, first seen here (an API's 401/403 included)
         whole = resp.getheader("Content-Length") is not None and resp.getheader("Transfer-Encoding") is None
-        head = [f"HTTP/1.1 {resp.status} {resp.reason}"]
-        head += [f"{k}: {v}" for k, v in resp.getheaders() if k.lower() not in HOP | {"content-encoding"}]
-        head += [f"Content-Length: {resp.length}" if whole else "Transfer-Encoding: chunked"]
-        head += ["Connection: close"] if close else []
+        head = [(k, v) for k, v in resp.getheaders() if k.lower() not in HOP | {"content-encoding"}]
+        head += [("Content-Length", str(resp.length))] if whole else []  # else h11 frames it chunked
         cut, first, body_seen, keep, left, drained = None, None, bytearray(), not close, False, 0
-        gone = _watch_client(conn, up, self.drain_s)
+        gone = _watch_client(client.sock, up, self.drain_s)
         try:
-            conn.sendall(("\r\n".join(head) + "\r\n\r\n").encode("latin-1"))
-        except OSError:
+            client.start(resp.status, resp.reason, head, close)
+        except (OSError, h11.LocalProtocolError):
             left, keep = True, False  # the answer is still read for its usage (drain_s), passed on to no one
         while cut is None:
             try:
@@ -291,18 +288,19 @@ class Gateway:
             elif api and len(body_seen) < MAX_BODY:
                 body_seen += data
             if not data:
-                if not whole and not left:
-                    with contextlib.suppress(OSError):
-                        conn.sendall(b"0\r\n\r\n")
+                if not left:
+                    with contextlib.suppress(OSError, h11.LocalProtocolError):
+                        client.end()
                 break
             if not left:
                 try:
-                    conn.sendall(data if whole else b"%x\r\n%s\r\n" % (len(data), data))
-                except OSError:
+                    client.data(data)
+                except (OSError, h11.LocalProtocolError):
                     left, keep = True, False  # read on for the usage (the watch cuts it after drain_s)
         gone.set()  # the answer is over: stop watching
         if gone.cut and cut is None:  # the upstream was cut: the client left and the drain's time ran out
             cut, keep = "the client closed its connection mid-answer", False
+        keep = keep and client.keep_alive  # h11's verdict: the answer whole, the connection reusable
         if left or gone.closed:  # the answer was read to its end without the client: its usage is the API's
             keep = False
             rec["client_left"] = True

@@ -8,8 +8,8 @@ byte, ``--runs`` times on one kept-alive connection, direct to the stub and thro
 the sandbox reaches it), alternately. Figures are medians in milliseconds; ``added`` is through minus direct.
 
 - ``stream``/``json``: no budget; ``budget``: the same stream under an API budget far from spent (the worst-case
-  reservation, issue 39); ``parallel4``: four clients at once under that budget (a CLI's side requests beside its
-  turn: the gateway before issue 39 held each such request up to 0.5 s for the others to be counted).
+  reservation); ``parallel4``: four clients at once under that budget (a CLI's side requests beside its
+  turn: the gateway before reservations held each such request up to 0.5 s for the others to be counted).
 
 ``--code DIR`` imports ``bench`` from another checkout (``--code /work/main``: the gateway before a change), so the
 same script measures before and after. ``--smoke`` runs the smallest size once. Lines are ``figure: value``.

@@ -176,7 +176,7 @@ def test_cli_killed_mid_stream_keeps_its_tokens(agent, generated_t6, tls_env, mo
         mock.stop()
     assert result.timed_out and time.time() - t0 < 150, (result.status, result.reason)
     assert mock.stalled is not None, mock.summary()
-    metrics, _, lines = recorded(result)
+    metrics, tags, lines = recorded(result)
     cut = [r for r in lines if r.get("cut")]
     assert len(cut) == 1 and cut[0]["complete"] is False, lines
     whole = served(mock, skip=mock.stalled)
@@ -189,9 +189,24 @@ def test_cli_killed_mid_stream_keeps_its_tokens(agent, generated_t6, tls_env, mo
     tin = sum(i for _, i, _ in whole) + streamed[0]
     tout = sum(o for _, _, o in whole) + streamed[1]
     assert (metrics[schema.TOKENS_INPUT], metrics[schema.TOKENS_OUTPUT]) == (tin, tout)
-    cost = sum(expected_cost(m, i, o) for m, i, o in whole)
-    cost += expected_cost(mock.models[mock.stalled], *streamed)
+    # the stalled answer's usage never came: it is charged the output limit its request named (read here from the
+    # body the mock received; 128,000 where it named none) at the output rate, and says so
+    (asked,) = [r for r in mock.turns() if r.step is not None and r.step >= 1][:1]
+    body = asked.body or {}
+    limit = {
+        "claude-code": body.get("max_tokens"),
+        "codex": body.get("max_output_tokens"),
+        "gemini": (body.get("generationConfig") or {}).get("maxOutputTokens"),
+    }[agent] or 128_000
+    assert (cut[0]["cost_basis"], cut[0]["charged_output"]) == ("max_tokens", limit), cut[0]
+    charged_in = streamed[0] or cut[0]["charged_input"]  # no input said yet: every body byte an input token
+    assert charged_in >= stalled_in
+    model = mock.models[mock.stalled]
+    charge = expected_cost(model, charged_in, limit)  # (the rows of these models have no dearer cache-write rate)
+    assert cut[0]["cost_usd"] >= expected_cost(model, stalled_in, stalled_out)  # at least what the API would bill
+    cost = sum(expected_cost(m, i, o) for m, i, o in whole) + charge
     assert metrics[schema.COST_USD] == pytest.approx(cost, abs=1e-6 * len(lines))
+    assert tags[schema.COST_SOURCE] == "gateway+max_tokens"
 
 
 @pytest.mark.slow

@@ -1,4 +1,4 @@
-"""The gateway's hostile edge (issue 39), driven directly as an agent that reads the gateway's code would drive it,
+"""The gateway's hostile edge, driven directly as an agent that reads the gateway's code would drive it,
 against a stub API on 127.0.0.1 that records every request line and header (tests/bench/agents/stubapi.py).
 
 - a request target another server could read as another path is refused (400) before any route check;
@@ -293,6 +293,7 @@ def test_twenty_parallel_requests_spend_at_most_the_budget_plus_one_worst_case(t
     spent = sum(r.get("cost_usd") or 0 for r in got)
     assert spent == pytest.approx(forwarded * each) and gw.spent == pytest.approx(spent)
     assert spent <= 1.0 + worst, (spent, forwarded)
+    print(f"forwarded {forwarded}, spent ${spent:.4f}, bound ${1.0 + worst:.4f}")
     assert forwarded >= 2  # admitted while spent + reserved stayed below $1.00: 0, then 0.48, then 0.96
     assert sorted(statuses) == [200] * forwarded + [402] * (20 - forwarded)
     assert [r.get("refused") for r in got].count("budget") == 20 - forwarded
@@ -311,3 +312,46 @@ def test_a_reservation_waits_for_those_in_flight_and_is_then_admitted_or_refused
     b.settle(third, 0.9)
     assert b.exhausted and b.admit(0.01, wait_s=30) is None  # spent: refused at once, no wait
     assert budget.Budget(None).admit(5.0) is not None  # no budget: always admitted
+
+
+# --- 5. the agent-facing side parsed by h11, bounded ----------------------------------------------------------
+
+
+MALFORMED = {
+    "not a request line": (b"GARBAGE\r\n\r\n", 400),
+    "a head past 64 KiB": (b"GET /v1/models HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * (70 * 1024) + b"\r\n\r\n", 431),
+    "a body past its bound": (request("POST", "/v1/chat/completions", {}, b"x" * 2000), 400),
+    "two lengths": (b"POST /v1/responses HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab", 400),
+    "a bad chunk": (b"POST /v1/responses HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", 400),
+}
+
+
+@pytest.mark.parametrize("what", list(MALFORMED))
+def test_a_malformed_request_is_answered_4xx_and_never_forwarded(what, tmp_path, served, monkeypatch):
+    from bench.agents import http1
+
+    monkeypatch.setattr(http1, "MAX_BODY", 1000)  # the bound, small enough to pass in a test
+    with StubAPI(Reply("gpt-5.5", text="x")) as stub:
+        gw = Gateway(stub.url + "/v1", tmp_path / "llm.jsonl", family="openai")
+        sent, expected = MALFORMED[what]
+        status, _ = raw(served(gw), sent)
+        assert status == expected, what
+        assert stub.seen == []
+
+
+def test_pipelined_requests_on_one_connection_are_answered_in_order(tmp_path, served):
+    """Keep-alive and pipelining are h11's: two requests sent at once get two answers, each forwarded once."""
+    with StubAPI(Reply("gpt-5.5", text="x")) as stub:
+        gw = Gateway(stub.url + "/v1", tmp_path / "llm.jsonl", family="openai")
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(30)
+        s.connect(str(served(gw)))
+        one = b"GET /v1/models/a HTTP/1.1\r\nHost: x\r\n\r\n"
+        two = b"GET /v1/models/b HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        s.sendall(one + two)
+        data = b""
+        while chunk := s.recv(65536):
+            data += chunk
+        s.close()
+        assert data.count(b"HTTP/1.1 200") == 2
+        assert [x.line for x in stub.seen] == ["GET /v1/models/a HTTP/1.1", "GET /v1/models/b HTTP/1.1"]
