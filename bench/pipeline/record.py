@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 
 from bench import protocol, untrusted
-from bench.agents import metering, transcript
+from bench.gateway import metering, transcript
 from bench.markup import md_text
 from bench.pipeline import state, traces, uploads
 from bench.pipeline.workspace import Workspace
@@ -30,7 +30,7 @@ EVIDENCE_ARTIFACTS = (
     "launches.jsonl",
     "arrivals.jsonl",
     "commands.jsonl",
-    "llm.jsonl",  # the metering gateway's line per LLM request (bench.agents.gateway): no bodies, no keys
+    "llm.jsonl",  # the metering gateway's line per LLM request (bench.gateway.proxy): no bodies, no keys
 )
 
 

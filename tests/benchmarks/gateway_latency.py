@@ -141,7 +141,10 @@ def main() -> None:
     args = ap.parse_args()
     runs = 1 if args.smoke else args.runs
     sys.path.insert(0, str(args.code.resolve()))
-    from bench.agents.gateway import Gateway
+    try:
+        from bench.gateway.proxy import Gateway
+    except ImportError:  # a checkout from before the gateway had its own package
+        from bench.agents.gateway import Gateway
     from bench.sandbox.network import UnixServer
 
     stub = ThreadingHTTPServer(("127.0.0.1", 0), Stub)

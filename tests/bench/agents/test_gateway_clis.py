@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.agents import metering
+from bench.gateway import metering
 from bench.runner import RunSpec, run
 from bench.tracking import schema
 from tests.bench.agents import test_clis
@@ -30,7 +30,7 @@ mlflow = lazy("mlflow")  # imported at its first use (tests/lazy.py)
 GATEWAY_CLIS = ["claude-code", "codex", "gemini", "opencode", "aider"]
 # killed mid-stream (45 s each): the three streams whose usage arrives differently (Anthropic's at its start,
 # Responses' at its end, Gemini's on every chunk); OpenCode's and Aider's Chat Completions, like Responses, report
-# nothing before the end (the metering of a cut stream is the same code path, tested in test_gateway.py)
+# nothing before the end (the metering of a cut stream is the same code path, tested in tests/bench/gateway/)
 KILLED_CLIS = ["claude-code", "codex", "gemini"]
 CAPPED_CLIS = ["claude-code", "codex"]
 # models with a row in the price table (test_clis's mock-model has none, so no cost)

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from bench import redact
-from bench.agents import key_swap, metering, routes
+from bench.gateway import key_swap, metering, routes
 from bench.paths import mlruns_dir
 from bench.runner import RunSpec, run
 from bench.sandbox.bwrap import probe

@@ -1,7 +1,7 @@
 """The run's tokens: what the agent holds instead of the key, and how the gateway swaps them back.
 
 Why: an agent that holds the real API key can print it (into a metric name, a script, its final message), use it
-outside the run's budget, or keep it. With a metering gateway (:mod:`bench.agents.gateway`) it does not need it:
+outside the run's budget, or keep it. With a metering gateway (:mod:`bench.gateway.proxy`) it does not need it:
 :func:`run_tokens` gives the agent's environment a fresh token (``bench-run-`` and 32 hex digits) for each value
 that is one of the harness's credentials, and the gateway, which alone has the mapping, puts the real value back in
 the credential header of the request's API family (:data:`FAMILY_HEADERS`, :func:`swap`) and refuses one that

@@ -9,36 +9,36 @@ proxy variables and the harness, not the CLI, says what a run used.
 
 Per request it appends one JSON line to ``llm.jsonl`` in the run's evidence, written when the request ends (a
 killed run keeps every line so far): time, API, model, HTTP status, latency, input/output/cached tokens read from
-the answer (:mod:`bench.agents.usage`), their cost at the price table's rates (:mod:`bench.agents.pricing`), and
+the answer (:mod:`bench.gateway.usage`), their cost at the price table's rates (:mod:`bench.agents.pricing`), and
 ``complete: false`` with ``cut`` when the answer ended before its usage did. **A stream left early is paid for what
 the API will bill**: when the client leaves mid-answer the gateway reads the answer on to its final usage (bounded:
 ``drain_s`` and :data:`DRAIN_MAX_BYTES`), which is what Anthropic (output only in its closing ``message_delta``),
 OpenAI (usage only in its last event) and Gemini (cumulative, the last chunk) bill; where that usage never comes, the
-request is charged its ``max_tokens`` (:func:`bench.agents.budget.output_limit`) at the output rate, the line says
-``cost_basis: max_tokens`` and the run's ``cost_source`` says so (:mod:`bench.agents.metering`). Credentials
+request is charged its ``max_tokens`` (:func:`bench.gateway.budget.output_limit`) at the output rate, the line says
+``cost_basis: max_tokens`` and the run's ``cost_source`` says so (:mod:`bench.gateway.metering`). Credentials
 (``Authorization``, ``x-api-key``, ``x-goog-api-key``) are never written (the run's token swapped for the key on
 the way out, below), nor a query's key parameters. Each model request's and answer's body goes, capped and with
-secrets removed, to ``llm-bodies.jsonl`` (:mod:`bench.agents.transcript`; the line's ``body`` is its id), for the
+secrets removed, to ``llm-bodies.jsonl`` (:mod:`bench.gateway.transcript`; the line's ``body`` is its id), for the
 run's MLflow trace (:mod:`bench.pipeline.traces`).
 
 **The gateway holds the key.** The agent's environment carries a per-run token (``bench-run-`` and 32 hex digits,
-one per credential variable) where the harness has the real key (:func:`bench.agents.key_swap.run_tokens`, applied by
+one per credential variable) where the harness has the real key (:func:`bench.gateway.key_swap.run_tokens`, applied by
 :mod:`bench.pipeline.launch`); the gateway, given ``keys`` (token -> real value), refuses a request that carries
 none of its tokens in its family's credential header (401, ``refused: token``), refuses one whose token appears
 anywhere else, the query, another header, the body (400, ``refused: misplaced``: no CLI does that, a probing agent
 does), and swaps the token for its real value in that header only before the request leaves
-(:mod:`bench.agents.key_swap`): the key is never written into a URL. The real key is never in the sandbox: an
+(:mod:`bench.gateway.key_swap`): the key is never written into a URL. The real key is never in the sandbox: an
 agent that prints its environment prints a token that is worth nothing once its run's gateway closes. (A CLI login
 read from a file, Codex's ``auth.json`` or Gemini's ``oauth_creds.json``, is sent by the CLI itself: such a run's
 gateway has no ``keys`` and forwards the login's bearer token as it comes; docs/sandbox-and-rules.md names this
 residual.)
 
-**Only the endpoints its CLI needs** (:mod:`bench.agents.routes`, per API family): anything else is answered here,
+**Only the endpoints its CLI needs** (:mod:`bench.gateway.routes`, per API family): anything else is answered here,
 in the API's error format (404), ``refused: route``; before that, a target another server could read as another
 path (dot segments, percent-escapes, a backslash, an absolute form, a fragment) is refused (400, ``refused:
 target``), and the target forwarded is the one checked.
 
-``max_cost`` (:mod:`bench.agents.budget`): each model request reserves its worst case before it is forwarded and is
+``max_cost`` (:mod:`bench.gateway.budget`): each model request reserves its worst case before it is forwarded and is
 admitted only while spent plus reserved is below the budget (parallel requests pass it by one request's worst case
 at most); once the run's cost reaches it, every further request, whatever its path, is answered at once,
 without reaching the API, by an error in the API's own format (Anthropic and Gemini: 402; OpenAI: 429
@@ -64,12 +64,13 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 import h11
 
 from bench import settings
-from bench.agents import budget, key_swap, pricing, routes, transcript
-from bench.agents.budget import BUDGET_PREFIX, budget_message  # noqa: F401  (the budget's words, said here)
-from bench.agents.budget import _usd as _usd
-from bench.agents.http1 import MAX_BODY, ClientConnection
-from bench.agents.routes import refusal
-from bench.agents.usage import Usage, api_of, request_model
+from bench.agents import pricing
+from bench.gateway import budget, key_swap, routes, transcript
+from bench.gateway.budget import BUDGET_PREFIX, budget_message  # noqa: F401  (the budget's words, said here)
+from bench.gateway.budget import _usd as _usd
+from bench.gateway.http1 import MAX_BODY, ClientConnection
+from bench.gateway.routes import refusal
+from bench.gateway.usage import Usage, api_of, request_model
 
 LOG_NAME = "llm.jsonl"
 INSIDE_PORT = 47800  # the first loopback port inside the sandbox that reaches a gateway (one per upstream)

@@ -1,5 +1,5 @@
 """A stub LLM API on 127.0.0.1 (plain HTTP) that records every request line and header it receives, for the gateway's
-edge tests (tests/bench/agents/test_gateway_edge.py).
+edge tests (tests/bench/gateway/test_edge.py).
 
 It answers the four model APIs with the wire shapes of tests/mockllm (Anthropic Messages, OpenAI Responses and Chat
 Completions, Gemini), streamed when the request asks, one event every ``pace`` seconds, so that a client can leave

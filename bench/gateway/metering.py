@@ -1,7 +1,7 @@
 """A run's metering: which gateway its CLI gets (at the launch), and what the gateway's log says (at the record).
 
 At the launch, :func:`plan` decides whether the agent's LLM requests go through a metering gateway
-(:mod:`bench.agents.gateway`): a sandboxed CLI agent whose adapter names the base-URL variable it can be pointed
+(:mod:`bench.gateway.proxy`): a sandboxed CLI agent whose adapter names the base-URL variable it can be pointed
 with (``Agent.gateway_var``) and whose run reaches one API (where that variable is not set here and the API's URL has
 no path, the vendor's own, the upstream gets the adapter's ``Agent.gateway_path``: the path its client's base URL has,
 ``/v1``). ``BENCH_GATEWAY=0`` turns it off (the CLI then reaches its API
@@ -24,9 +24,9 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from bench import settings
-from bench.agents import routes
 from bench.agents.base import Agent, LaunchContext
-from bench.agents.gateway import INSIDE_PORT, LOG_NAME, Gateway
+from bench.gateway import routes
+from bench.gateway.proxy import INSIDE_PORT, LOG_NAME, Gateway
 from bench.tracking import schema
 
 CHARGED_MAX_TOKENS = "gateway+max_tokens"  # cost_source where some answers were charged their max_tokens

@@ -25,7 +25,7 @@ traffic of ``tests/bench/agents/test_logins.py``), matched against the whole pat
 - ``any``: the union, for a gateway built without saying (tests that drive one API directly).
 
 Anything else is answered by the gateway itself, in the API's own error format, and logged with
-``refused: route`` (:mod:`bench.agents.gateway`).
+``refused: route`` (:mod:`bench.gateway.proxy`).
 
 **The path checked is the path forwarded.** Before any route is matched, :func:`bad_target` refuses (400,
 ``refused: target``) a request target that another server could read as a different path: a dot segment (``.``,

@@ -1,4 +1,4 @@
-"""The metering gateway (bench.agents.gateway) against the scripted mock over TLS, and its usage parsers.
+"""The metering gateway (bench.gateway.proxy) against the scripted mock over TLS, and its usage parsers.
 
 Expected token counts are the mock's own replies (``TlsMock.usages``) or numbers written by hand into the
 payloads; expected costs are worked out by hand from the price table's rows (USD per 1M tokens).
@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from bench.agents import metering
-from bench.agents.gateway import BUDGET_PREFIX, Gateway
-from bench.agents.usage import Usage, api_of, request_model
+from bench.gateway import metering
+from bench.gateway.proxy import BUDGET_PREFIX, Gateway
+from bench.gateway.usage import Usage, api_of, request_model
 from bench.sandbox.network import UnixServer
 from bench.tracking import schema
 from tests.bench.agents.tlsmock import HOST, TlsMock, make_certs

@@ -1,5 +1,5 @@
 """The gateway's hostile edge, driven directly as an agent that reads the gateway's code would drive it,
-against a stub API on 127.0.0.1 that records every request line and header (tests/bench/agents/stubapi.py).
+against a stub API on 127.0.0.1 that records every request line and header (tests/bench/gateway/stubapi.py).
 
 - a request target another server could read as another path is refused (400) before any route check;
 - the real key leaves only in the family's credential header, never in a URL; the run's token anywhere else is
@@ -7,7 +7,7 @@ against a stub API on 127.0.0.1 that records every request line and header (test
 - a stream the client leaves early is recorded at the API's final usage (or charged its max_tokens, named);
 - 20 parallel requests under a $1.00 budget spend at most $1.00 plus one request's worst case.
 
-Expected costs are worked out here from the price table's rows (USD per 1M tokens, as in test_gateway.py:
+Expected costs are worked out here from the price table's rows (USD per 1M tokens, as in test_proxy.py:
 claude-sonnet-4-5 3/15 with cache writes at 3.75, gpt-5.5 5/30, gpt-5 1.25/10, gemini-2.5-pro 1.25/10).
 """
 
@@ -21,10 +21,10 @@ from pathlib import Path
 
 import pytest
 
-from bench.agents import budget, key_swap, metering, routes
-from bench.agents.gateway import Gateway
+from bench.gateway import budget, key_swap, metering, routes
+from bench.gateway.proxy import Gateway
 from bench.sandbox.network import UnixServer
-from tests.bench.agents.stubapi import StubAPI
+from tests.bench.gateway.stubapi import StubAPI
 from tests.mockllm.reply import Reply
 
 TOKEN = "bench-run-" + "ab" * 16
@@ -328,7 +328,7 @@ MALFORMED = {
 
 @pytest.mark.parametrize("what", list(MALFORMED))
 def test_a_malformed_request_is_answered_4xx_and_never_forwarded(what, tmp_path, served, monkeypatch):
-    from bench.agents import http1
+    from bench.gateway import http1
 
     monkeypatch.setattr(http1, "MAX_BODY", 1000)  # the bound, small enough to pass in a test
     with StubAPI(Reply("gpt-5.5", text="x")) as stub:

@@ -1,13 +1,13 @@
 """The gateway's side of HTTP/1.1 with a CLI in the sandbox, parsed and framed by ``h11`` (a maintained parser).
 
-Kept apart from :mod:`bench.agents.gateway` (which forwards and meters) because it is the part that reads what the
+Kept apart from :mod:`bench.gateway.proxy` (which forwards and meters) because it is the part that reads what the
 agent's process sends, the hostile edge. A hand-written reader here was replaced by h11's state machine: the
 request line, headers and body framing (Content-Length, chunked, keep-alive, ``Connection: close``, pipelining) are
 h11's, with its checks of each; the reads stay bounded (``MAX_HEAD`` for the request line and headers, h11's
 ``max_incomplete_event_size``; ``MAX_BODY`` for a body). A malformed request is answered 400 by h11's verdict and
 ends that one connection. The answers are framed by h11 too (chunked where the upstream's length is unknown).
 
-The request target is handed on as sent (h11 checks its characters only); :func:`bench.agents.routes.bad_target`
+The request target is handed on as sent (h11 checks its characters only); :func:`bench.gateway.routes.bad_target`
 judges whether it is a plain path.
 """
 
