@@ -139,7 +139,7 @@ def task_pack_notes(agents) -> list[str]:
     return out
 
 
-# bench.agents.metering.budget_tag's "$CAP: spent at M min: later requests refused ($USED used)"
+# bench.gateway.metering.budget_tag's "$CAP: spent at M min: later requests refused ($USED used)"
 _SPENT = re.compile(r"^\$(?P<cap>[^:\s]+): spent(?: at (?P<min>[\d.]+) min)?:.*\((?P<used>[^()]*) used\)\s*$")
 
 

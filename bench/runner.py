@@ -17,9 +17,10 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from bench import outcome, preflight, protocol, software, termination
-from bench.agents import get_agent, metering
+from bench.agents import get_agent
 from bench.durations import fmt_s
 from bench.evidence import Arrival, Evidence
+from bench.gateway import metering
 from bench.pipeline import audit, codetime, collect, evaluate, guard, launch, record, state, watch, workspace
 from bench.result import Audit, Evaluation, RunResult
 from bench.runspec import RunSpec, check

@@ -62,7 +62,7 @@ class RunSpec:
     sandbox: bool = True  # the agent runs in a bubblewrap sandbox (bench.sandbox); False: --unsandboxed, marked so
     run_id: str | None = None  # the run directory's name (a campaign's stable id); None: task-agent-repeat-time
     limits: Limits = field(default_factory=Limits)  # memory, processes, workspace, log, evaluation time
-    # the run's API budget in USD, enforced by the metering gateway (bench.agents.gateway): a positive amount; it
+    # the run's API budget in USD, enforced by the metering gateway (bench.gateway.proxy): a positive amount; it
     # needs the sandbox (the gateway is the sandbox's only way out). None: no budget
     max_cost: float | None = None
     # the task's source and folder hash (bench.tasks.packs.provenance); None: taken when the run starts

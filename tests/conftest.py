@@ -51,7 +51,7 @@ def pytest_configure(config):
     os.environ.pop("BENCH_TASKS_DIR", None)
     os.environ.pop("BENCH_TASKS_PATH", None)  # a user's task packs: the tests see the seven (and the packs they make)
     # the gateway reads an answer on for its usage after its CLI was killed (20 s by default): the tests' stalled mocks
-    # never end theirs, and each run they end mid-request would wait that long (test_gateway.py sets its own)
+    # never end theirs, and each run they end mid-request would wait that long (tests/bench/gateway/ sets its own)
     os.environ["BENCH_GATEWAY_DRAIN_S"] = "3"
     # one thread per torch process (the sandbox passes these on to the agent's scripts and the predictors): the suite
     # runs several workers on two cores, where torch's default of one thread per core made each process spin for the

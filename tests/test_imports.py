@@ -104,6 +104,8 @@ FORBIDDEN = [
     ("bench.tracking", "bench.agents", "tracking records runs for any agent; the adapters sit above it"),
     ("bench.sandbox", "bench.agents", "the sandbox confines any process; the agents ask it, never the other way"),
     ("bench.rules", "bench.pipeline", "the rules judge a run from its evidence (bench.evidence); the audit runs them"),
+    ("bench.agents", "bench.gateway", "the gateway meters the adapters' requests and asks them; they never ask it"),
+    ("bench.sandbox", "bench.gateway", "the sandbox serves any handler it is given; the launch gives it the gateway's"),
 ]
 
 

@@ -15,7 +15,7 @@ models, ``OPENAI_API_KEY`` is read by LiteLLM; other LiteLLM providers work with
 variables (``anthropic/...`` with ``ANTHROPIC_API_KEY``). Aider exits 0 even when every edit failed:
 the harness judges the run by its checkpoints, not the exit code.
 
-Sandboxed, its requests go through the metering gateway (:mod:`bench.agents.gateway`): ``--openai-api-base`` (for
+Sandboxed, its requests go through the metering gateway (:mod:`bench.gateway.proxy`): ``--openai-api-base`` (for
 any model but ``anthropic/``) or ``ANTHROPIC_API_BASE`` (LiteLLM's first choice; it appends ``/v1/messages``) is the
 gateway's port inside the sandbox. Its answers are not streamed (``--no-stream``): each carries its usage whole.
 """

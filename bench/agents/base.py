@@ -39,7 +39,7 @@ class LaunchContext:
     home: Path  # a private HOME for CLIs that keep state there, outside the workspace
     model: str | None = None
     options: dict[str, str] = field(default_factory=dict)
-    # base-URL variable -> the metering gateway's URL inside the sandbox (bench.agents.gateway): the adapter points
+    # base-URL variable -> the metering gateway's URL inside the sandbox (bench.gateway.proxy): the adapter points
     # its CLI there instead of at the API; empty when the run has no gateway (unsandboxed, BENCH_GATEWAY=0)
     base_urls: dict[str, str] = field(default_factory=dict)
 
@@ -92,7 +92,7 @@ class Agent(abc.ABC):
         return None
 
     def gateway_var(self, ctx: LaunchContext) -> str | None:
-        """The base-URL variable through which its CLI can be pointed at the metering gateway (bench.agents.gateway);
+        """The base-URL variable through which its CLI can be pointed at the metering gateway (bench.gateway.proxy);
         None when it cannot for this run (a login served by another host), and then the run has no gateway.
         Default: None."""
         return None

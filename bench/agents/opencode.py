@@ -11,7 +11,7 @@ Models are ``provider/model``. The paper's runs went through OpenRouter, e.g. th
 OpenAI-compatible Chat Completions endpoint: base URL from ``OPENAI_BASE_URL`` (with ``/v1``),
 key from ``OPENAI_API_KEY``; that is how the tests point OpenCode at the mock.
 
-Sandboxed, every provider's requests go through the metering gateway (:mod:`bench.agents.gateway`): the provider's
+Sandboxed, every provider's requests go through the metering gateway (:mod:`bench.gateway.proxy`): the provider's
 ``options.baseURL`` in the configuration is the gateway's port inside the sandbox (``gateway_var``), the gateway
 forwards to the provider's API (``API_PATHS``: the path of each vendor's base URL).
 """

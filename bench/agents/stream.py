@@ -20,13 +20,22 @@ import json
 import subprocess
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from bench.progress import StatusLine
 from bench.sandbox.resource_limits import Limits
 
-if TYPE_CHECKING:
-    from bench.agents.gateway import Gateway
+
+class Meter(Protocol):
+    """What the status line reads of the metering gateway (:class:`bench.gateway.proxy.Gateway`), which sits above
+    the adapters and is never imported by them."""
+
+    tokens: int
+    unpriced: bool
+
+    @property
+    def spent(self) -> float: ...
+
 
 CONSOLE_CHARS = 2000  # a plain line shown on the console at most this long
 
@@ -112,7 +121,7 @@ class AgentStream:
         parser_name: str | None = None,
         model: str | None = None,
         limits: Limits | None = None,
-        gateway: Gateway | None = None,
+        gateway: Meter | None = None,
     ):
         self.proc, self.log, self.events_file, self.status, self.console = proc, log, events_file, status, console
         self.gateway = gateway  # the metering gateway: its live tokens and cost on the status line

@@ -5,7 +5,7 @@ processes that leave the session are still found, :mod:`bench.processes`), the s
 ``PYTHONPATH`` and, of the harness's environment, only an allow-list and the variables its adapter declares
 (:mod:`bench.sandbox.environment`). Where its LLM requests go through the metering gateway, every credential value
 among those is replaced by a per-run token that only the gateway can turn back into the key
-(:mod:`bench.agents.key_swap`): the real key never enters the sandbox. By default it runs in a sandbox
+(:mod:`bench.gateway.key_swap`): the real key never enters the sandbox. By default it runs in a sandbox
 (:mod:`bench.sandbox`): the workspace and
 its private home are the only places it can write, the harness's places are hidden, the network reaches only
 the adapter's endpoints, and nothing it starts outlives the sandbox. From the first byte its output goes
@@ -25,12 +25,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench import protocol
-from bench.agents import Agent, AgentError, LaunchContext, key_swap
-from bench.agents.gateway import LOG_NAME, Gateway
-from bench.agents.metering import plan as metering_plan
+from bench.agents import Agent, AgentError, LaunchContext
 from bench.agents.prompt import standard_prompt
 from bench.agents.stream import AgentStream
 from bench.evidence import Evidence
+from bench.gateway import key_swap
+from bench.gateway.metering import plan as metering_plan
+from bench.gateway.proxy import LOG_NAME, Gateway
 from bench.pipeline.arrivals import Arrivals
 from bench.pipeline.codetime import Snapshots
 from bench.pipeline.launch_monitor import LaunchMonitor
@@ -62,7 +63,7 @@ class LaunchedAgent:
     evidence: Evidence | None = None  # what the harness observes for the audit (run_dir/evidence)
     endpoints: tuple[str, ...] = ()  # the URLs its sandbox may reach (none: an offline agent)
     limits: RunGroup | None = None  # its memory and process limits (a cgroup or rlimits); removed by watch.watch
-    gateway: Gateway | None = None  # the metering gateway its LLM requests go through (bench.agents.gateway)
+    gateway: Gateway | None = None  # the metering gateway its LLM requests go through (bench.gateway.proxy)
 
     @property
     def sandboxed(self) -> bool:
@@ -103,7 +104,7 @@ def launch(agent: Agent, ws: Workspace, spec: RunSpec, evidence: Evidence | None
     can be built here); paths are the same inside and out, so nothing downstream changes. ``evidence``: where the
     harness keeps what it observes for the audit (requests through the sandbox's proxy, command lines, checkpoint
     arrivals with the locked files' state); the run directory's ``evidence/`` by default. ``spec.max_cost``: the
-    run's API budget in USD, enforced by the metering gateway (:mod:`bench.agents.metering`), which a sandboxed CLI
+    run's API budget in USD, enforced by the metering gateway (:mod:`bench.gateway.metering`), which a sandboxed CLI
     agent's LLM requests go through; its log is ``evidence/llm.jsonl``."""
     budget_s, device, label, model, options = spec.budget, spec.device or "cpu", spec.label, spec.model, spec.options
     console, sandbox, limits, max_cost = spec.console, spec.sandbox, spec.limits, spec.max_cost
@@ -142,7 +143,7 @@ def launch(agent: Agent, ws: Workspace, spec: RunSpec, evidence: Evidence | None
     arrivals.start()
     started = time.time()
     env = agent_env(ws, token, extra, budget_s, started, agent.passthrough(ctx))
-    if meter:  # the gateway holds the key: the agent gets a per-run token in its place (bench.agents.key_swap)
+    if meter:  # the gateway holds the key: the agent gets a per-run token in its place (bench.gateway.key_swap)
         env, meter.gateway.keys = key_swap.run_tokens(env)
         argv = key_swap.tokenized(argv, meter.gateway.keys)  # a generic agent's {env:KEY} in its command line
     try:

@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 
 from bench import protocol, untrusted
-from bench.agents import metering, transcript
+from bench.gateway import metering, transcript
 from bench.markup import md_text
 from bench.pipeline import state, traces, uploads
 from bench.pipeline.workspace import Workspace
@@ -30,7 +30,7 @@ EVIDENCE_ARTIFACTS = (
     "launches.jsonl",
     "arrivals.jsonl",
     "commands.jsonl",
-    "llm.jsonl",  # the metering gateway's line per LLM request (bench.agents.gateway): no bodies, no keys
+    "llm.jsonl",  # the metering gateway's line per LLM request (bench.gateway.proxy): no bodies, no keys
 )
 
 
@@ -185,7 +185,7 @@ def record(writer: MlflowWriter, result: RunResult, ws: Workspace, staged: uploa
     llm = metering.series(
         metering.read(metering.log_path(ws.run_dir)),
         result.started_at,
-        cost=result.agent_events.get("cost_source") == "gateway",
+        cost=str(result.agent_events.get("cost_source") or "").startswith("gateway"),
     )
     over_time = {k for k, *_ in llm}
     writer.log_metrics(

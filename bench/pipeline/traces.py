@@ -3,7 +3,7 @@
 Built at the record step from files the harness wrote during the run (so ``bench record`` and ``--resume`` build the
 same trace): the metering gateway's ``evidence/llm.jsonl`` (one line per LLM request: time, latency, model, tokens,
 cost, status), its ``evidence/llm-bodies.jsonl`` (each request's and answer's body, capped, secrets removed:
-:mod:`bench.agents.transcript`) and the CLI's ``events.jsonl`` (its tool calls and their results, as parsed from its
+:mod:`bench.gateway.transcript`) and the CLI's ``events.jsonl`` (its tool calls and their results, as parsed from its
 output). :func:`build` turns them into a :class:`TraceSpec`, plain data; :meth:`bench.tracking.writer.MlflowWriter.
 log_trace` writes it (the only MLflow call).
 
@@ -24,7 +24,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.agents import metering, transcript
+from bench.gateway import metering, transcript
 from bench.tracking import schema
 from bench.tracking.writer import MlflowWriter
 

@@ -248,7 +248,7 @@ class Network:
     ) -> None:
         self.endpoints = [parse_endpoint(u) for u in endpoints]
         self.log = RequestLog(log) if log is not None else None
-        # loopback ports inside served by a handler here (the metering gateway: bench.agents.gateway), not forwarded
+        # loopback ports inside served by a handler here (the metering gateway: bench.gateway.proxy), not forwarded
         self.services = dict(services or {})
         if (self.endpoints or log is not None or self.services) and runtime_dir is None:
             raise ValueError("endpoints need a runtime folder for their bridges' sockets")

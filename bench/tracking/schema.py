@@ -60,11 +60,12 @@ TASK_FOLDER = "bench.task.folder"  # the task folder the run used
 SCRIPT = "bench.script"  # script runs: file name, e.g. run_3.py
 PID = "bench.pid"
 EXIT = "bench.exit"  # FINISHED | FAILED | KILLED, as observed
-# where the agent run's cost_usd came from: "gateway" (the metering gateway's tokens x the price table), "cli" (the
-# CLI's own figure), "cli-tokens" (the CLI's token counts x the price table) or "unknown" (bench.agents.metering)
+# where the agent run's cost_usd came from: "gateway" (the metering gateway's tokens x the price table),
+# "gateway+max_tokens" (the same, some answers left early charged their max_tokens), "cli" (the CLI's own figure),
+# "cli-tokens" (the CLI's token counts x the price table) or "unknown" (bench.gateway.metering)
 COST_SOURCE = "bench.cost_source"
 # the API budget (--max-cost) of an agent run: "$X: spent at M min: later requests refused ($Y used)" or
-# "$X: not reached ($Y used)"; "" without one (bench.agents.metering.budget_tag; read by analysis.notes)
+# "$X: not reached ($Y used)"; "" without one (bench.gateway.metering.budget_tag; read by analysis.notes)
 API_BUDGET = "bench.api_budget"
 GPU_METRICS = "bench.gpu_metrics"  # agent runs: "nvml", or "no GPU metrics (...)" and why (tracking.sysmetrics)
 RELAY_DROPPED = "bench.relay.dropped"  # agent runs: what the relay dropped or left, one "reason: count" per line
@@ -182,7 +183,7 @@ TOKENS_INPUT = "tokens_input"
 TOKENS_OUTPUT = "tokens_output"
 TOKENS_CACHED = "tokens_cached"
 COST_USD = "cost_usd"
-# from the metering gateway (bench.agents.gateway), also as series over the run (cumulative, step = seconds)
+# from the metering gateway (bench.gateway.proxy), also as series over the run (cumulative, step = seconds)
 LLM_REQUESTS = "llm_requests"  # model requests (the four APIs') the CLI sent through the gateway; not its other calls
 LLM_ERRORS = "llm_errors"  # of which answered with an error status, unanswered, or refused by the API budget
 # what the relay could not bring from the spool into MLflow (bench.tracking.relay_limits): counted, with the reasons

@@ -1,5 +1,5 @@
 """Reports mark a run whose API budget (``--max-cost``) ran out: a note under the leaderboard and on the report's
-front page, from the run's ``bench.api_budget`` tag as the record step writes it (bench.agents.metering.budget_tag).
+front page, from the run's ``bench.api_budget`` tag as the record step writes it (bench.gateway.metering.budget_tag).
 
 Three agent runs on T6 written through the harness's MlflowWriter: alpha r1 with a budget of $0.5 that the gateway's
 log shows spent 12 min 30 s (750 s) after the launch, $0.6 used; alpha r2 with a budget not reached; beta without
@@ -14,7 +14,7 @@ import pytest
 
 from analysis import leaderboard, notes
 from analysis.runs import load
-from bench.agents import metering
+from bench.gateway import metering
 from bench.tracking import schema
 from bench.tracking.writer import MlflowWriter
 

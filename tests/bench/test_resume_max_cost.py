@@ -11,8 +11,8 @@ from pathlib import Path
 import mlflow
 import pytest
 
-from bench.agents import metering
 from bench.cli import main
+from bench.gateway import metering
 from bench.pipeline import state
 from bench.result import RunResult
 from bench.tracking import schema

@@ -6,7 +6,7 @@ A synthetic run shaped like a long Claude Code run: ``--requests`` Anthropic Mes
 ``--hours``, each resending the whole conversation (a 20 kB system prompt, 30 kB of tool definitions, every earlier
 turn; compacted to its newest ~600 kB as the CLIs do near their context limit), each new turn a tool result of
 0.5-40 kB (training logs), each answer streamed (SSE) with a text and a tool call; ``--tool-calls`` tool calls with
-their outputs in ``events.jsonl``. The bodies go through the gateway's own capture (:class:`bench.agents.transcript.
+their outputs in ``events.jsonl``. The bodies go through the gateway's own capture (:class:`bench.gateway.transcript.
 Transcript`: request view, SSE assembly, redaction, caps); the trace is built and written (bench.pipeline.traces,
 ``MlflowWriter.log_trace``) into a fresh SQLite store in a temporary folder.
 
@@ -53,7 +53,7 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="trace-size-"))
     os.environ["BENCH_MLRUNS_DIR"] = str(tmp / "mlruns")
     os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{tmp / 'mlruns' / 'mlflow.db'}"
-    from bench.agents import transcript
+    from bench.gateway import transcript
     from bench.pipeline import traces
     from bench.tracking import schema
     from bench.tracking.writer import MlflowWriter

@@ -15,7 +15,7 @@ import pytest
 from bench.agents.stream import AgentStream
 from bench.progress import StatusLine
 from tests.bench.agents.test_events import STREAMS
-from tests.bench.agents.test_gateway import certs, gateway, lines, mock, post, serve  # noqa: F401
+from tests.bench.gateway.test_proxy import certs, gateway, lines, mock, post, serve  # noqa: F401
 
 STDIN = "Reading additional input from stdin..."
 TRACING = (

@@ -1,5 +1,5 @@
 """How OpenCode and Aider are pointed at the metering gateway (their ``gateway_var`` and ``gateway_path``, and
-:func:`bench.agents.metering.plan`): the upstream the gateway forwards to is the provider's API with the path its
+:func:`bench.gateway.metering.plan`): the upstream the gateway forwards to is the provider's API with the path its
 client puts in its base URL, and the CLI's own setting names the gateway's port inside the sandbox. (The real CLIs
 through the gateway: test_gateway_clis.py.)"""
 
@@ -9,10 +9,10 @@ import json
 
 import pytest
 
-from bench.agents import metering
 from bench.agents.aider import AiderAgent
 from bench.agents.base import LaunchContext
 from bench.agents.opencode import GATEWAY_VAR, OpenCodeAgent
+from bench.gateway import metering
 
 INSIDE = "http://127.0.0.1:47800"
 

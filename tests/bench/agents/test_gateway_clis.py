@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.agents import metering
+from bench.gateway import metering
 from bench.runner import RunSpec, run
 from bench.tracking import schema
 from tests.bench.agents import test_clis
@@ -30,7 +30,7 @@ mlflow = lazy("mlflow")  # imported at its first use (tests/lazy.py)
 GATEWAY_CLIS = ["claude-code", "codex", "gemini", "opencode", "aider"]
 # killed mid-stream (45 s each): the three streams whose usage arrives differently (Anthropic's at its start,
 # Responses' at its end, Gemini's on every chunk); OpenCode's and Aider's Chat Completions, like Responses, report
-# nothing before the end (the metering of a cut stream is the same code path, tested in test_gateway.py)
+# nothing before the end (the metering of a cut stream is the same code path, tested in tests/bench/gateway/)
 KILLED_CLIS = ["claude-code", "codex", "gemini"]
 CAPPED_CLIS = ["claude-code", "codex"]
 # models with a row in the price table (test_clis's mock-model has none, so no cost)
@@ -176,7 +176,7 @@ def test_cli_killed_mid_stream_keeps_its_tokens(agent, generated_t6, tls_env, mo
         mock.stop()
     assert result.timed_out and time.time() - t0 < 150, (result.status, result.reason)
     assert mock.stalled is not None, mock.summary()
-    metrics, _, lines = recorded(result)
+    metrics, tags, lines = recorded(result)
     cut = [r for r in lines if r.get("cut")]
     assert len(cut) == 1 and cut[0]["complete"] is False, lines
     whole = served(mock, skip=mock.stalled)
@@ -189,9 +189,24 @@ def test_cli_killed_mid_stream_keeps_its_tokens(agent, generated_t6, tls_env, mo
     tin = sum(i for _, i, _ in whole) + streamed[0]
     tout = sum(o for _, _, o in whole) + streamed[1]
     assert (metrics[schema.TOKENS_INPUT], metrics[schema.TOKENS_OUTPUT]) == (tin, tout)
-    cost = sum(expected_cost(m, i, o) for m, i, o in whole)
-    cost += expected_cost(mock.models[mock.stalled], *streamed)
+    # the stalled answer's usage never came: it is charged the output limit its request named (read here from the
+    # body the mock received; 128,000 where it named none) at the output rate, and says so
+    (asked,) = [r for r in mock.turns() if r.step is not None and r.step >= 1][:1]
+    body = asked.body or {}
+    limit = {
+        "claude-code": body.get("max_tokens"),
+        "codex": body.get("max_output_tokens"),
+        "gemini": (body.get("generationConfig") or {}).get("maxOutputTokens"),
+    }[agent] or 128_000
+    assert (cut[0]["cost_basis"], cut[0]["charged_output"]) == ("max_tokens", limit), cut[0]
+    charged_in = streamed[0] or cut[0]["charged_input"]  # no input said yet: every body byte an input token
+    assert charged_in >= stalled_in
+    model = mock.models[mock.stalled]
+    charge = expected_cost(model, charged_in, limit)  # (the rows of these models have no dearer cache-write rate)
+    assert cut[0]["cost_usd"] >= expected_cost(model, stalled_in, stalled_out)  # at least what the API would bill
+    cost = sum(expected_cost(m, i, o) for m, i, o in whole) + charge
     assert metrics[schema.COST_USD] == pytest.approx(cost, abs=1e-6 * len(lines))
+    assert tags[schema.COST_SOURCE] == "gateway+max_tokens"
 
 
 @pytest.mark.slow

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from bench import redact
-from bench.agents import key_swap, metering, routes
+from bench.gateway import key_swap, metering, routes
 from bench.paths import mlruns_dir
 from bench.runner import RunSpec, run
 from bench.sandbox.bwrap import probe
@@ -238,13 +238,11 @@ def test_run_tokens_replace_every_copy_of_a_key_and_swap_back(monkeypatch):
     assert out["OPENAI_API_KEY"] == out["CODEX_API_KEY"] != env["OPENAI_API_KEY"] and out["X"] == "1"
     token = out["OPENAI_API_KEY"]
     assert redact.RUN_TOKEN.fullmatch(token) and held == {token: env["OPENAI_API_KEY"]}
-    headers, path = key_swap.swap(
-        [("Authorization", f"Bearer {token}"), ("X-Other", token)], f"/m?key={token}&a=1", held
-    )
+    headers = key_swap.swap([("Authorization", f"Bearer {token}"), ("X-Other", token)], held, "openai")
     assert headers == [("Authorization", "Bearer sk-real-openai-0123456789"), ("X-Other", token)]
-    assert path == "/m?key=sk-real-openai-0123456789&a=1"
-    assert key_swap.carries(headers=[("x-api-key", token)], path="/", keys=held)
-    assert not key_swap.carries(headers=[("x-api-key", "sk-real-openai-0123456789")], path="/", keys=held)
+    assert key_swap.carries([("x-api-key", token)], held, "anthropic")
+    assert not key_swap.carries([("x-api-key", token)], held, "openai")  # not the header OpenAI's clients use
+    assert not key_swap.carries([("x-api-key", "sk-real-openai-0123456789")], held, "anthropic")
 
 
 def test_the_redactor_finds_a_secret_cut_by_a_piece_boundary(tmp_path, monkeypatch):

@@ -19,9 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from bench.agents import AGENTS, credentials, metering
+from bench.agents import AGENTS, credentials
 from bench.agents.base import LaunchContext
 from bench.agents.credentials import need_of
+from bench.gateway import metering
 from bench.paths import mlruns_dir
 from bench.pipeline.launch import launch
 from bench.pipeline.watch import watch
@@ -29,7 +30,7 @@ from bench.pipeline.workspace import Workspace
 from bench.preflight import InputError, check_api
 from bench.runspec import RunSpec
 from bench.sandbox import probe
-from tests.bench.agents.test_gateway import UnixHTTP, certs, gateway, lines, mock, serve  # noqa: F401 (fixtures)
+from tests.bench.gateway.test_proxy import UnixHTTP, certs, gateway, lines, mock, serve  # noqa: F401 (fixtures)
 from tests.lazy import lazy
 
 mlflow = lazy("mlflow")  # imported at its first use (tests/lazy.py)
@@ -276,7 +277,7 @@ def test_the_claude_login_variable_reaches_claude_codes_sandbox_only(home, tmp_p
 
 
 def test_the_gateway_forwards_a_logins_headers_byte_for_byte_and_logs_none(mock, certs, tmp_path):  # noqa: F811
-    from bench.agents.gateway import Gateway
+    from bench.gateway.proxy import Gateway
     from tests.bench.agents.tlsmock import HOST
 
     access = chatgpt_login(tmp_path / "c").read_text()

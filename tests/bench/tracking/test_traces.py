@@ -13,11 +13,11 @@ from types import SimpleNamespace
 import pytest
 from mlflow import MlflowClient
 
-from bench.agents import transcript
+from bench.gateway import transcript
 from bench.pipeline import traces
 from bench.tracking import schema, store
 from bench.tracking.writer import MlflowWriter, TrackingError
-from tests.bench.agents.test_gateway import SECRET, certs, gateway, lines, mock, post, serve  # noqa: F401
+from tests.bench.gateway.test_proxy import SECRET, certs, gateway, lines, mock, post, serve  # noqa: F401
 
 T0 = 1_790_000_000  # the run's launch (unix s)
 NS = 10**9

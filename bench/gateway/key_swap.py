@@ -1,12 +1,20 @@
 """The run's tokens: what the agent holds instead of the key, and how the gateway swaps them back.
 
 Why: an agent that holds the real API key can print it (into a metric name, a script, its final message), use it
-outside the run's budget, or keep it. With a metering gateway (:mod:`bench.agents.gateway`) it does not need it:
+outside the run's budget, or keep it. With a metering gateway (:mod:`bench.gateway.proxy`) it does not need it:
 :func:`run_tokens` gives the agent's environment a fresh token (``bench-run-`` and 32 hex digits) for each value
 that is one of the harness's credentials, and the gateway, which alone has the mapping, puts the real value back in
-the credential headers and the ``key`` query parameter of each request it forwards (:func:`swap`) and refuses one
-that carries none of its tokens (:func:`carries`). A token is worthless outside its run's gateway, which closes with
+the credential header of the request's API family (:data:`FAMILY_HEADERS`, :func:`swap`) and refuses one that
+carries none of its tokens there (:func:`carries`). A token is worthless outside its run's gateway, which closes with
 the run; the redactor (:mod:`bench.redact`) knows the tokens' shape and removes them from the record all the same.
+
+**The key only in its header.** No API family's CLI sends its key in the URL: Claude Code sends ``x-api-key`` (or
+``Authorization: Bearer`` for a gateway's token or a login), Codex, OpenCode and Aider ``Authorization: Bearer``,
+the Gemini CLI (0.61.0, ``shared/agent-streams/gemini_request_3.json``) ``x-goog-api-key``. So the real key is
+written into that header only, never into a query string (query strings land in every proxy's and vendor's access
+log, and an upstream that reflects its request would hand the key back), and a request whose run token appears
+anywhere else, in the query, another header or the body, is refused (:func:`misplaced`): no CLI does that, an
+agent probing the gateway does.
 """
 
 from __future__ import annotations
@@ -15,13 +23,11 @@ import json
 import secrets
 from collections.abc import Mapping
 from pathlib import Path
-from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from bench import redact
 
 TOKEN_PREFIX = "bench-run-"
 KEY_HEADERS = ("x-api-key", "authorization", "x-goog-api-key", "api-key")
-KEY_PARAMS = ("key", "api_key", "apikey", "access_token")
 
 
 def new_token() -> str:
@@ -85,29 +91,56 @@ def tokenized(argv: list[str], keys: Mapping[str, str]) -> list[str]:
     return out
 
 
-def _values(headers: list[tuple[str, str]], path: str) -> list[str]:
-    found = [v for k, v in headers if k.lower() in KEY_HEADERS]
-    return found + [v for k, v in parse_qsl(urlsplit(path).query, keep_blank_values=True) if k.lower() in KEY_PARAMS]
+# the credential headers each API family's clients send (lower case); "any": a gateway built without saying (tests)
+FAMILY_HEADERS: dict[str, tuple[str, ...]] = {
+    "anthropic": ("x-api-key", "authorization"),
+    "openai": ("authorization", "api-key"),
+    "gemini": ("x-goog-api-key",),
+    "chatgpt": ("authorization",),
+    "codeassist": ("authorization",),
+    "any": KEY_HEADERS,
+}
 
 
-def carries(headers: list[tuple[str, str]], path: str, keys: Mapping[str, str]) -> bool:
-    """Whether a request names one of ``keys``' tokens where a credential goes."""
-    return any(token in v for v in _values(headers, path) for token in keys)
+def _headers_of(family: str) -> tuple[str, ...]:
+    return FAMILY_HEADERS.get(family, KEY_HEADERS)
 
 
-def swap(headers: list[tuple[str, str]], path: str, keys: Mapping[str, str]) -> tuple[list[tuple[str, str]], str]:
-    """The request's credential headers and key query parameters with each token replaced by its real value."""
+def carries(headers: list[tuple[str, str]], keys: Mapping[str, str], family: str = "any") -> bool:
+    """Whether a request names one of ``keys``' tokens in its family's credential header."""
+    names = _headers_of(family)
+    return any(token in v for k, v in headers if k.lower() in names for token in keys)
+
+
+def misplaced(
+    headers: list[tuple[str, str]], target: str, body: bytes, keys: Mapping[str, str], family: str = "any"
+) -> str | None:
+    """Where a run token appears outside its family's credential header (``query``, ``header NAME``, ``body``), or
+    None. Only the gateway's own tokens are looked for: an agent's text that merely mentions the prefix is not one."""
     if not keys:
-        return headers, path
+        return None
+    names = _headers_of(family)
+    for token in keys:
+        if token in target:
+            return "query" if token in target.partition("?")[2] else "path"
+        for k, v in headers:
+            if k.lower() not in names and token in v:
+                return f"header {k[:40]}"
+        if token.encode() in body:
+            return "body"
+    return None
+
+
+def swap(headers: list[tuple[str, str]], keys: Mapping[str, str], family: str = "any") -> list[tuple[str, str]]:
+    """The request's headers with each token in its family's credential header replaced by its real value; nothing
+    else is touched (a key never goes into a query string)."""
+    if not keys:
+        return headers
+    names = _headers_of(family)
 
     def real(v: str) -> str:
         for token, key in keys.items():
             v = v.replace(token, key)
         return v
 
-    out = [(k, real(v) if k.lower() in KEY_HEADERS else v) for k, v in headers]
-    parts = urlsplit(path)
-    if parts.query:
-        pairs = parse_qsl(parts.query, keep_blank_values=True)
-        path = f"{parts.path}?{urlencode([(k, real(v) if k.lower() in KEY_PARAMS else v) for k, v in pairs])}"
-    return out, path
+    return [(k, real(v) if k.lower() in names else v) for k, v in headers]

@@ -9,28 +9,38 @@ proxy variables and the harness, not the CLI, says what a run used.
 
 Per request it appends one JSON line to ``llm.jsonl`` in the run's evidence, written when the request ends (a
 killed run keeps every line so far): time, API, model, HTTP status, latency, input/output/cached tokens read from
-the answer (:mod:`bench.agents.usage`), their cost at the price table's rates (:mod:`bench.agents.pricing`), and
-``complete: false`` with ``cut`` when the answer ended before its usage did (the CLI killed at the budget mid-stream:
-what had streamed is counted). Credentials (``Authorization``, ``x-api-key``, ``x-goog-api-key``, ``?key=``) are
-never written (the run's token swapped for the key on the way out, below): the line holds the path without its
-query. Each model request's and answer's body goes, capped and with secrets removed, to ``llm-bodies.jsonl``
-(:mod:`bench.agents.transcript`; the line's ``body`` is its id), for the run's MLflow trace
-(:mod:`bench.pipeline.traces`).
+the answer (:mod:`bench.gateway.usage`), their cost at the price table's rates (:mod:`bench.agents.pricing`), and
+``complete: false`` with ``cut`` when the answer ended before its usage did. **A stream left early is paid for what
+the API will bill**: when the client leaves mid-answer the gateway reads the answer on to its final usage (bounded:
+``drain_s`` and :data:`DRAIN_MAX_BYTES`), which is what Anthropic (output only in its closing ``message_delta``),
+OpenAI (usage only in its last event) and Gemini (cumulative, the last chunk) bill; where that usage never comes, the
+request is charged its ``max_tokens`` (:func:`bench.gateway.budget.output_limit`) at the output rate, the line says
+``cost_basis: max_tokens`` and the run's ``cost_source`` says so (:mod:`bench.gateway.metering`). Credentials
+(``Authorization``, ``x-api-key``, ``x-goog-api-key``) are never written (the run's token swapped for the key on
+the way out, below), nor a query's key parameters. Each model request's and answer's body goes, capped and with
+secrets removed, to ``llm-bodies.jsonl`` (:mod:`bench.gateway.transcript`; the line's ``body`` is its id), for the
+run's MLflow trace (:mod:`bench.pipeline.traces`).
 
 **The gateway holds the key.** The agent's environment carries a per-run token (``bench-run-`` and 32 hex digits,
-one per credential variable) where the harness has the real key (:func:`bench.agents.key_swap.run_tokens`, applied by
+one per credential variable) where the harness has the real key (:func:`bench.gateway.key_swap.run_tokens`, applied by
 :mod:`bench.pipeline.launch`); the gateway, given ``keys`` (token -> real value), refuses a request that carries
-none of its tokens (401, ``refused: token``) and swaps each token for its real value in the credential headers
-(``x-api-key``, ``Authorization: Bearer``, ``x-goog-api-key``, ``api-key``) and the ``key`` query parameter before
-the request leaves. The real key is never in the sandbox: an agent that prints its environment prints a token that
-is worth nothing once its run's gateway closes. (A CLI login read from a file, Codex's ``auth.json`` or Gemini's
-``oauth_creds.json``, is sent by the CLI itself: such a run's gateway has no ``keys`` and forwards the login's
-bearer token as it comes; docs/sandbox-and-rules.md names this residual.)
+none of its tokens in its family's credential header (401, ``refused: token``), refuses one whose token appears
+anywhere else, the query, another header, the body (400, ``refused: misplaced``: no CLI does that, a probing agent
+does), and swaps the token for its real value in that header only before the request leaves
+(:mod:`bench.gateway.key_swap`): the key is never written into a URL. The real key is never in the sandbox: an
+agent that prints its environment prints a token that is worth nothing once its run's gateway closes. (A CLI login
+read from a file, Codex's ``auth.json`` or Gemini's ``oauth_creds.json``, is sent by the CLI itself: such a run's
+gateway has no ``keys`` and forwards the login's bearer token as it comes; docs/sandbox-and-rules.md names this
+residual.)
 
-**Only the endpoints its CLI needs** (:mod:`bench.agents.routes`, per API family): anything else is answered here,
-in the API's error format (404), ``refused: route``.
+**Only the endpoints its CLI needs** (:mod:`bench.gateway.routes`, per API family): anything else is answered here,
+in the API's error format (404), ``refused: route``; before that, a target another server could read as another
+path (dot segments, percent-escapes, a backslash, an absolute form, a fragment) is refused (400, ``refused:
+target``), and the target forwarded is the one checked.
 
-``max_cost``: once the run's cost reaches it, every further request, whatever its path, is answered at once,
+``max_cost`` (:mod:`bench.gateway.budget`): each model request reserves its worst case before it is forwarded and is
+admitted only while spent plus reserved is below the budget (parallel requests pass it by one request's worst case
+at most); once the run's cost reaches it, every further request, whatever its path, is answered at once,
 without reaching the API, by an error in the API's own format (Anthropic and Gemini: 402; OpenAI: 429
 ``insufficient_quota``, which Codex does not retry) that says the run's API budget is spent; the line says
 ``refused: budget``. While a budget is set, a model request naming a model the price table does not know is refused
@@ -51,13 +61,16 @@ import time
 from pathlib import Path
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
+import h11
+
 from bench import settings
-from bench.agents import key_swap, pricing, routes, transcript
-from bench.agents.http1 import MAX_BODY
-from bench.agents.http1 import read_request as _read_request
-from bench.agents.http1 import send_json as _send_json
-from bench.agents.routes import refusal
-from bench.agents.usage import Usage, api_of, request_model
+from bench.agents import pricing
+from bench.gateway import budget, key_swap, routes, transcript
+from bench.gateway.budget import BUDGET_PREFIX, budget_message  # noqa: F401  (the budget's words, said here)
+from bench.gateway.budget import _usd as _usd
+from bench.gateway.http1 import MAX_BODY, ClientConnection
+from bench.gateway.routes import refusal
+from bench.gateway.usage import Usage, api_of, request_model
 
 LOG_NAME = "llm.jsonl"
 INSIDE_PORT = 47800  # the first loopback port inside the sandbox that reaches a gateway (one per upstream)
@@ -68,23 +81,11 @@ UPSTREAM_TIMEOUT_S = 600.0  # the longest silence inside an answer (a model thin
 # (Codex, OpenCode, Aider) say their usage only at the end, so reading on is what makes the run's tokens and cost
 # the API's own. Past it the upstream is cut and the line keeps what had streamed (marked cut). That time is
 # Gateway.drain_s: BENCH_GATEWAY_DRAIN_S (bench.settings, 20 s by default).
-SETTLE_S = 0.5  # under a budget: how long a model request waits for those in flight to be counted
+DRAIN_MAX_BYTES = 64 << 20  # the most read of an answer after its client left (its usage comes at its end)
 LOG_LIMIT = 100_000  # lines; a request loop must not fill the harness's disk
 SECRET_PARAMS = ("key", "api_key", "apikey", "access_token")
 HOP = {"connection", "keep-alive", "proxy-connection", "proxy-authorization", "te", "trailer", "transfer-encoding"}
 HOP |= {"upgrade", "host", "content-length", "accept-encoding"}
-BUDGET_PREFIX = "1GC-7RC: the run's API budget"
-
-
-def _usd(x: float) -> str:
-    return f"{x:.2f}" if x >= 0.01 else f"{x:g}"
-
-
-def budget_message(max_cost: float, spent: float) -> str:
-    return (
-        f"{BUDGET_PREFIX} of ${_usd(max_cost)} is spent (${spent:.4f} used): no further model requests are possible "
-        "in this run. Stop here."
-    )
 
 
 def safe_path(path: str) -> str:
@@ -145,13 +146,19 @@ class Gateway:
             self.context.load_verify_locations(cafile)
         self.keys = dict(keys or {})  # run token -> the real credential it stands for (empty: forwarded as sent)
         self.family = family or routes.family_of(upstream)
-        self.spent = 0.0
+        self.budget = budget.Budget(max_cost)  # what is spent and reserved
         self.tokens = 0  # input + output tokens of the answers read so far (the live status line's figure)
         self.unpriced = False  # an answer with tokens the price table cannot price: the running cost is not known
         self.capped = False  # the budget refused a request
+        self.probes = 0  # requests refused for carrying the run's token outside its credential header
         self._lock = threading.Lock()
         self._lines = 0
         self._inflight = 0
+
+    @property
+    def spent(self) -> float:
+        """The running cost in USD of the answers read so far."""
+        return self.budget.spent
 
     def inside_url(self, port: int) -> str:
         """The base URL the CLI is given: the gateway's port inside, with the upstream's path (``/v1``)."""
@@ -160,30 +167,29 @@ class Gateway:
     # --- one client connection ---------------------------------------------------------------------------
     def handle(self, conn: socket.socket) -> None:
         conn.settimeout(IDLE_TIMEOUT_S)
-        rfile = conn.makefile("rb")
+        client = ClientConnection(conn)  # h11 reads the requests and frames the answers
         up: http.client.HTTPConnection | None = None
         try:
             while True:
-                req = _read_request(rfile)
+                req = client.next_request()
                 if req is None:
                     return
                 method, path, headers, body = req
                 with self._lock:
                     self._inflight += 1
                 try:
-                    up, keep = self._one(conn, up, method, path, headers, body)
+                    up, keep = self._one(client, up, method, path, headers, body)
                 finally:
                     with self._lock:
                         self._inflight -= 1
                 if not keep:
                     return
-        except (OSError, ValueError, http.client.HTTPException):
+        except (OSError, ValueError, http.client.HTTPException, h11.ProtocolError):
             return
         finally:
             if up is not None:
                 up.close()
             with contextlib.suppress(OSError):
-                rfile.close()
                 conn.close()
 
     def _connect(self) -> http.client.HTTPConnection:
@@ -191,7 +197,7 @@ class Gateway:
             return _Upstream(self.host, self.port, self.address, self.context)
         return http.client.HTTPConnection(self.address, self.port, timeout=UPSTREAM_TIMEOUT_S)
 
-    def _one(self, conn, up, method: str, path: str, headers: list[tuple[str, str]], body: bytes):
+    def _one(self, client: ClientConnection, up, method: str, path: str, headers: list[tuple[str, str]], body: bytes):
         """Forward one request and stream its answer back; returns the upstream connection to reuse and whether
         the client connection stays open."""
         t0 = time.time()
@@ -206,15 +212,28 @@ class Gateway:
                 parsed["stream_options"] = {**opts, "include_usage": True}
                 body = json.dumps(parsed).encode()
         close = any(k.lower() == "connection" and v.lower() == "close" for k, v in headers)
-        why = self._refuse(method, path, api, rec["model"], headers)
+        why = self._refuse(method, path, api, rec["model"], headers, body)
+        rid = None
+        if why is None and api and self.max_cost is not None:  # reserve the worst case (module doc: the budget)
+            rid = self.budget.admit(budget.worst_case(rec["model"], api, body, parsed) or 0.0)
+            if rid is None:
+                why = "budget", budget.refusal_message(self.budget)
         if why is not None:
             kind, message = why
             self.capped = self.capped or kind == "budget"
             status, payload = refusal(api, path, message, kind, self.family)
             self._note({**rec, "status": status, "refused": kind, "latency_s": round(time.time() - t0, 3)})
-            _send_json(conn, status, payload)
-            return up, not close
-        headers, path = key_swap.swap(headers, path, self.keys)
+            client.send_json(status, payload, close)
+            return up, client.keep_alive
+        try:
+            return self._forward(client, up, method, path, headers, body, rec, parsed, close, rid)
+        finally:
+            self.budget.settle(rid, None)  # released if _forward raised (settled there otherwise: a no-op)
+
+    def _forward(self, client, up, method, path, headers, body, rec, parsed, close, rid):
+        """Forward a request that passed every check and stream its answer back (the rest of :meth:`_one`)."""
+        t0, api = rec["t"], rec["api"]
+        headers = key_swap.swap(headers, self.keys, self.family)  # the key in the family's header, nowhere else
         out = [(k, v) for k, v in headers if k.lower() not in HOP]
         out += [("Host", self.host if self.port in (80, 443) else f"{self.host}:{self.port}")]
         out += [("Accept-Encoding", "identity"), ("Content-Length", str(len(body)))]
@@ -238,17 +257,15 @@ class Gateway:
         usage = Usage(api, rec["model"])
         sse = "text/event-stream" in (resp.getheader("Content-Type") or "")
         capture = self.bodies.start(api, headers, body)  # the bodies for the run's MLflow trace
-        rec["status"] = resp.status
+        rec["status"] = resp.status  # the upstream's status, first seen here (an API's 401/403 included)
         whole = resp.getheader("Content-Length") is not None and resp.getheader("Transfer-Encoding") is None
-        head = [f"HTTP/1.1 {resp.status} {resp.reason}"]
-        head += [f"{k}: {v}" for k, v in resp.getheaders() if k.lower() not in HOP | {"content-encoding"}]
-        head += [f"Content-Length: {resp.length}" if whole else "Transfer-Encoding: chunked"]
-        head += ["Connection: close"] if close else []
-        cut, first, body_seen, keep, left = None, None, bytearray(), not close, False
-        gone = _watch_client(conn, up, self.drain_s)
+        head = [(k, v) for k, v in resp.getheaders() if k.lower() not in HOP | {"content-encoding"}]
+        head += [("Content-Length", str(resp.length))] if whole else []  # else h11 frames it chunked
+        cut, first, body_seen, keep, left, drained = None, None, bytearray(), not close, False, 0
+        gone = _watch_client(client.sock, up, self.drain_s)
         try:
-            conn.sendall(("\r\n".join(head) + "\r\n\r\n").encode("latin-1"))
-        except OSError:
+            client.start(resp.status, resp.reason, head, close)
+        except (OSError, h11.LocalProtocolError):
             left, keep = True, False  # the answer is still read for its usage (drain_s), passed on to no one
         while cut is None:
             try:
@@ -260,6 +277,11 @@ class Gateway:
                 break
             if first is None:
                 first = time.time()
+            if left or gone.closed:  # read on for the usage only, bounded in bytes as in time (drain_s)
+                drained += len(data)
+                if drained > DRAIN_MAX_BYTES:
+                    cut, keep = f"the client left and the answer passed {DRAIN_MAX_BYTES} bytes after it", False
+                    break
             if capture is not None:
                 capture.feed(data, sse)
             if api and sse:
@@ -267,18 +289,19 @@ class Gateway:
             elif api and len(body_seen) < MAX_BODY:
                 body_seen += data
             if not data:
-                if not whole and not left:
-                    with contextlib.suppress(OSError):
-                        conn.sendall(b"0\r\n\r\n")
+                if not left:
+                    with contextlib.suppress(OSError, h11.LocalProtocolError):
+                        client.end()
                 break
             if not left:
                 try:
-                    conn.sendall(data if whole else b"%x\r\n%s\r\n" % (len(data), data))
-                except OSError:
+                    client.data(data)
+                except (OSError, h11.LocalProtocolError):
                     left, keep = True, False  # read on for the usage (the watch cuts it after drain_s)
         gone.set()  # the answer is over: stop watching
         if gone.cut and cut is None:  # the upstream was cut: the client left and the drain's time ran out
             cut, keep = "the client closed its connection mid-answer", False
+        keep = keep and client.keep_alive  # h11's verdict: the answer whole, the connection reusable
         if left or gone.closed:  # the answer was read to its end without the client: its usage is the API's
             keep = False
             rec["client_left"] = True
@@ -291,17 +314,19 @@ class Gateway:
             usage.read_json(bytes(body_seen))
         end = time.time()
         rec.update(latency_s=round(end - t0, 3), ttfb_s=round((first or end) - t0, 3))
+        price = None
         if api:
             model = rec["model"] or usage.model
             rec.update(model=model, input=usage.input, output=usage.output, cached=usage.cached)
             rec.update(cache_write=usage.cache_write, complete=usage.complete)
             price = pricing.cost(model, usage.input, usage.output, usage.cached, usage.cache_write)
+            if not usage.complete and 200 <= resp.status < 300 and (cut or rec.get("client_left")):
+                price = self._charge_limit(rec, model, usage, body, parsed)  # the API's usage never came
             rec["cost_usd"] = price
             with self._lock:
                 self.tokens += usage.input + usage.output
                 self.unpriced = self.unpriced or (price is None and usage.input + usage.output > 0)
-                if price is not None:
-                    self.spent += price
+        self.budget.settle(rid, price)
         if cut:
             rec["cut"] = cut
         rec["spent_usd"] = round(self.spent, 6)
@@ -309,23 +334,34 @@ class Gateway:
         self._note(rec)
         return up, keep
 
+    def _charge_limit(self, rec: dict, model: str | None, usage: Usage, body: bytes, parsed: dict | None):
+        """The cost of an answer left without its final usage: its output limit at the output rate (and, where the
+        answer had not said its input, every body byte as an input token, as the budget's worst case)."""
+        limit = max(usage.output, budget.output_limit(rec["api"], parsed))
+        rec.update(cost_basis="max_tokens", charged_output=limit)
+        if usage.input:
+            return pricing.cost(model, usage.input, limit, usage.cached, usage.cache_write)
+        rec["charged_input"] = len(body)
+        return pricing.cost(model, len(body), limit, 0, len(body))
+
     def _refuse(
-        self, method: str, path: str, api: str | None, model: str | None, headers: list[tuple[str, str]]
+        self, method: str, path: str, api: str | None, model: str | None, headers: list[tuple[str, str]], body: bytes
     ) -> tuple[str, str] | None:
         """Why this request is answered here instead of forwarded ((kind, message)), or None to forward it. In
-        order: the budget (every path, once spent), the run's token, the route, an unpriced model under a budget.
-
-        Under a budget, a model request waits up to ``SETTLE_S`` for the requests in flight to be counted: a client
-        has a whole answer a moment before the gateway has read its end and added its cost, and a request sent in
-        that moment slipped past a spent budget. (Requests truly in parallel can still overshoot the budget by what
-        they cost together: each starts before the others are counted.)"""
-        if self.max_cost is not None and api:
-            deadline = time.time() + SETTLE_S
-            while self._inflight > 1 and time.time() < deadline:
-                time.sleep(0.01)
-        if self.max_cost is not None and self.spent >= self.max_cost:
-            return "budget", budget_message(self.max_cost, self.spent)
-        if self.keys and not key_swap.carries(headers, path, self.keys):
+        order: a target that is not a plain path, the budget (every path, once spent), the run's token anywhere but
+        its family's header, or missing from it, the route, an unpriced model under a budget. (A model request
+        that passes them all still reserves its worst case against the budget: :meth:`_one`.)"""
+        if (bad := routes.bad_target(path)) is not None:
+            return "target", f"1GC-7RC: request target refused: {bad}."
+        if self.budget.exhausted:
+            return "budget", budget_message(self.max_cost or 0.0, self.spent)
+        if self.keys and (where := key_swap.misplaced(headers, path, body, self.keys, self.family)):
+            self.probes += 1
+            return "misplaced", (
+                f"1GC-7RC: this request carries the run's token in its {where}; it goes only in the "
+                f"{self.family} API's credential header. The request was refused and counted."
+            )
+        if self.keys and not key_swap.carries(headers, self.keys, self.family):
             return "token", "1GC-7RC: this request carries no valid run token for the benchmark's gateway."
         if not routes.allowed(self.family, method, path, self.base_path):
             where = path.split("?", 1)[0][:200]

@@ -1,4 +1,4 @@
-"""Token usage read from the LLM API's own answers, as the metering gateway (:mod:`bench.agents.gateway`) sees them.
+"""Token usage read from the LLM API's own answers, as the metering gateway (:mod:`bench.gateway.proxy`) sees them.
 
 Four wire formats, each JSON or SSE-streamed, carry usage in different places:
 

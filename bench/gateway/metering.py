@@ -1,7 +1,7 @@
 """A run's metering: which gateway its CLI gets (at the launch), and what the gateway's log says (at the record).
 
 At the launch, :func:`plan` decides whether the agent's LLM requests go through a metering gateway
-(:mod:`bench.agents.gateway`): a sandboxed CLI agent whose adapter names the base-URL variable it can be pointed
+(:mod:`bench.gateway.proxy`): a sandboxed CLI agent whose adapter names the base-URL variable it can be pointed
 with (``Agent.gateway_var``) and whose run reaches one API (where that variable is not set here and the API's URL has
 no path, the vendor's own, the upstream gets the adapter's ``Agent.gateway_path``: the path its client's base URL has,
 ``/v1``). ``BENCH_GATEWAY=0`` turns it off (the CLI then reaches its API
@@ -24,11 +24,12 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from bench import settings
-from bench.agents import routes
 from bench.agents.base import Agent, LaunchContext
-from bench.agents.gateway import INSIDE_PORT, LOG_NAME, Gateway
+from bench.gateway import routes
+from bench.gateway.proxy import INSIDE_PORT, LOG_NAME, Gateway
 from bench.tracking import schema
 
+CHARGED_MAX_TOKENS = "gateway+max_tokens"  # cost_source where some answers were charged their max_tokens
 OPENCODE_VAR = "OPENCODE_PROVIDER_BASE_URL"  # opencode's built-in providers: the family comes from the vendor's host
 
 
@@ -112,12 +113,15 @@ def summary(records: list[dict], max_cost: float | None = None) -> dict:
         "model_requests": len(model_calls),
         "cut": sum(1 for r in records if r.get("cut")),
         "incomplete": sum(1 for r in priced if r.get("complete") is False),
+        # answers left without their final usage, charged their max_tokens at the output rate (gateway's module doc)
+        "charged_max_tokens": sum(1 for r in priced if r.get("cost_basis") == "max_tokens"),
         "unpriced_models": unpriced,
         "max_cost_usd": max_cost,
         "cap_hit": bool(refused),
         "cap_hit_at": refused[0]["t"] if refused else None,
-        # requests the gateway answered itself, by why: budget, token (none of the run's), route (not an endpoint
-        # the CLI needs), unpriced (a model without a price under a budget)
+        # requests the gateway answered itself, by why: budget, token (none of the run's), misplaced (the run's token
+        # outside its credential header: an agent probing), target (not a plain path), route (not an endpoint the CLI
+        # needs), unpriced (a model without a price under a budget)
         "refused": dict(sorted(Counter(str(r["refused"]) for r in records if r.get("refused")).items())),
     }
 
@@ -155,7 +159,9 @@ def series(records: list[dict], started_at: float, cost: bool = True) -> list[tu
 def merge(agent_events: dict, log: Path, max_cost: float | None = None) -> dict:
     """The run's agent_events with the gateway's figures: its totals replace the CLI's tokens and cost (which stay
     under ``cli_metrics`` for comparison), ``gateway`` holds the summary, ``cost_source`` says where ``cost_usd``
-    came from: ``gateway`` (its tokens, read from the API's own answers, x the price table) or ``unknown``.
+    came from: ``gateway`` (its tokens, read from the API's own answers, x the price table), ``gateway+max_tokens``
+    (the same, where some answers left early never said their usage and were charged their ``max_tokens`` at the
+    output rate: an upper bound for those) or ``unknown``.
 
     The CLI's own cost is never the run's: the agent writes the CLI's output (it can print a ``result`` event with
     ``total_cost_usd: -100``), so a figure from it is the agent's word. It stays under ``cli_metrics``; where the
@@ -175,6 +181,8 @@ def merge(agent_events: dict, log: Path, max_cost: float | None = None) -> dict:
     metrics = {**cli, **s["metrics"]}
     cost = s["metrics"][schema.COST_USD]
     source = "gateway" if cost is not None and cost >= 0 else "unknown"
+    if source == "gateway" and s["charged_max_tokens"]:
+        source = CHARGED_MAX_TOKENS  # some answers' usage never came: charged at their max_tokens
     if source == "unknown":
         metrics[schema.COST_USD] = None
     events.update(metrics=metrics, cli_metrics=cli, gateway=s, cost_source=source)

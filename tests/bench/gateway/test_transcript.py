@@ -1,4 +1,4 @@
-"""The bodies the gateway keeps for the run's trace (bench.agents.transcript): assembled answers, caps, no secrets.
+"""The bodies the gateway keeps for the run's trace (bench.gateway.transcript): assembled answers, caps, no secrets.
 
 Expected texts are the mock's own replies (tests/mockllm, the wire formats the gateway tests use) or strings written
 here; sizes follow from the caps' definitions.
@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import json
 
-from bench.agents import transcript
-from bench.agents.transcript import REDACTED, Capture, Redactor, Transcript, request_view
+from bench.gateway import transcript
+from bench.gateway.transcript import REDACTED, Capture, Redactor, Transcript, request_view
 from tests.mockllm import anthropic as mock_anthropic
 from tests.mockllm import gemini as mock_gemini
 from tests.mockllm import openai as mock_openai

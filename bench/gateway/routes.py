@@ -25,7 +25,15 @@ traffic of ``tests/bench/agents/test_logins.py``), matched against the whole pat
 - ``any``: the union, for a gateway built without saying (tests that drive one API directly).
 
 Anything else is answered by the gateway itself, in the API's own error format, and logged with
-``refused: route`` (:mod:`bench.agents.gateway`).
+``refused: route`` (:mod:`bench.gateway.proxy`).
+
+**The path checked is the path forwarded.** Before any route is matched, :func:`bad_target` refuses (400,
+``refused: target``) a request target that another server could read as a different path: a dot segment (``.``,
+``..``: ``/v1/models/../files`` matched ``/v1/models/{id}``, and a front end that removes dot segments, as RFC 3986
+says to, serves ``/v1/files``), any percent-escape in the path (``%2e%2e``, ``%2f``: decoded by some front ends), a
+backslash (a slash to some), an empty segment, an absolute-form or authority-form target (``http://host/...``), a
+fragment, or a byte outside printable ASCII. No CLI sends any of them; the target is then forwarded unchanged, so
+what was checked is what the API receives.
 """
 
 from __future__ import annotations
@@ -65,6 +73,27 @@ FAMILIES["any"] = tuple(r for f in ("anthropic", "openai", "gemini", "chatgpt", 
 _COMPILED = {f: tuple((m, re.compile(p)) for m, p in routes) for f, routes in FAMILIES.items()}
 
 
+def bad_target(target: str) -> str | None:
+    """Why a request target cannot be routed as sent (a sentence), or None for a plain origin-form target."""
+    if not target.startswith("/") or target.startswith("//"):
+        return "only an origin-form target (/path?query) is served, not an absolute or authority form"
+    if any(not 0x21 <= ord(c) <= 0x7E for c in target):
+        return "the target holds a byte outside printable ASCII"
+    if "#" in target:
+        return "the target holds a fragment (#)"
+    if "\\" in target:
+        return "the target holds a backslash"
+    path = target.split("?", 1)[0]
+    if "%" in path:
+        return "the path holds a percent-escape (an endpoint's path has none)"
+    segments = path.split("/")[1:]
+    if any(seg in (".", "..") for seg in segments):
+        return "the path holds a dot segment (. or ..)"
+    if "" in segments[:-1]:
+        return "the path holds an empty segment (//)"
+    return None
+
+
 def family_of(upstream: str, var: str | None = None) -> str:
     """The family of a gateway's upstream, from its URL and the base-URL variable the CLI was pointed with."""
     parts = urlsplit(upstream)
@@ -100,7 +129,7 @@ def _match(family: str, method: str, path: str) -> bool:
 def refusal(api: str | None, path: str, message: str, kind: str = "budget", family: str = "any") -> tuple[int, dict]:
     """The HTTP status and JSON body that API uses for a request it will not serve (so that the CLI shows the text
     to its model and does not retry). ``kind``: ``budget`` (402; OpenAI's 429 insufficient_quota), ``route`` (404),
-    ``token`` (401), ``unpriced`` (400)."""
+    ``token`` (401), ``unpriced``, ``target``, ``misplaced`` (400)."""
     p = path.split("?", 1)[0]
     style = (
         "anthropic"
@@ -109,7 +138,7 @@ def refusal(api: str | None, path: str, message: str, kind: str = "budget", fami
         if api == "gemini" or family in ("gemini", "codeassist") or "/v1beta/" in p or "/v1internal" in p
         else "openai"
     )
-    status = {"budget": 402, "route": 404, "token": 401, "unpriced": 400}[kind]
+    status = {"budget": 402, "route": 404, "token": 401, "unpriced": 400, "target": 400, "misplaced": 400}[kind]
     if style == "anthropic":
         kinds = {"budget": "billing_error", "route": "not_found_error", "token": "authentication_error"}
         error = {"type": kinds.get(kind, "invalid_request_error"), "message": message}
@@ -121,4 +150,5 @@ def refusal(api: str | None, path: str, message: str, kind: str = "budget", fami
         quota = {"message": message, "type": "insufficient_quota", "code": "insufficient_quota", "param": None}
         return 429, {"error": quota}
     codes = {"route": "not_found", "token": "invalid_api_key", "unpriced": "model_not_found"}
+    codes |= {"target": "invalid_request", "misplaced": "invalid_request"}
     return status, {"error": {"message": message, "type": "invalid_request_error", "code": codes[kind], "param": None}}

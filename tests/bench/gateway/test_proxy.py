@@ -1,4 +1,4 @@
-"""The metering gateway (bench.agents.gateway) against the scripted mock over TLS, and its usage parsers.
+"""The metering gateway (bench.gateway.proxy) against the scripted mock over TLS, and its usage parsers.
 
 Expected token counts are the mock's own replies (``TlsMock.usages``) or numbers written by hand into the
 payloads; expected costs are worked out by hand from the price table's rows (USD per 1M tokens).
@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from bench.agents import metering
-from bench.agents.gateway import BUDGET_PREFIX, Gateway
-from bench.agents.usage import Usage, api_of, request_model
+from bench.gateway import metering
+from bench.gateway.proxy import BUDGET_PREFIX, Gateway
+from bench.gateway.usage import Usage, api_of, request_model
 from bench.sandbox.network import UnixServer
 from bench.tracking import schema
 from tests.bench.agents.tlsmock import HOST, TlsMock, make_certs
@@ -302,14 +302,17 @@ def _slow_gateway(slow: SlowSSE, certs, tmp_path: Path, drain_s: float) -> Gatew
     )  # fmt: skip
 
 
-def test_a_stream_cut_midway_keeps_what_streamed(certs, tmp_path):
-    """The API silent past the drain's time after the client left: the upstream is cut, what streamed counts."""
+def test_a_stream_cut_midway_is_charged_its_max_tokens(certs, tmp_path):
+    """The API silent past the drain's time after the client left: the upstream is cut, and since the API's final
+    usage never came, the request is charged its max_tokens (2,000) at the output rate, named in the line."""
     slow = SlowSSE(certs)
     gw = _slow_gateway(slow, certs, tmp_path, drain_s=0.5)
     server, sock = serve(gw, tmp_path)
     try:
         c = UnixHTTP(sock)
-        c.request("POST", "/v1/messages", json.dumps({"model": "claude-sonnet-4-5", "stream": True}))
+        c.request(
+            "POST", "/v1/messages", json.dumps({"model": "claude-sonnet-4-5", "stream": True, "max_tokens": 2000})
+        )
         r = c.getresponse()
         first = r.read1(65536)
         assert b"message_start" in first  # arrived while the server still holds the rest: not buffered
@@ -322,7 +325,8 @@ def test_a_stream_cut_midway_keeps_what_streamed(certs, tmp_path):
         server.close()
     (rec,) = lines(tmp_path)
     assert rec["input"] == 700 and rec["complete"] is False and "client closed" in rec["cut"]
-    assert rec["cost_usd"] == pytest.approx((700 * 3 + rec["output"] * 15) / 1e6)
+    assert (rec["output"], rec["cost_basis"], rec["charged_output"]) == (1, "max_tokens", 2000)
+    assert rec["cost_usd"] == pytest.approx((700 * 3 + 2000 * 15) / 1e6)
 
 
 def test_an_answer_that_ends_after_its_client_left_is_metered_whole(certs, tmp_path):

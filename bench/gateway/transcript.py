@@ -1,6 +1,6 @@
 """What the agent asked its model and was told: each LLM request's and answer's body, capped and without secrets.
 
-The metering gateway (:mod:`bench.agents.gateway`) hands every model request it forwards to :class:`Transcript`,
+The metering gateway (:mod:`bench.gateway.proxy`) hands every model request it forwards to :class:`Transcript`,
 which appends one line per request to ``<run_dir>/evidence/llm-bodies.jsonl`` when the request ends; the line's
 ``id`` is also written into the request's ``llm.jsonl`` line (``body``), and :mod:`bench.pipeline.traces` joins the
 two into the run's MLflow trace.
