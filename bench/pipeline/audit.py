@@ -80,6 +80,7 @@ def audit(
         provided={k: e for k, e in start.items() if k.startswith("weights/")},
         data_error=_data_error(ws.task) if recorded else None,
         originals_changed=_originals_changed(ws.task, evidence) if recorded else [],
+        task_dir=ws.task.folder,
     )
     found = run_all(ctx)
     # without the run's evidence (a workspace audited on its own) only the rules read from files and scores apply

@@ -58,6 +58,7 @@ class Context:
     provided: dict[str, dict] = field(default_factory=dict)  # provided weight files (relative) -> start manifest entry
     data_error: str | None = None  # why the prepared data no longer verify (None: they do)
     originals_changed: list[str] = field(default_factory=list)  # the task's own files that changed during the run
+    task_dir: Path | None = None  # the task's own folder (its task.toml's margins: bench.rules.labels)
 
     @property
     def evidence(self) -> Evidence:
