@@ -100,10 +100,12 @@ def _orders(kind: str, targets: list[np.ndarray]) -> list[tuple[str, list[np.nda
 
 def _informative(kind: str, w: np.ndarray) -> np.ndarray:
     """Which candidate windows (rows of ``w``) say something: several distinct values, and for labels several
-    changes of value (a run of one class matches a zero-filled tensor, one change a triangular mask)."""
+    changes of value: a run of one class matches a zero-filled tensor, and a run of ones amid zeros a triangular
+    boolean mask (a causal attention mask's rows), so a window of zeros and ones needs two runs of ones, and one
+    with another class (a segmentation mask's row across an object) two changes."""
     changes = (w[:, 1:] != w[:, :-1]).sum(axis=1)
     if kind == LABELS:
-        return changes >= 4
+        return (changes >= 4) | ((changes >= 2) & (w.max(axis=1) >= 2))
     distinct = np.array([len(np.unique(r)) for r in w])
     return distinct >= (w.shape[1] // 2 if kind == SERIES else 8)
 
@@ -174,6 +176,7 @@ def blobs(eval_dir: Path, checkpoint: str, skip: set[str] = frozenset()) -> Iter
             continue
         data = f.read_bytes()[:MAX_BLOB]
         yield Blob(f.name, data)
+        yield Blob(f"{f.name} (escapes read)", _unescaped(data))
         yield from _number_blobs(f.name, _spelled(data))
         for n, literal in enumerate(B64.findall(data)):
             decoded = _b64(literal)
@@ -286,6 +289,15 @@ def _number_blobs(name: str, values: np.ndarray) -> Iterator[Blob]:
             for enc in ("int64", "int32", "uint16", "uint8"):
                 fits = whole[(whole >= np.iinfo(enc).min) & (whole <= np.iinfo(enc).max)]
                 yield Blob(f"{name} (numbers as {enc})", fits.astype(enc).tobytes())
+
+
+ESCAPE = re.compile(r"\\([ntr'\"\\])")
+ESCAPED = {"n": "\n", "t": "\t", "r": "\r", "'": "'", '"': '"', "\\": "\\"}
+
+
+def _unescaped(data: bytes) -> bytes:
+    """A script's text with a string literal's escapes read (``\\n`` a newline): a text's ``repr`` in a script."""
+    return ESCAPE.sub(lambda m: ESCAPED[m.group(1)], data.decode("utf-8", "replace")).encode("utf-8")
 
 
 def _b64(literal: bytes) -> bytes | None:
