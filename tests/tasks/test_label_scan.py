@@ -173,10 +173,10 @@ def test_a_forged_t6_candidate_is_disqualified_at_run_time(small, tmp_path):
     (agent / "forged.py").write_text(FORGED, encoding="utf-8")
     series = torch.from_numpy(np.load(ws / "data" / "test.npy"))
     config = {"base": honest["config"], "rows": len(series)}
-    state = {**{f"base.{k}": v for k, v in honest["model"].items()}, "lookup": series}
+    state = {**{f"base.{k}": v for k, v in honest["state_dict"].items()}, "lookup": series}
     ckpt = agent / "checkpoints" / "forged.pt"
     ckpt.parent.mkdir()
-    torch.save({**honest, "model": state, "config": config, "script": "forged.py"}, ckpt)
+    torch.save({**honest, "state_dict": state, "config": config, "script": "forged.py"}, ckpt)
     eval_dir = ev.stage(task, agent, tmp_path / "eval" / "00-forged", ckpt)
     official = ev.evaluate(task, eval_dir, ws / "data", script="forged.py", device="cpu", sandboxed=probe() is None)
     assert official.ok, official.why_not
