@@ -27,7 +27,7 @@ from bench.sandbox.bwrap import probe
 from bench.scoring import leakage
 from bench.tasks import load_task
 from tests.tasks.smalldata import FACTORIES
-from tests.tasks.taskfolder import TASKS_DIR, task_modules
+from tests.tasks.taskfolder import TASKS_DIR, copy_task, run_prepare, task_modules
 
 KIND = {"t1_language_modeling": leakage.TEXT, "t6_time_series_forecasting": leakage.SERIES}
 # the three encodings planted per kind of target, and where: a tensor in the checkpoint (its key named in the
@@ -181,9 +181,7 @@ def test_a_forged_t6_candidate_is_disqualified_at_run_time(small, tmp_path):
     official = ev.evaluate(task, eval_dir, ws / "data", script="forged.py", device="cpu", sandboxed=probe() is None)
     assert official.ok, official.why_not
     assert official.value < 1e-6 < official.raw["val_value"], "the lookup answers the test split exactly"
-    evaluation = Evaluation("best", str(ckpt), "forged.py", official.raw["val_value"], "mse", None, 0.0, 0, official)
-    ctx = Context(tmp_path, tmp_path, "t6", (), {}, [evaluation], 0.0, 60.0, [], [], True, task_dir=task.folder)
-    found = [v for check in labels.CHECKS for v in check(ctx)]
+    found = _audit_checks(task, official, ckpt, "forged.py", tmp_path)
     carried = [v for v in found if labels.CARRIED in v.reason]
     assert len(carried) == 1 and carried[0].verdict == "disqualify" and carried[0].rule == 9, found
     assert "(tensor 'lookup')" in carried[0].reason and "float32" in carried[0].reason
@@ -191,3 +189,38 @@ def test_a_forged_t6_candidate_is_disqualified_at_run_time(small, tmp_path):
     assert len(gap) == 1 and gap[0].verdict == "flag" and "test_val_error_ratio" in gap[0].reason
     assert [v.reason for v in labels.score_findings(Audit(violations=tuple(found)))] == [v.reason for v in found]
     json.dumps(official.raw["label_scan"])  # recorded as plain JSON in result.json
+
+
+def _audit_checks(task, official, ckpt: Path, script: str, tmp_path: Path) -> list:
+    """This module's findings for one candidate scored as the run's best."""
+    evaluation = Evaluation(
+        "best", str(ckpt), script, official.raw.get("val_value"), task.metric, None, 0.0, 0, official
+    )
+    ctx = Context(tmp_path, tmp_path, task.id, (), {}, [evaluation], 0.0, 60.0, [], [], True, task_dir=task.folder)
+    return [v for check in labels.CHECKS for v in check(ctx)]
+
+
+@pytest.mark.slow
+@pytest.mark.mirror
+@pytest.mark.parametrize("tuned", [False, True], ids=["default", "tuned"])
+def test_the_real_t6_baselines_raise_no_flag(real_mirror, tmp_path, monkeypatch, tuned):
+    """The DLinear baseline and the tuned one (baselines/results/t6.json), trained on the real ETTh1 on the CPU and
+    scored by the real scorer: no target found, test/val error ratio above the margin (measured 0.57), not beyond
+    the reference (0.370-0.378 against 0.375 - 0.05)."""
+    name = "t6_time_series_forecasting"
+    task = load_task(TASKS_DIR / name)
+    ws = copy_task(TASKS_DIR / name, tmp_path / "ws")
+    proc = run_prepare(ws, "--prepare", "--raw-dir", str(real_mirror / "ETTh1"), "--data-dir", "data")
+    assert proc.returncode == 0, proc.stderr
+    with task_modules(ws) as (_, train):
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+        config = dict(train.CONFIG)
+        if tuned:
+            config = json.loads((TASKS_DIR.parent / "baselines" / "results" / "t6.json").read_text())["config"]
+        train.main(config)
+    best = min((ws / "checkpoints").glob("*.pt"), key=lambda p: torch.load(p, weights_only=True)["val_score"])
+    eval_dir = ev.stage(task, ws, tmp_path / "eval" / "00-best", best)
+    official = ev.evaluate(task, eval_dir, ws / "data", script="train.py", device="cpu", sandboxed=probe() is None)
+    assert official.ok, official.why_not
+    assert official.raw["label_scan"]["found"] == [] and official.raw["label_scan"]["windows"] == 2 * leakage.WINDOWS
+    assert _audit_checks(task, official, best, "train.py", tmp_path) == []
