@@ -24,9 +24,10 @@ cannot. Not found: targets transformed before they were stored (scaled, permuted
 a checkpoint tensor), a lookup keyed by something else than evaluation order, or the targets reached by another
 way than the staged folder (none exists: the predictor sees that folder only).
 
-Cost: one pass of ``bytes.find`` per window and encoding over each blob (measured in the module's tests and in
-``docs/sandbox-and-rules.md``); blobs larger than :data:`MAX_BLOB` are searched in their first :data:`MAX_BLOB`
-bytes, and the result says so.
+Cost: one pass of ``bytes.find`` per window and encoding over each blob; over a blob larger than :data:`LARGE`
+(a large checkpoint) only :data:`FIRST` windows of each encoding, spread over the split, and the others only when
+one of those is there, so a copy of less than about a quarter of the split may pass there (measured in
+``docs/sandbox-and-rules.md``). A file larger than :data:`MAX_BLOB` is searched in its first :data:`MAX_BLOB` bytes.
 """
 
 from __future__ import annotations
@@ -60,6 +61,8 @@ MIN_FOUND = 3  # windows of one encoding in one blob that make a finding
 MAX_BLOB = 4 << 30  # bytes of one file searched at most
 MAX_INFLATE = 1 << 30  # bytes one compressed zip entry or base64 literal may inflate to
 MAX_PICKLE = 256 << 20  # a data.pkl larger than this is not disassembled (its raw bytes are still searched)
+LARGE = 64 << 20  # a blob larger than this is first searched for FIRST windows of each encoding, spread over the split
+FIRST = 4
 CANDIDATES = 4096  # window positions examined to choose the informative ones
 
 NUMBER = re.compile(rb"-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
@@ -174,7 +177,8 @@ def blobs(eval_dir: Path, checkpoint: str, skip: set[str] = frozenset()) -> Iter
     for f in sorted(eval_dir.iterdir()):
         if f.name == checkpoint or f.name in skip or not f.is_file() or f.is_symlink():
             continue
-        data = f.read_bytes()[:MAX_BLOB]
+        with open(f, "rb") as source:
+            data = source.read(MAX_BLOB)
         yield Blob(f.name, data)
         yield Blob(f"{f.name} (escapes read)", _unescaped(data))
         yield from _number_blobs(f.name, _spelled(data))
@@ -191,7 +195,7 @@ def _checkpoint_blobs(path: Path) -> Iterator[Blob]:
     keys, floats, ints = _pickle_facts(pickle) if pickle is not None else ({}, [], [])
     named = [(a, b, f"{label} (tensor {keys[label.rsplit('/', 1)[-1]]!r})") if "/data/" in label and
              label.rsplit("/", 1)[-1] in keys else (a, b, label) for a, b, label in entries]  # fmt: skip
-    yield Blob(path.name, raw if len(raw) <= MAX_BLOB else raw[:MAX_BLOB], named)
+    yield Blob(path.name, raw, named)  # searched in its first MAX_BLOB bytes
     for label, data in inflated:
         yield Blob(f"{path.name}:{label}", data)
     yield from _number_blobs(f"{path.name}:data.pkl floats", np.array(floats, dtype=np.float64))
@@ -205,16 +209,17 @@ def _zip_entries(path: Path, raw) -> tuple[list, list, bytes | None]:
         archive = zipfile.ZipFile(path)
     except (zipfile.BadZipFile, OSError, ValueError):
         return [], [], None
-    stored, inflated, pickle = [], [], None
+    stored, inflated, pickle, budget = [], [], None, 0
     with archive:
         for info in archive.infolist()[:100_000]:
             start = _data_offset(raw, info)
             if info.compress_type == zipfile.ZIP_STORED and start is not None:
                 stored.append((start, start + info.compress_size, info.filename))
-            elif info.file_size <= MAX_INFLATE:
+            elif info.file_size <= MAX_INFLATE - budget:  # all inflated entries together: MAX_INFLATE at most
                 try:
                     with archive.open(info) as member:
-                        inflated.append((info.filename, member.read(MAX_INFLATE)))
+                        inflated.append((info.filename, member.read(MAX_INFLATE - budget)))
+                        budget += len(inflated[-1][1])
                 except (zipfile.BadZipFile, OSError, ValueError, NotImplementedError, zlib.error, EOFError):
                     continue
             if info.filename.endswith("data.pkl") and info.file_size <= MAX_PICKLE:
@@ -322,17 +327,26 @@ def scan(
     Each finding: ``where`` (file, entry, tensor), ``encoding``, ``order``, ``windows`` found of ``of`` drawn."""
     t0 = time.perf_counter()
     drawn = windows(kind, targets, vocab)
-    found, searched = [], 0
+    found, searched, truncated = [], 0, []
     for blob in blobs(eval_dir, checkpoint, set(skip)):
-        searched += len(blob.data)
+        searched += min(len(blob.data), MAX_BLOB)
+        if len(blob.data) > MAX_BLOB:
+            truncated.append(blob.name)
         hits: dict[tuple[str, str], list[int]] = {}
+        groups: dict[tuple[str, str], list[bytes]] = {}
         for w in drawn:
             for enc, key in w.keys.items():
-                at = blob.data.find(key)
-                if at >= 0:
-                    hits.setdefault((enc, w.order), []).append(at)
+                groups.setdefault((enc, w.order), []).append(key)
+        for group, keys in groups.items():
+            # a large blob: the rest of an encoding's windows only once one of its first spread few is there
+            first = keys[:: max(1, len(keys) // FIRST)] if len(blob.data) > LARGE else keys
+            where = [at for at in (blob.data.find(k, 0, MAX_BLOB) for k in first) if at >= 0]
+            if where and len(first) < len(keys):
+                where += [at for at in (blob.data.find(k, 0, MAX_BLOB) for k in keys if k not in first) if at >= 0]
+            if where:
+                hits[group] = where
         for (enc, order), where in sorted(hits.items()):
-            of = sum(1 for w in drawn if w.order == order and enc in w.keys)
+            of = len(groups[(enc, order)])
             if len(where) >= min(MIN_FOUND, of):
                 found.append(
                     {"where": blob.where(where[0]), "encoding": enc, "order": order, "windows": len(where), "of": of}
@@ -343,6 +357,7 @@ def scan(
         "windows": len(drawn),
         "encodings": encodings,
         "bytes": searched,
+        **({"truncated": truncated} if truncated else {}),
         "seconds": round(time.perf_counter() - t0, 3),
     }
 

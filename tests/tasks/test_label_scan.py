@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -224,3 +225,25 @@ def test_the_real_t6_baselines_raise_no_flag(real_mirror, tmp_path, monkeypatch,
     assert official.ok, official.why_not
     assert official.raw["label_scan"]["found"] == [] and official.raw["label_scan"]["windows"] == 2 * leakage.WINDOWS
     assert _audit_checks(task, official, best, "train.py", tmp_path) == []
+
+
+def test_a_large_checkpoint_is_searched_whole_once_a_first_window_is_there(small, tmp_path, monkeypatch):
+    """Over a large blob the scan first looks for a few windows of each encoding; a copy of the split is still
+    found with all its windows, a compressed zip entry is inflated, and an honest large blob is not claimed."""
+    monkeypatch.setattr(leakage, "LARGE", 0)  # every blob counts as large
+    name = "t6_time_series_forecasting"
+    folder = _stage(small, name, tmp_path / "eval")
+    assert _scan(small, name, folder)["found"] == []
+    _, _, plant = _targets(small, name)
+    payload = torch.load(folder / ev.CHECKPOINT, weights_only=True)
+    payload["lookup"] = torch.from_numpy(plant.copy())
+    torch.save(payload, folder / ev.CHECKPOINT)
+    (hit,) = [f for f in _scan(small, name, folder)["found"] if f["encoding"] == "float32"]
+    assert hit["windows"] == hit["of"] == leakage.WINDOWS and "(tensor 'lookup')" in hit["where"]
+    with zipfile.ZipFile(folder / ev.CHECKPOINT) as src, zipfile.ZipFile(tmp_path / "z.pt", "w") as out:
+        for info in src.infolist():  # the same archive, every entry deflated: torch.load reads it all the same
+            out.writestr(info.filename, src.read(info), compress_type=zipfile.ZIP_DEFLATED)
+    shutil.move(tmp_path / "z.pt", folder / ev.CHECKPOINT)
+    assert torch.load(folder / ev.CHECKPOINT, weights_only=True)["lookup"].shape == plant.shape
+    found = _scan(small, name, folder)["found"]
+    assert any(f["encoding"] == "float32" and f["windows"] == leakage.WINDOWS for f in found), found
