@@ -326,7 +326,10 @@ def scan(
     """Look for the targets in the staged folder: ``{"found": [...], "windows", "encodings", "bytes", "seconds"}``.
     Each finding: ``where`` (file, entry, tensor), ``encoding``, ``order``, ``windows`` found of ``of`` drawn."""
     t0 = time.perf_counter()
-    drawn = windows(kind, targets, vocab)
+    arrays = [np.asarray(t) for t in targets]
+    if not arrays or any(a.dtype.kind not in "biuf" for a in arrays):  # a task whose targets are no numeric arrays
+        return {"found": [], "windows": 0, "skipped": "the targets are not numeric arrays", "bytes": 0, "seconds": 0.0}
+    drawn = windows(kind, arrays, vocab)
     found, searched, truncated = [], 0, []
     for blob in blobs(eval_dir, checkpoint, set(skip)):
         searched += min(len(blob.data), MAX_BLOB)
