@@ -136,7 +136,9 @@ def _encode(kind: str, values: np.ndarray, vocab: list[str] | None) -> dict[str,
     out = {}
     for enc in ENCODINGS[kind]:
         if enc == DECIMALS:
-            out[enc] = np.round(values.astype(np.float64), 2).tobytes()
+            rounded = np.round(values.astype(np.float64), 2)
+            if len(np.unique(rounded)) >= len(values) // 2:  # a flat stretch rounds to zeros: says nothing
+                out[enc] = rounded.tobytes()
         elif enc == "utf-8":
             if vocab is not None:
                 out[enc] = "".join(vocab[int(i)] for i in values).encode("utf-8")
@@ -363,10 +365,3 @@ def scan(
         **({"truncated": truncated} if truncated else {}),
         "seconds": round(time.perf_counter() - t0, 3),
     }
-
-
-def describe(hit: dict) -> str:
-    """One line for a finding: where, how encoded, how much."""
-    return (
-        f"{hit['where']}: {hit['windows']} of {hit['of']} windows of the targets as {hit['encoding']} ({hit['order']})"
-    )
