@@ -52,9 +52,7 @@ def measure(task_id: str, ws: Path, config: dict) -> dict:
         best = min(ckpts, key=lambda p: (1 if task.direction == "min" else -1) * torch.load(p)["val_score"])
         script = str(ws / "train.py")
         val = prepare.self_check(str(best), script, "val", data_dir=str(ws / "data"), device="cpu")["value"]
-        test = prepare.self_check(str(best), script, task.eval_split, data_dir=str(ws / "data"), device="cpu")[
-            "value"
-        ]
+        test = prepare.self_check(str(best), script, task.eval_split, data_dir=str(ws / "data"), device="cpu")["value"]
         feed = prepare.eval_batches(task.eval_split, str(ws / "data"), prepare.FEED_BATCH_SIZE)
     error = (lambda v: v) if task.direction == "min" else (lambda v: 1 - v)
     staged = Path(tempfile.mkdtemp())
