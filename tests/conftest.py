@@ -169,6 +169,13 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def generated_margins(toml: str) -> str:
+    """A generated-data copy's task.toml without the score margins of its ``[scoring]`` (bench/rules/labels.py): a
+    score on generated data means nothing against the real task's reference or its val/test gap (the label scan,
+    which looks for the copy's own targets, stays)."""
+    return re.sub(r"(?m)^(reference_margin|test_val_error_ratio) = .*\n", "", toml)
+
+
 def generated_task(tmp_path: Path, monkeypatch, folder_name: str, write_raw) -> object:
     """A copy of the real task folder ``folder_name`` whose one data source is a generated file in a local mirror.
 
@@ -187,7 +194,7 @@ def generated_task(tmp_path: Path, monkeypatch, folder_name: str, write_raw) -> 
     toml = re.sub(r'sha256 = "[0-9a-f]*"', f'sha256 = "{_sha256(raw)}"', toml)
     toml = re.sub(r'\nmd5 = "[0-9a-f]*"', "", toml)
     toml = re.sub(r"size = \d+", f"size = {raw.stat().st_size}", toml)
-    (folder / "task.toml").write_text(toml)
+    (folder / "task.toml").write_text(generated_margins(toml))
     monkeypatch.setenv("BENCH_TASKS_DIR", str(tasks))
     monkeypatch.setenv("BENCH_DATA_MIRROR", str(mirror))
     monkeypatch.setenv("BENCH_CACHE_DIR", str(tmp_path / "cache"))

@@ -85,6 +85,7 @@ def audit(
         data_error=_data_error(ws.task) if recorded else None,
         originals_changed=_originals_changed(ws.task, evidence) if recorded else [],
         recorded_workspace=recorded_workspace,
+        task_dir=ws.task.folder,
     )
     found = run_all(ctx)
     # without the run's evidence (a workspace audited on its own) only the rules read from files and scores apply

@@ -16,18 +16,19 @@ Verdicts: ``disqualify`` where the evidence shows the rule broken (a locked file
 a hub download in a script that ran); ``flag`` where it shows an attempt that the sandbox or the pipeline made
 harmless, or something a person should judge (a read outside the workspace, a request to a host that may be
 the agent CLI's own telemetry). Modules: :mod:`.files` (rules 1, 2, 4, 5 from the file system),
-:mod:`.conduct` (rules 2-6 from commands, sources, requests and processes), :mod:`.scoring` (rules 7-9).
+:mod:`.conduct` (rules 2-6 from commands, sources, requests and processes), :mod:`.scoring` (rules 7-9),
+:mod:`.labels` (rule 9: a score that carries its labels, a score outside what the task allows).
 """
 
 from __future__ import annotations
 
 from bench.result import DISQUALIFY, FLAG, Violation
-from bench.rules import conduct, files, scoring
+from bench.rules import conduct, files, labels, scoring
 from bench.rules.context import RULES, Check, Context, finding
 
 __all__ = ["CHECKS", "RULES", "Context", "run_all"]
 
-CHECKS: list[Check] = [*files.CHECKS, *conduct.CHECKS, *scoring.CHECKS]
+CHECKS: list[Check] = [*files.CHECKS, *conduct.CHECKS, *scoring.CHECKS, *labels.CHECKS]
 
 
 def run_all(ctx: Context) -> tuple[Violation, ...]:

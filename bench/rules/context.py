@@ -63,6 +63,7 @@ class Context:
     # calls, command lines' folders) are judged against it, so a run folder moved or imported elsewhere (``bench
     # verify`` of a bundle) gets the verdict it got where it ran. None: the workspace has not moved.
     recorded_workspace: Path | None = None
+    task_dir: Path | None = None  # the task's own folder (its task.toml's margins: bench.rules.labels)
 
     @property
     def evidence(self) -> Evidence:

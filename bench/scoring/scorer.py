@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from bench import settings
-from bench.scoring import checks
+from bench.scoring import checks, leakage
 from bench.scoring.session import LoadError, PredictorError, Session
 
 if TYPE_CHECKING:
@@ -157,6 +157,7 @@ def score_checkpoint(
             sandbox.close()
             sandbox.limits.remove()
     return {
+        "label_scan": label_scan(task_dir, task, data_dir, eval_dir, checkpoint, targets),
         "value": value,
         "val_value": val_value if val_value is not None else (value if task.EVAL_SPLIT == "val" else None),
         "n": int(result.get("n", sum(len(y) for y in targets))),
@@ -166,6 +167,32 @@ def score_checkpoint(
         "seconds": round(time.time() - t0, 3),
         "predictor_limits": hits,
     }
+
+
+def label_scan(task_dir: Path, task, data_dir: Path, eval_dir: Path, checkpoint: str, targets: list) -> dict:
+    """The targets looked for in the staged folder (:mod:`bench.scoring.leakage`): the checkpoint and the agent's
+    scripts (the task's own files, staged as they are in the task folder, are not searched). Its ``found`` is what
+    the audit disqualifies (:mod:`bench.rules.labels`); a scan that fails says why instead (flagged)."""
+    try:
+        kind = task_scoring(task_dir).get("targets", leakage.LABELS)
+        vocab = None
+        if kind == leakage.TEXT and hasattr(task, "load_meta"):
+            vocab = task.load_meta(str(data_dir)).get("vocab")
+        own = {f.name for f in eval_dir.iterdir() if f.is_file() and _same_file(f, task_dir / f.name)}
+        return leakage.scan(eval_dir, checkpoint, kind, targets, vocab=vocab, skip=own)
+    except Exception as e:  # the score stands; the audit flags a scan that could not look
+        return {"error": f"{type(e).__name__}: {e}"}
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    return b.is_file() and a.stat().st_size == b.stat().st_size and a.read_bytes() == b.read_bytes()
+
+
+def task_scoring(task_dir: Path) -> dict:
+    """task.toml's ``[scoring]`` table (empty when there is none)."""
+    with open(task_dir / "task.toml", "rb") as f:
+        table = tomllib.load(f).get("scoring", {})
+    return table if isinstance(table, dict) else {}
 
 
 def task_tolerance(task_dir: Path, device: str) -> checks.Tolerance:

@@ -47,7 +47,7 @@ def _generated_t6(base: Path, mp: pytest.MonkeyPatch):
     toml = re.sub(r'sha256 = "[0-9a-f]*"', f'sha256 = "{helpers._sha256(csv)}"', toml)
     toml = re.sub(r'\nmd5 = "[0-9a-f]*"', "", toml)
     toml = re.sub(r"size = \d+", f"size = {csv.stat().st_size}", toml)
-    (folder / "task.toml").write_text(toml)
+    (folder / "task.toml").write_text(helpers.generated_margins(toml))
     mp.setenv("BENCH_TASKS_DIR", str(base / "tasks"))
     mp.setenv("BENCH_DATA_MIRROR", str(base / "mirror"))
     mp.setenv("BENCH_CACHE_DIR", str(base / "cache"))

@@ -25,7 +25,7 @@ from bench.result import RunResult
 from bench.runner import RunSpec, run
 from bench.sandbox.bwrap import probe
 from tests.bench.adversary import HONEST  # the fixtures guard and honest: tests/bench/conftest.py
-from tests.conftest import ROOT
+from tests.conftest import ROOT, generated_margins
 from tests.tasks.smalldata import factory
 
 pytestmark = [
@@ -202,7 +202,7 @@ def _generated_folder(tmp_path: Path, monkeypatch, name: str):
         digest = hashlib.sha256(made.read_bytes()).hexdigest()
         line = f'file = "{made.name}"\n'
         blocks[i] = block.replace(line, f'{line}sha256 = "{digest}"\nsize = {made.stat().st_size}\n', 1)
-    (folder / "task.toml").write_text("[[data]]".join(blocks))
+    (folder / "task.toml").write_text(generated_margins("[[data]]".join(blocks)))
     monkeypatch.setenv("BENCH_TASKS_DIR", str(tmp_path / "tasks"))
     monkeypatch.setenv("BENCH_DATA_MIRROR", str(mirror))
     monkeypatch.setenv("BENCH_CACHE_DIR", str(tmp_path / "cache"))

@@ -291,9 +291,9 @@ def test_the_tolerance_is_the_tasks_or_the_documented_default(tmp_path):
     assert tolerance(load_task(folder)) == DEFAULT_TOLERANCE == 1e-3
     toml = folder / "task.toml"
     base = toml.read_text()
-    toml.write_text(base + "\n[scoring]\nverify_tolerance = 1e-5\n")
+    toml.write_text(base.replace("\n[scoring]\n", "\n[scoring]\nverify_tolerance = 1e-5\n"))  # the task's own table
     assert tolerance(load_task(folder)) == 1e-5
-    toml.write_text(base + "\n[scoring]\nverify_tolerance = 2\n")
+    toml.write_text(base.replace("\n[scoring]\n", "\n[scoring]\nverify_tolerance = 2\n"))
     with pytest.raises(TaskError, match="verify_tolerance must be a number in"):
         tolerance(load_task(folder))
 
