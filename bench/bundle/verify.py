@@ -45,6 +45,7 @@ from bench.evidence import Evidence
 from bench.markup import one_line
 from bench.pipeline import audit, codetime, evaluate, state, workspace
 from bench.result import Evaluation, Official, RunResult
+from bench.rules import labels
 from bench.tasks import Task, TaskError, all_tasks, data
 
 # across device kinds (a CPU run verified on a GPU, or the reverse) a score may move by float rounding: relative
@@ -93,9 +94,11 @@ class RunCheck:
     software: dict = field(default_factory=dict)  # what the run recorded (result.json's software)
     seconds: float = 0.0
 
+    flags: list[str] = field(default_factory=list)  # the score checks' findings (bench.rules.labels), recomputed
+
     @property
     def ok(self) -> bool:
-        return not self.differences
+        return not self.differences and not self.flags
 
 
 def tolerance(task: Task) -> float:
@@ -361,6 +364,9 @@ def verify_run(run_dir: Path, result: RunResult, *, device: str | None = None) -
     for cand in check.candidates:
         check.differences += compare(cand, same, tol)
     audited = reaudit(result, run_dir, task, evals)
+    # a score that carries its labels, or one outside what the task allows: recomputed here, and a reason to exit 1
+    # even when the run recorded the same finding (evidence for a person to read)
+    check.flags = [f"rule {v.rule} {v.verdict}: {one_line(v.reason, 400)}" for v in labels.score_findings(audited)]
     if _findings(audited.violations) != _findings(result.audit.violations):
         rec = "; ".join(f"rule {r} {v}" for r, v in _findings(result.audit.violations)) or "no finding"
         now = "; ".join(f"rule {v.rule} {v.verdict}: {one_line(v.reason, 200)}" for v in audited.violations) or "none"

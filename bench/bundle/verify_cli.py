@@ -118,16 +118,24 @@ def cmd_verify(args: argparse.Namespace) -> int:
         for p in problems:
             print(f"  - {one_line(p, 400)}")
     for c in checks:
-        if c.differences:
+        if c.differences or c.flags:
             print(f"\n{one_line(c.label, 200)} ({c.run_dir}):")
             for d in c.differences:
                 print(f"  - {one_line(d, 600)}")
+            for f in c.flags:
+                print(f"  - score check, {one_line(f, 600)}")
             if c.versions:
                 print(f"  (this machine's software differs from the run's: {', '.join(c.versions)})")
     n = len(checks)
+    if flagged := [c for c in checks if c.flags]:
+        why = "a checkpoint or script that carries the evaluation's targets, or a score outside what the task allows"
+        print(f"\nbench verify: {len(flagged)} of {n} run(s) flagged by the score checks ({why}): read the findings")
     if differences:
-        where = f"{sum(not c.ok for c in checks)} of {n} run(s)" + (" and the bundle" if problems else "")
+        where = f"{sum(bool(c.differences) for c in checks)} of {n} run(s)" + (" and the bundle" if problems else "")
         print(f"\nbench verify: {len(differences)} difference(s) in {where}: not what was recorded")
+        print(NOT_PROVED)
+        return 1
+    if flagged:
         print(NOT_PROVED)
         return 1
     print(f"\nbench verify: {n} run(s) recomputed as recorded.")
