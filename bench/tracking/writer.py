@@ -2,7 +2,9 @@
 
 It is also where the run's secrets stop (:mod:`bench.redact`): every run name, tag, param and metric name and value,
 text, trace and uploaded file passes the one redactor first, so that a key the agent echoed into a metric name, a
-script, its output or a checkpoint never reaches the store, whichever path the harness took to record it.
+script, its output or a checkpoint never reaches the store, whichever path the harness took to record it. Run names,
+tag and param values then pass the console filter (:func:`bench.markup.shown`): a checkpoint's name with an escape
+sequence, a C1 control or a right-to-left override is shown in the UI with them visible, never acted on.
 
 The harness is the only process that talks to MLflow (training scripts spool to files,
 see ``hook/sitecustomize.py``), so this class is also where tracking failures are
@@ -22,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import redact
+from bench.markup import shown
 from bench.tracking import schema, store
 
 # An unreachable tracking server must cost seconds, not MLflow's default minutes of retries.
@@ -109,10 +112,10 @@ class MlflowWriter:
         """Create a run (nested under ``parent`` when given) and return its id."""
         self._client()
         r = redact.redactor()
-        all_tags = {r.text(k, key=True): r.text(str(v)) for k, v in tags.items()}
+        all_tags = {r.text(k, key=True): shown(r.text(str(v)), lines=True) for k, v in tags.items()}
         if parent:
             all_tags[schema.PARENT] = parent
-        name = r.text(name, key=True)
+        name = shown(r.text(name, key=True))  # a checkpoint's or script's name: one line, no escape (bench.markup)
         run = self._do(
             "create run", "create_run", self._experiment_id, start_time=_ms(start_time), tags=all_tags, run_name=name
         )
@@ -132,7 +135,9 @@ class MlflowWriter:
         from mlflow.entities import Param
 
         r = redact.redactor()
-        items = [Param(r.text(k, key=True)[:250], r.text(v)[:6000]) for k, v in flatten(params).items()]
+        items = [
+            Param(r.text(k, key=True)[:250], shown(r.text(v), lines=True)[:6000]) for k, v in flatten(params).items()
+        ]
         for i in range(0, len(items), 100):
             self._do("log params", "log_batch", run_id, params=items[i : i + 100])
 
@@ -140,7 +145,7 @@ class MlflowWriter:
         from mlflow.entities import RunTag
 
         r = redact.redactor()
-        items = [RunTag(r.text(k, key=True), r.text(str(v))) for k, v in tags.items()]
+        items = [RunTag(r.text(k, key=True), shown(r.text(str(v)), lines=True)) for k, v in tags.items()]
         for i in range(0, len(items), 100):
             self._do("set tags", "log_batch", run_id, tags=items[i : i + 100])
 
