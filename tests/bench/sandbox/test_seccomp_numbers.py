@@ -1,6 +1,6 @@
 """The seccomp filters' numbers, checked against sources this project did not write (issue 38, item 4).
 
-The filter's system call numbers and ``fcntl``/``madvise``/``RWF_`` constants are typed by hand in
+The filter's system call numbers and ``fcntl``/``madvise``/``fadvise``/``RWF_`` constants are typed by hand in
 :mod:`bench.sandbox.seccomp`; a test that took them from that table could not fail on a wrong one. Two sources here:
 
 * **libseccomp's resolver** (``seccomp_syscall_resolve_name_arch``, called through ctypes on ``libseccomp.so.2``, the
@@ -8,7 +8,7 @@ The filter's system call numbers and ``fcntl``/``madvise``/``RWF_`` constants ar
   machine is.
 * **the kernel's UAPI headers** (Debian's ``linux-libc-dev``), read by the C preprocessor (``cpp -dM``): the
   machine's own ``asm/unistd_64.h`` for x86_64, ``asm-generic/unistd.h`` (the table aarch64 uses) for aarch64,
-  and ``linux/fcntl.h``, ``linux/fs.h``, ``asm-generic/mman-common.h`` for the constants.
+  and ``linux/fcntl.h``, ``linux/fs.h``, ``asm-generic/mman-common.h``, ``linux/fadvise.h`` for the constants.
 
 Each number of each architecture the filter supports must agree with every source that knows the name, and at least
 one source must know it (a name a table leaves out must be unknown to the sources for that architecture too). Each
@@ -75,7 +75,7 @@ def _value(table: dict[str, str], name: str, depth: int = 0) -> int | None:
     if name not in table or depth > 20:
         return None
     text = re.sub(r"\(\s*__\w+\s*\)", "", table[name])
-    for ident in set(re.findall(r"[A-Za-z_]\w*", text)):
+    for ident in set(re.findall(r"(?<!\w)[A-Za-z_]\w*", text)):  # not the x of 0x8
         v = _value(table, ident, depth + 1)
         if v is None:
             return None
@@ -105,7 +105,7 @@ def header_numbers(machine: str, names) -> dict[str, int | None] | None:
 
 @cache
 def _constant_table() -> dict[str, str] | None:
-    headers = ["linux/fcntl.h", "linux/fs.h", "asm-generic/mman-common.h"]
+    headers = ["linux/fcntl.h", "linux/fs.h", "asm-generic/mman-common.h", "linux/fadvise.h"]
     if not all((INCLUDE / h).is_file() for h in headers):
         return None
     main = _macros("".join(f"#include <{h}>\n" for h in headers))
@@ -115,11 +115,12 @@ def _constant_table() -> dict[str, str] | None:
 
 
 def filter_constants() -> dict[str, int]:
-    """Every constant the filter compares an argument with, by its kernel name (``F_*``, ``RWF_*``, ``MADV_*``)."""
+    """Every constant the filter compares an argument with, by its kernel name (``F_*``, ``RWF_*``, ``MADV_*``,
+    ``POSIX_FADV_*``)."""
     return {
         name: value
         for name, value in vars(seccomp).items()
-        if re.fullmatch(r"(F|RWF|MADV)_[A-Z0-9_]+", name) and isinstance(value, int)
+        if re.fullmatch(r"(F|RWF|MADV|POSIX_FADV)_[A-Z0-9_]+", name) and isinstance(value, int)
     }
 
 
@@ -157,7 +158,7 @@ def test_every_fcntl_madvise_and_rwf_constant_agrees_with_the_kernel_headers():
     if table is None:
         pytest.skip("no kernel headers (linux-libc-dev) or no cpp here: apt-get install linux-libc-dev cpp")
     ours = filter_constants()
-    assert {"F_GETLK", "F_OFD_SETLKW", "F_SETLEASE", "F_GETLK64"} <= set(ours)
+    assert {"F_GETLK", "F_OFD_SETLKW", "F_SETLEASE", "F_GETLK64", "RWF_NOWAIT", "MADV_PAGEOUT"} <= set(ours)
     wrong = [f"{n}: the filter says {v}, the headers say {_value(table, n)}" for n, v in ours.items()
              if _value(table, n) != v]  # fmt: skip
     assert not wrong, "\n".join(wrong)
