@@ -126,3 +126,28 @@ def test_neither_sandbox_can_evict_a_shared_files_pages_or_start_io_uring(boxes)
     finally:
         unfiltered.close()
     assert control["cold"] == control["pageout"] == control["dontneed"] == 0, control  # the calls work without it
+
+
+def test_the_pages_a_scored_predictor_loaded_are_gone_before_the_prober_starts(boxes):
+    """The timing-only form, closed between the scorer's two predictors and before the next evaluation: the pages a
+    predictor was the first to load are charged to the predictors' cgroup and dropped
+    (:meth:`RunGroup.drop_page_cache`) after it ends. Judged by the strongest receiver there is, one without any
+    filter asking with RWF_NOWAIT (a timing receiver can only see less), and by mincore from this process."""
+    eval_dir, _, scored, prober, _ = boxes
+    if not scored.limits.active:
+        pytest.skip(f"no cgroup here ({scored.limits.error or 'rlimits'}): nothing to drop the pages from")
+    path = ch.shared_file(eval_dir / "shared.bin", N_ROWS * ch.ROW_BITS, SLOT)
+    sent = ch.rows(N_ROWS)
+    bits = ch.to_bits(sent)
+    ch.send(scored.wrap, eval_dir, path, bits, SLOT)
+    loaded = ch.cached_fraction(path)
+    assert abs(loaded - bits.count("1") / len(bits)) < 0.01, loaded  # the sender's bits, page for page
+    assert scored.limits.drop_page_cache() is None
+    assert ch.cached_fraction(path) < 0.01
+    oracle = Sandbox(replace(prober.policy, seccomp=None))
+    try:
+        got = ch.receive(oracle.wrap, eval_dir, path, len(bits), "nowait", SLOT)
+    finally:
+        oracle.close()
+    assert ch.rows_received(sent, got) == 0  # under 1 % of rows: none
+    assert got["bits"].count("1") < len(bits) // 100  # and next to no bit reads as a loaded page
