@@ -5,7 +5,10 @@
 A scored predictor's sandbox (the scorer's own, :func:`bench.scoring.scorer.sandbox_wrap`) loads the pages of a cold
 shared file on disk that encode T6-shaped rows; a receiver in the prober's sandbox and one in an agent's sandbox ask
 every page, with ``RWF_NOWAIT`` and by timing a plain first touch (tests/bench/sandbox/page_cache_channel.py), each
-with the seccomp filter (now) and without it (before issue 38). Printed: rows received bit for bit, of those sent.
+with the seccomp filter (now) and without it (before issue 38), and with the predictors' page cache dropped after the
+sender ended (:meth:`bench.sandbox.resource_limits.RunGroup.drop_page_cache`, what the scorer does before its prober
+runs agent code; an agent of another run that reads while the sender runs is the "no" row). Printed: rows received
+bit for bit, of those sent.
 Timing depends on the machine and its load: this is a measurement, never a test.
 """
 
@@ -46,21 +49,23 @@ def main() -> None:
         path = ch.shared_file(eval_dir / "shared.bin", len(bits))
         print(f"{args.rows} rows, {len(bits)} bits, {ch.SLOT * 4} KiB a bit; cold before each send: "
               f"{ch.cached_fraction(path):.3f} cached")  # fmt: skip
-        print(f"{'receiver':8} {'sandbox':8} {'filter':7} rows received (of {args.rows}), each repeat")
+        print(f"{'receiver':8} {'sandbox':8} {'filter':7} {'dropped':8} rows received (of {args.rows}), each repeat")
         for how in ("nowait", "timing"):
             for name, box, cwd in (("prober", prober, eval_dir), ("agent", agent, ws)):
-                for filtered in (True, False):
+                for filtered, drop in ((True, False), (False, False), (True, True)):
                     receiver = box if filtered else Sandbox(replace(box.policy, seccomp=None))
                     got_rows = []
                     for _ in range(args.repeats):
                         ch.evict(path)
                         ch.send(scored.wrap, eval_dir, path, bits)
+                        if drop:  # what the scorer does once the scored predictor has ended
+                            assert scored.limits.drop_page_cache() is None
                         got = ch.receive(receiver.wrap, cwd, path, len(bits), how)
                         got_rows.append(ch.rows_received(sent, got))
                     if not filtered:
                         receiver.close()
-                    label = "on" if filtered else "off"
-                    print(f"{how:8} {name:8} {label:7} {got_rows} (median {statistics.median(got_rows):g})")
+                    label, dropped = "on" if filtered else "off", "yes" if drop else "no"
+                    print(f"{how:8} {name:8} {label:7} {dropped:8} {got_rows} (median {statistics.median(got_rows):g})")
         for box in (scored, prober, agent):
             box.close()
             box.limits.remove()
