@@ -60,8 +60,23 @@ def flatten(params: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
     return flat
 
 
+def _shown_deep(o: object) -> object:
+    """Every string inside ``o`` (dict keys included) through the console filter, newlines kept."""
+    if isinstance(o, str):
+        return shown(o, lines=True)
+    if isinstance(o, tuple):
+        return tuple(_shown_deep(x) for x in o)
+    if isinstance(o, list):
+        return [_shown_deep(x) for x in o]
+    if isinstance(o, dict):
+        return {_shown_deep(k): _shown_deep(v) for k, v in o.items()}
+    return o
+
+
 def _redacted_spec(spec):
-    """A copy of a trace spec whose every string (names, inputs, outputs, attributes, tags, errors) is redacted."""
+    """A copy of a trace spec whose every string (names, inputs, outputs, attributes, tags, errors) is redacted and
+    passed through the console filter (the agent's messages shown in the trace view: no escape sequence, no bidi
+    override reordering them)."""
     import dataclasses
 
     r = redact.redactor()
@@ -71,7 +86,7 @@ def _redacted_spec(spec):
             return dataclasses.replace(o, **{f.name: clean(getattr(o, f.name)) for f in dataclasses.fields(o)})
         if isinstance(o, list):
             return [clean(x) for x in o]
-        return r.deep(o)
+        return _shown_deep(r.deep(o))
 
     return clean(spec)
 

@@ -129,3 +129,30 @@ def test_mlflow_names_and_tags_carry_no_raw_escape():
         for value in (*got.data.tags.values(), *got.data.params.values()):
             assert not _raw(value), repr(value)
         assert got.data.tags[schema.REASON].endswith("\nsecond line")  # a tag's own lines are kept
+
+
+def test_a_trace_of_the_agents_conversation_carries_no_raw_escape():
+    """The conversation's trace (bench/pipeline/traces.py): the agent's messages are what the trace view shows."""
+    from bench.pipeline.traces import SpanSpec, TraceSpec
+    from bench.tracking.writer import _redacted_spec
+
+    said = f"{OSC0}{SGR}{RLO}\n{OSC52}{CURSOR}{C1_CSI}"
+    span = SpanSpec(f"tool {NAME}", "TOOL", 1, 2, {"command": said}, {"out": [said]}, {"k": said}, error=said)
+    spec = TraceSpec(f"run {RLO}", 0, 3, {"prompt": said}, {"final": said}, {"tag": said}, [span])
+    cleaned = _redacted_spec(spec)
+
+    def strings(o):  # every string as it is (json.dumps would escape an ESC itself)
+        if isinstance(o, str):
+            yield o
+        elif isinstance(o, dict):
+            for k, v in o.items():
+                yield from strings(k)
+                yield from strings(v)
+        elif isinstance(o, list | tuple):
+            for x in o:
+                yield from strings(x)
+
+    text = "".join(strings([cleaned.name, cleaned.inputs, cleaned.outputs, cleaned.tags]))
+    text += "".join(strings([vars(s) for s in cleaned.spans]))
+    assert text and not _raw(text), repr(text)
+    assert "RED" in cleaned.inputs["prompt"] and "\n" in cleaned.inputs["prompt"]  # words and lines kept
