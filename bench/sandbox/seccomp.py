@@ -24,6 +24,18 @@ another run (3,120 of 3,216 rows in 18 s). So the filters deny, with ``EPERM``:
   broken, and its holder signalled, when another process opens the file). What remains is written down in
   docs/sandbox-and-rules.md (timing of shared caches; a predictor's opens seen by an agent's inotify watch).
 
+Both also get, since issue 38 (the page cache is one per inode and outlives every process: a predictor that loads
+cold pages of a shared file sends bits to whoever can tell which pages are cached): ``EOPNOTSUPP`` for
+``preadv2``/``pwritev2`` with ``RWF_NOWAIT`` (it fails with ``EAGAIN`` exactly when a page is not cached),
+``EINVAL`` for ``madvise`` ``MADV_COLD``/``MADV_PAGEOUT`` (age or evict a mapping's pages; what a kernel before 5.4
+says), ``EPERM`` for ``process_madvise``, and ``ENOSYS`` for ``io_uring_*`` and Linux AIO's ``io_setup`` (their own
+read, fadvise and madvise operations, outside these checks; runtimes such as libuv fall back to threads on
+``ENOSYS``); agents ``EPERM`` for ``fadvise`` ``POSIX_FADV_DONTNEED`` (dropping a shared file's pages resets a
+receiver's slots). A receiver that only times its reads needs no call at all: the scorer closes that form by
+dropping the pages the predictors were the first to load (:meth:`bench.sandbox.resource_limits.RunGroup.
+drop_page_cache`). The numbers here are checked against libseccomp and the kernel's headers by
+tests/bench/sandbox/test_seccomp_numbers.py.
+
 The filter is classic BPF, built here with :mod:`struct` (no libseccomp), and given to bwrap as ``--seccomp FD``
 (:meth:`bench.sandbox.Sandbox.wrap` opens the file on that descriptor in the sandbox's first shell). It checks the
 architecture first: x86_64 and aarch64 have their tables here; any other architecture's call (an i386 program on
