@@ -233,7 +233,10 @@ def _listing(ctx: Context) -> tuple[list[Path], list[untrusted.Finding]]:
     """The workspace's links and files the harness refuses to read, as :func:`bench.untrusted.walk` finds them: no
     link followed, no recursion, bounded; a search that keeps no regular file, so a flood of them cannot push a link
     past the cap (only the entries looked at and the time bound it, and a cut is :func:`hostile_files`' flag)."""
-    return untrusted.walk(ctx.workspace, AUDIT_LIMITS, match=lambda rel: False)
+    memo = ctx.__dict__.setdefault("_searched", {})  # walked once per audit: rule 5's two checks read it
+    if "listing" not in memo:
+        memo["listing"] = untrusted.walk(ctx.workspace, AUDIT_LIMITS, match=lambda rel: False)
+    return memo["listing"]
 
 
 AUDIT_LIMITS = untrusted.Limits(max_entries=200_000, max_depth=256, max_seen=5_000_000, max_seconds=120.0)
