@@ -15,6 +15,14 @@ Tag values are not Markdown (MLflow shows them as text), but :func:`md_text` is 
 renders as Markdown. A third, :func:`one_line`, is for plain text kept as data (a run's reason in ``result.json`` and
 the ``bench.reason`` tag): one line of printable characters, bounded, so that an agent's multi-line error, a
 terminal escape sequence or a megabyte of output cannot forge extra lines in a log, a table or a status line.
+
+All of them start from the one console filter, :func:`shown`: every line of the agent's or its scripts' output that a
+person sees (the console, ``agent.log`` as uploaded for the UI, the reports, an MLflow run's name, tags and params)
+passes through it. Terminal escape sequences are removed (colours and cursor movement, window titles and OSC 52's
+clipboard writes), and every other C0 or C1 control character and every bidirectional control (a right-to-left
+override turns ``exe.pt\u202e`` around on screen) is made visible as its Python escape (``\x1b``, ``\u202e``), so a
+terminal never acts on the agent's bytes and a reviewer still sees that they were there. ``agent.log`` itself keeps
+the bytes as printed (evidence); it is shown through this filter.
 """
 
 from __future__ import annotations
@@ -22,15 +30,40 @@ from __future__ import annotations
 import html
 import re
 
-_ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-Z\\-_])")
-_BREAKS = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]+")
+# escape sequences, 7-bit (ESC [ ...) and 8-bit (CSI 0x9b, OSC 0x9d, DCS 0x90, SOS 0x98, PM 0x9e, APC 0x9f): CSI with
+# its parameters; OSC, DCS, SOS, PM and APC strings up to their terminator (BEL or ST) or the line's end; 2-byte escapes
+_ANSI = re.compile(
+    r"(?:\x1b\[|\x9b)[0-?]*[ -/]*[@-~]"
+    r"|(?:\x1b[\]PX^_]|[\x90\x98\x9d\x9e\x9f])[^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c)?"
+    r"|\x1b[@-Z\\-_]"
+)
+# what is left that a terminal acts on or that reorders text on screen: C0 (tab kept, newline kept in ``lines``),
+# DEL, C1, the bidirectional marks, embeddings, overrides and isolates, line and paragraph separators
+BIDI = "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+_UNSAFE = re.compile(f"[\\x00-\\x08\\x0a-\\x1f\\x7f-\\x9f\\u2028\\u2029{BIDI}]")
+_UNSAFE_LINES = re.compile(f"[\\x00-\\x08\\x0b-\\x1f\\x7f-\\x9f\\u2028\\u2029{BIDI}]")
+_BREAKS = re.compile(r"[\r\n\t\f\v\u2028\u2029]+")
 REASON_CHARS = 2000  # a reason longer than this is cut (with an ellipsis): a person reads its start
 _INLINE = re.compile(r"([\\`*_{}\[\]()#|~!:@$^=+-])")
 
 
+def _visible(m: re.Match) -> str:
+    return m.group().encode("unicode_escape").decode("ascii")
+
+
+def shown(text: object, *, lines: bool = False) -> str:
+    """The one console filter: ``text`` without terminal escape sequences, every other control character and
+    bidirectional control made visible (``\\x1b``, ``\\u202e``, a newline as ``\\n``). With ``lines`` a newline is
+    kept (a multi-line text such as a log); everything else is the same."""
+    out = _ANSI.sub("", str(text))
+    if lines:
+        out = out.replace("\r\n", "\n")  # a CRLF line end is a line end
+    return (_UNSAFE_LINES if lines else _UNSAFE).sub(_visible, out)
+
+
 def md_text(text: object) -> str:
     """``text`` as Markdown that renders as exactly these characters, on one line (see the module docstring)."""
-    flat = re.sub(r"[\r\n\t\f\v]+", " ", str(text))
+    flat = shown(_BREAKS.sub(" ", str(text)))
     escaped = html.escape(flat, quote=False)  # & first, then < > (entities are inert to Markdown)
     escaped = _INLINE.sub(r"\\\1", escaped)
     return escaped.replace("www.", "www\\.")
@@ -38,7 +71,7 @@ def md_text(text: object) -> str:
 
 def md_code(text: object) -> str:
     """``text`` as one inline code span (newlines as spaces), whatever backticks it holds."""
-    flat = re.sub(r"[\r\n]+", " ", str(text))
+    flat = shown(_BREAKS.sub(" ", str(text)))
     longest = max((len(run) for run in re.findall(r"`+", flat)), default=0)
     fence = "`" * (longest + 1)
     pad = " " if flat.startswith("`") or flat.endswith("`") or not flat.strip() else ""
@@ -46,8 +79,9 @@ def md_code(text: object) -> str:
 
 
 def one_line(text: object, limit: int = REASON_CHARS) -> str:
-    """``text`` on one line: terminal escape sequences removed, every control character and line or paragraph
-    separator a space, runs of spaces one, at most ``limit`` characters (the cut marked with an ellipsis)."""
-    flat = _BREAKS.sub(" ", _ANSI.sub("", str(text)))
+    """``text`` on one line: line breaks, tabs and line or paragraph separators a space, then :func:`shown` (escape
+    sequences removed, other controls visible), runs of spaces one, at most ``limit`` characters (the cut marked
+    with an ellipsis)."""
+    flat = shown(_BREAKS.sub(" ", str(text)))
     flat = re.sub(r" {2,}", " ", flat).strip()
     return flat if len(flat) <= limit else flat[: limit - 1] + "\u2026"

@@ -12,6 +12,7 @@ import time
 from typing import TextIO
 
 from bench.durations import fmt_s
+from bench.markup import shown
 
 
 class StatusLine:
@@ -31,7 +32,7 @@ class StatusLine:
             self.fields.update({k: str(v) for k, v in fields.items()})
 
     def update(self, elapsed_s: float, left_s: float) -> None:
-        extra = "".join(f" | {k} {v}" for k, v in self.fields.items())
+        extra = shown("".join(f" | {k} {v}" for k, v in self.fields.items()))
         text = f"[{self.label}] {fmt_s(elapsed_s)} elapsed | {fmt_s(left_s)} left{extra}"
         with self._lock:
             self._text = text
@@ -46,8 +47,10 @@ class StatusLine:
                 self.stream.flush()
 
     def print(self, line: str, stream: TextIO | None = None) -> None:
-        """Print a line of output above the status line."""
+        """Print a line of output above the status line, through the console filter (:func:`bench.markup.shown`:
+        no escape sequence, control character or bidirectional control of the agent's reaches the terminal)."""
         out = stream or sys.stdout
+        line = shown(line, lines=True)
         with self._lock:
             if self.enabled and self.tty:
                 self.stream.write("\r\x1b[K")

@@ -16,7 +16,8 @@ Every such read goes through this module, which promises:
 3. **Bytes bounded by what is really there.** A file is read up to ``limit`` bytes, where the bound applies to
    both its apparent size (``st_size``) and its allocated size (``st_blocks * 512``): a sparse file is a
    ``sparse`` finding (holes are not data an agent wrote) and only a bounded prefix / tail is ever read.
-4. **Counts, depth and lines bounded.** A walk stops at ``max_entries`` (``too-many``); JSON is scanned for its
+4. **Counts, depth and lines bounded.** A walk stops at ``max_entries`` (``too-many``), or at ``max_seen`` entries
+   looked at or ``max_seconds`` (``too-slow``) when it keeps only what a search ``match``-es; JSON is scanned for its
    nesting depth before ``json.loads`` (``too-deep``) and refused past a length (``too-long``); a line longer
    than ``max_line`` is a ``too-long`` finding, not a crash or a megabyte string.
 5. **Every failure is a named, counted finding.** Nothing raises for a per-item problem: the caller gets a
@@ -33,8 +34,9 @@ import errno
 import io
 import os
 import stat
+import time
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, NamedTuple
@@ -65,6 +67,8 @@ TOO_BIG = "too-big"
 SPARSE = "sparse"
 TOO_MANY = "too-many"
 TOO_DEEP = "too-deep"
+TOO_SLOW = "too-slow"
+CUT = (TOO_MANY, TOO_DEEP, TOO_SLOW)  # the findings that say a walk stopped before the end: what it left out is unseen
 TOO_LONG = "too-long"
 UNREADABLE = "unreadable"
 MISSING = "missing"
@@ -91,6 +95,10 @@ class Limits:
     max_entries: int = 20_000
     max_depth: int = 64
     max_line: int = 64 * 1024
+    #: a search (``walk(..., match=)``) keeps only matching files, so ``max_entries`` bounds what it keeps; these
+    #: bound what it looks at: entries (None: ``max_entries``) and seconds (None: no clock)
+    max_seen: int | None = None
+    max_seconds: float | None = None
     #: a file counts as sparse when its apparent size passes twice its allocated size plus this slack (tiny
     #: files may be inline, with st_blocks 0; a compressing filesystem may halve what a file allocates)
     sparse_slack: int = 64 * 1024
@@ -404,19 +412,29 @@ def loads_json(
         return Finding(where, BAD_JSON, str(exc)[:200])
 
 
-def walk(base: Path, limits: Limits = DEFAULT, *, sub: str | Path = "") -> tuple[list[Path], list[Finding]]:
+def walk(
+    base: Path, limits: Limits = DEFAULT, *, sub: str | Path = "", match: Callable[[str], bool] | None = None
+) -> tuple[list[Path], list[Finding]]:
     """The regular files under ``base / sub`` (absolute paths, sorted per directory), following no link.
 
     Links, FIFOs, sockets, devices and sparse files are findings, not entries; directories are descended through fds
     opened with ``O_NOFOLLOW`` (so a directory swapped for a link mid-walk is not followed); the walk stops
     with one ``too-many`` finding after ``max_entries`` entries (those listed so far are kept) and one
     ``too-deep`` per directory past ``max_depth``. Memory is bounded by ``max_entries``, whatever the agent made.
+
+    A search: with ``match`` (a file's path relative to ``base``, POSIX), only matching files are kept, and only
+    they and the findings count toward ``max_entries``; what it looks at is bounded by ``Limits.max_seen`` entries
+    (``too-many``) and ``Limits.max_seconds`` (``too-slow``). Decoys that sort first (a flood of empty files) then
+    cost time, never the place of what the search is for. Every cut is a finding (:data:`CUT`).
     """
     base = Path(base)
     root = base / sub if sub else base
     files: list[Path] = []
     findings: list[Finding] = []
-    seen, full = 0, False
+    seen, kept, full = 0, 0, False
+    max_seen = limits.max_entries if match is None or limits.max_seen is None else limits.max_seen
+    deadline = None if limits.max_seconds is None else time.monotonic() + limits.max_seconds
+    cut: Finding | None = None
     start = _open_fd(root, base, directory=True) if sub else _safe_dir(base)
     if isinstance(start, Finding):
         if start.what != MISSING:
@@ -431,8 +449,13 @@ def walk(base: Path, limits: Limits = DEFAULT, *, sub: str | Path = "") -> tuple
                     names: list[tuple[str, tuple[int, int, int]]] = []
                     for entry in it:
                         seen += 1
-                        if seen > limits.max_entries:  # what was listed so far is kept, nothing more is listed
+                        if seen > max_seen or kept > limits.max_entries:  # what was listed so far is kept
                             full = True
+                            cut = Finding(str(where), TOO_MANY, _cut_words(limits, match, seen > max_seen))
+                            break
+                        if deadline is not None and seen % 1024 == 0 and time.monotonic() > deadline:
+                            full = True
+                            cut = Finding(str(where), TOO_SLOW, f"stopped after {limits.max_seconds:g} s ({seen} seen)")
                             break
                         try:
                             st = entry.stat(follow_symlinks=False)
@@ -449,8 +472,11 @@ def walk(base: Path, limits: Limits = DEFAULT, *, sub: str | Path = "") -> tuple
                 p = where / name
                 if stat.S_ISREG(mode) and size > 2 * blocks * 512 + limits.sparse_slack:
                     findings.append(Finding(str(p), SPARSE, f"{size} bytes apparent, {blocks * 512} allocated"))
+                    kept += 1
                 elif stat.S_ISREG(mode):
-                    files.append(p)
+                    if match is None or match(p.relative_to(base).as_posix()):
+                        files.append(p)
+                        kept += 1
                 elif stat.S_ISDIR(mode):
                     if depth + 1 > limits.max_depth:
                         findings.append(Finding(str(p), TOO_DEEP, f"deeper than {limits.max_depth}"))
@@ -464,17 +490,27 @@ def walk(base: Path, limits: Limits = DEFAULT, *, sub: str | Path = "") -> tuple
                     subdirs.append((cfd, p, depth + 1))
                 elif stat.S_ISLNK(mode):
                     findings.append(Finding(str(p), LINK, _link_target(name, dfd)))
+                    kept += 1
                 else:
                     findings.append(Finding(str(p), NOT_REGULAR, describe_mode(mode)))
+                    kept += 1
             os.close(dfd)
             stack.extend(reversed(subdirs))
             if full:
-                findings.append(Finding(str(where), TOO_MANY, f"more than {limits.max_entries} entries"))
+                findings.append(cut)
                 break
     finally:
         for dfd, _, _ in stack:
             os.close(dfd)
     return files, findings
+
+
+def _cut_words(limits: Limits, match: Callable[[str], bool] | None, by_seen: bool) -> str:
+    if match is None:
+        return f"more than {limits.max_entries} entries"
+    if by_seen:
+        return f"more than {limits.max_seen} entries looked at"
+    return f"more than {limits.max_entries} entries kept"
 
 
 def _safe_dir(base: Path) -> int | Finding:

@@ -1,10 +1,10 @@
 """The agent's output, live (paper §3.3 step 3; part of the launch step): to the log, the console, as events.
 
-Every line the agent prints goes unchanged to ``agent.log`` (harness-side: the agent cannot
-rewrite it). When the agent's adapter names a stream parser (``Agent.parser_name``), each line is
-also parsed into normalised events (``bench.agents.events``): appended to ``events.jsonl``,
-counted in a :class:`~bench.agents.events.Tally` that feeds the live status line, and shown on the
-console as one short line per event instead of the CLI's raw JSON.
+Every line the agent prints goes unchanged to ``agent.log`` (harness-side: the agent cannot rewrite it); every line
+shown on the console passes through :func:`bench.markup.shown`, the one console filter. When the agent's adapter names
+a stream parser (``Agent.parser_name``), each line is also parsed into normalised events (``bench.agents.events``):
+appended to ``events.jsonl``, counted in a :class:`~bench.agents.events.Tally` that feeds the live status line, and
+shown on the console as one short line per event instead of the CLI's raw JSON.
 
 Bounded, whatever the agent prints (:mod:`bench.sandbox.resource_limits`): a line is read at most
 ``Limits.line_bytes`` long (a 600 MB line with no newline costs the harness one chunk of memory, not 600 MB;
@@ -22,6 +22,7 @@ import threading
 from pathlib import Path
 from typing import Protocol
 
+from bench.markup import shown
 from bench.progress import StatusLine
 from bench.sandbox.resource_limits import Limits
 
@@ -98,13 +99,14 @@ class CappedLog:
 
 
 def _render(ev) -> str | None:
-    """One console line per event; None for events not worth a line (usage, bare results)."""
+    """One console line per event, through the console filter (a newline in a tool's target is shown as ``\\n``, an
+    escape sequence removed); None for events not worth a line (usage, bare results)."""
     if ev.kind == "tool_call":
-        return f"  > {ev.tool}: {(ev.target or '')[:160]}"
+        return shown(f"  > {ev.tool}: {(ev.target or '')[:160]}")
     if ev.kind == "message" and ev.text:
-        return "  " + ev.text.strip().replace("\n", " ")[:240]
+        return shown("  " + ev.text.strip().replace("\n", " ")[:240])
     if ev.kind == "final" and ev.is_error:
-        return f"  ! {ev.text or 'error'}"
+        return shown(f"  ! {ev.text or 'error'}")
     return None
 
 
@@ -173,7 +175,7 @@ class AgentStream:
             for line in self._lines(log):
                 if self.parser is None:
                     if self.console:
-                        self.status.print(line[:CONSOLE_CHARS])
+                        self.status.print(shown(line[:CONSOLE_CHARS]))
                     continue
                 try:
                     events = self.parser.feed(line)
@@ -209,7 +211,7 @@ class AgentStream:
             self._said = said if ev.kind == "message" else ""
             self.status.print(text)
         if not events and line and not line.lstrip().startswith("{") and self.parser.shown(line):
-            self.status.print(line[:CONSOLE_CHARS])  # plain text from a JSON-speaking CLI (warnings, errors)
+            self.status.print(shown(line[:CONSOLE_CHARS]))  # plain text from a JSON-speaking CLI (warnings, errors)
 
     def status_fields(self) -> dict[str, str]:
         """The status line's tools, tokens and cost. Tokens and cost are the metering gateway's once it has answered

@@ -342,16 +342,20 @@ def read(path: Path) -> dict[int, dict]:
     return out
 
 
-def redacted_copy(src: Path, dest_dir: Path, redact: Redactor | None = None) -> Path:
+def redacted_copy(src: Path, dest_dir: Path, redact: Redactor | None = None, *, shown: bool = False) -> Path:
     """A copy of ``src`` in ``dest_dir`` (same name) with the secrets :class:`Redactor` knows replaced, line by line.
 
     The run's own files (``agent.log``, ``events.jsonl``) keep what the agent printed; what goes to a tracking store
     that others read must not carry a key the agent echoed (``echo $ANTHROPIC_API_KEY``). Lines are bounded by the
-    output stream's line cap, so reading one at a time keeps memory flat even for a 128 MiB log.
+    output stream's line cap, so reading one at a time keeps memory flat even for a 128 MiB log. With ``shown`` each
+    line also passes through the console filter (:func:`bench.markup.shown`): the copy a person reads in the UI
+    carries no escape sequence and shows every control character and bidirectional control.
     """
+    from bench.markup import shown as console_filter
+
     redact = redact or Redactor(env_secrets())
     dest = Path(dest_dir) / Path(src).name
-    with open(src, errors="replace") as fin, open(dest, "w") as fout:
+    with open(src, errors="replace", newline="") as fin, open(dest, "w", newline="") as fout:
         for line in fin:
-            fout.write(redact(line))
+            fout.write(console_filter(redact(line), lines=True) if shown else redact(line))
     return dest

@@ -196,13 +196,13 @@ def record(writer: MlflowWriter, result: RunResult, ws: Workspace, staged: uploa
     with tempfile.TemporaryDirectory(prefix="bench-redacted-") as tmp:
         redact = transcript.Redactor(transcript.env_secrets())
 
-        def clean(f: Path, sub: str) -> Path:
+        def clean(f: Path, sub: str, shown: bool = False) -> Path:
             (Path(tmp) / sub).mkdir(exist_ok=True)
-            return transcript.redacted_copy(f, Path(tmp) / sub, redact)
+            return transcript.redacted_copy(f, Path(tmp) / sub, redact, shown=shown)
 
-        for f in (ws.log, ws.events):
+        for f in (ws.log, ws.events):  # agent.log as a person reads it: through the console filter (bench.markup)
             if f.is_file():
-                writer.log_artifact(run_id, clean(f, "run"))
+                writer.log_artifact(run_id, clean(f, "run", shown=f == ws.log))
         writer.log_artifact(run_id, ws.result_file)
         evidence = ws.run_dir / "evidence"  # the audit's evidence that a person reads beside audit.json (small files)
         for name in EVIDENCE_ARTIFACTS:

@@ -86,34 +86,111 @@ def locked_files_kept(ctx: Context) -> list[Violation]:
     return out
 
 
-def _new_files(ctx: Context) -> dict[str, dict]:
+# the searches behind rules 2 and 4 keep only what they look for (bench.untrusted.walk's ``match``): decoys that sort
+# first cost them time, never the place of the evidence; what bounds them is entries looked at and seconds
+SEARCH_LIMITS = untrusted.Limits(max_entries=50_000, max_depth=256, max_seen=5_000_000, max_seconds=120.0)
+
+
+def _is_weight(rel: str) -> bool:
+    return bool(HUB_CACHE.search(rel)) and rel.endswith(WEIGHT_SUFFIXES)
+
+
+def _is_installed(rel: str) -> bool:
+    return bool(INSTALLED.search(rel))
+
+
+class Search:
+    """What one rule's search of the workspace and the agent's home found (paths as ``workspace/...``,
+    ``home/...``) and where a walk it relied on was cut (each a line naming the walk and the cap)."""
+
+    def __init__(self) -> None:
+        self.found: list[str] = []
+        self.cut: list[str] = []
+
+
+def _manifest_cut(manifest: dict) -> str | None:
+    cut = manifest.get("...") if isinstance(manifest, dict) else None
+    return cut.get("why", "cut") if isinstance(cut, dict) else None
+
+
+def _wanted(rel: str) -> bool:
+    """What any rule's search keeps: one walk per folder serves rules 2 and 4."""
+    return bool(HUB_CACHE.search(rel)) or _is_installed(rel)
+
+
+def _searched(ctx: Context, root: Path) -> tuple[list[str], list[untrusted.Finding]]:
+    """``root``'s files that a rule searches for (relative paths) and the walk's findings, walked once per audit
+    (kept on the context: each walk may look at millions of entries for up to ``SEARCH_LIMITS.max_seconds``)."""
+    memo = ctx.__dict__.setdefault("_searched", {})
+    if root not in memo:
+        files, findings = untrusted.walk(root, SEARCH_LIMITS, match=_wanted)
+        listed = [*files, *(Path(f.path) for f in findings if f.what in (untrusted.LINK, untrusted.SPARSE))]
+        memo[root] = ([p.relative_to(root).as_posix() for p in listed], findings)
+    return memo[root]
+
+
+def _search(ctx: Context, match, workspace_match=None) -> Search:
+    """The new workspace files (manifest-end minus manifest-start) that ``workspace_match`` (else ``match``) takes,
+    and the agent's home's files that ``match`` takes. Where a manifest was cut at its cap, the workspace is searched
+    for the rule's own patterns instead (what manifest-start listed is not new); each cut is named in ``cut``."""
+    out, wmatch = Search(), workspace_match or match
     start, end = ctx.evidence.read_json("manifest-start.json"), ctx.evidence.read_json("manifest-end.json")
-    return {rel: e for rel, e in end.items() if rel not in start}
+    out.found = [f"workspace/{rel}" for rel in end if rel != "..." and rel not in start and wmatch(rel)]
+    cuts = {
+        name: why
+        for name, m in (("manifest-start.json", start), ("manifest-end.json", end))
+        if (why := _manifest_cut(m))
+    }
+    if cuts:
+        rels, findings = _searched(ctx, ctx.workspace)
+        listed = {rel for rel in rels if wmatch(rel)}
+        out.found += sorted(
+            f"workspace/{rel}" for rel in listed if rel not in start and f"workspace/{rel}" not in out.found
+        )
+        out.cut += [
+            f"{name}: the workspace's manifest stopped ({why}); the workspace searched instead"
+            for name, why in cuts.items()
+        ]
+        out.cut += [
+            f"the workspace's search stopped: {untrusted.plain(str(f))}" for f in findings if f.what in untrusted.CUT
+        ]
+        if "manifest-start.json" in cuts:
+            out.cut.append("manifest-start.json was cut: a file found may have been there before the agent started")
+    home = ctx.run_dir / "home"  # the agent's private home: agent-made, searched through the boundary
+    rels, findings = _searched(ctx, home)
+    out.found += [f"home/{rel}" for rel in rels if match(rel)]
+    out.cut += [f"the home's search stopped: {untrusted.plain(str(f))}" for f in findings if f.what in untrusted.CUT]
+    return out
 
 
-def _home_files(ctx: Context) -> list[str]:
-    home = ctx.run_dir / "home"  # the agent's private home: agent-made, listed through the boundary
-    files, findings = untrusted.walk(home, untrusted.Limits(max_entries=50_000, max_depth=256))
-    listed = [*files, *(Path(f.path) for f in findings if f.what in (untrusted.LINK, untrusted.SPARSE))]
-    return [p.relative_to(home).as_posix() for p in listed]
+def _review(rule: int, what: str, search: Search) -> list[Violation]:
+    """A search that was cut and found nothing cannot clear the run: it is flagged for a person, with the cut."""
+    if not search.cut or search.found:
+        return []
+    reason = f"the audit's search for {what} was cut short ({search.cut[0]}): review the run by hand"
+    return [finding(rule, reason, search.cut, FLAG)]
 
 
 def no_foreign_weights(ctx: Context) -> list[Violation]:
     """Rule 2 (files): weights in a model hub's download cache (in the workspace or the agent's home), and provided
     weight files (T3's DINOv3) that are no longer the provided bytes."""
     out = []
-    hub = [f"workspace/{rel}" for rel in _new_files(ctx) if HUB_CACHE.search(rel)]
-    hub += [f"home/{rel}" for rel in _home_files(ctx) if HUB_CACHE.search(rel) and rel.endswith(WEIGHT_SUFFIXES)]
-    if hub:
+    search = _search(ctx, _is_weight, workspace_match=lambda rel: bool(HUB_CACHE.search(rel)))
+    if hub := search.found:
         out.append(
             finding(2, f"a model hub's download cache holds {len(hub)} file(s): pretrained weights fetched", hub)
         )
+    out += _review(2, "a model hub's downloads", search)
     end = ctx.evidence.read_json("manifest-end.json")
     for rel, was in ctx.provided.items():
         now = end.get(rel) if end else was
+        if now is None and _manifest_cut(end):  # not listed because the listing stopped: look at the file itself
+            now = locked_state(ctx.workspace, [rel])[rel]
         moved = [k for k in STAT_KEYS if now is None or now.get(k) != was.get(k)]
         if moved:
-            why = "deleted" if now is None else f"written or replaced ({', '.join(moved)} changed)"
+            why = (
+                "deleted" if now is None or now.get("missing") else f"written or replaced ({', '.join(moved)} changed)"
+            )
             out.append(finding(2, f"the provided {rel} was {why}", [f"manifest-start/end.json {rel}: {moved}"], FLAG))
     return out
 
@@ -121,10 +198,10 @@ def no_foreign_weights(ctx: Context) -> list[Violation]:
 def no_installed_packages(ctx: Context) -> list[Violation]:
     """Rule 4 (files): what installs leave behind (``*.dist-info``, ``site-packages``, wheels, ``node_modules``)
     that appeared in the workspace or the agent's home during the run."""
-    found = [f"workspace/{rel}" for rel in _new_files(ctx) if INSTALLED.search(rel)]
-    found += [f"home/{rel}" for rel in _home_files(ctx) if INSTALLED.search(rel)]
+    search = _search(ctx, _is_installed)
+    found = search.found
     if not found:
-        return []
+        return _review(4, "installed packages", search)
     return [finding(4, f"packages were installed: {len(found)} installed file(s) appeared, e.g. {found[0]}", found)]
 
 
@@ -152,14 +229,20 @@ def stays_in_workspace(ctx: Context) -> list[Violation]:
 
 
 def _listing(ctx: Context) -> tuple[list[Path], list[untrusted.Finding]]:
-    """The workspace as :func:`bench.untrusted.walk` lists it: no link followed, no recursion, bounded."""
-    return untrusted.walk(ctx.workspace, AUDIT_LIMITS)
+    """The workspace's links and files the harness refuses to read, as :func:`bench.untrusted.walk` finds them: no
+    link followed, no recursion, bounded; a search that keeps no regular file, so a flood of them cannot push a link
+    past the cap (only the entries looked at and the time bound it, and a cut is :func:`hostile_files`' flag)."""
+    memo = ctx.__dict__.setdefault("_searched", {})  # walked once per audit: rule 5's two checks read it
+    if "listing" not in memo:
+        memo["listing"] = untrusted.walk(ctx.workspace, AUDIT_LIMITS, match=lambda rel: False)
+    return memo["listing"]
 
 
-AUDIT_LIMITS = untrusted.Limits(max_entries=200_000, max_depth=256)
+AUDIT_LIMITS = untrusted.Limits(max_entries=200_000, max_depth=256, max_seen=5_000_000, max_seconds=120.0)
 # what the harness refuses to read, in words, for the audit's reason
 HOSTILE = {untrusted.NOT_REGULAR: "special file(s)", untrusted.SPARSE: "sparse file(s)",
-           untrusted.TOO_MANY: "a flood of entries", untrusted.TOO_DEEP: "folders nested too deep"}  # fmt: skip
+           untrusted.TOO_MANY: "a flood of entries", untrusted.TOO_DEEP: "folders nested too deep",
+           untrusted.TOO_SLOW: "more than the audit's listing could look at in time"}  # fmt: skip
 
 
 def hostile_files(ctx: Context) -> list[Violation]:
@@ -180,6 +263,21 @@ def hostile_files(ctx: Context) -> list[Violation]:
     return [finding(5, f"the workspace holds what the harness refuses to read: {words}", evidence, FLAG)]
 
 
+def cut_walks(ctx: Context) -> list[Violation]:
+    """Every listing of the agent's files that stopped at a cap is a finding (flag), naming the walk and the cap:
+    the workspace's manifests (``"..."`` in manifest-start/end.json) and the collect step's listing of
+    ``checkpoints/`` (a rejection that says ``too-many``, ``too-deep`` or ``too-slow``). The audit's own listings
+    say theirs in the rule they serve (:func:`_review`, :func:`hostile_files`)."""
+    out = []
+    for name in ("manifest-start.json", "manifest-end.json"):
+        if why := _manifest_cut(ctx.evidence.read_json(name)):
+            out.append(finding(5, f"the workspace's listing {name} was cut: {why}", [f"evidence/{name}: {why}"], FLAG))
+    cut = [f"{r['path']}: {r['reason']}" for r in ctx.rejected if any(k in str(r.get("reason")) for k in untrusted.CUT)]
+    if cut:
+        out.append(finding(7, f"the listing of checkpoints/ was cut: {cut[0]}", cut, FLAG))
+    return out
+
+
 def _rel(ctx: Context, path: str) -> str:
     try:
         return "workspace/" + Path(path).relative_to(ctx.workspace).as_posix()
@@ -187,4 +285,4 @@ def _rel(ctx: Context, path: str) -> str:
         return path
 
 
-CHECKS = [locked_files_kept, no_foreign_weights, no_installed_packages, stays_in_workspace, hostile_files]
+CHECKS = [locked_files_kept, no_foreign_weights, no_installed_packages, stays_in_workspace, hostile_files, cut_walks]

@@ -8,6 +8,7 @@ list computed here, from the same code that builds the bwrap arguments (:func:`.
 from __future__ import annotations
 
 import argparse
+import errno
 
 from bench.sandbox.policy import Policy, default_hidden, default_readable, plan
 from bench.sandbox.view import Bind
@@ -48,11 +49,15 @@ def describe_filter(purpose: str) -> str:
     from bench.sandbox import seccomp
 
     profile = seccomp.PROFILES[purpose]
-    commands = ", ".join(str(c) for c in profile.fcntl_commands)
     group = "the run's own cgroup" if purpose == "agent" else "no cgroup"
+    args = "; ".join(
+        f"{errno.errorcode[a.err]} for {a.call} with arg {a.arg} "
+        + (f"& {a.mask:#x}" if a.mask else "in " + ", ".join(str(v) for v in a.values))
+        for a in profile.args
+    )
     return (
-        f"seccomp ({profile.name}): EPERM for {', '.join(profile.calls)} and fcntl commands {commands}; "
-        f"/sys/fs/cgroup shows {group}"
+        f"seccomp ({profile.name}): EPERM for {', '.join(profile.calls)}; ENOSYS for {', '.join(profile.absent)}; "
+        f"{args}; /sys/fs/cgroup shows {group}"
     )
 
 

@@ -29,6 +29,7 @@ How memory and processes are held, best first:
 
 from __future__ import annotations
 
+import errno
 import math
 import os
 import re
@@ -309,6 +310,35 @@ class RunGroup:
         if refused:
             out.append({"limit": "processes", "value": self.limits.processes, "forks_refused": refused})
         return out
+
+    def drop_page_cache(self) -> str | None:
+        """Evict the page cache charged to this group: the pages of shared files (``/usr``, the venv, the staged
+        folder) that its processes were the first to load (issue 38). A file page is charged to the group of the
+        process that brought it into the cache, so a predictor that passes bits by loading cold pages of a shared
+        file for a later reader to time has loaded exactly pages charged here; dropping them before the next
+        predictor starts leaves that reader nothing to see (pages others had cached are not touched: they carried
+        nothing). cgroup v2: ``memory.reclaim`` (Linux 5.19) until no file page is left; v1:
+        ``memory.force_empty``. Returns None when done, else why not (no group, an older kernel), for the record."""
+        if not self.active:
+            return "no cgroup: the pages the predictors loaded stay cached (rlimits hold them instead)"
+        try:
+            if self.support.version == 2:
+                path = self.paths[""]
+                for _ in range(8):
+                    left = _keyed(path / "memory.stat").get("file", 0)
+                    if left <= 0:
+                        return None
+                    try:
+                        (path / "memory.reclaim").write_text(str(left))
+                    except OSError as e:
+                        if e.errno != errno.EAGAIN:  # EAGAIN: less than asked was reclaimed; ask again
+                            raise
+                left = _keyed(path / "memory.stat").get("file", 0)
+                return None if left <= 0 else f"{left} bytes of page cache left in the predictors' group"
+            (self.paths["memory"] / "memory.force_empty").write_text("0")
+        except OSError as e:
+            return f"the predictors' page cache could not be dropped: {e}"
+        return None
 
     def remove(self) -> None:
         """Kill what is left in the group (the watch ended the tree already) and remove it (idempotent)."""

@@ -117,6 +117,7 @@ def score_checkpoint(
     log = log or eval_dir.with_suffix(".predictor.log")
     sandbox = sandbox_wrap(eval_dir, device, limits) if sandboxed else None
     hits: list[dict] = []  # what the predictors' group refused or killed (read before it is removed)
+    cache_notes: list[str | None] = []  # why the predictors' page cache could not be dropped (None: it was)
     wrap = sandbox.wrap if sandbox is not None else None
     secret = secret or checks.draw_secret()
 
@@ -136,6 +137,8 @@ def score_checkpoint(
                 # after the scored feed, so that it cannot have shaped it; rule 9 reads it for the scored checkpoint
                 val_value = _validation(task, scored, data_dir) if validate else None
                 scored.close()  # ended (and waited for) before the prober runs any agent code: no channel between them
+                # nor through the page cache: the pages it was the first to load are dropped (issue 38)
+                cache_notes.append(sandbox.limits.drop_page_cache() if sandbox is not None else None)
                 result = task.score(outputs, targets)
                 value = float(result[task.METRIC])
                 if not math.isfinite(value):
@@ -154,6 +157,7 @@ def score_checkpoint(
     finally:
         if sandbox is not None:
             hits = sandbox.limits.hits()
+            cache_notes.append(sandbox.limits.drop_page_cache())  # before the next evaluation's predictors start
             sandbox.close()
             sandbox.limits.remove()
     return {
@@ -166,6 +170,7 @@ def score_checkpoint(
         "probes": found.evidence(),
         "seconds": round(time.time() - t0, 3),
         "predictor_limits": hits,
+        "page_cache": next((n for n in cache_notes if n), "dropped" if cache_notes else "not sandboxed"),
     }
 
 

@@ -2,7 +2,9 @@
 
 It is also where the run's secrets stop (:mod:`bench.redact`): every run name, tag, param and metric name and value,
 text, trace and uploaded file passes the one redactor first, so that a key the agent echoed into a metric name, a
-script, its output or a checkpoint never reaches the store, whichever path the harness took to record it.
+script, its output or a checkpoint never reaches the store, whichever path the harness took to record it. Run names,
+tag and param values then pass the console filter (:func:`bench.markup.shown`): a checkpoint's name with an escape
+sequence, a C1 control or a right-to-left override is shown in the UI with them visible, never acted on.
 
 The harness is the only process that talks to MLflow (training scripts spool to files,
 see ``hook/sitecustomize.py``), so this class is also where tracking failures are
@@ -22,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import redact
+from bench.markup import shown
 from bench.tracking import schema, store
 
 # An unreachable tracking server must cost seconds, not MLflow's default minutes of retries.
@@ -57,8 +60,23 @@ def flatten(params: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
     return flat
 
 
+def _shown_deep(o: object) -> object:
+    """Every string inside ``o`` (dict keys included) through the console filter, newlines kept."""
+    if isinstance(o, str):
+        return shown(o, lines=True)
+    if isinstance(o, tuple):
+        return tuple(_shown_deep(x) for x in o)
+    if isinstance(o, list):
+        return [_shown_deep(x) for x in o]
+    if isinstance(o, dict):
+        return {_shown_deep(k): _shown_deep(v) for k, v in o.items()}
+    return o
+
+
 def _redacted_spec(spec):
-    """A copy of a trace spec whose every string (names, inputs, outputs, attributes, tags, errors) is redacted."""
+    """A copy of a trace spec whose every string (names, inputs, outputs, attributes, tags, errors) is redacted and
+    passed through the console filter (the agent's messages shown in the trace view: no escape sequence, no bidi
+    override reordering them)."""
     import dataclasses
 
     r = redact.redactor()
@@ -68,7 +86,7 @@ def _redacted_spec(spec):
             return dataclasses.replace(o, **{f.name: clean(getattr(o, f.name)) for f in dataclasses.fields(o)})
         if isinstance(o, list):
             return [clean(x) for x in o]
-        return r.deep(o)
+        return _shown_deep(r.deep(o))
 
     return clean(spec)
 
@@ -109,10 +127,10 @@ class MlflowWriter:
         """Create a run (nested under ``parent`` when given) and return its id."""
         self._client()
         r = redact.redactor()
-        all_tags = {r.text(k, key=True): r.text(str(v)) for k, v in tags.items()}
+        all_tags = {r.text(k, key=True): shown(r.text(str(v)), lines=True) for k, v in tags.items()}
         if parent:
             all_tags[schema.PARENT] = parent
-        name = r.text(name, key=True)
+        name = shown(r.text(name, key=True))  # a checkpoint's or script's name: one line, no escape (bench.markup)
         run = self._do(
             "create run", "create_run", self._experiment_id, start_time=_ms(start_time), tags=all_tags, run_name=name
         )
@@ -132,7 +150,9 @@ class MlflowWriter:
         from mlflow.entities import Param
 
         r = redact.redactor()
-        items = [Param(r.text(k, key=True)[:250], r.text(v)[:6000]) for k, v in flatten(params).items()]
+        items = [
+            Param(r.text(k, key=True)[:250], shown(r.text(v), lines=True)[:6000]) for k, v in flatten(params).items()
+        ]
         for i in range(0, len(items), 100):
             self._do("log params", "log_batch", run_id, params=items[i : i + 100])
 
@@ -140,7 +160,7 @@ class MlflowWriter:
         from mlflow.entities import RunTag
 
         r = redact.redactor()
-        items = [RunTag(r.text(k, key=True), r.text(str(v))) for k, v in tags.items()]
+        items = [RunTag(r.text(k, key=True), shown(r.text(str(v)), lines=True)) for k, v in tags.items()]
         for i in range(0, len(items), 100):
             self._do("set tags", "log_batch", run_id, tags=items[i : i + 100])
 

@@ -80,3 +80,27 @@ def test_the_filter_folder_goes_with_the_process_that_wrote_it() -> None:
     written = Path(out.strip())
     assert written.name == "predictor.bpf"
     assert not written.parent.exists()
+
+
+@pytest.mark.parametrize("machine", sorted(seccomp.ARCHES))
+def test_page_cache_residency_and_eviction_are_denied_and_async_io_is_absent(machine):
+    """Issue 38: RWF_NOWAIT reads tell a cached page from one on disk, MADV_PAGEOUT/MADV_COLD evict or age a
+    mapping's pages, io_uring does both outside the classic calls. Kernel values: RWF_NOWAIT 8, MADV_COLD 20,
+    MADV_PAGEOUT 21, POSIX_FADV_DONTNEED 4 (checked against the headers in test_seccomp_numbers.py)."""
+    arch, nr = seccomp.ARCHES[machine]
+    eopnotsupp, einval, enosys = (0x00050000 | e for e in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS))
+    for program in (seccomp.program(p, machine) for p in (seccomp.PREDICTOR, seccomp.AGENT)):
+        for call in ("preadv2", "pwritev2"):
+            assert run(program, nr[call], arch, (3, 0, 1, 0, 0, 8)) == eopnotsupp  # RWF_NOWAIT
+            assert run(program, nr[call], arch, (3, 0, 1, 0, 0, 8 | 1)) == eopnotsupp  # with RWF_HIPRI
+            assert run(program, nr[call], arch, (3, 0, 1, 0, 0, 0)) == ALLOW  # a plain preadv2
+            assert run(program, nr[call], arch, (3, 0, 1, 0, 0, 4)) == ALLOW  # RWF_SYNC
+        for advice, verdict in ((20, einval), (21, einval), (4, ALLOW), (3, ALLOW), (14, ALLOW)):
+            assert run(program, nr["madvise"], arch, (0, 4096, advice)) == verdict, advice  # DONTNEED/WILLNEED kept
+        for call in ("io_uring_setup", "io_uring_enter", "io_uring_register", "io_setup"):
+            assert run(program, nr[call], arch) == enosys, call
+        assert run(program, nr["process_madvise"], arch) == DENY
+    agent, predictor = seccomp.program(seccomp.AGENT, machine), seccomp.program(seccomp.PREDICTOR, machine)
+    assert run(agent, nr["fadvise64"], arch, (3, 0, 0, 4)) == DENY  # POSIX_FADV_DONTNEED: drops shared pages
+    assert run(agent, nr["fadvise64"], arch, (3, 0, 0, 2)) == ALLOW  # POSIX_FADV_SEQUENTIAL (cp, sort)
+    assert run(predictor, nr["fadvise64"], arch, (3, 0, 0, 2)) == DENY  # a predictor: none at all
