@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from bench.agents.stream import AgentStream
-from bench.agents.transcript import redacted_copy
+from bench.gateway.transcript import redacted_copy
 from bench.markup import md_code, md_text, one_line, shown
 from bench.progress import StatusLine
 
