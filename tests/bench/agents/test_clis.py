@@ -226,18 +226,19 @@ def test_a_run_whose_api_refuses_the_key_ends_early_as_an_infrastructure_failure
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("agent", ["claude-code"], indirect=True)
+@pytest.mark.parametrize("agent", MEASURED, indirect=True)
 def test_a_refused_key_stops_the_run_at_the_first_refusal_through_the_gateway(agent, generated_t6, monkeypatch):
-    """Through the metering gateway, the mock answering 401 to every model request: the gateway stops Claude Code at
-    the first 401 (it would retry 10 times, then the 3-minute health window would end it), the run is recorded as an
-    infrastructure failure that names the authentication error, with the fingerprint of the refused credential."""
+    """Through the metering gateway, the mock answering 401 to every model request: the gateway stops the CLI at the
+    first 401 (Claude Code would retry for minutes), the run is recorded as an infrastructure failure that names the
+    authentication error, with the fingerprint of the refused credential."""
     case = CASES[agent]
     monkeypatch.delenv("BENCH_API_FAIL_WINDOW", raising=False)  # the default window (3 min) would come far later
     monkeypatch.delenv("BENCH_GATEWAY", raising=False)
     with MockLLM(default_trajectory("print('never written')\n"), fail_status=401, model=case.model) as llm:
         point_at(monkeypatch, case, llm)
-        spec = RunSpec(task=generated_t6, agent=agent, model=case.model, budget_s=150, console=False,
-                       campaign=campaign())  # fmt: skip  (the default grace, 30 s: the stop must not wait it out)
+        spec = RunSpec(
+            task=generated_t6, agent=agent, model=case.model, budget_s=150, console=False, campaign=campaign()
+        )  # fmt: skip  (the default grace, 30 s: the stop must not wait it out)
         result = run(spec)
     assert result.sandboxed and spec.grace_s == 30
     lines = [json.loads(x) for x in (Path(result.run_dir) / "evidence" / "llm.jsonl").read_text().splitlines()]
@@ -256,7 +257,7 @@ def test_a_refused_key_stops_the_run_at_the_first_refusal_through_the_gateway(ag
     failure = result.agent_events["api_failure"]
     assert failure["kind"] == "auth" and failure["status"] == 401 and failure["heals"] is False, failure
     # the credential's fingerprint, not the key: what a campaign compares with the key it has now
-    assert failure["access"] == credentials.fingerprint("claude-code", case.model)
+    assert failure["access"] == credentials.fingerprint(agent, case.model)
     assert "dummy-key-for-the-mock" not in (Path(result.run_dir) / "result.json").read_text()
     mlflow_run = mlflow.tracking.MlflowClient().get_run(result.mlflow_run_id)
     assert mlflow_run.info.status == "KILLED" and mlflow_run.data.tags[schema.STATUS] == "interrupted"
