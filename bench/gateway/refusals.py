@@ -42,7 +42,7 @@ from bench.gateway.usage import api_of
 ERROR_BODY_MAX = 8 << 10  # bytes of an error answer read for its type and message
 # The CLI's grace after the stop's SIGTERM (the budget's grace, 30 s by default, is owed to scripts writing a
 # checkpoint): the model never answered, so nothing of the agent's runs. Claude Code 2.1.197 went on retrying for
-# 5 s after its SIGTERM, then exited (tests/bench/agents/test_clis.py, measured twice on the shared 2-core machine);
+# 5 to 8 s after its SIGTERM, then exited (tests/bench/agents/test_clis.py, four runs on the shared 2-core machine);
 # a CLI that ignored SIGTERM would otherwise be killed only 30 s after the refusal.
 STOP_GRACE_S = 5.0
 _CODE_ASSIST_MODEL = re.compile(r"/v1internal:(?:stream)?[gG]enerateContent$")
