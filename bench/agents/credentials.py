@@ -28,11 +28,14 @@ what to run (``codex login``; ``gemini``, then ``/auth``), because a CLI in the 
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench import redact
 from bench.agents.logins import CHATGPT_BACKEND, CODE_ASSIST, Credential, codex_login, gemini_login
 
 # the APIs whose endpoint can be asked for its model list (bench.agents.api_probe)
@@ -160,4 +163,21 @@ def need_of(
     return None
 
 
-__all__ = ["CHATGPT_BACKEND", "CODE_ASSIST", "Credential", "Need", "need_of"]
+def fingerprint(agent: str, model: str | None, env: Mapping[str, str] | None = None, home: Path | None = None) -> str:
+    """What a run's model access is, as ``sha256:`` and 12 hex digits: the hash of the endpoint, the model and every
+    credential value ``agent`` would find here (:func:`need_of`), or, for an agent without a rule (generic), of every
+    credential value of the environment (:func:`bench.redact.env_secrets`). Never the key: a run whose key was refused
+    records it, and a campaign runs that cell again only when the fingerprint of now differs (a key set, changed or
+    logged in again: :mod:`bench.campaign.job`)."""
+    env = _env(env)
+    need = need_of(agent, model, env, home)
+    if need is not None:
+        values = [need.base_url, need.model or ""]
+        values += sorted(v for c in need.credentials for v in c.headers.values())
+    else:
+        values = sorted(redact.env_secrets(env))
+    digest = hashlib.sha256(json.dumps([agent, *values]).encode()).hexdigest()
+    return f"sha256:{digest[:12]}"
+
+
+__all__ = ["CHATGPT_BACKEND", "CODE_ASSIST", "Credential", "Need", "fingerprint", "need_of"]

@@ -186,12 +186,31 @@ def start(campaign: Campaign, *, resume: bool, redo_cut_short: bool = False) -> 
         + f"); {len(outcome.gave_up)} given up, {len(unrecorded)} not recorded in MLflow",
         flush=True,
     )
-    for run_id, why in outcome.gave_up.items():
+    refused = _blocked(seen)
+    for run_id, why in {**outcome.gave_up, **refused}.items():
         print(f"[campaign] {run_id}: {why}", flush=True)
     if outcome.stopped:
         print(f"[campaign] stopped; go on with: bench campaign resume {campaign.file}", flush=True)
         return 130
-    return 0 if n_final == len(keys) and not unrecorded else 1
+    if refused:
+        print(
+            f"[campaign] {len(refused)} run(s) refused by their model API (not run again until the credential "
+            f"changes): fix it, then bench campaign resume {campaign.file}",
+            flush=True,
+        )
+    return 0 if n_final == len(keys) and not unrecorded and not refused else 1
+
+
+def _blocked(seen: dict) -> dict[str, str]:
+    """run id -> why, for the final runs their model API refused with an answer that cannot heal, the credential
+    unchanged since (:func:`bench.campaign.job.blocked`)."""
+    from bench.campaign import job
+
+    out = {}
+    for key, was in seen.items():
+        if was.state == "final" and was.result and (why := job.blocked(key, was.result)):
+            out[key.run_id] = why
+    return out
 
 
 def _retire_cut_short(campaign: Campaign, seen: dict) -> dict:
@@ -210,12 +229,17 @@ def _retire_cut_short(campaign: Campaign, seen: dict) -> dict:
 
 def _retire_infra_failures(campaign: Campaign, seen: dict) -> dict:
     """Final runs whose model API kept failing (:func:`bench.campaign.job.infra_failure`, given up by an earlier
-    invocation) are set aside and run again by this one. Returns the new states."""
+    invocation) are set aside and run again by this one; not those refused with an answer that cannot heal while the
+    credential is the same (:func:`bench.campaign.job.blocked`: said at the end). Returns the new states."""
     from bench.campaign import job
 
     again = {}
     for key, was in seen.items():
         if was.state == "final" and was.result and (why := job.infra_failure(was.result)):
+            if job.blocked(key, was.result):
+                continue
+            if (was.result.agent_events or {}).get("api_failure", {}).get("heals") is False:
+                why = f"{why}; the credential changed since"
             moved = job.retire(campaign, campaign.run_dir(key))
             print(f"[campaign] {key.run_id}: {why}; runs again, the old run is in {moved}", flush=True)
             again[key] = rundir.inspect(campaign.run_dir(key))
@@ -264,7 +288,7 @@ def status(campaign: Campaign) -> int:
         from bench.campaign.local import slots_for
 
         slots = len(slots_for(campaign))
-    print(table(campaign, seen, last_events(campaign), jobs))
+    print(table(campaign, seen, last_events(campaign), jobs, _blocked(seen)))
     short = [k for k, was in seen.items() if was.state == "final" and was.result and rundir.cut_short(was.result)]
     if short:  # final, but not a full-budget measurement of the agent
         print(

@@ -11,7 +11,9 @@ killed (a signal, an out-of-memory kill, a lost node, a scheduler's time limit) 
 existed (the data could not be fetched or verified, the tracking store's schema could not be made: exit 1). It is
 retried, up to the campaign's ``retries``: the retry resumes an unfinished run and starts a stale or pending one. So
 is a final run whose model API kept failing (:func:`infra_failure`: recorded ``interrupted`` by the health check of
-:mod:`bench.agents.health`): it is set aside in ``.campaign/retired/`` (:func:`retire`) and its cell runs again. A
+:mod:`bench.agents.health`): it is set aside in ``.campaign/retired/`` (:func:`retire`) and its cell runs again,
+unless the API refused it with an answer that cannot heal (a refused key, a forbidden or unknown model:
+:func:`blocked`), which no retry changes: that cell is not run again until the agent's credential changes. A
 final run whose MLflow agent run is missing or was not closed with its status (the store was unreachable when it
 ended: :func:`unrecorded`) is recorded again from its result.json, as ``bench record`` does. Bad input is not
 retried: the campaign file and the machine are checked before anything starts, and a run's process that still
@@ -26,6 +28,7 @@ import signal
 from pathlib import Path
 
 from bench import settings
+from bench.agents import credentials
 from bench.campaign.spec import Campaign, RunKey
 from bench.result import RunResult
 from bench.rundir import RunDir
@@ -85,6 +88,29 @@ def infra_failure(result: RunResult) -> str | None:
     if result.status != "interrupted" or not isinstance(failure, dict):
         return None
     return str(failure.get("why") or "the model API failed")
+
+
+def blocked(key: RunKey, result: RunResult) -> str | None:
+    """Why a final run's cell is not run again: its model API refused the run with an answer that cannot heal (a
+    refused key, a forbidden or unknown model: :mod:`bench.gateway.refusals`; the gateway stopped the run at once) and
+    the agent's credential is the one the run was refused with (its fingerprint now, :func:`bench.agents.credentials
+    .fingerprint`, equals the one recorded). The reason says what to do. None for any other run, and for such a run
+    once the credential changed (or the run recorded none): it is then an infrastructure failure like any other
+    (:func:`infra_failure`), set aside and run again."""
+    failure = (result.agent_events or {}).get("api_failure")
+    if result.status != "interrupted" or not isinstance(failure, dict) or failure.get("heals") is not False:
+        return None
+    agent, model = key.agent.name, key.agent.model
+    if not failure.get("access") or failure["access"] != credentials.fingerprint(agent, model):
+        return None
+    need = credentials.need_of(agent, model)
+    source = need.credential.source if need is not None and need.credential is not None else "the agent's credential"
+    fix = {
+        "auth": f"fix {source} (a valid key, or log in again)",
+        "permission": f"give {source} access to this model and API, or use another key",
+        "model": "fix the endpoint or the model the API does not know (a new model name is a new cell)",
+    }.get(str(failure.get("kind")), f"fix {source}")
+    return f"{failure.get('why')}; not run again until the credential changes: {fix}, then bench campaign resume"
 
 
 def retire(campaign: Campaign, run_dir: Path) -> Path:

@@ -210,6 +210,10 @@ class LocalExecutor:
             out.final[child.key.run_id] = seen.status
             score = seen.result.score if seen.result is not None else None
             view.say(f"{child.key.run_id}: {seen.status}" + (f" ({score:.4f})" if score is not None else ""))
+        elif verdict == "blocked":  # final, but its API refused the key: not run again until the key changes
+            out.final[child.key.run_id] = seen.status
+            out.gave_up[child.key.run_id] = attempts.gave_up[child.key.run_id]
+            view.say(f"{child.key.run_id}: {seen.status}: {attempts.gave_up[child.key.run_id]}")
         elif verdict == "retry" and not self._signals:
             queue.appendleft(child.key)
             view.say(f"{child.key.run_id}: {how}, not final: an infrastructure failure, tried again")

@@ -1,7 +1,8 @@
 """What happens after a run's job ended: final, retried, or given up; the campaign's own log of it; one campaign
 process at a time.
 
-The definition of an infrastructure failure (the only thing retried) is in :mod:`bench.campaign.job`. The count
+The definition of an infrastructure failure (the only thing retried) is in :mod:`bench.campaign.job`; one that
+cannot heal (a refused key) is not retried until the credential changes (``blocked``). The count
 is per invocation of ``bench campaign run``/``resume``: a run given up now is tried again by the next invocation
 (someone fixed the data mirror, the store is back). Every decision is appended to ``.campaign/events.jsonl`` in
 the campaign's folder, so that ``bench campaign status`` can say why a run is not final.
@@ -16,7 +17,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from bench.campaign.job import infra_failure, retire
+from bench.campaign.job import blocked, infra_failure, retire
 from bench.campaign.spec import Campaign, RunKey
 from bench.preflight import InputError
 from bench.rundir import inspect
@@ -39,8 +40,10 @@ class Attempts:
 
     def ended(self, key: RunKey, how: str, code: int | None = None) -> str:
         """A job of ``key`` ended (``how``: its exit, in words; ``code``: its exit status when known): ``final``,
-        ``retry`` or ``gave-up``. Exit status 2 is bad input found by the run's own checks (this node lacks what the
-        campaign's checks found where it started): no retry would change it."""
+        ``retry``, ``gave-up`` or ``blocked`` (final, but refused by its API with an answer that cannot heal:
+        :func:`bench.campaign.job.blocked`; not run again until the credential changes). Exit status 2 is bad input
+        found by the run's own checks (this node lacks what the campaign's checks found where it started): no retry
+        would change it."""
         seen = inspect(self.campaign.run_dir(key))
         api = infra_failure(seen.result) if seen.result is not None else None
         if seen.state == "final" and api is None:
@@ -49,6 +52,11 @@ class Attempts:
         self.failures[key.run_id] += 1
         n = self.failures[key.run_id]
         why = f"{how}; the run is {seen.state} (no result.json): infrastructure failure {n}"
+        if api is not None and (stays := blocked(key, seen.result)):  # a refused key: no retry would change it
+            self.failures[key.run_id] -= 1
+            self.gave_up[key.run_id] = stays
+            self.note(key, "blocked", stays)
+            return "blocked"
         if api is not None:  # recorded, but the model API failed, not the agent: set aside and run again
             why = f"infrastructure failure {n}: {api}"
             if n > self.campaign.retries:

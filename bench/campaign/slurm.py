@@ -196,6 +196,10 @@ class SlurmExecutor:
                     if verdict == "final":
                         out.final[key.run_id] = self._status(key)
                         view.say(f"{key.run_id}: {out.final[key.run_id]} (job {job_id})")
+                    elif verdict == "blocked":  # final, but its API refused the key: not run until the key changes
+                        out.final[key.run_id] = self._status(key)
+                        out.gave_up[key.run_id] = attempts.gave_up[key.run_id]
+                        view.say(f"{key.run_id}: {out.final[key.run_id]} (job {job_id}): {out.gave_up[key.run_id]}")
                     elif verdict == "retry":
                         again = self.submit([key])[key]
                         watching[key] = (again, str(again.job_id), time.monotonic())

@@ -68,8 +68,15 @@ class LiveView:
         self.line.close()
 
 
-def table(campaign: Campaign, seen: dict[RunKey, Seen], events: dict[str, dict], jobs: dict[str, str]) -> str:
-    """``bench campaign status``: one row per run of the matrix, then the counts."""
+def table(
+    campaign: Campaign,
+    seen: dict[RunKey, Seen],
+    events: dict[str, dict],
+    jobs: dict[str, str],
+    blocked: dict[str, str] | None = None,
+) -> str:
+    """``bench campaign status``: one row per run of the matrix, then the counts; ``blocked``: run id -> why a final
+    run is not run again (its API refused the credential: :func:`bench.campaign.job.blocked`), listed under it."""
     # the run id and agent columns as wide as their longest value ("opencode (openrouter/moonshotai/kimi-k2.6)")
     wid = max([6, *(len(k.run_id) for k in seen)])
     wagent = max([5, *(len(k.agent.label) for k in seen)])
@@ -90,6 +97,8 @@ def table(campaign: Campaign, seen: dict[RunKey, Seen], events: dict[str, dict],
             f"{key.run_id:{wid}} {key.agent.label:{wagent}} {key.task:{wtask}} {key.repeat:>3} {s.state:11} "
             f"{status:12} {score:>8}  {note[:160]}"
         )
+    for run_id, why in (blocked or {}).items():
+        rows.append(f"\n{run_id}: {why}")
     states = [s.state for s in seen.values()]
     counts = ", ".join(f"{states.count(x)} {x}" for x in ("final", "running", "unfinished", "stale", "pending"))
     done = f"{states.count('final')}/{len(states)} final"

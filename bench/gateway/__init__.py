@@ -11,6 +11,7 @@ credentials), because it is the harness's hostile edge: what the agent's process
 - :mod:`bench.gateway.usage`: token usage read from the API's own answers;
 - :mod:`bench.gateway.transcript`: the request and answer bodies kept for the run's MLflow trace;
 - :mod:`bench.gateway.metering`: which gateway a launch gets, and what its log says at the record.
+- :mod:`bench.gateway.refusals`: the API's answers that cannot heal (a refused key, an unknown model): the run stops.
 
 Imports point down: ``pipeline -> gateway -> agents`` (the price table, the adapters' base).
 """

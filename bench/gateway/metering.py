@@ -24,8 +24,9 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from bench import settings
+from bench.agents import credentials
 from bench.agents.base import Agent, LaunchContext
-from bench.gateway import routes
+from bench.gateway import refusals, routes
 from bench.gateway.proxy import INSIDE_PORT, LOG_NAME, Gateway
 from bench.tracking import schema
 
@@ -64,6 +65,7 @@ def plan(
         model=ctx.model,
         family=routes.family_of(upstream, None if var == OPENCODE_VAR else var),
     )
+    gw.access = credentials.fingerprint(agent.name, ctx.model)  # on a refusal's line: did the key change since?
     return Metering(gw, replace(ctx, base_urls={var: gw.inside_url(INSIDE_PORT)}), {INSIDE_PORT: gw.handle})
 
 
@@ -186,7 +188,34 @@ def merge(agent_events: dict, log: Path, max_cost: float | None = None) -> dict:
     if source == "unknown":
         metrics[schema.COST_USD] = None
     events.update(metrics=metrics, cli_metrics=cli, gateway=s, cost_source=source)
+    if failure := refused(records):  # the gateway's word replaces what the CLI's stream said (bench.agents.health)
+        events["api_failure"] = failure
     return events
+
+
+def refused(records: list[dict]) -> dict | None:
+    """The run's infrastructure failure when the gateway stopped it on an answer that cannot heal
+    (:mod:`bench.gateway.refusals`), for ``result.json``'s ``agent_events.api_failure`` (:mod:`bench.outcome`); None
+    otherwise. ``heals: false`` and ``access`` (the credential's fingerprint) tell a campaign not to run the cell
+    again until the credential changes (:mod:`bench.campaign.job`)."""
+    first = next((r for r in records if isinstance(r.get("refusal"), dict) and r["refusal"].get("stops")), None)
+    if first is None:
+        return None
+    refusal = first["refusal"]
+    kind, status, error = str(refusal.get("kind")), refusal.get("status"), str(refusal.get("error") or "")[:200]
+    what = refusals.WHAT.get(kind, "refused the run")
+    request = f"{first.get('method')} {str(first.get('path') or '').split('?', 1)[0][:100]}"
+    return {
+        "kind": kind,
+        "status": status,
+        "error": error,
+        "why": f"the model API {what}: {status} {error} ({request}); it cannot heal: the run was stopped at once",
+        "errors": sum(1 for r in records if isinstance(r.get("refusal"), dict)),
+        "ended_early": True,
+        "heals": False,
+        "at": first.get("t"),
+        "access": refusal.get("access"),
+    }
 
 
 def cap_hit(agent_events: dict) -> dict | None:

@@ -58,6 +58,7 @@ import socket
 import ssl
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
@@ -65,7 +66,7 @@ import h11
 
 from bench import settings
 from bench.agents import pricing
-from bench.gateway import budget, key_swap, routes, transcript
+from bench.gateway import budget, key_swap, refusals, routes, transcript
 from bench.gateway.budget import BUDGET_PREFIX, budget_message  # noqa: F401  (the budget's words, said here)
 from bench.gateway.budget import _usd as _usd
 from bench.gateway.http1 import MAX_BODY, ClientConnection
@@ -151,6 +152,10 @@ class Gateway:
         self.unpriced = False  # an answer with tokens the price table cannot price: the running cost is not known
         self.capped = False  # the budget refused a request
         self.probes = 0  # requests refused for carrying the run's token outside its credential header
+        self.answered = False  # a model request was answered 2xx: from then on the agent could provoke a refusal
+        self.refused: str | None = None  # why the run is stopped: the upstream's first answer that cannot heal
+        self.access: str | None = None  # the credential's fingerprint (bench.agents.credentials), for the record
+        self._end: Callable[[str], None] | None = None  # the watch's early end (end_with)
         self._lock = threading.Lock()
         self._lines = 0
         self._inflight = 0
@@ -258,6 +263,10 @@ class Gateway:
         sse = "text/event-stream" in (resp.getheader("Content-Type") or "")
         capture = self.bodies.start(api, headers, body)  # the bodies for the run's MLflow trace
         rec["status"] = resp.status  # the upstream's status, first seen here (an API's 401/403 included)
+        if 200 <= resp.status < 300 and refusals.model_request(method, path):
+            with self._lock:  # set before any of the answer reaches the CLI: the agent acts only after one
+                self.answered = True
+        err = bytearray()  # an error answer's start, for what cannot heal (bench.gateway.refusals)
         whole = resp.getheader("Content-Length") is not None and resp.getheader("Transfer-Encoding") is None
         head = [(k, v) for k, v in resp.getheaders() if k.lower() not in HOP | {"content-encoding"}]
         head += [("Content-Length", str(resp.length))] if whole else []  # else h11 frames it chunked
@@ -282,6 +291,8 @@ class Gateway:
                 if drained > DRAIN_MAX_BYTES:
                     cut, keep = f"the client left and the answer passed {DRAIN_MAX_BYTES} bytes after it", False
                     break
+            if resp.status >= 400 and len(err) < refusals.ERROR_BODY_MAX:
+                err += data[: refusals.ERROR_BODY_MAX - len(err)]
             if capture is not None:
                 capture.feed(data, sse)
             if api and sse:
@@ -330,9 +341,34 @@ class Gateway:
         if cut:
             rec["cut"] = cut
         rec["spent_usd"] = round(self.spent, 6)
+        stop = self._judge(method, path, resp.status, bytes(err), rec) if resp.status >= 400 else None
         self.bodies.finish(capture, rec)
-        self._note(rec)
+        self._note(rec)  # the refusal's line is written before the run is stopped on it
+        if stop is not None:
+            stop(self.refused or "")
         return up, keep
+
+    def _judge(self, method: str, path: str, status: int, body: bytes, rec: dict) -> Callable[[str], None] | None:
+        """Note an answer that cannot heal (:mod:`bench.gateway.refusals`) on its line; the first one before the model
+        ever answered stops the run: returns the watch's early end to call (None if not wired yet, or no stop)."""
+        refusal = refusals.judge(method, path, status, body)
+        if refusal is None:
+            return None
+        with self._lock:
+            stops = not self.answered and self.refused is None
+            rec["refusal"] = {**refusal.to_dict(), "stops": stops, "access": self.access}
+            if not stops:
+                return None
+            self.refused = f"the model API answered {status} ({refusal.error[:80]}), which cannot heal"
+            return self._end
+
+    def end_with(self, end: Callable[[str], None]) -> None:
+        """The callback that ends the run at the first answer that cannot heal (the watch's early end); called at
+        once if one came already (before the watch started)."""
+        with self._lock:
+            self._end, why = end, self.refused
+        if why is not None:
+            end(why)
 
     def _charge_limit(self, rec: dict, model: str | None, usage: Usage, body: bytes, parsed: dict | None):
         """The cost of an answer left without its final usage: its output limit at the output rate (and, where the

@@ -13,6 +13,10 @@ measured every few seconds by a thread of its own (:class:`WorkspaceGuard`); pas
 SIGKILL), so a disk filling up costs the agent its remaining time, not the machine its disk. At the end the run's
 cgroup is read for what the kernel refused (memory, processes) and removed; every limit hit goes into
 :attr:`Watched.limits`, which ``result.json`` carries.
+
+A model API that fails ends the run early the same way (:meth:`Watchdog.end`, :attr:`Watched.ended_why`): at once when
+the metering gateway sees an answer that cannot heal, a refused key (:mod:`bench.gateway.refusals`), after the health
+window when the CLI reports failures that might (:mod:`bench.agents.health`).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from subprocess import Popen
 
+from bench.gateway.refusals import STOP_GRACE_S
 from bench.pipeline.launch import LaunchedAgent
 from bench.processes import describe, end_tree, find_tree, running, signal_tree
 from bench.runspec import GRACE_S
@@ -82,12 +87,16 @@ class Watchdog:
                 return self.budget_s if self._ended_at_s is None else min(self.budget_s, self._ended_at_s)
             return self._ended_at_s
 
-    def end(self, why: str) -> None:
-        """End the run now as the budget would (SIGTERM to the tree, then the grace): a limit was passed."""
+    def end(self, why: str, grace_s: float | None = None) -> None:
+        """End the run now as the budget would (SIGTERM to the tree, then the grace): a limit was passed. ``grace_s``:
+        a shorter grace for an end where nothing of the agent's can be writing a checkpoint (a key refused before
+        the model ever answered: :data:`bench.gateway.refusals.STOP_GRACE_S`)."""
         with self._lock:
             if self._ended_at_s is not None or self.budget_expired_at is not None:
                 return
             self.ended_why = why
+            if grace_s is not None:
+                self.grace_s = min(self.grace_s, float(grace_s))
             self._ended_at_s = (time.monotonic() - self._t0) if self._t0 is not None else 0.0
         log.warning("ending pid %s: %s", self.proc.pid, why)
         try:
@@ -249,6 +258,8 @@ def watch(
         guard = WorkspaceGuard(agent.monitor.workspace, limits.workspace_bytes, watchdog).start()
     if getattr(agent.stream, "health", None) is not None:  # a model API failing for minutes ends the run early
         agent.stream.health.end_with(watchdog.end)
+    if getattr(agent, "gateway", None) is not None:  # an answer that cannot heal (a refused key) ends it at once
+        agent.gateway.end_with(lambda why: watchdog.end(why, grace_s=STOP_GRACE_S))
     interrupted = _wait(agent.proc, stopped)
     seconds = time.time() - agent.started_at
     watchdog.stop(let_grace_finish=not interrupted)

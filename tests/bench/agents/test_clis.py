@@ -22,7 +22,7 @@ import mlflow
 import pytest
 
 import bench.agents
-from bench.agents import install
+from bench.agents import credentials, install
 from bench.agents.aider import AiderAgent
 from bench.agents.base import AgentError, LaunchContext
 from bench.agents.claude_code import ClaudeCodeAgent
@@ -203,11 +203,13 @@ MEASURED = ("claude-code", "codex")  # the CLIs whose API-failure output bench.a
 @pytest.mark.slow
 @pytest.mark.parametrize("agent", MEASURED, indirect=True)
 def test_a_run_whose_api_refuses_the_key_ends_early_as_an_infrastructure_failure(agent, generated_t6, monkeypatch):
-    """The mock answers 401 to every model request (its model list answers, as a key that was revoked after the
-    check would): Claude Code retries for minutes and is ended after the window, Codex gives up by itself; either
-    way the run is interrupted, an infrastructure failure (campaigns run it again), well before its budget."""
+    """Without the metering gateway (``BENCH_GATEWAY=0``: the CLI's own stream is all the harness reads), the mock
+    answers 401 to every model request (its model list answers, as a key that was revoked after the check would):
+    Claude Code retries for minutes and is ended after the window, Codex gives up by itself; either way the run is
+    interrupted, an infrastructure failure, well before its budget. (With the gateway, the next test: at once.)"""
     case = CASES[agent]
     monkeypatch.setenv("BENCH_API_FAIL_WINDOW", "5")
+    monkeypatch.setenv("BENCH_GATEWAY", "0")
     with MockLLM(default_trajectory("print('never written')\n"), fail_status=401, model=case.model) as llm:
         point_at(monkeypatch, case, llm)
         spec = RunSpec(task=generated_t6, agent=agent, model=case.model, budget_s=150, grace_s=5, console=False,
@@ -219,6 +221,44 @@ def test_a_run_whose_api_refuses_the_key_ends_early_as_an_infrastructure_failure
     failure = result.agent_events["api_failure"]
     assert failure["kind"] == "auth" and failure["errors"] >= 2, failure
     assert result.wall_time_s < 60, result.wall_time_s  # Claude Code alone would retry for ~3 min
+    mlflow_run = mlflow.tracking.MlflowClient().get_run(result.mlflow_run_id)
+    assert mlflow_run.info.status == "KILLED" and mlflow_run.data.tags[schema.STATUS] == "interrupted"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("agent", MEASURED, indirect=True)
+def test_a_refused_key_stops_the_run_at_the_first_refusal_through_the_gateway(agent, generated_t6, monkeypatch):
+    """Through the metering gateway, the mock answering 401 to every model request: the gateway stops the CLI at the
+    first 401 (Claude Code would retry for minutes), the run is recorded as an infrastructure failure that names the
+    authentication error, with the fingerprint of the refused credential."""
+    case = CASES[agent]
+    monkeypatch.delenv("BENCH_API_FAIL_WINDOW", raising=False)  # the default window (3 min) would come far later
+    monkeypatch.delenv("BENCH_GATEWAY", raising=False)
+    with MockLLM(default_trajectory("print('never written')\n"), fail_status=401, model=case.model) as llm:
+        point_at(monkeypatch, case, llm)
+        spec = RunSpec(
+            task=generated_t6, agent=agent, model=case.model, budget_s=150, console=False, campaign=campaign()
+        )  # fmt: skip  (the default grace, 30 s: the stop must not wait it out)
+        result = run(spec)
+    assert result.sandboxed and spec.grace_s == 30
+    lines = [json.loads(x) for x in (Path(result.run_dir) / "evidence" / "llm.jsonl").read_text().splitlines()]
+    refusals = [r for r in lines if r.get("refusal")]
+    first = refusals[0]
+    assert first["status"] == 401 and first["refusal"]["kind"] == "auth" and first["refusal"]["stops"], first
+    assert not any(r.get("refusal", {}).get("stops") for r in refusals[1:])  # one stop, whatever came after it
+    refused_at = first["t"] + first["latency_s"]  # when the gateway had the whole 401 answer
+    agent_end = result.started_at + result.wall_time_s  # the watch's record of the agent's end
+    assert agent_end - refused_at < 30, (agent_end - refused_at, lines)
+    assert result.status == "interrupted" and not result.timed_out, (result.status, result.reason)
+    assert result.reason.startswith("infrastructure failure: the model API refused the run's credential: 401 "), (
+        result.reason
+    )
+    assert "authentication_error" in result.reason and "mock: the request was rejected" in result.reason
+    failure = result.agent_events["api_failure"]
+    assert failure["kind"] == "auth" and failure["status"] == 401 and failure["heals"] is False, failure
+    # the credential's fingerprint, not the key: what a campaign compares with the key it has now
+    assert failure["access"] == credentials.fingerprint(agent, case.model)
+    assert "dummy-key-for-the-mock" not in (Path(result.run_dir) / "result.json").read_text()
     mlflow_run = mlflow.tracking.MlflowClient().get_run(result.mlflow_run_id)
     assert mlflow_run.info.status == "KILLED" and mlflow_run.data.tags[schema.STATUS] == "interrupted"
 
