@@ -8,8 +8,10 @@ and collects its ``FIGURE`` lines (``tests/benchmarks/figures.py``). The file sa
 how long, and for every figure the load average at the start and at the end of its measurement. It is rewritten after
 each script, so a script that fails (its section says so, and the command exits 1) loses none of the others;
 ``--only`` measures the scripts named again and keeps the other sections as they were. The README's and the docs'
-performance numbers are quoted from this file (``<!--fig:ID-->value``), and tests/test_benchmarks.py checks that
-every quoted value is the file's.
+performance numbers are quoted from this file (``<!--fig:ID-->value``): once it is written, each quote is set to the
+file's value (where it still reads as the file had it, or is ``?``: a new quote; the pages it changed are named:
+read the sentences around them again), and tests/test_benchmarks.py
+checks that every quoted value is the file's.
 
 Needs ``BENCH_DATA_MIRROR`` (eval_cost and sandbox_cost measure the real data), PostgreSQL's programs and psycopg
 (report_server_speed), and the git history (prober_order_cost).
@@ -32,6 +34,8 @@ sys.path.insert(0, str(ROOT))
 from tests.benchmarks.figures import LINE, load  # noqa: E402
 
 OUT = ROOT / "docs" / "benchmarks.md"
+QUOTE = re.compile(r"<!--fig:([\w.-]+)-->")
+PLACEHOLDER = "?"  # a new quote's value until make bench fills it in
 # script -> its arguments at the documented size (what the figures file says was run)
 BENCHMARKS: dict[str, list[str]] = {
     "run_overhead": ["--runs", "5"],
@@ -138,6 +142,28 @@ def write(out: Path, done: dict[str, str], started: float, load0: float) -> None
     out.write_text(body)
 
 
+def requote(pages: list[Path], values: dict[str, str], before: dict[str, str]) -> list[str]:
+    """Set every ``<!--fig:ID-->value`` quote of ``pages`` to the figure's value in ``values``; the pages changed.
+
+    A quote is replaced where it still reads as the file had it (``before``) or is the placeholder ``?`` (a new quote);
+    any other quote (an id the file lacks, a value edited by hand) is left as it is, and the test names it."""
+    changed = []
+    for page in pages:
+        text = page.read_text()
+        out, pos = [], 0
+        for m in QUOTE.finditer(text):
+            fid = m.group(1)
+            old = next((v for v in (before.get(fid), PLACEHOLDER) if v and text.startswith(v, m.end())), None)
+            if fid in values and old is not None:
+                out += [text[pos : m.end()], values[fid]]
+                pos = m.end() + len(old)
+        new = "".join(out) + text[pos:]
+        if new != text:
+            page.write_text(new)
+            changed.append(page.relative_to(ROOT).as_posix())
+    return changed
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", help="comma-separated scripts to measure again (the others' sections are kept)")
@@ -153,11 +179,15 @@ def main() -> int:
             "offline data mirror (docs/tasks-and-data.md), or leave them out with --only"
         )
     done = sections(args.out.read_text()) if args.only and args.out.is_file() else {}
+    before = figures(args.out.read_text()) if args.out.is_file() else {}
     started, load0, failed = time.time(), load(), []
     for name in names:
         done[name] = run_one(name)
         failed += [name] if "**Failed**" in done[name] else []
         write(args.out, done, started, load0)
+    pages = [ROOT / "README.md", *sorted(p for p in (ROOT / "docs").glob("*.md") if p != args.out.resolve())]
+    changed = requote(pages, figures(args.out.read_text()), before)
+    print("\nquotes updated in: " + (", ".join(changed) if changed else "none (the pages already quote these values)"))
     print(
         f"\nwrote {args.out} in {duration(time.time() - started)}"
         + (f"; FAILED: {', '.join(failed)}" if failed else "")
