@@ -135,7 +135,10 @@ def figures(text: str) -> dict[str, str]:
     return {m["id"]: m["value"] for m in ROW.finditer(text)}
 
 
-def write(out: Path, done: dict[str, str], started: float, load0: float) -> None:
+def write(out: Path, mine: dict[str, str], keep: bool, started: float, load0: float) -> None:
+    """The file: this command's sections, and with ``keep`` (``--only``) the others as the file holds them now (read
+    again at each write, so that another ``--only`` command writing the file meanwhile loses nothing)."""
+    done = {**(sections(out.read_text()) if keep and out.is_file() else {}), **mine}
     rows = machine() + [("written", f"{when(time.time())}; this command {duration(time.time() - started)}, load "
                                     f"{load0:.2f} -> {load():.2f}")]  # fmt: skip
     body = HEAD + "".join(f"| {k} | {v} |\n" for k, v in rows)
@@ -179,13 +182,13 @@ def main() -> int:
             f"{', '.join(sorted(NEEDS_MIRROR & set(names)))} measure the real data: set BENCH_DATA_MIRROR to the "
             "offline data mirror (docs/tasks-and-data.md), or leave them out with --only"
         )
-    done = sections(args.out.read_text()) if args.only and args.out.is_file() else {}
+    done: dict[str, str] = {}
     before = figures(args.out.read_text()) if args.out.is_file() else {}
     started, load0, failed = time.time(), load(), []
     for name in names:
         done[name] = run_one(name)
         failed += [name] if "**Failed**" in done[name] else []
-        write(args.out, done, started, load0)
+        write(args.out, done, bool(args.only), started, load0)
     pages = [ROOT / "README.md", *sorted(p for p in (ROOT / "docs").glob("*.md") if p != args.out.resolve())]
     changed = requote(pages, figures(args.out.read_text()), before)
     print("\nquotes updated in: " + (", ".join(changed) if changed else "none (the pages already quote these values)"))
