@@ -20,6 +20,7 @@ Needs ``BENCH_DATA_MIRROR`` (eval_cost and sandbox_cost measure the real data), 
 from __future__ import annotations
 
 import argparse
+import fcntl
 import os
 import platform
 import re
@@ -137,13 +138,18 @@ def figures(text: str) -> dict[str, str]:
 
 def write(out: Path, mine: dict[str, str], keep: bool, started: float, load0: float) -> None:
     """The file: this command's sections, and with ``keep`` (``--only``) the others as the file holds them now (read
-    again at each write, so that another ``--only`` command writing the file meanwhile loses nothing)."""
-    done = {**(sections(out.read_text()) if keep and out.is_file() else {}), **mine}
+    again at each write, under a lock, so that another ``--only`` command writing the file meanwhile loses nothing)."""
     rows = machine() + [("written", f"{when(time.time())}; this command {duration(time.time() - started)}, load "
                                     f"{load0:.2f} -> {load():.2f}")]  # fmt: skip
-    body = HEAD + "".join(f"| {k} | {v} |\n" for k, v in rows)
-    body += "\n" + "\n".join(done[name] for name in BENCHMARKS if name in done)
-    out.write_text(body)
+    with open(out.with_name(out.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        done = {**(sections(out.read_text()) if keep and out.is_file() else {}), **mine}
+        body = HEAD + "".join(f"| {k} | {v} |\n" for k, v in rows)
+        body += "\n" + "\n".join(done[name] for name in BENCHMARKS if name in done)
+        tmp = out.with_name(out.name + ".new")
+        tmp.write_text(body)
+        tmp.replace(out)  # a reader never sees half a file
+    out.with_name(out.name + ".lock").unlink(missing_ok=True)
 
 
 def requote(pages: list[Path], values: dict[str, str], before: dict[str, str]) -> list[str]:
