@@ -141,15 +141,17 @@ def write(out: Path, mine: dict[str, str], keep: bool, started: float, load0: fl
     again at each write, under a lock, so that another ``--only`` command writing the file meanwhile loses nothing)."""
     rows = machine() + [("written", f"{when(time.time())}; this command {duration(time.time() - started)}, load "
                                     f"{load0:.2f} -> {load():.2f}")]  # fmt: skip
-    with open(out.with_name(out.name + ".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    folder = os.open(out.parent, os.O_RDONLY)  # the lock: the file's folder (no lock file left behind)
+    try:
+        fcntl.flock(folder, fcntl.LOCK_EX)
         done = {**(sections(out.read_text()) if keep and out.is_file() else {}), **mine}
         body = HEAD + "".join(f"| {k} | {v} |\n" for k, v in rows)
         body += "\n" + "\n".join(done[name] for name in BENCHMARKS if name in done)
         tmp = out.with_name(out.name + ".new")
         tmp.write_text(body)
         tmp.replace(out)  # a reader never sees half a file
-    out.with_name(out.name + ".lock").unlink(missing_ok=True)
+    finally:
+        os.close(folder)  # and the lock with it
 
 
 def requote(pages: list[Path], values: dict[str, str], before: dict[str, str]) -> list[str]:
