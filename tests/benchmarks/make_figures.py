@@ -37,8 +37,8 @@ from tests.benchmarks.figures import LINE, load  # noqa: E402
 OUT = ROOT / "docs" / "benchmarks.md"
 QUOTE = re.compile(r"<!--fig:([\w.-]+)-->")
 PLACEHOLDER = "?"  # a new quote's value until make bench fills it in
-# script -> its arguments at the documented size (what the figures file says was run), cheapest first; sized so that
-# the whole command takes about half an hour on a 2-core machine that runs nothing else (a loaded one takes longer)
+# script -> its arguments at the documented size (what the figures file says was run), cheapest first; on the shared
+# 2-core machine at load 5-14 they took 51 min in all (each section of the file says its own time)
 BENCHMARKS: dict[str, list[str]] = {
     "tracer_cost": ["--runs", "20", "--steps", "1000", "--repeats", "5"],
     "reader_speed": ["--repeat", "5"],
