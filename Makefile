@@ -12,11 +12,15 @@
 #   make gpu-proof-bundle  .gpu-proof/: the wheels a machine without a package index lacks, T6/T1 data, run.sh
 # and the price table:
 #   make prices   regenerate bench/agents/prices.toml from the newest LiteLLM cost map on PyPI (PRICES_ARGS="--litellm-version X")
+# and the performance figures the README and docs quote:
+#   make bench    every script of tests/benchmarks/ at its documented size, one at a time, into docs/benchmarks.md
+#                 (needs BENCH_DATA_MIRROR, PostgreSQL's programs; its scripts took 51 min in all on the shared 2-core
+#                 machine at load 5-14, see the file; BENCH_ARGS="--only eval_cost" measures one again)
 PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test test-all install lint ui lab gpu-proof gpu-proof-bundle prices
+.PHONY: demo test test-all install lint ui lab gpu-proof gpu-proof-bundle prices bench
 
 # pytest-xdist workers: one more than a 2-core machine's cores, as the tests wait on budgets, sleeps, sandboxes and
 # subprocesses as much as they compute (TEST_WORKERS=2 or 4 to change it; TEST_WORKERS=0 runs in one process)
@@ -63,3 +67,6 @@ gpu-proof-bundle: $(BIN)/bench
 
 prices: $(BIN)/bench
 	$(BIN)/bench prices refresh $(PRICES_ARGS)
+
+bench: $(BIN)/bench
+	$(BIN)/python tests/benchmarks/make_figures.py $(BENCH_ARGS)

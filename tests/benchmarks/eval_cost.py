@@ -1,7 +1,7 @@
 """Benchmark: the trusted evaluation against the in-process one at each task's REAL evaluation size (prints a table;
 not a test).
 
-    python tests/benchmarks/eval_cost.py [--tasks t1,t2,t3,t4,t5,t6,t7] [--runs 1] [--data-mirror DIR]
+    python tests/benchmarks/eval_cost.py [--tasks t1,t2,t3,t4,t5,t6,t7] [--runs 1] [--data-mirror DIR] [--smoke]
 
 For each task, the prepared data of the real evaluation size. From the data mirror (``--data-mirror`` or
 $BENCH_DATA_MIRROR) where it holds the real files: T1 TinyShakespeare's val split (111,540 characters, 435 blocks
@@ -19,8 +19,10 @@ embedding + linear), so the ratio is an UPPER bound of the harness's overhead: a
 to both sides. The scorer also scores the validation split where the official split is another (T4-T7); the
 in-process evaluation does not. Before: ``prepare.py --eval`` (one process that imports the script); after:
 ``python -I -m bench.scoring.scorer`` (scorer + sandboxed predictor + a second predictor for the probes), each
-timed whole.
-Target (issue 24): under 2x on a CPU.
+timed whole, the two alternating run by run (one figure line per task: ``eval_cost.<task>.ratio``).
+``--smoke``: one run, the generated data cut to a few samples (the mirror's data as it is: those evaluations take
+seconds), to check that the script still works.
+Target: under 2x on a CPU.
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+
+from tests.benchmarks.figures import Span, add_smoke, ratio, seconds  # noqa: E402
 
 STANDIN = {
     "t1": "nn.Embedding(65, 65)",
@@ -85,30 +89,39 @@ SIZES = {
 MIRRORED = {"t1": "tinyshakespeare", "t4": "ogbg_molhiv/mapping", "t6": "ETTh1", "t7": "ag_news_csv"}
 
 
-def generate(task_id: str, data_dir: Path, rng: np.random.Generator, mirror: Path | None = None) -> str:
-    """The prepared files ``eval_batches`` reads, at the real shapes and dtypes; returns where they came from."""
+def generate(
+    task_id: str, data_dir: Path, rng: np.random.Generator, mirror: Path | None = None, cap: int | None = None
+) -> str:
+    """The prepared files ``eval_batches`` reads, at the real shapes and dtypes; returns where they came from.
+    ``cap`` (the smoke mode) cuts each generated split to that many samples."""
     if task_id in MIRRORED and mirror is not None and (mirror / MIRRORED[task_id]).is_dir():
         return from_mirror(task_id, data_dir, mirror / MIRRORED[task_id])
     if task_id in ("t1", "t6"):
         raise SystemExit(f"{task_id}: needs the data mirror (--data-mirror or BENCH_DATA_MIRROR)")
     data_dir.mkdir(parents=True)
+
+    def n(real: int) -> int:
+        return min(real, cap or real)
+
     if task_id == "t4":
-        generated_graphs(data_dir, rng)
+        generated_graphs(data_dir, rng, n(4113))
         return "generated"
     if task_id == "t2":
-        splits = {"val": (rng.integers(0, 256, (10_000, 3, 64, 64), dtype=np.uint8), rng.integers(0, 200, 10_000))}
+        splits = {
+            "val": (rng.integers(0, 256, (n(10_000), 3, 64, 64), dtype=np.uint8), rng.integers(0, 200, n(10_000)))
+        }
     elif task_id == "t3":
-        x = rng.integers(0, 256, (1449, 224, 224, 3), dtype=np.uint8)
-        splits = {"val": (x, rng.integers(0, 21, (1449, 224, 224), dtype=np.uint8))}
+        x = rng.integers(0, 256, (n(1449), 224, 224, 3), dtype=np.uint8)
+        splits = {"val": (x, rng.integers(0, 21, (n(1449), 224, 224), dtype=np.uint8))}
     elif task_id == "t7":  # texts of 100..1,014 ASCII characters, zero-padded as encode() pads them
         splits = {}
-        for split, n in (("test", 7600), ("val", 6000)):
-            x = rng.integers(32, 127, (n, 1014), dtype=np.uint8)
-            x[np.arange(1014) >= rng.integers(100, 1015, n)[:, None]] = 0
-            splits[split] = (x, rng.integers(0, 4, n))
+        for split, count in (("test", n(7600)), ("val", n(6000))):
+            x = rng.integers(32, 127, (count, 1014), dtype=np.uint8)
+            x[np.arange(1014) >= rng.integers(100, 1015, count)[:, None]] = 0
+            splits[split] = (x, rng.integers(0, 4, count))
     else:
         splits = {
-            s: (rng.standard_normal((116_203, 54)).astype(np.float32), rng.integers(0, 7, 116_203))
+            s: (rng.standard_normal((n(116_203), 54)).astype(np.float32), rng.integers(0, 7, n(116_203)))
             for s in ("val", "test")
         }
     for split, (x, y) in splits.items():
@@ -131,7 +144,11 @@ def from_mirror(task_id: str, data_dir: Path, raw: Path) -> str:
         return "real (mirror)"
     spec = importlib.util.spec_from_file_location("_t7_prepare", folder / "prepare.py")
     t7 = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(t7)
+    sys.path.insert(0, str(folder))  # prepare.py imports the locked helpers beside it (task_helpers.py), as in a run
+    try:
+        spec.loader.exec_module(t7)
+    finally:
+        sys.path.remove(str(folder))
     texts, labels = t7.read_csv(str(raw / "test.csv"))
     x = np.stack([t7.encode(t) for t in texts])
     data_dir.mkdir(parents=True)
@@ -142,10 +159,10 @@ def from_mirror(task_id: str, data_dir: Path, raw: Path) -> str:
     return "real test.csv (mirror)"
 
 
-def generated_graphs(data_dir: Path, rng: np.random.Generator) -> None:
+def generated_graphs(data_dir: Path, rng: np.random.Generator, per_split: int = 4113) -> None:
     """4,113 valid + 4,113 test molecules of ogbg-molhiv's sizes (25.5 atoms and 27.5 bonds, each bond as two
     directed edges, on average) in prepare.py's arrays: a chain of atoms plus ring closures, random features."""
-    n_val, n_test = 4113, 4113
+    n_val, n_test = per_split, per_split
     g = n_val + n_test
     nodes = np.clip(rng.gamma(4.0, 25.5 / 4.0, g).round(), 2, 222).astype(np.int64)
     edge_parts, edges = [], np.zeros(g, dtype=np.int64)
@@ -187,14 +204,14 @@ def timed(argv: list[str], cwd: Path) -> tuple[float, dict]:
     return seconds, out
 
 
-def measure(task_id: str, tmp: Path, runs: int, mirror: Path | None) -> dict:
+def measure(task_id: str, tmp: Path, runs: int, mirror: Path | None, cap: int | None = None) -> dict:
     import torch
 
     from bench.tasks import get_task
 
     task = get_task(task_id)
     data_dir = tmp / f"data-{task_id}"
-    source = generate(task_id, data_dir, np.random.default_rng(0), mirror)
+    source = generate(task_id, data_dir, np.random.default_rng(0), mirror, cap)
     ev = tmp / f"eval-{task_id}"
     ev.mkdir()
     for name in task.locked_files:
@@ -214,6 +231,7 @@ def measure(task_id: str, tmp: Path, runs: int, mirror: Path | None) -> dict:
     after = [sys.executable, "-I", "-m", "bench.scoring.scorer", "--task-dir", str(task.folder), "--data-dir"]
     after += [str(data_dir), "--eval-dir", str(ev), "--checkpoint", "checkpoint.pt", "--script", "standin.py"]
     old, new, values = [], [], {}
+    span = Span()
     for _ in range(runs):
         s, out = timed(before, ev)
         old.append(s)
@@ -222,32 +240,45 @@ def measure(task_id: str, tmp: Path, runs: int, mirror: Path | None) -> dict:
         new.append(s)
         values["scorer"] = out.get("value")
     mo, mn = statistics.median(old), statistics.median(new)
-    sizes = {"task": task_id, "size": SIZES[task_id], "data": source}
+    size = f"at most {cap} samples (smoke)" if cap and source == "generated" else SIZES[task_id]
+    sizes = {"task": task_id, "size": size, "data": source}
+    what = f"{task_id.upper()}: sandboxed {mn:.2f} s vs in-process {mo:.2f} s, median of {runs}, {sizes['size']}"
+    span.figure(f"eval_cost.{task_id}.ratio", ratio(mn / mo), f"{what}, {source} data")
+    span.figure(f"eval_cost.{task_id}.sandboxed", seconds(mn), f"{what}, {source} data")
+    span.figure(f"eval_cost.{task_id}.in_process", seconds(mo), f"{what}, {source} data")
     return {**sizes, "scorer_s": mn, "in_process_s": mo, "ratio": mn / mo, **values}
 
 
-def main() -> None:
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", default="t1,t2,t3,t4,t5,t6,t7")
     parser.add_argument("--runs", type=int, default=1)
     parser.add_argument("--data-mirror", type=Path, default=os.environ.get("BENCH_DATA_MIRROR") or None)
+    add_smoke(parser)
     args = parser.parse_args()
+    cap = 16 if args.smoke else None
+    runs = 1 if args.smoke else args.runs
     os.environ.setdefault("BENCH_CACHE_DIR", tempfile.mkdtemp(prefix="eval-cost-cache-"))
     rows, load = [], [os.getloadavg()[0]]  # the figures depend on what else runs: printed with them
     with tempfile.TemporaryDirectory(prefix="eval-cost-") as tmp:
         for task_id in args.tasks.split(","):
-            rows.append(measure(task_id, Path(tmp), args.runs, args.data_mirror))
+            rows.append(measure(task_id, Path(tmp), runs, args.data_mirror, cap))
             r = rows[-1]
             print(f"{task_id}: sandboxed {r['scorer_s']:.2f} s, in-process {r['in_process_s']:.2f} s", flush=True)
     load.append(os.getloadavg()[0])
     print(f"\nload average (1 min) {load[0]:.2f} at the start, {load[1]:.2f} at the end, on {os.cpu_count()} CPUs")
     print("\n| task | evaluation size | data | sandboxed s | in-process s | ratio | same value |")
     print("|---|---|---|---|---|---|---|")
+    differ = []
     for r in rows:
         same = r["scorer"] is not None and abs(r["scorer"] - r["in_process"]) <= 1e-6 * max(1, abs(r["in_process"]))
+        differ += [] if same else [r["task"]]
         print(f"| {r['task']} | {r['size']} | {r['data']} | {r['scorer_s']:.2f} | {r['in_process_s']:.2f} | "
               f"{r['ratio']:.2f}x | {'yes' if same else 'NO'} |")  # fmt: skip
+    if differ:  # a cost is only comparable when both sides computed the same score
+        print(f"the sandboxed and in-process values differ for {', '.join(differ)}", file=sys.stderr)
+    return 1 if differ else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,13 +1,14 @@
 """Benchmark: what running the prober after the scored predictor costs (issue 29; prints figures, not a test).
 
-    python tests/benchmarks/prober_order_cost.py [--runs 3] [--before COMMIT]
+    python tests/benchmarks/prober_order_cost.py [--runs 3] [--before COMMIT] [--smoke]
 
 The trusted evaluation of one T6 checkpoint on generated ETTh1-shaped data (the real shapes: 2,785 test and 2,785
 val windows; NOT the real values: the cost depends on the shapes), timed whole, alternately: the scorer of
 ``--before`` (a commit where the prober answered its probes in a thread beside the scored predictor on a CPU), and
 the scorer of this working tree (the prober runs the agent's code only after the scored predictor has ended; it
 is started beside it and held, so its Python and torch start-up still overlap). The model is eval_cost.py's T6
-stand-in (one linear map over time), so the figures are the harness's own cost, not a model's.
+stand-in (one linear map over time), so the figures are the harness's own cost, not a model's. ``--smoke``: one run of
+each (to check that the script works). Needs the git history (``--before`` must be in the clone).
 """
 
 from __future__ import annotations
@@ -30,7 +31,10 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from tests.benchmarks.eval_cost import CLASSES, STANDIN, generate  # noqa: E402
+from tests.benchmarks.figures import Span, add_smoke  # noqa: E402
 from tests.conftest import write_etth1_like  # noqa: E402
+
+BEFORE = "4459d4d"  # the last scorer whose prober answered beside the scored predictor
 
 
 def checkout(commit: str, into: Path) -> Path:
@@ -94,8 +98,16 @@ def timed(package_root: Path, args: list[str], cwd: Path) -> tuple[float, dict]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--before", default="4459d4d")
+    parser.add_argument("--before", default=BEFORE)
+    add_smoke(parser)
     options = parser.parse_args()
+    if options.smoke:
+        options.runs = 1
+    known = subprocess.run(["git", "cat-file", "-e", f"{options.before}^{{commit}}"], cwd=ROOT, capture_output=True)
+    if known.returncode != 0:
+        raise SystemExit(
+            f"--before {options.before}: no such commit in {ROOT} (a shallow clone? git fetch --unshallow)"
+        )
     with tempfile.TemporaryDirectory(prefix="prober-cost-") as tmp:
         tmp = Path(tmp)
         old = checkout(options.before, tmp / "before")
@@ -103,6 +115,7 @@ def main() -> None:
         args = ["--task-dir", str(task_dir), "--data-dir", str(data_dir), "--eval-dir", str(ev)]
         args += ["--checkpoint", "checkpoint.pt", "--script", "standin.py", "--device", "cpu"]
         times: dict[str, list[float]] = {"before": [], "after": []}
+        span = Span()
         for _ in range(options.runs):
             for name, root in (("before", old), ("after", ROOT)):
                 seconds, out = timed(root, args, tmp)
@@ -112,6 +125,10 @@ def main() -> None:
         pairs = statistics.median(y - x for x, y in zip(times["before"], times["after"], strict=True))
         print(f"median of {options.runs}: before {b:.2f} s, after {a:.2f} s, {a - b:+.2f} s ({a / b - 1:+.0%})")
         print(f"median of the {options.runs} paired differences (after - before, run by run): {pairs:+.2f} s")
+        what = f"T6 stand-in, medians of {options.runs}, the two orders alternating"
+        span.figure("prober_order_cost.before", f"{b:.2f} s", f"the scorer of {options.before}, {what}")
+        span.figure("prober_order_cost.after", f"{a:.2f} s", f"this tree's scorer, {what}")
+        span.figure("prober_order_cost.extra", f"{a - b:+.2f} s ({a / b - 1:+.0%})", f"after - before, {what}")
 
 
 if __name__ == "__main__":

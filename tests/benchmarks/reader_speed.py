@@ -1,7 +1,7 @@
 """Benchmark: the store's fast read path (MLflow's tables) against its public API, on the same store (prints figures;
 not a test).
 
-    python tests/benchmarks/reader_speed.py [--agents 5] [--tasks 4] [--repeats 2] [--scripts 3] [--repeat 5]
+    python tests/benchmarks/reader_speed.py [--agents 5] [--tasks 4] [--repeats 2] [--scripts 3] [--repeat 5] [--smoke]
 
 1. A fresh embedded MLflow store in a temporary folder gets one synthetic campaign through the harness's
    MlflowWriter (``tests/analysis/synthetic.py``): by default 5 agents x 4 tasks x 2 repeats = 40 agent runs, 3 script
@@ -12,6 +12,7 @@ not a test).
    the two readers alternating so that load on the machine falls on both alike.
 
 Prints each reader's median and spread and the ratio api / sql, and checks that both read the same values.
+``--smoke``: 1 agent x 1 task x 1 repeat, 1 script, one round (to check that the script works).
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+
+from tests.benchmarks.figures import Span, add_smoke  # noqa: E402
 
 
 def _generator():
@@ -72,7 +75,10 @@ def main() -> int:
     ap.add_argument("--scripts", type=int, default=3)
     ap.add_argument("--evals", type=int, default=1)
     ap.add_argument("--repeat", type=int, default=5, help="timed rounds per reader (median)")
+    add_smoke(ap)
     args = ap.parse_args()
+    if args.smoke:
+        args.agents = args.tasks = args.repeats = args.scripts = args.evals = args.repeat = 1
 
     folder = tempfile.mkdtemp(prefix="bench-reader-speed-")
     try:
@@ -99,6 +105,7 @@ def measure(args: argparse.Namespace, folder: str) -> int:
     results = {name: read_all(source, campaign) for name, source in readers.items()}  # warm: imports, caches
     assert same(results["sql"], results["api"]), "the two readers read different values"
     times: dict[str, list[float]] = {name: [] for name in readers}
+    span = Span()
     for _ in range(args.repeat):
         for name, source in readers.items():
             t = time.perf_counter()
@@ -108,6 +115,11 @@ def measure(args: argparse.Namespace, folder: str) -> int:
     for name, ts in times.items():
         print(f"{name}: median {med[name]:.3f} s over {len(ts)} rounds (min {min(ts):.3f}, max {max(ts):.3f})")
     print(f"ratio api / sql: {med['api'] / med['sql']:.1f}x on {total} runs; same values: yes")
+    what = f"{total} runs, medians of {args.repeat} rounds, alternating"
+    span.figure("reader_speed.sql", f"{med['sql']:.2f} s", f"MLflow's tables read directly, {what}")
+    span.figure("reader_speed.api", f"{med['api']:.2f} s", f"MLflow's public API, {what}")
+    span.figure("reader_speed.ratio", f"{med['api'] / med['sql']:.1f}x", f"api / sql, {what}")
+    span.figure("reader_speed.runs", f"{total}", "runs in the store")
     t = time.perf_counter()
     for _ in range(args.repeat):
         reader.open_reader()

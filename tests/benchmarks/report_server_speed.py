@@ -1,6 +1,6 @@
 """Benchmark: ``bench report`` through an MLflow server on PostgreSQL vs straight on the database (prints figures).
 
-    python tests/benchmarks/report_server_speed.py [--keep DIR] [--repeat 2]
+    python tests/benchmarks/report_server_speed.py [--keep DIR] [--repeat 2] [--smoke]
 
 1. A private PostgreSQL cluster (``bench.tracking.postgres.Cluster``, in a temporary folder or ``--keep DIR`` to
    keep and reuse it) and MLflow's server on its ``mlflow`` database (``bench.tracking.server.start``, lean flags).
@@ -10,6 +10,9 @@
    server's URL (runs through the API, histories in bulk requests: ``bench/tracking/reader.py``); the server's URL
    with ``BENCH_TRACKING_DB`` naming its database (what ``bench server`` prints: the tables are read directly).
    Issue #16 measured 7.5 s on the database and 160 s through the server (one history request per script run).
+
+The three paths alternate run by run. ``--smoke``: a campaign of 2 agents x 2 tasks x 1 repeat, 2 script runs
+each, one report on each path (to check that the script works).
 
 Needs PostgreSQL's programs (Debian's postgresql package) and the ``postgres`` extra (psycopg).
 """
@@ -28,6 +31,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+
+from tests.benchmarks.figures import Span, add_smoke, ratio, seconds  # noqa: E402
+
 CAMPAIGN = "synthetic-245x12"
 
 
@@ -49,7 +55,11 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--keep", type=Path, help="keep the cluster (and its generated campaign) here, reused when present")
     p.add_argument("--repeat", type=int, default=2, help="reports to time on each path (default 2)")
+    add_smoke(p)
     args = p.parse_args()
+    size = dict(agents=2, tasks=2, repeats=1, scripts=2, evals=1) if args.smoke else {}
+    if args.smoke:
+        args.repeat = 1
 
     from bench.tracking import postgres, server
     from tests.pg import free_port
@@ -73,7 +83,7 @@ def main() -> int:
             synthetic = importlib.util.module_from_spec(spec)
             spec.loader.exec_module(synthetic)
             t = time.perf_counter()
-            counts = synthetic.generate(CAMPAIGN)
+            counts = synthetic.generate(CAMPAIGN, **size)
             print(
                 f"generated {counts['agent']} agent runs, {counts['script']} script runs, {counts['eval']} eval runs "
                 f"(synthetic) into PostgreSQL in {time.perf_counter() - t:.0f} s"
@@ -81,6 +91,7 @@ def main() -> int:
         running = server.start(db, tmp / "artifacts", port=free_port(), log=tmp / "server.log")
         paths = {"database": (db, ""), "server": (running.url, ""), "server+db": (running.url, db)}
         figures: dict[str, list[float]] = {path: [] for path in paths}
+        span = Span()
         for i in range(args.repeat):
             for path, (uri, database) in paths.items():
                 wall, files = _time_report(uri, tmp / f"report-{path}-{i}", database)
@@ -95,6 +106,12 @@ def main() -> int:
             f"{med['server+db']:.2f} s through the server with BENCH_TRACKING_DB "
             f"({med['server+db'] / med['database']:.2f}x)"
         )
+        what = f"bench report, median of {args.repeat}, the paths alternating" + (" (smoke)" if size else "")
+        fastest = {path: seconds(min(times)) for path, times in figures.items()}
+        for path, fid in (("database", "database"), ("server", "server"), ("server+db", "server_db")):
+            span.figure(f"report_server_speed.{fid}", seconds(med[path]), f"{path}, {what}")
+            span.figure(f"report_server_speed.{fid}.fastest", fastest[path], f"{path}, fastest of {args.repeat}")
+        span.figure("report_server_speed.server.ratio", ratio(med["server"] / med["database"]), "server / database")
         return 0
     finally:
         if running is not None:

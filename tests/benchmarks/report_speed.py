@@ -1,6 +1,6 @@
 """Benchmark: how long ``bench report`` takes on a campaign of the paper's size (prints figures; not a test).
 
-    python tests/benchmarks/report_speed.py [--store DIR] [--repeat 3] [--published]
+    python tests/benchmarks/report_speed.py [--store DIR] [--repeat 3] [--published] [--smoke]
 
 1. A fresh embedded MLflow store (in a temporary folder, or ``--store DIR`` to keep and reuse it) gets
    one synthetic campaign through the harness's MlflowWriter: 7 agents x 7 tasks x 5 repeats = 245 agent
@@ -9,7 +9,10 @@
 2. ``bench report`` (or ``python -m analysis.report_cli`` where the CLI is not wired yet) runs on it as a
    user would run it: a new process, imports included, every table and figure written.
 
-Target (issue: analysis): under 10 s.
+``--smoke``: a campaign of 2 agents x 2 tasks x 1 repeat, 2 script runs each, one report (to check that the script
+works).
+
+Target: under 10 s.
 """
 
 from __future__ import annotations
@@ -27,6 +30,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+
+from tests.benchmarks.figures import Span, add_smoke, seconds  # noqa: E402
+
 CAMPAIGN = "synthetic-245x12"
 TARGET_S = 10.0
 
@@ -50,7 +56,10 @@ def main() -> int:
     p.add_argument("--store", type=Path, help="keep the generated store here (reused when it exists)")
     p.add_argument("--repeat", type=int, default=3, help="report runs to time (default 3)")
     p.add_argument("--published", action="store_true", help="also add the published rows (--published)")
+    add_smoke(p)
     args = p.parse_args()
+    size = dict(agents=2, tasks=2, repeats=1, scripts=2, evals=1) if args.smoke else {}
+    repeat = 1 if args.smoke else args.repeat
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-report-speed-"))
     store = args.store or tmp / "mlruns"
@@ -59,7 +68,7 @@ def main() -> int:
     try:
         if not (store / "mlflow.db").exists():
             t = time.perf_counter()
-            counts = _generator().generate(CAMPAIGN)
+            counts = _generator().generate(CAMPAIGN, **size)
             print(
                 f"generated {counts['agent']} agent runs, {counts['script']} script runs, {counts['eval']} eval runs "
                 f"(synthetic) in {time.perf_counter() - t:.0f} s -> {store}"
@@ -67,7 +76,8 @@ def main() -> int:
         else:
             print(f"reusing the store {store}")
         times = []
-        for i in range(args.repeat):
+        span = Span()
+        for i in range(repeat):
             out = tmp / f"report-{i}"
             cmd = _report_command(out, args.published)
             t = time.perf_counter()
@@ -86,6 +96,8 @@ def main() -> int:
             f"min {min(times):.2f} s, max {max(times):.2f} s (target < {TARGET_S:.0f} s: "
             f"{'met' if statistics.median(times) < TARGET_S else 'NOT met'})"
         )
+        what = f"bench report, a new process, median of {repeat}" + (" (smoke: a small campaign)" if size else "")
+        span.figure("report_speed.report", seconds(statistics.median(times)), what)
         return 0
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

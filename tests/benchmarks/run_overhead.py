@@ -1,6 +1,6 @@
 """Benchmark: what ``bench run`` costs over running the training script by hand (prints figures; not a test).
 
-    python tests/benchmarks/run_overhead.py [--runs 5] [--keep DIR] [--print-commands]
+    python tests/benchmarks/run_overhead.py [--runs 5] [--keep DIR] [--print-commands] [--smoke]
 
 On T6 with generated ETTh1-shaped data (``tests/conftest.py``'s generator, the real task folder):
 
@@ -11,7 +11,8 @@ On T6 with generated ETTh1-shaped data (``tests/conftest.py``'s generator, the r
 They run in turn, A B A B ..., ``--runs`` times each; the figure is the median of the pairwise ratios A/B (pairs keep
 the ratio meaningful when the machine's speed drifts). Issue #16 measured 14.0 s vs 7.3 s (1.9x); target <= 1.3x;
 the README gives the latest figures.
-``--print-commands`` sets everything up and prints the two commands with their environment, for another timer.
+``--print-commands`` sets everything up and prints the two commands with their environment, for another timer;
+``--smoke`` runs one pair and no warm-up (to check that the script works).
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+
+from tests.benchmarks.figures import Span, add_smoke, ratio, seconds  # noqa: E402
+
 TASK_FOLDER = "t6_time_series_forecasting"
 
 
@@ -87,7 +91,9 @@ def main() -> int:
     p.add_argument("--runs", type=int, default=5, help="runs of each command (default 5), after one warm-up each")
     p.add_argument("--keep", type=Path, help="set up here and keep it (reused when present)")
     p.add_argument("--print-commands", action="store_true", help="set up, print the two commands, measure nothing")
+    add_smoke(p)
     args = p.parse_args()
+    runs = 1 if args.smoke else args.runs
     base = (args.keep or Path(tempfile.mkdtemp(prefix="bench-run-overhead-"))).resolve()
     base.mkdir(parents=True, exist_ok=True)
     try:
@@ -96,9 +102,11 @@ def main() -> int:
             exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
             print(f"A (in {plain}): {exports} {shlex.join(a)}\nB (in {plain}): {shlex.join(b)}")
             return 0
-        _timed(a, plain), _timed(b, plain)  # warm-up: page cache, the first MLflow schema, __pycache__
+        if not args.smoke:
+            _timed(a, plain), _timed(b, plain)  # warm-up: page cache, the first MLflow schema, __pycache__
         times_a, times_b = [], []
-        for i in range(args.runs):
+        span = Span()
+        for i in range(runs):
             times_a.append(_timed(a, plain))
             times_b.append(_timed(b, plain))
             print(
@@ -107,7 +115,7 @@ def main() -> int:
                 flush=True,
             )
         print(f"\nmachine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the end")
-        for what, k in (("to the script's last validation", 0), ("whole command", 1)):
+        for what, k, fid in (("to the script's last validation", 0, "startup"), ("whole command", 1, "whole")):
             xs, ys = [x[k] for x in times_a], [y[k] for y in times_b]
             ratios = [x / y for x, y in zip(xs, ys, strict=True)]
             print(
@@ -115,6 +123,10 @@ def main() -> int:
                 f"(medians); ratio median {statistics.median(ratios):.2f}x (min {min(ratios):.2f}, "
                 f"max {max(ratios):.2f})"
             )
+            pairs = f"{what}, median of {runs} pairs"
+            span.figure(f"run_overhead.{fid}.bench_run", seconds(statistics.median(xs)), f"bench run, {pairs}")
+            span.figure(f"run_overhead.{fid}.script", seconds(statistics.median(ys)), f"python train.py, {pairs}")
+            span.figure(f"run_overhead.{fid}.ratio", ratio(statistics.median(ratios)), f"bench run / script, {pairs}")
         return 0
     finally:
         if args.keep is None and not args.print_commands:

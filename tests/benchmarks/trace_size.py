@@ -1,6 +1,6 @@
 """Benchmark: what one agent run's conversation trace adds to the MLflow store (prints figures; not a test).
 
-    python tests/benchmarks/trace_size.py [--requests 500] [--hours 2] [--tool-calls 450]
+    python tests/benchmarks/trace_size.py [--requests 500] [--hours 2] [--tool-calls 450] [--smoke]
 
 A synthetic run shaped like a long Claude Code run: ``--requests`` Anthropic Messages requests spread over
 ``--hours``, each resending the whole conversation (a 20 kB system prompt, 30 kB of tool definitions, every earlier
@@ -28,6 +28,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from tests.benchmarks.figures import Span, add_smoke  # noqa: E402
+
 
 def _size(folder: Path) -> int:
     return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
@@ -48,7 +50,11 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=500)
     ap.add_argument("--hours", type=float, default=2.0)
     ap.add_argument("--tool-calls", type=int, default=450)
+    add_smoke(ap)
     args = ap.parse_args()
+    if args.smoke:
+        args.requests, args.hours, args.tool_calls = 20, 0.1, 10
+    span = Span()
 
     tmp = Path(tempfile.mkdtemp(prefix="trace-size-"))
     os.environ["BENCH_MLRUNS_DIR"] = str(tmp / "mlruns")
@@ -133,6 +139,15 @@ def main() -> None:
     print(f"  whole store folder growth (db + artifacts):       {(all_after - all_before) / mb:8.2f} MiB")
     print(f"  capture per request (view, SSE assembly, redact): {capture_s / args.requests * 1000:8.2f} ms")
     print(f"  writing the trace ({args.requests + args.tool_calls + 1} spans):              {write_s:8.1f} s")
+    what = f"{args.requests} requests over {args.hours:g} h, {args.tool_calls} tool calls"
+    span.figure("trace_size.api_bodies", f"{raw / mb:.0f} MiB", f"the bodies the API saw, {what}")
+    span.figure("trace_size.bodies_file", f"{bodies / mb:.1f} MiB", f"llm-bodies.jsonl, {what}")
+    span.figure("trace_size.store_growth", f"{(db_after - db_before) / mb:.1f} MiB", f"SQLite store, {what}")
+    span.figure("trace_size.artifacts_growth", f"{(all_after - all_before - (db_after - db_before)) / mb:.1f} MiB",
+                f"the artifact folder, {what}")  # fmt: skip
+    span.figure("trace_size.capture_ms", f"{capture_s / args.requests * 1000:.1f} ms", f"capture per request, {what}")
+    span.figure("trace_size.spans", f"{args.requests + args.tool_calls + 1}", f"spans, {what}")
+    span.figure("trace_size.write_s", f"{write_s:.0f} s", f"writing the trace, {what}")
 
 
 if __name__ == "__main__":

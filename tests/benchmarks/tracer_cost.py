@@ -1,6 +1,6 @@
 """Benchmark: what the script tracer costs a training script (prints figures; not a test).
 
-    python tests/benchmarks/tracer_cost.py [--runs 20] [--steps 1000]
+    python tests/benchmarks/tracer_cost.py [--runs 20] [--steps 1000] [--repeats 5] [--no-tee] [--smoke]
 
 1. Start-up: a trivial workspace script (`print(1)`) run traced and untraced, alternately,
    ``--runs`` times each; the extra start-up is the difference of the medians.
@@ -10,7 +10,9 @@
 3. Completeness: the traced loop's spool is relayed into a fresh MLflow store and every
    logged value is counted there.
 
-Targets (issue 4): under 0.2 s extra start-up, under 1 % per step, every metric present.
+``--smoke``: 2 start-ups, 50 steps, one loop each (to check that the script works).
+
+Targets: under 0.2 s extra start-up, under 1 % per step, every metric present.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+
+from tests.benchmarks.figures import Span, add_smoke  # noqa: E402
 
 LOOP = """
 import json, sys, time
@@ -72,13 +76,16 @@ def timed(cmd: list[str], ws: Path, traced: bool) -> tuple[float, str]:
     return time.perf_counter() - t0, proc.stderr
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--steps", type=int, default=1000)
     ap.add_argument("--repeats", type=int, default=5, help="alternating loop runs per variant (best is kept)")
     ap.add_argument("--no-tee", action="store_true", help="trace without the stdout tee (its share of the cost)")
+    add_smoke(ap)
     args = ap.parse_args()
+    if args.smoke:
+        args.runs, args.steps, args.repeats = 2, 50, 1
     global NO_TEE
     NO_TEE = args.no_tee
     ws = Path(tempfile.mkdtemp(prefix="tracer-bench-"))
@@ -88,7 +95,9 @@ def main() -> None:
     (ws / "run_start.py").write_text("print(1)\n")
     (ws / "run_loop.py").write_text(LOOP)
 
+    tee = "without the output tee" if NO_TEE else "with the output tee"
     # 1. start-up
+    span = Span()
     plain, traced = [], []
     for _ in range(args.runs):
         plain.append(timed([sys.executable, "run_start.py"], ws, False)[0])
@@ -98,11 +107,14 @@ def main() -> None:
         f"start-up  untraced median {p_med * 1000:7.1f} ms | traced median {t_med * 1000:7.1f} ms | "
         f"extra {1000 * (t_med - p_med):6.1f} ms  (target < 200 ms; {args.runs} runs each)"
     )
+    what = f"traced {t_med * 1000:.1f} ms vs untraced {p_med * 1000:.1f} ms, medians of {args.runs}, {tee}"
+    span.figure("tracer_cost.startup_extra", f"{1000 * (t_med - p_med):.1f} ms", what)
 
     # 2. per step
     for f in (ws / ".bench" / "spool").iterdir():
         f.unlink()
     loops = {False: [], True: []}
+    span = Span()
     for _ in range(args.repeats):
         for tr in (False, True):
             if tr:
@@ -117,6 +129,8 @@ def main() -> None:
         f"overhead {100 * (lt - lp) / lp:+5.2f} %  (target < 1 %; {args.steps} steps x 3 metrics, "
         f"best of {args.repeats})"
     )
+    what = f"{args.steps} steps x 3 metrics, traced vs untraced loop, best of {args.repeats} each, {tee}"
+    span.figure("tracer_cost.per_step", f"{100 * (lt - lp) / lp:+.1f} %", what)
 
     # 3. every metric in MLflow
     os.environ["BENCH_MLRUNS_DIR"] = str(ws / "mlruns")
@@ -127,6 +141,7 @@ def main() -> None:
     from bench.tracking.relay import Relay
     from bench.tracking.writer import MlflowWriter
 
+    span = Span()
     rec = MlflowWriter("tracer-benchmark")
     parent = rec.create_run("benchmark", {schema.KIND: schema.KIND_AGENT, schema.SYNTHETIC: "true"})
     t0 = time.perf_counter()
@@ -137,8 +152,10 @@ def main() -> None:
     counts = {k: len(client.get_metric_history(run_id, k)) for k in ("loss", "lr", "grad_norm")}
     total, expected = sum(counts.values()), 3 * args.steps
     print(f"MLflow    {total} of {expected} logged values present {counts} | relayed in {relay_s:.2f} s")
+    span.figure("tracer_cost.metrics_present", f"{total:,} of {expected:,}", f"relayed in {relay_s:.2f} s")
     shutil.rmtree(ws, ignore_errors=True)
+    return 0 if total == expected else 1
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
