@@ -33,7 +33,7 @@ from bench.tasks.direction import Direction
 from bench.tracking import reader, schema
 
 AGENT_COLUMNS = (
-    "run_id experiment agent model task repeat status reason score metric higher_is_better budget_min "
+    "run_id experiment agent model task repeat seed status reason score metric higher_is_better budget_min "
     "wall_time_s budget_utilisation scripts_launched launches_observed checkpoints best_val_score "
     "tokens_input tokens_output tokens_cached cost_usd cost_source api_budget start_time end_time synthetic "
     "partial_data unsandboxed "
@@ -111,6 +111,8 @@ def _agents(w: pd.DataFrame, names: dict[str, str]) -> pd.DataFrame:
             "model": t(schema.MODEL),
             "task": t(schema.TASK),
             "repeat": pd.to_numeric(t(schema.REPEAT), errors="coerce"),
+            # the run's recorded seed (a seeded agent's draw, bench run --seed); NaN for a run without one
+            "seed": pd.to_numeric(_col(w, f"p:{schema.PARAM_SEED}", ""), errors="coerce"),
             "status": t(schema.STATUS),
             "reason": t(schema.REASON),
             "score": score,

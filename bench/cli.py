@@ -122,6 +122,11 @@ def cmd_run(args: argparse.Namespace) -> int:
             raise InputError("--api-fail-window must be a positive duration: e.g. 3m (the default) or 90s")
         settings.pin(BENCH_API_FAIL_WINDOW=float(args.api_fail_window))
     preflight.check_repeats(args.repeats, 1 if args.first_repeat is None else args.first_repeat)
+    if args.seed is not None and args.repeats > 1:
+        raise InputError(
+            "--seed gives every repeat the same seed, so repeats would measure no noise: leave it out (a seeded "
+            "agent draws one per repeat and records it), or run one repeat with the seed a run recorded"
+        )
     flags = _run_settings(args, options)  # the command line's layer of each run's description
     specs = [  # every run's description, its values checked (RunSpec.build), before anything is created
         RunSpec.build(task, args.agent, flags, campaign=args.campaign, repeat=repeat, console=not args.quiet)
@@ -178,6 +183,7 @@ def _run_settings(args: argparse.Namespace, options: dict[str, str]) -> dict:
         "limits": _limits(args),  # InputError for a size or duration that is not one
         "max_cost": args.max_cost,
         "tags": dict(args.tag) if args.tag else None,
+        "seed": args.seed,
     }
 
 
@@ -353,6 +359,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="a label of your own for the run, repeatable: an MLflow tag of the run and its summary, in run.json "
         "and result.json, shown by bench report (e.g. --tag team=vision --tag sweep=lr-3)",
+    )
+    s.add_argument(
+        "--seed",
+        type=int,
+        help="the training seed (the tasks' train.py read it): reproduces a run's recorded seed; by default the "
+        "baseline and optuna agents draw one per repeat (run.json, MLflow param seed), other agents get none",
     )
     s.add_argument("--device", help="evaluation device (default: cuda if available)")
     s.add_argument(

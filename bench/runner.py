@@ -48,7 +48,8 @@ def _run(spec: RunSpec, term: termination.Termination) -> RunResult:
     preflight.check_run([task], spec, endpoints=False)  # asked by bench run and bench campaign before
     # the description as the run goes: its budget, device and the task folder as this run got it (before the
     # workspace copies it), so run.json and result.json say what ran
-    spec = spec.launched(spec.device or evaluate.default_device(), spec.task_source or packs.provenance(task))
+    source = spec.task_source or packs.provenance(task)
+    spec = spec.launched(spec.device or evaluate.default_device(), source, seeded=adapter.seeded)
     data_dir = data.prepare(task, progress=spec.console)
     weight_files = [] if spec.no_weights else weights.for_task(task)  # raises with instructions when missing
     notes = _partial_notes(spec)  # read from the verified cache now, before any agent code runs

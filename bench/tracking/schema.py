@@ -113,6 +113,7 @@ PARAM_AGENT = "agent"
 PARAM_MODEL = "model"
 PARAM_TASK = "task"
 PARAM_REPEAT = "repeat"
+PARAM_SEED = "seed"  # the run's recorded seed (RunSpec.seed; "" for an agent without one)
 PARAM_BUDGET_MINUTES = "budget_minutes"
 PARAM_GRACE_S = "grace_s"
 PARAM_METRIC = "metric"  # the task's metric name (mse, val_bpb, ...)
@@ -126,7 +127,7 @@ PARAM_AGENT_ARGV = "agent_argv"
 # table of labels named in SPEC_TAG_TABLES one tag per key; the record step maps them with spec_params/spec_tags
 SPEC_PARAMS = {
     "agent": PARAM_AGENT, "model": PARAM_MODEL, "task": PARAM_TASK, "repeat": PARAM_REPEAT,
-    "budget_s": PARAM_BUDGET_MINUTES, "grace_s": PARAM_GRACE_S, "device": PARAM_DEVICE,
+    "budget_s": PARAM_BUDGET_MINUTES, "grace_s": PARAM_GRACE_S, "device": PARAM_DEVICE, "seed": PARAM_SEED,
 }  # fmt: skip
 TAG_PREFIX = "bench.tag."  # the researcher's own labels (bench run --tag KEY=VALUE, a campaign's tags): bench.tag.KEY
 SPEC_TAG_TABLES = {"tags": TAG_PREFIX}  # field -> tag prefix
