@@ -189,7 +189,7 @@ def noise_table(lb: Leaderboard, results_dir: Path | None = None) -> Table:
                     Cell(f"{r.gain:+.4f}"),
                     Cell(_pm(r.gain_lo, r.gain_hi)),
                     Cell(_pm(r.noise_lo, r.noise_hi)),
-                    Cell(clears, flag=r.clears is False),
+                    Cell(clears),
                 ],
             )
         )
