@@ -36,7 +36,7 @@ AGENT_COLUMNS = (
     "run_id experiment agent model task repeat seed status reason score metric higher_is_better budget_min "
     "wall_time_s budget_utilisation scripts_launched launches_observed checkpoints best_val_score "
     "tokens_input tokens_output tokens_cached cost_usd cost_source api_budget start_time end_time synthetic "
-    "partial_data unsandboxed "
+    "partial_data unsandboxed too_short "
     "audit_disqualified audit_flagged nonstandard deviations deviation_notes hardware "
     "task_source task_pack task_pack_version task_sha256 tags"
 ).split()
@@ -138,6 +138,8 @@ def _agents(w: pd.DataFrame, names: dict[str, str]) -> pd.DataFrame:
             "partial_data": t(schema.PARTIAL_DATA).str.lower() == "true",
             # marked only when the run says so: runs recorded before the sandbox existed carry no tag
             "unsandboxed": t(schema.SANDBOXED).str.lower() == "false",
+            # why the run is too short to compare ("" when it is not: bench.pipeline.record.too_short)
+            "too_short": t(schema.TOO_SHORT).fillna(""),
             # the rules the audit found broken / flagged, comma-joined ("" when none, or for runs before the audit)
             "audit_disqualified": t(schema.AUDIT_DISQUALIFIED).fillna(""),
             "audit_flagged": t(schema.AUDIT_FLAGGED).fillna(""),

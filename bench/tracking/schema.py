@@ -28,6 +28,9 @@ STATUS = "bench.status"  # success | failed | refused | timeout | disqualified |
 REASON = "bench.reason"  # one line: why the status is what it is
 PARTIAL_DATA = "bench.partial_data"  # "true" when the task ran on an incomplete dataset
 PARTIAL_NOTES = "bench.partial_notes"  # how the data fell short (one note per line), when partial
+# "" or why the run is too short to compare: the budget ended the baseline's own training before it finished (the demo's
+# T1 on a CPU), with the step it reached (bench.pipeline.record.too_short); such a cell is marked and never ranked
+TOO_SHORT = "bench.too_short"
 WORKSPACE = "bench.workspace"
 AUDIT_DISQUALIFIED = "bench.audit.disqualified"  # rules broken, comma-joined ("1,4"; "" when none)
 AUDIT_FLAGGED = "bench.audit.flagged"  # rules with a flagged finding for a person to look at ("3,6"; "" when none)
