@@ -55,13 +55,17 @@ def summarise(task_id: str, scores: dict[int, float], *, data: str, hardware: st
 
 
 def from_campaign(campaign: str, task_id: str) -> dict[int, float]:
-    """The seeded ``baseline`` runs of ``task_id`` in a campaign: seed -> official score."""
-    from analysis.noise import seeded_baseline_runs
-    from analysis.runs import agent_runs
+    """The seeded, successful ``baseline`` runs of ``task_id`` in a campaign (their ``result.json`` files, which the
+    store was written from): seed -> official score, one per seed."""
+    from bench.pipeline.workspace import campaign_dir
+    from bench.result import RunResult
 
-    runs = seeded_baseline_runs(agent_runs(campaign))
-    runs = runs[runs["task"] == task_id]
-    return {int(s): float(v) for s, v in zip(runs["seed"], runs["score"], strict=True)}
+    scores: dict[int, float] = {}
+    for path in sorted(campaign_dir(campaign).glob("*/result.json")):
+        r = RunResult.load(path)
+        if r.agent == "baseline" and r.task == task_id and r.status == "success" and r.run.seed is not None:
+            scores.setdefault(r.run.seed, float(r.score))
+    return scores
 
 
 def run_campaign(task_id: str, seeds: int, campaign: str, budget_s: float | None, console: bool) -> list:
