@@ -142,3 +142,49 @@ def test_the_agents_processes_get_the_runs_seed_and_train_py_reads_it(tmp_path, 
         assert out.strip() == expected
     for train in sorted((ROOT / "tasks").glob("t*/train.py")):  # every task trains with it
         assert 'run_seed(config["seed"])' in train.read_text(), train
+
+
+@pytest.mark.slow
+def test_a_t6_campaign_of_the_baseline_with_five_repeats_has_five_seeds_a_spread_and_a_noise_interval(
+    tmp_path, monkeypatch
+):
+    """The issue's bar, on the real harness (T6's folder on GENERATED data): five repeats, five recorded seeds (in
+    run.json, result.json and MLflow, the same in each), scores that differ, and the report's noise table with the
+    interval computed from those scores by hand."""
+    from analysis.report import write_report
+    from bench.pipeline.workspace import campaign_dir
+    from bench.result import RunResult
+    from bench.tasks import data
+    from bench.tracking import reader
+    from tests.conftest import generated_task, write_etth1_like
+
+    monkeypatch.setenv("BENCH_MLRUNS_DIR", str(tmp_path / "mlruns"))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    task = generated_task(tmp_path, monkeypatch, "t6_time_series_forecasting", write_etth1_like)
+    data.prepare(task, progress=False)
+    name = f"noise-real-{uuid.uuid4().hex[:6]}"
+    argv = [sys.executable, "-m", "bench.cli", "run", "--agent", "baseline", "--task", "t6", "--repeats", "5"]
+    argv += ["--budget", "5m", "--grace", "5", "--campaign", name, "--quiet", "--no-summary"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}  # one thread: faster on a busy machine
+    done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+    folders = sorted(campaign_dir(name).glob("t6-baseline-r*"))
+    results = [RunResult.load(f / "result.json") for f in folders]
+    seeds = [r.run.seed for r in results]
+    assert len(folders) == 5 and len(set(seeds)) == 5 and all(isinstance(s, int) for s in seeds)
+    assert [json.loads((f / "run.json").read_text())["spec"]["seed"] for f in folders] == seeds
+    _, runs = reader.campaign_runs(name)
+    by_run = {r.data.params[schema.PARAM_REPEAT]: int(r.data.params[schema.PARAM_SEED]) for r in runs}
+    assert by_run == {str(r.repeat): r.run.seed for r in results}
+    scores = [r.score for r in results]
+    assert all(r.status == "success" for r in results) and statistics.stdev(scores) > 0
+
+    out = tmp_path / "report"
+    write_report(out, [name])
+    terms = [(B - s) / B for s in scores]
+    m, s = statistics.mean(terms), statistics.stdev(terms)
+    lo, hi = m - T975[4] * s * math.sqrt(1.2), m + T975[4] * s * math.sqrt(1.2)
+    noise_md = (out / "noise.md").read_text()
+    assert f"[{lo:+.4f}, {hi:+.4f}]" in noise_md and "| baseline [" in noise_md
+    assert all(str(x) in noise_md for x in seeds) and "Noise floor" in (out / "index.md").read_text()
