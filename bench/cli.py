@@ -442,8 +442,33 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _command_parser(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.ArgumentParser:
+    """The (sub-)command's own parser that ``argv`` names (``bench campaign resume ...``: resume's)."""
+    for token in argv:
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        if subs and token in subs[0].choices:
+            parser = subs[0].choices[token]
+    return parser
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    """The command line, a mistyped flag answered by its command's usage and the nearest flag it has (argparse
+    before 3.14 prints the top-level usage and no suggestion)."""
+    import difflib
+
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        command = _command_parser(parser, list(sys.argv[1:] if argv is None else argv))
+        flags = [s for a in command._actions for s in a.option_strings if s.startswith("--")]
+        near = [m for x in extra if x.startswith("-") for m in difflib.get_close_matches(x.split("=")[0], flags, 1)]
+        hint = f"; did you mean {' or '.join(dict.fromkeys(near))}?" if near else f"; {command.prog} --help lists them"
+        command.error(f"unrecognized arguments: {' '.join(extra)}{hint}")
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = _parse(argv)
     try:
         return args.func(args)
     except (TaskError, AgentError, InputError, SandboxUnavailable) as e:  # refused before anything was created
