@@ -13,6 +13,7 @@ calls too for a run whose harness died (from ``run.json``, :mod:`bench.pipeline.
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -354,8 +355,13 @@ def _track_live(
     }
     base = schema.run_tags(spec.campaign, spec.agent, spec.task, spec.repeat)
     relay = record.relay_for(writer, None, ws, base)
+    # the run starts now, before the agent's launch, not when the thread gets the store (seconds later on a loaded
+    # machine): MLflow's Duration is then the agent's wall time and the launch, never less than wall_time_s
+    now = time.time()
     opening = threading.Thread(
-        target=lambda: relay.attach(record.open_agent_run(writer, spec.label, tags)), name="bench-open-run", daemon=True
+        target=lambda: relay.attach(record.open_agent_run(writer, spec.label, tags, start_time=now)),
+        name="bench-open-run",
+        daemon=True,
     )
     opening.start()
     return writer, relay, opening

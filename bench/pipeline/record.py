@@ -48,10 +48,13 @@ def relay_for(writer: MlflowWriter, run_id: str | None, ws: Workspace, result_ta
     )
 
 
-def open_agent_run(writer: MlflowWriter, name: str, tags: dict[str, str]) -> str | None:
-    """Create the agent run at the start, so the UI shows it live; None (and one line) if tracking is down."""
+def open_agent_run(
+    writer: MlflowWriter, name: str, tags: dict[str, str], start_time: float | None = None
+) -> str | None:
+    """Create the agent run at the start, so the UI shows it live; None (and one line) if tracking is down.
+    ``start_time``: when the run began (before the agent's launch), whenever the store answers."""
     try:
-        return writer.create_run(name, tags)
+        return writer.create_run(name, tags, start_time=start_time)
     except TrackingError as e:
         print(f"[bench] tracking unavailable, the run goes on and is recorded at the end: {e}", flush=True)
         return None
