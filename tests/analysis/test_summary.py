@@ -197,7 +197,8 @@ def test_the_saved_views_are_written_on_the_experiment(hand_store):
         "groupByKeys": [{"mode": "tag", "groupByData": "bench.group"}],  # "t6 · baseline": task, then entry
     }
     assert tasks["searchFilter"] == "tags.`bench.kind` = 'agent'"
-    assert tasks["selectedColumns"][:2] == ["metrics.`score`", "metrics.`rel_improvement`"]
+    front = ["tags.`bench.status`", "tags.`bench.reason`", "tags.`bench.entry`", "tags.`bench.task`"]
+    assert tasks["selectedColumns"][:6] == [*front, "metrics.`score`", "metrics.`rel_improvement`"]
     runs = json.loads(json.loads(tags[schema.SHARED_VIEW_PREFIX + views.RUNS_VIEW])["state"])
     assert runs["groupBy"] is None and runs["searchFilter"] == ""
 
