@@ -79,8 +79,8 @@ TAG_COLUMNS = (
 # row's " (average)" in 190; the run name column holds an eval run's "eval train_step320_mse0.6653_17959...pt" and a
 # grouped view's "Group: t6 · claude-code (claude-opus-4-7)" whole; the comparison's entry column a whole entry,
 # its model column a whole model ("openrouter/moonshotai/kimi-k2.6"); the reason a sentence's start
-METRIC_PX, GROUPED_METRIC_PX, TAG_PX, NAME_PX, GROUPED_NAME_PX, ENTRY_PX = 130, 190, 130, 420, 420, 280
-MODEL_PX, REASON_PX = 240, 320
+METRIC_PX, GROUPED_METRIC_PX, TAG_PX, NAME_PX, GROUPED_NAME_PX, ENTRY_PX = 130, 160, 130, 420, 380, 280
+MODEL_PX, REASON_PX, COMPARE_NAME_PX = 240, 260, 220  # the comparison's names: "summary: <entry>"
 # the charts (compareRunsMode=CHART) of the runs and per-task views: these first, then the UI adds every other metric
 CHART_METRICS = (schema.SCORE, schema.REL_IMPROVEMENT, schema.BUDGET_UTILISATION)
 CHART_SECTION = "Model metrics"  # the UI's section of a metric without a "system/" prefix
@@ -106,14 +106,16 @@ def column_key(kind: str, name: str) -> str:
     return f"{kind}.`{name}`"
 
 
-def selected_columns(summaries: bool = True) -> list[str]:
+def selected_columns(summaries: bool = True, status_first: bool = True) -> list[str]:
     """A view's columns in their order: status, reason, entry and task, then the metrics, then the other tags;
-    ``summaries``: with the summary runs' Agg, Agg-max, success rate and gap closed."""
-    metrics = AGENT_METRICS + (SUMMARY_METRICS if summaries else ())
+    ``summaries``: with the summary runs' Agg, Agg-max, success rate and gap closed; ``status_first`` False (the
+    per-task view, whose group rows show means and no tag): the metrics first, then every tag."""
+    metrics = [column_key("metrics", m) for m in AGENT_METRICS + (SUMMARY_METRICS if summaries else ())]
     tags = TAG_COLUMNS if summaries else tuple(t for t in TAG_COLUMNS if t != schema.KIND)
+    if not status_first:
+        return metrics + [column_key("tags", t) for t in tags]
     front = [column_key("tags", t) for t in FRONT_TAGS]
-    back = [column_key("tags", t) for t in tags if t not in FRONT_TAGS]
-    return front + [column_key("metrics", m) for m in metrics] + back
+    return front + metrics + [column_key("tags", t) for t in tags if t not in FRONT_TAGS]
 
 
 def charts() -> tuple[list[dict], list[dict]]:
@@ -153,8 +155,9 @@ class View:
         )
 
 
-def _widths(columns: list[str], grouped: bool) -> dict[str, int]:
-    metric_px, name_px = (GROUPED_METRIC_PX, GROUPED_NAME_PX) if grouped else (METRIC_PX, NAME_PX)
+def _widths(columns: list[str], grouped: bool, name_px: int | None = None) -> dict[str, int]:
+    metric_px, default_name = (GROUPED_METRIC_PX, GROUPED_NAME_PX) if grouped else (METRIC_PX, NAME_PX)
+    name_px = name_px or default_name
     widths = {c: metric_px if c.startswith("metrics.") else TAG_PX for c in columns}
     if column_key("tags", schema.ENTRY) in widths:  # "claude-code (claude-opus-4-7)" whole
         widths[column_key("tags", schema.ENTRY)] = ENTRY_PX
@@ -172,6 +175,7 @@ def _state(
     columns: list[str],
     group_by: tuple[str, ...],
     with_charts: bool = True,
+    name_px: int | None = None,
 ) -> dict:
     """A view's state: the search facets and the UI state the saved-view loader picks from it."""
     cards, sections = charts() if with_charts else (None, None)
@@ -185,7 +189,7 @@ def _state(
         "datasetsFilter": [],
         "selectedColumns": columns,
         "columnOrder": [RUN_NAME, *columns],  # else metrics come alphabetically, tags in the order the runs list them
-        "columnWidths": _widths(columns, grouped=bool(group_by)),
+        "columnWidths": _widths(columns, grouped=bool(group_by), name_px=name_px),
         "runsHiddenMode": "SHOW_ALL",  # the charts show every run, not the UI's default first ten
         "groupBy": (  # several keys: one group per combination (task t6 and agent baseline), sorted by the first
             {"aggregateFunction": "average", "groupByKeys": [{"mode": "tag", "groupByData": k} for k in group_by]}
@@ -210,7 +214,7 @@ def all_views() -> tuple[View, ...]:
                 agents_only,
                 column_key("tags", schema.GROUP),
                 True,
-                selected_columns(summaries=False),
+                selected_columns(summaries=False, status_first=False),
                 (schema.GROUP,),
             ),
             "per task",
@@ -218,7 +222,15 @@ def all_views() -> tuple[View, ...]:
         View(
             COMPARE_VIEW,
             "1GC-7RC: compare agents (Agg)",
-            _state(summaries_only, column_key("metrics", schema.SUMMARY_AGG), False, compare_columns(), (), False),
+            _state(
+                summaries_only,
+                column_key("metrics", schema.SUMMARY_AGG),
+                False,
+                compare_columns(),
+                (),
+                with_charts=False,
+                name_px=COMPARE_NAME_PX,
+            ),
             "compare agents",
         ),
     )

@@ -197,10 +197,11 @@ def test_the_saved_views_are_written_on_the_experiment(hand_store):
         "groupByKeys": [{"mode": "tag", "groupByData": "bench.group"}],  # "t6 · baseline": task, then entry
     }
     assert tasks["searchFilter"] == "tags.`bench.kind` = 'agent'"
-    front = ["tags.`bench.status`", "tags.`bench.reason`", "tags.`bench.entry`", "tags.`bench.task`"]
-    assert tasks["selectedColumns"][:6] == [*front, "metrics.`score`", "metrics.`rel_improvement`"]
+    assert tasks["selectedColumns"][:2] == ["metrics.`score`", "metrics.`rel_improvement`"]  # group rows: means
     runs = json.loads(json.loads(tags[schema.SHARED_VIEW_PREFIX + views.RUNS_VIEW])["state"])
     assert runs["groupBy"] is None and runs["searchFilter"] == ""
+    front = ["tags.`bench.status`", "tags.`bench.reason`", "tags.`bench.entry`", "tags.`bench.task`"]
+    assert runs["selectedColumns"][:5] == [*front, "metrics.`score`"]  # how each run ended, before any metric
 
 
 def test_an_experiment_without_agent_runs_gets_no_summary():
