@@ -175,7 +175,8 @@ def test_a_t6_campaign_of_the_baseline_with_five_repeats_has_five_seeds_a_spread
     assert len(folders) == 5 and len(set(seeds)) == 5 and all(isinstance(s, int) for s in seeds)
     assert [json.loads((f / "run.json").read_text())["spec"]["seed"] for f in folders] == seeds
     _, runs = reader.campaign_runs(name)
-    by_run = {r.data.params[schema.PARAM_REPEAT]: int(r.data.params[schema.PARAM_SEED]) for r in runs}
+    agents = [r for r in runs if r.data.tags.get(schema.KIND) == schema.KIND_AGENT]
+    by_run = {r.data.params[schema.PARAM_REPEAT]: int(r.data.params[schema.PARAM_SEED]) for r in agents}
     assert by_run == {str(r.repeat): r.run.seed for r in results}
     scores = [r.score for r in results]
     assert all(r.status == "success" for r in results) and statistics.stdev(scores) > 0
