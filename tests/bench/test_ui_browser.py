@@ -160,7 +160,7 @@ def _open(browser, url: str, width: int = 4200, height: int = 1000, ready: str |
     return page
 
 
-ROUNDED = re.compile(r"^-?\d+\.\d{4}( \(average\))?$")  # what the page shows: 4 decimals, as the report does
+ROUNDED = re.compile(r"^-?\d+(\.\d{1,4})?( \(average\))?$")  # as the page shows it: 4 decimals at most (1.0: "1")
 
 
 def _number(text: str) -> float:
