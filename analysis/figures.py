@@ -212,7 +212,9 @@ def _steps(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 def anytime_figure(lb: Leaderboard, curves: pd.DataFrame) -> Figure:
     """Score vs minutes into the budget, one panel per task: official (solid steps) and self-reported (dotted).
 
-    One LineCollection per panel and curve kind (not one artist per run), so 245 runs draw in well under a second.
+    The two are different measurements (the official score on the task's eval split, the scripts' own validation
+    score), so each has its axis: official on the left, self-reported on the right, each labelled. One
+    LineCollection per panel and curve kind (not one artist per run), so 245 runs draw in well under a second.
     """
     tasks = [t for t in lb.tasks.index if t in set(curves["task"])]
     nrows, ncols = _grid(len(tasks))
@@ -223,20 +225,32 @@ def anytime_figure(lb: Leaderboard, curves: pd.DataFrame) -> Figure:
         ax = fig.add_subplot(nrows, ncols, k + 1)
         t = lb.tasks.loc[task]
         mine = curves[curves["task"] == task]
+        arrow = Direction.of(bool(t["higher_is_better"])).arrow
         for kind, width, style, alpha in (("official", 1.4, "solid", 0.8), ("self-reported", 0.9, "dotted", 0.6)):
             part = mine[mine["curve"] == kind]
             segments, seg_colors = [], []
             for _, g in part.groupby("run_id", sort=False):
                 segments.append(_steps(g["minute"].to_numpy(float), g["score"].to_numpy(float)))
                 seg_colors.append(colors[g["entry"].iloc[0]])
-            if segments:
+            if segments and kind == "self-reported":  # the scripts' validation score: an axis of its own
+                vax = ax.twinx()
+                vax.add_collection(
+                    LineCollection(segments, colors=seg_colors, linewidths=width, linestyles=style, alpha=alpha)
+                )
+                vlo, vhi = part["score"].min(), part["score"].max()
+                vspan = max(vhi - vlo, 1e-9)
+                vax.set_ylim(vlo - 0.08 * vspan, vhi + 0.08 * vspan)
+                vax.set_ylabel(f"{arrow} self-reported validation (dotted)", fontsize=7)
+                vax.tick_params(labelsize=7)
+            elif segments:
                 ax.add_collection(
                     LineCollection(segments, colors=seg_colors, linewidths=width, linestyles=style, alpha=alpha)
                 )
             if kind == "official" and not part.empty:  # the evaluated window checkpoints (not the held end point)
                 pts = part[part.duplicated("run_id", keep="last")]
                 ax.scatter(pts["minute"], pts["score"], s=8, c=[colors[e] for e in pts["entry"]], zorder=3)
-        lo, hi = mine["score"].min(), mine["score"].max()
+        official = mine.loc[mine["curve"] == "official", "score"]
+        lo, hi = (official.min(), official.max()) if not official.empty else (mine["score"].min(), mine["score"].max())
         span = max(hi - lo, 1e-9)
         if lo - 0.5 * span <= t["baseline"] <= hi + 0.5 * span:
             ax.axhline(t["baseline"], color="grey", ls="--", lw=0.8)
@@ -251,8 +265,7 @@ def anytime_figure(lb: Leaderboard, curves: pd.DataFrame) -> Figure:
         ax.set_ylim(lo - 0.08 * span, hi + 0.08 * span)
         ax.set_title(f"{t['label']} {t['title']}{note}", fontsize=9)
         ax.set_xlabel("minutes into the budget", fontsize=8)
-        arrow = Direction.of(bool(t["higher_is_better"])).arrow
-        ax.set_ylabel(f"{arrow} {pub.metric_label(t['metric'])}", fontsize=8)
+        ax.set_ylabel(f"{arrow} official {pub.metric_label(t['metric'])} (solid)", fontsize=8)
         ax.tick_params(labelsize=7)
         ax.grid(alpha=0.3)
     marked = _marked_runs(lb)
@@ -260,7 +273,7 @@ def anytime_figure(lb: Leaderboard, curves: pd.DataFrame) -> Figure:
     handles = [Line2D([], [], color=c, lw=2, label=_label(e, e in ns_entries)) for e, c in colors.items()]
     handles += [
         Line2D([], [], color="black", lw=1.4, marker="o", ms=3, label="official (best-by-val window checkpoint)"),
-        Line2D([], [], color="black", lw=0.9, ls=":", label="self-reported validation (best so far)"),
+        Line2D([], [], color="black", lw=0.9, ls=":", label="self-reported validation (best so far; right axis)"),
         Line2D([], [], color="grey", lw=0.8, ls="--", label="task baseline"),
         Line2D([], [], color="black", lw=0.6, ls="-.", label="budget"),
     ]

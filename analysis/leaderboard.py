@@ -39,7 +39,8 @@ from bench.tasks.direction import Direction, relative, signs
 CELL_COLUMNS = (
     "source kind group entry agent model family task n_runs n_success mean std best mean_scripts "
     "mean_scripts_all budget_min wall_min utilisation tokens_input tokens_output tokens_cached cost_usd "
-    "synthetic partial_data unsandboxed flagged nonstandard deviations deviation_notes hardware trials harness detail"
+    "synthetic partial_data unsandboxed too_short flagged nonstandard deviations deviation_notes hardware trials "
+    "harness detail"
 ).split()
 AGENT = "agent"
 AGG_DIRECTION = Direction.MAX  # Eq. 1's terms (and Agg) grow with quality, whatever each task's direction
@@ -51,11 +52,18 @@ def identity(agent: str, model: str) -> str:
 
 
 def entry_labels(agents: pd.DataFrame) -> pd.Series:
-    """Display name of each agent run's entry: the paper's name for a published CLI + model, else agent (model)."""
+    """Display name of each agent run's entry: the paper's name for a published CLI + model, else agent (model).
+
+    The paper's names are the paper's: an entry (experiment, agent, model) with any run outside the paper's protocol
+    (a pilot on a CPU, a mock API, a shorter budget: :mod:`analysis.deviations`) keeps its dispatch name
+    (``claude-code (claude-opus-4-7)``), so that it never reads as the published row it is not."""
     known = {identity(r.agent_name, r.model): r.agent for r in pub.published_agents().itertuples()}
+    agent, model = agents["agent"].fillna(""), agents["model"].fillna("")
+    exp = agents["experiment"].fillna("") if "experiment" in agents else pd.Series("", index=agents.index)
+    pilot = deviations.flags(agents).groupby([exp, agent, model]).transform("any")
     labels = [
-        known.get(identity(a, m)) or (f"{a} ({m})" if m else a)
-        for a, m in zip(agents["agent"].fillna(""), agents["model"].fillna(""), strict=True)
+        (None if p else known.get(identity(a, m))) or (f"{a} ({m})" if m else a)
+        for a, m, p in zip(agent, model, pilot, strict=True)
     ]
     return pd.Series(labels, index=agents.index, dtype=object)
 
@@ -76,6 +84,7 @@ def cells(runs: pd.DataFrame, tasks: pd.DataFrame | None = None) -> pd.DataFrame
     df["ok"] = (df["status"] == "success") & df["score"].notna()  # a success without a score is not counted
     for flag in ("partial_data", "unsandboxed"):
         df[flag] = df[flag] if flag in df else False  # frames built by hand may lack them
+    df["too_short"] = df["too_short"].fillna("").astype(str) if "too_short" in df else ""
     df["nonstandard"] = deviations.flags(df)
     for col in ("deviations", "deviation_notes", "hardware"):
         df[col] = df[col].fillna("").astype(str) if col in df else ""
@@ -99,6 +108,7 @@ def cells(runs: pd.DataFrame, tasks: pd.DataFrame | None = None) -> pd.DataFrame
         synthetic=("synthetic", "any"),
         partial_data=("partial_data", "any"),
         unsandboxed=("unsandboxed", "any"),
+        too_short=("too_short", lambda s: "; ".join(dict.fromkeys(v for v in s if v))),
         flagged=("flagged", "any"),
         nonstandard=("nonstandard", "any"),
         deviations=("deviations", deviations.join_kinds),
@@ -237,6 +247,7 @@ def summary(table: pd.DataFrame) -> pd.DataFrame:
         synthetic=("synthetic", "any"),
         nonstandard=("nonstandard", "any"),
         deviations=("deviations", deviations.join_kinds),
+        too_short=("too_short", lambda s: bool(s.astype(object).where(s.notna(), "").astype(str).ne("").any())),
         harness=("harness", "first"),
     ).reset_index()
     out["success_rate"] = out["successes"] / out["runs"]
@@ -244,6 +255,7 @@ def summary(table: pd.DataFrame) -> pd.DataFrame:
     out["complete"] = out["agg_tasks"] == out["of_tasks"]  # Eq. 1 averages over all T tasks: only then ranked
     ranked = (out["kind"] == AGENT) & out["complete"] & out["superseded_by"].eq("")  # superseded: listed, unranked
     ranked &= ~reduced_budget(out["deviations"])  # another budget than the task's: listed (§), unranked
+    ranked &= ~out["too_short"].astype(bool)  # a cell the budget cut before its training ended: listed, unranked
     out["rank"] = out["agg"].where(ranked).rank(ascending=False, method="min").astype("Int64")
     out = out.sort_values("agg", ascending=False, na_position="last", kind="stable")
     return out.sort_values("rank", na_position="last", kind="stable").reset_index(drop=True)
@@ -401,8 +413,15 @@ def short_text(runs: pd.DataFrame, baselines: dict[str, float] | None = None) ->
         for t, a, m in zip(table["task"], table["agent"], marked, strict=True)
         if m
     ]
-    table["agent"] = [a + (f" {deviations.MARK}" if m else "") for a, m in zip(table["agent"], marked, strict=True)]
+    short = [str(cell["too_short"].get((t, a), "")) for t, a in zip(table["task"], table["agent"], strict=True)]
+    table["agent"] = [
+        a + (f" {deviations.MARK}" if m else "") + (" (too short)" if s else "")
+        for a, m, s in zip(table["agent"], marked, short, strict=True)
+    ]
     text = table.to_string(index=False, na_rep="–", float_format=lambda v: f"{v:.4f}")
     if notes:
         text += f"\n{deviations.MARK} outside the paper's protocol, not comparable with its results: {'; '.join(notes)}"
+    for t, s in zip(table["task"], short, strict=True):
+        if s:
+            text += f"\n(too short) {t}: too short to compare: {s}"
     return text

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis import curves, figures, gap, notes, stats, tables
+from analysis import curves, figures, gap, noise, notes, stats, tables
 from analysis import published as pub
 from analysis.deviations import excluded_note
 from analysis.leaderboard import AGENT, Leaderboard, build, top_two
@@ -129,6 +129,7 @@ def write_report(
     intervals = stats.bootstrap_agg(lb, n_boot=n_boot)
     pair = _pair(lb, compare)
     comparison = stats.compare(lb, *pair, n_boot=n_boot) if pair else None
+    floor = noise.noise_table(lb)  # each entry's gain against the task's seed-to-seed noise (analysis/noise.py)
 
     for t in (
         tables.leaderboard_table(lb, intervals),
@@ -137,6 +138,7 @@ def write_report(
         tables.table6(lb),
         tables.table8(lb),
         gap.gap_table(lb),
+        floor,
     ) + ((tables.paired_table(comparison),) if comparison else ()):
         written[t.name] = list(write(t, out).values())
     lb.cells.to_csv(out / "cells.csv", index=False, float_format="%.6g")
@@ -162,11 +164,13 @@ def write_report(
     for name, make in jobs:  # (drawing in forked workers was slower on a busy 2-core machine: measured)
         paths = _save(make(), out, name) + [p for p in [out / f"{name}.csv"] if p.exists()]
         written[name] = list(dict.fromkeys(written.get(name, []) + paths))
-    (out / "index.md").write_text(_index(lb, loaded, experiments, published, fit, comparison, written, intervals))
+    (out / "index.md").write_text(
+        _index(lb, loaded, experiments, published, fit, comparison, written, intervals, floor)
+    )
     return written
 
 
-def _index(lb, runs, experiments, published, fit, comparison, written, intervals) -> str:
+def _index(lb, runs, experiments, published, fit, comparison, written, intervals, floor) -> str:
     """The report's front page: what went in, the leaderboard, and every file with what it shows."""
     exps = sorted(set(runs.agents["experiment"])) if not runs.empty else []
     lines = [
@@ -213,7 +217,7 @@ def _index(lb, runs, experiments, published, fit, comparison, written, intervals
     board = tables.leaderboard_table(lb, intervals)
     said = {line.strip("*") for line in lines}  # the notes said once above: not again under the table
     board.notes = [note for note in board.notes if note not in said]
-    lines += [to_markdown(board), "## Tables", ""]
+    lines += [to_markdown(board), to_markdown(floor), "## Tables", ""]
     titles = {
         "table4": "Table 4: mean ± std, Agg",
         "table5": "Table 5: success and scripts launched",
@@ -221,6 +225,7 @@ def _index(lb, runs, experiments, published, fit, comparison, written, intervals
         "table8": "Table 8: budget utilisation",
         "leaderboard": "Leaderboard",
         "gap": "Gap closed per task (MLRC-Bench's measure, beside Eq. 1)",
+        "noise": "Noise floor: each entry's gain against the baseline's seed-to-seed spread",
         "paired": "Paired comparison",
         "cells": "All cells (long form)",
     }
@@ -305,7 +310,9 @@ def cmd_report(args: argparse.Namespace) -> int:
         f"report: {n} files in {Path(args.out).resolve()} ({time.perf_counter() - started:.1f} s); "
         f"start with {Path(args.out) / 'index.md'}"
     )
-    from analysis import summary  # the campaign and summary runs in MLflow: one line per experiment, never a failure
+    if not getattr(args, "record", False):  # reading does not write: the campaign wrote its summary when it ended
+        return 0
+    from analysis import summary  # asked for: the campaign and summary runs in MLflow, one line per experiment
 
-    summary.after_report(Path(args.out), experiments, render=write_report)
+    summary.after_report(experiments, render=write_report)
     return 0

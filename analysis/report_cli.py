@@ -71,6 +71,12 @@ def add_cli(subparsers) -> argparse.ArgumentParser:
         default=None,
         help="tuned-baseline results for the Optuna-tuned row (default: baselines/results; implies --calibration)",
     )
+    s.add_argument(
+        "--record",
+        action="store_true",
+        help="also (re)write the campaign's summary runs in the store, as the campaign does when it ends (by "
+        "default a report only reads the store)",
+    )
     s.set_defaults(func=cmd_report)
     return s
 

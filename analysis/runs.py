@@ -33,10 +33,10 @@ from bench.tasks.direction import Direction
 from bench.tracking import reader, schema
 
 AGENT_COLUMNS = (
-    "run_id experiment agent model task repeat status reason score metric higher_is_better budget_min "
+    "run_id experiment agent model task repeat seed status reason score metric higher_is_better budget_min "
     "wall_time_s budget_utilisation scripts_launched launches_observed checkpoints best_val_score "
     "tokens_input tokens_output tokens_cached cost_usd cost_source api_budget start_time end_time synthetic "
-    "partial_data unsandboxed "
+    "partial_data unsandboxed too_short "
     "audit_disqualified audit_flagged nonstandard deviations deviation_notes hardware "
     "task_source task_pack task_pack_version task_sha256 tags"
 ).split()
@@ -111,6 +111,8 @@ def _agents(w: pd.DataFrame, names: dict[str, str]) -> pd.DataFrame:
             "model": t(schema.MODEL),
             "task": t(schema.TASK),
             "repeat": pd.to_numeric(t(schema.REPEAT), errors="coerce"),
+            # the run's recorded seed (a seeded agent's draw, bench run --seed); NaN for a run without one
+            "seed": pd.to_numeric(_col(w, f"p:{schema.PARAM_SEED}", ""), errors="coerce"),
             "status": t(schema.STATUS),
             "reason": t(schema.REASON),
             "score": score,
@@ -136,6 +138,8 @@ def _agents(w: pd.DataFrame, names: dict[str, str]) -> pd.DataFrame:
             "partial_data": t(schema.PARTIAL_DATA).str.lower() == "true",
             # marked only when the run says so: runs recorded before the sandbox existed carry no tag
             "unsandboxed": t(schema.SANDBOXED).str.lower() == "false",
+            # why the run is too short to compare ("" when it is not: bench.pipeline.record.too_short)
+            "too_short": t(schema.TOO_SHORT).fillna(""),
             # the rules the audit found broken / flagged, comma-joined ("" when none, or for runs before the audit)
             "audit_disqualified": t(schema.AUDIT_DISQUALIFIED).fillna(""),
             "audit_flagged": t(schema.AUDIT_FLAGGED).fillna(""),

@@ -14,7 +14,8 @@ logged, and an entry whose runs were all deleted is not visited: what an earlier
 ``analysis.runs`` reads only ``bench.kind=agent`` runs (and their script and eval children), so these runs never
 count as agent runs.
 
-Called at the end of ``bench run`` (bench/cli.py) and ``bench report`` (analysis/report.py). This module does not
+Called at the end of ``bench run`` (bench/cli.py), ``bench campaign run``/``resume`` and ``make demo``; ``bench
+report`` writes nothing into the store it reads unless asked (``--record``, analysis/report.py). This module does not
 import :mod:`analysis.report` (which calls it): the caller passes the report's writer as ``render``.
 """
 
@@ -215,11 +216,12 @@ def _log_report(writer: MlflowWriter, run: str, folder: Path) -> int:
     return sum(1 for p in folder.rglob("*") if p.is_file())
 
 
-def after_report(out: Path, experiments: Iterable[str] | None, render: Render) -> None:
-    """``bench report``'s last step: the campaign summary of each reported experiment, one printed line each.
+def after_report(experiments: Iterable[str] | None, render: Render) -> None:
+    """``bench report --record``: the campaign summary of each reported experiment, one printed line each.
 
-    A report of exactly one experiment is logged as it is; with several, each campaign run gets a report of its own
-    experiment (``render``). A failure is one line: the report on disk is what the user asked for.
+    Each campaign run gets a report of its own experiment drawn by ``render`` as the campaign's end draws it, never
+    the folder the user asked for (a ``--published`` or ``--calibration`` variant is the reader's, not the
+    campaign's). A failure is one line: the report on disk is what the user asked for.
     """
     names = list(experiments) if experiments else None
     try:
@@ -229,7 +231,7 @@ def after_report(out: Path, experiments: Iterable[str] | None, render: Render) -
         print(f"campaign summary not written: {e}")
         return
     for name in names:
-        print(summary_line(name, report_dir=Path(out) if len(names) == 1 else None, render=render))
+        print(summary_line(name, render=render))
 
 
 def summary_line(experiment: str, **kwargs) -> str:

@@ -54,6 +54,9 @@ def _best(lb: Leaderboard, column: str, decimals: int) -> set[tuple[str, str, st
     c = lb.cells[(lb.cells["kind"] == AGENT) & lb.cells[column].notna()]
     c = c[(c["superseded_by"] == "") & (c["entry_superseded_by"] == "")]  # superseded cells and entries never bold
     c = c[~reduced_budget(c["deviations"])]  # nor a cell made on another budget than the task's
+    c = c[
+        c["too_short"].astype(object).where(c["too_short"].notna(), "").eq("")
+    ]  # nor one whose baseline training the budget cut (too short to compare)
     marks = set()
     for task, group in c.groupby("task"):
         values = group[column].round(decimals)
@@ -143,7 +146,8 @@ def row_label(lb: Leaderboard, source: str, entry: str) -> str:
 def _marks(c: pd.Series, note: str) -> tuple[str, bool]:
     """A cell's note with § for non-standard runs and who supersedes it; whether it is muted (superseded)."""
     by = c["superseded_by"] or c["entry_superseded_by"]
-    parts = [note, MARK if c["nonstandard"] else "", f"(superseded by {by})" if by else ""]
+    short = "(too short)" if isinstance(c.get("too_short"), str) and c["too_short"] else ""
+    parts = [note, MARK if c["nonstandard"] else "", short, f"(superseded by {by})" if by else ""]
     return " ".join(p for p in parts if p), bool(by)
 
 

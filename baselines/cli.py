@@ -3,6 +3,7 @@
 Wired into ``bench/cli.py`` with ``add_cli(sub)``; every handler returns the process exit code.
 
     bench baselines tune --task t6 --budget 15m [--trials N] [--storage URL] [--campaign baselines]
+    bench baselines noise --task t6 [--seeds 5] [--from-campaign NAME] [--small]
     bench baselines show [--task t6]
     bench baselines optuna-dashboard [--storage URL|JOURNAL|RUN_DIR] [--port 8080]
     bench optuna-dashboard ...            (the same)
@@ -41,6 +42,21 @@ def add_cli(subparsers, *, dashboard_alias: bool = True) -> None:
     t.add_argument("--quiet", action="store_true", help="do not stream the agent's output")
     t.set_defaults(func=cmd_tune)
 
+    n = sub.add_parser(
+        "noise",
+        help="a task's noise floor: the baseline's spread over seeds (writes baselines/results/noise/<task>.json)",
+    )
+    n.add_argument("--task", required=True, help="task id (t6)")
+    n.add_argument("--seeds", type=int, default=5, help="repeats, each with its own drawn seed (default 5)")
+    n.add_argument("--campaign", help="MLflow experiment of the repeats (default: noise-<task>)")
+    n.add_argument("--from-campaign", metavar="NAME", help="measure a campaign's seeded baseline runs; run nothing")
+    n.add_argument("--small", action="store_true", help="on the task's small generated data with TINY (marked so)")
+    n.add_argument("--budget", type=parse_duration, help="each repeat's budget (default: the task's)")
+    n.add_argument("--out", type=Path, help="results file (default: baselines/results/noise/<task>.json)")
+    n.add_argument("--no-write", action="store_true", help="do not write the results file")
+    n.add_argument("--quiet", action="store_true", help="do not stream the agent's output")
+    n.set_defaults(func=cmd_noise)
+
     w = sub.add_parser("show", help="the committed tuned results (baselines/results/*.json)")
     w.add_argument("--task", help="one task (default: all)")
     w.set_defaults(func=cmd_show)
@@ -56,6 +72,33 @@ def add_cli(subparsers, *, dashboard_alias: bool = True) -> None:
         d.add_argument("--host", default="127.0.0.1")
         d.add_argument("--port", type=int, default=8080)
         d.set_defaults(func=cmd_dashboard)
+
+
+def cmd_noise(args: argparse.Namespace) -> int:
+    from baselines import noise
+    from baselines.tune import hardware
+    from bench.preflight import InputError
+
+    if args.seeds < 2:
+        raise InputError("--seeds must be at least 2: one seed has no spread (the noise floor wants 5)")
+    if args.small:
+        scores, data, source = noise.small(args.task, args.seeds), "small", "bench baselines noise --small"
+    else:
+        campaign = args.from_campaign or args.campaign or f"noise-{args.task}"
+        if not args.from_campaign:
+            noise.run_campaign(args.task, args.seeds, campaign, args.budget, console=not args.quiet)
+        scores, data, source = noise.from_campaign(campaign, args.task), "full", f"campaign {campaign}"
+    if len(scores) < 2:
+        print(f"bench baselines noise: {len(scores)} seeded baseline run(s) of {args.task}: no spread to measure")
+        return 1
+    result = noise.summarise(args.task, scores, data=data, hardware=hardware(), source=source)
+    print(
+        f"{result['task']}: {result['metric']} {result['mean_score']:.4f} ± {result['std_score']:.4f} (std) over "
+        f"{len(scores)} seeds; Eq. 1's term {result['mean_rel']:+.4f} ± {result['std_rel']:.4f} ({data} data)"
+    )
+    if not args.no_write:
+        print(f"wrote {noise.write(result, args.out)}")
+    return 0
 
 
 def cmd_tune(args: argparse.Namespace) -> int:

@@ -122,6 +122,11 @@ def cmd_run(args: argparse.Namespace) -> int:
             raise InputError("--api-fail-window must be a positive duration: e.g. 3m (the default) or 90s")
         settings.pin(BENCH_API_FAIL_WINDOW=float(args.api_fail_window))
     preflight.check_repeats(args.repeats, 1 if args.first_repeat is None else args.first_repeat)
+    if args.seed is not None and args.repeats > 1:
+        raise InputError(
+            "--seed gives every repeat the same seed, so repeats would measure no noise: leave it out (a seeded "
+            "agent draws one per repeat and records it), or run one repeat with the seed a run recorded"
+        )
     flags = _run_settings(args, options)  # the command line's layer of each run's description
     specs = [  # every run's description, its values checked (RunSpec.build), before anything is created
         RunSpec.build(task, args.agent, flags, campaign=args.campaign, repeat=repeat, console=not args.quiet)
@@ -178,6 +183,7 @@ def _run_settings(args: argparse.Namespace, options: dict[str, str]) -> dict:
         "limits": _limits(args),  # InputError for a size or duration that is not one
         "max_cost": args.max_cost,
         "tags": dict(args.tag) if args.tag else None,
+        "seed": args.seed,
     }
 
 
@@ -354,6 +360,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="a label of your own for the run, repeatable: an MLflow tag of the run and its summary, in run.json "
         "and result.json, shown by bench report (e.g. --tag team=vision --tag sweep=lr-3)",
     )
+    s.add_argument(
+        "--seed",
+        type=int,
+        help="the training seed (the tasks' train.py read it): reproduces a run's recorded seed; by default the "
+        "baseline and optuna agents draw one per repeat (run.json, MLflow param seed), other agents get none",
+    )
     s.add_argument("--device", help="evaluation device (default: cuda if available)")
     s.add_argument(
         "--api-fail-window",
@@ -430,8 +442,33 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _command_parser(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.ArgumentParser:
+    """The (sub-)command's own parser that ``argv`` names (``bench campaign resume ...``: resume's)."""
+    for token in argv:
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        if subs and token in subs[0].choices:
+            parser = subs[0].choices[token]
+    return parser
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    """The command line, a mistyped flag answered by its command's usage and the nearest flag it has (argparse
+    before 3.14 prints the top-level usage and no suggestion)."""
+    import difflib
+
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        command = _command_parser(parser, list(sys.argv[1:] if argv is None else argv))
+        flags = [s for a in command._actions for s in a.option_strings if s.startswith("--")]
+        near = [m for x in extra if x.startswith("-") for m in difflib.get_close_matches(x.split("=")[0], flags, 1)]
+        hint = f"; did you mean {' or '.join(dict.fromkeys(near))}?" if near else f"; {command.prog} --help lists them"
+        command.error(f"unrecognized arguments: {' '.join(extra)}{hint}")
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = _parse(argv)
     try:
         return args.func(args)
     except (TaskError, AgentError, InputError, SandboxUnavailable) as e:  # refused before anything was created

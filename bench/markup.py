@@ -5,9 +5,10 @@ Why: these names are the agent's to pick, and a name such as ``x](http://evil)<i
 placed verbatim in a description becomes a link, an image with a script, or a broken table in the page a
 reviewer trusts. Two ways, for two places:
 
-- :func:`md_text` for running text: HTML's ``& < >`` as entities, every character Markdown gives a meaning inline
-  (emphasis, code, links, tables, headings, autolinks ``http://`` and ``www.``, e-mail) escaped with a backslash,
-  line breaks as spaces (so no line can start a heading, list or quote). It renders as the very characters given.
+- :func:`md_text` for running text: every character Markdown gives a meaning (HTML's ``& < >``, emphasis, code,
+  links, tables, headings, a list marker at the start, autolinks ``http://`` and ``www.``, e-mail) as a numeric
+  character reference, line breaks as spaces (so no line can start a heading, list or quote). It renders as the very
+  characters given, in CommonMark and in MLflow's page alike (no backslash escape that a renderer shows as is).
 - :func:`md_code` for a name shown as code: a code span whose backtick fence is longer than any run of backticks
   in the name (CommonMark's rule), so nothing inside is interpreted; HTML is inert inside a code span.
 
@@ -27,7 +28,6 @@ the bytes as printed (evidence); it is shown through this filter.
 
 from __future__ import annotations
 
-import html
 import re
 
 # escape sequences, 7-bit (ESC [ ...) and 8-bit (CSI 0x9b, OSC 0x9d, DCS 0x90, SOS 0x98, PM 0x9e, APC 0x9f): CSI with
@@ -44,7 +44,15 @@ _UNSAFE = re.compile(f"[\\x00-\\x08\\x0a-\\x1f\\x7f-\\x9f\\u2028\\u2029{BIDI}]")
 _UNSAFE_LINES = re.compile(f"[\\x00-\\x08\\x0b-\\x1f\\x7f-\\x9f\\u2028\\u2029{BIDI}]")
 _BREAKS = re.compile(r"[\r\n\t\f\v\u2028\u2029]+")
 REASON_CHARS = 2000  # a reason longer than this is cut (with an ellipsis): a person reads its start
-_INLINE = re.compile(r"([\\`*_{}\[\]()#|~!:@$^=+-])")
+# what Markdown, GFM's tables and strikethrough, and e-mail autolinks give a meaning anywhere in a line (parentheses
+# only after a bracket, which is escaped)
+_INLINE = re.compile(r"[\\`*_\[\]#|~<>&@]")
+_LEADING = re.compile(r"^(?:[-+=]|\d+[.)])")  # at the start: a list item, a setext underline, an ordered list
+_SCHEME = re.compile(r":(?=//)")  # http:// and its kin: an autolink
+
+
+def _entity(match: re.Match) -> str:
+    return "".join(f"&#{ord(c)};" for c in match.group(0))
 
 
 def _visible(m: re.Match) -> str:
@@ -62,11 +70,16 @@ def shown(text: object, *, lines: bool = False) -> str:
 
 
 def md_text(text: object) -> str:
-    """``text`` as Markdown that renders as exactly these characters, on one line (see the module docstring)."""
-    flat = shown(_BREAKS.sub(" ", str(text)))
-    escaped = html.escape(flat, quote=False)  # & first, then < > (entities are inert to Markdown)
-    escaped = _INLINE.sub(r"\\\1", escaped)
-    return escaped.replace("www.", "www\\.")
+    """``text`` as Markdown that renders as exactly these characters, on one line (see the module docstring).
+
+    Every character that could be markup is a numeric character reference (``&#42;`` for ``*``), never a backslash
+    escape: CommonMark and the renderer of MLflow's run pages (showdown, which unescapes only Markdown.pl's few
+    characters and shows ``\\:`` as it is) both show an entity as its character, so the page reads ``hardware: cpu``."""
+    flat = shown(_BREAKS.sub(" ", str(text)))  # the console filter first: no escape sequence reaches a page
+    escaped = _INLINE.sub(_entity, flat)
+    escaped = _LEADING.sub(lambda m: m.group(0)[:-1] + f"&#{ord(m.group(0)[-1])};", escaped)
+    escaped = _SCHEME.sub("&#58;", escaped)
+    return escaped.replace("www.", "www&#46;")
 
 
 def md_code(text: object) -> str:

@@ -37,6 +37,9 @@ BUDGET_VAR = "BENCH_BUDGET_S"  # the agent's budget, seconds
 STARTED_AT_VAR = "BENCH_STARTED_AT"  # time.time() at the launch
 PROMPT_VAR = "BENCH_PROMPT"  # the task prompt, for the command agent's own command
 TRACE_STDOUT_VAR = "BENCH_TRACE_STDOUT"  # "0": the tracer leaves stdout alone
+# the run's recorded seed (RunSpec.seed): a seeded agent's repeat (baseline, optuna; command with --seed) trains with
+# it; the tasks' train.py read it through task_helpers.run_seed, so repeats measure the task's run-to-run noise
+SEED_VAR = "BENCH_SEED"
 # set by the tracer hook for the script it traces and its children, never passed on by the harness:
 SPOOL_FILE_VAR = "BENCH_SPOOL_FILE"  # this script's spool file
 STDOUT_TRACED_VAR = "BENCH_STDOUT_TRACED"  # "1": an enclosing script's tee reads this one's output
@@ -52,6 +55,7 @@ IN_SANDBOX = (
     STARTED_AT_VAR,
     PROMPT_VAR,
     TRACE_STDOUT_VAR,
+    SEED_VAR,
     *TRACER_ONLY,
     TEE_FDS_VAR,
     TEE_HOOK_VAR,

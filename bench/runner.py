@@ -13,6 +13,7 @@ calls too for a run whose harness died (from ``run.json``, :mod:`bench.pipeline.
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -49,7 +50,8 @@ def _run(spec: RunSpec, term: termination.Termination) -> RunResult:
     preflight.check_run([task], spec, endpoints=False)  # asked by bench run and bench campaign before
     # the description as the run goes: its budget, device and the task folder as this run got it (before the
     # workspace copies it), so run.json and result.json say what ran
-    spec = spec.launched(spec.device or evaluate.default_device(), spec.task_source or packs.provenance(task))
+    source = spec.task_source or packs.provenance(task)
+    spec = spec.launched(spec.device or evaluate.default_device(), source, seeded=adapter.seeded)
     data_dir = data.prepare(task, progress=spec.console)
     weight_files = [] if spec.no_weights else weights.for_task(task)  # raises with instructions when missing
     notes = _partial_notes(spec)  # read from the verified cache now, before any agent code runs
@@ -354,8 +356,13 @@ def _track_live(
     }
     base = schema.run_tags(spec.campaign, spec.agent, spec.task, spec.repeat)
     relay = record.relay_for(writer, None, ws, base)
+    # the run starts now, before the agent's launch, not when the thread gets the store (seconds later on a loaded
+    # machine): MLflow's Duration is then the agent's wall time and the launch, never less than wall_time_s
+    now = time.time()
     opening = threading.Thread(
-        target=lambda: relay.attach(record.open_agent_run(writer, spec.label, tags)), name="bench-open-run", daemon=True
+        target=lambda: relay.attach(record.open_agent_run(writer, spec.label, tags, start_time=now)),
+        name="bench-open-run",
+        daemon=True,
     )
     opening.start()
     return writer, relay, opening

@@ -31,7 +31,7 @@ SPEC_VERSION = 1
 FLAGS = {
     "budget_s": "--budget", "grace_s": "--grace", "model": "--model", "options": "--agent-option",
     "device": "--device", "no_weights": "--no-weights", "sandbox": "--unsandboxed", "limits": "limits",
-    "max_cost": "--max-cost", "campaign": "--campaign", "repeat": "--first-repeat", "tags": "--tag",
+    "max_cost": "--max-cost", "campaign": "--campaign", "repeat": "--first-repeat", "tags": "--tag", "seed": "--seed",
 }  # fmt: skip
 # the keys of a campaign file that set a field of every run's description (bench.campaign.spec; its limit keys are
 # read there, with their [slurm] margin): key -> field
@@ -70,6 +70,10 @@ class RunSpec:
     # the researcher's own labels (--tag KEY=VALUE, a campaign file's tags table): MLflow tags of the agent run and
     # its summary run (bench.tracking.schema.TAG_PREFIX), shown by bench report
     tags: dict[str, str] = field(default_factory=dict)
+    # the seed the agent's training starts from (bench.protocol.SEED_VAR, read by the tasks' train.py): None for a
+    # seeded agent (baseline, optuna) is drawn at the launch, one per repeat, so that repeats measure the task's
+    # run-to-run noise rather than one seed five times; given (bench run --seed N) it is used as is, for any agent
+    seed: int | None = None
     console: bool = field(default=True, compare=False)  # stream the agent's output: how it is shown, not what it is
 
     def __post_init__(self) -> None:
@@ -154,9 +158,24 @@ class RunSpec:
             raise InputError(f"{name('max_cost')} is enforced by the sandbox's metering gateway: it needs the sandbox")
         return spec
 
-    def launched(self, device: str, task_source: dict) -> RunSpec:
-        """The description as the run goes: the budget, the device and the task's source filled in."""
-        return replace(self, budget_s=self.budget, device=device, task_source=task_source, task=self.resolve_task())
+    def launched(self, device: str, task_source: dict, *, seeded: bool = False) -> RunSpec:
+        """The description as the run goes: the budget, the device and the task's source filled in, and for a
+        ``seeded`` agent without a seed one drawn now (:func:`draw_seed`), so that run.json records it."""
+        seed = self.seed if self.seed is not None or not seeded else draw_seed()
+        return replace(
+            self, budget_s=self.budget, device=device, task_source=task_source, task=self.resolve_task(), seed=seed
+        )
+
+
+SEED_RANGE = 2**31  # what torch.manual_seed, numpy and Optuna's samplers all take
+
+
+def draw_seed() -> int:
+    """A fresh seed from the operating system's randomness (not from Python's seeded generator, which a test or a
+    library may have fixed): two repeats drawing the same seed would measure no noise at all."""
+    import secrets
+
+    return secrets.randbelow(SEED_RANGE)
 
 
 def limits_of(raw: object) -> Limits:
@@ -238,6 +257,9 @@ def check(spec: RunSpec, names: Mapping[str, str] | Callable[[str], str] = FLAGS
     cost = spec.max_cost
     if cost is not None and (isinstance(cost, bool) or not isinstance(cost, int | float) or not 0 < cost < math.inf):
         raise InputError(f"{name('max_cost')} must be a positive amount in USD, e.g. 20 (got {cost!r})")
+    seed = spec.seed
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < SEED_RANGE):
+        raise InputError(f"{name('seed')} must be a whole number from 0 to {SEED_RANGE - 1} (got {seed!r})")
     for flag, value in (("no_weights", spec.no_weights), ("sandbox", spec.sandbox)):
         if not isinstance(value, bool):
             raise InputError(f"{name(flag)} must be true or false (got {value!r})")

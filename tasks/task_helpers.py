@@ -29,6 +29,14 @@ CHECKPOINT_DIR = "checkpoints"  # where the harness looks for your checkpoints
 CHECKPOINT_FORMAT = "1gc-7rc/checkpoint-v1"
 
 
+def run_seed(default: int) -> int:
+    """The seed to train with: the harness's seed for this run when it gave one
+    (BENCH_SEED: each repeat of the baseline draws its own, so that repeats
+    measure the task's run-to-run noise), else your CONFIG's."""
+    value = os.environ.get("BENCH_SEED", "")
+    return int(value) if value.isdigit() else default
+
+
 # ---------------------------------------------------------------------------
 # Logging: your metrics reach MLflow through the harness
 # ---------------------------------------------------------------------------

@@ -31,8 +31,8 @@ BUDGET = "90s"  # every run ends well before it: the agents exit when their scri
 GRACE = "5"
 T5_ROWS = 6000  # 4,800 training rows: the baseline's batch of 4,096 fits once per epoch (3,000 rows would not)
 # the command agent: the task's train.py cut to a few steps (T6: 1 epoch of 5; T5: batch 256, 2 epochs of 40) with a
-# random seed (its repeats differ, as real ones do; the baseline's are identical on a CPU), one command for both tasks
-# (each substitution matches in one task's train.py only)
+# random seed (its repeats differ, as real ones do; the baseline draws a seed per repeat too), one command for both
+# tasks (each substitution matches in one task's train.py only)
 COMMAND = (
     """sed 's/"epochs": 5,/"epochs": 1,/; s/"batch_size": 4096/"batch_size": 256/; s/"epochs": 40/"epochs": 2/' """
     """train.py | sed -E "s/(seed.: )[0-9]+/\\1$RANDOM/" > run_1.py && python run_1.py > run_1.log 2>&1\n"""

@@ -42,6 +42,7 @@ class LaunchContext:
     # base-URL variable -> the metering gateway's URL inside the sandbox (bench.gateway.proxy): the adapter points
     # its CLI there instead of at the API; empty when the run has no gateway (unsandboxed, BENCH_GATEWAY=0)
     base_urls: dict[str, str] = field(default_factory=dict)
+    seed: int | None = None  # the run's recorded seed (RunSpec.seed): what a seeded agent's search starts from
 
     def base_url(self, variable: str) -> str | None:
         """The base URL the CLI is given for ``variable``: the gateway's when there is one, else the harness's."""
@@ -65,6 +66,9 @@ class Agent(abc.ABC):
     # an agent that calls no model API (it gets no key: passthrough is empty): priced at $0 and not counted among
     # the LLM runs by `bench campaign plan`
     offline: ClassVar[bool] = False
+    # True: a repeat without a seed draws one at the launch (RunSpec.launched), recorded and passed to its processes
+    # (bench.protocol.SEED_VAR); an agent whose training the model decides (a CLI agent) has none unless given
+    seeded: ClassVar[bool] = False
 
     @abc.abstractmethod
     def command(self, ctx: LaunchContext) -> list[str]:

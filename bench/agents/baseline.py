@@ -11,6 +11,7 @@ class BaselineAgent(Agent):
     name = "baseline"
     description = "runs the task's baseline train.py once (no model API needed)"
     offline = True  # no key, no network
+    seeded = True  # each repeat trains from its own recorded seed (RunSpec.seed): repeats measure the task's noise
 
     def command(self, ctx: LaunchContext) -> list[str]:
         return [sys.executable, "train.py"]

@@ -50,9 +50,8 @@ def rows(names: list[str] | None = None, models: dict[str, str] | None = None) -
         where = probe.describe() if probe is not None else "not asked"
         problem = api_probe.problem(need, probe)
         if problem is None and spec is not None and not is_installed(name):
-            problem = f"{name}: installed on first use, or now: bench agents install {name}"
-            out.append(Row(name, cli, cred, f"{where} ({need.base_url})", problem.split(": ", 1)[1], True))
-            continue
+            # not ready yet (the README's promise: exit 1 while one is not), though a run would install it
+            problem = f"{name}: not installed: bench agents install {name} (a run installs it on first use)"
         verdict = "ready" if problem is None else problem.split(": ", 1)[1]
         out.append(Row(name, cli, cred, f"{where} ({need.base_url})", verdict, problem is None))
     return out

@@ -4,11 +4,11 @@ No model API: the "agent" is ``python -m baselines.agent`` running in the worksp
 ``run_<k>.py`` (the baseline ``train.py`` with the trial's CONFIG) launched like any agent's script, so it
 goes through the same workspace, watchdog, tracer, collection, evaluation and audit (see ``baselines/``).
 
-Options (``RunSpec.options``, strings): ``trials`` (at most this many), ``seed`` (TPE seed, default 0),
-``storage`` (an Optuna RDB URL or a journal file; default a journal in the workspace's ``.bench/optuna/``),
-``study`` (study name; an existing one is continued), ``pruner`` (``median`` or ``none``), ``prune_after``
-(completed trials before pruning starts), ``max_epochs`` (a cap on every trial's epochs: quick runs, tests),
-``threads`` (OMP/MKL threads per trial; default half the cores, 0 leaves the environment as it is).
+Options (``RunSpec.options``, strings): ``trials`` (at most this many), ``seed`` (TPE seed; default the run's
+recorded seed), ``storage`` (an Optuna RDB URL or a journal file; default a journal in the workspace's
+``.bench/optuna/``), ``study`` (study name; an existing one is continued), ``pruner`` (``median`` or ``none``),
+``prune_after`` (completed trials before pruning starts), ``max_epochs`` (a cap on every trial's epochs: quick
+runs, tests), ``threads`` (OMP/MKL threads per trial; default half the cores, 0 leaves the environment as it is).
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ class OptunaAgent(Agent):
     option_names = OPTIONS
     description = "Optuna search over the baseline's knobs, one run_<k>.py per trial (no model API needed)"
     offline = True  # no key; no network but a study storage on this machine (endpoints)
+    seeded = True  # each repeat's trials train from its recorded seed; it is the TPE seed too unless given
 
     def endpoints(self, ctx: LaunchContext) -> tuple[str, ...]:
         """A study storage served on this machine (``postgresql://127.0.0.1:5432/...``) is bridged port for
@@ -71,8 +72,11 @@ class OptunaAgent(Agent):
     def command(self, ctx: LaunchContext) -> list[str]:
         argv = [sys.executable, "-m", "baselines.agent", "--task", ctx.task.id]
         self.check(ctx.options, ctx.model)
+        options = dict(ctx.options)
+        if not options.get("seed") and ctx.seed is not None:  # the repeat's own search, recorded with the run
+            options["seed"] = str(ctx.seed)
         for key in OPTIONS:
-            value = ctx.options.get(key)
+            value = options.get(key)
             if value not in (None, ""):
                 argv += [f"--{key.replace('_', '-')}", str(value)]
         return argv

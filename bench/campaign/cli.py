@@ -152,6 +152,8 @@ def start(campaign: Campaign, *, resume: bool, redo_cut_short: bool = False) -> 
         seen = {k: rundir.inspect(campaign.run_dir(k)) for k in keys}
         if redo_cut_short:
             seen.update(_retire_cut_short(campaign, seen))
+        elif resume and (hint := cut_short_hint(campaign, seen)):
+            print(f"[campaign] {hint}", flush=True)
         seen.update(_retire_infra_failures(campaign, seen))
         final = [k for k in keys if seen[k].state == "final"]
         todo = [k for k in keys if seen[k].state != "final"]
@@ -191,6 +193,8 @@ def start(campaign: Campaign, *, resume: bool, redo_cut_short: bool = False) -> 
         print(f"[campaign] {run_id}: {why}", flush=True)
     if outcome.stopped:
         print(f"[campaign] stopped; go on with: bench campaign resume {campaign.file}", flush=True)
+        if hint := cut_short_hint(campaign, seen):  # the run the stop interrupted is final: say how to redo it
+            print(f"[campaign] {hint}", flush=True)
         return 130
     if refused:
         print(
@@ -211,6 +215,20 @@ def _blocked(seen: dict) -> dict[str, str]:
         if was.state == "final" and was.result and (why := job.blocked(key, was.result)):
             out[key.run_id] = why
     return out
+
+
+def cut_short_hint(campaign: Campaign, seen: dict) -> str:
+    """The line that names the final runs the harness cut short (a Ctrl-C, a harness that died) and the command that
+    runs them again ("" when there are none): final, but not a full-budget measurement of the agent. ``status``,
+    ``resume`` and a stopped ``run`` print it alike, so that a resume never passes over them in silence."""
+    short = [k for k, was in seen.items() if was.state == "final" and was.result and rundir.cut_short(was.result)]
+    if not short:
+        return ""
+    return (
+        f"{len(short)} run(s) cut short by the harness ({', '.join(k.run_id for k in short[:3])}"
+        f"{', ...' if len(short) > 3 else ''}): final, so resume leaves them as they are; "
+        f"bench campaign resume {campaign.file} --redo-cut-short runs them again"
+    )
 
 
 def _retire_cut_short(campaign: Campaign, seen: dict) -> dict:
@@ -289,13 +307,8 @@ def status(campaign: Campaign) -> int:
 
         slots = len(slots_for(campaign))
     print(table(campaign, seen, last_events(campaign), jobs, _blocked(seen)))
-    short = [k for k, was in seen.items() if was.state == "final" and was.result and rundir.cut_short(was.result)]
-    if short:  # final, but not a full-budget measurement of the agent
-        print(
-            f"{len(short)} run(s) cut short by the harness ({', '.join(k.run_id for k in short[:3])}"
-            f"{', ...' if len(short) > 3 else ''}): bench campaign resume {campaign.file} --redo-cut-short runs "
-            "them again"
-        )
+    if hint := cut_short_hint(campaign, seen):
+        print(hint)
     left = [k for k in keys if seen[k].state != "final"]
     if left:
         eta = Estimate(campaign).eta(left, {}, min(slots, len(left)))

@@ -77,9 +77,11 @@ def agent_env(
     budget_s: float,
     started_at: float,
     passthrough: Iterable[str] = (),
+    seed: int | None = None,
 ) -> dict[str, str]:
     """The agent's environment: the allow-list of the harness's variables plus the adapter's ``passthrough``
-    names, the adapter's ``extra``, the tracer on PYTHONPATH, this Python first on PATH; no MLflow variable."""
+    names, the adapter's ``extra``, the tracer on PYTHONPATH, this Python first on PATH; no MLflow variable.
+    ``seed``: the run's recorded seed, which the tasks' train.py train with (``task_helpers.run_seed``)."""
     env = agent_environment(os.environ, passthrough, {k: v for k, v in extra.items() if k not in HARNESS_ONLY})
     env.update(
         {
@@ -93,6 +95,9 @@ def agent_env(
             "PYTHONUNBUFFERED": "1",
         }
     )
+    env.pop(protocol.SEED_VAR, None)  # never the harness's own environment's: only the run's recorded one
+    if seed is not None:
+        env[protocol.SEED_VAR] = str(seed)
     return env
 
 
@@ -117,6 +122,7 @@ def launch(agent: Agent, ws: Workspace, spec: RunSpec, evidence: Evidence | None
         home=ws.run_dir / "home",
         model=model,
         options=dict(options or {}),
+        seed=spec.seed,
     )
     endpoints = agent.endpoints(ctx)
     evidence.dir.mkdir(parents=True, exist_ok=True)
@@ -142,7 +148,7 @@ def launch(agent: Agent, ws: Workspace, spec: RunSpec, evidence: Evidence | None
     arrivals = Arrivals(ws.checkpoints, on_new=lambda p, a: evidence.note_arrival(ws.path, p, a, locked), code=code)
     arrivals.start()
     started = time.time()
-    env = agent_env(ws, token, extra, budget_s, started, agent.passthrough(ctx))
+    env = agent_env(ws, token, extra, budget_s, started, agent.passthrough(ctx), seed=spec.seed)
     if meter:  # the gateway holds the key: the agent gets a per-run token in its place (bench.gateway.key_swap)
         env, meter.gateway.keys = key_swap.run_tokens(env)
         argv = key_swap.tokenized(argv, meter.gateway.keys)  # a generic agent's {env:KEY} in its command line

@@ -48,10 +48,13 @@ def relay_for(writer: MlflowWriter, run_id: str | None, ws: Workspace, result_ta
     )
 
 
-def open_agent_run(writer: MlflowWriter, name: str, tags: dict[str, str]) -> str | None:
-    """Create the agent run at the start, so the UI shows it live; None (and one line) if tracking is down."""
+def open_agent_run(
+    writer: MlflowWriter, name: str, tags: dict[str, str], start_time: float | None = None
+) -> str | None:
+    """Create the agent run at the start, so the UI shows it live; None (and one line) if tracking is down.
+    ``start_time``: when the run began (before the agent's launch), whenever the store answers."""
     try:
-        return writer.create_run(name, tags)
+        return writer.create_run(name, tags, start_time=start_time)
     except TrackingError as e:
         print(f"[bench] tracking unavailable, the run goes on and is recorded at the end: {e}", flush=True)
         return None
@@ -236,6 +239,7 @@ def record(writer: MlflowWriter, result: RunResult, ws: Workspace, staged: uploa
                 deviations=found,
             ),
             schema.PARTIAL_NOTES: "\n".join(result.partial_data_notes)[:5000],
+            schema.TOO_SHORT: too_short(result)[:500],
             **schema.audit_tags(result.audit.violations),
             **schema.task_source_tags(result.task_source),
             **schema.spec_tags(result.run.to_dict()),
@@ -266,6 +270,25 @@ def _hardware(result: RunResult) -> str:
     return result.hardware or result.device  # result.json files older than the hardware field: the device
 
 
+SHORT_AGENTS = ("baseline",)  # agents whose whole job is the task's own train.py: stopped by the budget, it was cut
+
+
+def too_short(result: RunResult) -> str:
+    """Why the run is too short to compare ("" when it is not): the budget, not the training's end, stopped the task's
+    own baseline training (the demo's 8-minute T1 on a CPU reaches a fraction of the steps it needs), so its score is
+    that of a model trained for a fraction of its schedule, not the baseline's. The steps: the last scored
+    checkpoint's."""
+    if result.agent not in SHORT_AGENTS or not result.timed_out:
+        return ""
+    steps = [e.step for e in result.evaluations if e.step is not None]
+    reached = f"step {max(steps)}" if steps else "no scored step"
+    return (
+        f"the {result.budget_s / 60:g} min budget ended the baseline's own training at {reached}, before its "
+        "train.py finished: the score is of a model trained for part of its schedule, not comparable with the "
+        "baseline's"
+    )
+
+
 def _note(result: RunResult, scripts: dict, found: list[protocol.Deviation]) -> str:
     """The run page's description: the outcome in two lines of Markdown, then how it left the protocol. Every text
     that can carry an agent's choice (the reason names its checkpoints and scripts) goes in escaped
@@ -273,7 +296,9 @@ def _note(result: RunResult, scripts: dict, found: list[protocol.Deviation]) -> 
     score = f"{result.score:.4f}" if result.score is not None else "-"
     notes = result.partial_data_notes
     partial = "\n\n**Partial data** (not comparable with the paper): " + md_text("; ".join(notes)) if notes else ""
-    if found:
+    if short := too_short(result):
+        partial += "\n\n**Too short to compare**: " + short  # the harness's own words
+    if found:  # the harness's own words (hardware from nvidia-smi or /proc/cpuinfo): no agent text
         partial += "\n\n**Non-standard** (left out of comparisons with the paper): " + md_text(
             "; ".join(map(str, found))
         )
@@ -286,7 +311,8 @@ def _note(result: RunResult, scripts: dict, found: list[protocol.Deviation]) -> 
         partial += "\n\n**System metrics**: " + gpu  # the harness's own words (no agent text): "no GPU metrics ..."
     return (
         f"**{result.status}**: {md_text(result.metric)} {score} on {md_text(result.split)} "
-        f"(baseline {result.baseline_score:g}); {scripts['launched']} scripts launched, "
+        f"(baseline {result.baseline_score:g}); {scripts['launched']} script{'' if scripts['launched'] == 1 else 's'} "
+        "launched, "
         f"{result.wall_time_s / 60:.1f} of {result.budget_s / 60:g} min used.\n\n{md_text(result.reason)}{partial}"
     )
 

@@ -28,6 +28,9 @@ STATUS = "bench.status"  # success | failed | refused | timeout | disqualified |
 REASON = "bench.reason"  # one line: why the status is what it is
 PARTIAL_DATA = "bench.partial_data"  # "true" when the task ran on an incomplete dataset
 PARTIAL_NOTES = "bench.partial_notes"  # how the data fell short (one note per line), when partial
+# "" or why the run is too short to compare: the budget ended the baseline's own training before it finished (the demo's
+# T1 on a CPU), with the step it reached (bench.pipeline.record.too_short); such a cell is marked and never ranked
+TOO_SHORT = "bench.too_short"
 WORKSPACE = "bench.workspace"
 AUDIT_DISQUALIFIED = "bench.audit.disqualified"  # rules broken, comma-joined ("1,4"; "" when none)
 AUDIT_FLAGGED = "bench.audit.flagged"  # rules with a flagged finding for a person to look at ("3,6"; "" when none)
@@ -114,6 +117,7 @@ PARAM_AGENT = "agent"
 PARAM_MODEL = "model"
 PARAM_TASK = "task"
 PARAM_REPEAT = "repeat"
+PARAM_SEED = "seed"  # the run's recorded seed (RunSpec.seed; "" for an agent without one)
 PARAM_BUDGET_MINUTES = "budget_minutes"
 PARAM_GRACE_S = "grace_s"
 PARAM_METRIC = "metric"  # the task's metric name (mse, val_bpb, ...)
@@ -127,7 +131,7 @@ PARAM_AGENT_ARGV = "agent_argv"
 # table of labels named in SPEC_TAG_TABLES one tag per key; the record step maps them with spec_params/spec_tags
 SPEC_PARAMS = {
     "agent": PARAM_AGENT, "model": PARAM_MODEL, "task": PARAM_TASK, "repeat": PARAM_REPEAT,
-    "budget_s": PARAM_BUDGET_MINUTES, "grace_s": PARAM_GRACE_S, "device": PARAM_DEVICE,
+    "budget_s": PARAM_BUDGET_MINUTES, "grace_s": PARAM_GRACE_S, "device": PARAM_DEVICE, "seed": PARAM_SEED,
 }  # fmt: skip
 TAG_PREFIX = "bench.tag."  # the researcher's own labels (bench run --tag KEY=VALUE, a campaign's tags): bench.tag.KEY
 SPEC_TAG_TABLES = {"tags": TAG_PREFIX}  # field -> tag prefix

@@ -26,7 +26,7 @@ from mlflow.server.fastapi_app import app  # what uvicorn serves: MLflow's FastA
 
 from bench.tracking import views
 
-__all__ = ["app", "STORAGE_KEY", "TRAINING", "SCRIPT", "SEEDED", "views_script"]
+__all__ = ["app", "STORAGE_KEY", "TRAINING", "SCRIPT", "SEEDED", "ROUND_SCRIPT", "views_script"]
 
 STORAGE_KEY = "mlflow.workflowType_v1"  # the UI's useLocalStorage({key: "mlflow.workflowType", version: 1})
 TRAINING = "machine_learning"  # its WorkflowType.MACHINE_LEARNING ("Model training" in the side bar)
@@ -53,6 +53,18 @@ if(e&&q>=0){var p=new URLSearchParams(h.slice(q+1)),v=p.get(B.p);if(v!==null){
 if(B.v[v]){L.setItem(K(e[1]),B.v[v]);L.setItem(B.s+e[1],"1")}p.delete(B.p);var r=p.toString();
 history.replaceState(null,"",location.pathname+location.search+h.slice(0,q)+(r?"?"+r:""))}}
 }catch(x){}</script>"""
+# MLflow 3.17's runs table prints a metric's stored value with all its digits (0.014982395262843623) and has no
+# precision setting: the page rounds what the table shows to 4 decimals, as the report does (0.0150; "0.0150
+# (average)" on a group row), the stored value kept as the cell's tooltip. Only a number with 5 decimals or more in a
+# cell of the runs grid is touched, whenever the grid draws or redraws it (a MutationObserver, batched per frame).
+ROUND_SCRIPT = r"""<script>try{(function(){var R=/^(-?\d+\.\d{5,}(?:e[-+]?\d+)?)(\s*\(\w+\))?$/,q=0;
+function f(t){var s=t.nodeValue,m=s&&R.exec(s.trim());if(!m)return;var v=Number(m[1]);if(!isFinite(v))return;
+var r=(v===0||Math.abs(v)>=1e-3)?v.toFixed(4):v.toPrecision(3);t.nodeValue=r+(m[2]||"");var e=t.parentElement;
+if(e&&!e.title)e.title=s.trim()}
+function p(){q=0;var c=document.querySelectorAll(".ag-cell");for(var i=0;i<c.length;i++){
+var w=document.createTreeWalker(c[i],4),n;while((n=w.nextNode()))f(n)}}
+new MutationObserver(function(){if(!q)q=requestAnimationFrame(p)}).observe(document.documentElement,
+{childList:true,subtree:true,characterData:true})})()}catch(x){}</script>"""
 _INDEX = "serve"  # the Flask endpoint of MLflow's UI page ("/" and every UI route under it)
 
 
@@ -84,7 +96,7 @@ def _index() -> Response:
     path = os.path.join(flask_app.static_folder, "index.html")
     with open(path, encoding="utf-8") as f:
         html = f.read()
-    head = "<head>" + SCRIPT + views_script(_campaigns())
+    head = "<head>" + SCRIPT + views_script(_campaigns()) + ROUND_SCRIPT
     return Response(html.replace("<head>", head, 1), mimetype="text/html")
 
 

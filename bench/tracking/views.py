@@ -33,8 +33,10 @@ averages a raw score over tasks (an MSE with an accuracy is a number without mea
 
 Links open the UI in its model-training mode (``workflowType=machine_learning``: :mod:`bench.tracking.uiapp` says why
 the page MLflow serves makes it the default too). MLflow 3.17's runs table prints a metric's stored value unrounded
-(it has no precision setting); the views make the value columns wide enough that a value is not cut, and the charts
-(``compareRunsMode=CHART``) and the campaign run's description show rounded values.
+(it has no precision setting): the page bench ui serves rounds what the table shows to 4 decimals
+(:data:`bench.tracking.uiapp.ROUND_SCRIPT`), so the value columns are narrow. The runs and per-task views open their
+charts (``compareRunsMode=CHART``) on ``score``, ``rel_improvement`` and ``budget_utilisation`` (:func:`charts`), and
+their tables on each run's status and reason, then entry and task, then the metrics.
 
 The column order and widths are applied by the UI after the table is drawn; on a slow first load it can keep its
 default order (metrics alphabetically), the columns themselves are always the view's (tests/bench/test_ui_browser.py).
@@ -53,18 +55,19 @@ from bench.tracking import reader, schema, store
 AGENT_METRICS = (  # an agent run's (offline agents log no tokens or cost: the UI leaves out a metric no run has)
     schema.SCORE,
     schema.REL_IMPROVEMENT,
-    schema.SCRIPTS_LAUNCHED,
     schema.BUDGET_UTILISATION,
+    schema.SCRIPTS_LAUNCHED,
     schema.WALL_TIME,
     schema.TOKENS_INPUT,
     schema.TOKENS_OUTPUT,
     schema.COST_USD,
 )
 SUMMARY_METRICS = (schema.SUMMARY_AGG, schema.SUMMARY_AGG_MAX, schema.SUMMARY_SUCCESS_RATE, schema.SUMMARY_GAP)
+# before the metrics: how each run ended and why, and whose run on which task (a campaign whose runs all failed has no
+# score column at all: its status and reason must not sit past the metrics' width)
+FRONT_TAGS = (schema.STATUS, schema.REASON, schema.ENTRY, schema.TASK)
 TAG_COLUMNS = (
-    schema.STATUS,
-    schema.ENTRY,
-    schema.TASK,
+    *FRONT_TAGS,
     schema.REPEAT,
     schema.KIND,
     schema.PROTOCOL,
@@ -72,11 +75,15 @@ TAG_COLUMNS = (
     schema.BUDGET_MINUTES,
     schema.AUDIT_DISQUALIFIED,
 )
-# column widths (px): a float's 17 digits fit in 180, with a group row's " (average)" in 250; the run name column
-# holds "Group: t6 · claude-code (claude-opus-4-7)" in a grouped view; the comparison's entry column a whole entry,
-# its model column a whole model ("openrouter/moonshotai/kimi-k2.6")
-METRIC_PX, GROUPED_METRIC_PX, TAG_PX, NAME_PX, GROUPED_NAME_PX, ENTRY_PX = 180, 250, 130, 220, 380, 280
-MODEL_PX = 240
+# column widths (px): a value the bench-ui page rounds to 4 decimals (bench.tracking.uiapp) fits in 130, with a group
+# row's " (average)" in 190; the run name column holds an eval run's "eval train_step320_mse0.6653_17959...pt" and a
+# grouped view's "Group: t6 · claude-code (claude-opus-4-7)" whole; the comparison's entry column a whole entry,
+# its model column a whole model ("openrouter/moonshotai/kimi-k2.6"); the reason a sentence's start
+METRIC_PX, GROUPED_METRIC_PX, TAG_PX, NAME_PX, GROUPED_NAME_PX, ENTRY_PX = 130, 160, 130, 420, 380, 280
+MODEL_PX, REASON_PX, COMPARE_NAME_PX = 240, 260, 220  # the comparison's names: "summary: <entry>"
+# the charts (compareRunsMode=CHART) of the runs and per-task views: these first, then the UI adds every other metric
+CHART_METRICS = (schema.SCORE, schema.REL_IMPROVEMENT, schema.BUDGET_UTILISATION)
+CHART_SECTION = "Model metrics"  # the UI's section of a metric without a "system/" prefix
 RUN_NAME = "attributes.`Run Name`"
 VIEW_PARAM = "benchView"  # the URL parameter naming the view (bench.tracking.uiapp applies it)
 STATE_KEY = "MLflowLocalStorage-1.1-ExperimentPage-{ids}-ReactComponentState"  # ids: JSON of the sorted id list
@@ -99,12 +106,31 @@ def column_key(kind: str, name: str) -> str:
     return f"{kind}.`{name}`"
 
 
-def selected_columns(summaries: bool = True) -> list[str]:
-    """A view's columns in their order; ``summaries``: with the summary runs' Agg, Agg-max, success rate and gap
-    closed."""
-    metrics = AGENT_METRICS + (SUMMARY_METRICS if summaries else ())
+def selected_columns(summaries: bool = True, status_first: bool = True) -> list[str]:
+    """A view's columns in their order: status, reason, entry and task, then the metrics, then the other tags;
+    ``summaries``: with the summary runs' Agg, Agg-max, success rate and gap closed; ``status_first`` False (the
+    per-task view, whose group rows show means and no tag): the metrics first, then every tag."""
+    metrics = [column_key("metrics", m) for m in AGENT_METRICS + (SUMMARY_METRICS if summaries else ())]
     tags = TAG_COLUMNS if summaries else tuple(t for t in TAG_COLUMNS if t != schema.KIND)
-    return [column_key("metrics", m) for m in metrics] + [column_key("tags", t) for t in tags]
+    if not status_first:
+        return metrics + [column_key("tags", t) for t in tags]
+    front = [column_key("tags", t) for t in FRONT_TAGS]
+    return front + metrics + [column_key("tags", t) for t in tags if t not in FRONT_TAGS]
+
+
+def charts() -> tuple[list[dict], list[dict]]:
+    """The charts' configuration of a view (MLflow's ``compareRunCharts`` and ``compareRunSections``, as its
+    RunsChartsCardConfig writes them): a bar chart of :data:`CHART_METRICS` first, in that order, in a section marked
+    reordered, so that the UI appends each other metric after them instead of opening on an alphabetical list
+    (``anytime_score`` first, ``score`` far down)."""
+    section = {"uuid": "bench-model-metrics", "name": CHART_SECTION, "display": True, "isReordered": True,
+               "deleted": False, "isGenerated": True}  # fmt: skip
+    cards = [
+        {"uuid": f"bench-chart-{m}", "type": "BAR", "runsCountToCompare": 10, "metricSectionId": section["uuid"],
+         "deleted": False, "isGenerated": True, "displayName": m, "metricKey": m}
+        for m in CHART_METRICS
+    ]  # fmt: skip
+    return cards, [section]
 
 
 def compare_columns() -> list[str]:
@@ -129,18 +155,30 @@ class View:
         )
 
 
-def _widths(columns: list[str], grouped: bool) -> dict[str, int]:
-    metric_px, name_px = (GROUPED_METRIC_PX, GROUPED_NAME_PX) if grouped else (METRIC_PX, NAME_PX)
+def _widths(columns: list[str], grouped: bool, name_px: int | None = None) -> dict[str, int]:
+    metric_px, default_name = (GROUPED_METRIC_PX, GROUPED_NAME_PX) if grouped else (METRIC_PX, NAME_PX)
+    name_px = name_px or default_name
     widths = {c: metric_px if c.startswith("metrics.") else TAG_PX for c in columns}
     if column_key("tags", schema.ENTRY) in widths:  # "claude-code (claude-opus-4-7)" whole
         widths[column_key("tags", schema.ENTRY)] = ENTRY_PX
     if column_key("tags", schema.MODEL) in widths:  # "claude-sonnet-4-6", not "claude-sonnet-…"
         widths[column_key("tags", schema.MODEL)] = MODEL_PX
+    if column_key("tags", schema.REASON) in widths:
+        widths[column_key("tags", schema.REASON)] = REASON_PX
     return {RUN_NAME: name_px} | widths
 
 
-def _state(search_filter: str, order_by: str, ascending: bool, columns: list[str], group_by: tuple[str, ...]) -> dict:
+def _state(
+    search_filter: str,
+    order_by: str,
+    ascending: bool,
+    columns: list[str],
+    group_by: tuple[str, ...],
+    with_charts: bool = True,
+    name_px: int | None = None,
+) -> dict:
     """A view's state: the search facets and the UI state the saved-view loader picks from it."""
+    cards, sections = charts() if with_charts else (None, None)
     return {
         "searchFilter": search_filter,
         "orderByKey": order_by,
@@ -151,7 +189,7 @@ def _state(search_filter: str, order_by: str, ascending: bool, columns: list[str
         "datasetsFilter": [],
         "selectedColumns": columns,
         "columnOrder": [RUN_NAME, *columns],  # else metrics come alphabetically, tags in the order the runs list them
-        "columnWidths": _widths(columns, grouped=bool(group_by)),
+        "columnWidths": _widths(columns, grouped=bool(group_by), name_px=name_px),
         "runsHiddenMode": "SHOW_ALL",  # the charts show every run, not the UI's default first ten
         "groupBy": (  # several keys: one group per combination (task t6 and agent baseline), sorted by the first
             {"aggregateFunction": "average", "groupByKeys": [{"mode": "tag", "groupByData": k} for k in group_by]}
@@ -159,6 +197,7 @@ def _state(search_filter: str, order_by: str, ascending: bool, columns: list[str
             else None
         ),
         "groupsExpanded": {},
+        **({"compareRunCharts": cards, "compareRunSections": sections} if with_charts else {}),
     }
 
 
@@ -175,7 +214,7 @@ def all_views() -> tuple[View, ...]:
                 agents_only,
                 column_key("tags", schema.GROUP),
                 True,
-                selected_columns(summaries=False),
+                selected_columns(summaries=False, status_first=False),
                 (schema.GROUP,),
             ),
             "per task",
@@ -183,7 +222,15 @@ def all_views() -> tuple[View, ...]:
         View(
             COMPARE_VIEW,
             "1GC-7RC: compare agents (Agg)",
-            _state(summaries_only, column_key("metrics", schema.SUMMARY_AGG), False, compare_columns(), ()),
+            _state(
+                summaries_only,
+                column_key("metrics", schema.SUMMARY_AGG),
+                False,
+                compare_columns(),
+                (),
+                with_charts=False,
+                name_px=COMPARE_NAME_PX,
+            ),
             "compare agents",
         ),
     )

@@ -17,6 +17,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from prepare import evaluate, load_ids, load_meta, log_metrics, save_checkpoint
+from task_helpers import run_seed
 
 # Every hyperparameter lives here. The dict is saved inside each checkpoint and handed
 # back to build_model(config) by the official evaluation, so keep it plain Python values.
@@ -141,7 +142,7 @@ def lr_at(step: int, total_steps: int, config: dict) -> float:
 
 
 def main(config: dict = CONFIG) -> None:
-    config = dict(config)
+    config = {**config, "seed": run_seed(config["seed"])}  # a repeat's own seed when the harness gives one
     torch.manual_seed(config["seed"])
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     use_bf16 = device.type == "cuda"

@@ -22,6 +22,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from prepare import IMAGE_SIZE, N_CLASSES, evaluate, load_meta, load_split, log_metrics, normalize, save_checkpoint
+from task_helpers import run_seed
 
 # Every hyperparameter lives here. The dict is saved inside each checkpoint and handed
 # back to build_model(config) by the official evaluation, so keep it plain Python values.
@@ -172,6 +173,7 @@ def lr_at(step: int, total_steps: int, warmup_steps: int, config: dict) -> float
 
 
 def main(config: dict = CONFIG) -> None:
+    config = {**config, "seed": run_seed(config["seed"])}  # a repeat's own seed when the harness gives one
     torch.manual_seed(config["seed"])
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     use_bf16 = device.type == "cuda"

@@ -26,6 +26,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from dinov3 import convnext_tiny, load_backbone_weights, weights_path
 from prepare import IGNORE_INDEX, N_CLASSES, evaluate, load_meta, load_split, log_metrics, normalize, save_checkpoint
+from task_helpers import run_seed
 
 # Every hyperparameter lives here. The dict is saved inside each checkpoint and handed
 # back to build_model(config) by the official evaluation, so keep it plain Python values.
@@ -163,6 +164,7 @@ def augment(x: torch.Tensor, y: torch.Tensor, config: dict) -> tuple[torch.Tenso
 
 
 def main(config: dict = CONFIG) -> None:
+    config = {**config, "seed": run_seed(config["seed"])}  # a repeat's own seed when the harness gives one
     torch.manual_seed(config["seed"])
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     use_bf16 = device.type == "cuda"

@@ -16,6 +16,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from prepare import PRED_LEN, SEQ_LEN, evaluate, load_split, log_metrics, save_checkpoint
+from task_helpers import run_seed
 
 CONFIG = {
     "seq_len": SEQ_LEN,  # fixed by the task: 336 input steps ...
@@ -84,6 +85,7 @@ def lr_at(step: int, epoch: int, total_steps: int, config: dict) -> float:
 
 
 def main(config: dict = CONFIG) -> None:
+    config = {**config, "seed": run_seed(config["seed"])}  # a repeat's own seed when the harness gives one
     torch.manual_seed(config["seed"])
     device = "cuda" if torch.cuda.is_available() else "cpu"
 

@@ -105,11 +105,14 @@ def test_nonstandard_runs_are_left_out_of_a_published_comparison_unless_asked():
     s = lb.summary.set_index(["source", "entry"])
     assert s.loc[("published", "Opus 4.7"), "rank"] == 1 and s.loc[("published", "Opus 4.7"), "superseded_by"] == ""
     assert (lb.cells.loc[lb.cells["source"] == "published", "superseded_by"] == "").all()
-    assert s.loc[("cpu", "Opus 4.7"), "nonstandard"] and s.loc[("cpu", "Opus 4.7"), "deviations"] == "hardware"
+    pilot = "claude-code (claude-opus-4-7)"  # a pilot never wears the paper's name (issue 41): its dispatch name
+    assert set(lb.cells.loc[lb.cells["source"] == "cpu", "entry"]) == {pilot}
+    assert s.loc[("cpu", pilot), "nonstandard"] and s.loc[("cpu", pilot), "deviations"] == "hardware"
     md = render.to_markdown(tables.table4(lb))
-    assert "| Opus 4.7 § |" in md  # one note for the entry's 7 cells, which deviate alike
-    assert "§ Opus 4.7 [cpu] on T1, T2, T3, T4, T5, T6, T7 has runs outside the paper's protocol (hardware)" in md
-    assert r"Opus 4.7 \S{}" in render.to_latex(tables.table4(lb))
+    assert f"| {pilot} § |" in md  # one note for the entry's 7 cells, which deviate alike
+    assert f"§ {pilot} [cpu] on T1, T2, T3, T4, T5, T6, T7 has runs outside the paper's protocol (hardware)" in md
+    assert rf"{pilot} \S{{}}" in render.to_latex(tables.table4(lb))
+    assert md.count("| Opus 4.7") == 1  # the paper's name: the published row alone
 
     alone = leaderboard.build(runs, registry=False)
     assert alone.excluded.empty and alone.summary.loc[0, "nonstandard"] and alone.summary.loc[0, "rank"] == 1

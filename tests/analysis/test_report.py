@@ -183,13 +183,20 @@ def test_every_figure_draws_from_the_synthetic_store(synthetic_store):
     assert [len(c.get_offsets()) for c in ax.collections] == [3, 3, 3, 3]
 
     # anytime: a panel per task with runs; one official and one self-reported line per successful run
-    # (t1: 6, t2: 4), a dot per evaluated window (3 per run), and the direction in the axis label
-    panels = figures.anytime_figure(lb, curves.anytime(runs, lb.tasks)).axes
-    assert [a.get_ylabel() for a in panels] == ["↓ bpb", "↑ Acc"]
-    for a, n_ok in zip(panels, (6, 4), strict=True):
+    # (t1: 6, t2: 4), a dot per evaluated window (3 per run), and the direction in the axis label; the official
+    # score and the scripts' own validation score are two measurements: each on its own axis (issue 41)
+    axes = figures.anytime_figure(lb, curves.anytime(runs, lb.tasks)).axes
+    panels, right = axes[0::2], axes[1::2]  # each panel, then its twin
+    assert [a.get_ylabel() for a in panels] == ["↓ official bpb (solid)", "↑ official Acc (solid)"]
+    assert [a.get_ylabel() for a in right] == [
+        "↓ self-reported validation (dotted)",
+        "↑ self-reported validation (dotted)",
+    ]
+    for a, v, n_ok in zip(panels, right, (6, 4), strict=True):
         lines = [len(c.get_segments()) for c in a.collections if isinstance(c, LineCollection)]
         dots = [len(c.get_offsets()) for c in a.collections if isinstance(c, PathCollection)]
-        assert lines == [n_ok, n_ok] and dots == [3 * n_ok]
+        assert lines == [n_ok] and dots == [3 * n_ok]
+        assert [len(c.get_segments()) for c in v.collections if isinstance(c, LineCollection)] == [n_ok]
 
     # timeline: a bar per script (each task: 3 x 4 + 3 x 3 = 21), an end tick per run (6), red = failed
     # (t1: none; t2: the 4 + 3 scripts of the two failed runs)

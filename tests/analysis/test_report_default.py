@@ -53,7 +53,7 @@ def test_a_bare_report_reports_the_latest_campaign_and_says_so(tmp_path, monkeyp
     # which campaigns it is asked for and where it writes
     asked = []
     monkeypatch.setattr(report, "write_report", lambda out, experiments, **kw: asked.append((out, experiments)) or {})
-    monkeypatch.setattr(summary, "after_report", lambda out, names, render: asked.append(("summary", names)))
+    monkeypatch.setattr(summary, "after_report", lambda names, render: asked.append(("summary", names)))
     out = tmp_path / "my-report"
 
     assert report_cli.main(["--out", str(out)]) == 0
@@ -62,10 +62,10 @@ def test_a_bare_report_reports_the_latest_campaign_and_says_so(tmp_path, monkeyp
         f"bench report: the latest campaign, {newer} (2 campaigns in the store); --experiment NAME reports "
         "another (repeat it for several)"
     )
-    assert asked == [(out, [newer]), ("summary", [newer])]
+    assert asked == [(out, [newer])]  # reading does not write: no summary unless --record
 
-    asked.clear()  # named campaigns: no line, exactly those
-    assert report_cli.main(["--experiment", older, "--experiment", newer]) == 0
+    asked.clear()  # named campaigns: no line, exactly those; --record writes their summaries
+    assert report_cli.main(["--experiment", older, "--experiment", newer, "--record"]) == 0
     assert "latest campaign" not in capsys.readouterr().out
     assert asked == [(Path("report"), [older, newer]), ("summary", [older, newer])]
 

@@ -197,9 +197,11 @@ def test_the_saved_views_are_written_on_the_experiment(hand_store):
         "groupByKeys": [{"mode": "tag", "groupByData": "bench.group"}],  # "t6 · baseline": task, then entry
     }
     assert tasks["searchFilter"] == "tags.`bench.kind` = 'agent'"
-    assert tasks["selectedColumns"][:2] == ["metrics.`score`", "metrics.`rel_improvement`"]
+    assert tasks["selectedColumns"][:2] == ["metrics.`score`", "metrics.`rel_improvement`"]  # group rows: means
     runs = json.loads(json.loads(tags[schema.SHARED_VIEW_PREFIX + views.RUNS_VIEW])["state"])
     assert runs["groupBy"] is None and runs["searchFilter"] == ""
+    front = ["tags.`bench.status`", "tags.`bench.reason`", "tags.`bench.entry`", "tags.`bench.task`"]
+    assert runs["selectedColumns"][:5] == [*front, "metrics.`score`"]  # how each run ended, before any metric
 
 
 def test_an_experiment_without_agent_runs_gets_no_summary():
@@ -231,17 +233,27 @@ def test_bench_run_prints_one_line_when_the_summary_fails(monkeypatch, capsys):
 
 
 @pytest.mark.slow
-def test_bench_report_writes_the_summary_with_its_files(hand_store, tmp_path, capsys):
+def test_bench_report_writes_the_summary_only_when_asked_and_then_the_campaigns_own_report(
+    hand_store, tmp_path, capsys
+):
     from analysis import report_cli
 
     out = tmp_path / "report"
-    assert report_cli.main(["--experiment", hand_store, "--out", str(out)]) == 0
+    assert report_cli.main(["--experiment", hand_store, "--out", str(out), "--published"]) == 0
+    assert not [s for s in capsys.readouterr().out.splitlines() if s.startswith("campaign summary of")]
+    assert runs_of(hand_store, schema.KIND_CAMPAIGN) == []  # a reader's report writes nothing
+
+    assert report_cli.main(["--experiment", hand_store, "--out", str(out), "--published", "--record"]) == 0
     (line,) = [s for s in capsys.readouterr().out.splitlines() if s.startswith("campaign summary of")]
     (camp_run,) = runs_of(hand_store, schema.KIND_CAMPAIGN)
     assert line.startswith(f"campaign summary of {hand_store}: MLflow run {camp_run.info.run_id} (2 entries, ")
     logged = {f.path for f in store.client().list_artifacts(camp_run.info.run_id, schema.REPORT_ARTIFACTS)}
-    on_disk = {f"{schema.REPORT_ARTIFACTS}/{p.name}" for p in out.iterdir()}
-    assert logged == on_disk and f"{schema.REPORT_ARTIFACTS}/index.md" in logged  # the user's folder, as it is
+    assert f"{schema.REPORT_ARTIFACTS}/index.md" in logged
+    index = store.client().download_artifacts(
+        camp_run.info.run_id, f"{schema.REPORT_ARTIFACTS}/index.md", str(tmp_path)
+    )
+    assert "published" in (out / "index.md").read_text().lower()  # the reader's variant has the paper's rows ...
+    assert Path(index).read_text() != (out / "index.md").read_text()  # ... the campaign's own report does not
     assert metrics_by_entry(hand_store)["alpha"]["agg"] == pytest.approx(ALPHA["agg"])
 
 

@@ -58,18 +58,19 @@ pytestmark = [
 # the columns the README documents, as the UI names them, in the view's order; tokens_input, tokens_output and
 # cost_usd are documented too but absent here: offline agents log no tokens, and the UI shows only logged metrics
 SHOWN = [
+    "tags.`bench.status`",
+    "tags.`bench.reason`",
+    "tags.`bench.entry`",
+    "tags.`bench.task`",
     "metrics.`score`",
     "metrics.`rel_improvement`",
-    "metrics.`scripts_launched`",
     "metrics.`budget_utilisation`",
+    "metrics.`scripts_launched`",
     "metrics.`wall_time_s`",
     "metrics.`agg`",
     "metrics.`agg_max`",
     "metrics.`success_rate`",
     "metrics.`gap_closed`",
-    "tags.`bench.status`",
-    "tags.`bench.entry`",
-    "tags.`bench.task`",
     "tags.`bench.repeat`",
     "tags.`bench.kind`",
     "tags.`bench.protocol`",
@@ -159,8 +160,18 @@ def _open(browser, url: str, width: int = 4200, height: int = 1000, ready: str |
     return page
 
 
+ROUNDED = re.compile(r"^-?\d+(\.\d{1,4})?( \(average\))?$")  # as the page shows it: 4 decimals at most (1.0: "1")
+
+
 def _number(text: str) -> float:
-    return float(text.split()[0])  # "0.5547979116165341 (average)" on a group row
+    return float(text.split()[0])  # "0.5548 (average)" on a group row
+
+
+def _shown(text: str, value: float) -> bool:
+    """A value as the page shows it: rounded to 4 decimals (bench.tracking.uiapp.ROUND_SCRIPT), never all 17 digits
+    (a value with fewer decimals, 0.5 or 1.0, is shown as it is)."""
+    digits = text.split()[0].partition(".")[2]
+    return len(digits) <= 4 and _number(text) == pytest.approx(value, abs=5e-5 * (len(digits) == 4) + 1e-12)
 
 
 def _cell(page, row_id: str, column: str):
@@ -250,7 +261,7 @@ def test_the_runs_view_shows_the_documented_columns_and_the_campaign_summary(ui,
         row = page.locator(f'.ag-pinned-left-cols-container .ag-row[row-id="{run_id}"]')
         row.wait_for()
         assert f"summary: {entry}" in row.inner_text()
-        assert _number(_cell(page, run_id, "metrics.`agg`").inner_text()) == pytest.approx(_agg(campaign, entry))
+        assert _shown(_cell(page, run_id, "metrics.`agg`").inner_text(), _agg(campaign, entry))
         assert _cell(page, run_id, "tags.`bench.kind`").inner_text() == "summary"
     page.close()
 
@@ -302,11 +313,12 @@ def test_the_per_task_view_groups_by_task_then_agent(ui, pages, campaign, tmp_pa
         # drawn whole: no ellipsis in the label, and the label ends inside its cell
         whole = "e => e.scrollWidth <= e.clientWidth && e.getBoundingClientRect().right <= "
         assert name.evaluate(whole + "e.closest('.ag-cell').getBoundingClientRect().right"), f"{label} is cut"
-        score = _cell(page, row, "metrics.`score`").inner_text()
-        assert score.endswith("(average)")  # a mean over one agent's runs on one task, never across tasks
-        assert _number(score) == pytest.approx(_mean(r.score for r in runs), rel=1e-9)
-        rel = _number(_cell(page, row, "metrics.`rel_improvement`").inner_text())
-        assert rel == pytest.approx(_mean(_rel(task, r.score) for r in runs), rel=1e-9)
+        score = _cell(page, row, "metrics.`score`")
+        assert score.inner_text().endswith("(average)")  # a mean over one agent's runs on one task, never across tasks
+        assert ROUNDED.match(score.inner_text()) and _shown(score.inner_text(), _mean(r.score for r in runs))
+        assert score.evaluate(whole + "e.getBoundingClientRect().right"), "the group cell cuts its label"
+        rel = _cell(page, row, "metrics.`rel_improvement`").inner_text()
+        assert _shown(rel, _mean(_rel(task, r.score) for r in runs))
     assert page.get_by_text("8 matching runs").is_visible()  # agent runs only: no script, eval or summary run
     page.close()
 
@@ -316,15 +328,42 @@ def test_the_per_task_view_groups_by_task_then_agent(ui, pages, campaign, tmp_pa
     page.get_by_role("menuitem", name="1GC-7RC: per task").click()
     cell = _cell(page, f"tag.{schema.GROUP}.{schema.group_label('t6', 'command')}", "metrics.`score`")
     cell.wait_for(state="attached")
-    assert _number(cell.inner_text()) == pytest.approx(_mean(r.score for r in groups[("t6", "command")]), rel=1e-9)
+    expect(cell).to_have_text(ROUNDED)
+    assert _shown(cell.inner_text(), _mean(r.score for r in groups[("t6", "command")]))
     _hide_panels(page)
     _screenshot(page, tmp_path, "mlflow-per-task.png")
     page.locator('label:has(input[name="runs-view-mode"][value="CHART"])').click()  # the charts: a bar per group
+    page.wait_for_selector(".js-plotly-plot")
+    page.wait_for_timeout(2000)
+    _screenshot(page, tmp_path, "mlflow-per-task-charts.png")
+    print(f"screenshots: {tmp_path / 'mlflow-per-task.png'}, {tmp_path / 'mlflow-per-task-charts.png'}")
+    # the charts open on the benchmark's metrics, in this order, before anything alphabetical (anytime_score)
+    titles = page.evaluate(CHART_TITLES, CHART_NAMES)
+    assert titles[:3] == [schema.SCORE, schema.REL_IMPROVEMENT, schema.BUDGET_UTILISATION], titles
     page.get_by_placeholder("Search metric charts").fill(schema.REL_IMPROVEMENT)
     for runs in groups.values():
         mean = _mean(_rel(r.task, r.score) for r in runs)
         expect(page.locator(".js-plotly-plot").first).to_contain_text(f"{mean:.2f}")
     page.close()
+
+
+# the metric names written as a chart card's title, top to bottom and left to right: the elements whose own text is a
+# metric name and that sit above a plot in the charts' area (the runs list, on the left, holds none of them)
+CHART_TITLES = """names => {
+  const plots = [...document.querySelectorAll('.js-plotly-plot')];
+  const left = Math.min(...plots.map(p => p.getBoundingClientRect().left));
+  const found = [];
+  for (const e of document.querySelectorAll('body *')) {
+    const t = [...e.childNodes].filter(n => n.nodeType === 3).map(n => n.nodeValue).join('').trim();
+    const r = e.getBoundingClientRect();
+    const shown = r.width > 0 && r.left >= left - 40 && !e.closest('.ag-root-wrapper');
+    if (names.includes(t) && shown) found.push([r.top, r.left, t]);
+  }
+  found.sort((a, b) => (Math.abs(a[0] - b[0]) < 20 ? a[1] - b[1] : a[0] - b[0]));
+  return [...new Set(found.map(f => f[2]))];
+}"""
+CHART_NAMES = [schema.SCORE, schema.REL_IMPROVEMENT, schema.BUDGET_UTILISATION, schema.ANYTIME, schema.SCRIPTS_LAUNCHED,
+               schema.WALL_TIME, schema.CHECKPOINTS, schema.SUCCESS, schema.TASK_BASELINE, schema.BEST_VAL]  # fmt: skip
 
 
 def test_the_comparison_view_ranks_the_summary_runs_by_agg(ui, pages, campaign, tmp_path):  # noqa: F811
@@ -335,10 +374,9 @@ def test_the_comparison_view_ranks_the_summary_runs_by_agg(ui, pages, campaign, 
     assert rows == [summaries[e] for e in by_agg]  # the summary runs only, best Agg first
     for entry, run_id in summaries.items():
         runs = [r for r in campaign.results if r.agent == entry]
-        assert _number(_cell(page, run_id, "metrics.`agg`").inner_text()) == pytest.approx(_agg(campaign, entry))
-        assert _number(_cell(page, run_id, "metrics.`success_rate`").inner_text()) == pytest.approx(
-            sum(r.status == "success" for r in runs) / len(runs)
-        )
+        assert _shown(_cell(page, run_id, "metrics.`agg`").inner_text(), _agg(campaign, entry))
+        rate = sum(r.status == "success" for r in runs) / len(runs)
+        assert _shown(_cell(page, run_id, "metrics.`success_rate`").inner_text(), rate)
         entry_cell = _cell(page, run_id, "tags.`bench.entry`")
         assert entry_cell.inner_text() == entry
         assert entry_cell.evaluate(f"e => e.getBoundingClientRect().width >= {views.ENTRY_PX - 1}")  # a whole entry
@@ -346,6 +384,47 @@ def test_the_comparison_view_ranks_the_summary_runs_by_agg(ui, pages, campaign, 
         assert model_cell.evaluate(f"e => e.getBoundingClientRect().width >= {views.MODEL_PX - 1}")
     _hide_panels(page)
     _screenshot(page, tmp_path, "mlflow-compare-agents.png")
+    page.close()
+
+
+def test_a_failed_campaign_shows_status_and_reason_first_and_no_description_escapes(ui, pages, campaign, tmp_path):  # noqa: F811
+    """A campaign whose runs all failed (no score column at all): its runs view at a laptop's 1,600 px shows each run's
+    status and reason in view, before any metric. And no description the harness stored holds a backslash escape
+    (MLflow's page shows ``hardware\\: cpu`` as it is)."""
+    import uuid
+
+    from bench.tracking import reader
+    from bench.tracking.writer import MlflowWriter
+
+    with pytest.MonkeyPatch.context() as mp:
+        campaign.activate(mp)
+        _, runs = reader.campaign_runs(campaign.name)
+        notes = {r.info.run_name: r.data.tags.get(schema.RUN_NOTE, "") for r in runs}
+        assert sum(bool(n) for n in notes.values()) >= 8  # every agent run has one
+        escaped = {k: n for k, n in notes.items() if re.search(r"\\[!-/:-@\[-`{-~]", n)}
+        assert not escaped, escaped
+        name = f"failed-{uuid.uuid4().hex[:6]}"
+        w = MlflowWriter(name)
+        reason = "no checkpoint: the agent's scripts saved none within the budget (checkpoints/ is empty)"
+        for repeat in (1, 2):
+            tags = schema.agent_run_tags(name, "claude-code", "claude-opus-4-7", "t6", repeat, f"/runs/{repeat}")
+            run = w.create_run(f"t6-claude-code-r{repeat}", {**tags, schema.STATUS: "failed", schema.REASON: reason})
+            w.log_metrics(run, [(schema.SUCCESS, 0.0, 0, None), (schema.WALL_TIME, 61.5, 0, None)])
+            w.end_run(run, "FAILED")
+        views.save(w)
+        experiment = w.experiment_id
+    page = pages(views.url(ui["base"], experiment, views.RUNS_VIEW), width=1600, height=900)
+    for column in (schema.STATUS, schema.REASON):
+        header = page.locator(f'.ag-header-cell[col-id="tags.`{column}`"]')
+        expect(header).to_be_visible()
+        assert header.evaluate("e => e.getBoundingClientRect().right") <= 1600, f"{column} is past 1,600 px"
+    expect(page.locator('.ag-center-cols-container [col-id="tags.`bench.status`"]').first).to_have_text("failed")
+    expect(page.locator('.ag-center-cols-container [col-id="tags.`bench.reason`"]').first).to_contain_text(
+        "no checkpoint"
+    )
+    _hide_panels(page)
+    _screenshot(page, tmp_path, "mlflow-failed-campaign.png")
+    print(f"screenshot: {tmp_path / 'mlflow-failed-campaign.png'}")
     page.close()
 
 

@@ -212,6 +212,13 @@ def test_bench_agents_check_shows_cli_credential_and_endpoint(monkeypatch, tmp_p
         ready = capsys.readouterr().out.splitlines()
         assert main(["agents", "check", "codex", "claude-code"]) == 1  # a named agent is not ready
         missing = capsys.readouterr().out.splitlines()
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-never-shown")
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", llm.url)
+        assert main(["agents", "check", "claude-code", "--model", "gpt-5.5"]) == 1  # a key, but no CLI: not ready
+        uninstalled = capsys.readouterr().out.splitlines()[1]
+    assert uninstalled.startswith("claude-code  not installed") and uninstalled.endswith(
+        "not installed: bench agents install claude-code (a run installs it on first use)"
+    )
     assert ready[0].split() == ["agent", "CLI", "credential", "endpoint", "status"]
     codex = ready[1].split()
     assert codex[:5] == ["codex", "0.169.0", "API", "key", "OPENAI_API_KEY"]

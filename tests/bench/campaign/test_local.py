@@ -148,7 +148,11 @@ def test_a_killed_harness_is_an_infrastructure_failure_its_retry_resumes_the_run
     assert "cut-short" in agent_runs(name)[f"tags.{schema.DEVIATIONS}"].iloc[0].split(",")
     capsys.readouterr()
     assert main(["campaign", "status", str(path)]) == 0
-    assert f"1 run(s) cut short by the harness ({key.run_id}): bench campaign resume" in capsys.readouterr().out
+    hint = f"1 run(s) cut short by the harness ({key.run_id}): final, so resume leaves them as they are; bench "
+    assert hint in capsys.readouterr().out
+    assert main(["campaign", "resume", str(path)]) == 0  # a plain resume leaves it final, and says how to redo it
+    assert f"[campaign] {hint}campaign resume {path} --redo-cut-short" in capsys.readouterr().out
+    assert RunResult.load(c.run_dir(key)).status == "interrupted"
     assert main(["campaign", "resume", str(path), "--redo-cut-short"]) == 0
     again = RunResult.load(c.run_dir(key))
     assert again.status == "timeout" and not again.interrupted, again.reason  # `sleep 60` given its whole 20 s

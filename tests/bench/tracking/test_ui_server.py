@@ -158,6 +158,7 @@ def test_the_app_serves_mlflows_page_with_the_model_training_default_first():
     page = uiapp.flask_app.test_client().get("/").get_data(as_text=True)
     original = (Path(uiapp.flask_app.static_folder) / "index.html").read_text()
     # the views' script names no campaign here: this process is no MLflow server (no backend store to read)
-    assert page == original.replace("<head>", "<head>" + uiapp.SCRIPT + uiapp.views_script([]), 1)
+    head = "<head>" + uiapp.SCRIPT + uiapp.views_script([]) + uiapp.ROUND_SCRIPT
+    assert page == original.replace("<head>", head, 1)
     assert page.index(uiapp.SCRIPT) < page.index("static/js/main.")
     assert '"mlflow.workflowType_v1": "\\"machine_learning\\""' in uiapp.SCRIPT  # the stored value is JSON text

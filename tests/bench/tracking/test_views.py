@@ -60,11 +60,27 @@ def test_the_envelope_is_the_one_the_ui_writes():
     assert len(view.envelope(0)) < 20_000  # the UI refuses to save a larger view; MLflow's tag limit is 20,000
     assert view.state["columnOrder"] == [views.RUN_NAME, *view.state["selectedColumns"]]
     assert set(view.state["columnWidths"]) == set(view.state["columnOrder"])
-    assert view.state["selectedColumns"][:3] == [
+    assert view.state["selectedColumns"][:3] == [  # its group rows show means: the metrics first
         "metrics.`score`",
         "metrics.`rel_improvement`",
-        "metrics.`scripts_launched`",
+        "metrics.`budget_utilisation`",
     ]
+    # the runs view: how each run ended and why before any metric (a campaign of failed runs has no score column)
+    assert views.all_views()[0].state["selectedColumns"][:7] == [
+        "tags.`bench.status`",
+        "tags.`bench.reason`",
+        "tags.`bench.entry`",
+        "tags.`bench.task`",
+        "metrics.`score`",
+        "metrics.`rel_improvement`",
+        "metrics.`budget_utilisation`",
+    ]
+    # the charts open on score, rel_improvement and budget_utilisation, in a section the UI appends the rest to
+    cards, sections = view.state["compareRunCharts"], view.state["compareRunSections"]
+    assert [c["metricKey"] for c in cards] == ["score", "rel_improvement", "budget_utilisation"]
+    assert {c["metricSectionId"] for c in cards} == {sections[0]["uuid"]} and sections[0]["isReordered"] is True
+    assert sections[0]["name"] == "Model metrics" and all(c["type"] == "BAR" and not c["deleted"] for c in cards)
+    assert "compareRunCharts" not in views.all_views()[2].state  # the comparison's charts: the UI's own
 
 
 def test_bench_ui_links_campaigns_with_agent_runs_and_refuses_unknown_ones(capsys):
