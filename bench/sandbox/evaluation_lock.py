@@ -224,7 +224,7 @@ def _announcer(console: bool, label: str, what: str) -> Callable[[float], None]:
 
     def say(waited: float) -> None:
         if waited >= next_at[0]:
-            print(f"[bench] {label}: {what}" + (f" ({waited:.0f} s so far)" if waited else ""), flush=True)
+            print(f"[bench] {label}: {what}" + (f" ({waited:.0f} s so far)" if waited >= 1 else ""), flush=True)
             next_at[0] = waited + NOTE_EVERY_S
 
     return say
