@@ -227,7 +227,7 @@ def evaluate_candidates(
     console's line while the evaluation waits.
     """
     budget = (limits or Limits()).eval_s if budget_s is None else float(budget_s)
-    with evaluation_lock.evaluating(budget, console, label) as isolation:
+    with evaluation_lock.evaluating(budget, console, label, ws.run_dir) as isolation:
         out = _candidates(ws, selection, data_dir, device, console, sandboxed, budget, limits)
     note = {"isolation": isolation.to_dict()}
     return [replace(e, official=Official.from_dict({**e.official.raw, **note})) for e in out]

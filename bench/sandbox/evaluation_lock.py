@@ -41,6 +41,7 @@ BESIDE = "beside-agents"  # the user chose to evaluate beside live agents (BENCH
 NOT_ISOLATED = "not-isolated"  # the lock could not be had (waited its bound, or no lock file): evaluated anyway
 LAUNCH_BOUND_X = 3  # a launch waits at most this many evaluation budgets for evaluations that hold the gate
 NOTE_EVERY_S = 60.0  # a waiting evaluation's console line, again after this long
+MARKER = "lock-wait.txt"  # in a run's directory while it waits: what it waits for (the campaign's status line)
 
 
 @dataclass(frozen=True)
@@ -108,20 +109,19 @@ def _gate(path: Path) -> Path:
     return path.with_name(path.name + ".gate")
 
 
-def _quiet(_: float) -> None:
-    pass
-
-
 @contextlib.contextmanager
-def agent_alive(bound_s: float, console: bool = True, label: str = "") -> Iterator[float | None]:
+def agent_alive(
+    bound_s: float, console: bool = True, label: str = "", run_dir: Path | None = None
+) -> Iterator[float | None]:
     """Hold the machine's lock shared while this run's agent lives (wrap its launch and watch): other runs'
     evaluations wait for it. Yields the seconds this launch waited for evaluations that held the gate, or None when
     the lock could not be used (the agent runs anyway: an error here must not cost the run; said on the console).
-    ``bound_s``: the run's evaluation budget (a launch waits at most :data:`LAUNCH_BOUND_X` of them)."""
+    ``bound_s``: the run's evaluation budget (a launch waits at most :data:`LAUNCH_BOUND_X` of them); ``run_dir``:
+    where :data:`MARKER` says what the run waits for, while it waits."""
     path = lock_path()
     main: int | None = None
     waited: float | None = None
-    said = _announcer(console, label, "waits for another run's evaluation on this machine before its launch")
+    said = _announcer(console, label, "waits for another run's evaluation on this machine before its launch", run_dir)
     try:
         gate = _open(_gate(path))
         try:  # the gate is passed, then released at once: an evaluation may close it behind this launch
@@ -132,6 +132,7 @@ def agent_alive(bound_s: float, console: bool = True, label: str = "") -> Iterat
                 waited = None if more is None else waited + more
         finally:
             os.close(gate)
+            _unmark(run_dir)
         if waited is None and console:
             print(f"[bench] {label}: the evaluation lock {path} was held too long; the agent starts without it",
                   flush=True)  # fmt: skip
@@ -148,17 +149,20 @@ def agent_alive(bound_s: float, console: bool = True, label: str = "") -> Iterat
 
 
 @contextlib.contextmanager
-def evaluating(bound_s: float, console: bool = True, label: str = "") -> Iterator[Isolation]:
+def evaluating(
+    bound_s: float, console: bool = True, label: str = "", run_dir: Path | None = None
+) -> Iterator[Isolation]:
     """Hold the machine's lock exclusive for an evaluation: wait (at most ``bound_s``) until no other run's agent
     is live, and let no agent start until it ends. Call it after this run's own :func:`agent_alive` has ended.
-    Yields the :class:`Isolation` the evaluation had; it evaluates in every case."""
+    Yields the :class:`Isolation` the evaluation had; it evaluates in every case. ``run_dir``: as for
+    :func:`agent_alive`."""
     if settings.EVAL_BESIDE_AGENTS.get():
         yield Isolation(BESIDE, why="BENCH_EVAL_BESIDE_AGENTS=1: evaluated beside other runs' live agents, if any")
         return
     path = lock_path()
     t0 = time.monotonic()
     said = _announcer(console, label, f"waits for other runs' live agents on this machine to end (at most "
-                      f"{bound_s:.0f} s; BENCH_EVAL_BESIDE_AGENTS=1 evaluates beside them)")  # fmt: skip
+                      f"{bound_s:.0f} s; BENCH_EVAL_BESIDE_AGENTS=1 evaluates beside them)", run_dir)  # fmt: skip
     with _HELD.mutex:  # threads of one process (bench verify --jobs) share one exclusive hold: evaluations beside
         if _HELD.fds and _HELD.path == path:  # each other are no channel to an agent, so none waits for another
             iso = Isolation(EXCLUSIVE, time.monotonic() - t0)
@@ -166,6 +170,7 @@ def evaluating(bound_s: float, console: bool = True, label: str = "") -> Iterato
             _HELD.fds, iso = _exclusive(path, bound_s, said, t0)
             _HELD.path = path
         _HELD.users += 1
+    _unmark(run_dir)
     if console and (iso.waited_s >= 1 or not iso.isolated):
         print(f"[bench] {label}: evaluation {iso.state} after {iso.waited_s:.0f} s{'; ' + iso.why if iso.why else ''}",
               flush=True)  # fmt: skip
@@ -216,15 +221,32 @@ def _exclusive(path: Path, bound_s: float, said: Callable[[float], None], t0: fl
     return fds, Isolation(EXCLUSIVE, waited)
 
 
-def _announcer(console: bool, label: str, what: str) -> Callable[[float], None]:
-    """The console's line while a lock is waited for: once at the start, again every :data:`NOTE_EVERY_S`."""
-    if not console:
-        return _quiet
+def _announcer(console: bool, label: str, what: str, run_dir: Path | None = None) -> Callable[[float], None]:
+    """What a run says while it waits for a lock: a console line at the start and every :data:`NOTE_EVERY_S`, and
+    its :data:`MARKER` file in ``run_dir`` (read by :func:`waits`)."""
     next_at = [0.0]
 
     def say(waited: float) -> None:
         if waited >= next_at[0]:
-            print(f"[bench] {label}: {what}" + (f" ({waited:.0f} s so far)" if waited >= 1 else ""), flush=True)
+            if console:
+                print(f"[bench] {label}: {what}" + (f" ({waited:.0f} s so far)" if waited >= 1 else ""), flush=True)
+            if run_dir is not None and not next_at[0]:
+                with contextlib.suppress(OSError):
+                    (run_dir / MARKER).write_text(what.split(" (")[0] + "\n")
             next_at[0] = waited + NOTE_EVERY_S
 
     return say
+
+
+def _unmark(run_dir: Path | None) -> None:
+    if run_dir is not None:
+        with contextlib.suppress(OSError):
+            (run_dir / MARKER).unlink(missing_ok=True)
+
+
+def waits(run_dir: Path) -> str:
+    """What the run in ``run_dir`` waits for now ("" when it does not): for a campaign's status line."""
+    try:
+        return (run_dir / MARKER).read_text()[:200].strip()
+    except OSError:
+        return ""

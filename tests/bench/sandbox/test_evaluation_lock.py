@@ -172,3 +172,24 @@ def test_each_evaluation_of_a_run_records_its_isolation(generated_t6, lock_file,
     monkeypatch.setenv("BENCH_EVAL_BESIDE_AGENTS", "1")
     evals = evaluate.evaluate_candidates(ws, selection, data_dir, "cpu", console=False, budget_s=30)
     assert {e.official.raw["isolation"]["state"] for e in evals} == {lock.BESIDE}
+
+
+def test_a_waiting_run_says_so_in_its_directory_for_the_campaigns_status_line(lock_file, tmp_path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    got: list[lock.Isolation] = []
+    with lock.agent_alive(60.0, console=False):  # another run's agent
+        t = threading.Thread(target=lambda: got.append(_evaluate(run_dir)))
+        t.start()
+        for _ in range(600):  # until the evaluation has asked (at most a minute)
+            if lock.waits(run_dir):
+                break
+            time.sleep(0.1)
+        assert lock.waits(run_dir).startswith("waits for other runs' live agents on this machine to end")
+    t.join(30)
+    assert got[0].state == lock.EXCLUSIVE and lock.waits(run_dir) == ""  # gone once it has the lock
+
+
+def _evaluate(run_dir: Path) -> lock.Isolation:
+    with lock.evaluating(60.0, console=False, run_dir=run_dir) as iso:
+        return iso
