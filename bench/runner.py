@@ -72,7 +72,7 @@ def _run(spec: RunSpec, term: termination.Termination) -> RunResult:
 
     term.launched = True  # from here a signal is noted: the run goes on to its result (bench.termination)
     # while the agent lives, other runs on this machine do not evaluate (their predictors' pages: issue 38)
-    with evaluation_lock.agent_alive(spec.limits.eval_s, spec.console, spec.label, ws.run_dir):
+    with evaluation_lock.agent_alive(spec.limits.eval_s, spec.console, spec.label, ws.run_dir, lambda: term.pending):
         agent = launch.launch(adapter, ws, spec, evidence)  # 2
         relay.follow(agent.proc.pid, agent.token)  # system metrics by host pid from now (spool pids: the sandbox's)
         opening.join()  # the agent run is open by now (run.json names it); MLflow's start-up ran beside the agent's

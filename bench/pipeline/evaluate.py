@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from bench import protocol, settings, untrusted
+from bench import protocol, settings, termination, untrusted
 from bench.checksums import sha256
 from bench.pipeline import codetime
 from bench.pipeline.collect import Checkpoint, NotACheckpoint, Selection, verify_copy
@@ -227,8 +227,15 @@ def evaluate_candidates(
     console's line while the evaluation waits.
     """
     budget = (limits or Limits()).eval_s if budget_s is None else float(budget_s)
-    with evaluation_lock.evaluating(budget, console, label, ws.run_dir) as isolation:
-        out = _candidates(ws, selection, data_dir, device, console, sandboxed, budget, limits)
+    term = termination.current()  # a signal that comes while it waits stops the wait (bench run --resume finishes)
+    seen = len(term.signals) if term is not None else 0
+    stopped = (lambda: len(term.signals) > seen) if term is not None else None
+    try:
+        with evaluation_lock.evaluating(budget, console, label, ws.run_dir, stopped) as isolation:
+            out = _candidates(ws, selection, data_dir, device, console, sandboxed, budget, limits)
+    except KeyboardInterrupt:
+        print(f"[bench] {label}: stopped while evaluating; finish it with: bench run --resume {ws.run_dir}", flush=True)
+        raise
     note = {"isolation": isolation.to_dict()}
     return [replace(e, official=Official.from_dict({**e.official.raw, **note})) for e in out]
 

@@ -86,9 +86,12 @@ def _open(path: Path) -> int:
     raise OSError(f"{path} kept appearing and vanishing")
 
 
-def _take(fd: int, op: int, bound_s: float, on_wait: Callable[[float], None]) -> float | None:
+def _take(
+    fd: int, op: int, bound_s: float, on_wait: Callable[[float], None], stopped: Callable[[], bool] | None = None
+) -> float | None:
     """``flock(fd, op)`` within ``bound_s`` seconds: the seconds waited, or None if it was not had by then.
-    ``on_wait(waited)`` is called while it waits (the first time at once)."""
+    ``on_wait(waited)`` is called while it waits (the first time at once); ``stopped()`` true (a signal came to
+    the run while it waits) ends the wait with KeyboardInterrupt, so that a stopped run need not wait an hour."""
     t0 = time.monotonic()
     pause = 0.05
     while True:
@@ -100,6 +103,8 @@ def _take(fd: int, op: int, bound_s: float, on_wait: Callable[[float], None]) ->
         waited = time.monotonic() - t0
         if waited >= bound_s:
             return None
+        if stopped is not None and stopped():
+            raise KeyboardInterrupt
         on_wait(waited)
         time.sleep(min(pause, bound_s - waited))
         pause = min(pause * 2, 1.0)
@@ -111,13 +116,17 @@ def _gate(path: Path) -> Path:
 
 @contextlib.contextmanager
 def agent_alive(
-    bound_s: float, console: bool = True, label: str = "", run_dir: Path | None = None
+    bound_s: float,
+    console: bool = True,
+    label: str = "",
+    run_dir: Path | None = None,
+    stopped: Callable[[], bool] | None = None,
 ) -> Iterator[float | None]:
     """Hold the machine's lock shared while this run's agent lives (wrap its launch and watch): other runs'
     evaluations wait for it. Yields the seconds this launch waited for evaluations that held the gate, or None when
     the lock could not be used (the agent runs anyway: an error here must not cost the run; said on the console).
     ``bound_s``: the run's evaluation budget (a launch waits at most :data:`LAUNCH_BOUND_X` of them); ``run_dir``:
-    where :data:`MARKER` says what the run waits for, while it waits."""
+    where :data:`MARKER` says what the run waits for, while it waits; ``stopped``: see :func:`_take`."""
     path = lock_path()
     main: int | None = None
     waited: float | None = None
@@ -125,11 +134,15 @@ def agent_alive(
     try:
         gate = _open(_gate(path))
         try:  # the gate is passed, then released at once: an evaluation may close it behind this launch
-            waited = _take(gate, fcntl.LOCK_SH, bound_s * LAUNCH_BOUND_X, said)
+            waited = _take(gate, fcntl.LOCK_SH, bound_s * LAUNCH_BOUND_X, said, stopped)
             if waited is not None:
                 main = _open(path)
-                more = _take(main, fcntl.LOCK_SH, bound_s * LAUNCH_BOUND_X, said)
+                more = _take(main, fcntl.LOCK_SH, bound_s * LAUNCH_BOUND_X, said, stopped)
                 waited = None if more is None else waited + more
+        except BaseException:
+            if main is not None:
+                os.close(main)
+            raise
         finally:
             os.close(gate)
             _unmark(run_dir)
@@ -150,12 +163,16 @@ def agent_alive(
 
 @contextlib.contextmanager
 def evaluating(
-    bound_s: float, console: bool = True, label: str = "", run_dir: Path | None = None
+    bound_s: float,
+    console: bool = True,
+    label: str = "",
+    run_dir: Path | None = None,
+    stopped: Callable[[], bool] | None = None,
 ) -> Iterator[Isolation]:
     """Hold the machine's lock exclusive for an evaluation: wait (at most ``bound_s``) until no other run's agent
     is live, and let no agent start until it ends. Call it after this run's own :func:`agent_alive` has ended.
-    Yields the :class:`Isolation` the evaluation had; it evaluates in every case. ``run_dir``: as for
-    :func:`agent_alive`."""
+    Yields the :class:`Isolation` the evaluation had; it evaluates in every case. ``run_dir``, ``stopped``: as
+    for :func:`agent_alive`."""
     if settings.EVAL_BESIDE_AGENTS.get():
         yield Isolation(BESIDE, why="BENCH_EVAL_BESIDE_AGENTS=1: evaluated beside other runs' live agents, if any")
         return
@@ -163,14 +180,16 @@ def evaluating(
     t0 = time.monotonic()
     said = _announcer(console, label, f"waits for other runs' live agents on this machine to end (at most "
                       f"{bound_s:.0f} s; BENCH_EVAL_BESIDE_AGENTS=1 evaluates beside them)", run_dir)  # fmt: skip
-    with _HELD.mutex:  # threads of one process (bench verify --jobs) share one exclusive hold: evaluations beside
-        if _HELD.fds and _HELD.path == path:  # each other are no channel to an agent, so none waits for another
-            iso = Isolation(EXCLUSIVE, time.monotonic() - t0)
-        else:
-            _HELD.fds, iso = _exclusive(path, bound_s, said, t0)
-            _HELD.path = path
-        _HELD.users += 1
-    _unmark(run_dir)
+    try:
+        with _HELD.mutex:  # threads of one process (bench verify --jobs) share one exclusive hold: evaluations
+            if _HELD.fds and _HELD.path == path:  # beside each other are no channel to an agent: none waits
+                iso = Isolation(EXCLUSIVE, time.monotonic() - t0)
+            else:
+                _HELD.fds, iso = _exclusive(path, bound_s, said, t0, stopped)
+                _HELD.path = path
+            _HELD.users += 1
+    finally:
+        _unmark(run_dir)
     if console and (iso.waited_s >= 1 or not iso.isolated):
         print(f"[bench] {label}: evaluation {iso.state} after {iso.waited_s:.0f} s{'; ' + iso.why if iso.why else ''}",
               flush=True)  # fmt: skip
@@ -198,20 +217,26 @@ class _Held:
 _HELD = _Held()
 
 
-def _exclusive(path: Path, bound_s: float, said: Callable[[float], None], t0: float) -> tuple[list[int], Isolation]:
+def _exclusive(
+    path: Path, bound_s: float, said: Callable[[float], None], t0: float, stopped: Callable[[], bool] | None
+) -> tuple[list[int], Isolation]:
     """The gate, then the lock, exclusive within ``bound_s``: the descriptors held (empty when not had) and the
     :class:`Isolation` that gave."""
     fds: list[int] = []
     try:
         fds.append(_open(_gate(path)))
-        got = _take(fds[0], fcntl.LOCK_EX, bound_s, said)
+        got = _take(fds[0], fcntl.LOCK_EX, bound_s, said, stopped)
         if got is not None:
             fds.append(_open(path))
-            got = _take(fds[1], fcntl.LOCK_EX, max(0.0, bound_s - got), said)
+            got = _take(fds[1], fcntl.LOCK_EX, max(0.0, bound_s - got), said, stopped)
     except OSError as e:
         for fd in fds:
             os.close(fd)
         return [], Isolation(NOT_ISOLATED, time.monotonic() - t0, f"the evaluation lock cannot be used: {e}")
+    except BaseException:  # a signal: nothing held is left behind
+        for fd in fds:
+            os.close(fd)
+        raise
     waited = time.monotonic() - t0
     if got is None:
         for fd in fds:

@@ -193,3 +193,16 @@ def test_a_waiting_run_says_so_in_its_directory_for_the_campaigns_status_line(lo
 def _evaluate(run_dir: Path) -> lock.Isolation:
     with lock.evaluating(60.0, console=False, run_dir=run_dir) as iso:
         return iso
+
+
+def test_a_signal_while_the_evaluation_waits_stops_the_wait_and_leaves_nothing_held(lock_file, tmp_path):
+    """A stopped run need not wait out its bound (up to the evaluation budget): bench run --resume finishes it."""
+    signals: list[str] = []
+    with lock.agent_alive(60.0, console=False):  # another run's agent
+        t = threading.Timer(0.3, lambda: signals.append("SIGTERM"))
+        t.start()
+        with pytest.raises(KeyboardInterrupt), lock.evaluating(600.0, console=False, stopped=lambda: bool(signals)):
+            pass
+        t.join()
+    with lock.evaluating(5.0, console=False) as iso:  # the gate was not left held by the stopped evaluation
+        assert iso.state == lock.EXCLUSIVE
