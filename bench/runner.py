@@ -25,6 +25,7 @@ from bench.gateway import metering
 from bench.pipeline import audit, codetime, collect, evaluate, guard, launch, record, state, watch, workspace
 from bench.result import Audit, Evaluation, RunResult
 from bench.runspec import RunSpec, check
+from bench.sandbox import evaluation_lock
 from bench.tasks import Task, data, packs, weights
 from bench.tracking import schema, spool_files
 from bench.tracking.relay import Relay
@@ -72,13 +73,15 @@ def _run(spec: RunSpec, term: termination.Termination) -> RunResult:
     run = Run(spec, ws, data_dir, notes, locked_sha, writer, relay)
 
     term.launched = True  # from here a signal is noted: the run goes on to its result (bench.termination)
-    agent = launch.launch(adapter, ws, spec, evidence)  # 2
-    relay.follow(agent.proc.pid, agent.token)  # system metrics by host pid from now (spool pids are the sandbox's)
-    opening.join()  # the agent run is open by now (run.json names it); MLflow's start-up ran beside the agent's
-    _save_state(run, agent)
-    watched = watch.watch(  # 3
-        agent, spec.budget, spec.grace_s, on_tick=_status_ticker(agent, relay), stopped=lambda: term.pending
-    )
+    # while the agent lives, other runs on this machine do not evaluate (their predictors' pages: issue 38)
+    with evaluation_lock.agent_alive(spec.limits.eval_s, spec.console, spec.label, ws.run_dir, lambda: term.pending):
+        agent = launch.launch(adapter, ws, spec, evidence)  # 2
+        relay.follow(agent.proc.pid, agent.token)  # system metrics by host pid from now (spool pids: the sandbox's)
+        opening.join()  # the agent run is open by now (run.json names it); MLflow's start-up ran beside the agent's
+        _save_state(run, agent)
+        watched = watch.watch(  # 3
+            agent, spec.budget, spec.grace_s, on_tick=_status_ticker(agent, relay), stopped=lambda: term.pending
+        )
     _save_watched(ws, watched)
     if agent.gateway is not None:  # the lines of requests cut by the agent's end, written before they are read
         agent.gateway.drain()
@@ -155,8 +158,15 @@ def finish(run: Run, ended: Ended) -> RunResult:
     )
     evaluations = steps.run(
         "evaluate",
-        lambda: evaluate.evaluate_candidates(  # 5
-            ws, collected.selection, run.data_dir, spec.device, spec.console, sandboxed=spec.sandbox, limits=spec.limits
+        lambda: evaluate.evaluate_candidates(  # 5 (alone on this machine: evaluation_lock)
+            ws,
+            collected.selection,
+            run.data_dir,
+            spec.device,
+            spec.console,
+            sandboxed=spec.sandbox,
+            limits=spec.limits,
+            label=spec.label,
         ),
         list,
     )

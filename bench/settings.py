@@ -129,6 +129,13 @@ def _cache_default() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "1gc-7rc"
 
 
+def _machine_dir() -> Path:
+    """A folder every user and process of this machine shares and no other machine sees: tmpfs (never NFS, where
+    flock may not reach other hosts or not work at all; not a per-user TMPDIR), /tmp where there is none."""
+    shm = Path("/dev/shm")
+    return shm if shm.is_dir() else Path("/tmp")
+
+
 # paths
 CACHE_DIR = Setting(
     "BENCH_CACHE_DIR", _path, _cache_default, "a folder", "downloaded and prepared data, workspaces, CLIs", "path",
@@ -166,10 +173,20 @@ TRACKING_DB = Setting(
     "the tracking server's database, read directly by bench report for speed", "path"
 )  # fmt: skip
 
+EVAL_LOCK = Setting(
+    "BENCH_EVAL_LOCK", _path, lambda: _machine_dir() / "1gc-7rc-evaluation.lock", "a file on a local file system",
+    "the machine-wide lock that keeps evaluations apart from other runs' live agents", "path",
+    "/dev/shm/1gc-7rc-evaluation.lock (/tmp/... without /dev/shm)"
+)  # fmt: skip
+
 # knobs
 EVAL_TIMEOUT_S = Setting(
     "BENCH_EVAL_TIMEOUT", _number(0, above=True), 15 * 60.0, "seconds > 0",
     "the scorer's time for one checkpoint's evaluation"
+)  # fmt: skip
+EVAL_BESIDE_AGENTS = Setting(
+    "BENCH_EVAL_BESIDE_AGENTS", _switch, False, "1 or 0 (yes/no, true/false, on/off)",
+    "1 evaluates without waiting for other runs' live agents on this machine (each evaluation records it)"
 )  # fmt: skip
 PREDICTOR_MEM_GB = Setting(
     "BENCH_PREDICTOR_MEM_GB", _number(0, above=False), 0.0, "GB >= 0",

@@ -46,6 +46,8 @@ def pytest_configure(config):
     base = _SESSION_DIR = Path(tempfile.mkdtemp(prefix="bench-tests-"))
     os.environ["BENCH_CACHE_DIR"] = str(base / "cache")
     os.environ["BENCH_MLRUNS_DIR"] = str(base / "mlruns")
+    # each session (each xdist worker) its own evaluation lock: its runs never wait for other sessions' agents
+    os.environ["BENCH_EVAL_LOCK"] = str(base / "evaluation.lock")
     os.environ.pop("MLFLOW_TRACKING_URI", None)
     os.environ.pop("MLFLOW_RUN_ID", None)
     os.environ.pop("BENCH_TASKS_DIR", None)

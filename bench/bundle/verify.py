@@ -46,6 +46,7 @@ from bench.markup import one_line
 from bench.pipeline import audit, codetime, evaluate, state, workspace
 from bench.result import Evaluation, Official, RunResult
 from bench.rules import labels
+from bench.sandbox import evaluation_lock
 from bench.tasks import Task, TaskError, all_tasks, data
 
 # across device kinds (a CPU run verified on a GPU, or the reverse) a score may move by float rounding: relative
@@ -357,7 +358,11 @@ def verify_run(run_dir: Path, result: RunResult, *, device: str | None = None) -
         check.seconds = round(time.monotonic() - t0, 1)
         return check
     same = same_kind(result, device, recorded_device)
-    with tempfile.TemporaryDirectory(prefix="bench-verify-") as tmp:
+    # alone on this machine, as a run's evaluation is (no other run's live agent: bench.sandbox.evaluation_lock)
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-verify-") as tmp,
+        evaluation_lock.evaluating(result.run.limits.eval_s, console=False),
+    ):
         check.candidates, evals, diffs = rescore(result, run_dir, task, data_dir, device, Path(tmp), same)
     check.differences += diffs
     tol = tolerance(task)

@@ -18,6 +18,7 @@ from bench.campaign.spec import Campaign, RunKey
 from bench.durations import fmt_s
 from bench.progress import StatusLine
 from bench.rundir import Seen
+from bench.sandbox import evaluation_lock
 
 DEFAULT_OVERHEAD_S = 120.0
 
@@ -51,6 +52,7 @@ class LiveView:
 
     def __init__(self, campaign: Campaign, total: int, stream: TextIO | None = None, every_s: float = 30.0) -> None:
         self.total = total
+        self.campaign = campaign
         self.t0 = time.monotonic()
         self.line = StatusLine(f"campaign {campaign.name}", stream or sys.stderr, every_s=every_s)
 
@@ -60,9 +62,14 @@ class LiveView:
     def update(self, done: int, running: dict[RunKey, tuple[str, float]], eta_s: float) -> None:
         """``running``: each run's place (``gpu 0``, ``job 1234``) and its start (time.monotonic)."""
         now = time.monotonic()
-        where = ", ".join(f"{k.run_id} on {w} {fmt_s(now - t0)}" for k, (w, t0) in running.items()) or "-"
-        self.line.set(done=f"{done}/{self.total}", running=where)
+        where = ", ".join(f"{k.run_id} on {w} {fmt_s(now - t0)}{self._waits(k)}" for k, (w, t0) in running.items())
+        self.line.set(done=f"{done}/{self.total}", running=where or "-")
         self.line.update(now - self.t0, eta_s)
+
+    def _waits(self, key: RunKey) -> str:
+        """`` (waits for other runs' live agents ...)`` while the run waits for the machine's evaluation lock."""
+        why = evaluation_lock.waits(self.campaign.run_dir(key))
+        return f" ({why})" if why else ""
 
     def close(self) -> None:
         self.line.close()

@@ -26,15 +26,17 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
-from bench import protocol, settings, untrusted
+from bench import protocol, settings, termination, untrusted
 from bench.checksums import sha256
 from bench.pipeline import codetime
 from bench.pipeline.collect import Checkpoint, NotACheckpoint, Selection, verify_copy
 from bench.pipeline.launch import HARNESS_ONLY
 from bench.pipeline.workspace import Workspace
 from bench.result import Evaluation, Official
+from bench.sandbox import evaluation_lock
 from bench.sandbox.resource_limits import GIB, KIB, MIB, Limits
 from bench.tasks import Task, data
 
@@ -208,8 +210,11 @@ def evaluate_candidates(
     sandboxed: bool = True,
     budget_s: float | None = None,
     limits: Limits | None = None,
+    label: str = "",
 ) -> list[Evaluation]:
-    """Official evaluation of each distinct candidate (the overall best first, then each window's best).
+    """Official evaluation of each distinct candidate (the overall best first, then each window's best), with no
+    other run's agent live on this machine (:mod:`bench.sandbox.evaluation_lock`; each result's ``isolation``
+    says whether it had that, and how long it waited for it: that wait is not taken from the budget).
 
     The prepared data are verified first: if anything changed them during the run, no candidate is scored
     against them and each evaluation carries the reason instead. When the best cannot be built or loaded (not a
@@ -218,9 +223,33 @@ def evaluate_candidates(
     ``best-unloadable``, so that an unusable file does not fail a run that saved usable ones.
 
     ``budget_s`` (default ``limits.eval_s``, else ``Limits().eval_s``) bounds all of it together: see the module's
-    docstring. ``limits``: the run's, whose memory and processes hold the predictors.
+    docstring. ``limits``: the run's, whose memory and processes hold the predictors. ``label``: the run's, for the
+    console's line while the evaluation waits.
     """
     budget = (limits or Limits()).eval_s if budget_s is None else float(budget_s)
+    term = termination.current()  # a signal that comes while it waits stops the wait (bench run --resume finishes)
+    seen = len(term.signals) if term is not None else 0
+    stopped = (lambda: len(term.signals) > seen) if term is not None else None
+    try:
+        with evaluation_lock.evaluating(budget, console, label, ws.run_dir, stopped) as isolation:
+            out = _candidates(ws, selection, data_dir, device, console, sandboxed, budget, limits)
+    except KeyboardInterrupt:
+        print(f"[bench] {label}: stopped while evaluating; finish it with: bench run --resume {ws.run_dir}", flush=True)
+        raise
+    note = {"isolation": isolation.to_dict()}
+    return [replace(e, official=Official.from_dict({**e.official.raw, **note})) for e in out]
+
+
+def _candidates(
+    ws: Workspace,
+    selection: Selection,
+    data_dir: Path,
+    device: str,
+    console: bool,
+    sandboxed: bool,
+    budget: float,
+    limits: Limits | None,
+) -> list[Evaluation]:
     deadline = time.monotonic() + budget
     code_store = ws.run_dir / "evidence" / codetime.CODE_DIR
     done: dict[Path, Official] = {}
