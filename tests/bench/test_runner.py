@@ -245,7 +245,8 @@ def test_run_on_a_partial_substitute_says_so_in_result_and_mlflow(generated_t6):
     """The full file is unavailable, a declared partial copy is used: the run is marked, not hidden."""
     toml = generated_t6.folder / "task.toml"
     text = toml.read_text()
-    substitute = text[text.index("[[data]]") :].replace('file = "ETTh1.csv"', 'file = "ETTh1-part.csv"')
+    data = text[text.index("[[data]]") :].split("\n[scoring]")[0]  # the data source's table alone
+    substitute = data.replace('file = "ETTh1.csv"', 'file = "ETTh1-part.csv"')
     text = text.replace('mirror = "ETTh1/ETTh1.csv"', 'mirror = "ETTh1/full-copy-absent.csv"')
     toml.write_text(text + "\n" + substitute + 'substitute_for = "ETTh1.csv"\n')
     prepare_py = generated_t6.folder / "prepare.py"  # T6's prepare reads ETTh1.csv: let it read the substitute
