@@ -1,8 +1,10 @@
 # Two entry points, both self-installing into .venv (see README.md):
 #   make demo   install, then run `bench demo` (baseline agent on T6 and T1, into MLflow)
-#   make test       install, then run the fast tier: every test not marked slow (no whole benchmark run), ~3 min
-#   make test-all   install, then run every test (the whole benchmark runs too), 20-25 min; CI runs both (.ci/run)
-# both on pytest-xdist workers (TEST_WORKERS); PYTEST_ARGS passes options (make test PYTEST_ARGS="tests/bench -x")
+#   make test       install, then run the fast tier: every test not marked slow (no whole benchmark run)
+#   make test-slow  install, then run the slow tier alone (the whole benchmark runs); CI runs both (.ci/run)
+#   make test-all   both tiers in one session
+# all on pytest-xdist workers (TEST_WORKERS), each printing its 25 slowest tests; PYTEST_ARGS passes options
+# (make test PYTEST_ARGS="tests/bench -x"); README.md says how long each takes
 # and two to look at the results without activating the environment:
 #   make ui     the MLflow UI on the store (`bench ui`; UI_ARGS="--port 5001" passes options)
 #   make lab    install JupyterLab (the `lab` extra) and open it on notebooks/ (LAB_ARGS="--no-browser" passes options)
@@ -20,7 +22,7 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test test-all install lint ui lab gpu-proof gpu-proof-bundle prices bench
+.PHONY: demo test test-slow test-all install lint ui lab gpu-proof gpu-proof-bundle prices bench
 
 # pytest-xdist workers: one more than a 2-core machine's cores, as the tests wait on budgets, sleeps, sandboxes and
 # subprocesses as much as they compute (TEST_WORKERS=2 or 4 to change it; TEST_WORKERS=0 runs in one process)
@@ -40,10 +42,13 @@ demo: $(BIN)/bench
 	$(BIN)/bench demo
 
 test: $(BIN)/bench
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup -m "not slow" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup -m "not slow" --durations=25 $(PYTEST_ARGS)
+
+test-slow: $(BIN)/bench
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup -m slow --durations=25 $(PYTEST_ARGS)
 
 test-all: $(BIN)/bench
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=25 $(PYTEST_ARGS)
 
 lint: $(BIN)/bench
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .

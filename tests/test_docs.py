@@ -35,7 +35,7 @@ PLACEHOLDER = "a placeholder value for the reader to fill in"
 SKIP: dict[str, str] = {
     "make demo": "installs the toolkit and runs ~10 min (the demo's own test covers it)",
     "make test": "the fast tier of the test suite: minutes (CI runs it: test_ci_runs_the_readmes_test_commands)",
-    "make test-all": "the whole test suite: tens of minutes (CI runs it: test_ci_runs_the_readmes_test_commands)",
+    "make test-slow": "the slow tier: tens of minutes (CI runs it: test_ci_runs_the_readmes_test_commands)",
     "make gpu-proof": GPU_LONG,
     "bench selftest --device cpu --out selftest-report": "30-50 s, run by tests/bench/test_selftest.py",
     "make gpu-proof-bundle": "downloads wheels from PyPI: minutes, and network",
@@ -400,6 +400,6 @@ def test_ci_runs_the_readmes_test_commands() -> None:
     README's order: what CI proves is what a user types."""
     readme = (ROOT / "README.md").read_text()
     given = [m.split("#")[0].strip() for m in re.findall(r"^make test\S*[^\n]*", readme, re.M)]
-    assert given == ["make test", "make test-all"], given
+    assert given == ["make test", "make test-slow"], given
     ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines() if not line.lstrip().startswith("#")]
     assert [c for c in ci if c in given] == given, ci
