@@ -4,10 +4,10 @@ Nothing a test does touches the user's ``~/.cache/1gc-7rc`` or the project's ``m
 ``BENCH_DATA_MIRROR`` is read by the tests that need real data; the others generate data.
 
 Tiers (README "Tests"): ``make test`` runs the tests not marked ``slow`` (``-m "not slow"``), ``make test-slow`` the
-others, ``make test-all`` every test, all on pytest-xdist workers. Each worker is a pytest process with its own session folder
-(below); what costs the same for every worker (the generated tasks' prepared data) is built once per test run
-in a folder the workers share (:func:`with_prepared_data`). A test not marked ``slow`` that starts a whole
-benchmark run fails (:func:`_whole_run`), so the fast tier stays fast by construction, not by care.
+others, ``make test-all`` every test, all on pytest-xdist workers. Each worker is a pytest process with its own
+session folder (below); what costs the same for every worker (the generated tasks' prepared data) is built once
+per test run in a folder the workers share (:func:`with_prepared_data`). A test not marked ``slow`` that starts a
+whole benchmark run fails (:func:`_whole_run`), so the fast tier stays fast by construction, not by care.
 """
 
 from __future__ import annotations
