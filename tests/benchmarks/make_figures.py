@@ -40,6 +40,8 @@ PLACEHOLDER = "?"  # a new quote's value until make bench fills it in
 # script -> its arguments at the documented size (what the figures file says was run), cheapest first; on the shared
 # 2-core machine at load 5-14 they took 51 min in all (each section of the file says its own time)
 BENCHMARKS: dict[str, list[str]] = {
+    "gateway_latency": ["--runs", "100", "--rounds", "2"],
+    "page_cache_channel": ["--rows", "48", "--repeats", "3"],
     "tracer_cost": ["--runs", "20", "--steps", "1000", "--repeats", "5"],
     "reader_speed": ["--repeat", "5"],
     "trace_size": [],
