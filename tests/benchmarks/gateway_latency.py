@@ -162,26 +162,28 @@ def measure(code: str, runs: int) -> dict[str, float]:
     threading.Thread(target=stub.serve_forever, daemon=True).start()
     url = f"http://127.0.0.1:{stub.server_address[1]}"
     out: dict[str, float] = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        servers, socks = [], {}
-        for name, cost in (("free", None), ("budget", 1000.0)):
-            gw = Gateway(url, Path(tmp) / f"{name}.jsonl", max_cost=cost, family="anthropic")
-            socks[name] = str(Path(tmp) / f"{name}.sock")
-            servers.append(UnixServer(Path(socks[name]), gw.handle, "gateway"))
-        direct = http.client.HTTPConnection("127.0.0.1", stub.server_address[1], timeout=60)
-        for label, sock, stream in (("stream", "free", True), ("json", "free", False), ("budget", "budget", True)):
-            through = UnixHTTP(socks[sock])
-            one(through, body(stream))  # warm: the upstream connection opened
-            a, b = [], []
-            for _ in range(runs):  # direct and through alternately
-                a.append(one(direct, body(stream)))
-                b.append(one(through, body(stream)))
-            through.close()
-            out[f"{label}.direct"], out[f"{label}.gateway"] = statistics.median(a) * 1000, statistics.median(b) * 1000
-        out["parallel4"] = parallel(runs, socks["budget"], body(True))
-        direct.close()
-        for s in servers:
-            s.close()
+    # a folder of the parent's (its cwd), removed by the parent once this process has ended: a gateway's thread may
+    # still be writing its log as this one returns
+    tmp = tempfile.mkdtemp(dir=Path.cwd())
+    servers, socks = [], {}
+    for name, cost in (("free", None), ("budget", 1000.0)):
+        gw = Gateway(url, Path(tmp) / f"{name}.jsonl", max_cost=cost, family="anthropic")
+        socks[name] = str(Path(tmp) / f"{name}.sock")
+        servers.append(UnixServer(Path(socks[name]), gw.handle, "gateway"))
+    direct = http.client.HTTPConnection("127.0.0.1", stub.server_address[1], timeout=60)
+    for label, sock, stream in (("stream", "free", True), ("json", "free", False), ("budget", "budget", True)):
+        through = UnixHTTP(socks[sock])
+        one(through, body(stream))  # warm: the upstream connection opened
+        a, b = [], []
+        for _ in range(runs):  # direct and through alternately
+            a.append(one(direct, body(stream)))
+            b.append(one(through, body(stream)))
+        through.close()
+        out[f"{label}.direct"], out[f"{label}.gateway"] = statistics.median(a) * 1000, statistics.median(b) * 1000
+    out["parallel4"] = parallel(runs, socks["budget"], body(True))
+    direct.close()
+    for s in servers:
+        s.close()
     stub.shutdown()
     return out
 

@@ -13,8 +13,8 @@ file's value (where it still reads as the file had it, or is ``?``: a new quote;
 read the sentences around them again), and tests/test_benchmarks.py
 checks that every quoted value is the file's.
 
-Needs ``BENCH_DATA_MIRROR`` (eval_cost, sandbox_cost and verify_jobs measure the real data), PostgreSQL's programs
-and psycopg (report_server_speed), and the git history (prober_order_cost).
+Needs ``BENCH_DATA_MIRROR`` (eval_cost, sandbox_cost, verify_jobs and label_margins measure the real data),
+PostgreSQL's programs and psycopg (report_server_speed), and the git history (prober_order_cost, gateway_latency).
 """
 
 from __future__ import annotations
@@ -52,8 +52,9 @@ BENCHMARKS: dict[str, list[str]] = {
     "report_server_speed": ["--repeat", "2"],
     "eval_cost": ["--runs", "1"],
     "verify_jobs": ["--runs", "4"],
+    "label_margins": ["--real-t6", "--seeds", "3", "--small", "t4,t5,t7"],
 }
-NEEDS_MIRROR = {"eval_cost", "sandbox_cost", "verify_jobs"}
+NEEDS_MIRROR = {"eval_cost", "sandbox_cost", "verify_jobs", "label_margins"}
 SECTION = re.compile(r"^## `(\w+)`$", re.M)
 ROW = re.compile(
     r"^\| `(?P<id>[\w.-]+)` \| (?P<value>[^|]+?) \| (?P<start>[\d.]+) \| (?P<end>[\d.]+) \| (?P<what>.*) \|$", re.M
