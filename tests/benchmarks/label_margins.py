@@ -16,7 +16,7 @@ not real: their gap says nothing about the real task's and is printed only to ma
 Figures: ``label_margins.t6.real.{val,test,ratio,scan_s}`` (the range over the seeds' default baselines),
 ``label_margins.t6.real.found`` (targets found in their checkpoints, of the runs), ``label_margins.t6.tuned.*`` with
 ``--tuned``, and ``label_margins.<task>.small.ratio`` for each ``--small`` task. ``make bench`` runs ``--real-t6
---seeds 3 --small t4,t5,t7`` (about 3 minutes on the shared 2-core machine under load). ``--smoke``: the same rows,
+--seeds 3 --small t4,t5,t7`` (2 min 22 s on the shared 2-core machine at load 6-9). ``--smoke``: the same rows,
 one seed, every real T6 baseline trained 1 epoch (its figures mean nothing).
 """
 

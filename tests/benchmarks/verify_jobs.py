@@ -7,8 +7,8 @@ One real `bench run` on T6 (the command agent: the task's train.py at 2 epochs, 
 the data mirror, prepared first) is copied N-1 times into the campaign's folder under new run folder names: what
 verify re-scores is the same per run (one staged candidate, a sandboxed predictor and the probes' predictor), as
 for N runs made one by one. Then `bench verify <campaign folder> --quiet --jobs J` is timed whole for J = 1 and 2,
-with the load average at the start and end of each. ``make bench`` runs ``--runs 4`` (about 4 minutes on the shared
-2-core machine at load 10-20: the one real run, then 4 + 4 re-scorings). ``--smoke``: 2 runs (its figures mean
+with the load average at the start and end of each. ``make bench`` runs ``--runs 4`` (1 min 28 s on the shared
+2-core machine at load 6: the one real run, then 4 + 4 re-scorings). ``--smoke``: 2 runs (its figures mean
 nothing). Needs $BENCH_DATA_MIRROR (or --data-mirror): without it, it says so and exits 1.
 """
 
