@@ -15,7 +15,7 @@ through minus direct.
   reservation); ``parallel4``: four clients at once under that budget (a CLI's side requests beside its
   turn: the gateway before reservations held each such request up to 0.5 s for the others to be counted).
 
-``make bench`` runs ``--runs 100 --rounds 2`` (12 s on the shared 2-core machine at load 5.5). ``--smoke``: one
+``make bench`` runs ``--runs 100 --rounds 2`` (10-12 s on the shared 2-core machine at load 5-6). ``--smoke``: one
 run, one round (its figures mean nothing). Needs the git history (``--before`` must be in the clone).
 """
 
