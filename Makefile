@@ -16,7 +16,7 @@
 #   make prices   regenerate bench/agents/prices.toml from the newest LiteLLM cost map on PyPI (PRICES_ARGS="--litellm-version X")
 # and the performance figures the README and docs quote:
 #   make bench    every script of tests/benchmarks/ at its documented size, one at a time, into docs/benchmarks.md
-#                 (needs BENCH_DATA_MIRROR, PostgreSQL's programs; its scripts took 51 min in all on the shared 2-core
+#                 (needs BENCH_DATA_MIRROR, PostgreSQL's programs; its scripts took 57 min in all on the shared 2-core
 #                 machine at load 5-14, see the file; BENCH_ARGS="--only eval_cost" measures one again)
 PY ?= python3
 VENV ?= .venv

@@ -96,11 +96,11 @@ def _skip_unless_runnable(name: str) -> dict[str, str]:
         from tests.pg import skip_without_postgres
 
         skip_without_postgres()
-    if name == "prober_order_cost":
+    if name in ("prober_order_cost", "gateway_latency"):  # each compares with a commit of the history
         before = re.search(r'^BEFORE = "(\w+)"', (BENCHMARKS / f"{name}.py").read_text(), re.M).group(1)
         known = subprocess.run(["git", "cat-file", "-e", f"{before}^{{commit}}"], cwd=ROOT, capture_output=True)
         if known.returncode != 0:
-            pytest.skip(f"the scorer it compares with ({before}) is not in this clone's history")
+            pytest.skip(f"the code it compares with ({before}) is not in this clone's history")
     if name in ("run_overhead", "sandbox_cost", "eval_cost", "prober_order_cost"):
         from bench.sandbox.bwrap import probe
 

@@ -13,8 +13,8 @@ file's value (where it still reads as the file had it, or is ``?``: a new quote;
 read the sentences around them again), and tests/test_benchmarks.py
 checks that every quoted value is the file's.
 
-Needs ``BENCH_DATA_MIRROR`` (eval_cost and sandbox_cost measure the real data), PostgreSQL's programs and psycopg
-(report_server_speed), and the git history (prober_order_cost).
+Needs ``BENCH_DATA_MIRROR`` (eval_cost, sandbox_cost, verify_jobs and label_margins measure the real data),
+PostgreSQL's programs and psycopg (report_server_speed), and the git history (prober_order_cost, gateway_latency).
 """
 
 from __future__ import annotations
@@ -38,19 +38,23 @@ OUT = ROOT / "docs" / "benchmarks.md"
 QUOTE = re.compile(r"<!--fig:([\w.-]+)-->")
 PLACEHOLDER = "?"  # a new quote's value until make bench fills it in
 # script -> its arguments at the documented size (what the figures file says was run), cheapest first; on the shared
-# 2-core machine at load 5-14 they took 51 min in all (each section of the file says its own time)
+# 2-core machine at load 5-14 they took 57 min in all (each section of the file says its own time)
 BENCHMARKS: dict[str, list[str]] = {
+    "gateway_latency": ["--runs", "100", "--rounds", "2"],
     "tracer_cost": ["--runs", "20", "--steps", "1000", "--repeats", "5"],
     "reader_speed": ["--repeat", "5"],
     "trace_size": [],
     "prober_order_cost": ["--runs", "3"],
+    "verify_jobs": ["--runs", "4"],
+    "page_cache_channel": ["--rows", "48", "--repeats", "3"],
+    "label_margins": ["--real-t6", "--seeds", "3", "--small", "t4,t5,t7"],
     "run_overhead": ["--runs", "3"],
     "sandbox_cost": ["--runs", "10", "--eval-runs", "1"],
     "report_speed": ["--repeat", "2"],
     "report_server_speed": ["--repeat", "2"],
     "eval_cost": ["--runs", "1"],
 }
-NEEDS_MIRROR = {"eval_cost", "sandbox_cost"}
+NEEDS_MIRROR = {"eval_cost", "sandbox_cost", "verify_jobs", "label_margins"}
 SECTION = re.compile(r"^## `(\w+)`$", re.M)
 ROW = re.compile(
     r"^\| `(?P<id>[\w.-]+)` \| (?P<value>[^|]+?) \| (?P<start>[\d.]+) \| (?P<end>[\d.]+) \| (?P<what>.*) \|$", re.M
