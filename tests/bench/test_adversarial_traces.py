@@ -5,9 +5,9 @@ events.jsonl, the evidence), which keep it only in the run directory on the rese
 Claude Code in the sandbox, through the metering gateway, against the TLS mock (tests/bench/agents/
 test_gateway_clis.py's set-up); the mock's scripted model asks for a shell command that prints the CLI's key, whose
 output then travels in the next request's body (a tool result) and in the CLI's tool-call events. The key is not
-key-shaped, so only its value, known from the harness's environment, can find it. Since issue 29 the CLI holds
-the run's token in its place (the gateway holds the key): the key never reaches the model, and the token it echoes
-must not reach the store either.
+key-shaped, so only its value, known from the harness's environment, can find it. The CLI holds the run's token in
+its place (the gateway holds the key): the key never reaches the model; the gateway refuses the request whose body
+carries the token (an agent probing), and the token must not reach the store either.
 """
 
 from __future__ import annotations
@@ -53,11 +53,17 @@ def test_a_key_the_agent_prints_never_reaches_the_store_through_the_trace(agent,
         mock.release.set()
         mock.stop()
     bodies = [json.dumps(r.body) for r in mock.calls()]
-    # the CLI holds the run's token, not the key (issue 29: the gateway holds the key): what it echoes is the token
+    # the CLI holds the run's token, not the key (the gateway holds the key): what it echoes is the token
     assert not any(key in b for b in bodies), "the key entered the sandbox"
-    echoed = [b for b in bodies if "the key is bench-run-" in b]
-    assert echoed, "the attack did not happen: the token never reached the model"
-    token = re.search(r"the key is (bench-run-[0-9a-f]{32})", echoed[0]).group(1)
+    echo = re.search(
+        r"the key is (bench-run-[0-9a-f]{32})", (Path(result.run_dir) / "agent.log").read_text("utf-8", "replace")
+    )
+    assert echo, "the attack did not happen: the CLI never printed its token"
+    token = echo.group(1)
+    # the next request carried the token in its body (a tool result): the gateway refused it as a probe, so the
+    # token never reached the model either
+    assert not any(token in b for b in bodies), "the gateway forwarded a body that carried the run's token"
+    assert result.agent_events["gateway"]["refused"].get("misplaced", 0) >= 1, result.agent_events["gateway"]
 
     client = mlflow.tracking.MlflowClient()
     exp = client.get_run(result.mlflow_run_id).info.experiment_id
