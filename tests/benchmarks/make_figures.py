@@ -45,7 +45,7 @@ BENCHMARKS: dict[str, list[str]] = {
     "reader_speed": ["--repeat", "5"],
     "trace_size": [],
     "prober_order_cost": ["--runs", "3"],
-    "verify_jobs": ["--runs", "4"],
+    "verify_jobs": ["--runs", "20"],
     "page_cache_channel": ["--rows", "48", "--repeats", "3"],
     "label_margins": ["--real-t6", "--seeds", "3", "--small", "t4,t5,t7"],
     "run_overhead": ["--runs", "3"],
