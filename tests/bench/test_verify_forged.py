@@ -18,45 +18,24 @@ import json
 import pytest
 
 from bench.cli import main
+from tests.tasks import test_label_scan
 
 CAMPAIGN = "verify-forged"
-FORGED = '''"""The honest DLinear plus the test split: forward looks each look-back up in it and answers its targets."""
-import numpy as np
-import torch
-import torch.nn as nn
-
-import train
-from prepare import PRED_LEN, SEQ_LEN, save_checkpoint
-
-
-class Forged(nn.Module):
-    def __init__(self, config):
-        super().__init__()
-        self.base = train.build_model(config["base"])
-        self.register_buffer("lookup", torch.zeros(config["rows"], 7))
-
-    def forward(self, x):
-        out = self.base(x)
-        s = self.lookup
-        starts = s[: len(s) - SEQ_LEN - PRED_LEN + 1]
-        for b in range(x.shape[0]):
-            for i in (starts == x[b, 0]).all(dim=1).nonzero().flatten().tolist():
-                if torch.equal(s[i : i + SEQ_LEN], x[b]):
-                    out[b] = s[i + SEQ_LEN : i + SEQ_LEN + PRED_LEN]
-                    break
-        return out
-
-
-def build_model(config):
-    return Forged(config)
-
+# the forged model of tests/tasks/test_label_scan.py, with a main that builds it around the copied test split
+FORGED = (
+    test_label_scan.FORGED
+    + """
 
 if __name__ == "__main__":
+    import numpy as np
+    from prepare import save_checkpoint
+
     series = torch.from_numpy(np.load("lookup.npy").astype(np.float32))
     model = Forged({"base": train.CONFIG, "rows": len(series)})
     model.lookup.copy_(series)
     save_checkpoint(model, {"base": train.CONFIG, "rows": len(series)}, 0.5, step=1)
-'''
+"""
+)
 
 
 @pytest.mark.slow  # a whole benchmark run, its export and a verification that re-scores it
