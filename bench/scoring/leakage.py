@@ -222,6 +222,7 @@ def _zip_entries(path: Path, raw) -> tuple[list, list, bytes | None]:
                     with archive.open(info) as member:
                         inflated.append((info.filename, member.read(MAX_INFLATE - budget)))
                         budget += len(inflated[-1][1])
+                # NotImplementedError: zipfile's answer to a compression method it cannot read (an agent's file)
                 except (zipfile.BadZipFile, OSError, ValueError, NotImplementedError, zlib.error, EOFError):
                     continue
             if info.filename.endswith("data.pkl") and info.file_size <= MAX_PICKLE:
