@@ -77,7 +77,7 @@ def add_cli(subparsers, *, dashboard_alias: bool = True) -> None:
 def cmd_noise(args: argparse.Namespace) -> int:
     from baselines import noise
     from baselines.tune import hardware
-    from bench.preflight import InputError
+    from bench.errors import InputError
 
     if args.seeds < 2:
         raise InputError("--seeds must be at least 2: one seed has no spread (the noise floor wants 5)")

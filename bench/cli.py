@@ -9,7 +9,7 @@ from pathlib import Path
 from bench import preflight, runspec
 from bench.agents import AGENTS, AgentError
 from bench.durations import parse_duration
-from bench.preflight import InputError
+from bench.errors import InputError
 from bench.result import ResultError, RunResult
 from bench.runspec import GRACE_S
 from bench.sandbox.bwrap import SandboxUnavailable

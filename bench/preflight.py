@@ -22,6 +22,7 @@ from typing import Protocol
 
 from bench import paths, settings
 from bench.agents import AgentError, get_agent
+from bench.errors import InputError, Problems
 from bench.sandbox.resource_limits import LimitError, Limits, parse_size
 from bench.tasks import Task, weights
 
@@ -36,24 +37,6 @@ class Spec(Protocol):
     no_weights: bool
     sandbox: bool
     max_cost: float | None
-
-
-class InputError(ValueError):
-    """An argument or a setting a run cannot start with; the message says what to do (``bench`` exits 2)."""
-
-
-class Problems(InputError):
-    """Every problem found before a run, at once: a researcher fixing a campaign of two agents should not need three
-    tries to learn of two missing keys and a closed endpoint. One problem reads as its own line (as a single
-    InputError did); several read as a count, then one indented line each, each saying what to do."""
-
-    def __init__(self, lines: list[str]) -> None:
-        self.lines = list(dict.fromkeys(lines))  # the same problem found for two agents (a folder, the sandbox): once
-        if len(self.lines) == 1:
-            super().__init__(self.lines[0])
-        else:
-            head = f"{len(self.lines)} problems, found before anything was created (fix each, then run again):"
-            super().__init__("\n".join([head, *(f"  - {line}" for line in self.lines)]))
 
 
 def refusals() -> tuple[type[Exception], ...]:

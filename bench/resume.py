@@ -262,7 +262,7 @@ def _agent_events(ws: workspace.Workspace) -> dict:
 
 def for_cli(target: str, *, campaign: str, agent: str | None, task: str | None, console: bool):
     """``bench run --resume [TARGET]``: (results, the campaign to go on running the grid of, or None)."""
-    from bench.preflight import InputError  # what the user gave names nothing to resume: bad input, exit 2
+    from bench.errors import InputError  # what the user gave names nothing to resume: bad input, exit 2
 
     if target and RunDir(target).is_run_dir():
         if agent or task:

@@ -152,7 +152,7 @@ class RunSpec:
         spec = cls(task=task, agent=agent, **fixed, **merged)
         check(spec, names)
         if spec.max_cost is not None and not spec.sandbox:  # asked of what a user gives, not of a test's spec
-            from bench.preflight import InputError
+            from bench.errors import InputError
 
             name = names if callable(names) else lambda f: names.get(f, f)  # type: ignore[union-attr]
             raise InputError(f"{name('max_cost')} is enforced by the sandbox's metering gateway: it needs the sandbox")
@@ -243,7 +243,7 @@ def check(spec: RunSpec, names: Mapping[str, str] | Callable[[str], str] = FLAGS
     (``--grace``; ``CAMPAIGN.toml: grace:``). The machine's side (the agent's CLI, the weights, the sandbox) is
     :mod:`bench.preflight`'s."""
     from bench import preflight
-    from bench.preflight import InputError
+    from bench.errors import InputError
 
     name = names if callable(names) else lambda f: names.get(f, f)  # type: ignore[union-attr]
     budget = spec.budget_s

@@ -6,7 +6,7 @@ every MLflow metric that differs from its run's result.json and every artifact m
 and checked), a run directory, a folder of run directories, or a campaign's name (its folder of run directories).
 Each run is checked by :func:`bench.bundle.verify.verify_run`; runs on disk are also compared with the tracking
 store (:mod:`bench.bundle.verify_store`). Exit 0 when everything matches, 1 when anything differs, 2 for a target
-that is none of these (:class:`bench.preflight.InputError`).
+that is none of these (:class:`bench.errors.InputError`).
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ import time
 from pathlib import Path
 
 from bench import settings
+from bench.errors import InputError
 from bench.markup import one_line
-from bench.preflight import InputError
 from bench.progress import StatusLine
 from bench.result import ResultError, RunResult
 from bench.rundir import RESULT_FILE, RunDir

@@ -19,7 +19,7 @@ from bench import preflight, rundir
 from bench.campaign import spec
 from bench.campaign.spec import Campaign
 from bench.durations import fmt_s
-from bench.preflight import InputError
+from bench.errors import InputError
 
 
 def add_cli(sub: argparse._SubParsersAction) -> None:
@@ -111,7 +111,7 @@ def with_agent_problems(file_problems: InputError, agents) -> InputError:
 def check_machine(campaign: Campaign) -> None:
     """Every agent's checks of ``bench run`` (folders, weights, sandbox, options, credentials), the executor's needs,
     then every LLM agent's endpoint, key and model, asked in parallel (:func:`bench.preflight.check_api`). Every
-    check runs whatever the others found: one :class:`~bench.preflight.Problems` lists them all (exit 2)."""
+    check runs whatever the others found: one :class:`~bench.errors.Problems` lists them all (exit 2)."""
     from bench.campaign import job
 
     slurm = campaign.executor == "slurm"

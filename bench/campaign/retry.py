@@ -19,7 +19,7 @@ from pathlib import Path
 
 from bench.campaign.job import blocked, infra_failure, retire
 from bench.campaign.spec import Campaign, RunKey
-from bench.preflight import InputError
+from bench.errors import InputError
 from bench.rundir import inspect
 
 CONTROL = ".campaign"  # in the campaign's folder: its log, lock, children's output, submitit's files

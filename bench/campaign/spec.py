@@ -58,9 +58,9 @@ from pathlib import Path
 from bench import preflight, runspec
 from bench.agents import AGENTS, AgentError
 from bench.durations import fmt_s, parse_duration
+from bench.errors import InputError, Problems
 from bench.pipeline.evaluate import SCORER_GRACE_S
 from bench.pipeline.workspace import campaign_dir
-from bench.preflight import InputError
 from bench.sandbox.resource_limits import LEAST, MIN_EVAL_S, LimitError, Limits, parse_size
 from bench.tasks import Task, TaskError, all_tasks, get_task, packs
 
@@ -232,7 +232,7 @@ class Campaign:
 
 def load(path: Path) -> Campaign:
     """Read and check a campaign file: every problem of the file at once, one line each naming its key
-    (:class:`bench.preflight.Problems`, an InputError); a file that cannot be read or parsed is one line. Each part
+    (:class:`bench.errors.Problems`, an InputError); a file that cannot be read or parsed is one line. Each part
     of the file is judged whatever the others held (a part that depends on one found wrong is judged with its
     default): a file fixed key by key would cost a try per key."""
     path = Path(path)
@@ -485,7 +485,7 @@ def unknown_keys(table: dict, known: set[str], where: str, prefix: str) -> None:
     extra = sorted(set(table) - known)
     if extra:
         lines = [f"{where}: {prefix}{key}: unknown key; known: {', '.join(sorted(known))}" for key in extra]
-        raise preflight.Problems(lines) if len(lines) > 1 else InputError(lines[0])
+        raise Problems(lines) if len(lines) > 1 else InputError(lines[0])
 
 
 def integer(value: object, key: str, bad) -> int:

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TextIO
 
 from bench.conformance import cases, promises
-from bench.preflight import InputError
+from bench.errors import InputError
 from bench.tasks import Task, TaskError, load_task, smalldata
 
 NOT_COPIED = shutil.ignore_patterns("data", "checkpoints", "weights", "__pycache__")

@@ -117,7 +117,7 @@ def test_a_seeded_agent_draws_a_seed_per_repeat_others_none_and_a_given_seed_sta
 
 @pytest.mark.parametrize("bad", [-1, SEED_RANGE, "3", True])
 def test_a_seed_that_is_not_one_is_refused_naming_the_flag(bad):
-    from bench.preflight import InputError
+    from bench.errors import InputError
     from bench.runspec import check
 
     with pytest.raises(InputError, match="--seed must be a whole number"):

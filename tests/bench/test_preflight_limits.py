@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from bench.preflight import InputError, parse_limits
+from bench.errors import InputError
+from bench.preflight import parse_limits
 from bench.sandbox.resource_limits import GIB, MIB, Limits
 
 

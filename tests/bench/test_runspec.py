@@ -11,7 +11,7 @@ import pytest
 
 from bench import runspec
 from bench.cli import main
-from bench.preflight import InputError
+from bench.errors import InputError
 from bench.runspec import GRACE_S, RunSpec
 from bench.sandbox.resource_limits import MIB, Limits
 

@@ -14,7 +14,8 @@ import pytest
 
 from bench.agents import api_probe
 from bench.agents.credentials import need_of
-from bench.preflight import InputError, check_api
+from bench.errors import InputError
+from bench.preflight import check_api
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the repository root: tests.mockllm
 from tests.bench.campaign.conftest import task_folders  # noqa: E402, F401 (a fixture)

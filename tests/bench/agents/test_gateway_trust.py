@@ -263,7 +263,8 @@ def test_the_redactor_finds_a_secret_cut_by_a_piece_boundary(tmp_path, monkeypat
 
 
 def test_an_unpriced_model_under_a_budget_is_refused_before_the_run():
-    from bench.preflight import InputError, check_priced
+    from bench.errors import InputError
+    from bench.preflight import check_priced
 
     with pytest.raises(InputError, match="'gpt-unpriced-7' has no price"):
         check_priced("codex", "gpt-unpriced-7", 5.0)

@@ -22,12 +22,13 @@ import pytest
 from bench.agents import AGENTS, credentials
 from bench.agents.base import LaunchContext
 from bench.agents.credentials import need_of
+from bench.errors import InputError
 from bench.gateway import metering
 from bench.paths import mlruns_dir
 from bench.pipeline.launch import launch
 from bench.pipeline.watch import watch
 from bench.pipeline.workspace import Workspace
-from bench.preflight import InputError, check_api
+from bench.preflight import check_api
 from bench.runspec import RunSpec
 from bench.sandbox import probe
 from tests.bench.gateway.test_proxy import UnixHTTP, certs, gateway, lines, mock, serve  # noqa: F401 (fixtures)

@@ -17,7 +17,7 @@ import pytest
 from bench.conformance import promises
 from bench.conformance.cases import Bad
 from bench.conformance.check import check_main
-from bench.preflight import InputError
+from bench.errors import InputError
 
 ROOT = Path(__file__).resolve().parents[3]
 T6 = ROOT / "tasks" / "t6_time_series_forecasting"

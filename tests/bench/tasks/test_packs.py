@@ -162,7 +162,7 @@ def test_installed_packages_with_an_entry_point_are_packs(tmp_path, monkeypatch)
 
 def test_a_campaign_tasks_path_reaches_its_job_processes(tmp_path, monkeypatch):
     from bench.campaign import spec
-    from bench.preflight import InputError
+    from bench.errors import InputError
 
     monkeypatch.setenv("BENCH_WORKSPACES_DIR", str(tmp_path / "ws"))
     copy_task(T6, tmp_path / "packs" / "x6", "x6")
