@@ -1,4 +1,4 @@
-"""A real single-node Slurm for the campaign tests, as ../shared/docs/CLUSTER-NOTES.md saw it working here: Debian's
+"""A real single-node Slurm for the campaign tests: Debian's
 slurm-wlm and munge (installed by .ci/run when missing), munged, a controller and a node on this machine with a
 configuration of their own in a scratch folder, stopped after the tests (munged only if it was started here).
 
