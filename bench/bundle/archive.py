@@ -23,8 +23,8 @@ The layout (``docs/publishing.md`` has it for users)::
       mlflow/traces/<trace_id>.json  its traces (``mlflow.entities.Trace.to_dict()``)
       runs/<run folder>/...          the run directory, less the data copies (:data:`RUN_FILES`)
 
-This module holds the format: the manifest, :func:`check` and :func:`extract` (what ``bench verify``
-calls).
+This module holds the format: the manifest, :func:`check` and :func:`extract` (what
+``bench verify`` calls).
 """
 
 from __future__ import annotations
@@ -88,8 +88,8 @@ SAFE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 def safe_name(name: object, what: str) -> str:
     """A run id, trace id or run folder name from a bundle, checked to be one plain path component.
 
-    A bundle is someone else's file: a name such as ``../..`` must not lead an import out of its
-    folders.
+    A bundle is someone else's file: a name such as ``../..`` must not lead an import out of
+    its folders.
     """
     if not isinstance(name, str) or not SAFE_NAME.match(name) or len(name) > 255:
         raise BundleError(f"the bundle names a {what} {name!r}: not a plain file name; not a bundle of `bench export`")
@@ -159,8 +159,8 @@ _BRACKET = re.compile(r"[\[\]{}]")
 def depth(text: str) -> int:
     """How deep the arrays and objects of a JSON text nest, read without parsing it.
 
-    Strings skipped. A text nested 100,000 deep would make the parser itself fail with a
-    RecursionError.
+    Strings skipped. A text nested 100,000 deep would make the parser itself fail with
+    a RecursionError.
     """
     deepest = level = 0
     for m in _BRACKET.finditer(_STRING.sub("", text)):

@@ -2,12 +2,12 @@
 
 A campaign's MLflow runs and run directories as one bundle (:mod:`bench.bundle.archive`).
 
-Why MLflow's public API and not ``mlflow-export-import``: that package's PyPI release (1.2.0) writes
-with its own ``MlflowClient`` calls (here every write goes through :mod:`bench.tracking.writer`, the
-one redacting writer), carries no traces, and installs pytest and pytest-html as runtime
-dependencies. What a bundle needs of a run is a few public calls (``search_runs``,
-``get_metric_history``, ``download_artifacts``, ``search_traces``), all in
-:mod:`bench.tracking.reader`.
+Why MLflow's public API and not ``mlflow-export-import``: that package's PyPI release (1.2.0)
+writes with its own ``MlflowClient`` calls (here every write goes through
+:mod:`bench.tracking.writer`, the one redacting writer), carries no traces, and installs
+pytest and pytest-html as runtime dependencies. What a bundle needs of a run is a few public
+calls (``search_runs``, ``get_metric_history``, ``download_artifacts``, ``search_traces``),
+all in :mod:`bench.tracking.reader`.
 
 The run directories are copied less what makes them heavy and what any reader can rebuild: the
 prepared data copy, the spool (its values are in MLflow), the agent's home and caches. The scored

@@ -191,9 +191,9 @@ def _copy_folder(src: Path, dest: Path, out: Imported) -> None:
 def _differs(folder: str, dest: Path, files: dict[str, str]) -> list[str]:
     """How a run folder already at ``dest`` differs from the bundle's ``runs/<folder>``.
 
-    Compared with the manifest's hashes: each of the bundle's files must be there with the same
-    sha256 (the original run folder holds more: its data, spool and home, which a bundle leaves
-    out).
+    Compared with the manifest's hashes: each of the bundle's files must be there with the
+    same sha256 (the original run folder holds more: its data, spool and home, which a bundle
+    leaves out).
     """
     prefix = f"runs/{folder}/"
     out = []

@@ -27,8 +27,8 @@ import time
 from bench.agents import pricing
 
 # where a request names no output limit: the largest output limit among the price table's models
-# (Claude Opus 4.x and GPT-5.x: 128k tokens), so that the worst case is never below what the API can
-# bill
+# (Claude Opus 4.x and GPT-5.x: 128k tokens), so that the worst case is never below what the API
+# can bill
 DEFAULT_OUTPUT_LIMIT = 128_000
 RESERVE_WAIT_S = 60.0  # the longest a request waits for reservations in flight to settle before it is refused
 BUDGET_PREFIX = "1GC-7RC: the run's API budget"

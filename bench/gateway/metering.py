@@ -132,10 +132,10 @@ def summary(records: list[dict], max_cost: float | None = None) -> dict:
         "max_cost_usd": max_cost,
         "cap_hit": bool(refused),
         "cap_hit_at": refused[0]["t"] if refused else None,
-        # requests the gateway answered itself, by why: budget, token (none of the run's), misplaced
-        # (the run's token outside its credential header: an agent probing), target (not a plain
-        # path), route (not an endpoint the CLI needs), unpriced (a model without a price under a
-        # budget)
+        # requests the gateway answered itself, by why: budget, token (none of the run's),
+        # misplaced (the run's token outside its credential header: an agent probing), target (not
+        # a plain path), route (not an endpoint the CLI needs), unpriced (a model without a price
+        # under a budget)
         "refused": dict(sorted(Counter(str(r["refused"]) for r in records if r.get("refused")).items())),
     }
 
@@ -215,9 +215,9 @@ def refused(records: list[dict]) -> dict | None:
     """The run's infrastructure failure when the gateway stopped it on an answer that cannot heal.
 
     See :mod:`bench.gateway.refusals`. For ``result.json``'s ``agent_events.api_failure``
-    (:mod:`bench.outcome`); None otherwise. ``heals: false`` and ``access`` (the credential's
-    fingerprint) tell a campaign not to run the cell again until the credential changes
-    (:mod:`bench.campaign.job`).
+    (:mod:`bench.outcome`); None otherwise. ``heals: false`` and ``access`` (the
+    credential's fingerprint) tell a campaign not to run the cell again until the credential
+    changes (:mod:`bench.campaign.job`).
     """
     first = next((r for r in records if isinstance(r.get("refusal"), dict) and r["refusal"].get("stops")), None)
     if first is None:

@@ -14,18 +14,18 @@ Per request it appends one JSON line to ``llm.jsonl`` in the run's evidence, wri
 request ends (a killed run keeps every line so far): time, API, model, HTTP status, latency,
 input/output/cached tokens read from the answer (:mod:`bench.gateway.usage`), their cost at the
 price table's rates (:mod:`bench.agents.pricing`), and ``complete: false`` with ``cut`` when the
-answer ended before its usage did. **A stream left early is paid for what the API will bill**: when
-the client leaves mid-answer the gateway reads the answer on to its final usage (bounded:
+answer ended before its usage did. **A stream left early is paid for what the API will bill**:
+when the client leaves mid-answer the gateway reads the answer on to its final usage (bounded:
 ``drain_s`` and :data:`DRAIN_MAX_BYTES`), which is what Anthropic (output only in its closing
-``message_delta``), OpenAI (usage only in its last event) and Gemini (cumulative, the last chunk)
-bill; where that usage never comes, the request is charged its ``max_tokens``
+``message_delta``), OpenAI (usage only in its last event) and Gemini (cumulative, the last
+chunk) bill; where that usage never comes, the request is charged its ``max_tokens``
 (:func:`bench.gateway.budget.output_limit`) at the output rate, the line says
-``cost_basis: max_tokens`` and the run's ``cost_source`` says so (:mod:`bench.gateway.metering`).
-Credentials (``Authorization``, ``x-api-key``, ``x-goog-api-key``) are never written (the run's
-token swapped for the key on the way out, below), nor a query's key parameters. Each model request's
-and answer's body goes, capped and with secrets removed, to ``llm-bodies.jsonl``
-(:mod:`bench.gateway.transcript`; the line's ``body`` is its id), for the run's MLflow trace
-(:mod:`bench.pipeline.traces`).
+``cost_basis: max_tokens`` and the run's ``cost_source`` says so
+(:mod:`bench.gateway.metering`). Credentials (``Authorization``, ``x-api-key``,
+``x-goog-api-key``) are never written (the run's token swapped for the key on the way out,
+below), nor a query's key parameters. Each model request's and answer's body goes, capped and
+with secrets removed, to ``llm-bodies.jsonl`` (:mod:`bench.gateway.transcript`; the line's
+``body`` is its id), for the run's MLflow trace (:mod:`bench.pipeline.traces`).
 
 **The gateway holds the key.** The agent's environment carries a per-run token (``bench-run-`` and
 32 hex digits, one per credential variable) where the harness has the real key

@@ -52,8 +52,8 @@ ERROR_BODY_MAX = 8 << 10  # bytes of an error answer read for its type and messa
 STOP_GRACE_S = 5.0
 _CODE_ASSIST_MODEL = re.compile(r"/v1internal:(?:stream)?[gG]enerateContent$")
 _BAD_KEY = re.compile(r"API_KEY_INVALID|api key not valid|invalid[ _-]?api[ _-]?key", re.I)
-# OpenAI's 401 echoes part of the key ("Incorrect API key provided: sk-abc***wxyz"): the echo is not
-# kept
+# OpenAI's 401 echoes part of the key ("Incorrect API key provided: sk-abc***wxyz"): the echo is
+# not kept
 _ECHOED_KEY = re.compile(r"(key provided:\s*)\S+", re.I)
 WHAT = {
     "auth": "refused the run's credential",

@@ -16,9 +16,9 @@ trailing slash or a sub-path is another endpoint), query string aside:
   conversation; free at Anthropic, metered as a request here, refused after the budget like every
   path). No batches, files, legacy completions or model listing.
 - ``openai`` (Codex with a key, OpenCode, Aider, OpenRouter, any OpenAI-compatible base URL):
-  ``POST /responses``, ``POST /chat/completions``, ``GET /models`` and ``GET /models/{id}`` (with or
-  without ``/v1`` before them). No batches, files, fine-tuning, images, audio, embeddings or
-  assistants.
+  ``POST /responses``, ``POST /chat/completions``, ``GET /models`` and ``GET /models/{id}``
+  (with or without ``/v1`` before them). No batches, files, fine-tuning, images, audio,
+  embeddings or assistants.
 - ``gemini`` (Gemini CLI with a key): ``POST /v1beta/models/{m}:generateContent``,
   ``:streamGenerateContent``, ``:countTokens`` (the CLI counts before it sends),
   ``GET /v1beta/models[/{m}]``.

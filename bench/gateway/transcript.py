@@ -19,12 +19,12 @@ What is kept, and why:
   Responses and Chat Completions, Gemini), so a cap of a few KiB holds the whole answer of a typical
   turn. A JSON answer is read the same way. An answer in no known shape (an error page) is kept as
   raw text, capped.
-- **Caps.** ``REQUEST_CAP`` and ``RESPONSE_CAP`` characters per body (head and tail kept, the
-  omitted count said), ``Transcript.cap`` bytes for the whole file (``BENCH_LLM_BODIES_MB``, default
-  5): past it, a line keeps the sizes and the answer's first ``LATE_CAP`` characters
-  (``omitted: "run cap"``), and past another ``LATE_BYTES`` (1 MiB) the sizes only. A 2-hour run of
-  500 requests stays within the first cap (figures: docs/agents-and-credentials.md,
-  tests/benchmarks/trace_size.py).
+- **Caps.** ``REQUEST_CAP`` and ``RESPONSE_CAP`` characters per body (head and tail kept,
+  the omitted count said), ``Transcript.cap`` bytes for the whole file
+  (``BENCH_LLM_BODIES_MB``, default 5): past it, a line keeps the sizes and the answer's
+  first ``LATE_CAP`` characters (``omitted: "run cap"``), and past another ``LATE_BYTES``
+  (1 MiB) the sizes only. A 2-hour run of 500 requests stays within the first cap (figures:
+  docs/agents-and-credentials.md, tests/benchmarks/trace_size.py).
 - **No secrets.** Headers are never stored. In bodies, every secret the one redactor knows
   (:mod:`bench.redact`: the harness's credential variables, the gateway's run tokens), the request's
   own credential header values, and strings shaped like keys (``sk-...``, ``AIza...``, bearer

@@ -6,12 +6,12 @@ Four wire formats, each JSON or SSE-streamed, carry usage in different places:
 
 - Anthropic Messages: ``usage`` of the message; streamed, ``message_start`` (input, cache reads and
   writes) and ``message_delta`` (output so far: cumulative, the last one counts);
-- OpenAI Responses: ``usage`` of the response; streamed, on ``response.completed`` (or
-  ``.incomplete``/``.failed``);
+- OpenAI Responses: ``usage`` of the response; streamed, on ``response.completed``
+  (or ``.incomplete``/``.failed``);
 - Chat Completions: ``usage`` of the completion; streamed, on the last chunk when
   ``stream_options.include_usage`` is set (the gateway sets it);
-- Gemini ``generateContent``: ``usageMetadata``; streamed, on every chunk, cumulative: the last one
-  counts.
+- Gemini ``generateContent``: ``usageMetadata``; streamed, on every chunk, cumulative: the last
+  one counts.
 
 Semantics as in :mod:`bench.agents.pricing`: ``input`` is every prompt token, cached ones included;
 ``cached`` the part read from the prompt cache; ``cache_write`` the part written to it (Anthropic

@@ -49,9 +49,9 @@ from bench.sandbox.resource_limits import RunGroup, shell_prelude
 
 LAUNCHER = Path(__file__).resolve().with_name("launcher.py")
 # The harness starts bwrap with SIGTERM ignored (an ignored signal survives exec): bwrap itself
-# would die of the watchdog's SIGTERM and take the whole sandbox with it, cutting the grace period
-# short. The launcher inside handles SIGTERM again, so the agent and its scripts get the default
-# action.
+# would die of the watchdog's SIGTERM and take the whole sandbox with it, cutting the grace
+# period short. The launcher inside handles SIGTERM again, so the agent and its scripts get the
+# default action.
 IGNORE_TERM = ["/bin/sh", "-c", 'trap "" TERM; exec "$@"', "bench-sandbox"]  # without a run group: shell_prelude([])
 
 
@@ -103,8 +103,8 @@ def _mount_points(files: tuple[tuple[Path, Path], ...]) -> list[Path]:
 class Sandbox:
     """One sandbox: its policy, and its network bridges when it has endpoints.
 
-    With endpoints it also has their runtime folder (the unix sockets); without endpoints there is
-    neither.
+    With endpoints it also has their runtime folder (the unix sockets); without endpoints there
+    is neither.
 
     :meth:`wrap` turns an argv into the command that runs it inside; several commands may be
     wrapped, each gets a sandbox of its own built from the same policy and sharing the bridges.
@@ -140,8 +140,8 @@ class Sandbox:
     def wrap(self, argv: list[str]) -> list[str]:
         """The command line that runs ``argv`` in the sandbox, with the policy's cwd.
 
-        The environment given to it is passed on (plus the proxy variables when a remote endpoint is
-        allowed).
+        The environment given to it is passed on (plus the proxy variables when a remote endpoint
+        is allowed).
         """
         shown = self.limits.shown() if self.limits is not None and self.policy.own_cgroup else ()
         view = replace(

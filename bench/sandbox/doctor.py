@@ -2,10 +2,10 @@
 
 The view a run's sandboxes will get on this machine, entry by entry, and why.
 
-Why a command: the allow-list depends on the machine (where Python lives, merged /usr or not, a GPU,
-the CLIs installed, the host's unix sockets), so the only honest documentation of what an agent can
-see is the list computed here, from the same code that builds the bwrap arguments
-(:func:`.policy.plan`).
+Why a command: the allow-list depends on the machine (where Python lives, merged /usr or not,
+a GPU, the CLIs installed, the host's unix sockets), so the only honest documentation of what
+an agent can see is the list computed here, from the same code that builds the bwrap
+arguments (:func:`.policy.plan`).
 """
 
 from __future__ import annotations

@@ -190,9 +190,9 @@ def evaluating(
     """Hold the machine's lock exclusive for an evaluation.
 
     Wait (at most ``bound_s``) until no other run's agent is live, and let no agent start until it
-    ends. Call it after this run's own :func:`agent_alive` has ended. Yields the :class:`Isolation`
-    the evaluation had; it evaluates in every case. ``run_dir``, ``stopped``: as for
-    :func:`agent_alive`.
+    ends. Call it after this run's own :func:`agent_alive` has ended. Yields the
+    :class:`Isolation` the evaluation had; it evaluates in every case. ``run_dir``, ``stopped``:
+    as for :func:`agent_alive`.
     """
     if settings.EVAL_BESIDE_AGENTS.get():
         yield Isolation(BESIDE, why="BENCH_EVAL_BESIDE_AGENTS=1: evaluated beside other runs' live agents, if any")

@@ -23,12 +23,12 @@ one run's predictor published T6's test inputs on a venv file for an agent sandb
   and answers on a pipe.
 * **agents** (:data:`AGENT`): the same but the locks, the watches and the hardware counters, which
   the agents' tools use (SQLite, the optuna agent's storage, locks its database with
-  ``F_SETLK``/``F_GETLK``; git and npm lock files; Node's ``fs.watch``). Locks stay harmless for the
-  benchmark because no predictor can take or test one: an agent can only reach other agents, which
-  know nothing the test split holds. Leases and ``F_NOTIFY`` are denied (a lease is broken, and its
-  holder signalled, when another process opens the file). What remains is written down in
-  docs/sandbox-and-rules.md (timing of shared caches; a predictor's opens seen by an agent's inotify
-  watch).
+  ``F_SETLK``/``F_GETLK``; git and npm lock files; Node's ``fs.watch``). Locks stay harmless for
+  the benchmark because no predictor can take or test one: an agent can only reach other agents,
+  which know nothing the test split holds. Leases and ``F_NOTIFY`` are denied (a lease is broken,
+  and its holder signalled, when another process opens the file). What remains is written down in
+  docs/sandbox-and-rules.md (timing of shared caches; a predictor's opens seen by an agent's
+  inotify watch).
 
 Both also get, since issue 38 (the page cache is one per inode and outlives every process: a
 predictor that loads cold pages of a shared file sends bits to whoever can tell which pages are
@@ -87,8 +87,8 @@ RWF_NOWAIT = 0x00000008
 MADV_COLD, MADV_PAGEOUT = 20, 21
 POSIX_FADV_DONTNEED = 4
 
-# system call numbers: (AUDIT_ARCH, {name: number}); a name a table lacks does not exist on that
-# architecture
+# system call numbers: (AUDIT_ARCH, {name: number}); a name a table lacks does not exist on
+# that architecture
 ARCHES = {
     "x86_64": (
         0xC000003E,

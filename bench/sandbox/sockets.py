@@ -25,8 +25,8 @@ from pathlib import Path
 def bound(text: str | None = None) -> list[Path]:
     """The absolute paths of pathname sockets in ``/proc/net/unix``'s ``text`` (read when None).
 
-    Listening stream sockets and datagram ones alike (``sendto`` a syslog-style socket needs no
-    listener).
+    Listening stream sockets and datagram ones alike (``sendto`` a syslog-style socket needs
+    no listener).
 
     A relative path (bound with a relative name) is resolved against the working directory of the
     process that holds the socket, when one can be found.

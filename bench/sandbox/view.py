@@ -18,8 +18,8 @@ run needs, each entry with its reason:
   agent's), the predictor and what it imports (the predictor's); all of ``bench/`` and
   ``baselines/`` only for an agent that is the toolkit's own code (its adapter puts the repository
   on its ``PYTHONPATH``: the optuna agent);
-- the agent's: the pinned CLIs (and the base Python of a CLI's private venv) and the ``node`` they
-  run;
+- the agent's: the pinned CLIs (and the base Python of a CLI's private venv) and the ``node``
+  they run;
 - the GPU's: its device nodes, ``/proc/driver/nvidia``, the driver's libraries wherever the dynamic
   linker finds them, CUDA under ``/usr/local/cuda*`` or ``/opt/cuda*``;
 - per run (added by the policy): the workspace or the staged evaluation folder, a private HOME,
@@ -54,13 +54,13 @@ DEV, LINK, MASK, DEVFS, PROCFS, RO_TRY = "dev", "link", "mask", "devfs", "procfs
 
 SYSTEM_DIRS = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32")
 USR_LOCAL_KEPT = ("bin", "sbin", "lib", "lib64", "libexec", "include")
-# /sys: CPU topology (glibc's CPU count, OpenBLAS, torch), PCI devices and the nvidia modules (NVML,
-# CUDA), memory settings (allocators). Not /sys/fs/cgroup: the host's cgroup tree names other runs'
-# groups and shows their memory counters (a channel); a sandbox sees only its run's own group there
-# (bench.sandbox.Sandbox.wrap)
+# /sys: CPU topology (glibc's CPU count, OpenBLAS, torch), PCI devices and the nvidia modules
+# (NVML, CUDA), memory settings (allocators). Not /sys/fs/cgroup: the host's cgroup tree names
+# other runs' groups and shows their memory counters (a channel); a sandbox sees only its run's own
+# group there (bench.sandbox.Sandbox.wrap)
 SYS_PARTS = ("devices", "bus", "class", "dev", "module", "kernel/mm")
-# /etc entries masked even when others may read them (secrets by name); the rest of /etc is
-# read-only
+# /etc entries masked even when others may read them (secrets by name); the rest of /etc
+# is read-only
 ETC_SECRETS = (
     "shadow*",
     "gshadow*",

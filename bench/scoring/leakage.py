@@ -131,8 +131,8 @@ def _informative(kind: str, w: np.ndarray) -> np.ndarray:
 def _choose(kind: str, rows: list[np.ndarray], k: int) -> list[np.ndarray]:
     """:data:`WINDOWS` informative windows of ``k`` values spread evenly over ``rows``.
 
-    None crosses a row's end; chosen deterministically, so that ``bench verify`` looks for the same
-    ones.
+    None crosses a row's end; chosen deterministically, so that ``bench verify`` looks for the
+    same ones.
     """
     rows = [r for r in rows if len(r) >= k]
     if not rows:

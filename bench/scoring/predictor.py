@@ -154,8 +154,8 @@ def main() -> int:
     if args.hold and wire.receive(rx).get("op") != "go":
         return 0  # the prober, held until the scored predictor has ended (bench.scoring.scorer): not needed
     try:
-        # the agent's own helper modules beside its script, AFTER the imports the predictor relies
-        # on
+        # the agent's own helper modules beside its script, AFTER the imports the predictor
+        # relies on
         sys.path.insert(0, folder)
         prepare = _import(os.path.join(folder, "prepare.py"), "prepare")
         model = _build(prepare, args.checkpoint, os.path.join(folder, args.script)).to(args.device).eval()
