@@ -1,24 +1,30 @@
-"""A campaign bundle: one archive that holds what a campaign recorded, with a manifest of every file's sha256.
+"""A campaign bundle.
 
-Why a bundle: a reader of a result can only check what they can load. The bundle carries the campaign's MLflow runs
-(written by :mod:`bench.bundle.export`, loaded into any store by :mod:`bench.bundle.importer`) and each run's
-directory as the harness left it (``result.json``, the evidence, the scored checkpoints and the code recorded with
-them), so that ``bench verify`` can re-score and re-audit from it. The manifest makes an edit visible: a file whose
-bytes differ from its recorded sha256 is named, and so is a metric in the MLflow runs that no longer agrees with its
-run's ``result.json``. (The manifest is no signature: whoever edits a file can rewrite the manifest too; a reader who
-wants more compares the manifest's own hash with the one the authors published.)
+One archive that holds what a campaign recorded, with a manifest of every file's sha256.
+
+Why a bundle: a reader of a result can only check what they can load. The bundle carries the
+campaign's MLflow runs (written by :mod:`bench.bundle.export`, loaded into any store by
+:mod:`bench.bundle.importer`) and each run's directory as the harness left it (``result.json``, the
+evidence, the scored checkpoints and the code recorded with them), so that ``bench verify`` can
+re-score and re-audit from it. The manifest makes an edit visible: a file whose bytes differ from
+its recorded sha256 is named, and so is a metric in the MLflow runs that no longer agrees with its
+run's ``result.json``. (The manifest is no signature: whoever edits a file can rewrite the manifest
+too; a reader who wants more compares the manifest's own hash with the one the authors published.)
 
 The layout (``docs/publishing.md`` has it for users)::
 
     <campaign>-bundle/
-      manifest.json                     format, toolkit version, date, campaign, task folder hashes, files' sha256
-      mlflow/experiment.json            the experiment's name and tags (the UI's saved views)
-      mlflow/runs/<run_id>.json         one per run: name, parent, status, times, params, tags, metric histories
-      mlflow/artifacts/<run_id>/...     its artifacts
-      mlflow/traces/<trace_id>.json     its traces (``mlflow.entities.Trace.to_dict()``)
-      runs/<run folder>/...             the run directory, less the data copies (:data:`RUN_FILES`)
+      manifest.json                  format, toolkit version, date, campaign, task folder
+                                     hashes, files' sha256
+      mlflow/experiment.json         the experiment's name and tags (the UI's saved views)
+      mlflow/runs/<run_id>.json      one per run: name, parent, status, times, params, tags,
+                                     metric histories
+      mlflow/artifacts/<run_id>/...  its artifacts
+      mlflow/traces/<trace_id>.json  its traces (``mlflow.entities.Trace.to_dict()``)
+      runs/<run folder>/...          the run directory, less the data copies (:data:`RUN_FILES`)
 
-This module holds the format: the manifest, :func:`check` and :func:`extract` (what ``bench verify`` calls).
+This module holds the format: the manifest, :func:`check` and :func:`extract` (what
+``bench verify`` calls).
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.checksums import sha256
+from bench.errors import InputError
 from bench.tracking import schema
 
 FORMAT = "1gc7rc-bundle/1"
@@ -42,16 +49,17 @@ MANIFEST = "manifest.json"
 SUFFIX = ".tar.gz"
 
 
-# Caps on what a stranger's bundle can make a reader do, checked before anything is written (a bundle over one is
-# refused, exit 2, with the reason): the paper's 245-run campaign is about 10,000 files; a run JSON with every
-# metric's history is a few MB; the bundle's own JSON nests 5 levels (the traces' spans, a few more)
+# Caps on what a stranger's bundle can make a reader do, checked before anything is written (a
+# bundle over one is refused, exit 2, with the reason): the paper's 245-run campaign is about 10,000
+# files; a run JSON with every metric's history is a few MB; the bundle's own JSON nests 5 levels
+# (the traces' spans, a few more)
 MAX_MEMBERS = 50_000
 MAX_BYTES = 200 * 2**30  # unpacked, all members together
 MAX_JSON_BYTES = 256 * 2**20  # one JSON file of the bundle
 MAX_JSON_DEPTH = 64
 
 
-class BundleError(ValueError):
+class BundleError(InputError):
     """Not a bundle, an unreadable one, or a manifest of another format: bad input (exit 2)."""
 
 
@@ -59,10 +67,12 @@ class BundleError(ValueError):
 class Problem:
     """One difference between a bundle and its manifest or its own records.
 
-    ``kind``: ``hash`` (a file's sha256 differs from the manifest), ``missing`` (in the manifest, not in the bundle),
-    ``extra`` (in the bundle, not in the manifest), ``metric`` (an MLflow metric differs from its run's
-    result.json), ``artifact`` (a run lists an artifact the bundle lacks), ``unsafe`` (a run JSON names a run id,
-    run folder or artifact that is no plain path inside the bundle: left unread)."""
+    ``kind``: ``hash`` (a file's sha256 differs from the manifest), ``missing`` (in the manifest,
+    not in the bundle), ``extra`` (in the bundle, not in the manifest), ``metric`` (an MLflow metric
+    differs from its run's result.json), ``artifact`` (a run lists an artifact the bundle lacks),
+    ``unsafe`` (a run JSON names a run id, run folder or artifact that is no plain path inside the
+    bundle: left unread).
+    """
 
     kind: str
     path: str
@@ -76,16 +86,21 @@ SAFE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 
 
 def safe_name(name: object, what: str) -> str:
-    """A run id, trace id or run folder name from a bundle, checked to be one plain path component (a bundle is
-    someone else's file: a name such as ``../..`` must not lead an import out of its folders)."""
+    """A run id, trace id or run folder name from a bundle, checked to be one plain path component.
+
+    A bundle is someone else's file: a name such as ``../..`` must not lead an import out of
+    its folders.
+    """
     if not isinstance(name, str) or not SAFE_NAME.match(name) or len(name) > 255:
         raise BundleError(f"the bundle names a {what} {name!r}: not a plain file name; not a bundle of `bench export`")
     return name
 
 
 def files_of(top: Path) -> dict[str, str]:
-    """Every file under ``top`` but the manifest, relative posix path -> sha256 (links are refused: a bundle holds
-    plain files only)."""
+    """Every file under ``top`` but the manifest, relative posix path -> sha256.
+
+    Links are refused: a bundle holds plain files only.
+    """
     out = {}
     found = []
     for n, p in enumerate(top.rglob("*")):
@@ -102,7 +117,10 @@ def files_of(top: Path) -> dict[str, str]:
 
 
 def write_manifest(top: Path, *, campaign: str, tasks: dict, created: str, version: str) -> dict:
-    """Hash every file under ``top`` and write ``manifest.json`` beside them; returns the manifest."""
+    """Hash every file under ``top`` and write ``manifest.json`` beside them.
+
+    Returns the manifest.
+    """
     manifest = {
         "format": FORMAT,
         "toolkit_version": version,
@@ -116,7 +134,10 @@ def write_manifest(top: Path, *, campaign: str, tasks: dict, created: str, versi
 
 
 def read_manifest(top: Path) -> dict:
-    """The manifest of an extracted bundle folder; BundleError when it is missing, unreadable or of another format."""
+    """The manifest of an extracted bundle folder.
+
+    BundleError when it is missing, unreadable or of another format.
+    """
     path = top / MANIFEST
     if not path.is_file():
         raise BundleError(f"{top} has no {MANIFEST}: not a bundle of `bench export`")
@@ -136,8 +157,11 @@ _BRACKET = re.compile(r"[\[\]{}]")
 
 
 def depth(text: str) -> int:
-    """How deep the arrays and objects of a JSON text nest (strings skipped), read without parsing it: a text
-    nested 100,000 deep would make the parser itself fail with a RecursionError."""
+    """How deep the arrays and objects of a JSON text nest, read without parsing it.
+
+    Strings skipped. A text nested 100,000 deep would make the parser itself fail with
+    a RecursionError.
+    """
     deepest = level = 0
     for m in _BRACKET.finditer(_STRING.sub("", text)):
         level += 1 if m.group() in "[{" else -1
@@ -146,8 +170,11 @@ def depth(text: str) -> int:
 
 
 def read_json(path: Path) -> object:
-    """One JSON file of a bundle, read within the caps (:data:`MAX_JSON_BYTES`, :data:`MAX_JSON_DEPTH`);
-    BundleError naming the file and the cap it passed, or why it is no JSON."""
+    """One JSON file of a bundle, read within the caps.
+
+    The caps: :data:`MAX_JSON_BYTES`, :data:`MAX_JSON_DEPTH`. BundleError naming the file and the
+    cap it passed, or why it is no JSON.
+    """
     path = Path(path)
     try:
         if path.is_symlink() or not path.is_file():
@@ -174,14 +201,18 @@ def _top_of(root: Path) -> Path:
 
 
 def unpack(archive: Path, dest: Path) -> Path:
-    """Extract ``archive`` into ``dest`` (members that would leave it, links and devices refused); its top folder."""
+    """Extract ``archive`` into ``dest`` and return its top folder.
+
+    Members that would leave it, links and devices are refused.
+    """
     archive = Path(archive)
     if not archive.is_file():
         raise BundleError(f"{archive}: no such file (a bundle is the .tar.gz that `bench export` wrote)")
     try:
         with tarfile.open(archive, "r:*") as tar:
-            # headers only, one at a time and counted: what each member would write is known before anything is,
-            # and a flood of members stops at the cap (the headers read so far are all that is held)
+            # headers only, one at a time and counted: what each member would write is known before
+            # anything is, and a flood of members stops at the cap (the headers read so far are all
+            # that is held)
             members, size = [], 0
             for m in tar:
                 if len(members) >= MAX_MEMBERS:
@@ -204,7 +235,10 @@ def unpack(archive: Path, dest: Path) -> Path:
 
 @contextmanager
 def opened(path: Path) -> Iterator[Path]:
-    """The bundle's top folder: ``path`` itself when it is an extracted bundle, else a temporary extraction."""
+    """The bundle's top folder.
+
+    ``path`` itself when it is an extracted bundle, else a temporary extraction.
+    """
     path = Path(path)
     if path.is_dir():
         yield path if (path / MANIFEST).is_file() else _top_of(path)
@@ -220,8 +254,11 @@ def manifest(path: Path) -> dict:
 
 
 def extract(path: Path, dest: Path) -> Path:
-    """Extract the bundle into ``dest`` and return its ``runs/`` folder (one sub-folder per run directory); the
-    bundle's other parts are beside it. Nothing is checked here: :func:`check` first."""
+    """Extract the bundle into ``dest`` and return its ``runs/`` folder.
+
+    One sub-folder per run directory; the bundle's other parts are beside it. Nothing is checked
+    here: :func:`check` first.
+    """
     dest = Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
     if Path(path).is_dir():
@@ -234,10 +271,13 @@ def extract(path: Path, dest: Path) -> Path:
 
 
 def check(path: Path) -> list[Problem]:
-    """Every difference between a bundle and its manifest (files changed, missing, added), every MLflow metric that
-    differs from its run's result.json, and every listed artifact the bundle lacks. [] when all agree.
+    """Every difference between a bundle and its manifest or its own records.
 
-    Raises :class:`BundleError` only for bad input (not a bundle)."""
+    Files changed, missing or added, every MLflow metric that differs from its run's result.json,
+    and every listed artifact the bundle lacks. [] when all agree.
+
+    Raises :class:`BundleError` only for bad input (not a bundle).
+    """
     with opened(path) as top:
         return check_folder(top)
 
@@ -285,7 +325,10 @@ def check_folder(top: Path) -> list[Problem]:
 
 
 def latest(history: list[dict]) -> float | None:
-    """A metric's current value as MLflow shows it: the value at the largest step, then the latest time."""
+    """A metric's current value as MLflow shows it.
+
+    The value at the largest step, then the latest time.
+    """
     if not history:
         return None
     last = max(history, key=lambda m: (m.get("step") or 0, m.get("timestamp") or 0))
@@ -293,8 +336,11 @@ def latest(history: list[dict]) -> float | None:
 
 
 def expected_metrics(result, run: dict) -> dict[str, float | None]:
-    """What result.json says a run's metrics are: the agent run's outcome, or an eval run's evaluation (None for
-    any other run). ``result``: the run's :class:`bench.result.RunResult`."""
+    """What result.json says a run's metrics are.
+
+    The agent run's outcome, or an eval run's evaluation (None for any other run). ``result``: the
+    run's :class:`bench.result.RunResult`.
+    """
     kind = (run.get("tags") or {}).get(schema.KIND)
     official = schema.official_metric(result.metric)
     if kind == schema.KIND_AGENT:
@@ -327,7 +373,10 @@ def _same(a: float | None, b: float | None) -> bool:
 
 
 def metric_differences(top: Path, run: dict) -> list[str]:
-    """The metrics of one run JSON that differ from its run folder's result.json (agent and eval runs)."""
+    """The metrics of one run JSON that differ from its run folder's result.json.
+
+    Agent and eval runs.
+    """
     from bench.result import ResultError, RunResult
 
     folder = run.get("run_folder")

@@ -1,4 +1,7 @@
-"""``bench export`` and ``bench import``: the command line of campaign bundles (:mod:`bench.bundle.archive`)."""
+"""``bench export`` and ``bench import``.
+
+The command line of campaign bundles (:mod:`bench.bundle.archive`).
+"""
 
 from __future__ import annotations
 
@@ -12,7 +15,10 @@ TRACKING_URI = "MLFLOW_TRACKING_URI"  # MLflow's own variable: the store in forc
 
 @contextlib.contextmanager
 def tracking_uri(uri: str | None) -> Iterator[None]:
-    """The store named by ``--tracking-uri`` for the length of one command (the variable as it was afterwards)."""
+    """The store named by ``--tracking-uri`` for the length of one command.
+
+    The variable is put back as it was afterwards.
+    """
     if not uri:
         yield
         return
@@ -28,6 +34,7 @@ def tracking_uri(uri: str | None) -> Iterator[None]:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    """``bench export``, against the store ``--tracking-uri`` names."""
     from bench.bundle import export as bundle_export
 
     with tracking_uri(args.tracking_uri):
@@ -35,6 +42,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
+    """``bench import``, into the store ``--tracking-uri`` names."""
     from bench.bundle import importer as bundle_import
 
     with tracking_uri(args.tracking_uri):
@@ -42,6 +50,7 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 
 def add_cli(sub) -> None:
+    """Add ``bench export`` and ``bench import`` to the command line's sub-commands."""
     store = "the tracking store (default: $MLFLOW_TRACKING_URI, else the embedded store)"
     s = sub.add_parser(
         "export",

@@ -1,20 +1,23 @@
-"""The one rule for every path an import or export touches: each destination lies under the folder it belongs to.
+"""The one rule for every path an import or export touches.
 
-A bundle is someone else's file, and its names are theirs: a campaign named ``..`` made an import copy run folders
-into the toolkit's cache (a folder named ``prepared`` with planted test labels, one named ``clis`` with a planted
-agent CLI). So every name a bundle gives a destination is checked here, before anything is written:
+Each destination lies under the folder it belongs to.
 
-* a campaign name or a run folder name that is empty, ``.``, ``..``, absolute, or holds a ``..`` part is refused
-  (:class:`Refused`, exit 2, naming it);
-* each destination is resolved (links followed) and must lie strictly under its base: the campaign's folder of run
-  directories, or ``--runs-dir``;
-* no destination may be, hold, or lie inside a folder the toolkit keeps for itself (:func:`protected`: the
-  downloaded and prepared data, the weights, the agents' CLIs, the task folders, the embedded tracking store's
-  database and artifacts), whatever the base, so a ``--runs-dir`` pointed at the cache cannot write into it
-  either.
+A bundle is someone else's file, and its names are theirs: a campaign named ``..`` made an import
+copy run folders into the toolkit's cache (a folder named ``prepared`` with planted test labels, one
+named ``clis`` with a planted agent CLI). So every name a bundle gives a destination is checked
+here, before anything is written:
 
-``bench export`` asks :func:`inside` too: it packs only run folders that lie under the campaign's folder (or
-``--runs-dir``), never a path an imported tag names.
+* a campaign name or a run folder name that is empty, ``.``, ``..``, absolute, or holds a ``..``
+  part is refused (:class:`Refused`, exit 2, naming it);
+* each destination is resolved (links followed) and must lie strictly under its base: the campaign's
+  folder of run directories, or ``--runs-dir``;
+* no destination may be, hold, or lie inside a folder the toolkit keeps for itself
+  (:func:`protected`: the downloaded and prepared data, the weights, the agents' CLIs, the task
+  folders, the embedded tracking store's database and artifacts), whatever the base, so a
+  ``--runs-dir`` pointed at the cache cannot write into it either.
+
+``bench export`` asks :func:`inside` too: it packs only run folders that lie under the campaign's
+folder (or ``--runs-dir``), never a path an imported tag names.
 """
 
 from __future__ import annotations
@@ -26,21 +29,30 @@ from bench.bundle.archive import BundleError
 
 
 class Refused(BundleError):
-    """A name or destination that would leave its folder or reach the toolkit's own: bad input (exit 2)."""
+    """A name or destination that would leave its folder or reach the toolkit's own.
+
+    Bad input (exit 2).
+    """
 
 
 def protected() -> list[Path]:
-    """The folders and files no import may write into: the data (downloaded and prepared), the weights, the CLIs,
-    the task folders, and the embedded tracking store's database and artifacts (a reader's ``theirs/runs`` beside
-    ``theirs/mlflow.db`` is theirs to choose)."""
+    """The folders and files no import may write into.
+
+    The data (downloaded and prepared), the weights, the CLIs, the task folders, and the embedded
+    tracking store's database and artifacts (a reader's ``theirs/runs`` beside ``theirs/mlflow.db``
+    is theirs to choose).
+    """
     cache, store = paths.cache_dir(), paths.mlruns_dir()
     kept = [cache / "raw", cache / "prepared", cache / "weights", paths.clis_dir(), paths.tasks_dir()]
     return [*kept, store / "mlflow.db", store / "artifacts"]
 
 
 def check_name(name: object, what: str) -> str:
-    """``name`` when it can name a folder under another (no empty, ``.``, ``..``, absolute or ``..``-holding
-    name); :class:`Refused` naming it otherwise. ``what``: the name's role in the message ("campaign", ...)."""
+    """``name`` when it can name a folder under another; :class:`Refused` naming it otherwise.
+
+    No empty, ``.``, ``..``, absolute or ``..``-holding name. ``what``: the name's role in the
+    message ("campaign", ...).
+    """
     if not isinstance(name, str) or not name.strip():
         raise Refused(f"the bundle names a {what} {name!r}: an empty name cannot name a folder; nothing imported")
     parts = PurePosixPath(name.replace("\\", "/")).parts
@@ -59,8 +71,11 @@ def inside(path: Path, base: Path) -> bool:
 
 
 def clear(path: Path, what: str) -> Path:
-    """``path`` when it is neither one of the :func:`protected` folders, inside one, nor holding one; Refused
-    naming both otherwise (``--runs-dir`` pointed at the cache, say)."""
+    """``path`` when it is clear of every :func:`protected` folder; Refused naming both otherwise.
+
+    Clear: neither one of them, inside one, nor holding one (``--runs-dir`` pointed at the cache,
+    say, is refused).
+    """
     where = Path(path).resolve()
     for keep in protected():
         keep = keep.resolve()
@@ -73,8 +88,11 @@ def clear(path: Path, what: str) -> Path:
 
 
 def destination(base: Path, name: str, what: str) -> Path:
-    """``base / name`` once checked: a plain name, strictly under ``base`` after resolution, and clear of every
-    :func:`protected` folder (neither one of them, inside one, nor holding one)."""
+    """``base / name`` once checked.
+
+    A plain name, strictly under ``base`` after resolution, and clear of every :func:`protected`
+    folder (neither one of them, inside one, nor holding one).
+    """
     dest = Path(base) / check_name(name, what)
     if not inside(dest, base):
         raise Refused(f"the bundle's {what} {name!r} resolves to {dest.resolve()}, outside {Path(base).resolve()}")

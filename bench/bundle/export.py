@@ -1,15 +1,18 @@
-"""``bench export CAMPAIGN BUNDLE``: a campaign's MLflow runs and run directories as one bundle
-(:mod:`bench.bundle.archive`).
+"""``bench export CAMPAIGN BUNDLE``.
 
-Why MLflow's public API and not ``mlflow-export-import``: that package's PyPI release (1.2.0) writes with its own
-``MlflowClient`` calls (here every write goes through :mod:`bench.tracking.writer`, the one redacting writer),
-carries no traces, and installs pytest and pytest-html as runtime dependencies. What a bundle needs of a run is a
-few public calls (``search_runs``, ``get_metric_history``, ``download_artifacts``, ``search_traces``), all in
-:mod:`bench.tracking.reader`.
+A campaign's MLflow runs and run directories as one bundle (:mod:`bench.bundle.archive`).
 
-The run directories are copied less what makes them heavy and what any reader can rebuild: the prepared data copy,
-the spool (its values are in MLflow), the agent's home and caches. The scored checkpoints travel in ``eval/``, each
-as it was staged for the scorer (the checkpoint, the task's locked files and the scripts of the checkpoint's time).
+Why MLflow's public API and not ``mlflow-export-import``: that package's PyPI release (1.2.0)
+writes with its own ``MlflowClient`` calls (here every write goes through
+:mod:`bench.tracking.writer`, the one redacting writer), carries no traces, and installs
+pytest and pytest-html as runtime dependencies. What a bundle needs of a run is a few public
+calls (``search_runs``, ``get_metric_history``, ``download_artifacts``, ``search_traces``),
+all in :mod:`bench.tracking.reader`.
+
+The run directories are copied less what makes them heavy and what any reader can rebuild: the
+prepared data copy, the spool (its values are in MLflow), the agent's home and caches. The scored
+checkpoints travel in ``eval/``, each as it was staged for the scorer (the checkpoint, the task's
+locked files and the scripts of the checkpoint's time).
 """
 
 from __future__ import annotations
@@ -36,14 +39,18 @@ from bench.tracking import reader, schema, store
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 logging.getLogger("mlflow.store.artifact.artifact_repo").setLevel(logging.WARNING)
 
-# what of a run directory goes into a bundle: its top-level files, these folders whole, the workspace's scripts
+# what of a run directory goes into a bundle: its top-level files, these folders whole, the
+# workspace's scripts
 RUN_FOLDERS = ("evidence", "eval")
 WORKSPACE_SCRIPTS = "*.py"
 
 
 @dataclass
 class Exported:
-    """What ``bench export`` wrote: the archive, its counts, and the runs whose directory was not found."""
+    """What ``bench export`` wrote.
+
+    The archive, its counts, and the runs whose directory was not found.
+    """
 
     path: Path
     runs: int = 0
@@ -54,7 +61,10 @@ class Exported:
 
 
 def run_json(run, experiment_name: str) -> dict:
-    """One MLflow run as plain JSON: its identity, nesting, status, times, params, tags and every metric's history."""
+    """One MLflow run as plain JSON.
+
+    Its identity, nesting, status, times, params, tags and every metric's history.
+    """
     histories = reader.full_histories(run.info.run_id, sorted(run.data.metrics))
     return {
         "run_id": run.info.run_id,
@@ -77,7 +87,10 @@ def run_json(run, experiment_name: str) -> dict:
 
 
 def copy_run_folder(src: Path, dest: Path) -> None:
-    """The parts of a run directory a reader needs to re-check it (the module's docstring says which)."""
+    """The parts of a run directory a reader needs to re-check it.
+
+    The module's docstring says which.
+    """
     dest.mkdir(parents=True)
     for p in sorted(src.iterdir()):
         if p.is_file() and not p.is_symlink():
@@ -85,8 +98,9 @@ def copy_run_folder(src: Path, dest: Path) -> None:
     for name in RUN_FOLDERS:
         if (src / name).is_dir():
             shutil.copytree(src / name, dest / name, symlinks=True, ignore=_links)
-    # the workspace's scripts are the agent's files: read through the one hostile-input boundary (a link, a FIFO, a
-    # sparse or oversized file named *.py is left out, never followed, never blocks), with the upload step's limits
+    # the workspace's scripts are the agent's files: read through the one hostile-input boundary (a
+    # link, a FIFO, a sparse or oversized file named *.py is left out, never followed, never
+    # blocks), with the upload step's limits
     ws = src / "workspace"
     budget = untrusted.CopyBudget(uploads.TOTAL_BYTES)
     for p in sorted(ws.glob(WORKSPACE_SCRIPTS)) if ws.is_dir() else []:
@@ -94,15 +108,21 @@ def copy_run_folder(src: Path, dest: Path) -> None:
 
 
 def _links(folder: str, names: list[str]) -> list[str]:
-    """Links are left out of a bundle (a bundle holds plain files: a link could point anywhere on the reader's disk)."""
+    """Links are left out of a bundle.
+
+    A bundle holds plain files: a link could point anywhere on the reader's disk.
+    """
     return [n for n in names if os.path.islink(os.path.join(folder, n))]
 
 
 def find_run_folder(run, campaign: str, runs_dir: Path | None) -> Path | None:
-    """The run directory of an agent run: where its ``bench.workspace`` tag says when that lies under the campaign's
-    folder of run directories (or ``runs_dir``), else a folder of that name under one of them (a store moved from
-    another machine). Never a folder elsewhere: a tag may come from someone else's bundle (``bench import``), and
-    an export must not pack a private folder that a stranger's tag names."""
+    """The run directory of an agent run.
+
+    Where its ``bench.workspace`` tag says when that lies under the campaign's folder of run
+    directories (or ``runs_dir``), else a folder of that name under one of them (a store moved from
+    another machine). Never a folder elsewhere: a tag may come from someone else's bundle
+    (``bench import``), and an export must not pack a private folder that a stranger's tag names.
+    """
     from bench.pipeline.workspace import campaign_dir
 
     recorded = run.data.tags.get(schema.WORKSPACE)
@@ -117,8 +137,11 @@ def find_run_folder(run, campaign: str, runs_dir: Path | None) -> Path | None:
 
 
 def export(campaign: str, archive: Path, *, runs_dir: Path | None = None, say=None) -> Exported:
-    """Write the bundle of ``campaign`` (the store in force) to ``archive``; BundleError when there is no such
-    campaign or the archive cannot be written. ``say``: a function given one line of progress per run."""
+    """Write the bundle of ``campaign`` (the store in force) to ``archive``.
+
+    BundleError when there is no such campaign or the archive cannot be written. ``say``: a function
+    given one line of progress per run.
+    """
     say = say or (lambda line: None)
     archive = Path(archive)
     if archive.is_dir():
@@ -171,7 +194,10 @@ def export(campaign: str, archive: Path, *, runs_dir: Path | None = None, say=No
 
 
 def _run_folder(run, campaign: str, runs_dir: Path | None, top: Path, tasks: dict, out: Exported) -> str | None:
-    """Copy an agent run's directory into the bundle and note its task's folder hash; its name in the bundle."""
+    """Copy an agent run's directory into the bundle and note its task's folder hash.
+
+    Returns its name in the bundle.
+    """
     src = find_run_folder(run, campaign, runs_dir)
     if src is None:
         out.missing_folders.append(f"{run.info.run_name} ({run.data.tags.get(schema.WORKSPACE) or 'no workspace tag'})")
@@ -197,7 +223,10 @@ def _run_folder(run, campaign: str, runs_dir: Path | None, top: Path, tasks: dic
 
 
 def _eval_parents(top: Path) -> list[tuple[str, str]]:
-    """(eval run JSON, its agent run's folder) for every eval run whose parent has a folder in the bundle."""
+    """(eval run JSON, its agent run's folder) for every eval run whose parent has a folder here.
+
+    Here: in the bundle.
+    """
     runs = {p: json.loads(p.read_text()) for p in (top / "mlflow" / "runs").glob("*.json")}
     folders = {r["run_id"]: r.get("run_folder") for r in runs.values()}
     return [

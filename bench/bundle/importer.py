@@ -1,17 +1,21 @@
-"""``bench import BUNDLE``: a bundle's runs into the store in force (SQLite, a file store, a server, PostgreSQL).
+"""``bench import BUNDLE``.
 
-Each MLflow run is created again through :class:`bench.tracking.writer.MlflowWriter` with its name, start and end
-times, status, params, tags, metric histories (every value with its step and time), artifacts and traces; parents
-before children, so that each ``mlflow.parentRunId`` names the new id of its parent, and the UI's tree, ``bench
-report`` and the notebooks read the imported campaign as the original. Each new run carries its id in the source
-store (``schema.SOURCE_RUN``): a second import finds it and adds nothing, and a run that an interrupted import left
-open (RUNNING where the source is not) is deleted and written again. The run directories are copied to where this
-machine keeps the campaign's run directories (or ``--runs-dir``), and each agent run's ``bench.workspace`` tag names
-its new place.
+A bundle's runs into the store in force (SQLite, a file store, a server, PostgreSQL).
 
-The bundle is checked against its manifest first (:func:`bench.bundle.archive.check`): an import of files that
-differ from what was published is refused, naming them, unless forced. Every destination is checked before anything
-is written (:mod:`bench.bundle.containment`), and an import never merges into a campaign the store already has.
+Each MLflow run is created again through :class:`bench.tracking.writer.MlflowWriter` with its name,
+start and end times, status, params, tags, metric histories (every value with its step and time),
+artifacts and traces; parents before children, so that each ``mlflow.parentRunId`` names the new id
+of its parent, and the UI's tree, ``bench report`` and the notebooks read the imported campaign as
+the original. Each new run carries its id in the source store (``schema.SOURCE_RUN``): a second
+import finds it and adds nothing, and a run that an interrupted import left open (RUNNING where the
+source is not) is deleted and written again. The run directories are copied to where this machine
+keeps the campaign's run directories (or ``--runs-dir``), and each agent run's ``bench.workspace``
+tag names its new place.
+
+The bundle is checked against its manifest first (:func:`bench.bundle.archive.check`): an import of
+files that differ from what was published is refused, naming them, unless forced. Every destination
+is checked before anything is written (:mod:`bench.bundle.containment`), and an import never merges
+into a campaign the store already has.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from bench import paths
 from bench.bundle import archive as bundle
 from bench.bundle import containment
 from bench.checksums import sha256
+from bench.errors import BenchError
 from bench.tracking import reader, schema, store
 from bench.tracking.writer import MlflowWriter, TrackingError
 
@@ -33,7 +38,7 @@ TERMINAL = ("FINISHED", "FAILED", "KILLED")
 RUN_NAME = "mlflow.runName"  # MLflow's own tag, set from the run's name (MLflow refuses the two when they differ)
 
 
-class BundleMismatch(RuntimeError):
+class BundleMismatch(BenchError, RuntimeError):
     """The bundle's files differ from its manifest (exit 1): the problems, each naming its file."""
 
     def __init__(self, problems: list[bundle.Problem]):
@@ -43,8 +48,10 @@ class BundleMismatch(RuntimeError):
 
 @dataclass
 class Imported:
-    """What one import did: runs created, runs already there, run folders copied or already there, values the
-    store refused."""
+    """What one import did.
+
+    Runs created, runs already there, run folders copied or already there, values the store refused.
+    """
 
     campaign: str
     created: int = 0
@@ -56,12 +63,18 @@ class Imported:
 
 
 def _seconds(ms: int | None) -> float | None:
-    """Milliseconds as the writer's seconds, such that its int(t * 1000) gives back the same milliseconds."""
+    """Milliseconds as the writer's seconds.
+
+    Such that its int(t * 1000) gives back the same milliseconds.
+    """
     return None if ms is None else (int(ms) + 0.5) / 1000.0
 
 
 def _ordered(runs: list[dict]) -> list[dict]:
-    """Parents before their children, otherwise in start order (a parent outside the bundle counts as none)."""
+    """Parents before their children, otherwise in start order.
+
+    A parent outside the bundle counts as none.
+    """
     ids = {r["run_id"] for r in runs}
     done: set[str] = set()
     out: list[dict] = []
@@ -77,8 +90,11 @@ def _ordered(runs: list[dict]) -> list[dict]:
 
 
 def _existing(campaign: str) -> dict[str, tuple[str, str]]:
-    """Source run id -> (run id here, status) of the runs a former import of this campaign made, and of the
-    original runs themselves (a bundle imported into the store it came from adds nothing)."""
+    """Source run id -> (run id here, status) of the runs already imported or original.
+
+    The runs a former import of this campaign made, and the original runs themselves (a bundle
+    imported into the store it came from adds nothing).
+    """
     _, runs = reader.campaign_runs(campaign)
     found = {r.info.run_id: (r.info.run_id, r.info.status) for r in runs}
     found |= {r.data.tags[schema.SOURCE_RUN]: found[r.info.run_id] for r in runs if r.data.tags.get(schema.SOURCE_RUN)}
@@ -86,8 +102,11 @@ def _existing(campaign: str) -> dict[str, tuple[str, str]]:
 
 
 def trace_spec(data: dict):
-    """A stored trace (``Trace.to_dict()``) as the :class:`bench.pipeline.traces.TraceSpec` the writer logs: the
-    root span and its children, with their names, types, times, inputs, outputs, attributes and status."""
+    """A stored trace (``Trace.to_dict()``) as the TraceSpec the writer logs.
+
+    The :class:`bench.pipeline.traces.TraceSpec`: the root span and its children, with their names,
+    types, times, inputs, outputs, attributes and status.
+    """
     from mlflow.entities import Trace
 
     from bench.pipeline.traces import SpanSpec, TraceSpec
@@ -96,7 +115,7 @@ def trace_spec(data: dict):
     spans = trace.data.spans
     root = next((s for s in spans if s.parent_id is None), None)
     if root is None:
-        raise ValueError("the trace has no root span")
+        raise bundle.BundleError("a trace of the bundle has no root span: not a trace `bench export` wrote")
 
     def own(attrs: dict) -> dict:  # MLflow's own bookkeeping (type, inputs, outputs, trace id) is set by the writer
         return {k: v for k, v in attrs.items() if not k.startswith(("mlflow.span", "mlflow.traceRequestId"))}
@@ -120,7 +139,10 @@ def trace_spec(data: dict):
 
 
 def _import_run(writer: MlflowWriter, top: Path, data: dict, parent: str | None, folder: Path | None, out) -> str:
-    """Create one run again; its new id. The source-run tag goes in at the creation, the status last."""
+    """Create one run again and return its new id.
+
+    The source-run tag goes in at the creation, the status last.
+    """
     tags = {k: v for k, v in data["tags"].items() if k not in (schema.PARENT, RUN_NAME)}  # both set by the creation
     tags[schema.SOURCE_RUN] = data["run_id"]
     tags.pop(schema.WORKSPACE, None)  # the bundle's tag names a folder of the author's disk (or anything at all)
@@ -151,7 +173,10 @@ def _import_run(writer: MlflowWriter, top: Path, data: dict, parent: str | None,
 
 
 def _copy_folder(src: Path, dest: Path, out: Imported) -> None:
-    """Copy one run folder of the bundle to its checked destination (one already there was compared first)."""
+    """Copy one run folder of the bundle to its checked destination.
+
+    One already there was compared first.
+    """
     if dest.exists():
         out.folders_kept += 1  # the bundle's own files, already here (compared by :func:`_differs`)
         return
@@ -164,9 +189,12 @@ def _copy_folder(src: Path, dest: Path, out: Imported) -> None:
 
 
 def _differs(folder: str, dest: Path, files: dict[str, str]) -> list[str]:
-    """How a run folder already at ``dest`` differs from the bundle's ``runs/<folder>`` (its manifest hashes): each
-    of the bundle's files must be there with the same sha256 (the original run folder holds more: its data, spool
-    and home, which a bundle leaves out)."""
+    """How a run folder already at ``dest`` differs from the bundle's ``runs/<folder>``.
+
+    Compared with the manifest's hashes: each of the bundle's files must be there with the
+    same sha256 (the original run folder holds more: its data, spool and home, which a bundle
+    leaves out).
+    """
     prefix = f"runs/{folder}/"
     out = []
     for rel, digest in files.items():
@@ -181,7 +209,10 @@ def _differs(folder: str, dest: Path, files: dict[str, str]) -> list[str]:
 
 
 def _read(top: Path) -> tuple[dict, list[dict]]:
-    """The bundle's experiment and runs, read within the caps and with every name checked; BundleError otherwise."""
+    """The bundle's experiment and runs, read within the caps and with every name checked.
+
+    BundleError otherwise.
+    """
     try:
         experiment = bundle.read_json(top / "mlflow" / "experiment.json")
         runs = [bundle.read_json(p) for p in sorted((top / "mlflow" / "runs").glob("*.json"))]
@@ -202,9 +233,11 @@ def _read(top: Path) -> tuple[dict, list[dict]]:
 
 
 def _refuse_merge(campaign: str, bundled: str, exp, present: list, ids: set[str], path: Path) -> None:
-    """An import never merges into another campaign: the store's experiment of that name may hold only runs of this
-    bundle (a former import of it, or the runs it was exported from), beside the summary runs a report wrote of
-    them."""
+    """An import never merges into another campaign.
+
+    The store's experiment of that name may hold only runs of this bundle (a former import of it, or
+    the runs it was exported from), beside the summary runs a report wrote of them.
+    """
     derived = (schema.KIND_SUMMARY, schema.KIND_CAMPAIGN)  # roll-ups a report writes of whatever runs are there
     foreign = [
         r
@@ -226,13 +259,16 @@ def _refuse_merge(campaign: str, bundled: str, exp, present: list, ids: set[str]
 def import_bundle(
     path: Path, *, runs_dir: Path | None = None, force: bool = False, say=None, name: str | None = None
 ) -> Imported:
-    """Load the bundle at ``path`` into the store in force, as campaign ``name`` (default: the bundle's own).
+    """Load the bundle at ``path`` into the store in force, as campaign ``name``.
+
+    ``name`` defaults to the bundle's own.
 
     Everything is checked before anything is written: the manifest, the caps, every destination
-    (:mod:`bench.bundle.containment`), the campaign's name against the store's campaigns, and each run folder
-    already here against the bundle's. BundleError (containment.Refused among them): bad input, nothing written;
-    BundleMismatch: the bundle differs from its manifest (and ``force`` is off); TrackingError: the store refused
-    or is down."""
+    (:mod:`bench.bundle.containment`), the campaign's name against the store's campaigns, and each
+    run folder already here against the bundle's. BundleError (containment.Refused among them): bad
+    input, nothing written; BundleMismatch: the bundle differs from its manifest (and ``force`` is
+    off); TrackingError: the store refused or is down.
+    """
     from bench.pipeline.workspace import campaign_dir
 
     say = say or (lambda line: None)
@@ -295,8 +331,11 @@ def import_bundle(
 
 
 def main(path: str, runs_dir: str | None, force: bool, quiet: bool, name: str | None = None) -> int:
-    """``bench import``: 0 imported, 1 the bundle differs from its manifest (unless --force), 2 bad input (a name
-    that leads out of its folder, a campaign of that name already in the store, a run folder here that differs)."""
+    """``bench import``: 0 imported, 1 the bundle differs from its manifest, 2 bad input.
+
+    1 unless --force; bad input: a name that leads out of its folder, a campaign of that name
+    already in the store, a run folder here that differs.
+    """
     say = None if quiet else (lambda line: print(line, file=sys.stderr, flush=True))
     try:
         runs = Path(runs_dir) if runs_dir else None

@@ -1,12 +1,15 @@
-"""``bench verify RUN|CAMPAIGN|BUNDLE``: which runs to check, the table of recorded vs recomputed, the exit status.
+"""``bench verify RUN|CAMPAIGN|BUNDLE``.
 
-The target is told apart by what it is on disk, in this order: a bundle of ``bench export`` (a file, or a folder
-with the bundle's manifest: :func:`bench.bundle.archive.check` names every file that differs from the manifest,
-every MLflow metric that differs from its run's result.json and every artifact missing, then its runs are extracted
-and checked), a run directory, a folder of run directories, or a campaign's name (its folder of run directories).
-Each run is checked by :func:`bench.bundle.verify.verify_run`; runs on disk are also compared with the tracking
-store (:mod:`bench.bundle.verify_store`). Exit 0 when everything matches, 1 when anything differs, 2 for a target
-that is none of these (:class:`bench.errors.InputError`).
+Which runs to check, the table of recorded vs recomputed, the exit status.
+
+The target is told apart by what it is on disk, in this order: a bundle of ``bench export`` (a file,
+or a folder with the bundle's manifest: :func:`bench.bundle.archive.check` names every file that
+differs from the manifest, every MLflow metric that differs from its run's result.json and every
+artifact missing, then its runs are extracted and checked), a run directory, a folder of run
+directories, or a campaign's name (its folder of run directories). Each run is checked by
+:func:`bench.bundle.verify.verify_run`; runs on disk are also compared with the tracking store
+(:mod:`bench.bundle.verify_store`). Exit 0 when everything matches, 1 when anything differs, 2 for a
+target that is none of these (:class:`bench.errors.InputError`).
 """
 
 from __future__ import annotations
@@ -30,7 +33,10 @@ WIDE = 26  # the run and checkpoint columns (names are cut with an ellipsis beyo
 
 
 def targets(target: str, stack: contextlib.ExitStack) -> tuple[list[Path], list[str], bool]:
-    """(the run directories to check, the bundle's own problems, whether they came from a bundle)."""
+    """What ``target`` names, as three values.
+
+    (the run directories to check, the bundle's own problems, whether they came from a bundle).
+    """
     from bench.bundle import archive as bundle
     from bench.pipeline import workspace
 
@@ -59,8 +65,10 @@ def targets(target: str, stack: contextlib.ExitStack) -> tuple[list[Path], list[
 
 
 def _without_folder(runs: Path) -> list[str]:
-    """The bundle's agent runs whose run folder it does not hold (``bench export`` found none): each named, since
-    nothing of such a run can be re-scored or re-audited."""
+    """The bundle's agent runs whose run folder it does not hold (``bench export`` found none).
+
+    Each named, since nothing of such a run can be re-scored or re-audited.
+    """
     from bench.bundle import archive as bundle
     from bench.tracking import schema
 
@@ -101,6 +109,7 @@ NOT_PROVED = (
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
+    """``bench verify``: 0 when everything matches, 1 when something differs, 2 for bad input."""
     tasks = {"BENCH_TASKS_DIR": Path(args.tasks_dir).resolve()} if args.tasks_dir else {}
     if args.jobs < 1:
         raise InputError(f"--jobs {args.jobs}: give 1 or more runs to verify side by side")
@@ -145,8 +154,10 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def print_software(checks: list) -> None:
-    """The software the runs recorded beside this machine's, and which versions differ (a number that moved may
-    have moved with them)."""
+    """The software the runs recorded beside this machine's, and which versions differ.
+
+    A number that moved may have moved with them.
+    """
     from bench import software
 
     here = software.versions()
@@ -165,8 +176,11 @@ def print_software(checks: list) -> None:
 
 
 def expectation(run_dirs: list[Path], device: str | None, jobs: int) -> str | None:
-    """One line said before verify starts: how long the runs' evaluations took when they were recorded, and the most
-    their re-scoring may take here (each candidate within :func:`bench.bundle.verify.timeout_s`)."""
+    """One line said before verify starts.
+
+    How long the runs' evaluations took when they were recorded, and the most their re-scoring may
+    take here (each candidate within :func:`bench.bundle.verify.timeout_s`).
+    """
     from bench import protocol
     from bench.bundle import verify
 
@@ -197,9 +211,12 @@ def run_all(
     jobs: int = 1,
     experiment: str | None = None,
 ) -> list:
-    """Each run verified (``jobs`` side by side), one line each as it ends, with a status line (runs done, time
-    left) for many. ``experiment``: the MLflow experiment the runs are in, when it is not the campaign their
-    result.json names (a campaign imported ``--as`` another name)."""
+    """Each run verified (``jobs`` side by side), one line each as it ends.
+
+    With a status line (runs done, time left) for many. ``experiment``: the MLflow experiment the
+    runs are in, when it is not the campaign their result.json names (a campaign imported ``--as``
+    another name).
+    """
     from concurrent.futures import ThreadPoolExecutor
 
     from bench.bundle import verify, verify_store
@@ -257,8 +274,11 @@ def _num(value: float | None) -> str:
 
 
 def print_table(checks: list) -> None:
-    """Per run: each candidate's recorded and recomputed official value (every digit), then the verdict row: the
-    run's status recorded and recomputed, and whether its official score is the same."""
+    """Per run: each candidate's recorded and recomputed official value, then the verdict row.
+
+    Every digit of each value. The verdict row: the run's status recorded and recomputed, and
+    whether its official score is the same.
+    """
     head = f"{'run':{WIDE}} {'candidate':16} {'checkpoint':{WIDE}} {'recorded':>22} {'recomputed':>22}"
     head += f"  {'device':11} ok"
     print("\n" + head)
@@ -286,6 +306,7 @@ def _same(cand) -> bool:
 
 
 def add_cli(sub) -> None:
+    """Add ``bench verify`` to the command line's sub-commands."""
     s = sub.add_parser(
         "verify",
         help="re-score every scored candidate of a run, a campaign or a bundle from what it recorded, re-run the "

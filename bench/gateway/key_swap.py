@@ -1,20 +1,23 @@
 """The run's tokens: what the agent holds instead of the key, and how the gateway swaps them back.
 
-Why: an agent that holds the real API key can print it (into a metric name, a script, its final message), use it
-outside the run's budget, or keep it. With a metering gateway (:mod:`bench.gateway.proxy`) it does not need it:
-:func:`run_tokens` gives the agent's environment a fresh token (``bench-run-`` and 32 hex digits) for each value
-that is one of the harness's credentials, and the gateway, which alone has the mapping, puts the real value back in
-the credential header of the request's API family (:data:`FAMILY_HEADERS`, :func:`swap`) and refuses one that
-carries none of its tokens there (:func:`carries`). A token is worthless outside its run's gateway, which closes with
-the run; the redactor (:mod:`bench.redact`) knows the tokens' shape and removes them from the record all the same.
+Why: an agent that holds the real API key can print it (into a metric name, a script, its final
+message), use it outside the run's budget, or keep it. With a metering gateway
+(:mod:`bench.gateway.proxy`) it does not need it: :func:`run_tokens` gives the agent's environment a
+fresh token (``bench-run-`` and 32 hex digits) for each value that is one of the harness's
+credentials, and the gateway, which alone has the mapping, puts the real value back in the
+credential header of the request's API family (:data:`FAMILY_HEADERS`, :func:`swap`) and refuses one
+that carries none of its tokens there (:func:`carries`). A token is worthless outside its run's
+gateway, which closes with the run; the redactor (:mod:`bench.redact`) knows the tokens' shape and
+removes them from the record all the same.
 
-**The key only in its header.** No API family's CLI sends its key in the URL: Claude Code sends ``x-api-key`` (or
-``Authorization: Bearer`` for a gateway's token or a login), Codex, OpenCode and Aider ``Authorization: Bearer``,
-the Gemini CLI (0.61.0, ``shared/agent-streams/gemini_request_3.json``) ``x-goog-api-key``. So the real key is
-written into that header only, never into a query string (query strings land in every proxy's and vendor's access
-log, and an upstream that reflects its request would hand the key back), and a request whose run token appears
-anywhere else, in the query, another header or the body, is refused (:func:`misplaced`): no CLI does that, an
-agent probing the gateway does.
+**The key only in its header.** No API family's CLI sends its key in the URL: Claude Code sends
+``x-api-key`` (or ``Authorization: Bearer`` for a gateway's token or a login), Codex, OpenCode and
+Aider ``Authorization: Bearer``, the Gemini CLI (0.61.0, as its recorded
+requests show) ``x-goog-api-key``. So the real key is written into
+that header only, never into a query string (query strings land in every proxy's and vendor's access
+log, and an upstream that reflects its request would hand the key back), and a request whose run
+token appears anywhere else, in the query, another header or the body, is refused
+(:func:`misplaced`): no CLI does that, an agent probing the gateway does.
 """
 
 from __future__ import annotations
@@ -36,10 +39,14 @@ def new_token() -> str:
 
 
 def run_tokens(env: Mapping[str, str], known: Mapping[str, str] | None = None) -> tuple[dict[str, str], dict[str, str]]:
-    """``env`` (the agent's environment) with every value that is one of the harness's credentials (``known``:
-    value -> name, default :func:`bench.redact.env_secrets`) replaced by a token, the same token wherever the same
-    value appears (Codex's ``CODEX_API_KEY`` copy of ``OPENAI_API_KEY``); and the gateway's ``keys`` (token -> real
-    value). Each token is registered with the redactor."""
+    """``env`` with the harness's credentials replaced by run tokens, and the gateway's keys.
+
+    ``env`` is the agent's environment; every value that is one of the harness's credentials
+    (``known``: value -> name, default :func:`bench.redact.env_secrets`) is replaced by a token, the
+    same token wherever the same value appears (Codex's ``CODEX_API_KEY`` copy of
+    ``OPENAI_API_KEY``); the gateway's ``keys`` map token -> real value. Each token is registered
+    with the redactor.
+    """
     known = redact.env_secrets() if known is None else known
     out, keys, by_value = dict(env), {}, {}
     for name, value in env.items():
@@ -54,10 +61,14 @@ def run_tokens(env: Mapping[str, str], known: Mapping[str, str] | None = None) -
 
 
 def register_logins(files: list[Path]) -> int:
-    """Register with the redactor every token of the CLI login files this run binds into its sandbox (Codex's
-    ``auth.json``, Gemini's ``oauth_creds.json``): values under a name holding ``token``, ``key`` or ``secret``.
-    The gateway cannot swap a login the CLI reads itself (a residual: docs/sandbox-and-rules.md), but the record can
-    still be kept free of it. Returns how many values were registered; an unreadable file registers none."""
+    """Register with the redactor every token of the CLI login files this run binds.
+
+    The files are those bound into its sandbox (Codex's ``auth.json``, Gemini's
+    ``oauth_creds.json``): values under a name holding ``token``, ``key`` or ``secret``. The gateway
+    cannot swap a login the CLI reads itself (a residual: docs/sandbox-and-rules.md), but the record
+    can still be kept free of it. Returns how many values were registered; an unreadable file
+    registers none.
+    """
     count = 0
 
     def walk(o: object, name: str = "") -> None:
@@ -82,7 +93,10 @@ def register_logins(files: list[Path]) -> int:
 
 
 def tokenized(argv: list[str], keys: Mapping[str, str]) -> list[str]:
-    """``argv`` with each real value of ``keys`` replaced by its token (a key spelled into a command line)."""
+    """``argv`` with each real value of ``keys`` replaced by its token.
+
+    For a key spelled into a command line.
+    """
     out = []
     for a in argv:
         for token, key in keys.items():
@@ -91,7 +105,8 @@ def tokenized(argv: list[str], keys: Mapping[str, str]) -> list[str]:
     return out
 
 
-# the credential headers each API family's clients send (lower case); "any": a gateway built without saying (tests)
+# the credential headers each API family's clients send (lower case); "any": a gateway built without
+# saying (tests)
 FAMILY_HEADERS: dict[str, tuple[str, ...]] = {
     "anthropic": ("x-api-key", "authorization"),
     "openai": ("authorization", "api-key"),
@@ -115,8 +130,11 @@ def carries(headers: list[tuple[str, str]], keys: Mapping[str, str], family: str
 def misplaced(
     headers: list[tuple[str, str]], target: str, body: bytes, keys: Mapping[str, str], family: str = "any"
 ) -> str | None:
-    """Where a run token appears outside its family's credential header (``query``, ``header NAME``, ``body``), or
-    None. Only the gateway's own tokens are looked for: an agent's text that merely mentions the prefix is not one."""
+    """Where a run token appears outside its family's credential header, or None.
+
+    The place: ``query``, ``header NAME`` or ``body``. Only the gateway's own tokens are looked for:
+    an agent's text that merely mentions the prefix is not one.
+    """
     if not keys:
         return None
     names = _headers_of(family)
@@ -132,8 +150,11 @@ def misplaced(
 
 
 def swap(headers: list[tuple[str, str]], keys: Mapping[str, str], family: str = "any") -> list[tuple[str, str]]:
-    """The request's headers with each token in its family's credential header replaced by its real value; nothing
-    else is touched (a key never goes into a query string)."""
+    """The request's headers with each run token swapped for its real value.
+
+    Only a token in its family's credential header is replaced; nothing else is touched (a key never
+    goes into a query string).
+    """
     if not keys:
         return headers
     names = _headers_of(family)

@@ -1,17 +1,20 @@
-"""A run's metering: which gateway its CLI gets (at the launch), and what the gateway's log says (at the record).
+"""A run's metering.
+
+Which gateway its CLI gets (at the launch), and what the gateway's log says (at the record).
 
 At the launch, :func:`plan` decides whether the agent's LLM requests go through a metering gateway
-(:mod:`bench.gateway.proxy`): a sandboxed CLI agent whose adapter names the base-URL variable it can be pointed
-with (``Agent.gateway_var``) and whose run reaches one API (where that variable is not set here and the API's URL has
-no path, the vendor's own, the upstream gets the adapter's ``Agent.gateway_path``: the path its client's base URL has,
-``/v1``). ``BENCH_GATEWAY=0`` turns it off (the CLI then reaches its API
-through the sandbox's proxy, as before). Two settings of the harness's environment serve tests and split-horizon
-set-ups: ``BENCH_GATEWAY_RESOLVE=host=address[,...]`` dials an address instead of asking DNS (the certificate is still
-checked against the host), ``BENCH_GATEWAY_CA=file`` trusts a CA beside the system's.
+(:mod:`bench.gateway.proxy`): a sandboxed CLI agent whose adapter names the base-URL variable it can
+be pointed with (``Agent.gateway_var``) and whose run reaches one API (where that variable is not
+set here and the API's URL has no path, the vendor's own, the upstream gets the adapter's
+``Agent.gateway_path``: the path its client's base URL has, ``/v1``). ``BENCH_GATEWAY=0`` turns it
+off (the CLI then reaches its API through the sandbox's proxy, as before). Two settings of the
+harness's environment serve tests and split-horizon set-ups:
+``BENCH_GATEWAY_RESOLVE=host=address[,...]`` dials an address instead of asking DNS (the certificate
+is still checked against the host), ``BENCH_GATEWAY_CA=file`` trusts a CA beside the system's.
 
-At the record, :func:`summary` reads ``llm.jsonl`` into the run's totals (tokens, cost, requests, errors, requests cut
-mid-answer, the budget's refusals) and :func:`series` into time series for the agent run (cumulative values, one
-point per request, step = whole seconds since the launch).
+At the record, :func:`summary` reads ``llm.jsonl`` into the run's totals (tokens, cost, requests,
+errors, requests cut mid-answer, the budget's refusals) and :func:`series` into time series for the
+agent run (cumulative values, one point per request, step = whole seconds since the launch).
 """
 
 from __future__ import annotations
@@ -46,7 +49,10 @@ class Metering:
 def plan(
     agent: Agent, ctx: LaunchContext, endpoints: tuple[str, ...], log: Path, max_cost: float | None = None
 ) -> Metering | None:
-    """The gateway for this launch, or None when the agent's requests cannot (or must not) go through one."""
+    """The gateway for this launch.
+
+    None when the agent's requests cannot (or must not) go through one.
+    """
     if not settings.GATEWAY.get() or len(endpoints) != 1:
         return None
     var = agent.gateway_var(ctx)
@@ -87,6 +93,7 @@ def read(log: Path) -> list[dict]:
 
 
 def log_path(run_dir: Path) -> Path:
+    """Where the gateway writes a run's line per LLM request (under the run's evidence)."""
     return Path(run_dir) / "evidence" / LOG_NAME
 
 
@@ -95,7 +102,10 @@ def _error(rec: dict) -> bool:
 
 
 def summary(records: list[dict], max_cost: float | None = None) -> dict:
-    """The run's totals from the gateway's lines: ``metrics`` (schema names) and what result.json keeps."""
+    """The run's totals from the gateway's lines.
+
+    ``metrics`` (schema names) and what result.json keeps.
+    """
     model_calls = [r for r in records if r.get("api")]
     priced = [r for r in model_calls if "refused" not in r and r.get("status") != 0]
     unpriced = sorted({str(r.get("model")) for r in priced if r.get("cost_usd") is None and _tokens(r)})
@@ -115,15 +125,17 @@ def summary(records: list[dict], max_cost: float | None = None) -> dict:
         "model_requests": len(model_calls),
         "cut": sum(1 for r in records if r.get("cut")),
         "incomplete": sum(1 for r in priced if r.get("complete") is False),
-        # answers left without their final usage, charged their max_tokens at the output rate (gateway's module doc)
+        # answers left without their final usage, charged their max_tokens at the output rate
+        # (gateway's module doc)
         "charged_max_tokens": sum(1 for r in priced if r.get("cost_basis") == "max_tokens"),
         "unpriced_models": unpriced,
         "max_cost_usd": max_cost,
         "cap_hit": bool(refused),
         "cap_hit_at": refused[0]["t"] if refused else None,
-        # requests the gateway answered itself, by why: budget, token (none of the run's), misplaced (the run's token
-        # outside its credential header: an agent probing), target (not a plain path), route (not an endpoint the CLI
-        # needs), unpriced (a model without a price under a budget)
+        # requests the gateway answered itself, by why: budget, token (none of the run's),
+        # misplaced (the run's token outside its credential header: an agent probing), target (not
+        # a plain path), route (not an endpoint the CLI needs), unpriced (a model without a price
+        # under a budget)
         "refused": dict(sorted(Counter(str(r["refused"]) for r in records if r.get("refused")).items())),
     }
 
@@ -133,9 +145,11 @@ def _tokens(r: dict) -> int:
 
 
 def series(records: list[dict], started_at: float, cost: bool = True) -> list[tuple[str, float, int, float]]:
-    """(metric, cumulative value, step = whole seconds since the launch, unix time) per request, in the order the
-    requests ended: the agent run's charts of tokens, cost (unless ``cost`` is False: a model without a price),
-    requests and errors over the run."""
+    """The agent run's charts of tokens, cost, requests and errors over the run.
+
+    (metric, cumulative value, step = whole seconds since the launch, unix time) per request, in the
+    order the requests ended; no cost when ``cost`` is False (a model without a price).
+    """
     out: list[tuple[str, float, int, float]] = []
     tin = tout = tcached = requests = errors = 0
     spent = 0.0
@@ -159,16 +173,20 @@ def series(records: list[dict], started_at: float, cost: bool = True) -> list[tu
 
 
 def merge(agent_events: dict, log: Path, max_cost: float | None = None) -> dict:
-    """The run's agent_events with the gateway's figures: its totals replace the CLI's tokens and cost (which stay
-    under ``cli_metrics`` for comparison), ``gateway`` holds the summary, ``cost_source`` says where ``cost_usd``
-    came from: ``gateway`` (its tokens, read from the API's own answers, x the price table), ``gateway+max_tokens``
-    (the same, where some answers left early never said their usage and were charged their ``max_tokens`` at the
-    output rate: an upper bound for those) or ``unknown``.
+    """The run's agent_events with the gateway's figures.
 
-    The CLI's own cost is never the run's: the agent writes the CLI's output (it can print a ``result`` event with
-    ``total_cost_usd: -100``), so a figure from it is the agent's word. It stays under ``cli_metrics``; where the
-    gateway cannot price a request (a model not in the table, run without a budget) or there is no gateway (an
-    unsandboxed run, ``BENCH_GATEWAY=0``), ``cost_usd`` is unknown (None), never the CLI's figure, never negative."""
+    Its totals replace the CLI's tokens and cost (which stay under ``cli_metrics`` for comparison),
+    ``gateway`` holds the summary, ``cost_source`` says where ``cost_usd`` came from: ``gateway``
+    (its tokens, read from the API's own answers, x the price table), ``gateway+max_tokens`` (the
+    same, where some answers left early never said their usage and were charged their ``max_tokens``
+    at the output rate: an upper bound for those) or ``unknown``.
+
+    The CLI's own cost is never the run's: the agent writes the CLI's output (it can print a
+    ``result`` event with ``total_cost_usd: -100``), so a figure from it is the agent's word. It
+    stays under ``cli_metrics``; where the gateway cannot price a request (a model not in the table,
+    run without a budget) or there is no gateway (an unsandboxed run, ``BENCH_GATEWAY=0``),
+    ``cost_usd`` is unknown (None), never the CLI's figure, never negative.
+    """
     events = dict(agent_events)
     cli = dict(events.get("metrics") or {})
     records = read(log)
@@ -194,10 +212,13 @@ def merge(agent_events: dict, log: Path, max_cost: float | None = None) -> dict:
 
 
 def refused(records: list[dict]) -> dict | None:
-    """The run's infrastructure failure when the gateway stopped it on an answer that cannot heal
-    (:mod:`bench.gateway.refusals`), for ``result.json``'s ``agent_events.api_failure`` (:mod:`bench.outcome`); None
-    otherwise. ``heals: false`` and ``access`` (the credential's fingerprint) tell a campaign not to run the cell
-    again until the credential changes (:mod:`bench.campaign.job`)."""
+    """The run's infrastructure failure when the gateway stopped it on an answer that cannot heal.
+
+    See :mod:`bench.gateway.refusals`. For ``result.json``'s ``agent_events.api_failure``
+    (:mod:`bench.outcome`); None otherwise. ``heals: false`` and ``access`` (the
+    credential's fingerprint) tell a campaign not to run the cell again until the credential
+    changes (:mod:`bench.campaign.job`).
+    """
     first = next((r for r in records if isinstance(r.get("refusal"), dict) and r["refusal"].get("stops")), None)
     if first is None:
         return None
@@ -219,7 +240,10 @@ def refused(records: list[dict]) -> dict | None:
 
 
 def cap_hit(agent_events: dict) -> dict | None:
-    """result.json's limits.hit entry when the run's API budget refused a request; None otherwise."""
+    """The ``limits.hit`` entry of result.json when the run's API budget refused a request.
+
+    None otherwise.
+    """
     gw = agent_events.get("gateway") or {}
     if not gw.get("cap_hit"):
         return None
@@ -233,9 +257,12 @@ def cap_hit(agent_events: dict) -> dict | None:
 
 
 def budget_tag(agent_events: dict, started_at: float | None = None) -> str:
-    """The agent run's bench.api_budget tag: '' without a budget; ``$CAP: spent at M min: later requests refused
-    ($USED used)`` (M: minutes from ``started_at``, the launch, to the first refused request), or ``$CAP: not
-    reached ($USED used)``. The reports read it (analysis.notes.api_budget_notes)."""
+    """The agent run's bench.api_budget tag.
+
+    '' without a budget; ``$CAP: spent at M min: later requests refused ($USED used)`` (M: minutes
+    from ``started_at``, the launch, to the first refused request), or
+    ``$CAP: not reached ($USED used)``. The reports read it (analysis.notes.api_budget_notes).
+    """
     gw = agent_events.get("gateway") or {}
     if gw.get("max_cost_usd") is None:
         return ""

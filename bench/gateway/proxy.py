@@ -1,51 +1,59 @@
-"""The metering gateway: every LLM request of a sandboxed CLI, forwarded to its API and counted on the way.
+"""The metering gateway.
 
-The CLI is pointed, through its own base-URL setting (``ANTHROPIC_BASE_URL``, Codex's provider ``base_url``,
-``GOOGLE_GEMINI_BASE_URL``), at ``http://127.0.0.1:PORT`` inside its sandbox; the sandbox's launcher carries that
-port to a unix socket served here, on the harness's side (:class:`bench.sandbox.network.Network`'s ``services``).
-The gateway forwards each request to the real endpoint over TLS (the certificate verified, as any client would)
-and streams the answer back piece by piece as it arrives (SSE is never buffered whole), so no CLI has to honour
-proxy variables and the harness, not the CLI, says what a run used.
+Every LLM request of a sandboxed CLI, forwarded to its API and counted on the way.
 
-Per request it appends one JSON line to ``llm.jsonl`` in the run's evidence, written when the request ends (a
-killed run keeps every line so far): time, API, model, HTTP status, latency, input/output/cached tokens read from
-the answer (:mod:`bench.gateway.usage`), their cost at the price table's rates (:mod:`bench.agents.pricing`), and
-``complete: false`` with ``cut`` when the answer ended before its usage did. **A stream left early is paid for what
-the API will bill**: when the client leaves mid-answer the gateway reads the answer on to its final usage (bounded:
-``drain_s`` and :data:`DRAIN_MAX_BYTES`), which is what Anthropic (output only in its closing ``message_delta``),
-OpenAI (usage only in its last event) and Gemini (cumulative, the last chunk) bill; where that usage never comes, the
-request is charged its ``max_tokens`` (:func:`bench.gateway.budget.output_limit`) at the output rate, the line says
-``cost_basis: max_tokens`` and the run's ``cost_source`` says so (:mod:`bench.gateway.metering`). Credentials
-(``Authorization``, ``x-api-key``, ``x-goog-api-key``) are never written (the run's token swapped for the key on
-the way out, below), nor a query's key parameters. Each model request's and answer's body goes, capped and with
-secrets removed, to ``llm-bodies.jsonl`` (:mod:`bench.gateway.transcript`; the line's ``body`` is its id), for the
-run's MLflow trace (:mod:`bench.pipeline.traces`).
+The CLI is pointed, through its own base-URL setting (``ANTHROPIC_BASE_URL``, Codex's provider
+``base_url``, ``GOOGLE_GEMINI_BASE_URL``), at ``http://127.0.0.1:PORT`` inside its sandbox; the
+sandbox's launcher carries that port to a unix socket served here, on the harness's side
+(:class:`bench.sandbox.network.Network`'s ``services``). The gateway forwards each request to the
+real endpoint over TLS (the certificate verified, as any client would) and streams the answer back
+piece by piece as it arrives (SSE is never buffered whole), so no CLI has to honour proxy variables
+and the harness, not the CLI, says what a run used.
 
-**The gateway holds the key.** The agent's environment carries a per-run token (``bench-run-`` and 32 hex digits,
-one per credential variable) where the harness has the real key (:func:`bench.gateway.key_swap.run_tokens`, applied by
-:mod:`bench.pipeline.launch`); the gateway, given ``keys`` (token -> real value), refuses a request that carries
-none of its tokens in its family's credential header (401, ``refused: token``), refuses one whose token appears
-anywhere else, the query, another header, the body (400, ``refused: misplaced``: no CLI does that, a probing agent
+Per request it appends one JSON line to ``llm.jsonl`` in the run's evidence, written when the
+request ends (a killed run keeps every line so far): time, API, model, HTTP status, latency,
+input/output/cached tokens read from the answer (:mod:`bench.gateway.usage`), their cost at the
+price table's rates (:mod:`bench.agents.pricing`), and ``complete: false`` with ``cut`` when the
+answer ended before its usage did. **A stream left early is paid for what the API will bill**:
+when the client leaves mid-answer the gateway reads the answer on to its final usage (bounded:
+``drain_s`` and :data:`DRAIN_MAX_BYTES`), which is what Anthropic (output only in its closing
+``message_delta``), OpenAI (usage only in its last event) and Gemini (cumulative, the last
+chunk) bill; where that usage never comes, the request is charged its ``max_tokens``
+(:func:`bench.gateway.budget.output_limit`) at the output rate, the line says
+``cost_basis: max_tokens`` and the run's ``cost_source`` says so
+(:mod:`bench.gateway.metering`). Credentials (``Authorization``, ``x-api-key``,
+``x-goog-api-key``) are never written (the run's token swapped for the key on the way out,
+below), nor a query's key parameters. Each model request's and answer's body goes, capped and
+with secrets removed, to ``llm-bodies.jsonl`` (:mod:`bench.gateway.transcript`; the line's
+``body`` is its id), for the run's MLflow trace (:mod:`bench.pipeline.traces`).
+
+**The gateway holds the key.** The agent's environment carries a per-run token (``bench-run-`` and
+32 hex digits, one per credential variable) where the harness has the real key
+(:func:`bench.gateway.key_swap.run_tokens`, applied by :mod:`bench.pipeline.launch`); the gateway,
+given ``keys`` (token -> real value), refuses a request that carries none of its tokens in its
+family's credential header (401, ``refused: token``), refuses one whose token appears anywhere else,
+the query, another header, the body (400, ``refused: misplaced``: no CLI does that, a probing agent
 does), and swaps the token for its real value in that header only before the request leaves
-(:mod:`bench.gateway.key_swap`): the key is never written into a URL. The real key is never in the sandbox: an
-agent that prints its environment prints a token that is worth nothing once its run's gateway closes. (A CLI login
-read from a file, Codex's ``auth.json`` or Gemini's ``oauth_creds.json``, is sent by the CLI itself: such a run's
-gateway has no ``keys`` and forwards the login's bearer token as it comes; docs/sandbox-and-rules.md names this
-residual.)
+(:mod:`bench.gateway.key_swap`): the key is never written into a URL. The real key is never in the
+sandbox: an agent that prints its environment prints a token that is worth nothing once its run's
+gateway closes. (A CLI login read from a file, Codex's ``auth.json`` or Gemini's
+``oauth_creds.json``, is sent by the CLI itself: such a run's gateway has no ``keys`` and forwards
+the login's bearer token as it comes; docs/sandbox-and-rules.md names this residual.)
 
-**Only the endpoints its CLI needs** (:mod:`bench.gateway.routes`, per API family): anything else is answered here,
-in the API's error format (404), ``refused: route``; before that, a target another server could read as another
-path (dot segments, percent-escapes, a backslash, an absolute form, a fragment) is refused (400, ``refused:
-target``), and the target forwarded is the one checked.
+**Only the endpoints its CLI needs** (:mod:`bench.gateway.routes`, per API family): anything else is
+answered here, in the API's error format (404), ``refused: route``; before that, a target another
+server could read as another path (dot segments, percent-escapes, a backslash, an absolute form, a
+fragment) is refused (400, ``refused: target``), and the target forwarded is the one checked.
 
-``max_cost`` (:mod:`bench.gateway.budget`): each model request reserves its worst case before it is forwarded and is
-admitted only while spent plus reserved is below the budget (parallel requests pass it by one request's worst case
-at most); once the run's cost reaches it, every further request, whatever its path, is answered at once,
-without reaching the API, by an error in the API's own format (Anthropic and Gemini: 402; OpenAI: 429
-``insufficient_quota``, which Codex does not retry) that says the run's API budget is spent; the line says
-``refused: budget``. While a budget is set, a model request naming a model the price table does not know is refused
-(400, ``refused: unpriced``): its cost could not be counted against the budget (we refuse rather than charge the
-provider's highest price, because a guessed price would make the run's recorded cost a guess too).
+``max_cost`` (:mod:`bench.gateway.budget`): each model request reserves its worst case before it is
+forwarded and is admitted only while spent plus reserved is below the budget (parallel requests pass
+it by one request's worst case at most); once the run's cost reaches it, every further request,
+whatever its path, is answered at once, without reaching the API, by an error in the API's own
+format (Anthropic and Gemini: 402; OpenAI: 429 ``insufficient_quota``, which Codex does not retry)
+that says the run's API budget is spent; the line says ``refused: budget``. While a budget is set, a
+model request naming a model the price table does not know is refused (400, ``refused: unpriced``):
+its cost could not be counted against the budget (we refuse rather than charge the provider's
+highest price, because a guessed price would make the run's recorded cost a guess too).
 """
 
 from __future__ import annotations
@@ -66,6 +74,7 @@ import h11
 
 from bench import settings
 from bench.agents import pricing
+from bench.errors import InputError
 from bench.gateway import budget, key_swap, refusals, routes, transcript
 from bench.gateway.budget import BUDGET_PREFIX, budget_message  # noqa: F401  (the budget's words, said here)
 from bench.gateway.budget import _usd as _usd
@@ -77,11 +86,12 @@ LOG_NAME = "llm.jsonl"
 INSIDE_PORT = 47800  # the first loopback port inside the sandbox that reaches a gateway (one per upstream)
 IDLE_TIMEOUT_S = 600.0  # a kept-alive client connection with no next request
 UPSTREAM_TIMEOUT_S = 600.0  # the longest silence inside an answer (a model thinking before its first token)
-# After the client (the CLI, killed at its budget) leaves mid-answer, the answer is still read, not passed on, for up
-# to this long: the API bills the generation it goes on with, and OpenAI's Responses and Chat Completions streams
-# (Codex, OpenCode, Aider) say their usage only at the end, so reading on is what makes the run's tokens and cost
-# the API's own. Past it the upstream is cut and the line keeps what had streamed (marked cut). That time is
-# Gateway.drain_s: BENCH_GATEWAY_DRAIN_S (bench.settings, 20 s by default).
+# After the client (the CLI, killed at its budget) leaves mid-answer, the answer is still read, not
+# passed on, for up to this long: the API bills the generation it goes on with, and OpenAI's
+# Responses and Chat Completions streams (Codex, OpenCode, Aider) say their usage only at the end,
+# so reading on is what makes the run's tokens and cost the API's own. Past it the upstream is cut
+# and the line keeps what had streamed (marked cut). That time is Gateway.drain_s:
+# BENCH_GATEWAY_DRAIN_S (bench.settings, 20 s by default).
 DRAIN_MAX_BYTES = 64 << 20  # the most read of an answer after its client left (its usage comes at its end)
 LOG_LIMIT = 100_000  # lines; a request loop must not fill the harness's disk
 SECRET_PARAMS = ("key", "api_key", "apikey", "access_token")
@@ -100,8 +110,11 @@ def safe_path(path: str) -> str:
 
 
 class _Upstream(http.client.HTTPSConnection):
-    """An HTTPS connection to ``host`` that may dial another address (``resolve``, tests' non-loopback names served
-    on this machine) while checking the certificate against ``host``."""
+    """An HTTPS connection to ``host`` that may dial another address (``resolve``).
+
+    Tests' non-loopback names served on this machine are dialled that way; the certificate is still
+    checked against ``host``.
+    """
 
     def __init__(self, host: str, port: int, address: str, context: ssl.SSLContext) -> None:
         super().__init__(host, port, timeout=UPSTREAM_TIMEOUT_S, context=context)
@@ -113,11 +126,15 @@ class _Upstream(http.client.HTTPSConnection):
 
 
 class Gateway:
-    """One upstream API (``https://api.anthropic.com``, ``https://api.openai.com/v1``, a loopback mock) and its log.
+    """One upstream API and its log.
 
-    ``resolve``: host -> address to dial instead of asking DNS; ``cafile``: a CA to trust beside the system's;
-    ``max_cost``: the run's API budget in USD (None: none). :meth:`handle` serves one client connection (given to a
-    :class:`bench.sandbox.network.UnixServer`); :attr:`spent` is the running cost."""
+    The upstream: ``https://api.anthropic.com``, ``https://api.openai.com/v1``, a loopback mock.
+
+    ``resolve``: host -> address to dial instead of asking DNS; ``cafile``: a CA to trust beside the
+    system's; ``max_cost``: the run's API budget in USD (None: none). :meth:`handle` serves one
+    client connection (given to a :class:`bench.sandbox.network.UnixServer`); :attr:`spent` is the
+    running cost.
+    """
 
     def __init__(
         self,
@@ -134,7 +151,9 @@ class Gateway:
     ) -> None:
         parts = urlsplit(upstream)
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"not an http(s) endpoint: {upstream!r}")
+            raise InputError(
+                f"not an http(s) endpoint: {upstream!r}; give the API's base URL, e.g. https://api.anthropic.com"
+            )
         self.upstream, self.scheme, self.host = upstream, parts.scheme, parts.hostname
         self.port = parts.port or (443 if self.scheme == "https" else 80)
         self.base_path = parts.path.rstrip("/")
@@ -166,11 +185,15 @@ class Gateway:
         return self.budget.spent
 
     def inside_url(self, port: int) -> str:
-        """The base URL the CLI is given: the gateway's port inside, with the upstream's path (``/v1``)."""
+        """The base URL the CLI is given.
+
+        The gateway's port inside, with the upstream's path (``/v1``).
+        """
         return f"http://127.0.0.1:{port}{self.base_path}"
 
-    # --- one client connection ---------------------------------------------------------------------------
+    # --- one client connection --------------------------------------------------------------------
     def handle(self, conn: socket.socket) -> None:
+        """Serve one CLI connection: each request in turn, until it closes or idles out."""
         conn.settimeout(IDLE_TIMEOUT_S)
         client = ClientConnection(conn)  # h11 reads the requests and frames the answers
         up: http.client.HTTPConnection | None = None
@@ -203,8 +226,10 @@ class Gateway:
         return http.client.HTTPConnection(self.address, self.port, timeout=UPSTREAM_TIMEOUT_S)
 
     def _one(self, client: ClientConnection, up, method: str, path: str, headers: list[tuple[str, str]], body: bytes):
-        """Forward one request and stream its answer back; returns the upstream connection to reuse and whether
-        the client connection stays open."""
+        """Forward one request and stream its answer back.
+
+        Returns the upstream connection to reuse and whether the client connection stays open.
+        """
         t0 = time.time()
         api = api_of(method, path)
         parsed = _json(body) if api else None
@@ -236,7 +261,10 @@ class Gateway:
             self.budget.settle(rid, None)  # released if _forward raised (settled there otherwise: a no-op)
 
     def _forward(self, client, up, method, path, headers, body, rec, parsed, close, rid):
-        """Forward a request that passed every check and stream its answer back (the rest of :meth:`_one`)."""
+        """Forward a request that passed every check and stream its answer back.
+
+        The rest of :meth:`_one`.
+        """
         t0, api = rec["t"], rec["api"]
         headers = key_swap.swap(headers, self.keys, self.family)  # the key in the family's header, nowhere else
         out = [(k, v) for k, v in headers if k.lower() not in HOP]
@@ -349,8 +377,11 @@ class Gateway:
         return up, keep
 
     def _judge(self, method: str, path: str, status: int, body: bytes, rec: dict) -> Callable[[str], None] | None:
-        """Note an answer that cannot heal (:mod:`bench.gateway.refusals`) on its line; the first one before the model
-        ever answered stops the run: returns the watch's early end to call (None if not wired yet, or no stop)."""
+        """Note an answer that cannot heal (:mod:`bench.gateway.refusals`) on its line.
+
+        The first one before the model ever answered stops the run: returns the watch's early end to
+        call (None if not wired yet, or no stop).
+        """
         refusal = refusals.judge(method, path, status, body)
         if refusal is None:
             return None
@@ -363,16 +394,21 @@ class Gateway:
             return self._end
 
     def end_with(self, end: Callable[[str], None]) -> None:
-        """The callback that ends the run at the first answer that cannot heal (the watch's early end); called at
-        once if one came already (before the watch started)."""
+        """The callback that ends the run at the first answer that cannot heal.
+
+        The watch's early end; called at once if one came already (before the watch started).
+        """
         with self._lock:
             self._end, why = end, self.refused
         if why is not None:
             end(why)
 
     def _charge_limit(self, rec: dict, model: str | None, usage: Usage, body: bytes, parsed: dict | None):
-        """The cost of an answer left without its final usage: its output limit at the output rate (and, where the
-        answer had not said its input, every body byte as an input token, as the budget's worst case)."""
+        """The cost of an answer left without its final usage.
+
+        Its output limit at the output rate (and, where the answer had not said its input, every
+        body byte as an input token, as the budget's worst case).
+        """
         limit = max(usage.output, budget.output_limit(rec["api"], parsed))
         rec.update(cost_basis="max_tokens", charged_output=limit)
         if usage.input:
@@ -383,10 +419,13 @@ class Gateway:
     def _refuse(
         self, method: str, path: str, api: str | None, model: str | None, headers: list[tuple[str, str]], body: bytes
     ) -> tuple[str, str] | None:
-        """Why this request is answered here instead of forwarded ((kind, message)), or None to forward it. In
-        order: a target that is not a plain path, the budget (every path, once spent), the run's token anywhere but
-        its family's header, or missing from it, the route, an unpriced model under a budget. (A model request
-        that passes them all still reserves its worst case against the budget: :meth:`_one`.)"""
+        """Why this request is answered here instead of forwarded, or None to forward it.
+
+        The reason is a (kind, message) pair. In order: a target that is not a plain path, the
+        budget (every path, once spent), the run's token anywhere but its family's header, or
+        missing from it, the route, an unpriced model under a budget. (A model request that passes
+        them all still reserves its worst case against the budget: :meth:`_one`.)
+        """
         if (bad := routes.bad_target(path)) is not None:
             return "target", f"1GC-7RC: request target refused: {bad}."
         if self.budget.exhausted:
@@ -410,8 +449,11 @@ class Gateway:
         return None
 
     def drain(self, timeout: float | None = None) -> bool:
-        """Wait until every request in flight has written its line (the run's record reads them); False if some
-        are still open after ``timeout`` (default: the drain's time + 10 s; their line comes when they end)."""
+        """Wait until every request in flight has written its line (the run's record reads them).
+
+        False if some are still open after ``timeout`` (default: the drain's time + 10 s; their line
+        comes when they end).
+        """
         deadline = time.time() + (self.drain_s + 10.0 if timeout is None else timeout)
         while self._inflight and time.time() < deadline:
             time.sleep(0.05)
@@ -443,10 +485,13 @@ class _Watch(threading.Event):
 
 
 def _watch_client(conn: socket.socket, up: http.client.HTTPConnection, drain_s: float) -> _Watch:
-    """A thread that notices the client (the CLI, killed at its budget) closing its connection while the answer is
-    still coming, gives the answer ``drain_s`` more to end (its usage), then cuts the upstream connection, so the
-    request's line is written then at the latest, not when the API next speaks. Set the returned event when the
-    answer ends."""
+    """A thread that cuts the upstream connection when the client leaves mid-answer.
+
+    It notices the client (the CLI, killed at its budget) closing its connection while the answer is
+    still coming, gives the answer ``drain_s`` more to end (its usage), then cuts the upstream
+    connection, so the request's line is written then at the latest, not when the API next speaks.
+    Set the returned event when the answer ends.
+    """
     done = _Watch()
 
     def watch() -> None:

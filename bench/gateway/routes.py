@@ -1,39 +1,46 @@
-"""Which requests the metering gateway forwards, per API: an allow-list of method and path, nothing else.
+"""Which requests the metering gateway forwards, per API.
 
-Why an allow-list: the gateway holds the real key (the agent has only its run's token), so whatever it forwards is
-spent on the user's account. Before this list it forwarded any path: after the run's API budget refused
-``/v1/messages``, ``/v1/messages/batches``, ``/v1/complete``, ``count_tokens`` and ``/v1/messages/`` (a trailing
-slash) still reached the API with the key, unmetered. Each family lists what the CLIs that use it were seen to
-send (``shared/agent-streams/*request*.json``, the adapters' tests against the mock API, the recorded login
-traffic of ``tests/bench/agents/test_logins.py``), matched against the whole path after the gateway's base path
-(no prefix or suffix tolerance: a trailing slash or a sub-path is another endpoint), query string aside:
+An allow-list of method and path, nothing else.
+
+Why an allow-list: the gateway holds the real key (the agent has only its run's token), so whatever
+it forwards is spent on the user's account. Before this list it forwarded any path: after the run's
+API budget refused ``/v1/messages``, ``/v1/messages/batches``, ``/v1/complete``, ``count_tokens``
+and ``/v1/messages/`` (a trailing slash) still reached the API with the key, unmetered. Each family
+lists what the CLIs that use it were seen to send (their requests as recorded, the adapters'
+tests against the mock API, the recorded login traffic of ``tests/bench/agents/test_logins.py``),
+matched against the whole path after the gateway's base path (no prefix or suffix tolerance: a
+trailing slash or a sub-path is another endpoint), query string aside:
 
 - ``anthropic`` (Claude Code, Aider's and OpenCode's ``anthropic/``): ``POST /v1/messages`` and
-  ``POST /v1/messages/count_tokens`` (Claude Code counts tokens before it compacts a long conversation; free at
-  Anthropic, metered as a request here, refused after the budget like every path). No batches, files, legacy
-  completions or model listing.
-- ``openai`` (Codex with a key, OpenCode, Aider, OpenRouter, any OpenAI-compatible base URL): ``POST /responses``,
-  ``POST /chat/completions``, ``GET /models`` and ``GET /models/{id}`` (with or without ``/v1`` before them). No
-  batches, files, fine-tuning, images, audio, embeddings or assistants.
-- ``gemini`` (Gemini CLI with a key): ``POST /v1beta/models/{m}:generateContent``, ``:streamGenerateContent``,
-  ``:countTokens`` (the CLI counts before it sends), ``GET /v1beta/models[/{m}]``.
+  ``POST /v1/messages/count_tokens`` (Claude Code counts tokens before it compacts a long
+  conversation; free at Anthropic, metered as a request here, refused after the budget like every
+  path). No batches, files, legacy completions or model listing.
+- ``openai`` (Codex with a key, OpenCode, Aider, OpenRouter, any OpenAI-compatible base URL):
+  ``POST /responses``, ``POST /chat/completions``, ``GET /models`` and ``GET /models/{id}``
+  (with or without ``/v1`` before them). No batches, files, fine-tuning, images, audio,
+  embeddings or assistants.
+- ``gemini`` (Gemini CLI with a key): ``POST /v1beta/models/{m}:generateContent``,
+  ``:streamGenerateContent``, ``:countTokens`` (the CLI counts before it sends),
+  ``GET /v1beta/models[/{m}]``.
 - ``chatgpt`` (Codex under a ChatGPT login: its provider's base URL is ``.../backend-api/codex``):
-  ``POST .../codex/responses``, ``GET .../codex/models``, and the account checks Codex makes at start
-  (``GET|POST /backend-api/wham/...``).
-- ``codeassist`` (Gemini CLI under a Google login): Code Assist's RPCs ``POST /v1internal:{method}`` (generate,
-  stream, count, load, onboard, quota, experiments) and ``GET /v1internal/operations/...`` (onboarding's poll).
+  ``POST .../codex/responses``, ``GET .../codex/models``, and the account checks Codex makes at
+  start (``GET|POST /backend-api/wham/...``).
+- ``codeassist`` (Gemini CLI under a Google login): Code Assist's RPCs ``POST /v1internal:{method}``
+  (generate, stream, count, load, onboard, quota, experiments) and
+  ``GET /v1internal/operations/...`` (onboarding's poll).
 - ``any``: the union, for a gateway built without saying (tests that drive one API directly).
 
 Anything else is answered by the gateway itself, in the API's own error format, and logged with
 ``refused: route`` (:mod:`bench.gateway.proxy`).
 
-**The path checked is the path forwarded.** Before any route is matched, :func:`bad_target` refuses (400,
-``refused: target``) a request target that another server could read as a different path: a dot segment (``.``,
-``..``: ``/v1/models/../files`` matched ``/v1/models/{id}``, and a front end that removes dot segments, as RFC 3986
-says to, serves ``/v1/files``), any percent-escape in the path (``%2e%2e``, ``%2f``: decoded by some front ends), a
-backslash (a slash to some), an empty segment, an absolute-form or authority-form target (``http://host/...``), a
-fragment, or a byte outside printable ASCII. No CLI sends any of them; the target is then forwarded unchanged, so
-what was checked is what the API receives.
+**The path checked is the path forwarded.** Before any route is matched, :func:`bad_target` refuses
+(400, ``refused: target``) a request target that another server could read as a different path: a
+dot segment (``.``, ``..``: ``/v1/models/../files`` matched ``/v1/models/{id}``, and a front end
+that removes dot segments, as RFC 3986 says to, serves ``/v1/files``), any percent-escape in the
+path (``%2e%2e``, ``%2f``: decoded by some front ends), a backslash (a slash to some), an empty
+segment, an absolute-form or authority-form target (``http://host/...``), a fragment, or a byte
+outside printable ASCII. No CLI sends any of them; the target is then forwarded unchanged, so what
+was checked is what the API receives.
 """
 
 from __future__ import annotations
@@ -74,7 +81,10 @@ _COMPILED = {f: tuple((m, re.compile(p)) for m, p in routes) for f, routes in FA
 
 
 def bad_target(target: str) -> str | None:
-    """Why a request target cannot be routed as sent (a sentence), or None for a plain origin-form target."""
+    """Why a request target cannot be routed as sent (a sentence).
+
+    None for a plain origin-form target.
+    """
     if not target.startswith("/") or target.startswith("//"):
         return "only an origin-form target (/path?query) is served, not an absolute or authority form"
     if any(not 0x21 <= ord(c) <= 0x7E for c in target):
@@ -95,7 +105,10 @@ def bad_target(target: str) -> str | None:
 
 
 def family_of(upstream: str, var: str | None = None) -> str:
-    """The family of a gateway's upstream, from its URL and the base-URL variable the CLI was pointed with."""
+    """The family of a gateway's upstream.
+
+    Read from its URL and the base-URL variable the CLI was pointed with.
+    """
     parts = urlsplit(upstream)
     host, path = (parts.hostname or "").lower(), parts.path
     if "/backend-api" in path or host == "chatgpt.com":
@@ -112,8 +125,11 @@ def family_of(upstream: str, var: str | None = None) -> str:
 
 
 def allowed(family: str, method: str, path: str, base_path: str = "") -> bool:
-    """Whether ``method path`` (the request's, query included or not) is one of ``family``'s endpoints under the
-    gateway's ``base_path`` (the upstream's path, e.g. ``/v1``)."""
+    """Whether ``method path`` is one of ``family``'s endpoints under ``base_path``.
+
+    ``path`` is the request's, query included or not; ``base_path`` is the gateway's (the upstream's
+    path, e.g. ``/v1``).
+    """
     p = path.split("?", 1)[0]
     if base_path and p.startswith(base_path + "/"):
         rest = p[len(base_path) :]
@@ -127,9 +143,12 @@ def _match(family: str, method: str, path: str) -> bool:
 
 
 def refusal(api: str | None, path: str, message: str, kind: str = "budget", family: str = "any") -> tuple[int, dict]:
-    """The HTTP status and JSON body that API uses for a request it will not serve (so that the CLI shows the text
-    to its model and does not retry). ``kind``: ``budget`` (402; OpenAI's 429 insufficient_quota), ``route`` (404),
-    ``token`` (401), ``unpriced``, ``target``, ``misplaced`` (400)."""
+    """The HTTP status and JSON body that API uses for a request it will not serve.
+
+    So that the CLI shows the text to its model and does not retry. ``kind``: ``budget`` (402;
+    OpenAI's 429 insufficient_quota), ``route`` (404), ``token`` (401), ``unpriced``, ``target``,
+    ``misplaced`` (400).
+    """
     p = path.split("?", 1)[0]
     style = (
         "anthropic"

@@ -1,29 +1,35 @@
-"""What the agent asked its model and was told: each LLM request's and answer's body, capped and without secrets.
+"""What the agent asked its model and was told.
 
-The metering gateway (:mod:`bench.gateway.proxy`) hands every model request it forwards to :class:`Transcript`,
-which appends one line per request to ``<run_dir>/evidence/llm-bodies.jsonl`` when the request ends; the line's
-``id`` is also written into the request's ``llm.jsonl`` line (``body``), and :mod:`bench.pipeline.traces` joins the
-two into the run's MLflow trace.
+Each LLM request's and answer's body, capped and without secrets.
+
+The metering gateway (:mod:`bench.gateway.proxy`) hands every model request it forwards to
+:class:`Transcript`, which appends one line per request to ``<run_dir>/evidence/llm-bodies.jsonl``
+when the request ends; the line's ``id`` is also written into the request's ``llm.jsonl`` line
+(``body``), and :mod:`bench.pipeline.traces` joins the two into the run's MLflow trace.
 
 What is kept, and why:
 
-- **The request, as its newest part.** A CLI resends the whole conversation with every request (hundreds of kB
-  late in a run), so the stored view keeps the request's scalar fields (model, max_tokens, ...), notes the size of
-  the system prompt and tool list (the same in every request) and keeps the *last* messages, each long string cut
-  to its head and tail: what this request added to the conversation (the tool results the model is about to read).
-- **The answer, assembled.** A streamed (SSE) answer is one event per few tokens, mostly framing; its text,
-  thinking and tool calls are rebuilt from the events (Anthropic Messages, OpenAI Responses and Chat Completions,
-  Gemini), so a cap of a few KiB holds the whole answer of a typical turn. A JSON answer is read the same way. An
-  answer in no known shape (an error page) is kept as raw text, capped.
-- **Caps.** ``REQUEST_CAP`` and ``RESPONSE_CAP`` characters per body (head and tail kept, the omitted count said),
-  ``Transcript.cap`` bytes for the whole file (``BENCH_LLM_BODIES_MB``, default 5): past it, a line keeps the sizes and
-  the answer's first ``LATE_CAP`` characters (``omitted: "run cap"``), and past another ``LATE_BYTES`` (1 MiB) the
-  sizes only. A 2-hour run of 500 requests
-  stays within the first cap (figures: docs/agents-and-credentials.md, tests/benchmarks/trace_size.py).
-- **No secrets.** Headers are never stored. In bodies, every secret the one redactor knows (:mod:`bench.redact`:
-  the harness's credential variables, the gateway's run tokens), the request's own credential header values, and
-  strings shaped like keys (``sk-...``, ``AIza...``, bearer tokens, JWTs, run tokens) are replaced by
-  ``[REDACTED]`` before anything is cut or written; the writer redacts once more on the way to the store.
+- **The request, as its newest part.** A CLI resends the whole conversation with every request
+  (hundreds of kB late in a run), so the stored view keeps the request's scalar fields (model,
+  max_tokens, ...), notes the size of the system prompt and tool list (the same in every request)
+  and keeps the *last* messages, each long string cut to its head and tail: what this request added
+  to the conversation (the tool results the model is about to read).
+- **The answer, assembled.** A streamed (SSE) answer is one event per few tokens, mostly framing;
+  its text, thinking and tool calls are rebuilt from the events (Anthropic Messages, OpenAI
+  Responses and Chat Completions, Gemini), so a cap of a few KiB holds the whole answer of a typical
+  turn. A JSON answer is read the same way. An answer in no known shape (an error page) is kept as
+  raw text, capped.
+- **Caps.** ``REQUEST_CAP`` and ``RESPONSE_CAP`` characters per body (head and tail kept,
+  the omitted count said), ``Transcript.cap`` bytes for the whole file
+  (``BENCH_LLM_BODIES_MB``, default 5): past it, a line keeps the sizes and the answer's
+  first ``LATE_CAP`` characters (``omitted: "run cap"``), and past another ``LATE_BYTES``
+  (1 MiB) the sizes only. A 2-hour run of 500 requests stays within the first cap (figures:
+  docs/agents-and-credentials.md, tests/benchmarks/trace_size.py).
+- **No secrets.** Headers are never stored. In bodies, every secret the one redactor knows
+  (:mod:`bench.redact`: the harness's credential variables, the gateway's run tokens), the request's
+  own credential header values, and strings shaped like keys (``sk-...``, ``AIza...``, bearer
+  tokens, JWTs, run tokens) are replaced by ``[REDACTED]`` before anything is cut or written; the
+  writer redacts once more on the way to the store.
 """
 
 from __future__ import annotations
@@ -52,8 +58,11 @@ _CONVERSATION = ("messages", "input", "contents")
 
 
 def env_secrets(env: dict[str, str] | None = None) -> set[str]:
-    """The run's secrets as the one redactor knows them (:func:`bench.redact.secrets`: the environment's credential
-    values, a database URL's password, the gateway's run tokens), 8 characters or more."""
+    """The run's secrets of 8 characters or more, as the one redactor knows them.
+
+    See :func:`bench.redact.secrets`: the environment's credential values, a database URL's
+    password, the gateway's run tokens.
+    """
     return set(redact.secrets(env))
 
 
@@ -71,13 +80,17 @@ class Redactor:
         return Redactor(self.secrets | extra) if {v for v in extra if len(v) >= 8} - self.secrets else self
 
     def __call__(self, text: str) -> str:
+        """``text`` with every secret and run token replaced by the redaction mark."""
         if self._values is not None:
             text = self._values.sub(REDACTED, text)
         return redact.RUN_TOKEN.sub(REDACTED, _TOKEN.sub(REDACTED, text))
 
 
 def cap(text: str, limit: int) -> tuple[str, int]:
-    """``text`` cut to about ``limit`` characters, its head and tail kept around a note; and the omitted count."""
+    """``text`` cut to about ``limit`` characters, and the omitted count.
+
+    The head and tail of ``text`` are kept around a note.
+    """
     if len(text) <= limit:
         return text, 0
     omitted = len(text) - limit
@@ -137,7 +150,10 @@ def request_view(body: bytes, redact: Redactor) -> dict:
 
 
 class Answer:
-    """An answer's content rebuilt from its JSON body or SSE events: ``blocks`` of text, thinking and tool calls."""
+    """An answer's content rebuilt from its JSON body or SSE events.
+
+    ``blocks`` of text, thinking and tool calls.
+    """
 
     def __init__(self, api: str | None) -> None:
         self.api = api
@@ -147,6 +163,7 @@ class Answer:
         self.raw = bytearray()  # a JSON answer's bytes (read at the end), or the start of an unknown one
 
     def feed_sse(self, data: bytes) -> None:
+        """Bytes of an SSE answer as they arrive, in any cut; each whole ``data:`` line is read."""
         self._buf += data
         *lines, self._buf = self._buf.split(b"\n")
         for line in lines:
@@ -180,6 +197,7 @@ class Answer:
         return b
 
     def event(self, o: dict, whole: bool = False) -> None:  # noqa: C901 - one branch per wire format
+        """Add one JSON event (or, ``whole``, a whole JSON answer) of the API to the blocks."""
         t = o.get("type")
         if self.api == "anthropic":
             if whole or t == "message":
@@ -245,7 +263,10 @@ class Answer:
 
 
 class Capture:
-    """One request on its way through the gateway: its stored view and the answer as it streams back."""
+    """One request on its way through the gateway.
+
+    Its stored view and the answer as it streams back.
+    """
 
     def __init__(self, api: str | None, body: bytes, redact: Redactor) -> None:
         self.redact = redact
@@ -264,6 +285,7 @@ class Capture:
             self.answer.raw += data[: RAW_CAP - len(self.answer.raw)]
 
     def response_view(self) -> dict:
+        """The answer as the trace stores it: its blocks, or its redacted text capped."""
         ans = self.answer
         view: dict = {"bytes": self.size}
         if ans.raw and not ans.read_json(bytes(ans.raw)):
@@ -282,7 +304,10 @@ class Capture:
 
 
 class Transcript:
-    """The run's ``llm-bodies.jsonl``: one line per model request, ``id`` = its order, capped per run."""
+    """The run's ``llm-bodies.jsonl``.
+
+    One line per model request, ``id`` = its order, capped per run.
+    """
 
     def __init__(self, path: Path, secrets: set[str] | None = None) -> None:
         self.path = Path(path)
@@ -290,12 +315,15 @@ class Transcript:
         self._lock = threading.Lock()
         self._next = 0
         self._written = 0
-        # bytes of llm-bodies.jsonl per run (BENCH_LLM_BODIES_MB, default 5; 0: keep sizes only); later lines keep less
+        # bytes of llm-bodies.jsonl per run (BENCH_LLM_BODIES_MB, default 5; 0: keep sizes only);
+        # later lines keep less
         self.cap = int(settings.LLM_BODIES_MB.get() * (1 << 20))
 
     def start(self, api: str | None, headers: list[tuple[str, str]], body: bytes) -> Capture | None:
-        """A capture for a model request (None for anything else: model lists, token counts). The request's own
-        credential header values are redacted from its bodies too."""
+        """A capture for a model request (None for anything else: model lists, token counts).
+
+        The request's own credential header values are redacted from its bodies too.
+        """
         if not api:
             return None
         own = set()
@@ -308,7 +336,10 @@ class Transcript:
             return None
 
     def finish(self, capture: Capture | None, rec: dict) -> None:
-        """Append the capture's line and put its ``id`` in the request's gateway line (``rec["body"]``)."""
+        """Append the capture's line and put its ``id`` in the request's gateway line.
+
+        The gateway line's ``rec["body"]``.
+        """
         if capture is None:
             return
         try:
@@ -343,13 +374,16 @@ def read(path: Path) -> dict[int, dict]:
 
 
 def redacted_copy(src: Path, dest_dir: Path, redact: Redactor | None = None, *, shown: bool = False) -> Path:
-    """A copy of ``src`` in ``dest_dir`` (same name) with the secrets :class:`Redactor` knows replaced, line by line.
+    """A copy of ``src`` in ``dest_dir`` with the secrets :class:`Redactor` knows replaced.
 
-    The run's own files (``agent.log``, ``events.jsonl``) keep what the agent printed; what goes to a tracking store
-    that others read must not carry a key the agent echoed (``echo $ANTHROPIC_API_KEY``). Lines are bounded by the
-    output stream's line cap, so reading one at a time keeps memory flat even for a 128 MiB log. With ``shown`` each
-    line also passes through the console filter (:func:`bench.markup.shown`): the copy a person reads in the UI
-    carries no escape sequence and shows every control character and bidirectional control.
+    Same name, redacted line by line.
+
+    The run's own files (``agent.log``, ``events.jsonl``) keep what the agent printed; what goes to
+    a tracking store that others read must not carry a key the agent echoed
+    (``echo $ANTHROPIC_API_KEY``). Lines are bounded by the output stream's line cap, so reading one
+    at a time keeps memory flat even for a 128 MiB log. With ``shown`` each line also passes through
+    the console filter (:func:`bench.markup.shown`): the copy a person reads in the UI carries no
+    escape sequence and shows every control character and bidirectional control.
     """
     from bench.markup import shown as console_filter
 

@@ -1,18 +1,23 @@
-"""Token usage read from the LLM API's own answers, as the metering gateway (:mod:`bench.gateway.proxy`) sees them.
+"""Token usage read from the LLM API's own answers, as the metering gateway sees them.
+
+The gateway: :mod:`bench.gateway.proxy`.
 
 Four wire formats, each JSON or SSE-streamed, carry usage in different places:
 
-- Anthropic Messages: ``usage`` of the message; streamed, ``message_start`` (input, cache reads and writes) and
-  ``message_delta`` (output so far: cumulative, the last one counts);
-- OpenAI Responses: ``usage`` of the response; streamed, on ``response.completed`` (or ``.incomplete``/``.failed``);
-- Chat Completions: ``usage`` of the completion; streamed, on the last chunk when ``stream_options.include_usage``
-  is set (the gateway sets it);
-- Gemini ``generateContent``: ``usageMetadata``; streamed, on every chunk, cumulative: the last one counts.
+- Anthropic Messages: ``usage`` of the message; streamed, ``message_start`` (input, cache reads and
+  writes) and ``message_delta`` (output so far: cumulative, the last one counts);
+- OpenAI Responses: ``usage`` of the response; streamed, on ``response.completed``
+  (or ``.incomplete``/``.failed``);
+- Chat Completions: ``usage`` of the completion; streamed, on the last chunk when
+  ``stream_options.include_usage`` is set (the gateway sets it);
+- Gemini ``generateContent``: ``usageMetadata``; streamed, on every chunk, cumulative: the last
+  one counts.
 
-Semantics as in :mod:`bench.agents.pricing`: ``input`` is every prompt token, cached ones included; ``cached`` the
-part read from the prompt cache; ``cache_write`` the part written to it (Anthropic bills it apart). A stream that
-ended before its usage arrived (the CLI killed at the budget, a dropped connection) keeps what had arrived, and
-``complete`` is False: Responses and Chat streams report nothing before their end, Anthropic's the input at its start.
+Semantics as in :mod:`bench.agents.pricing`: ``input`` is every prompt token, cached ones included;
+``cached`` the part read from the prompt cache; ``cache_write`` the part written to it (Anthropic
+bills it apart). A stream that ended before its usage arrived (the CLI killed at the budget, a
+dropped connection) keeps what had arrived, and ``complete`` is False: Responses and Chat streams
+report nothing before their end, Anthropic's the input at its start.
 """
 
 from __future__ import annotations
@@ -25,8 +30,10 @@ _GEMINI = re.compile(r"/models/([^/:]+):(stream)?[gG]enerateContent")
 
 
 def api_of(method: str, path: str) -> str | None:
-    """Which model API a request path calls (base URLs with or without /v1); None for anything else (model lists,
-    token counts: metered as requests, no tokens)."""
+    """Which model API a request path calls (base URLs with or without /v1).
+
+    None for anything else (model lists, token counts: metered as requests, no tokens).
+    """
     p = path.split("?", 1)[0]
     if method != "POST":
         return None
@@ -42,7 +49,10 @@ def api_of(method: str, path: str) -> str | None:
 
 
 def _n(d: object, *keys: str) -> int:
-    """The sum of the integer fields ``keys`` of ``d`` (0 where absent, not a number, or ``d`` not a dict)."""
+    """The sum of the integer fields ``keys`` of ``d``.
+
+    0 where absent, not a number, or ``d`` not a dict.
+    """
     if not isinstance(d, dict):
         return 0
     return sum(v for k in keys if isinstance(v := d.get(k), int) and not isinstance(v, bool) and v > 0)
@@ -61,8 +71,9 @@ class Usage:
     complete: bool = False  # the answer's final usage arrived (a whole JSON body, a stream's closing event)
     _buf: bytes = field(default=b"", repr=False)
 
-    # --- whole JSON answers --------------------------------------------------------------------------------
+    # --- whole JSON answers -----------------------------------------------------------------------
     def read_json(self, body: bytes) -> None:
+        """Read the usage of a whole JSON answer (a body that is no JSON is left unread)."""
         try:
             o = json.loads(body)
         except (ValueError, UnicodeDecodeError):
@@ -73,9 +84,12 @@ class Usage:
         elif isinstance(o, dict):
             self.event(o, whole=True)
 
-    # --- SSE -------------------------------------------------------------------------------------------------
+    # --- SSE --------------------------------------------------------------------------------------
     def feed(self, data: bytes) -> None:
-        """Bytes of an SSE stream as they arrive, in any cut; each complete ``data:`` line is read."""
+        """Bytes of an SSE stream as they arrive, in any cut.
+
+        Each complete ``data:`` line is read.
+        """
         self._buf += data
         *lines, self._buf = self._buf.split(b"\n")
         for line in lines:
@@ -92,8 +106,9 @@ class Usage:
         if len(self._buf) > 16 << 20:  # a line without end: not SSE as we know it
             self._buf = b""
 
-    # --- one JSON object of any of the four APIs -------------------------------------------------------------
+    # --- one JSON object of any of the four APIs --------------------------------------------------
     def event(self, o: dict, whole: bool = False) -> None:
+        """Read the usage one JSON object carries (an SSE event, or, ``whole``, a whole answer)."""
         t = o.get("type")
         if self.api == "anthropic":
             if t == "message_start":

@@ -1,26 +1,32 @@
-"""The agent sandbox (bubblewrap): an allow-listed view with one writable workspace, no network but the
-model's API, and a process tree that cannot outlive the run.
+"""The agent sandbox (bubblewrap).
 
-Why a sandbox and not conventions: the benchmark measures agents that may cheat (DESIGN.md, "Trust
-boundary"). Without one, an agent's code can rewrite ``result.json``, other runs, the prepared data, the
-tracking store and the harness itself, reach the internet, and leave processes behind that no process
-group or run token finds. With it, those are not rules an audit checks afterwards but things that cannot
-happen. The pieces: :mod:`.bwrap` (the binary and its probe), :mod:`.view` (the allow-list: what a sandbox
-sees and why), :mod:`.policy` (one sandbox's view and its bwrap arguments), :mod:`.sockets` (the host's unix
-sockets a view would show, masked), :mod:`.network` (the bridges out), :mod:`.environment` (the allow-listed
-variables) and :mod:`.launcher` (the first process inside). ``bench sandbox view`` prints the view.
+An allow-listed view with one writable workspace, no network but the model's API, and a process tree
+that cannot outlive the run.
 
-    with Sandbox(Policy(cwd=ws, writable=(ws, home), readable=default_readable(), hidden=default_hidden(),
-                        endpoints=("https://api.anthropic.com",))) as box:
-        proc = subprocess.Popen(box.wrap(argv), env=agent_environment(...), start_new_session=True)
+Why a sandbox and not conventions: the benchmark measures agents that may cheat (the hostile-input
+boundary: CONTRIBUTING.md; docs/sandbox-and-rules.md, "What the sandbox enforces"). Without one, an
+agent's code can rewrite ``result.json``, other runs, the prepared data, the tracking store and the
+harness itself, reach the internet, and leave processes behind that no process group or run token
+finds. With it, those are not rules an audit checks afterwards but things that cannot happen. The
+pieces: :mod:`.bwrap` (the binary and its probe), :mod:`.view` (the allow-list: what a sandbox sees
+and why), :mod:`.policy` (one sandbox's view and its bwrap arguments), :mod:`.sockets` (the host's
+unix sockets a view would show, masked), :mod:`.network` (the bridges out), :mod:`.environment` (the
+allow-listed variables) and :mod:`.launcher` (the first process inside). ``bench sandbox view``
+prints the view.
 
-A sandbox costs about the start of one small Python process per agent run (the launcher) and nothing per
-process started inside it: those are ordinary processes in namespaces that already exist.
+    policy = Policy(cwd=ws, writable=(ws, home), readable=default_readable(),
+                    hidden=default_hidden(), endpoints=("https://api.anthropic.com",))
+    with Sandbox(policy) as box:
+        proc = subprocess.Popen(box.wrap(argv), env=agent_environment(...),
+                                start_new_session=True)
 
-Caveats: ``--die-with-parent`` uses the kernel's parent-death signal, which fires when the *thread* that
-started bwrap exits, so start it from a thread that lives as long as the run (the runner's main thread).
-GPUs: the NVIDIA device nodes, driver libraries and toolkits are bound when present (``Policy.gpu``); tested on
-a simulated layout, not on a GPU here.
+A sandbox costs about the start of one small Python process per agent run (the launcher) and nothing
+per process started inside it: those are ordinary processes in namespaces that already exist.
+
+Caveats: ``--die-with-parent`` uses the kernel's parent-death signal, which fires when the *thread*
+that started bwrap exits, so start it from a thread that lives as long as the run (the runner's main
+thread). GPUs: the NVIDIA device nodes, driver libraries and toolkits are bound when present
+(``Policy.gpu``); tested on a simulated layout, not on a GPU here.
 """
 
 from __future__ import annotations
@@ -42,14 +48,18 @@ from bench.sandbox.policy import Policy, bwrap_args, default_hidden, default_rea
 from bench.sandbox.resource_limits import RunGroup, shell_prelude
 
 LAUNCHER = Path(__file__).resolve().with_name("launcher.py")
-# The harness starts bwrap with SIGTERM ignored (an ignored signal survives exec): bwrap itself would die of
-# the watchdog's SIGTERM and take the whole sandbox with it, cutting the grace period short. The launcher
-# inside handles SIGTERM again, so the agent and its scripts get the default action.
+# The harness starts bwrap with SIGTERM ignored (an ignored signal survives exec): bwrap itself
+# would die of the watchdog's SIGTERM and take the whole sandbox with it, cutting the grace
+# period short. The launcher inside handles SIGTERM again, so the agent and its scripts get the
+# default action.
 IGNORE_TERM = ["/bin/sh", "-c", 'trap "" TERM; exec "$@"', "bench-sandbox"]  # without a run group: shell_prelude([])
 
 
 def interpreter_paths(python: str = sys.executable) -> tuple[Path, ...]:
-    """What the launcher needs to run: the interpreter's prefixes and folders (a pyenv under ``~``), the launcher."""
+    """What the launcher needs to run.
+
+    The interpreter's prefixes and folders (a pyenv under ``~``), the launcher.
+    """
     exe = Path(python)
     return (
         Path(sys.prefix),
@@ -75,8 +85,11 @@ def _cleanup(network: Network, runtime_dir: Path | None, stubs: list[Path] | Non
 
 
 def _mount_points(files: tuple[tuple[Path, Path], ...]) -> list[Path]:
-    """The empty files that ``files``' destinations are bound onto, made here (bwrap would make them too, but then
-    nobody would remove them); only those that did not exist, so the caller's own files are never removed."""
+    """The empty files that ``files``' destinations are bound onto, made here.
+
+    bwrap would make them too, but then nobody would remove them; only those that did not exist, so
+    the caller's own files are never removed.
+    """
     made = []
     for _, dest in files:
         dest = Path(dest)
@@ -88,13 +101,16 @@ def _mount_points(files: tuple[tuple[Path, Path], ...]) -> list[Path]:
 
 
 class Sandbox:
-    """One sandbox: its policy and, when it has endpoints, its network bridges and their runtime folder (the
-    unix sockets; without endpoints there is neither).
+    """One sandbox: its policy, and its network bridges when it has endpoints.
 
-    :meth:`wrap` turns an argv into the command that runs it inside; several commands may be wrapped, each
-    gets a sandbox of its own built from the same policy and sharing the bridges. :meth:`close` (or leaving
-    the ``with`` block) stops the bridges and removes the runtime folder; do it once the processes ended.
-    Raises :class:`SandboxUnavailable` when bwrap cannot run here (:func:`probe` says why).
+    With endpoints it also has their runtime folder (the unix sockets); without endpoints there
+    is neither.
+
+    :meth:`wrap` turns an argv into the command that runs it inside; several commands may be
+    wrapped, each gets a sandbox of its own built from the same policy and sharing the bridges.
+    :meth:`close` (or leaving the ``with`` block) stops the bridges and removes the runtime folder;
+    do it once the processes ended. Raises :class:`SandboxUnavailable` when bwrap cannot run here
+    (:func:`probe` says why).
     """
 
     def __init__(
@@ -122,8 +138,11 @@ class Sandbox:
             raise
 
     def wrap(self, argv: list[str]) -> list[str]:
-        """The command line that runs ``argv`` in the sandbox, with the policy's cwd; the environment given
-        to it is passed on (plus the proxy variables when a remote endpoint is allowed)."""
+        """The command line that runs ``argv`` in the sandbox, with the policy's cwd.
+
+        The environment given to it is passed on (plus the proxy variables when a remote endpoint
+        is allowed).
+        """
         shown = self.limits.shown() if self.limits is not None and self.policy.own_cgroup else ()
         view = replace(
             self.policy,

@@ -1,8 +1,11 @@
-"""``bench sandbox view``: the view a run's sandboxes will get on this machine, entry by entry, and why.
+"""``bench sandbox view``.
 
-Why a command: the allow-list depends on the machine (where Python lives, merged /usr or not, a GPU, the
-CLIs installed, the host's unix sockets), so the only honest documentation of what an agent can see is the
-list computed here, from the same code that builds the bwrap arguments (:func:`.policy.plan`).
+The view a run's sandboxes will get on this machine, entry by entry, and why.
+
+Why a command: the allow-list depends on the machine (where Python lives, merged /usr or not,
+a GPU, the CLIs installed, the host's unix sockets), so the only honest documentation of what
+an agent can see is the list computed here, from the same code that builds the bwrap
+arguments (:func:`.policy.plan`).
 """
 
 from __future__ import annotations
@@ -15,7 +18,10 @@ from bench.sandbox.view import Bind
 
 
 def planned_view(purpose: str, gpu: bool = True) -> list[Bind]:
-    """The view of a run's ``agent`` or ``predictor`` sandbox, with placeholder run folders (not made here)."""
+    """The view of a run's ``agent`` or ``predictor`` sandbox, with placeholder run folders.
+
+    The placeholders are not made here.
+    """
     from bench.paths import workspaces_dir
 
     run_dir = workspaces_dir() / "CAMPAIGN" / "RUN"
@@ -36,6 +42,7 @@ def planned_view(purpose: str, gpu: bool = True) -> list[Bind]:
 
 
 def format_view(binds: list[Bind]) -> str:
+    """The view as a table, one entry a line, sorted by path: mode, path, why."""
     width = max(len(str(b.path)) for b in binds)
     lines = [f"  {'mode':8} {'path':{width}}  why"]
     for b in sorted(binds, key=lambda b: str(b.path)):  # bwrap's order is parents first; people read by path
@@ -45,7 +52,10 @@ def format_view(binds: list[Bind]) -> str:
 
 
 def describe_filter(purpose: str) -> str:
-    """What the sandbox's seccomp profile denies (:mod:`.seccomp`) and which cgroup it shows, in one line."""
+    """What the sandbox's seccomp profile denies and which cgroup it shows, in one line.
+
+    The profile: :mod:`.seccomp`.
+    """
     from bench.sandbox import seccomp
 
     profile = seccomp.PROFILES[purpose]
@@ -62,6 +72,7 @@ def describe_filter(purpose: str) -> str:
 
 
 def cmd_view(args: argparse.Namespace) -> int:
+    """``bench sandbox view``: each sandbox's view and filter, and whether bwrap works here."""
     from bench.sandbox.bwrap import probe
 
     purposes = ["predictor"] if args.predictor else ["agent", "predictor"]

@@ -4,10 +4,10 @@ The harness's own environment holds what an agent must not have: the tracking st
 credentials (``MLFLOW_*``), the harness's paths (``BENCH_CACHE_DIR``, ``BENCH_DATA_MIRROR``), other
 vendors' keys, cloud credentials, whatever the user exported. An agent gets only what a shell and a
 training script need (locale, terminal, the GPU selection, thread counts), the names its adapter
-declares (its own key and base URL, ``passthrough``), and what the harness sets for it (``extra``: the
-private HOME, the tracer's few ``BENCH_`` variables). Nothing from the base is taken on trust because of
-its name alone: ``MLFLOW_*``, ``BENCH_*``, ``PYTHONPATH`` and ``VIRTUAL_ENV`` are refused even when a
-passthrough pattern would match them.
+declares (its own key and base URL, ``passthrough``), and what the harness sets for it (``extra``:
+the private HOME, the tracer's few ``BENCH_`` variables). Nothing from the base is taken on trust
+because of its name alone: ``MLFLOW_*``, ``BENCH_*``, ``PYTHONPATH`` and ``VIRTUAL_ENV`` are refused
+even when a passthrough pattern would match them.
 """
 
 from __future__ import annotations
@@ -45,8 +45,11 @@ def _matches(name: str, patterns: Iterable[str]) -> bool:
 def agent_environment(
     base: Mapping[str, str], passthrough: Iterable[str] = (), extra: Mapping[str, str] | None = None
 ) -> dict[str, str]:
-    """The allowed and passed-through variables of ``base`` (names or glob patterns, case-sensitive), then
-    ``extra`` on top (the harness's own settings, which may use any name)."""
+    """The allowed and passed-through variables of ``base``, then ``extra`` on top.
+
+    ``base``: names or glob patterns, case-sensitive; ``extra``: the harness's own settings, which
+    may use any name.
+    """
     allowed = (*ALLOWED, *passthrough)
     env = {k: v for k, v in base.items() if _matches(k, allowed) and not _matches(k, NEVER)}
     env.update(extra or {})

@@ -1,25 +1,29 @@
 """No evaluation beside another run's live agent on one machine (issue 38): a machine-wide lock.
 
-Why: a predictor reads files that every sandbox shares (the venv, ``/usr``), and an agent of another run on the
-same machine can time its own first touches of them while the predictor runs: the pages the predictor loaded are
-fast. No filter can deny a timed read (measured: 48 of 48 T6 test rows received that way,
-docs/sandbox-and-rules.md), and the same holds for an agent's inotify watch on a file the predictor opens. The
-scorer drops the pages its predictors loaded once they end (:meth:`.resource_limits.RunGroup.drop_page_cache`), so
-what remains is an agent that is live WHILE a predictor runs. This module makes that not happen.
+Why: a predictor reads files that every sandbox shares (the venv, ``/usr``), and an agent of another
+run on the same machine can time its own first touches of them while the predictor runs: the pages
+the predictor loaded are fast. No filter can deny a timed read (measured: 48 of 48 T6 test rows
+received that way, docs/sandbox-and-rules.md), and the same holds for an agent's inotify watch on a
+file the predictor opens. The scorer drops the pages its predictors loaded once they end
+(:meth:`.resource_limits.RunGroup.drop_page_cache`), so what remains is an agent that is live WHILE
+a predictor runs. This module makes that not happen.
 
-How: ``flock`` on one file per machine (``BENCH_EVAL_LOCK``, by default in ``/dev/shm``: every user's and every
-run's harness sees the same file, no other machine does, and no sandbox sees it: each gets its own ``/dev`` and
-``/tmp``). Each run's harness holds it SHARED while its agent lives (:func:`agent_alive`, the launch to the end of
-the watch); an evaluation holds it EXCLUSIVE (:func:`evaluating`) after its own run's shared hold is gone (its agent
-has ended), so a run never waits for itself, and two runs that end together evaluate one after the other. A second
-file (``<lock>.gate``) gives a waiting evaluation precedence: an evaluation holds the gate exclusive from its
-request to its end, and a launch passes the gate (shared, at once released) before its shared hold, so no new agent
-starts while an evaluation waits or runs (without it, a campaign that starts runs while others end would keep the
-lock shared for ever). ``flock`` locks go with the open file: a harness that dies releases them, nothing stale.
+How: ``flock`` on one file per machine (``BENCH_EVAL_LOCK``, by default in ``/dev/shm``: every
+user's and every run's harness sees the same file, no other machine does, and no sandbox sees it:
+each gets its own ``/dev`` and ``/tmp``). Each run's harness holds it SHARED while its agent lives
+(:func:`agent_alive`, the launch to the end of the watch); an evaluation holds it EXCLUSIVE
+(:func:`evaluating`) after its own run's shared hold is gone (its agent has ended), so a run never
+waits for itself, and two runs that end together evaluate one after the other. A second file
+(``<lock>.gate``) gives a waiting evaluation precedence: an evaluation holds the gate exclusive from
+its request to its end, and a launch passes the gate (shared, at once released) before its shared
+hold, so no new agent starts while an evaluation waits or runs (without it, a campaign that starts
+runs while others end would keep the lock shared for ever). ``flock`` locks go with the open file: a
+harness that dies releases them, nothing stale.
 
-Every wait is bounded (an evaluation: the run's evaluation budget; a launch: three of them): after it the evaluation
-runs anyway and records that it was not isolated, so a stuck holder (another user's process) costs time, never a
-run. ``BENCH_EVAL_BESIDE_AGENTS=1`` is the user's choice to evaluate without waiting; recorded the same way.
+Every wait is bounded (an evaluation: the run's evaluation budget; a launch: three of them): after
+it the evaluation runs anyway and records that it was not isolated, so a stuck holder (another
+user's process) costs time, never a run. ``BENCH_EVAL_BESIDE_AGENTS=1`` is the user's choice to
+evaluate without waiting; recorded the same way.
 """
 
 from __future__ import annotations
@@ -46,7 +50,10 @@ MARKER = "lock-wait.txt"  # in a run's directory while it waits: what it waits f
 
 @dataclass(frozen=True)
 class Isolation:
-    """How one run's evaluation stood to other runs' live agents; each evaluation's result carries it."""
+    """How one run's evaluation stood to other runs' live agents.
+
+    Each evaluation's result carries it.
+    """
 
     state: str  # EXCLUSIVE, BESIDE or NOT_ISOLATED
     waited_s: float = 0.0
@@ -54,9 +61,11 @@ class Isolation:
 
     @property
     def isolated(self) -> bool:
+        """Whether no other run's agent was live during the evaluation."""
         return self.state == EXCLUSIVE
 
     def to_dict(self) -> dict:
+        """The isolation as the evaluation's result records it."""
         return {"state": self.state, "waited_s": round(self.waited_s, 1), **({"why": self.why} if self.why else {})}
 
 
@@ -66,9 +75,12 @@ def lock_path() -> Path:
 
 
 def _open(path: Path) -> int:
-    """A read-only descriptor of the lock file, made if missing (readable by every user: ``flock`` needs no write
-    access, and a file made by one user must serve the others). No link followed, regular files only: another user
-    cannot point it elsewhere or hang the open on a FIFO. Raises OSError."""
+    """A read-only descriptor of the lock file, made if missing.
+
+    Readable by every user: ``flock`` needs no write access, and a file made by one user must serve
+    the others. No link followed, regular files only: another user cannot point it elsewhere or hang
+    the open on a FIFO. Raises OSError.
+    """
     flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
     for _ in range(5):
         try:
@@ -89,9 +101,12 @@ def _open(path: Path) -> int:
 def _take(
     fd: int, op: int, bound_s: float, on_wait: Callable[[float], None], stopped: Callable[[], bool] | None = None
 ) -> float | None:
-    """``flock(fd, op)`` within ``bound_s`` seconds: the seconds waited, or None if it was not had by then.
-    ``on_wait(waited)`` is called while it waits (the first time at once); ``stopped()`` true (a signal came to
-    the run while it waits) ends the wait with KeyboardInterrupt, so that a stopped run need not wait an hour."""
+    """``flock(fd, op)`` within ``bound_s`` seconds.
+
+    The seconds waited, or None if it was not had by then. ``on_wait(waited)`` is called while it
+    waits (the first time at once); ``stopped()`` true (a signal came to the run while it waits)
+    ends the wait with KeyboardInterrupt, so that a stopped run need not wait an hour.
+    """
     t0 = time.monotonic()
     pause = 0.05
     while True:
@@ -122,11 +137,14 @@ def agent_alive(
     run_dir: Path | None = None,
     stopped: Callable[[], bool] | None = None,
 ) -> Iterator[float | None]:
-    """Hold the machine's lock shared while this run's agent lives (wrap its launch and watch): other runs'
-    evaluations wait for it. Yields the seconds this launch waited for evaluations that held the gate, or None when
-    the lock could not be used (the agent runs anyway: an error here must not cost the run; said on the console).
-    ``bound_s``: the run's evaluation budget (a launch waits at most :data:`LAUNCH_BOUND_X` of them); ``run_dir``:
-    where :data:`MARKER` says what the run waits for, while it waits; ``stopped``: see :func:`_take`."""
+    """Hold the machine's lock shared while this run's agent lives (wrap its launch and watch).
+
+    Other runs' evaluations wait for it. Yields the seconds this launch waited for evaluations that
+    held the gate, or None when the lock could not be used (the agent runs anyway: an error here
+    must not cost the run; said on the console). ``bound_s``: the run's evaluation budget (a launch
+    waits at most :data:`LAUNCH_BOUND_X` of them); ``run_dir``: where :data:`MARKER` says what the
+    run waits for, while it waits; ``stopped``: see :func:`_take`.
+    """
     path = lock_path()
     main: int | None = None
     waited: float | None = None
@@ -169,10 +187,13 @@ def evaluating(
     run_dir: Path | None = None,
     stopped: Callable[[], bool] | None = None,
 ) -> Iterator[Isolation]:
-    """Hold the machine's lock exclusive for an evaluation: wait (at most ``bound_s``) until no other run's agent
-    is live, and let no agent start until it ends. Call it after this run's own :func:`agent_alive` has ended.
-    Yields the :class:`Isolation` the evaluation had; it evaluates in every case. ``run_dir``, ``stopped``: as
-    for :func:`agent_alive`."""
+    """Hold the machine's lock exclusive for an evaluation.
+
+    Wait (at most ``bound_s``) until no other run's agent is live, and let no agent start until it
+    ends. Call it after this run's own :func:`agent_alive` has ended. Yields the
+    :class:`Isolation` the evaluation had; it evaluates in every case. ``run_dir``, ``stopped``:
+    as for :func:`agent_alive`.
+    """
     if settings.EVAL_BESIDE_AGENTS.get():
         yield Isolation(BESIDE, why="BENCH_EVAL_BESIDE_AGENTS=1: evaluated beside other runs' live agents, if any")
         return
@@ -205,7 +226,10 @@ def evaluating(
 
 
 class _Held:
-    """This process's exclusive hold: its descriptors (gate, lock), whose path, and how many evaluations use it."""
+    """This process's exclusive hold.
+
+    Its descriptors (gate, lock), whose path, and how many evaluations use it.
+    """
 
     def __init__(self) -> None:
         self.mutex = threading.Lock()
@@ -220,8 +244,10 @@ _HELD = _Held()
 def _exclusive(
     path: Path, bound_s: float, said: Callable[[float], None], t0: float, stopped: Callable[[], bool] | None
 ) -> tuple[list[int], Isolation]:
-    """The gate, then the lock, exclusive within ``bound_s``: the descriptors held (empty when not had) and the
-    :class:`Isolation` that gave."""
+    """The gate, then the lock, exclusive within ``bound_s``.
+
+    The descriptors held (empty when not had) and the :class:`Isolation` that gave.
+    """
     fds: list[int] = []
     try:
         fds.append(_open(_gate(path)))
@@ -247,8 +273,11 @@ def _exclusive(
 
 
 def _announcer(console: bool, label: str, what: str, run_dir: Path | None = None) -> Callable[[float], None]:
-    """What a run says while it waits for a lock: a console line at the start and every :data:`NOTE_EVERY_S`, and
-    its :data:`MARKER` file in ``run_dir`` (read by :func:`waits`)."""
+    """What a run says while it waits for a lock.
+
+    A console line at the start and every :data:`NOTE_EVERY_S`, and its :data:`MARKER` file in
+    ``run_dir`` (read by :func:`waits`).
+    """
     next_at = [0.0]
 
     def say(waited: float) -> None:
@@ -270,7 +299,10 @@ def _unmark(run_dir: Path | None) -> None:
 
 
 def waits(run_dir: Path) -> str:
-    """What the run in ``run_dir`` waits for now ("" when it does not): for a campaign's status line."""
+    """What the run in ``run_dir`` waits for now ("" when it does not).
+
+    For a campaign's status line.
+    """
     try:
         return (run_dir / MARKER).read_text()[:200].strip()
     except OSError:

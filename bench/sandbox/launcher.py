@@ -1,27 +1,33 @@
-"""The first process inside a sandbox: the inner end of the network bridges, and the agent's supervisor.
+"""The first process inside a sandbox.
 
-Run by bwrap as ``python -I -S launcher.py [--listen HOST:PORT=UNIX_SOCKET ...] [--rlimit NAME=N ...] -- AGENT ARGV``;
-standard
-library only and imported by nothing it needs, because it runs before (and beside) any agent code, with
-``-I -S`` so that no ``PYTHONPATH``, user site or tracer hook is read.
+The inner end of the network bridges, and the agent's supervisor.
 
-Why it exists even without a network: with ``--unshare-pid`` every process of the sandbox dies the moment
-its first process exits. If the agent were that process, the agent exiting on the budget's SIGTERM would
-SIGKILL the training scripts it started at once, taking away the grace period the harness promises them
-to write a last checkpoint. So this process starts the agent as its child and:
+Run by bwrap as::
+
+    python -I -S launcher.py [--listen HOST:PORT=UNIX_SOCKET ...] [--rlimit NAME=N ...]
+        -- AGENT ARGV
+
+Standard library only and imported by nothing it needs, because it runs before (and beside) any
+agent code, with ``-I -S`` so that no ``PYTHONPATH``, user site or tracer hook is read.
+
+Why it exists even without a network: with ``--unshare-pid`` every process of the sandbox dies the
+moment its first process exits. If the agent were that process, the agent exiting on the budget's
+SIGTERM would SIGKILL the training scripts it started at once, taking away the grace period the
+harness promises them to write a last checkpoint. So this process starts the agent as its child and:
 
 - the agent exits by itself: exit at once with its status (what the agent left running ends with the
   sandbox, as the harness would end it anyway; :mod:`bench.pipeline.watch`);
-- SIGTERM/SIGINT/SIGHUP arrive (the watchdog signals the whole process group): pass them on to the agent,
-  then stay until every other process of the sandbox has exited, so that the grace period plays out; the
-  harness's SIGKILL at its end ends this process and with it the sandbox.
+- SIGTERM/SIGINT/SIGHUP arrive (the watchdog signals the whole process group): pass them on to the
+  agent, then stay until every other process of the sandbox has exited, so that the grace period
+  plays out; the harness's SIGKILL at its end ends this process and with it the sandbox.
 
-Its exit status is the agent's (128 + N when a signal N ended it). Each ``--listen`` makes it listen on a
-loopback TCP port of the sandbox's own network namespace and carry every connection to a unix socket that
-the harness serves outside (:mod:`bench.sandbox.network`): the only way out of ``--unshare-net``. Each
-``--rlimit DATA=N`` / ``NPROC=N`` lowers that resource limit just before the agent starts (the agent and all it
-starts inherit it; the launcher and bwrap, already running, keep theirs): the memory and process limits of a run
-for which no cgroup could be made (:mod:`bench.sandbox.resource_limits` says why DATA and not AS).
+Its exit status is the agent's (128 + N when a signal N ended it). Each ``--listen`` makes it listen
+on a loopback TCP port of the sandbox's own network namespace and carry every connection to a unix
+socket that the harness serves outside (:mod:`bench.sandbox.network`): the only way out of
+``--unshare-net``. Each ``--rlimit DATA=N`` / ``NPROC=N`` lowers that resource limit just before the
+agent starts (the agent and all it starts inherit it; the launcher and bwrap, already running, keep
+theirs): the memory and process limits of a run for which no cgroup could be made
+(:mod:`bench.sandbox.resource_limits` says why DATA and not AS).
 """
 
 from __future__ import annotations
@@ -31,8 +37,8 @@ import os
 import sys
 import time
 
-# socket and threading are imported where they are used: without endpoints (the usual offline agent) the
-# launcher starts in ~10 ms instead of ~30 ms; subprocess is not used for the same reason
+# socket and threading are imported where they are used: without endpoints (the usual offline agent)
+# the launcher starts in ~10 ms instead of ~30 ms; subprocess is not used for the same reason
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import socket
@@ -98,8 +104,11 @@ def _serve(server: socket.socket, path: str) -> None:
 
 
 def listen(spec: str) -> list[socket.socket]:
-    """``HOST:PORT=PATH``: listening sockets on the sandbox's loopback (``localhost``: IPv4 and, when the
-    namespace has it, IPv6, since clients may try ::1 first); each connection goes to the unix socket PATH."""
+    """``HOST:PORT=PATH``: listening sockets on the sandbox's loopback.
+
+    ``localhost``: IPv4 and, when the namespace has it, IPv6, since clients may try ::1 first; each
+    connection goes to the unix socket PATH.
+    """
     import socket
     import threading
 
@@ -144,7 +153,10 @@ def others_alive() -> bool:
 
 
 def set_rlimits(specs: list[str]) -> None:
-    """``NAME=N`` for each resource.RLIMIT_NAME to lower to N (soft and hard; never above the hard limit)."""
+    """``NAME=N`` for each resource.RLIMIT_NAME to lower to N.
+
+    Soft and hard; never above the hard limit.
+    """
     import resource
 
     for spec in specs:
@@ -156,6 +168,7 @@ def set_rlimits(specs: list[str]) -> None:
 
 
 def main(argv: list[str]) -> int:
+    """Listen for the bridges, lower the limits, run the command; returns its exit status."""
     if "--" not in argv:
         print(
             "usage: launcher.py [--listen HOST:PORT=SOCKET ...] [--rlimit NAME=N ...] -- COMMAND ...", file=sys.stderr
@@ -180,8 +193,8 @@ def main(argv: list[str]) -> int:
             except OSError:
                 pass
 
-    # handled here, so the agent (exec resets handlers) starts with the default action even though the
-    # harness started bwrap with SIGTERM ignored
+    # handled here, so the agent (exec resets handlers) starts with the default action even though
+    # the harness started bwrap with SIGTERM ignored
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, on_signal)
     if not command:

@@ -1,22 +1,27 @@
-"""The only way out of a sandbox's empty network namespace: bridges to the endpoints a run may reach.
+"""The only way out of a sandbox's empty network namespace.
 
-Inside, the sandbox has its own loopback and nothing else (``--unshare-net``): no DNS, no route, and the
-host's 127.0.0.1 is not its 127.0.0.1. Each allowed endpoint gets a bridge whose outer end lives here, in
-daemon threads of the harness (so it dies with it), listening on a unix socket in the sandbox's runtime
-folder; the inner end is the launcher (:mod:`bench.sandbox.launcher`), listening on a loopback port inside:
+Bridges to the endpoints a run may reach.
 
-- a loopback endpoint (``http://127.0.0.1:P/...``, ``http://localhost:P``: a gateway or the test mock on
-  this machine) is bridged port for port: 127.0.0.1:P inside reaches 127.0.0.1:P outside, and no other port;
+Inside, the sandbox has its own loopback and nothing else (``--unshare-net``): no DNS, no route, and
+the host's 127.0.0.1 is not its 127.0.0.1. Each allowed endpoint gets a bridge whose outer end lives
+here, in daemon threads of the harness (so it dies with it), listening on a unix socket in the
+sandbox's runtime folder; the inner end is the launcher (:mod:`bench.sandbox.launcher`), listening
+on a loopback port inside:
+
+- a loopback endpoint (``http://127.0.0.1:P/...``, ``http://localhost:P``: a gateway or the test
+  mock on this machine) is bridged port for port: 127.0.0.1:P inside reaches 127.0.0.1:P outside,
+  and no other port;
 - every other endpoint (``https://api.anthropic.com``) goes through one HTTP proxy, reached at
-  127.0.0.1:3128 inside through the same kind of bridge, with ``HTTPS_PROXY`` and friends pointing at it.
-  The proxy tunnels (``CONNECT``) or forwards (absolute-form ``GET http://...``, one request per
-  connection) only to an allowed host:port and answers 403 to anything else, so that bytes only ever go
-  to the model's API.
+  127.0.0.1:3128 inside through the same kind of bridge, with ``HTTPS_PROXY`` and friends pointing
+  at it. The proxy tunnels (``CONNECT``) or forwards (absolute-form ``GET http://...``, one request
+  per connection) only to an allowed host:port and answers 403 to anything else, so that bytes only
+  ever go to the model's API.
 
-With no endpoints there is no bridge and no proxy: no network at all. Given a ``log``, the proxy runs anyway
-(allowing nothing) and writes one JSON line per request it receives, allowed or refused: the harness's own
-record of what the run tried to reach (tools that honour ``HTTPS_PROXY``: pip, curl, wget, git, requests,
-urllib, Node); a client that ignores the variables finds no route and leaves no line.
+With no endpoints there is no bridge and no proxy: no network at all. Given a ``log``, the proxy
+runs anyway (allowing nothing) and writes one JSON line per request it receives, allowed or refused:
+the harness's own record of what the run tried to reach (tools that honour ``HTTPS_PROXY``: pip,
+curl, wget, git, requests, urllib, Node); a client that ignores the variables finds no route and
+leaves no line.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from bench.errors import InputError
 from bench.sandbox.launcher import pump
 
 PROXY_PORT = 3128
@@ -52,6 +58,7 @@ class Endpoint:
 
     @property
     def loopback(self) -> bool:
+        """Whether the endpoint is on this machine (a loopback name or address)."""
         if self.host in LOOPBACK_NAMES:
             return True
         try:
@@ -61,10 +68,13 @@ class Endpoint:
 
 
 def parse_endpoint(url: str) -> Endpoint:
-    """``https://api.anthropic.com`` -> (https, api.anthropic.com, 443); raises ValueError without a host."""
+    """``https://api.anthropic.com`` -> (https, api.anthropic.com, 443).
+
+    Raises :class:`~bench.errors.InputError` (a ValueError) without a host.
+    """
     parts = urlsplit(url if "://" in url else f"https://{url}")
     if not parts.hostname:
-        raise ValueError(f"not an endpoint URL (no host): {url!r}")
+        raise InputError(f"not an endpoint URL (no host): {url!r}; give one such as https://api.anthropic.com")
     port = parts.port or {"http": 80, "https": 443, "ws": 80, "wss": 443}.get(parts.scheme, 443)
     return Endpoint(url, parts.scheme, parts.hostname.lower(), port)
 
@@ -165,8 +175,11 @@ def _target(method: str, target: str) -> tuple[str, int] | None:
 
 
 def _origin_form(head: bytes) -> bytes:
-    """A proxied request as its server expects it: ``GET /path`` instead of ``GET http://host/path``, and one
-    request per connection (``Connection: close``), so that a second request cannot ride to another host."""
+    """A proxied request as its server expects it.
+
+    ``GET /path`` instead of ``GET http://host/path``, and one request per connection
+    (``Connection: close``), so that a second request cannot ride to another host.
+    """
     lines = head.rstrip(b"\r\n").split(b"\r\n")
     method, target, version = lines[0].split(b" ", 2)
     parts = urlsplit(target.decode("latin-1"))
@@ -179,14 +192,18 @@ def _origin_form(head: bytes) -> bytes:
 
 
 class RequestLog:
-    """One JSON line per proxy request (time, method, host, port, allowed), appended and flushed at once; after
-    ``limit`` lines one last line says the log stopped (a request loop must not fill the harness's disk)."""
+    """One JSON line per proxy request, appended and flushed at once.
+
+    Each line: time, method, host, port, allowed. After ``limit`` lines one last line says the log
+    stopped (a request loop must not fill the harness's disk).
+    """
 
     def __init__(self, path: Path, limit: int = 10_000) -> None:
         self.path, self.limit, self.lines = Path(path), limit, 0
         self._lock = threading.Lock()
 
     def note(self, method: str, dest: tuple[str, int] | None, allowed: bool, target: str = "") -> None:
+        """Append one request's line (past the limit, once, the line that says the log stopped)."""
         with self._lock:
             self.lines += 1
             n = self.lines
@@ -203,7 +220,10 @@ class RequestLog:
 
 
 def connect_proxy(allowed: set[tuple[str, int]], log: RequestLog | None = None):
-    """A handler speaking enough HTTP proxy to tunnel or forward to an allowed (host, port); 403 otherwise."""
+    """A handler speaking enough HTTP proxy to tunnel or forward to an allowed (host, port).
+
+    403 otherwise.
+    """
 
     def handle(conn: socket.socket) -> None:
         try:
@@ -236,8 +256,11 @@ def connect_proxy(allowed: set[tuple[str, int]], log: RequestLog | None = None):
 
 
 class Network:
-    """The bridges of one sandbox. ``listen`` are the launcher's ``--listen`` arguments, ``env`` the proxy
-    variables for inside; both empty without endpoints. Start with :meth:`start`, end with :meth:`close`."""
+    """The bridges of one sandbox.
+
+    ``listen`` are the launcher's ``--listen`` arguments, ``env`` the proxy variables for inside;
+    both empty without endpoints. Start with :meth:`start`, end with :meth:`close`.
+    """
 
     def __init__(
         self,
@@ -248,7 +271,8 @@ class Network:
     ) -> None:
         self.endpoints = [parse_endpoint(u) for u in endpoints]
         self.log = RequestLog(log) if log is not None else None
-        # loopback ports inside served by a handler here (the metering gateway: bench.gateway.proxy), not forwarded
+        # loopback ports inside served by a handler here (the metering gateway:
+        # bench.gateway.proxy), not forwarded
         self.services = dict(services or {})
         if (self.endpoints or log is not None or self.services) and runtime_dir is None:
             raise ValueError("endpoints need a runtime folder for their bridges' sockets")
@@ -258,6 +282,7 @@ class Network:
         self._servers: list[UnixServer] = []
 
     def start(self) -> Network:
+        """Open the bridges' unix sockets and their servers; returns the network itself."""
         ports: dict[int, Endpoint] = {}
         for e in self.endpoints:
             if e.loopback:
@@ -287,6 +312,7 @@ class Network:
         return self
 
     def close(self) -> None:
+        """Close every bridge's server (the run has ended)."""
         for server in self._servers:
             server.close()
         self._servers = []

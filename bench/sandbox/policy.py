@@ -1,19 +1,22 @@
-"""What a sandbox's processes may see and touch, and the bwrap arguments that build exactly that view.
+"""What a sandbox's processes may see and touch, and the bwrap arguments for that view.
 
-The view is an allow-list (:mod:`.view` lists its entries and why each is there): the sandbox's root is an
-empty read-only tmpfs, and only the system's programs and libraries, ``/etc`` without its secrets, Python, the
-files of this package a sandbox runs, the CLIs, the GPU's needs and the run's own folders are bound into it.
-A path nobody bound does not exist inside: a dataset copy in ``/data`` or another user's home cannot be found
-by any ``find /``. Read-write are only the workspace (or nothing, for the predictor), the private home and what
-an adapter declares. Harness places (:func:`.view.harness_places`) that lie under a bound path are covered by
-an empty read-only tmpfs; unix sockets of the host that the view would show are masked (:mod:`.sockets`).
-Every path keeps its own name inside, so spool paths, checkpoint paths and the cwd-based process monitoring
+The arguments build exactly that view.
+
+The view is an allow-list (:mod:`.view` lists its entries and why each is there): the sandbox's root
+is an empty read-only tmpfs, and only the system's programs and libraries, ``/etc`` without its
+secrets, Python, the files of this package a sandbox runs, the CLIs, the GPU's needs and the run's
+own folders are bound into it. A path nobody bound does not exist inside: a dataset copy in
+``/data`` or another user's home cannot be found by any ``find /``. Read-write are only the
+workspace (or nothing, for the predictor), the private home and what an adapter declares. Harness
+places (:func:`.view.harness_places`) that lie under a bound path are covered by an empty read-only
+tmpfs; unix sockets of the host that the view would show are masked (:mod:`.sockets`). Every path
+keeps its own name inside, so spool paths, checkpoint paths and the cwd-based process monitoring
 mean the same on both sides. Mounts are made parents first: the most specific path wins.
 
 Why the capability drop and the read-only ``/proc/sys``: run by root, bwrap keeps every capability
-unless told otherwise, and uid 0 without capabilities may still write most of ``/proc/sys`` (a kernel
-setting such as ``kernel.core_pattern`` is a way out of any sandbox); bwrap's own cover of ``/proc/sys``
-is skipped when the directory itself is not writable, which is the usual case.
+unless told otherwise, and uid 0 without capabilities may still write most of ``/proc/sys`` (a
+kernel setting such as ``kernel.core_pattern`` is a way out of any sandbox); bwrap's own cover of
+``/proc/sys`` is skipped when the directory itself is not writable, which is the usual case.
 """
 
 from __future__ import annotations
@@ -55,11 +58,11 @@ Grant = Path | Bind  # a path (its reason given by the field it is in) or a Bind
 class Policy:
     """One sandbox's view of the file system and the network.
 
-    ``scratch`` paths are private, empty, writable tmpfs mounts lost at the end (the sandbox's /tmp); a
-    ``hidden`` path is an empty read-only tmpfs where it lies under a bound path (so that a write into a
-    harness place fails loudly instead of vanishing) and absent everywhere else. A path both hidden and scratch
-    is scratch. ``system``: the system part of the allow-list (``/usr``, ``/etc``, ...; off only in tests that
-    check the order of the mounts); ``gpu``: the GPU's part.
+    ``scratch`` paths are private, empty, writable tmpfs mounts lost at the end (the sandbox's
+    /tmp); a ``hidden`` path is an empty read-only tmpfs where it lies under a bound path (so that a
+    write into a harness place fails loudly instead of vanishing) and absent everywhere else. A path
+    both hidden and scratch is scratch. ``system``: the system part of the allow-list (``/usr``,
+    ``/etc``, ...; off only in tests that check the order of the mounts); ``gpu``: the GPU's part.
     """
 
     cwd: Path
@@ -68,19 +71,23 @@ class Policy:
     hidden: tuple[Path, ...] = ()  # harness places: an empty read-only tmpfs wherever a bound path shows them
     endpoints: tuple[str, ...] = ()  # URLs reachable from inside; () = no network at all
     network_log: Path | None = None  # where the proxy records each request (the audit's rule 3 evidence); the
-    # proxy then runs even without endpoints, refusing everything, so that attempts are seen, not only blocked
+    # proxy then runs even without endpoints, refusing everything, so that attempts are seen, not
+    # only blocked
     gpu: bool = True  # the NVIDIA device nodes, driver libraries and toolkits when present (view.gpu_binds)
     scratch: tuple[Path, ...] = TEMP_DIRS
     system: bool = True
-    # (a file of the harness, where it appears inside) bound read-only after every other mount: a CLI's login given to
-    # its run's sandbox at the place in the private home where the CLI reads it (its mount point is made, and removed
-    # again, by bench.sandbox.Sandbox, so no copy and no stub stays in the run's folder)
+    # (a file of the harness, where it appears inside) bound read-only after every other mount: a
+    # CLI's login given to its run's sandbox at the place in the private home where the CLI reads it
+    # (its mount point is made, and removed again, by bench.sandbox.Sandbox, so no copy and no stub
+    # stays in the run's folder)
     files: tuple[tuple[Path, Path], ...] = ()
-    # the seccomp profile (bench.sandbox.seccomp: "agent" or "predictor"; None: no filter, tests of the view only):
-    # the calls through which two sandboxes could talk on a shared inode or read another process
+    # the seccomp profile (bench.sandbox.seccomp: "agent" or "predictor"; None: no filter, tests of
+    # the view only): the calls through which two sandboxes could talk on a shared inode or read
+    # another process
     seccomp: str | None = "agent"
-    # whether the run's own cgroup is shown at /sys/fs/cgroup (read-only, in a cgroup namespace rooted at it); the
-    # host's tree never is. Off for predictors: a group's peak-memory counters outlive its processes (a channel)
+    # whether the run's own cgroup is shown at /sys/fs/cgroup (read-only, in a cgroup namespace
+    # rooted at it); the host's tree never is. Off for predictors: a group's peak-memory counters
+    # outlive its processes (a channel)
     own_cgroup: bool = True
 
 
@@ -90,7 +97,10 @@ def default_hidden() -> tuple[Path, ...]:
 
 
 def default_readable(purpose: str = "agent", pythonpath: str = "") -> tuple[Bind, ...]:
-    """What a sandbox of ``purpose`` (``agent`` or ``predictor``) reads beyond the system (:mod:`.view`)."""
+    """What a sandbox of ``purpose`` reads beyond the system (:mod:`.view`).
+
+    ``purpose``: ``agent`` or ``predictor``.
+    """
     return tuple(readable_binds(purpose, sys.executable, pythonpath))
 
 
@@ -121,12 +131,15 @@ def _order(bind: Bind) -> tuple:
 
 
 def mounts(binds: Iterable[Bind], keep_missing: bool = False) -> list[Bind]:
-    """The ro/rw/empty/scratch binds the view needs, parents first: for each path the strongest mode, then
-    without missing paths (unless ``keep_missing``: a view printed for a run not made yet) and without a
-    mount that would show what its nearest mounted ancestor shows already (a hidden place under nothing
-    bound is simply absent; scratch and bound paths under nothing bound are mounted). A hidden place under a
-    private scratch tmpfs (a clone or cache in ``/tmp``) stays an empty read-only folder: it shows nothing of the
-    host either, but a write there fails loudly instead of vanishing with the sandbox's ``/tmp``."""
+    """The ro/rw/empty/scratch binds the view needs, parents first.
+
+    For each path the strongest mode, then without missing paths (unless ``keep_missing``: a view
+    printed for a run not made yet) and without a mount that would show what its nearest mounted
+    ancestor shows already (a hidden place under nothing bound is simply absent; scratch and bound
+    paths under nothing bound are mounted). A hidden place under a private scratch tmpfs (a clone or
+    cache in ``/tmp``) stays an empty read-only folder: it shows nothing of the host either, but a
+    write there fails loudly instead of vanishing with the sandbox's ``/tmp``.
+    """
     best: dict[Path, Bind] = {}
     for bind in binds:
         if not (keep_missing or bind.path.exists()) or (bind.path == Path("/") and bind.mode != RW):
@@ -150,8 +163,11 @@ def plan(
     socket_paths: Iterable[Path] | None = None,
     keep_missing: bool = False,
 ) -> list[Bind]:
-    """Every entry of ``policy``'s view in the order bwrap makes them. ``runtime_dir``: the network bridges'
-    sockets, read-only; ``socket_paths``: the host's bound unix sockets (:func:`.sockets.bound` when None)."""
+    """Every entry of ``policy``'s view in the order bwrap makes them.
+
+    ``runtime_dir``: the network bridges' sockets, read-only; ``socket_paths``: the host's bound
+    unix sockets (:func:`.sockets.bound` when None).
+    """
     out = [Bind(Path("/dev"), DEVFS, "minimal /dev: null, zero, full, random, urandom, tty, pts, shm")]
     out.append(Bind(Path("/proc"), PROCFS, "the sandbox's own processes only (its PID namespace)"))
     out += [Bind(Path(p), RO_TRY, "kernel settings of the whole machine: read-only") for p in PROC_READ_ONLY]
@@ -186,9 +202,11 @@ def _socket_masks(kept: list[Bind], runtime_dir: Path | None, socket_paths: Iter
 
 
 def _low_port_args(endpoints: tuple[str, ...]) -> list[str]:
-    """The one capability kept when a loopback endpoint has a port below 1024: the launcher must listen on the
-    same port inside (the sandbox's own network namespace only). A non-root user keeps it only as uid 0 of
-    a user namespace of its own."""
+    """The one capability kept when a loopback endpoint has a port below 1024.
+
+    The launcher must listen on the same port inside (the sandbox's own network namespace only). A
+    non-root user keeps it only as uid 0 of a user namespace of its own.
+    """
     from bench.sandbox.network import parse_endpoint
 
     if not any(e.loopback and e.port < 1024 for e in map(parse_endpoint, endpoints)):
@@ -198,9 +216,12 @@ def _low_port_args(endpoints: tuple[str, ...]) -> list[str]:
 
 
 def render(binds: Iterable[Bind], files: Iterable[tuple[Path, Path]] = ()) -> list[str]:
-    """bwrap's mount options for ``binds`` (in order), then ``files`` (source, destination: read-only binds over
-    what the binds show), then the read-only remounts of the empty tmpfs mounts and of the root (bwrap makes the bind
-    points inside a tmpfs first, so these come after every bind)."""
+    """The mount options of bwrap for ``binds``, ``files`` and the read-only remounts.
+
+    In order: ``binds``, then ``files`` (source, destination: read-only binds over what the binds
+    show), then the read-only remounts of the empty tmpfs mounts and of the root (bwrap makes the
+    bind points inside a tmpfs first, so these come after every bind).
+    """
     args: list[str] = []
     read_only = []
     for b in binds:
@@ -227,8 +248,11 @@ def render(binds: Iterable[Bind], files: Iterable[tuple[Path, Path]] = ()) -> li
 
 
 def bwrap_args(policy: Policy, runtime_dir: Path | None = None) -> list[str]:
-    """bwrap's options (no binary, no command) for ``policy``; ``runtime_dir`` (the network bridges' sockets)
-    is bound read-only at its own path. Every path is resolved, so symlinks cannot aim a bind elsewhere."""
+    """The options of bwrap (no binary, no command) for ``policy``.
+
+    ``runtime_dir`` (the network bridges' sockets) is bound read-only at its own path. Every path is
+    resolved, so symlinks cannot aim a bind elsewhere.
+    """
     args = ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--die-with-parent"]
     args += ["--cap-drop", "ALL", *_low_port_args(policy.endpoints)]
     args += render(plan(policy, runtime_dir), policy.files)

@@ -1,29 +1,35 @@
 """The sandbox's allow-list: every path a sandbox sees, and why it is there.
 
-Why an allow-list: a view of the whole machine minus the harness's known places leaves every place nobody
-listed readable, and researchers keep copies of public datasets anywhere (``/data``, ``/scratch``, ``/mnt``,
-other users' homes, other repositories): one ``find / -iname '*etth1*'`` turns a forecasting task into a lookup.
-So a sandbox starts from an empty root and gets only what a run needs, each entry with its reason:
+Why an allow-list: a view of the whole machine minus the harness's known places leaves every place
+nobody listed readable, and researchers keep copies of public datasets anywhere (``/data``,
+``/scratch``, ``/mnt``, other users' homes, other repositories): one ``find / -iname '*etth1*'``
+turns a forecasting task into a lookup. So a sandbox starts from an empty root and gets only what a
+run needs, each entry with its reason:
 
-- the system's programs and libraries: ``/usr`` (but of ``/usr/local`` only ``bin``, ``sbin``, ``lib*``,
-  ``libexec``, ``include``), the merged-usr links ``/bin``, ``/sbin``, ``/lib*``; ``/etc`` read-only with its
-  secrets masked (every entry others may not read, and the usual ones by name); the parts of ``/sys`` that
-  glibc, BLAS, node and NVML read (kernel file systems: nothing a user saves can live there);
-- Python: the interpreter's prefixes (a venv's ``bin/python`` links into its base install), the site-packages
-  in use and the folders their ``.pth`` files name, never the repository an editable install points into;
-- of this package's own code, the files the sandbox runs: the launcher, the tracer hook (the agent's), the
-  predictor and what it imports (the predictor's); all of ``bench/`` and ``baselines/`` only for an agent
-  that is the toolkit's own code (its adapter puts the repository on its ``PYTHONPATH``: the optuna agent);
-- the agent's: the pinned CLIs (and the base Python of a CLI's private venv) and the ``node`` they run;
-- the GPU's: its device nodes, ``/proc/driver/nvidia``, the driver's libraries wherever the dynamic linker
-  finds them, CUDA under ``/usr/local/cuda*`` or ``/opt/cuda*``;
-- per run (added by the policy): the workspace or the staged evaluation folder, a private HOME, private
-  ``/tmp`` and ``/var/tmp``, a minimal ``/dev``, its own ``/proc``.
+- the system's programs and libraries: ``/usr`` (but of ``/usr/local`` only ``bin``, ``sbin``,
+  ``lib*``, ``libexec``, ``include``), the merged-usr links ``/bin``, ``/sbin``, ``/lib*``; ``/etc``
+  read-only with its secrets masked (every entry others may not read, and the usual ones by name);
+  the parts of ``/sys`` that glibc, BLAS, node and NVML read (kernel file systems: nothing a user
+  saves can live there);
+- Python: the interpreter's prefixes (a venv's ``bin/python`` links into its base install), the
+  site-packages in use and the folders their ``.pth`` files name, never the repository an editable
+  install points into;
+- of this package's own code, the files the sandbox runs: the launcher, the tracer hook (the
+  agent's), the predictor and what it imports (the predictor's); all of ``bench/`` and
+  ``baselines/`` only for an agent that is the toolkit's own code (its adapter puts the repository
+  on its ``PYTHONPATH``: the optuna agent);
+- the agent's: the pinned CLIs (and the base Python of a CLI's private venv) and the ``node``
+  they run;
+- the GPU's: its device nodes, ``/proc/driver/nvidia``, the driver's libraries wherever the dynamic
+  linker finds them, CUDA under ``/usr/local/cuda*`` or ``/opt/cuda*``;
+- per run (added by the policy): the workspace or the staged evaluation folder, a private HOME,
+  private ``/tmp`` and ``/var/tmp``, a minimal ``/dev``, its own ``/proc``.
 
-Each function takes the machine's root (or the text it parses) as a parameter, so a test can build a fake
-layout and check exactly what would be bound. What it cannot see: a dataset copied into one of these system
-places (``/usr/share``, a site-packages) stays readable; that is a machine's administrator's doing, not a
-researcher's usual habit, and ``bench sandbox view`` prints the whole list to check.
+Each function takes the machine's root (or the text it parses) as a parameter, so a test can build a
+fake layout and check exactly what would be bound. What it cannot see: a dataset copied into one of
+these system places (``/usr/share``, a site-packages) stays readable; that is a machine's
+administrator's doing, not a researcher's usual habit, and ``bench sandbox view`` prints the whole
+list to check.
 """
 
 from __future__ import annotations
@@ -48,11 +54,13 @@ DEV, LINK, MASK, DEVFS, PROCFS, RO_TRY = "dev", "link", "mask", "devfs", "procfs
 
 SYSTEM_DIRS = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32")
 USR_LOCAL_KEPT = ("bin", "sbin", "lib", "lib64", "libexec", "include")
-# /sys: CPU topology (glibc's CPU count, OpenBLAS, torch), PCI devices and the nvidia modules (NVML, CUDA), memory
-# settings (allocators). Not /sys/fs/cgroup: the host's cgroup tree names other runs' groups and shows their memory
-# counters (a channel); a sandbox sees only its run's own group there (bench.sandbox.Sandbox.wrap)
+# /sys: CPU topology (glibc's CPU count, OpenBLAS, torch), PCI devices and the nvidia modules
+# (NVML, CUDA), memory settings (allocators). Not /sys/fs/cgroup: the host's cgroup tree names
+# other runs' groups and shows their memory counters (a channel); a sandbox sees only its run's own
+# group there (bench.sandbox.Sandbox.wrap)
 SYS_PARTS = ("devices", "bus", "class", "dev", "module", "kernel/mm")
-# /etc entries masked even when others may read them (secrets by name); the rest of /etc is read-only
+# /etc entries masked even when others may read them (secrets by name); the rest of /etc
+# is read-only
 ETC_SECRETS = (
     "shadow*",
     "gshadow*",
@@ -70,12 +78,16 @@ DRIVER_LIBS = ("libcuda.so*", "libnvidia-ml.so*", "libnvidia-ptxjitcompiler.so*"
 
 @dataclass(frozen=True)
 class Bind:
-    """One entry of a view: ``path`` (the same inside and out), how it appears (``mode``) and why it is there.
+    """One entry of a view.
 
-    Modes: ``ro``/``rw`` a bind at the same path; ``dev`` a device node (``--dev-bind``); ``link`` a symlink to
-    ``target``; ``empty`` a read-only empty tmpfs (a harness place under a bound path); ``scratch`` a private
-    writable tmpfs; ``mask`` /dev/null over a file (a secret, a socket); ``devfs``/``procfs`` the sandbox's own
-    ``/dev`` and ``/proc``; ``ro-try`` read-only when present (``/proc``'s kernel settings)."""
+    ``path`` (the same inside and out), how it appears (``mode``) and why it is there.
+
+    Modes: ``ro``/``rw`` a bind at the same path; ``dev`` a device node (``--dev-bind``); ``link`` a
+    symlink to ``target``; ``empty`` a read-only empty tmpfs (a harness place under a bound path);
+    ``scratch`` a private writable tmpfs; ``mask`` /dev/null over a file (a secret, a socket);
+    ``devfs``/``procfs`` the sandbox's own ``/dev`` and ``/proc``; ``ro-try`` read-only when present
+    (``/proc``'s kernel settings).
+    """
 
     path: Path
     mode: str
@@ -84,7 +96,10 @@ class Bind:
 
 
 def system_binds(root: Path = Path("/")) -> list[Bind]:
-    """The system's programs, libraries, configuration and the kernel's read-only facts under ``root``."""
+    """The system's programs, libraries and configuration under ``root``.
+
+    With the kernel's read-only facts.
+    """
     out = []
     for name in SYSTEM_DIRS:
         path = root / name
@@ -110,8 +125,11 @@ def system_binds(root: Path = Path("/")) -> list[Bind]:
 
 
 def etc_masks(etc: Path) -> list[Bind]:
-    """What of ``etc`` is masked: every entry others may not read (that is how secrets are kept: shadow, host
-    keys, ssl/private, database passwords), and the known secrets by name whatever their mode."""
+    """What of ``etc`` is masked.
+
+    Every entry others may not read (that is how secrets are kept: shadow, host keys, ssl/private,
+    database passwords), and the known secrets by name whatever their mode.
+    """
     out: list[Bind] = []
     for folder, dirs, files in os.walk(etc):
         for name in sorted(dirs) + sorted(files):
@@ -133,8 +151,11 @@ def etc_masks(etc: Path) -> list[Bind]:
 
 
 def gpu_binds(root: Path = Path("/"), ldconfig: str | None = None) -> list[Bind]:
-    """What CUDA and NVML need under ``root``: the device nodes, ``/proc/driver/nvidia``, the driver's libraries
-    (found through ``ldconfig``'s cache text, ``ldconfig -p`` when None) and the CUDA toolkits."""
+    """What CUDA and NVML need under ``root``.
+
+    The device nodes, ``/proc/driver/nvidia``, the driver's libraries (found through ``ldconfig``'s
+    cache text, ``ldconfig -p`` when None) and the CUDA toolkits.
+    """
     out = []
     for pattern in GPU_NODES:
         out += [Bind(Path(n), DEV, "NVIDIA device node") for n in sorted(root.glob(pattern))]
@@ -164,9 +185,12 @@ def _ldconfig() -> str:
 
 
 def harness_places() -> tuple[Path, ...]:
-    """The harness's own places, never visible and never writable by a sandbox: the repository (tasks, the
-    tracking store), the cache (prepared data, other runs), workspaces, the store, the data mirror, the user's
-    home, the machine's temp and runtime folders. A sandbox sees one only where a bound path lies under it."""
+    """The harness's own places, never visible and never writable by a sandbox.
+
+    The repository (tasks, the tracking store), the cache (prepared data, other runs), workspaces,
+    the store, the data mirror, the user's home, the machine's temp and runtime folders. A sandbox
+    sees one only where a bound path lies under it.
+    """
     from bench.paths import ROOT, cache_dir, mlruns_dir, workspaces_dir
 
     paths = [
@@ -185,7 +209,10 @@ def harness_places() -> tuple[Path, ...]:
 
 
 def _venv_base(prefix: Path) -> Path | None:
-    """The base install of the venv at ``prefix`` (its pyvenv.cfg's ``home`` is the base's bin folder)."""
+    """The base install of the venv at ``prefix``.
+
+    Its pyvenv.cfg's ``home`` is the base's bin folder.
+    """
     try:
         lines = (prefix / "pyvenv.cfg").read_text().splitlines()
     except OSError:
@@ -198,8 +225,11 @@ def _venv_base(prefix: Path) -> Path | None:
 
 
 def python_binds(python: str = sys.executable) -> list[Bind]:
-    """The interpreter ``python`` and what it imports from: its prefixes, the site-packages in use and the
-    folders their .pth files name (the repository an editable install names is left out: see package_binds)."""
+    """The interpreter ``python`` and what it imports from.
+
+    Its prefixes, the site-packages in use and the folders their .pth files name (the repository an
+    editable install names is left out: see package_binds).
+    """
     from bench.paths import ROOT
 
     exe = Path(python)
@@ -224,7 +254,10 @@ def python_binds(python: str = sys.executable) -> list[Bind]:
 
 
 def _imported_files(start: Path, package: Path) -> list[Path]:
-    """``start`` and the files of ``package`` it imports, transitively (read from the source, not run)."""
+    """``start`` and the files of ``package`` it imports, transitively.
+
+    Read from the source, not run.
+    """
     seen: list[Path] = []
     todo = [start]
     while todo:
@@ -250,9 +283,12 @@ def _imported_files(start: Path, package: Path) -> list[Path]:
 
 
 def package_binds(purpose: str, pythonpath: str = "") -> list[Bind]:
-    """This package's files a sandbox runs. ``purpose``: ``agent`` (the launcher, the tracer hook) or
-    ``predictor`` (the launcher, the predictor and what it imports). ``pythonpath``: the agent's own
-    PYTHONPATH; naming the repository (the toolkit's own agent) adds the toolkit's packages, not the repository."""
+    """This package's files a sandbox runs.
+
+    ``purpose``: ``agent`` (the launcher, the tracer hook) or ``predictor`` (the launcher, the
+    predictor and what it imports). ``pythonpath``: the agent's own PYTHONPATH; naming the
+    repository (the toolkit's own agent) adds the toolkit's packages, not the repository.
+    """
     import bench
     from bench.paths import ROOT
     from bench.tracking import HOOK_DIR
@@ -277,8 +313,11 @@ def package_binds(purpose: str, pythonpath: str = "") -> list[Bind]:
 
 
 def cli_binds(node: str | None = None) -> list[Bind]:
-    """The pinned agent CLIs, the base Python of a CLI's private venv (Aider's) and ``node`` (found on PATH
-    when None) when it lives outside /usr (nvm, a tarball under /opt)."""
+    """The pinned agent CLIs and what they run on, when it lives outside /usr.
+
+    The base Python of a CLI's private venv (Aider's) and ``node`` (found on PATH when None), when
+    they live outside /usr (nvm, a tarball under /opt).
+    """
     out = []
     folder = clis_dir()
     if folder.is_dir():
@@ -296,6 +335,9 @@ def cli_binds(node: str | None = None) -> list[Bind]:
 
 
 def readable_binds(purpose: str, python: str = sys.executable, pythonpath: str = "") -> list[Bind]:
-    """Everything a sandbox of ``purpose`` reads beyond the system: Python, this package's files, the CLIs."""
+    """Everything a sandbox of ``purpose`` reads beyond the system.
+
+    Python, this package's files, the CLIs.
+    """
     out = python_binds(python) + package_binds(purpose, pythonpath)
     return out + cli_binds() if purpose == "agent" else out

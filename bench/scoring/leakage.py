@@ -1,33 +1,37 @@
 """A score that carries its labels: the trusted scorer looks for its own targets in what it scored.
 
-The scorer (:mod:`bench.scoring.scorer`) holds the evaluation's targets, so it can look for them in the staged
-folder of each candidate: the checkpoint's bytes and the scripts staged with it. A model that answers the test by
-looking its targets up (a buffer of the test series that ``forward`` indexes into, a list of labels in the
-config, a string of the text in ``train.py``) carries them in one of those, in some encoding. Found, it names the
-file, the zip entry (the tensor's storage) and, where the pickle says it, the tensor's key.
+The scorer (:mod:`bench.scoring.scorer`) holds the evaluation's targets, so it can look for them in
+the staged folder of each candidate: the checkpoint's bytes and the scripts staged with it. A model
+that answers the test by looking its targets up (a buffer of the test series that ``forward``
+indexes into, a list of labels in the config, a string of the text in ``train.py``) carries them in
+one of those, in some encoding. Found, it names the file, the zip entry (the tensor's storage) and,
+where the pickle says it, the tensor's key.
 
-Nothing here unpickles or imports anything: the checkpoint is hostile input. Its raw bytes are searched where
-they lie (a ``torch.save`` zip stores each tensor's storage uncompressed, as little-endian bytes, in
-``archive/data/<key>``: memory-mapped, never read into memory whole); entries a zip compressed are decompressed
-with a bound; the pickle (``data.pkl``) is only disassembled (:func:`pickletools.genops`: opcodes, no object is
-built) for the numbers it holds (a Python list in the config) and the key of each storage; a script's text is
-searched as bytes, and so are the numbers it spells (``0.4312, -1.2``, ``[3, 0, 2]``) and its base64 literals
-(decoded, then inflated when zlib-compressed).
+Nothing here unpickles or imports anything: the checkpoint is hostile input. Its raw bytes are
+searched where they lie (a ``torch.save`` zip stores each tensor's storage uncompressed, as
+little-endian bytes, in ``archive/data/<key>``: memory-mapped, never read into memory whole);
+entries a zip compressed are decompressed with a bound; the pickle (``data.pkl``) is only
+disassembled (:func:`pickletools.genops`: opcodes, no object is built) for the numbers it holds (a
+Python list in the config) and the key of each storage; a script's text is searched as bytes, and so
+are the numbers it spells (``0.4312, -1.2``, ``[3, 0, 2]``) and its base64 literals (decoded, then
+inflated when zlib-compressed).
 
-What is searched: :data:`WINDOWS` windows of consecutive target values, spread over the evaluation and chosen to
-be informative (a window of one repeated label would match any zero-filled tensor), each encoded as the task's
-kind of target allows (:data:`ENCODINGS`): a **series** (T6) in float32, float16 and float64, in time-major and
-in channel-major order; **labels** (class ids, masks) as int64, int32, uint8 and float32, in evaluation order;
-**text** (T1) as its UTF-8 bytes and its ids as int64, int32 and uint16. A blob is flagged when at least
-:data:`MIN_FOUND` windows of one encoding lie in it: one window can be chance, several spread over the split
-cannot. Not found: targets transformed before they were stored (scaled, permuted, hashed, encrypted, compressed in
-a checkpoint tensor), a lookup keyed by something else than evaluation order, or the targets reached by another
-way than the staged folder (none exists: the predictor sees that folder only).
+What is searched: :data:`WINDOWS` windows of consecutive target values, spread over the evaluation
+and chosen to be informative (a window of one repeated label would match any zero-filled tensor),
+each encoded as the task's kind of target allows (:data:`ENCODINGS`): a **series** (T6) in float32,
+float16 and float64, in time-major and in channel-major order; **labels** (class ids, masks) as
+int64, int32, uint8 and float32, in evaluation order; **text** (T1) as its UTF-8 bytes and its ids
+as int64, int32 and uint16. A blob is flagged when at least :data:`MIN_FOUND` windows of one
+encoding lie in it: one window can be chance, several spread over the split cannot. Not found:
+targets transformed before they were stored (scaled, permuted, hashed, encrypted, compressed in a
+checkpoint tensor), a lookup keyed by something else than evaluation order, or the targets reached
+by another way than the staged folder (none exists: the predictor sees that folder only).
 
-Cost: one pass of ``bytes.find`` per window and encoding over each blob; over a blob larger than :data:`LARGE`
-(a large checkpoint) only :data:`FIRST` windows of each encoding, spread over the split, and the others only when
-one of those is there, so a copy of less than about a quarter of the split may pass there (measured in
-``docs/sandbox-and-rules.md``). A file larger than :data:`MAX_BLOB` is searched in its first :data:`MAX_BLOB` bytes.
+Cost: one pass of ``bytes.find`` per window and encoding over each blob; over a blob larger than
+:data:`LARGE` (a large checkpoint) only :data:`FIRST` windows of each encoding, spread over the
+split, and the others only when one of those is there, so a copy of less than about a quarter of the
+split may pass there (measured in ``docs/sandbox-and-rules.md``). A file larger than
+:data:`MAX_BLOB` is searched in its first :data:`MAX_BLOB` bytes.
 """
 
 from __future__ import annotations
@@ -46,6 +50,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from bench.errors import InputError
 
 SERIES, LABELS, TEXT = "series", "labels", "text"
 DECIMALS = "2 decimals"  # a series printed in a script with few digits: both sides rounded to 2 decimals
@@ -71,7 +77,10 @@ B64 = re.compile(rb"[A-Za-z0-9+/]{64,}={0,2}")
 
 @dataclass(frozen=True)
 class Window:
-    """One window of consecutive target values, encoded: ``keys`` maps an encoding name to its bytes."""
+    """One window of consecutive target values, encoded.
+
+    ``keys`` maps an encoding name to its bytes.
+    """
 
     order: str  # "time-major", "channel-major", "evaluation order"
     index: int
@@ -79,10 +88,13 @@ class Window:
 
 
 def windows(kind: str, targets: list[np.ndarray], vocab: list[str] | None = None) -> list[Window]:
-    """The windows to look for: :data:`WINDOWS` per order, spread over the evaluation's targets (in feed order),
-    each within stretches whose values are consecutive in the data (a T6 target window, a T1 block's row)."""
+    """The windows to look for.
+
+    :data:`WINDOWS` per order, spread over the evaluation's targets (in feed order), each within
+    stretches whose values are consecutive in the data (a T6 target window, a T1 block's row).
+    """
     if kind not in KINDS:
-        raise ValueError(f"task.toml's [scoring] targets must be one of {', '.join(KINDS)}, not {kind!r}")
+        raise InputError(f"task.toml's [scoring] targets must be one of {', '.join(KINDS)}, not {kind!r}")
     k = WINDOW[kind]
     out: list[Window] = []
     for order, rows in _orders(kind, targets):
@@ -102,10 +114,13 @@ def _orders(kind: str, targets: list[np.ndarray]) -> list[tuple[str, list[np.nda
 
 
 def _informative(kind: str, w: np.ndarray) -> np.ndarray:
-    """Which candidate windows (rows of ``w``) say something: several distinct values, and for labels several
-    changes of value: a run of one class matches a zero-filled tensor, and a run of ones amid zeros a triangular
-    boolean mask (a causal attention mask's rows), so a window of zeros and ones needs two runs of ones, and one
-    with another class (a segmentation mask's row across an object) two changes."""
+    """Which candidate windows (rows of ``w``) say something.
+
+    Several distinct values, and for labels several changes of value: a run of one class matches a
+    zero-filled tensor, and a run of ones amid zeros a triangular boolean mask (a causal attention
+    mask's rows), so a window of zeros and ones needs two runs of ones, and one with another class
+    (a segmentation mask's row across an object) two changes.
+    """
     changes = (w[:, 1:] != w[:, :-1]).sum(axis=1)
     if kind == LABELS:
         return (changes >= 4) | ((changes >= 2) & (w.max(axis=1) >= 2))
@@ -114,8 +129,11 @@ def _informative(kind: str, w: np.ndarray) -> np.ndarray:
 
 
 def _choose(kind: str, rows: list[np.ndarray], k: int) -> list[np.ndarray]:
-    """:data:`WINDOWS` informative windows of ``k`` values spread evenly over ``rows`` (none crosses a row's end),
-    chosen deterministically, so that ``bench verify`` looks for the same ones."""
+    """:data:`WINDOWS` informative windows of ``k`` values spread evenly over ``rows``.
+
+    None crosses a row's end; chosen deterministically, so that ``bench verify`` looks for the
+    same ones.
+    """
     rows = [r for r in rows if len(r) >= k]
     if not rows:
         return []
@@ -151,19 +169,23 @@ def _encode(kind: str, values: np.ndarray, vocab: list[str] | None) -> dict[str,
     return out
 
 
-# --- what is searched: the staged folder's blobs ---------------------------------------------------------------
+# --- what is searched: the staged folder's blobs --------------------------------------------------
 
 
 @dataclass
 class Blob:
-    """Bytes to search and what they are: ``name`` (a file, ``file:entry``, or ``file (numbers as float32)``),
-    ``where(offset)`` names the place of a hit (the zip entry and its tensor key)."""
+    """Bytes to search and what they are.
+
+    ``name`` (a file, ``file:entry``, or ``file (numbers as float32)``), ``where(offset)`` names the
+    place of a hit (the zip entry and its tensor key).
+    """
 
     name: str
     data: bytes | mmap.mmap
     entries: list[tuple[int, int, str]] | None = None  # (start, end, label) of a zip's stored entries
 
     def where(self, offset: int) -> str:
+        """Where a hit at ``offset`` lies: the zip entry holding it, or the blob's name."""
         for start, end, label in self.entries or ():
             if start <= offset < end:
                 return f"{self.name}:{label}"
@@ -171,8 +193,11 @@ class Blob:
 
 
 def blobs(eval_dir: Path, checkpoint: str, skip: set[str] = frozenset()) -> Iterator[Blob]:
-    """The checkpoint (raw, its compressed entries inflated, its pickle's numbers) and each staged file but the
-    task's own (``skip``): raw, the numbers it spells, its base64 literals decoded."""
+    """The checkpoint and each staged file but the task's own (``skip``), in searchable forms.
+
+    The checkpoint raw, its compressed entries inflated, its pickle's numbers; each file raw, the
+    numbers it spells, its base64 literals decoded.
+    """
     path = eval_dir / checkpoint
     if path.is_file() and path.stat().st_size:
         yield from _checkpoint_blobs(path)
@@ -205,8 +230,11 @@ def _checkpoint_blobs(path: Path) -> Iterator[Blob]:
 
 
 def _zip_entries(path: Path, raw) -> tuple[list, list, bytes | None]:
-    """A zip's stored entries as (start, end, name) in the file, its compressed ones inflated (bounded), and its
-    ``data.pkl``; a file that is no zip (a legacy ``torch.save``) is searched raw only."""
+    """A zip's stored entries, its compressed ones inflated (bounded), and its ``data.pkl``.
+
+    Entries as (start, end, name) in the file. A file that is no zip (a legacy ``torch.save``) is
+    searched raw only.
+    """
     try:
         archive = zipfile.ZipFile(path)
     except (zipfile.BadZipFile, OSError, ValueError):
@@ -222,7 +250,8 @@ def _zip_entries(path: Path, raw) -> tuple[list, list, bytes | None]:
                     with archive.open(info) as member:
                         inflated.append((info.filename, member.read(MAX_INFLATE - budget)))
                         budget += len(inflated[-1][1])
-                # NotImplementedError: zipfile's answer to a compression method it cannot read (an agent's file)
+                # NotImplementedError: zipfile's answer to a compression method it cannot read (an
+                # agent's file)
                 except (zipfile.BadZipFile, OSError, ValueError, NotImplementedError, zlib.error, EOFError):
                     continue
             if info.filename.endswith("data.pkl") and info.file_size <= MAX_PICKLE:
@@ -234,7 +263,10 @@ def _zip_entries(path: Path, raw) -> tuple[list, list, bytes | None]:
 
 
 def _data_offset(raw, info: zipfile.ZipInfo) -> int | None:
-    """Where an entry's bytes begin: after its local header (30 bytes, its name, its extra field)."""
+    """Where an entry's bytes begin.
+
+    After its local header (30 bytes, its name, its extra field).
+    """
     at = info.header_offset
     if at + 30 > len(raw) or raw[at : at + 4] != b"PK\x03\x04":
         return None
@@ -243,8 +275,11 @@ def _data_offset(raw, info: zipfile.ZipInfo) -> int | None:
 
 
 def _pickle_facts(pickle: bytes) -> tuple[dict[str, str], list[float], list[int]]:
-    """From the opcodes alone: each storage key -> the last dictionary key pushed before its persistent id (the
-    tensor's name in a state dict), and the numbers the pickle holds (a config's lists), in order."""
+    """What a pickle holds, read from the opcodes alone.
+
+    Each storage key -> the last dictionary key pushed before its persistent id (the tensor's name
+    in a state dict), and the numbers the pickle holds (a config's lists), in order.
+    """
     keys: dict[str, str] = {}
     floats: list[float] = []
     ints: list[int] = []
@@ -304,7 +339,10 @@ ESCAPED = {"n": "\n", "t": "\t", "r": "\r", "'": "'", '"': '"', "\\": "\\"}
 
 
 def _unescaped(data: bytes) -> bytes:
-    """A script's text with a string literal's escapes read (``\\n`` a newline): a text's ``repr`` in a script."""
+    r"""A script's text with a string literal's escapes read (``\n`` a newline).
+
+    That is, a text's ``repr`` in a script.
+    """
     return ESCAPE.sub(lambda m: ESCAPED[m.group(1)], data.decode("utf-8", "replace")).encode("utf-8")
 
 
@@ -320,14 +358,17 @@ def _b64(literal: bytes) -> bytes | None:
         return data
 
 
-# --- the search --------------------------------------------------------------------------------------------------
+# --- the search -----------------------------------------------------------------------------------
 
 
 def scan(
     eval_dir: Path, checkpoint: str, kind: str, targets: list[np.ndarray], *, vocab=None, skip=frozenset()
 ) -> dict:
-    """Look for the targets in the staged folder: ``{"found": [...], "windows", "encodings", "bytes", "seconds"}``.
-    Each finding: ``where`` (file, entry, tensor), ``encoding``, ``order``, ``windows`` found of ``of`` drawn."""
+    """Look for the targets in the staged folder.
+
+    ``{"found": [...], "windows", "encodings", "bytes", "seconds"}``. Each finding: ``where`` (file,
+    entry, tensor), ``encoding``, ``order``, ``windows`` found of ``of`` drawn.
+    """
     t0 = time.perf_counter()
     arrays = [np.asarray(t) for t in targets]
     if not arrays or any(a.dtype.kind not in "biuf" for a in arrays):  # a task whose targets are no numeric arrays
@@ -344,7 +385,8 @@ def scan(
             for enc, key in w.keys.items():
                 groups.setdefault((enc, w.order), []).append(key)
         for group, keys in groups.items():
-            # a large blob: the rest of an encoding's windows only once one of its first spread few is there
+            # a large blob: the rest of an encoding's windows only once one of its first spread few
+            # is there
             first = keys[:: max(1, len(keys) // FIRST)] if len(blob.data) > LARGE else keys
             where = [at for at in (blob.data.find(k, 0, MAX_BLOB) for k in first) if at >= 0]
             if where and len(first) < len(keys):

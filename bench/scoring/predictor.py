@@ -1,16 +1,17 @@
 """The sandboxed predictor: the only process of the official evaluation that runs the agent's code.
 
-Started by the scorer (:mod:`bench.scoring.scorer`) inside the sandbox, in a staged folder holding the task's
-ORIGINAL locked files, the agent's top-level scripts and one checkpoint, and nothing else: no labels, no data
-cache, no run directory, nothing writable, no network. It rebuilds the model exactly as the output contract says
-(``build_model(config)`` from the named script, ``load_state_dict(strict=True)``), then answers frames: the
-scorer sends a batch of evaluation inputs, the predictor returns the task's ``forward(model, inputs)`` for it.
-It never sees a label and never learns a score.
+Started by the scorer (:mod:`bench.scoring.scorer`) inside the sandbox, in a staged folder holding
+the task's ORIGINAL locked files, the agent's top-level scripts and one checkpoint, and nothing
+else: no labels, no data cache, no run directory, nothing writable, no network. It rebuilds the
+model exactly as the output contract says (``build_model(config)`` from the named script,
+``load_state_dict(strict=True)``), then answers frames: the scorer sends a batch of evaluation
+inputs, the predictor returns the task's ``forward(model, inputs)`` for it. It never sees a label
+and never learns a score.
 
-Standard library, numpy and torch only (plus the staged task file): it runs as ``python -I predictor.py`` so that
-nothing of the harness's environment or of the working directory is imported by accident. The frames travel on
-duplicates of stdin/stdout made before any agent code runs; the agent's code then prints to stderr (the log),
-so nothing it prints can corrupt the pipe.
+Standard library, numpy and torch only (plus the staged task file): it runs as
+``python -I predictor.py`` so that nothing of the harness's environment or of the working directory
+is imported by accident. The frames travel on duplicates of stdin/stdout made before any agent code
+runs; the agent's code then prints to stderr (the log), so nothing it prints can corrupt the pipe.
 """
 
 from __future__ import annotations
@@ -25,7 +26,10 @@ PROTOCOL = 1
 
 
 def _pipes():
-    """Private copies of stdin/stdout for the frames; fd 0 becomes /dev/null and fd 1 the log (stderr)."""
+    """Private copies of stdin/stdout for the frames.
+
+    Descriptor 0 becomes /dev/null and descriptor 1 the log (stderr).
+    """
     rx = os.fdopen(os.dup(0), "rb", buffering=0)
     tx = os.fdopen(os.dup(1), "wb")
     devnull = os.open(os.devnull, os.O_RDONLY)
@@ -43,7 +47,10 @@ def _import(path: str, name: str):
 
 
 def _build(prepare, checkpoint: str, script: str):
-    """The model of ``checkpoint``, rebuilt through ``script``'s build_model and loaded with strict=True."""
+    """The model of ``checkpoint``, rebuilt through ``script``'s build_model.
+
+    Loaded with strict=True.
+    """
     try:
         payload = prepare.load_checkpoint(checkpoint)  # weights_only=True: a checkpoint cannot run code
     except Exception as e:
@@ -71,19 +78,24 @@ def _build(prepare, checkpoint: str, script: str):
 
 
 def _deterministic(torch, device: str) -> None:
-    """Deterministic kernels on a GPU, so that a cold replay of a batch gives the scored predictor's outputs bit for
-    bit (or within the task's measured epsilon, :func:`bench.scoring.scorer.task_tolerance`), not within a flat
-    tolerance a stateful correction could hide in: plain float32 (no TF32), no autotuning (cuDNN's benchmark picks
-    kernels by timing), ``use_deterministic_algorithms`` (warn_only: an op without a deterministic kernel warns in the
-    log instead of failing an honest model; its noise is what the epsilon measures) and cuBLAS's fixed workspace
-    (:data:`CUBLAS_WORKSPACE`, set in the environment before CUDA starts). On a CPU nothing: its kernels are
-    deterministic already (replays agree bit for bit: the proof kit's CPU run), and ``use_deterministic_algorithms``
-    alone costs ~1.2 s (it imports some 800 modules), a fifth of a T6 evaluation on a CPU."""
+    """Deterministic kernels on a GPU, so that a cold replay of a batch gives the scored outputs.
+
+    The scored predictor's outputs bit for bit (or within the task's measured epsilon,
+    :func:`bench.scoring.scorer.task_tolerance`), not within a flat tolerance a stateful correction
+    could hide in: plain float32 (no TF32), no autotuning (cuDNN's benchmark picks kernels by
+    timing), ``use_deterministic_algorithms`` (warn_only: an op without a deterministic kernel warns
+    in the log instead of failing an honest model; its noise is what the epsilon measures) and
+    cuBLAS's fixed workspace (:data:`CUBLAS_WORKSPACE`, set in the environment before CUDA starts).
+    On a CPU nothing: its kernels are deterministic already (replays agree bit for bit: the proof
+    kit's CPU run), and ``use_deterministic_algorithms`` alone costs ~1.2 s (it imports some 800
+    modules), a fifth of a T6 evaluation on a CPU.
+    """
     if device != "cuda":
         return
     torch.use_deterministic_algorithms(True, warn_only=True)
-    # but no NaN filling of every new tensor (its default under deterministic algorithms costs a write of each
-    # allocation): a model that reads memory it never wrote is not deterministic, and its replays say so anyway
+    # but no NaN filling of every new tensor (its default under deterministic algorithms costs a
+    # write of each allocation): a model that reads memory it never wrote is not deterministic, and
+    # its replays say so anyway
     deterministic = getattr(torch.utils, "deterministic", None)
     if deterministic is not None and hasattr(deterministic, "fill_uninitialized_memory"):
         deterministic.fill_uninitialized_memory = False
@@ -97,8 +109,11 @@ CUBLAS_WORKSPACE = ":4096:8"  # cuBLAS's deterministic setting (CUDA >= 10.2): a
 
 
 def _feed_batch_size(path: str) -> int:
-    """The task's FEED_BATCH_SIZE read from the staged (original, locked) prepare.py's text, without running it: the
-    held prober sets its threads before any file of the folder runs."""
+    """The task's FEED_BATCH_SIZE, read from the staged prepare.py's text without running it.
+
+    The staged file is the original, locked one. The held prober sets its threads before any file of
+    the folder runs.
+    """
     import re
 
     try:
@@ -110,6 +125,7 @@ def _feed_batch_size(path: str) -> int:
 
 
 def main() -> int:
+    """Rebuild the model, then answer the scorer's frames until it says end."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--checkpoint", required=True)
     parser.add_argument("--script", required=True)
@@ -127,8 +143,9 @@ def main() -> int:
 
         _deterministic(torch, args.device)
         if args.device == "cpu" and _feed_batch_size(os.path.join(folder, "prepare.py")) == 1:
-            # one sample a round trip (T1, T6): too little work to share between threads, and a thread pool that
-            # wakes (or spins) for every tiny op makes each round trip wait for the scheduler on a busy machine
+            # one sample a round trip (T1, T6): too little work to share between threads, and a
+            # thread pool that wakes (or spins) for every tiny op makes each round trip wait for the
+            # scheduler on a busy machine
             torch.set_num_threads(1)
     except BaseException as e:  # noqa: BLE001
         traceback.print_exc()
@@ -137,7 +154,8 @@ def main() -> int:
     if args.hold and wire.receive(rx).get("op") != "go":
         return 0  # the prober, held until the scored predictor has ended (bench.scoring.scorer): not needed
     try:
-        # the agent's own helper modules beside its script, AFTER the imports the predictor relies on
+        # the agent's own helper modules beside its script, AFTER the imports the predictor
+        # relies on
         sys.path.insert(0, folder)
         prepare = _import(os.path.join(folder, "prepare.py"), "prepare")
         model = _build(prepare, args.checkpoint, os.path.join(folder, args.script)).to(args.device).eval()
