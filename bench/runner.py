@@ -103,7 +103,52 @@ class Run:
 
     @property
     def task(self) -> Task:
+        """The task the run ran (the spec's, resolved)."""
         return self.spec.resolve_task()
+
+    # Each step's input, built here only: an option a step needs is a field of its input, set here from the run.
+    def collect_input(self, ended: Ended, scripts: set[str]) -> collect.CollectInput:
+        """Step 4's input: the checkpoints' folder, placed in time from the agent's start, up to budget + grace."""
+        task = self.task
+        return collect.CollectInput(
+            directory=self.ws.checkpoints,
+            started_at=ended.started_at,
+            metric=task.metric,
+            direction=task.direction,
+            deadline_s=self.spec.budget + self.spec.grace_s,
+            arrivals=dict(ended.arrivals),
+            scripts=frozenset(scripts),
+            code=codetime.Index.of(self.ws),  # the scripts as they were when each checkpoint's content was seen
+        )
+
+    def evaluation_input(self, collected: collect.Collected) -> evaluate.EvaluationInput:
+        """Step 5's input: the collected candidates, scored on the run's device under its limits."""
+        return evaluate.EvaluationInput(
+            ws=self.ws,
+            selection=collected.selection,
+            data_dir=self.data_dir,
+            device=self.spec.device,
+            console=self.spec.console,
+            sandboxed=self.spec.sandbox,
+            limits=self.spec.limits,
+            label=self.spec.label,
+        )
+
+    def audit_input(
+        self, ended: Ended, collected: collect.Collected, evaluations: list[Evaluation]
+    ) -> audit.AuditInput:
+        """Step 6's input: what the rules judge beside the evidence (the scores, the agent's argv, the rejections)."""
+        return audit.AuditInput(
+            ws=self.ws,
+            locked_sha256=dict(self.locked_sha),
+            evaluations=tuple(evaluations),
+            started_at=ended.started_at,
+            budget_s=self.spec.budget,
+            agent_argv=tuple(ended.argv),
+            rejected=tuple(collected.rejected),
+            offline=not ended.endpoints,
+            own_hosts=tuple(get_agent(self.spec.agent).own_hosts),
+        )
 
 
 @dataclass(frozen=True)
@@ -140,51 +185,19 @@ def finish(run: Run, ended: Ended) -> RunResult:
     spec, ws, relay, writer, task = run.spec, run.ws, run.relay, run.writer, run.task
     steps = guard.StepGuard(ws.run_dir, spec.label)  # a step that raises anyway: named, the run goes on (guard.py)
     scripts = steps.run("relay", relay.finalize, lambda: guard.relay_summary(relay))
-    deadline = spec.budget + spec.grace_s
     ran = _scripts_that_ran(ended.launches, scripts)
     collected = steps.run(
         "collect",
-        lambda: collect.collect(  # 4
-            ws.checkpoints,
-            ended.started_at,
-            task.metric,
-            task.direction,
-            deadline,
-            ended.arrivals,
-            ran,
-            codetime.Index.of(ws),  # the scripts as they were when each checkpoint's content was seen
-        ),
+        lambda: collect.collect(run.collect_input(ended, ran)),  # 4
         lambda: collect.Collected([], [], collect.Selection(None, {})),
     )
-    evaluations = steps.run(
-        "evaluate",
-        lambda: evaluate.evaluate_candidates(  # 5 (alone on this machine: evaluation_lock)
-            ws,
-            collected.selection,
-            run.data_dir,
-            spec.device,
-            spec.console,
-            sandboxed=spec.sandbox,
-            limits=spec.limits,
-            label=spec.label,
-        ),
-        list,
-    )
+    # 5 (alone on this machine: evaluation_lock)
+    evaluations = steps.run("evaluate", lambda: evaluate.evaluate_candidates(run.evaluation_input(collected)), list)
     ended = _after_signal(ended, evaluations, ws, spec.label)
     steps.run("evidence", lambda: Evidence(ws.run_dir).end(ws.path, task.locked_files), lambda: None)
     audited = steps.run(
         "audit",
-        lambda: audit.audit(  # 6
-            ws,
-            run.locked_sha,
-            evaluations,
-            started_at=ended.started_at,
-            budget_s=spec.budget,
-            agent_argv=ended.argv,
-            rejected=collected.rejected,
-            offline=not ended.endpoints,
-            own_hosts=get_agent(spec.agent).own_hosts,
-        ),
+        lambda: audit.audit(run.audit_input(ended, collected, evaluations)),  # 6
         lambda: Audit(locked_sha256=dict(run.locked_sha)),
     )
     audited = steps.audit(audited)

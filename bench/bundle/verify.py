@@ -47,6 +47,7 @@ from bench.pipeline import audit, codetime, evaluate, state, workspace
 from bench.result import Evaluation, Official, RunResult
 from bench.rules import labels
 from bench.sandbox import evaluation_lock
+from bench.scoring.job import ScoringJob
 from bench.tasks import Task, TaskError, all_tasks, data
 
 # across device kinds (a CPU run verified on a GPU, or the reverse) a score may move by float rounding: relative
@@ -244,11 +245,11 @@ def rescore(
                 f"checkpoint {_rel(run_dir, ckpt)}: sha256 {now[:12]}, recorded {raw['checkpoint_sha256'][:12]} "
                 "(the bytes scored at the run are not these)"
             )
-        official = evaluate.evaluate(
-            task,
-            dest,
+        job = ScoringJob(
+            task.folder,
             data_dir,
-            script=e.script,
+            dest,
+            e.script,
             device=device,
             timeout_s=timeout_s(raw.get("eval_wall_s"), same_device),
             sandboxed=True,  # always: the verifier runs someone else's code (the run's own choice is not theirs)
@@ -256,6 +257,7 @@ def rescore(
             limits=result.run.limits,
             secret=(raw.get("probes") or {}).get("secret"),
         )
+        official = evaluate.evaluate(job)
         kept = {k: raw[k] for k in ("code_snapshot", "code_files", "code_fallback") if k in raw}
         cand.recomputed = Official.from_dict({**official.to_dict(), **kept, "checkpoint_sha256": now})
     evals = [
@@ -316,19 +318,20 @@ def reaudit(result: RunResult, run_dir: Path, task: Task, evaluations: list[Eval
         own_hosts = get_agent(result.agent).own_hosts
     except AgentError:  # an agent this toolkit does not know: no hosts of its own
         own_hosts = ()
-    return audit.audit(
-        workspace.Workspace(run_dir, task),
-        Evidence(run_dir).locked_at_start(task.locked_files),
-        evaluations,
+    given = audit.AuditInput(
+        ws=workspace.Workspace(run_dir, task),
+        locked_sha256=Evidence(run_dir).locked_at_start(task.locked_files),
+        evaluations=tuple(evaluations),
         started_at=result.started_at,
         budget_s=result.budget_s,
-        agent_argv=result.agent_argv,
-        rejected=result.rejected_checkpoints,
+        agent_argv=tuple(result.agent_argv),
+        rejected=tuple(result.rejected_checkpoints),
         offline=not endpoints,
-        own_hosts=own_hosts,
+        own_hosts=tuple(own_hosts),
         keep=False,
         recorded_workspace=Path(result.workspace) if result.workspace else None,  # judged where the run ran
     )
+    return audit.audit(given)
 
 
 def _findings(violations) -> list[tuple[int, str]]:

@@ -20,6 +20,7 @@ of them (its ``code_note`` says so; the audit flags it), so that the windows nev
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Set
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -141,8 +142,8 @@ def scan(
     started_at: float,
     metric: str,
     deadline_s: float | None = None,
-    arrivals: dict[Path, Arrival] | None = None,
-    scripts: set[str] | None = None,
+    arrivals: Mapping[Path, Arrival] | None = None,
+    scripts: Set[str] | None = None,
     code: Index | None = None,
 ) -> tuple[list[Checkpoint], list[Rejected]]:
     """Every readable scored checkpoint under ``directory``; the others with the reason they were skipped.
@@ -249,19 +250,29 @@ class Collected:
     selection: Selection
 
 
-def collect(
-    directory: Path,
-    started_at: float,
-    metric: str,
-    direction: Direction,
-    deadline_s: float,
-    arrivals: dict[Path, Arrival] | None = None,
-    scripts: set[str] | None = None,
-    code: Index | None = None,
-) -> Collected:
-    """Scan ``directory`` for scored checkpoints that appeared before ``deadline_s`` and select the candidates
-    (``code``: the run's code snapshots, :func:`scan`)."""
+@dataclass(frozen=True)
+class CollectInput:
+    """What the collect step reads: built by the runner (``runner.Run``) from the run and its agent's end."""
+
+    directory: Path  # the workspace's checkpoints/
+    started_at: float  # when the agent started (epoch seconds): every time is placed after it
+    metric: str  # the task's metric: a checkpoint reporting another is rejected
+    direction: Direction  # which way the metric improves: the ranking
+    deadline_s: float | None = None  # seconds after the start (budget + grace); later checkpoints are rejected
+    arrivals: Mapping[Path, Arrival] | None = None  # when each file's content was first seen (:func:`scan`)
+    scripts: frozenset[str] | None = None  # the workspace scripts that ran, and train.py (:func:`scan`)
+    code: Index | None = None  # the run's code snapshots (:mod:`bench.pipeline.codetime`)
+
+
+def collect(given: CollectInput) -> Collected:
+    """Scan for scored checkpoints that appeared before the deadline and select the candidates (:func:`scan`)."""
     found, rejected = scan(
-        directory, started_at, metric, deadline_s=deadline_s, arrivals=arrivals, scripts=scripts, code=code
+        given.directory,
+        given.started_at,
+        given.metric,
+        deadline_s=given.deadline_s,
+        arrivals=given.arrivals,
+        scripts=given.scripts,
+        code=given.code,
     )
-    return Collected(found, rejected, select(found, direction))
+    return Collected(found, rejected, select(found, given.direction))

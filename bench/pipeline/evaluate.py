@@ -26,7 +26,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from bench import protocol, settings, termination, untrusted
@@ -36,6 +36,7 @@ from bench.pipeline.collect import Checkpoint, NotACheckpoint, Selection, verify
 from bench.pipeline.launch import HARNESS_ONLY
 from bench.pipeline.workspace import Workspace
 from bench.result import Evaluation, Official
+from bench.scoring.job import CHECKPOINT, ScoringJob
 from bench.sandbox import evaluation_lock
 from bench.sandbox.resource_limits import GIB, KIB, MIB, Limits
 from bench.tasks import Task, data
@@ -50,7 +51,6 @@ def default_device() -> str:
     return protocol.default_device()
 
 
-CHECKPOINT = "checkpoint.pt"  # the candidate's name inside its evaluation folder
 # a checkpoint is copied whole (its sha256 is checked after), but never through a link, from a FIFO or a sparse file
 CHECKPOINT_LIMITS = untrusted.Limits(max_bytes=1 << 40)
 
@@ -91,54 +91,24 @@ def _copy_checkpoint(checkpoint: Path, workspace: Path, dest: Path) -> None:
         shutil.copyfileobj(src, out, 1 << 20)
 
 
-def evaluate(
-    task: Task,
-    eval_dir: Path,
-    data_dir: Path,
-    *,
-    script: str,
-    device: str | None = None,
-    timeout_s: float | None = None,
-    sandboxed: bool = True,
-    validate: bool = True,
-    limits: Limits | None = None,
-    secret: str | None = None,
-) -> Official:
-    """Score the staged ``eval_dir`` with the trusted scorer: its JSON as an :class:`Official`, or why there is none.
+def evaluate(job: ScoringJob) -> Official:
+    """Score one staged folder with the trusted scorer: its JSON as an :class:`Official`, or why there is none.
 
+    The job (:class:`~bench.scoring.job.ScoringJob`) crosses to the scorer's process on its command line. Its
     ``validate``: also the scorer's own validation score (``val_value``, rule 9's evidence); the window candidates,
     which only draw the anytime curve, skip that pass. ``limits``: the run's, whose memory and process limits hold
     the predictors (the defaults when None); a failure that came with a limit hit says so first. ``timeout_s``:
     None is ``BENCH_EVAL_TIMEOUT`` (an agent script that trains at import time would hang the evaluation).
     ``secret``: the probes' secret (None: the scorer draws a fresh one); ``bench verify`` gives the one a run
     recorded, so that the same probes are asked again (:mod:`bench.bundle.verify`)."""
-    timeout_s = settings.EVAL_TIMEOUT_S.get() if timeout_s is None else timeout_s
+    timeout_s = settings.EVAL_TIMEOUT_S.get() if job.timeout_s is None else job.timeout_s
     # -I: not even the working directory goes on sys.path, so nothing an agent wrote can be imported here
-    cmd = [
-        sys.executable,
-        "-I",
-        "-m",
-        "bench.scoring.scorer",
-        "--task-dir",
-        str(task.folder),
-        "--data-dir",
-        str(data_dir),
-    ]
-    cmd += ["--eval-dir", str(eval_dir), "--checkpoint", CHECKPOINT, "--script", script]
-    cmd += ["--device", device or default_device(), "--timeout", str(timeout_s)]
-    if not sandboxed:
-        cmd.append("--unsandboxed")
-    if not validate:
-        cmd.append("--no-val")
-    if secret is not None:
-        cmd += ["--secret", secret]
-    if limits is not None:
-        cmd += ["--memory", str(limits.memory_bytes or "none"), "--max-processes", str(limits.processes or "none")]
+    cmd = [sys.executable, "-I", "-m", "bench.scoring.scorer", *replace(job, timeout_s=timeout_s).argv()]
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH" and k not in HARNESS_ONLY}
     t0 = time.time()
     try:
         proc = subprocess.run(
-            cmd, cwd=eval_dir.parent, env=env, capture_output=True, text=True, timeout=timeout_s + SCORER_GRACE_S
+            cmd, cwd=job.eval_dir.parent, env=env, capture_output=True, text=True, timeout=timeout_s + SCORER_GRACE_S
         )
     except subprocess.TimeoutExpired:
         return Official.from_dict({"error": f"evaluation exceeded {timeout_s:.0f} s"})
@@ -201,20 +171,26 @@ def predictor_hits(evaluations: list[Evaluation]) -> list[dict]:
     return list(out.values())
 
 
-def evaluate_candidates(
-    ws: Workspace,
-    selection: Selection,
-    data_dir: Path,
-    device: str,
-    console: bool = True,
-    sandboxed: bool = True,
-    budget_s: float | None = None,
-    limits: Limits | None = None,
-    label: str = "",
-) -> list[Evaluation]:
-    """Official evaluation of each distinct candidate (the overall best first, then each window's best), with no
-    other run's agent live on this machine (:mod:`bench.sandbox.evaluation_lock`; each result's ``isolation``
-    says whether it had that, and how long it waited for it: that wait is not taken from the budget).
+@dataclass(frozen=True)
+class EvaluationInput:
+    """What the evaluate step scores, and under which limits: built by the runner (``runner.Run``)."""
+
+    ws: Workspace
+    selection: Selection  # the collect step's candidates
+    data_dir: Path  # the harness's prepared data (labels included: the scorer's side only)
+    device: str = "cpu"  # where the predictors run: cpu or cuda
+    console: bool = True  # a line per candidate on the console
+    sandboxed: bool = True  # the predictors in the sandbox (the run's own choice)
+    budget_s: float | None = None  # the run's evaluation budget (None: ``limits.eval_s``, else ``Limits().eval_s``)
+    limits: Limits | None = None  # the run's: memory and processes hold the predictors
+    label: str = ""  # the run's label, for the console's line while the evaluation waits
+
+
+def evaluate_candidates(given: EvaluationInput) -> list[Evaluation]:
+    """Official evaluation of each distinct candidate (the overall best first, then each window's best).
+
+    No other run's agent is live on this machine meanwhile (:mod:`bench.sandbox.evaluation_lock`; each result's
+    ``isolation`` says whether it had that, and how long it waited for it: that wait is not taken from the budget).
 
     The prepared data are verified first: if anything changed them during the run, no candidate is scored
     against them and each evaluation carries the reason instead. When the best cannot be built or loaded (not a
@@ -222,17 +198,16 @@ def evaluate_candidates(
     (at most :data:`MAX_FALLBACKS`): the first that loads is labelled ``best``, the ones before it
     ``best-unloadable``, so that an unusable file does not fail a run that saved usable ones.
 
-    ``budget_s`` (default ``limits.eval_s``, else ``Limits().eval_s``) bounds all of it together: see the module's
-    docstring. ``limits``: the run's, whose memory and processes hold the predictors. ``label``: the run's, for the
-    console's line while the evaluation waits.
+    The input's ``budget_s`` bounds all of it together: see the module's docstring.
     """
-    budget = (limits or Limits()).eval_s if budget_s is None else float(budget_s)
+    ws, limits, label = given.ws, given.limits, given.label
+    budget = (limits or Limits()).eval_s if given.budget_s is None else float(given.budget_s)
     term = termination.current()  # a signal that comes while it waits stops the wait (bench run --resume finishes)
     seen = len(term.signals) if term is not None else 0
     stopped = (lambda: len(term.signals) > seen) if term is not None else None
     try:
-        with evaluation_lock.evaluating(budget, console, label, ws.run_dir, stopped) as isolation:
-            out = _candidates(ws, selection, data_dir, device, console, sandboxed, budget, limits)
+        with evaluation_lock.evaluating(budget, given.console, label, ws.run_dir, stopped) as isolation:
+            out = _candidates(given, budget)
     except KeyboardInterrupt:
         print(f"[bench] {label}: stopped while evaluating; finish it with: bench run --resume {ws.run_dir}", flush=True)
         raise
@@ -240,16 +215,8 @@ def evaluate_candidates(
     return [replace(e, official=Official.from_dict({**e.official.raw, **note})) for e in out]
 
 
-def _candidates(
-    ws: Workspace,
-    selection: Selection,
-    data_dir: Path,
-    device: str,
-    console: bool,
-    sandboxed: bool,
-    budget: float,
-    limits: Limits | None,
-) -> list[Evaluation]:
+def _candidates(given: EvaluationInput, budget: float) -> list[Evaluation]:
+    ws, selection = given.ws, given.selection
     deadline = time.monotonic() + budget
     code_store = ws.run_dir / "evidence" / codetime.CODE_DIR
     done: dict[Path, Official] = {}
@@ -265,7 +232,7 @@ def _candidates(
             return Official.from_dict({"error": why, BUDGET_SPENT: True})  # not kept: nothing was tried
         if ckpt.path not in done:
             eval_dir = ws.eval_dir / f"{len(done):02d}-{ckpt.path.stem}"[:120]
-            if console:
+            if given.console:
                 print(f"[bench] evaluating {label}: {ckpt.path.name} (val {ckpt.val_score:.4f})", flush=True)
             try:
                 stage(ws.task, ws.path, eval_dir, ckpt.path, code=ckpt.code, store=code_store)
@@ -277,15 +244,17 @@ def _candidates(
             else:
                 timeout = min(settings.EVAL_TIMEOUT_S.get(), left)  # what is left of the run's evaluation budget
                 official = evaluate(
-                    ws.task,
-                    eval_dir,
-                    data_dir,
-                    script=ckpt.script,
-                    device=device,
-                    timeout_s=timeout,
-                    sandboxed=sandboxed,
-                    validate=label.startswith("best"),  # the scored one (rule 9), not the anytime curve's
-                    limits=limits,
+                    ScoringJob(
+                        ws.task.folder,
+                        given.data_dir,
+                        eval_dir,
+                        ckpt.script,
+                        device=given.device,
+                        timeout_s=timeout,
+                        sandboxed=given.sandboxed,
+                        validate=label.startswith("best"),  # the scored one (rule 9), not the anytime curve's
+                        limits=given.limits,
+                    )
                 )
                 extra = _budget_note(official, timeout, deadline, budget)
                 done[ckpt.path] = Official.from_dict(

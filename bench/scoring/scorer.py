@@ -22,7 +22,6 @@ otherwise reads as a predictor that ended without an answer.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import importlib.util
 import json
@@ -38,6 +37,7 @@ import numpy as np
 
 from bench import settings
 from bench.scoring import checks, leakage
+from bench.scoring.job import ScoringJob
 from bench.scoring.session import LoadError, PredictorError, Session
 
 if TYPE_CHECKING:
@@ -86,21 +86,7 @@ def sandbox_wrap(eval_dir: Path, device: str = "cpu", limits: Limits | None = No
     return Sandbox(policy, limits=predictor_limits(device, limits))  # memory, processes: resource_limits
 
 
-def score_checkpoint(
-    task_dir: Path,
-    data_dir: Path,
-    eval_dir: Path,
-    checkpoint: str,
-    script: str,
-    *,
-    device: str = "cpu",
-    timeout_s: float | None = None,  # None: BENCH_EVAL_TIMEOUT (bench.settings)
-    sandboxed: bool = True,
-    log: Path | None = None,
-    validate: bool = True,
-    secret: str | None = None,
-    limits: Limits | None = None,  # the run's memory and processes, for the predictors' group; None: defaults
-) -> dict:
+def score_checkpoint(job: ScoringJob) -> dict:
     """Feed every evaluation batch to a predictor, score its outputs, probe the forward contract; the result dict.
 
     The scored predictor starts first, so that building the model overlaps with loading the task and its labels.
@@ -109,20 +95,24 @@ def score_checkpoint(
     can say nothing (its locks die with it; nothing in its sandbox was writable). Its inputs are known in advance,
     so nothing is lost but the overlap: it is started once the scored one is ready, held before any agent code
     (Python, numpy and torch imported while the feed runs, :class:`Session` ``hold``), and let go after the scored
-    one is closed. The probes' positions follow from ``secret`` (drawn here, :func:`checks.draw_secret`, unless a
-    test gives one), which stays in this process until the result records it.
+    one is closed. The probes' positions follow from the job's ``secret`` (drawn here,
+    :func:`checks.draw_secret`, unless a test or ``bench verify`` gives one), which stays in this process until the
+    result records it. ``job``: everything the harness asked (:class:`~bench.scoring.job.ScoringJob`, read from the
+    command line by :func:`main`).
     """
     t0 = time.time()
-    timeout_s = settings.EVAL_TIMEOUT_S.get() if timeout_s is None else timeout_s
-    log = log or eval_dir.with_suffix(".predictor.log")
-    sandbox = sandbox_wrap(eval_dir, device, limits) if sandboxed else None
+    task_dir, data_dir, eval_dir, device = job.task_dir, job.data_dir, job.eval_dir, job.device
+    timeout_s = settings.EVAL_TIMEOUT_S.get() if job.timeout_s is None else job.timeout_s
+    log = eval_dir.with_suffix(".predictor.log")  # the predictors' stderr, beside the staged folder
+    sandbox = sandbox_wrap(eval_dir, device, job.limits) if job.sandboxed else None
     hits: list[dict] = []  # what the predictors' group refused or killed (read before it is removed)
     cache_notes: list[str | None] = []  # why the predictors' page cache could not be dropped (None: it was)
     wrap = sandbox.wrap if sandbox is not None else None
-    secret = secret or checks.draw_secret()
+    secret = job.secret or checks.draw_secret()
 
     def session(hold: bool = False) -> Session:
-        return Session(eval_dir, checkpoint, script, device=device, timeout_s=timeout_s, log=log, wrap=wrap, hold=hold)
+        return Session(eval_dir, job.checkpoint, job.script, device=device, timeout_s=timeout_s, log=log, wrap=wrap,
+                       hold=hold)
 
     try:
         with session() as scored:
@@ -135,7 +125,7 @@ def score_checkpoint(
             with session(hold=True) as prober:
                 outputs = [scored.predict(x) for x in inputs]
                 # after the scored feed, so that it cannot have shaped it; rule 9 reads it for the scored checkpoint
-                val_value = _validation(task, scored, data_dir) if validate else None
+                val_value = _validation(task, scored, data_dir) if job.validate else None
                 scored.close()  # ended (and waited for) before the prober runs any agent code: no channel between them
                 # nor through the page cache: the pages it was the first to load are dropped (issue 38)
                 cache_notes.append(sandbox.limits.drop_page_cache() if sandbox is not None else None)
@@ -161,7 +151,7 @@ def score_checkpoint(
             sandbox.close()
             sandbox.limits.remove()
     return {
-        "label_scan": label_scan(task_dir, task, data_dir, eval_dir, checkpoint, targets),
+        "label_scan": label_scan(task_dir, task, data_dir, eval_dir, job.checkpoint, targets),
         "value": value,
         "val_value": val_value if val_value is not None else (value if task.EVAL_SPLIT == "val" else None),
         "n": int(result.get("n", sum(len(y) for y in targets))),
@@ -248,39 +238,15 @@ def _validation(task, scored: Session, data_dir: Path) -> float | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="the official score of one checkpoint (trusted side)")
-    parser.add_argument("--task-dir", type=Path, required=True)
-    parser.add_argument("--data-dir", type=Path, required=True)
-    parser.add_argument("--eval-dir", type=Path, required=True)
-    parser.add_argument("--checkpoint", required=True, help="file name inside --eval-dir")
-    parser.add_argument("--script", required=True, help="file name inside --eval-dir")
-    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    parser.add_argument("--timeout", type=float, help="seconds (default: BENCH_EVAL_TIMEOUT, 15 min)")
-    parser.add_argument("--unsandboxed", action="store_true")
-    parser.add_argument("--no-val", action="store_true", help="skip the validation pass (a window candidate)")
-    parser.add_argument("--memory", type=_limit, default="", help="the run's memory limit in bytes, or none")
-    parser.add_argument("--max-processes", type=_limit, default="", help="the run's process limit, or none")
-    parser.add_argument("--secret", help="the probes' secret (default: a fresh one); bench verify gives the recorded")
-    args = parser.parse_args(argv)
-    with open(args.task_dir / "task.toml", "rb") as f:  # the names only: prepare.py (and torch) load later
+    """The scorer's process: score the job its command line names, print one JSON object; 0 when scored."""
+    job = ScoringJob.parse(argv)
+    with open(job.task_dir / "task.toml", "rb") as f:  # the names only: prepare.py (and torch) load later
         toml = tomllib.load(f)
     head = {"task": toml["id"], "metric": toml["metric"], "direction": toml["direction"], "split": toml["eval_split"]}
-    head.update(checkpoint=args.checkpoint, script=args.script, sandboxed=not args.unsandboxed, device=args.device)
+    head.update(checkpoint=job.checkpoint, script=job.script, sandboxed=job.sandboxed, device=job.device)
     t0 = time.time()
     try:
-        result = score_checkpoint(
-            args.task_dir,
-            args.data_dir,
-            args.eval_dir,
-            args.checkpoint,
-            args.script,
-            device=args.device,
-            timeout_s=args.timeout,
-            sandboxed=not args.unsandboxed,
-            validate=not args.no_val,
-            limits=_run_limits(args.memory, args.max_processes),
-            secret=args.secret,
-        )
+        result = score_checkpoint(job)
     except ContractViolation as e:
         seconds = round(time.time() - t0, 3)
         head["predictor_limits"] = getattr(e, "predictor_limits", [])
@@ -296,20 +262,6 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     print(json.dumps({**head, **result}, default=_plain))
     return 0
-
-
-def _limit(text: str) -> int | None | str:
-    """``--memory``/``--max-processes``: a whole number, ``none`` (no limit), or "" (the default)."""
-    return None if text == "none" else "" if text == "" else int(text)
-
-
-def _run_limits(memory: int | None | str, processes: int | None | str) -> Limits | None:
-    """The run's limits for the predictors' group (:func:`bench.sandbox.resource_limits.predictor_limits`);
-    None: defaults."""
-    from bench.sandbox.resource_limits import Limits
-
-    given = {k: v for k, v in (("memory_bytes", memory), ("processes", processes)) if v != ""}
-    return Limits(**given) if given else None
 
 
 def _plain(value):
