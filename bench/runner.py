@@ -130,6 +130,7 @@ class Run:
             device=self.spec.device,
             console=self.spec.console,
             sandboxed=self.spec.sandbox,
+            budget_s=self.spec.limits.eval_s,  # one budget for every candidate of the run
             limits=self.spec.limits,
             label=self.spec.label,
         )

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from bench import untrusted
 from bench.checksums import sha256
+from bench.errors import BenchError
 from bench.evidence import UNTIMED, Arrival
 from bench.pipeline import checkpoint_meta
 from bench.pipeline.arrivals import IN_PROGRESS, LISTING
@@ -63,7 +64,7 @@ class Checkpoint:
         return d
 
 
-class NotACheckpoint(ValueError):
+class NotACheckpoint(BenchError, ValueError):
     """A readable file that is not a scored checkpoint of this run (the message says why)."""
 
 

@@ -36,9 +36,9 @@ from bench.pipeline.collect import Checkpoint, NotACheckpoint, Selection, verify
 from bench.pipeline.launch import HARNESS_ONLY
 from bench.pipeline.workspace import Workspace
 from bench.result import Evaluation, Official
-from bench.scoring.job import CHECKPOINT, ScoringJob
 from bench.sandbox import evaluation_lock
 from bench.sandbox.resource_limits import GIB, KIB, MIB, Limits
+from bench.scoring.job import CHECKPOINT, ScoringJob
 from bench.tasks import Task, data
 
 SCORER_GRACE_S = 60.0  # after its timeout the scorer may take this long to report before it is killed

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from subprocess import Popen
 
+from bench.errors import BenchError
 from bench.gateway.refusals import STOP_GRACE_S
 from bench.pipeline.launch import LaunchedAgent
 from bench.processes import describe, end_tree, find_tree, running, signal_tree
@@ -168,8 +169,8 @@ class Watchdog:
         return False
 
 
-class _Interrupted(Exception):
-    pass
+class _Interrupted(BenchError):
+    """The watchdog's signal to the waiting thread that a stop was asked (control flow, never shown)."""
 
 
 class WorkspaceGuard:

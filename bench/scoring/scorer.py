@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from bench import settings
+from bench.errors import BenchError, InputError
 from bench.scoring import checks, leakage
 from bench.scoring.job import ScoringJob
 from bench.scoring.session import LoadError, PredictorError, Session
@@ -44,7 +45,7 @@ if TYPE_CHECKING:
     from bench.sandbox.resource_limits import Limits
 
 
-class ContractViolation(RuntimeError):
+class ContractViolation(BenchError, RuntimeError):
     """The model broke the forward contract (rule 7): the run is disqualified, not merely unscored. ``probes``: the
     plan's evidence (its secret and positions), recorded with the violation."""
 
@@ -200,7 +201,7 @@ def task_tolerance(task_dir: Path, device: str) -> checks.Tolerance:
     except (OSError, tomllib.TOMLDecodeError):
         given = None
     if given is not None and not (isinstance(given, int | float) and 0 <= given < 1):
-        raise ValueError(f"task.toml's [scoring] cuda_replay_tolerance must be a number in [0, 1), not {given!r}")
+        raise InputError(f"task.toml's [scoring] cuda_replay_tolerance must be a number in [0, 1), not {given!r}")
     return checks.tolerance(device, given)
 
 

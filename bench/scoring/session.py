@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from bench import settings
+from bench.errors import BenchError
 from bench.scoring import wire
 
 PREDICTOR = Path(__file__).with_name("predictor.py")
@@ -29,7 +30,7 @@ PREDICTOR = Path(__file__).with_name("predictor.py")
 PREDICTOR_ENV = ("PATH", "LANG", "LC_ALL", "HOME", "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
 
-class PredictorError(RuntimeError):
+class PredictorError(BenchError, RuntimeError):
     """The predictor failed, timed out or broke the protocol: the checkpoint gets no score, with this reason."""
 
 

@@ -7,7 +7,7 @@ for a short list of plain numeric dtypes only (no object arrays, so no code; and
 the thousands of small frames of T6's one-window-at-a-time feed). Frames larger than the reader's limit are
 refused before they are read into memory.
 
-Standard library and numpy only: the predictor imports this module inside the sandbox.
+Standard library, numpy and :mod:`bench.errors` only: the predictor imports this module inside the sandbox.
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ from typing import BinaryIO
 
 import numpy as np
 
+from bench.errors import BenchError
+
 JSON, ARRAYS = b"J", b"A"
 _HEADER = struct.Struct("<cQ")
 MAX_FRAME = 1 << 31  # 2 GiB: far above any batch of outputs of the seven tasks
@@ -27,7 +29,7 @@ DTYPES = frozenset(
 _LEN = struct.Struct("<I")
 
 
-class WireError(RuntimeError):
+class WireError(BenchError, RuntimeError):
     """A frame that breaks the protocol: the other side closed the pipe, sent garbage or too much."""
 
 
