@@ -1,11 +1,14 @@
-"""Audit (pipeline step 6; paper §3.4): the nine rules checked after the run, from evidence the agent cannot rewrite.
+"""Audit (pipeline step 6; paper §3.4).
 
-This step gathers what the checks read (:class:`bench.rules.Context`: the run directory's ``evidence/``, its
-``events.jsonl``, the evaluations and the collect step's rejections, the state of the scorer's inputs) and runs
-every check of :mod:`bench.rules`. Each finding carries its rule, its evidence and a verdict: a ``disqualify``
-finding disqualifies the run (:mod:`bench.outcome`), a ``flag`` is recorded for a person to look at. The findings
-go to ``result.json``, to ``evidence/audit.json`` and to the MLflow run (tags and the ``audit.json`` artifact).
-It runs the same way for a run finished by ``bench run --resume``.
+The nine rules checked after the run, from evidence the agent cannot rewrite.
+
+This step gathers what the checks read (:class:`bench.rules.Context`: the run directory's
+``evidence/``, its ``events.jsonl``, the evaluations and the collect step's rejections, the state of
+the scorer's inputs) and runs every check of :mod:`bench.rules`. Each finding carries its rule, its
+evidence and a verdict: a ``disqualify`` finding disqualifies the run (:mod:`bench.outcome`), a
+``flag`` is recorded for a person to look at. The findings go to ``result.json``, to
+``evidence/audit.json`` and to the MLflow run (tags and the ``audit.json`` artifact). It runs the
+same way for a run finished by ``bench run --resume``.
 """
 
 from __future__ import annotations
@@ -23,8 +26,11 @@ from bench.tasks import Task, data
 
 
 def scorer_inputs(task: Task) -> dict[str, str]:
-    """sha256 of the task's own files the scorer and the staging read (its locked files, task.toml): taken at the
-    start, compared at the audit (rule 8). The prepared data carry their own content list (``verify_prepared``)."""
+    """The sha256 of the task's own files the scorer and the staging read.
+
+    Its locked files and task.toml: taken at the start, compared at the audit (rule 8). The prepared
+    data carry their own content list (``verify_prepared``).
+    """
     names = [*task.locked_files, "task.toml"]
     return {f"task/{name}": sha256(task.file(name)) for name in names if task.file(name).is_file()}
 
@@ -46,8 +52,10 @@ def _data_error(task: Task) -> str | None:
 
 @dataclass(frozen=True)
 class AuditInput:
-    """What the audit judges beside the run's evidence: built by the runner (``runner.Run``), or by ``bench verify``
-    from what a finished run recorded."""
+    """What the audit judges beside the run's evidence.
+
+    Built by the runner (``runner.Run``), or by ``bench verify`` from what a finished run recorded.
+    """
 
     ws: Workspace
     locked_sha256: Mapping[str, str]  # each locked file's sha256 at the start
@@ -55,19 +63,21 @@ class AuditInput:
     started_at: float = 0.0  # when the agent started (epoch seconds)
     budget_s: float = float("inf")
     agent_argv: tuple[str, ...] = ()
-    # the collect step's rejections: objects with ``path`` and ``reason``, or the dicts result.json keeps
+    # the collect step's rejections: objects with ``path`` and ``reason``, or the dicts result.json
+    # keeps
     rejected: tuple = ()
     offline: bool = False  # the agent declared no endpoint: any request its sandbox saw came from the run's code
-    # hosts its CLI asks by itself (:attr:`bench.agents.base.Agent.own_hosts`): their refused requests are no finding
+    # hosts its CLI asks by itself (:attr:`bench.agents.base.Agent.own_hosts`): their refused
+    # requests are no finding
     own_hosts: tuple[str, ...] = ()
     keep: bool = True  # write evidence/audit.json (False: bench verify leaves the recorded evidence alone)
-    # where the workspace was when the run ran, when the run folder has moved since (bench verify of a bundle or an
-    # imported campaign): the recorded paths are judged against it
+    # where the workspace was when the run ran, when the run folder has moved since (bench verify of
+    # a bundle or an imported campaign): the recorded paths are judged against it
     recorded_workspace: Path | None = None
 
 
 def audit(given: AuditInput) -> Audit:
-    """Every check of :mod:`bench.rules` on the run's evidence and ``given`` (:class:`AuditInput`)."""
+    """Every check of :mod:`bench.rules`, on the run's evidence and the :class:`AuditInput`."""
     ws, locked_sha256 = given.ws, given.locked_sha256
     evidence = Evidence(ws.run_dir)
     recorded = evidence.path("inputs.json").is_file()  # a run of the pipeline (a bare workspace has no evidence)
@@ -92,7 +102,8 @@ def audit(given: AuditInput) -> Audit:
         task_dir=ws.task.folder,
     )
     found = run_all(ctx)
-    # without the run's evidence (a workspace audited on its own) only the rules read from files and scores apply
+    # without the run's evidence (a workspace audited on its own) only the rules read from files and
+    # scores apply
     checked = tuple(range(1, 10)) if recorded else (1, 5, 7, 9)
     result = Audit(locked_sha256=dict(locked_sha256), violations=found, checked=checked)
     if given.keep and ws.run_dir.is_dir():

@@ -1,10 +1,13 @@
-"""The scorer's input: one staged checkpoint to score, as the harness hands it to the scorer's process.
+"""The scorer's input.
 
-:func:`bench.pipeline.evaluate.evaluate` builds a :class:`ScoringJob` and passes it on the scorer's command line
-(:meth:`ScoringJob.argv`); the scorer's process reads it back (:meth:`ScoringJob.parse`) and
-:func:`bench.scoring.scorer.score_checkpoint` takes it whole. An option the scorer needs is a field here and its
-flag in :meth:`~ScoringJob.argv` and :func:`parser`; no signature between the harness and the scorer changes
-(``tests/bench/scoring/test_job.py`` checks that every field crosses the command line).
+One staged checkpoint to score, as the harness hands it to the scorer's process.
+
+:func:`bench.pipeline.evaluate.evaluate` builds a :class:`ScoringJob` and passes it on the scorer's
+command line (:meth:`ScoringJob.argv`); the scorer's process reads it back
+(:meth:`ScoringJob.parse`) and :func:`bench.scoring.scorer.score_checkpoint` takes it whole. An
+option the scorer needs is a field here and its flag in :meth:`~ScoringJob.argv` and :func:`parser`;
+no signature between the harness and the scorer changes (``tests/bench/scoring/test_job.py`` checks
+that every field crosses the command line).
 
 Standard library only: the harness builds a job without importing numpy or the scorer.
 """
@@ -22,7 +25,10 @@ CHECKPOINT = "checkpoint.pt"  # the candidate's name inside its evaluation folde
 
 @dataclass(frozen=True)
 class ScoringJob:
-    """One checkpoint to score: where the task, the labels and the staged folder are, and how to score it."""
+    """One checkpoint to score.
+
+    Where the task, the labels and the staged folder are, and how to score it.
+    """
 
     task_dir: Path  # the task's folder: its ORIGINAL prepare.py and task.toml (never the workspace's copies)
     data_dir: Path  # the harness's prepared data: the inputs and labels, read by the scorer only
@@ -34,11 +40,15 @@ class ScoringJob:
     sandboxed: bool = True  # the predictors in the sandbox (False: tests and unsandboxed runs)
     validate: bool = True  # also the harness's validation score (rule 9); window candidates skip it
     secret: str | None = None  # the probes' secret (None: the scorer draws one); bench verify gives the recorded
-    # the run's limits; only the predictors' share (memory, processes) crosses to the scorer; None: the defaults
+    # the run's limits; only the predictors' share (memory, processes) crosses to the scorer; None:
+    # the defaults
     limits: Limits | None = None
 
     def argv(self) -> list[str]:
-        """The scorer's command-line arguments that carry this job (:meth:`parse` reads them back)."""
+        """The scorer's command-line arguments that carry this job.
+
+        :meth:`parse` reads them back.
+        """
         out = ["--task-dir", str(self.task_dir), "--data-dir", str(self.data_dir), "--eval-dir", str(self.eval_dir)]
         out += ["--checkpoint", self.checkpoint, "--script", self.script, "--device", self.device]
         if self.timeout_s is not None:
@@ -56,7 +66,10 @@ class ScoringJob:
 
     @classmethod
     def parse(cls, argv: list[str] | None = None) -> ScoringJob:
-        """The job the scorer's command line names (``argv``: :meth:`argv`'s, or ``sys.argv`` when None)."""
+        """The job the scorer's command line names.
+
+        ``argv``: :meth:`argv`'s, or ``sys.argv`` when None.
+        """
         args = parser().parse_args(argv)
         given = {k: v for k, v in (("memory_bytes", args.memory), ("processes", args.max_processes)) if v != ""}
         return cls(
@@ -93,5 +106,8 @@ def parser() -> argparse.ArgumentParser:
 
 
 def _limit(text: str) -> int | None | str:
-    """``--memory``/``--max-processes``: a whole number, ``none`` (no limit), or "" (the default)."""
+    """``--memory``/``--max-processes``.
+
+    A whole number, ``none`` (no limit), or "" (the default).
+    """
     return None if text == "none" else "" if text == "" else int(text)

@@ -1,23 +1,28 @@
-"""The trusted scorer: the official number of one checkpoint, computed where no agent code runs.
+r"""The trusted scorer: the official number of one checkpoint, computed where no agent code runs.
 
-    python -I -m bench.scoring.scorer --task-dir tasks/t6_... --data-dir CACHE --eval-dir STAGED \\
-        --checkpoint checkpoint.pt --script run_1.py [--device cpu|cuda] [--timeout S] [--unsandboxed] [--no-val]
+    python -I -m bench.scoring.scorer --task-dir tasks/t6_... --data-dir CACHE \
+        --eval-dir STAGED --checkpoint checkpoint.pt --script run_1.py \
+        [--device cpu|cuda] [--timeout S] [--unsandboxed] [--no-val]
 
-It imports the task's ORIGINAL ``prepare.py`` (from the task folder, never from the workspace) for three things
-the locked file defines once: ``eval_batches`` (inputs and labels, batched and ordered so that no input reveals
-a label before the outputs for it are returned), ``score`` (the metric) and the feed constants. It never imports,
-unpickles or executes anything from the workspace: the model runs in a sandboxed predictor process
-(:mod:`bench.scoring.predictor`) that receives inputs over a pipe and returns outputs. A second, fresh predictor
-answers the forward-contract probes (:mod:`bench.scoring.checks`): cold replays of stretches of the feed and
-batches shaped like the feed's, at positions drawn from a secret no predictor sees; it runs the agent's code only
-after the scored one has ended, so that the two never talk. Prints one JSON object, the
-official result (task, metric, value, val_value, direction, split, checkpoint, script, seconds, n, checks, and
-``probes``: the secret and every position it gave, published only now); on any failure the same object with
-``error`` (and ``violation`` with ``probes`` when the forward contract is broken, ``unloadable: true`` when the
-model could not be built or the checkpoint not loaded into it) and no value. Both carry ``predictor_limits``: what
-the predictors' cgroup refused or killed (``--memory``/``--max-processes``, the run's limits:
-:func:`bench.sandbox.resource_limits.predictor_limits`), read before it is removed, since an out-of-memory kill
-otherwise reads as a predictor that ended without an answer.
+That is the command line of a :class:`~bench.scoring.job.ScoringJob` (its ``argv``).
+
+It imports the task's ORIGINAL ``prepare.py`` (from the task folder, never from the workspace) for
+three things the locked file defines once: ``eval_batches`` (inputs and labels, batched and ordered
+so that no input reveals a label before the outputs for it are returned), ``score`` (the metric) and
+the feed constants. It never imports, unpickles or executes anything from the workspace: the model
+runs in a sandboxed predictor process (:mod:`bench.scoring.predictor`) that receives inputs over a
+pipe and returns outputs. A second, fresh predictor answers the forward-contract probes
+(:mod:`bench.scoring.checks`): cold replays of stretches of the feed and batches shaped like the
+feed's, at positions drawn from a secret no predictor sees; it runs the agent's code only after the
+scored one has ended, so that the two never talk. Prints one JSON object, the official result (task,
+metric, value, val_value, direction, split, checkpoint, script, seconds, n, checks, and ``probes``:
+the secret and every position it gave, published only now); on any failure the same object with
+``error`` (and ``violation`` with ``probes`` when the forward contract is broken, ``unloadable:
+true`` when the model could not be built or the checkpoint not loaded into it) and no value. Both
+carry ``predictor_limits``: what the predictors' cgroup refused or killed
+(``--memory``/``--max-processes``, the run's limits:
+:func:`bench.sandbox.resource_limits.predictor_limits`), read before it is removed, since an
+out-of-memory kill otherwise reads as a predictor that ended without an answer.
 """
 
 from __future__ import annotations
@@ -46,8 +51,11 @@ if TYPE_CHECKING:
 
 
 class ContractViolation(BenchError, RuntimeError):
-    """The model broke the forward contract (rule 7): the run is disqualified, not merely unscored. ``probes``: the
-    plan's evidence (its secret and positions), recorded with the violation."""
+    """The model broke the forward contract (rule 7).
+
+    The run is disqualified, not merely unscored. ``probes``: the plan's evidence (its secret and
+    positions), recorded with the violation.
+    """
 
     def __init__(self, message: str, probes: dict | None = None) -> None:
         super().__init__(message)
@@ -55,8 +63,11 @@ class ContractViolation(BenchError, RuntimeError):
 
 
 def load_task_module(task_dir: Path):
-    """The task's original prepare.py, imported from the task folder (trusted, read-only to every agent); the
-    folder goes on sys.path for its other locked files (T4's molecules.py), never the evaluation folder."""
+    """The task's original prepare.py, imported from the task folder.
+
+    Trusted, read-only to every agent; the folder goes on sys.path for its other locked files (T4's
+    molecules.py), never the evaluation folder.
+    """
     sys.path.insert(0, str(task_dir))
     sys.dont_write_bytecode = True  # no __pycache__ in the task folder
     spec = importlib.util.spec_from_file_location("_task_prepare", task_dir / "prepare.py")
@@ -67,10 +78,14 @@ def load_task_module(task_dir: Path):
 
 
 def sandbox_wrap(eval_dir: Path, device: str = "cpu", limits: Limits | None = None):
-    """The predictor's sandbox: the allow-list's system and Python, the predictor's own files and the staged
-    folder readable (bench.sandbox.view: no repository, no data cache, no other run, no CLI), nothing
-    writable, no network, its own PID namespace, no cgroup tree, and the predictors' seccomp filter (no file lock,
-    lease or watch, no page-cache residency, no other process read: :mod:`bench.sandbox.seccomp`)."""
+    """The predictor's sandbox.
+
+    The allow-list's system and Python, the predictor's own files and the staged folder readable
+    (bench.sandbox.view: no repository, no data cache, no other run, no CLI), nothing writable, no
+    network, its own PID namespace, no cgroup tree, and the predictors' seccomp filter (no file
+    lock, lease or watch, no page-cache residency, no other process read:
+    :mod:`bench.sandbox.seccomp`).
+    """
     from bench.sandbox import Policy, Sandbox, default_hidden, default_readable
     from bench.sandbox.resource_limits import predictor_limits
 
@@ -88,18 +103,21 @@ def sandbox_wrap(eval_dir: Path, device: str = "cpu", limits: Limits | None = No
 
 
 def score_checkpoint(job: ScoringJob) -> dict:
-    """Feed every evaluation batch to a predictor, score its outputs, probe the forward contract; the result dict.
+    """Feed every evaluation batch to a predictor, score its outputs, probe the forward contract.
 
-    The scored predictor starts first, so that building the model overlaps with loading the task and its labels.
-    The prober runs the agent's code only once the scored predictor has ENDED (issue 29): two processes running the
-    agent's model at once can talk (a record lock on a shared file crossed every namespace), and one that is dead
-    can say nothing (its locks die with it; nothing in its sandbox was writable). Its inputs are known in advance,
-    so nothing is lost but the overlap: it is started once the scored one is ready, held before any agent code
-    (Python, numpy and torch imported while the feed runs, :class:`Session` ``hold``), and let go after the scored
+    The result dict.
+
+    The scored predictor starts first, so that building the model overlaps with loading the task and
+    its labels. The prober runs the agent's code only once the scored predictor has ENDED (issue
+    29): two processes running the agent's model at once can talk (a record lock on a shared file
+    crossed every namespace), and one that is dead can say nothing (its locks die with it; nothing
+    in its sandbox was writable). Its inputs are known in advance, so nothing is lost but the
+    overlap: it is started once the scored one is ready, held before any agent code (Python, numpy
+    and torch imported while the feed runs, :class:`Session` ``hold``), and let go after the scored
     one is closed. The probes' positions follow from the job's ``secret`` (drawn here,
-    :func:`checks.draw_secret`, unless a test or ``bench verify`` gives one), which stays in this process until the
-    result records it. ``job``: everything the harness asked (:class:`~bench.scoring.job.ScoringJob`, read from the
-    command line by :func:`main`).
+    :func:`checks.draw_secret`, unless a test or ``bench verify`` gives one), which stays in this
+    process until the result records it. ``job``: everything the harness asked
+    (:class:`~bench.scoring.job.ScoringJob`, read from the command line by :func:`main`).
     """
     t0 = time.time()
     task_dir, data_dir, eval_dir, device = job.task_dir, job.data_dir, job.eval_dir, job.device
@@ -122,13 +140,16 @@ def score_checkpoint(job: ScoringJob) -> dict:
             inputs, targets = [x for x, _ in feed], [y for _, y in feed]
             found = checks.plan(inputs, getattr(task, "CAUSAL_INPUT", None), secret)
             scored.ready()
-            # held: its start-up overlaps the feed's round trips instead of the scored one's start-up
+            # held: its start-up overlaps the feed's round trips instead of the scored one's
+            # start-up
             with session(hold=True) as prober:
                 outputs = [scored.predict(x) for x in inputs]
-                # after the scored feed, so that it cannot have shaped it; rule 9 reads it for the scored checkpoint
+                # after the scored feed, so that it cannot have shaped it; rule 9 reads it for the
+                # scored checkpoint
                 val_value = _validation(task, scored, data_dir) if job.validate else None
                 scored.close()  # ended (and waited for) before the prober runs any agent code: no channel between them
-                # nor through the page cache: the pages it was the first to load are dropped (issue 38)
+                # nor through the page cache: the pages it was the first to load are dropped (issue
+                # 38)
                 cache_notes.append(sandbox.limits.drop_page_cache() if sandbox is not None else None)
                 result = task.score(outputs, targets)
                 value = float(result[task.METRIC])
@@ -166,9 +187,12 @@ def score_checkpoint(job: ScoringJob) -> dict:
 
 
 def label_scan(task_dir: Path, task, data_dir: Path, eval_dir: Path, checkpoint: str, targets: list) -> dict:
-    """The targets looked for in the staged folder (:mod:`bench.scoring.leakage`): the checkpoint and the agent's
-    scripts (the task's own files, staged as they are in the task folder, are not searched). Its ``found`` is what
-    the audit disqualifies (:mod:`bench.rules.labels`); a scan that fails says why instead (flagged)."""
+    """The targets looked for in the staged folder (:mod:`bench.scoring.leakage`).
+
+    The checkpoint and the agent's scripts (the task's own files, staged as they are in the task
+    folder, are not searched). Its ``found`` is what the audit disqualifies
+    (:mod:`bench.rules.labels`); a scan that fails says why instead (flagged).
+    """
     try:
         kind = task_scoring(task_dir).get("targets", leakage.LABELS)
         vocab = None
@@ -192,9 +216,13 @@ def task_scoring(task_dir: Path) -> dict:
 
 
 def task_tolerance(task_dir: Path, device: str) -> checks.Tolerance:
-    """The replays' tolerance for this task on ``device``: on a GPU, task.toml's ``[scoring] cuda_replay_tolerance``
-    (the epsilon the GPU proof kit measured for the task: ``bench selftest``'s ``replay_epsilon``) or, without
-    one, :data:`checks.CUDA_REPLAY_DEFAULT`; on a CPU the fixed 1e-4 (deterministic CPU kernels agree bitwise)."""
+    """The replays' tolerance for this task on ``device``.
+
+    On a GPU, task.toml's ``[scoring] cuda_replay_tolerance`` (the epsilon the GPU proof kit
+    measured for the task: ``bench selftest``'s ``replay_epsilon``) or, without one,
+    :data:`checks.CUDA_REPLAY_DEFAULT`; on a CPU the fixed 1e-4 (deterministic CPU kernels agree
+    bitwise).
+    """
     try:
         with open(task_dir / "task.toml", "rb") as f:
             given = tomllib.load(f).get("scoring", {}).get("cuda_replay_tolerance")
@@ -206,13 +234,17 @@ def task_tolerance(task_dir: Path, device: str) -> checks.Tolerance:
 
 
 def _answers(prober: Session, found: checks.Plan) -> tuple[list[np.ndarray], PredictorError | None]:
-    """The prober's answers to the plan's probes, asked in the plan's order (after the scored predictor ended), and
-    the error that stopped it early (None: every probe answered); the caller judges what was answered first.
+    """The prober's answers to the plan's probes, and the error that stopped it early.
 
-    A predictor that failed on a request shaped like the feed's (its own batches replayed, a causality block), after
-    the scored one answered them all, broke the contract: crashing where it guesses it is probed must not turn a
-    disqualification into a mere failure. Timeouts, load errors and a predictor killed by a signal (a memory
-    limit's kill is one) stay errors, as does a failure on the batch probe (a batch size the feed never had)."""
+    Asked in the plan's order (after the scored predictor ended); the error is None when every probe
+    was answered. The caller judges what was answered first.
+
+    A predictor that failed on a request shaped like the feed's (its own batches replayed, a
+    causality block), after the scored one answered them all, broke the contract: crashing where it
+    guesses it is probed must not turn a disqualification into a mere failure. Timeouts, load errors
+    and a predictor killed by a signal (a memory limit's kill is one) stay errors, as does a failure
+    on the batch probe (a batch size the feed never had).
+    """
     answers: list[np.ndarray] = []
     try:
         for probe in found.probes:
@@ -229,9 +261,12 @@ def _answers(prober: Session, found: checks.Plan) -> tuple[list[np.ndarray], Pre
 
 
 def _validation(task, scored: Session, data_dir: Path) -> float | None:
-    """The harness's own validation score of the checkpoint (rule 9 compares the script's self-reported one with
-    it); None when the official split is the validation split (the official value is it). The validation inputs
-    are the agent's own data, so sending them to its model reveals nothing."""
+    """The harness's own validation score of the checkpoint.
+
+    Rule 9 compares the script's self-reported one with it; None when the official split is the
+    validation split (the official value is it). The validation inputs are the agent's own data, so
+    sending them to its model reveals nothing.
+    """
     if task.EVAL_SPLIT == "val":
         return None
     feed = task.eval_batches("val", str(data_dir), task.FEED_BATCH_SIZE)
@@ -239,7 +274,10 @@ def _validation(task, scored: Session, data_dir: Path) -> float | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The scorer's process: score the job its command line names, print one JSON object; 0 when scored."""
+    """The scorer's process.
+
+    Score the job its command line names, print one JSON object; 0 when scored.
+    """
     job = ScoringJob.parse(argv)
     with open(job.task_dir / "task.toml", "rb") as f:  # the names only: prepare.py (and torch) load later
         toml = tomllib.load(f)
@@ -273,8 +311,8 @@ def _plain(value):
 
 if __name__ == "__main__":
     code = main()
-    # Everything is closed and printed; skip the interpreter's teardown, which takes 0.6-0.8 s once torch is loaded
-    # (measured on a 2-core CPU): a tenth of a T6 evaluation.
+    # Everything is closed and printed; skip the interpreter's teardown, which takes 0.6-0.8 s once
+    # torch is loaded (measured on a 2-core CPU): a tenth of a T6 evaluation.
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
