@@ -1,6 +1,4 @@
-"""``bench verify``.
-
-One finished run checked again from what it recorded, by the pipeline's own steps.
+"""``bench verify``: one finished run checked again from what it recorded, by the pipeline's steps.
 
 What this proves, and what it cannot. Everything a score rests on is in the run directory: each
 scored candidate's checkpoint (and the sha256 of the bytes that were timed and scored), the scripts
@@ -28,13 +26,12 @@ looked for separately by the scorer's label scan). The steps:
 Recorded and recomputed must be identical on the same kind of device (floats compared exactly: a CPU
 scores bitwise the same), and within the task's tolerance across kinds (:func:`tolerance`). Every
 difference is one line naming the file, candidate or field. The MLflow side is
-:mod:`bench.bundle.verify_store`; the command, :mod:`bench.bundle.verify_cli`.
+:mod:`bench.bundle.verify_store`; the command, :mod:`bench.bundle.verify_cli`; the recorded files,
+found in a copy of the run directory, :mod:`bench.bundle.verify_files`.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 import tempfile
 import threading
@@ -45,7 +42,8 @@ from pathlib import Path
 
 from bench import outcome, protocol, settings, software
 from bench.agents import AgentError, get_agent
-from bench.checksums import sha256, tree_sha256
+from bench.bundle.verify_files import local_checkpoint, match_task, missing_files, snapshot
+from bench.checksums import sha256
 from bench.evidence import Evidence
 from bench.markup import one_line
 from bench.pipeline import audit, codetime, evaluate, state, workspace
@@ -53,16 +51,13 @@ from bench.result import Evaluation, Official, RunResult
 from bench.rules import labels
 from bench.sandbox import evaluation_lock
 from bench.scoring.job import ScoringJob
-from bench.tasks import Task, TaskError, all_tasks, data
+from bench.tasks import Task, TaskError, data
 
 # across device kinds (a CPU run verified on a GPU, or the reverse) a score may move by float
 # rounding: relative difference allowed when the task's task.toml gives none ([scoring]
 # verify_tolerance)
 DEFAULT_TOLERANCE = 1e-3
 _PREPARE = threading.Lock()
-# files a finished run directory always holds, beside the candidates' own (checkpoints, code
-# snapshots)
-REQUIRED = ("run.json", "evidence/inputs.json", "evidence/manifest-start.json", "evidence/manifest-end.json")
 NOT_SCORED = "not scored at the run"  # a candidate the run's evaluation never gave to the scorer: nothing to redo
 # a candidate's re-scoring may take this many times its recorded evaluation (at least VERIFY_MIN_S,
 # at most the reader's BENCH_EVAL_TIMEOUT) on the same kind of device: a bundle cannot hold a
@@ -135,68 +130,6 @@ def tolerance(task: Task) -> float:
         why = f"[scoring] verify_tolerance must be a number in [0, 1), not {given!r}"
         raise TaskError(f"{task.folder}/task.toml: {why}")
     return float(given)
-
-
-def match_task(result: RunResult) -> tuple[Task | None, str]:
-    """(the task folder whose content hash is the recorded one, "") or (None, why there is none)."""
-    want = str(result.task_source.get("sha256") or "")
-    found = [t for t in all_tasks() if t.id == result.task]
-    for task in found:
-        if want and tree_sha256(task.folder) == want:
-            return task, ""
-    if not want:
-        return None, f"result.json records no task folder hash for {result.task}: the task cannot be matched"
-    if not found:
-        return None, f"no task folder {result.task} here (recorded sha256 {want[:12]}): point BENCH_TASKS_DIR at it"
-    now = ", ".join(f"{t.folder} has {tree_sha256(t.folder)[:12]}" for t in found)
-    return None, f"task folder {result.task} differs from the recorded hash {want[:12]}: {now}"
-
-
-def missing_files(run_dir: Path, result: RunResult) -> list[str]:
-    """The files every finished run keeps that are gone.
-
-    Arrivals and code records: once a checkpoint was scored.
-    """
-    need = [*REQUIRED, *(("evidence/arrivals.jsonl", "evidence/code.jsonl") if _scored(result) else ())]
-    return [f"missing: {name} (the run directory kept it)" for name in need if not (run_dir / name).is_file()]
-
-
-def _scored(result: RunResult) -> bool:
-    return any(e.official.raw.get("checkpoint_sha256") for e in result.evaluations)
-
-
-def local_checkpoint(run_dir: Path, result: RunResult, recorded: str, staged: str = "") -> Path:
-    """Where a recorded checkpoint lies in this copy of the run directory.
-
-    result.json holds the paths of the machine that ran it: the same place relative to the
-    workspace, else by name under ``checkpoints/``, else the copy the run's evaluation staged
-    (``eval/<folder>/checkpoint.pt``: the bytes it scored, checked by their sha256 as well). The
-    workspace's place when none is there (named as missing).
-    """
-    ws = run_dir / "workspace"
-    try:
-        rel = Path(recorded).relative_to(result.workspace)
-    except ValueError:
-        rel = Path("checkpoints") / Path(recorded).name
-    copy = run_dir / "eval" / Path(staged).name / evaluate.CHECKPOINT if staged else None
-    for path in (ws / rel, ws / "checkpoints" / Path(recorded).name, copy):
-        if path is not None and path.is_file():
-            return path
-    return ws / rel
-
-
-def snapshot(run_dir: Path, digest: str) -> codetime.Snapshot:
-    """The recorded snapshot of the scripts (``evidence/code/<digest>.json``).
-
-    Checked against its own name (the sha256 of its text); OSError naming the file when it is gone
-    or altered.
-    """
-    path = run_dir / "evidence" / codetime.CODE_DIR / f"{digest}.json"
-    text = path.read_bytes()
-    if hashlib.sha256(text).hexdigest() != digest:
-        raise OSError(f"evidence/code/{digest[:12]}.json is not the snapshot recorded (its sha256 differs)")
-    d = json.loads(text)
-    return codetime.Snapshot(digest, dict(d["files"]), dict(d.get("left_out") or {}), d.get("incomplete"))
 
 
 def timeout_s(recorded_s: object, same_device: bool) -> float:
