@@ -130,8 +130,9 @@ def score_checkpoint(job: ScoringJob) -> dict:
     secret = job.secret or checks.draw_secret()
 
     def session(hold: bool = False) -> Session:
-        return Session(eval_dir, job.checkpoint, job.script, device=device, timeout_s=timeout_s, log=log, wrap=wrap,
-                       hold=hold)
+        return Session(
+            eval_dir, job.checkpoint, job.script, device=device, timeout_s=timeout_s, log=log, wrap=wrap, hold=hold
+        )
 
     try:
         with session() as scored:
