@@ -1,13 +1,13 @@
-"""One agent run on one task, top to bottom as in the paper's Figure 2:
+"""One agent run on one task, top to bottom as in the paper's Figure 2.
 
     workspace -> launch -> watch -> collect -> evaluate -> audit -> record
 
-Every step after the launch runs whatever happened before it (a crashed agent, a killed
-script, a Ctrl-C, an unreachable tracking server): what was produced is collected,
-scored and written to ``result.json`` before MLflow is touched, so nothing is lost.
-Each step is one module of :mod:`bench.pipeline`; this function only passes their results on.
-The steps after the watch are one function, :func:`finish`, which ``bench run --resume`` (:mod:`bench.resume`)
-calls too for a run whose harness died (from ``run.json``, :mod:`bench.pipeline.state`).
+Every step after the launch runs whatever happened before it (a crashed agent, a killed script, a
+Ctrl-C, an unreachable tracking server): what was produced is collected, scored and written to
+``result.json`` before MLflow is touched, so nothing is lost. Each step is one module of
+:mod:`bench.pipeline`; this function only passes their results on. The steps after the watch are one
+function, :func:`finish`, which ``bench run --resume`` (:mod:`bench.resume`) calls too for a run
+whose harness died (from ``run.json``, :mod:`bench.pipeline.state`).
 """
 
 from __future__ import annotations
@@ -33,10 +33,14 @@ from bench.tracking.writer import MlflowWriter
 
 
 def run(spec: RunSpec) -> RunResult:
-    """workspace -> launch -> watch -> collect -> evaluate -> audit -> record; returns the result (also on disk).
+    """Run one agent on one task; returns the result (also on disk).
 
-    SIGTERM and SIGINT follow :mod:`bench.termination`: before the launch they stop the run at once; after it, the
-    run is collected, evaluated, audited and recorded first, then KeyboardInterrupt is raised."""
+    workspace -> launch -> watch -> collect -> evaluate -> audit -> record.
+
+    SIGTERM and SIGINT follow :mod:`bench.termination`: before the launch they stop the run at once;
+    after it, the run is collected, evaluated, audited and recorded first, then KeyboardInterrupt is
+    raised.
+    """
     with termination.Termination() as term:
         result = _run(spec, term)
     if result.interrupted or term.pending:
@@ -45,12 +49,13 @@ def run(spec: RunSpec) -> RunResult:
 
 
 def _run(spec: RunSpec, term: termination.Termination) -> RunResult:
-    # bad input, an unknown agent, unwritable folders, missing weights, no sandbox: stopped before anything is created
+    # bad input, an unknown agent, unwritable folders, missing weights, no sandbox: stopped before
+    # anything is created
     check(spec)  # programmatic callers too (bench run and a campaign built it through RunSpec.build, checked)
     task, adapter = spec.resolve_task(), get_agent(spec.agent)
     preflight.check_run([task], spec, endpoints=False)  # asked by bench run and bench campaign before
-    # the description as the run goes: its budget, device and the task folder as this run got it (before the
-    # workspace copies it), so run.json and result.json say what ran
+    # the description as the run goes: its budget, device and the task folder as this run got it
+    # (before the workspace copies it), so run.json and result.json say what ran
     source = spec.task_source or packs.provenance(task)
     spec = spec.launched(spec.device or evaluate.default_device(), source, seeded=adapter.seeded)
     data_dir = data.prepare(task, progress=spec.console)
@@ -73,7 +78,8 @@ def _run(spec: RunSpec, term: termination.Termination) -> RunResult:
     run = Run(spec, ws, data_dir, notes, locked_sha, writer, relay)
 
     term.launched = True  # from here a signal is noted: the run goes on to its result (bench.termination)
-    # while the agent lives, other runs on this machine do not evaluate (their predictors' pages: issue 38)
+    # while the agent lives, other runs on this machine do not evaluate (their predictors' pages:
+    # issue 38)
     with evaluation_lock.agent_alive(spec.limits.eval_s, spec.console, spec.label, ws.run_dir, lambda: term.pending):
         agent = launch.launch(adapter, ws, spec, evidence)  # 2
         relay.follow(agent.proc.pid, agent.token)  # system metrics by host pid from now (spool pids: the sandbox's)
@@ -90,8 +96,11 @@ def _run(spec: RunSpec, term: termination.Termination) -> RunResult:
 
 @dataclass(frozen=True)
 class Run:
-    """One run's context, as the steps after the launch take it: its description, its workspace and what the start
-    made for it (the prepared data, the partial-data notes, the locked files' hashes, the tracking)."""
+    """One run's context, as the steps after the launch take it.
+
+    Its description, its workspace and what the start made for it (the prepared data, the
+    partial-data notes, the locked files' hashes, the tracking).
+    """
 
     spec: RunSpec  # as launched: budget, device and task source filled in
     ws: workspace.Workspace
@@ -103,12 +112,68 @@ class Run:
 
     @property
     def task(self) -> Task:
+        """The task the run ran (the spec's, resolved)."""
         return self.spec.resolve_task()
+
+    # Each step's input, built here only: an option a step needs is a field of its input, set here
+    # from the run.
+    def collect_input(self, ended: Ended, scripts: set[str]) -> collect.CollectInput:
+        """Step 4's input.
+
+        The checkpoints' folder, placed in time from the agent's start, up to budget + grace.
+        """
+        task = self.task
+        return collect.CollectInput(
+            directory=self.ws.checkpoints,
+            started_at=ended.started_at,
+            metric=task.metric,
+            direction=task.direction,
+            deadline_s=self.spec.budget + self.spec.grace_s,
+            arrivals=dict(ended.arrivals),
+            scripts=frozenset(scripts),
+            code=codetime.Index.of(self.ws),  # the scripts as they were when each checkpoint's content was seen
+        )
+
+    def evaluation_input(self, collected: collect.Collected) -> evaluate.EvaluationInput:
+        """Step 5's input: the collected candidates, scored on the run's device under its limits."""
+        return evaluate.EvaluationInput(
+            ws=self.ws,
+            selection=collected.selection,
+            data_dir=self.data_dir,
+            device=self.spec.device,
+            console=self.spec.console,
+            sandboxed=self.spec.sandbox,
+            budget_s=self.spec.limits.eval_s,  # one budget for every candidate of the run
+            limits=self.spec.limits,
+            label=self.spec.label,
+        )
+
+    def audit_input(
+        self, ended: Ended, collected: collect.Collected, evaluations: list[Evaluation]
+    ) -> audit.AuditInput:
+        """Step 6's input.
+
+        What the rules judge beside the evidence (the scores, the agent's argv, the rejections).
+        """
+        return audit.AuditInput(
+            ws=self.ws,
+            locked_sha256=dict(self.locked_sha),
+            evaluations=tuple(evaluations),
+            started_at=ended.started_at,
+            budget_s=self.spec.budget,
+            agent_argv=tuple(ended.argv),
+            rejected=tuple(collected.rejected),
+            offline=not ended.endpoints,
+            own_hosts=tuple(get_agent(self.spec.agent).own_hosts),
+        )
 
 
 @dataclass(frozen=True)
 class Ended:
-    """What the agent's time left behind: from the live watch, or rebuilt from the run directory by ``--resume``."""
+    """What the agent's time left behind.
+
+    From the live watch, or rebuilt from the run directory by ``--resume``.
+    """
 
     started_at: float
     argv: list[str]
@@ -122,6 +187,7 @@ class Ended:
 
     @classmethod
     def of(cls, agent: launch.LaunchedAgent, watched: watch.Watched) -> Ended:
+        """What a live run's agent and its watch left behind."""
         return cls(
             started_at=agent.started_at,
             argv=agent.argv,
@@ -135,56 +201,27 @@ class Ended:
 
 
 def finish(run: Run, ended: Ended) -> RunResult:
-    """The steps after the watch, shared by :func:`run` and ``bench run --resume`` (:mod:`bench.resume`):
-    the spool relayed (script runs left open closed as KILLED) -> collect -> evaluate -> audit -> record."""
+    """The steps after the watch, shared by :func:`run` and ``bench run --resume``.
+
+    From :mod:`bench.resume` too: the spool relayed (script runs left open closed as KILLED) ->
+    collect -> evaluate -> audit -> record.
+    """
     spec, ws, relay, writer, task = run.spec, run.ws, run.relay, run.writer, run.task
     steps = guard.StepGuard(ws.run_dir, spec.label)  # a step that raises anyway: named, the run goes on (guard.py)
     scripts = steps.run("relay", relay.finalize, lambda: guard.relay_summary(relay))
-    deadline = spec.budget + spec.grace_s
     ran = _scripts_that_ran(ended.launches, scripts)
     collected = steps.run(
         "collect",
-        lambda: collect.collect(  # 4
-            ws.checkpoints,
-            ended.started_at,
-            task.metric,
-            task.direction,
-            deadline,
-            ended.arrivals,
-            ran,
-            codetime.Index.of(ws),  # the scripts as they were when each checkpoint's content was seen
-        ),
+        lambda: collect.collect(run.collect_input(ended, ran)),  # 4
         lambda: collect.Collected([], [], collect.Selection(None, {})),
     )
-    evaluations = steps.run(
-        "evaluate",
-        lambda: evaluate.evaluate_candidates(  # 5 (alone on this machine: evaluation_lock)
-            ws,
-            collected.selection,
-            run.data_dir,
-            spec.device,
-            spec.console,
-            sandboxed=spec.sandbox,
-            limits=spec.limits,
-            label=spec.label,
-        ),
-        list,
-    )
+    # 5 (alone on this machine: evaluation_lock)
+    evaluations = steps.run("evaluate", lambda: evaluate.evaluate_candidates(run.evaluation_input(collected)), list)
     ended = _after_signal(ended, evaluations, ws, spec.label)
     steps.run("evidence", lambda: Evidence(ws.run_dir).end(ws.path, task.locked_files), lambda: None)
     audited = steps.run(
         "audit",
-        lambda: audit.audit(  # 6
-            ws,
-            run.locked_sha,
-            evaluations,
-            started_at=ended.started_at,
-            budget_s=spec.budget,
-            agent_argv=ended.argv,
-            rejected=collected.rejected,
-            offline=not ended.endpoints,
-            own_hosts=get_agent(spec.agent).own_hosts,
-        ),
+        lambda: audit.audit(run.audit_input(ended, collected, evaluations)),  # 6
         lambda: Audit(locked_sha256=dict(run.locked_sha)),
     )
     audited = steps.audit(audited)
@@ -202,9 +239,12 @@ def finish(run: Run, ended: Ended) -> RunResult:
 
 
 def _after_signal(ended: Ended, evaluations: list[Evaluation], ws: workspace.Workspace, label: str) -> Ended:
-    """A signal that came after the agent's wait (:mod:`bench.termination`): the run goes on and its reason says so;
-    but with a failed evaluation the scorer may have been stopped by the same signal, so nothing is recorded from
-    it: KeyboardInterrupt, and run.json stays for ``bench run --resume``."""
+    """A signal that came after the agent's wait (:mod:`bench.termination`).
+
+    The run goes on and its reason says so; but with a failed evaluation the scorer may have been
+    stopped by the same signal, so nothing is recorded from it: KeyboardInterrupt, and run.json
+    stays for ``bench run --resume``.
+    """
     term = termination.current()
     if term is None or not term.pending:
         return ended
@@ -222,7 +262,10 @@ def _after_signal(ended: Ended, evaluations: list[Evaluation], ws: workspace.Wor
 
 
 def _save_state(run: Run, agent: launch.LaunchedAgent) -> None:
-    """run.json: what ``bench run --resume`` needs if this harness dies; a disk that refuses costs one line."""
+    """run.json.
+
+    What ``bench run --resume`` needs if this harness dies; a disk that refuses costs one line.
+    """
     try:
         state.write(
             run.ws.run_dir,
@@ -243,8 +286,11 @@ def _save_state(run: Run, agent: launch.LaunchedAgent) -> None:
 
 
 def _save_watched(ws: workspace.Workspace, watched: watch.Watched) -> None:
-    """How the agent's time ended, into run.json: a harness that dies after this (while evaluating, say) did not
-    cut the agent short, and ``--resume`` must not say it did."""
+    """How the agent's time ended, into run.json.
+
+    A harness that dies after this (while evaluating, say) did not cut the agent short, and
+    ``--resume`` must not say it did.
+    """
     try:
         st = state.read(ws.run_dir)
         st.watched = asdict(watched)
@@ -263,15 +309,19 @@ def _partial_notes(spec: RunSpec) -> list[str]:
 
 
 def _scripts_that_ran(launches: list[dict], scripts: dict) -> set[str]:
-    """Top-level workspace scripts the tracer or the process monitor saw running, and the baseline train.py:
-    the only code a checkpoint may name for its ``build_model``."""
+    """The scripts a checkpoint may name for its ``build_model``.
+
+    Top-level workspace scripts the tracer or the process monitor saw running, and the baseline
+    train.py: the only code a checkpoint may name.
+    """
     traced = {s["script"] for s in scripts.get("scripts", [])}
     return traced | {str(seen["script"]) for seen in launches if seen.get("script")} | {"train.py"}
 
 
 def _status_ticker(agent: launch.LaunchedAgent, relay: Relay) -> watch.Tick:
     def tick(elapsed: float, left: float) -> None:
-        # the gateway's tokens and cost move between the CLI's events (Codex says its usage at its turn's end only)
+        # the gateway's tokens and cost move between the CLI's events (Codex says its usage at its
+        # turn's end only)
         agent.status.set(scripts=relay.launches, **agent.stream.status_fields())
         agent.status.update(elapsed, left)
 
@@ -288,7 +338,8 @@ def _result(
 ) -> RunResult:
     """Everything the steps produced, as one :class:`RunResult` with its outcome decided."""
     spec, ws, task, watched = run.spec, run.ws, run.task, ended.watched
-    # the metering gateway's tokens, cost and API budget (evidence/llm.jsonl) beside the CLI's own figures
+    # the metering gateway's tokens, cost and API budget (evidence/llm.jsonl) beside the CLI's own
+    # figures
     agent_events = metering.merge(ended.agent_events, metering.log_path(ws.run_dir), spec.max_cost)
     rejected = [{"path": str(r.path), "reason": r.reason} for r in collected.rejected]
     decided = outcome.decide(
@@ -350,12 +401,15 @@ def _result(
 def _track_live(
     spec: RunSpec, ws: workspace.Workspace, notes: list[str]
 ) -> tuple[MlflowWriter, Relay, threading.Thread]:
-    """Open the agent run (the UI shows it live) and relay the scripts' spool into it; failures only degrade.
+    """Open the agent run (the UI shows it live) and relay the scripts' spool into it.
 
-    The run is opened in a thread, beside the agent's launch: MLflow's import, client and schema check take ~2 s
-    (issue #16), which the agent's own start-up covers. The relay exists before the agent starts (its state file
-    must) and starts relaying once the run is open (the spool keeps what comes before); join the thread before
-    anything needs the run's id."""
+    Failures only degrade.
+
+    The run is opened in a thread, beside the agent's launch: MLflow's import, client and schema
+    check take ~2 s (issue #16), which the agent's own start-up covers. The relay exists before the
+    agent starts (its state file must) and starts relaying once the run is open (the spool keeps
+    what comes before); join the thread before anything needs the run's id.
+    """
     writer = MlflowWriter(spec.campaign)
     tags = {
         **schema.agent_run_tags(spec.campaign, spec.agent, spec.model, spec.task, spec.repeat, str(ws.run_dir)),
@@ -366,8 +420,9 @@ def _track_live(
     }
     base = schema.run_tags(spec.campaign, spec.agent, spec.task, spec.repeat)
     relay = record.relay_for(writer, None, ws, base)
-    # the run starts now, before the agent's launch, not when the thread gets the store (seconds later on a loaded
-    # machine): MLflow's Duration is then the agent's wall time and the launch, never less than wall_time_s
+    # the run starts now, before the agent's launch, not when the thread gets the store (seconds
+    # later on a loaded machine): MLflow's Duration is then the agent's wall time and the launch,
+    # never less than wall_time_s
     now = time.time()
     opening = threading.Thread(
         target=lambda: relay.attach(record.open_agent_run(writer, spec.label, tags, start_time=now)),

@@ -1,35 +1,37 @@
-"""``bench verify``: one finished run checked again from what it recorded, by the pipeline's own steps.
+"""``bench verify``: one finished run checked again from what it recorded, by the pipeline's steps.
 
-What this proves, and what it cannot. Everything a score rests on is in the run directory: each scored candidate's
-checkpoint (and the sha256 of the bytes that were timed and scored), the scripts of its time (``evidence/code/``,
-:mod:`bench.pipeline.codetime`), the probe secret the scorer drew (in the official result), the task folder's content
-hash, and the evidence the audit judged. This module re-does steps 5 and 6 from those files alone, with the same
-functions the run used and no second scorer, so a reader learns that *the recorded checkpoint bytes, staged with the
-recorded code and the task's locked files, score as recorded under the recorded probes on the reader's own data, and
-that the audit of the recorded evidence gives the recorded verdict*. It cannot show that the checkpoint, the times or
-the evidence came from a run of that agent within that budget: whoever produced the files can rewrite them
-consistently (a checkpoint that carries the test targets is looked for separately by the scorer's label scan). The
-steps:
+What this proves, and what it cannot. Everything a score rests on is in the run directory: each
+scored candidate's checkpoint (and the sha256 of the bytes that were timed and scored), the scripts
+of its time (``evidence/code/``, :mod:`bench.pipeline.codetime`), the probe secret the scorer drew
+(in the official result), the task folder's content hash, and the evidence the audit judged. This
+module re-does steps 5 and 6 from those files alone, with the same functions the run used and no
+second scorer, so a reader learns that *the recorded checkpoint bytes, staged with the recorded code
+and the task's locked files, score as recorded under the recorded probes on the reader's own data,
+and that the audit of the recorded evidence gives the recorded verdict*. It cannot show that the
+checkpoint, the times or the evidence came from a run of that agent within that budget: whoever
+produced the files can rewrite them consistently (a checkpoint that carries the test targets is
+looked for separately by the scorer's label scan). The steps:
 
-* the task folder is the one whose content hash (:func:`bench.checksums.tree_sha256`) equals the recorded one,
-  among the folders :mod:`bench.tasks.packs` finds (``BENCH_TASKS_DIR``, packs); none: named, nothing re-scored;
-* each distinct scored candidate is staged afresh (:func:`bench.pipeline.evaluate.stage`: the task's originals,
-  the recorded snapshot of the scripts, the recorded checkpoint) in a new temporary folder and scored by the
-  trusted scorer in a fresh sandboxed predictor (:func:`bench.pipeline.evaluate.evaluate`) with the recorded
-  secret, so the very same probes are asked again;
-* the audit's nine rules run again on the recorded evidence (:func:`bench.pipeline.audit.audit`, not written back),
-  and the outcome is decided again (:func:`bench.outcome.decide`).
+* the task folder is the one whose content hash (:func:`bench.checksums.tree_sha256`) equals the
+  recorded one, among the folders :mod:`bench.tasks.packs` finds (``BENCH_TASKS_DIR``, packs); none:
+  named, nothing re-scored;
+* each distinct scored candidate is staged afresh (:func:`bench.pipeline.evaluate.stage`: the task's
+  originals, the recorded snapshot of the scripts, the recorded checkpoint) in a new temporary
+  folder and scored by the trusted scorer in a fresh sandboxed predictor
+  (:func:`bench.pipeline.evaluate.evaluate`) with the recorded secret, so the very same probes are
+  asked again;
+* the audit's nine rules run again on the recorded evidence (:func:`bench.pipeline.audit.audit`, not
+  written back), and the outcome is decided again (:func:`bench.outcome.decide`).
 
-Recorded and recomputed must be identical on the same kind of device (floats compared exactly: a CPU scores
-bitwise the same), and within the task's tolerance across kinds (:func:`tolerance`). Every difference is one line
-naming the file, candidate or field. The MLflow side is :mod:`bench.bundle.verify_store`; the command,
-:mod:`bench.bundle.verify_cli`.
+Recorded and recomputed must be identical on the same kind of device (floats compared exactly: a CPU
+scores bitwise the same), and within the task's tolerance across kinds (:func:`tolerance`). Every
+difference is one line naming the file, candidate or field. The MLflow side is
+:mod:`bench.bundle.verify_store`; the command, :mod:`bench.bundle.verify_cli`; the recorded files,
+found in a copy of the run directory, :mod:`bench.bundle.verify_files`.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 import tempfile
 import threading
@@ -40,25 +42,27 @@ from pathlib import Path
 
 from bench import outcome, protocol, settings, software
 from bench.agents import AgentError, get_agent
-from bench.checksums import sha256, tree_sha256
+from bench.bundle.verify_files import local_checkpoint, match_task, missing_files, snapshot
+from bench.checksums import sha256
 from bench.evidence import Evidence
 from bench.markup import one_line
 from bench.pipeline import audit, codetime, evaluate, state, workspace
 from bench.result import Evaluation, Official, RunResult
 from bench.rules import labels
 from bench.sandbox import evaluation_lock
-from bench.tasks import Task, TaskError, all_tasks, data
+from bench.scoring.job import ScoringJob
+from bench.tasks import Task, TaskError, data
 
-# across device kinds (a CPU run verified on a GPU, or the reverse) a score may move by float rounding: relative
-# difference allowed when the task's task.toml gives none ([scoring] verify_tolerance)
+# across device kinds (a CPU run verified on a GPU, or the reverse) a score may move by float
+# rounding: relative difference allowed when the task's task.toml gives none ([scoring]
+# verify_tolerance)
 DEFAULT_TOLERANCE = 1e-3
 _PREPARE = threading.Lock()
-# files a finished run directory always holds, beside the candidates' own (checkpoints, code snapshots)
-REQUIRED = ("run.json", "evidence/inputs.json", "evidence/manifest-start.json", "evidence/manifest-end.json")
 NOT_SCORED = "not scored at the run"  # a candidate the run's evaluation never gave to the scorer: nothing to redo
-# a candidate's re-scoring may take this many times its recorded evaluation (at least VERIFY_MIN_S, at most the
-# reader's BENCH_EVAL_TIMEOUT) on the same kind of device: a bundle cannot hold a reader's verify for the reader's
-# whole evaluation timeout per candidate. Across device kinds (a GPU run checked on a CPU) the reader's timeout holds.
+# a candidate's re-scoring may take this many times its recorded evaluation (at least VERIFY_MIN_S,
+# at most the reader's BENCH_EVAL_TIMEOUT) on the same kind of device: a bundle cannot hold a
+# reader's verify for the reader's whole evaluation timeout per candidate. Across device kinds (a
+# GPU run checked on a CPU) the reader's timeout holds.
 VERIFY_FACTOR = 5
 VERIFY_MIN_S = 60.0
 SCORED_KEYS = ("value", "val_value", "n", "checks", "probes")  # the scorer's answer, field by field (probes: the
@@ -67,7 +71,10 @@ SCORED_KEYS = ("value", "val_value", "n", "checks", "probes")  # the scorer's an
 
 @dataclass
 class Candidate:
-    """One distinct checkpoint the run scored: its labels (best, window-k), the recorded and recomputed results."""
+    """One distinct checkpoint the run scored.
+
+    Its labels (best, window-k), the recorded and recomputed results.
+    """
 
     labels: list[str]
     name: str  # the checkpoint's file name (agent-chosen: printed through one_line)
@@ -78,7 +85,10 @@ class Candidate:
 
 @dataclass
 class RunCheck:
-    """A run's verification: recorded vs recomputed status and score, its candidates, and every difference."""
+    """A run's verification.
+
+    Recorded vs recomputed status and score, its candidates, and every difference.
+    """
 
     label: str
     run_dir: Path
@@ -99,12 +109,16 @@ class RunCheck:
 
     @property
     def ok(self) -> bool:
+        """Nothing differs and no score check flagged the run."""
         return not self.differences and not self.flags
 
 
 def tolerance(task: Task) -> float:
-    """The relative difference a score may show when re-scored on another kind of device: ``task.toml``'s
-    ``[scoring] verify_tolerance``, else :data:`DEFAULT_TOLERANCE`. On the same kind of device nothing may differ."""
+    """The relative difference a score may show when re-scored on another kind of device.
+
+    ``task.toml``'s ``[scoring] verify_tolerance``, else :data:`DEFAULT_TOLERANCE`. On the same kind
+    of device nothing may differ.
+    """
     try:
         with open(task.folder / "task.toml", "rb") as f:
             given = tomllib.load(f).get("scoring", {}).get("verify_tolerance")
@@ -118,63 +132,13 @@ def tolerance(task: Task) -> float:
     return float(given)
 
 
-def match_task(result: RunResult) -> tuple[Task | None, str]:
-    """(the task folder whose content hash is the recorded one, "") or (None, why there is none)."""
-    want = str(result.task_source.get("sha256") or "")
-    found = [t for t in all_tasks() if t.id == result.task]
-    for task in found:
-        if want and tree_sha256(task.folder) == want:
-            return task, ""
-    if not want:
-        return None, f"result.json records no task folder hash for {result.task}: the task cannot be matched"
-    if not found:
-        return None, f"no task folder {result.task} here (recorded sha256 {want[:12]}): point BENCH_TASKS_DIR at it"
-    now = ", ".join(f"{t.folder} has {tree_sha256(t.folder)[:12]}" for t in found)
-    return None, f"task folder {result.task} differs from the recorded hash {want[:12]}: {now}"
-
-
-def missing_files(run_dir: Path, result: RunResult) -> list[str]:
-    """The files every finished run keeps that are gone (arrivals and code records: once a checkpoint was scored)."""
-    need = [*REQUIRED, *(("evidence/arrivals.jsonl", "evidence/code.jsonl") if _scored(result) else ())]
-    return [f"missing: {name} (the run directory kept it)" for name in need if not (run_dir / name).is_file()]
-
-
-def _scored(result: RunResult) -> bool:
-    return any(e.official.raw.get("checkpoint_sha256") for e in result.evaluations)
-
-
-def local_checkpoint(run_dir: Path, result: RunResult, recorded: str, staged: str = "") -> Path:
-    """Where a recorded checkpoint lies in this copy of the run directory (result.json holds the paths of the machine
-    that ran it): the same place relative to the workspace, else by name under ``checkpoints/``, else the copy the
-    run's evaluation staged (``eval/<folder>/checkpoint.pt``: the bytes it scored, checked by their sha256 as well).
-    The workspace's place when none is there (named as missing)."""
-    ws = run_dir / "workspace"
-    try:
-        rel = Path(recorded).relative_to(result.workspace)
-    except ValueError:
-        rel = Path("checkpoints") / Path(recorded).name
-    copy = run_dir / "eval" / Path(staged).name / evaluate.CHECKPOINT if staged else None
-    for path in (ws / rel, ws / "checkpoints" / Path(recorded).name, copy):
-        if path is not None and path.is_file():
-            return path
-    return ws / rel
-
-
-def snapshot(run_dir: Path, digest: str) -> codetime.Snapshot:
-    """The recorded snapshot of the scripts (``evidence/code/<digest>.json``), checked against its own name (the
-    sha256 of its text); OSError naming the file when it is gone or altered."""
-    path = run_dir / "evidence" / codetime.CODE_DIR / f"{digest}.json"
-    text = path.read_bytes()
-    if hashlib.sha256(text).hexdigest() != digest:
-        raise OSError(f"evidence/code/{digest[:12]}.json is not the snapshot recorded (its sha256 differs)")
-    d = json.loads(text)
-    return codetime.Snapshot(digest, dict(d["files"]), dict(d.get("left_out") or {}), d.get("incomplete"))
-
-
 def timeout_s(recorded_s: object, same_device: bool) -> float:
-    """The time one candidate's re-scoring may take: :data:`VERIFY_FACTOR` times its recorded evaluation time, at
-    least :data:`VERIFY_MIN_S`, at most the reader's ``BENCH_EVAL_TIMEOUT``; that timeout itself across device kinds
-    or when the run recorded no time."""
+    """The time one candidate's re-scoring may take.
+
+    :data:`VERIFY_FACTOR` times its recorded evaluation time, at least :data:`VERIFY_MIN_S`, at most
+    the reader's ``BENCH_EVAL_TIMEOUT``; that timeout itself across device kinds or when the run
+    recorded no time.
+    """
     ceiling = settings.EVAL_TIMEOUT_S.get()
     if not same_device or not isinstance(recorded_s, int | float) or not math.isfinite(recorded_s) or recorded_s < 0:
         return ceiling
@@ -182,8 +146,10 @@ def timeout_s(recorded_s: object, same_device: bool) -> float:
 
 
 def expected_s(result: RunResult, same_device: bool) -> tuple[float, float]:
-    """(the recorded evaluation time of the candidates verify re-scores, the most it may take): what verify says
-    before it starts."""
+    """(the recorded evaluation time of the candidates verify re-scores, the most it may take).
+
+    What verify says before it starts.
+    """
     seen, spent, most = set(), 0.0, 0.0
     for e in result.evaluations:
         raw = e.official.raw
@@ -197,8 +163,10 @@ def expected_s(result: RunResult, same_device: bool) -> tuple[float, float]:
 
 
 def same_kind(result: RunResult, device: str, recorded_device: str) -> bool:
-    """Whether ``device`` here is the recorded kind: a CPU, or the same GPU model (another model runs other
-    kernels)."""
+    """Whether ``device`` here is the recorded kind.
+
+    A CPU, or the same GPU model (another model runs other kernels).
+    """
     return device == recorded_device and (device == "cpu" or protocol.describe_hardware(device) == result.hardware)
 
 
@@ -211,8 +179,11 @@ def recorded_device_of(result: RunResult) -> str:
 def rescore(
     result: RunResult, run_dir: Path, task: Task, data_dir: Path, device: str, tmp: Path, same_device: bool = True
 ) -> tuple[list[Candidate], list[Evaluation], list[str]]:
-    """Each distinct candidate staged and scored again (candidates, the recomputed evaluations in the recorded
-    order, the differences found while staging), each within :func:`timeout_s` of its recorded time."""
+    """Each distinct candidate staged and scored again, each within :func:`timeout_s`.
+
+    Returns the candidates, the recomputed evaluations in the recorded order and the differences
+    found while staging; :func:`timeout_s` is of each candidate's recorded time.
+    """
     by_path: dict[str, Candidate] = {}
     diffs: list[str] = []
     ws, store = run_dir / "workspace", run_dir / "evidence" / codetime.CODE_DIR
@@ -244,11 +215,11 @@ def rescore(
                 f"checkpoint {_rel(run_dir, ckpt)}: sha256 {now[:12]}, recorded {raw['checkpoint_sha256'][:12]} "
                 "(the bytes scored at the run are not these)"
             )
-        official = evaluate.evaluate(
-            task,
-            dest,
+        job = ScoringJob(
+            task.folder,
             data_dir,
-            script=e.script,
+            dest,
+            e.script,
             device=device,
             timeout_s=timeout_s(raw.get("eval_wall_s"), same_device),
             sandboxed=True,  # always: the verifier runs someone else's code (the run's own choice is not theirs)
@@ -256,6 +227,7 @@ def rescore(
             limits=result.run.limits,
             secret=(raw.get("probes") or {}).get("secret"),
         )
+        official = evaluate.evaluate(job)
         kept = {k: raw[k] for k in ("code_snapshot", "code_files", "code_fallback") if k in raw}
         cand.recomputed = Official.from_dict({**official.to_dict(), **kept, "checkpoint_sha256": now})
     evals = [
@@ -276,7 +248,10 @@ def _rel(run_dir: Path, path: Path) -> str:
 
 
 def compare(cand: Candidate, same_device: bool, tol: float) -> list[str]:
-    """How the recomputed result of one candidate differs from the recorded one (empty: it does not)."""
+    """How the recomputed result of one candidate differs from the recorded one.
+
+    Empty: it does not.
+    """
     rec, now = cand.recorded.raw, cand.recomputed.raw if cand.recomputed else {}
     where = f"{one_line(cand.name, 120)} ({','.join(cand.labels)})"
     if cand.recomputed is None:
@@ -306,7 +281,10 @@ def _close(a: float, b: float, tol: float) -> bool:
 
 
 def reaudit(result: RunResult, run_dir: Path, task: Task, evaluations: list[Evaluation]):
-    """The nine rules on the recorded evidence, with the recomputed evaluations (evidence/audit.json untouched)."""
+    """The nine rules on the recorded evidence, with the recomputed evaluations.
+
+    evidence/audit.json is left untouched.
+    """
     endpoints: list[str] = []
     try:
         endpoints = list(state.read(run_dir).endpoints)
@@ -316,28 +294,35 @@ def reaudit(result: RunResult, run_dir: Path, task: Task, evaluations: list[Eval
         own_hosts = get_agent(result.agent).own_hosts
     except AgentError:  # an agent this toolkit does not know: no hosts of its own
         own_hosts = ()
-    return audit.audit(
-        workspace.Workspace(run_dir, task),
-        Evidence(run_dir).locked_at_start(task.locked_files),
-        evaluations,
+    given = audit.AuditInput(
+        ws=workspace.Workspace(run_dir, task),
+        locked_sha256=Evidence(run_dir).locked_at_start(task.locked_files),
+        evaluations=tuple(evaluations),
         started_at=result.started_at,
         budget_s=result.budget_s,
-        agent_argv=result.agent_argv,
-        rejected=result.rejected_checkpoints,
+        agent_argv=tuple(result.agent_argv),
+        rejected=tuple(result.rejected_checkpoints),
         offline=not endpoints,
-        own_hosts=own_hosts,
+        own_hosts=tuple(own_hosts),
         keep=False,
         recorded_workspace=Path(result.workspace) if result.workspace else None,  # judged where the run ran
     )
+    return audit.audit(given)
 
 
 def _findings(violations) -> list[tuple[int, str]]:
-    """(rule, verdict) of each finding, the harness's own (rule 0: a step that failed) left out, sorted."""
+    """(rule, verdict) of each finding, sorted.
+
+    The harness's own (rule 0: a step that failed) are left out.
+    """
     return sorted((v.rule, v.verdict) for v in violations if v.rule != 0)
 
 
 def verify_run(run_dir: Path, result: RunResult, *, device: str | None = None) -> RunCheck:
-    """Re-score every scored candidate of one finished run and re-run its audit; the differences named."""
+    """Re-score every scored candidate of one finished run and re-run its audit.
+
+    The differences named.
+    """
     t0 = time.monotonic()
     run_dir = Path(run_dir)
     recorded_device = recorded_device_of(result)
@@ -358,7 +343,8 @@ def verify_run(run_dir: Path, result: RunResult, *, device: str | None = None) -
         check.seconds = round(time.monotonic() - t0, 1)
         return check
     same = same_kind(result, device, recorded_device)
-    # alone on this machine, as a run's evaluation is (no other run's live agent: bench.sandbox.evaluation_lock)
+    # alone on this machine, as a run's evaluation is (no other run's live agent:
+    # bench.sandbox.evaluation_lock)
     with (
         tempfile.TemporaryDirectory(prefix="bench-verify-") as tmp,
         evaluation_lock.evaluating(result.run.limits.eval_s, console=False),
@@ -369,8 +355,8 @@ def verify_run(run_dir: Path, result: RunResult, *, device: str | None = None) -
     for cand in check.candidates:
         check.differences += compare(cand, same, tol)
     audited = reaudit(result, run_dir, task, evals)
-    # a score that carries its labels, or one outside what the task allows: recomputed here, and a reason to exit 1
-    # even when the run recorded the same finding (evidence for a person to read)
+    # a score that carries its labels, or one outside what the task allows: recomputed here, and a
+    # reason to exit 1 even when the run recorded the same finding (evidence for a person to read)
     check.flags = [f"rule {v.rule} {v.verdict}: {one_line(v.reason, 400)}" for v in labels.score_findings(audited)]
     if _findings(audited.violations) != _findings(result.audit.violations):
         rec = "; ".join(f"rule {r} {v}" for r, v in _findings(result.audit.violations)) or "no finding"

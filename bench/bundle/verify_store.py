@@ -1,10 +1,14 @@
-"""``bench verify``'s look at the tracking store: does each run's MLflow record still say what its result.json says?
+"""``bench verify``'s look at the tracking store.
 
-A leaderboard is read from MLflow (``bench report``, the UI), a verification from the run directory; a metric edited
-in one and not the other would make them tell two stories. The metrics compared are the ones the record step derives
-from ``result.json`` (:func:`bench.bundle.archive.expected_metrics`, shared with the bundle's own check, so there is
-one list): the agent run's outcome (score, success, wall time, ...) and each eval run's validation and official
-scores. Read through :mod:`bench.tracking.reader` (the latest value of each metric, as the UI and the reports show it).
+Does each run's MLflow record still say what its result.json says?
+
+A leaderboard is read from MLflow (``bench report``, the UI), a verification from the run directory;
+a metric edited in one and not the other would make them tell two stories. The metrics compared are
+the ones the record step derives from ``result.json``
+(:func:`bench.bundle.archive.expected_metrics`, shared with the bundle's own check, so there is one
+list): the agent run's outcome (score, success, wall time, ...) and each eval run's validation and
+official scores. Read through :mod:`bench.tracking.reader` (the latest value of each metric, as the
+UI and the reports show it).
 """
 
 from __future__ import annotations
@@ -21,11 +25,13 @@ PARENT, NAME = "mlflow.parentRunId", "mlflow.runName"  # MLflow's own tags: an e
 
 
 def differences(results: dict[Path, RunResult], experiment: str | None = None) -> dict[Path, list[str]]:
-    """Per run directory, every metric of its MLflow runs that differs from its result.json, and every MLflow run
-    it should have that the store lacks (a run never recorded: ``bench record RUN_DIR``). ``experiment``: the one
-    to look in when it is not the one each result.json names (a campaign imported under another name). A run
-    imported from a bundle (``bench import``) is found by the id it had where it was recorded (the tag
-    ``schema.SOURCE_RUN``)."""
+    """Per run directory, every metric of its MLflow runs that differs from its result.json.
+
+    And every MLflow run it should have that the store lacks (a run never recorded: ``bench record
+    RUN_DIR``). ``experiment``: the one to look in when it is not the one each result.json names (a
+    campaign imported under another name). A run imported from a bundle (``bench import``) is found
+    by the id it had where it was recorded (the tag ``schema.SOURCE_RUN``).
+    """
     out: dict[Path, list[str]] = {path: [] for path in results}
     read = reader.open_reader()
     for campaign in sorted({r.campaign for r in results.values()}):
@@ -46,7 +52,8 @@ def _one(run_dir: Path, result: RunResult, agents: dict[str, dict], evals: list[
     run_id = result.mlflow_run_id
     if not run_id:
         return [f"{result.label}: not recorded in MLflow (bench record {result.run_dir})"]
-    # a store the run was imported into (bench import) holds it under a new id, tagged with the one recorded
+    # a store the run was imported into (bench import) holds it under a new id, tagged with the one
+    # recorded
     imported = [row for row in agents.values() if row.get(f"t:{schema.SOURCE_RUN}") == run_id]
     agent = agents.get(run_id) or (imported[0] if imported else None)
     if agent is None:
@@ -67,8 +74,10 @@ def _one(run_dir: Path, result: RunResult, agents: dict[str, dict], evals: list[
 
 
 def _agent_artifacts(run_dir: Path) -> list[str]:
-    """What the record step always logs on the agent run: result.json, the audit, and each evidence file the run
-    directory holds (of those it uploads)."""
+    """What the record step always logs on the agent run.
+
+    Result.json, the audit, and each evidence file the run directory holds (of those it uploads).
+    """
     evidence = Path(run_dir) / "evidence"
     kept = [f"evidence/{n}" for n in record.EVIDENCE_ARTIFACTS if (evidence / n).is_file()]
     return ["result.json", schema.AUDIT_ARTIFACT, *kept]
@@ -80,7 +89,10 @@ def _artifacts(where: str, run_id: str, expected: list[str]) -> list[str]:
 
 
 def _as_run(row: dict) -> dict:
-    """A reader's row as the run dict :func:`bench.bundle.archive.expected_metrics` reads (its kind and name)."""
+    """A reader's row as the run dict :func:`bench.bundle.archive.expected_metrics` reads.
+
+    Its kind and name.
+    """
     return {"tags": {schema.KIND: row.get(f"t:{schema.KIND}")}, "run_name": row.get(f"t:{NAME}")}
 
 

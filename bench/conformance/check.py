@@ -184,12 +184,13 @@ def _bad_inputs(task: Task, ws: Path, ckpt: Path, data: Path, work: Path) -> lis
 def _scorer(task: Task, ws: Path, ckpt: Path, data: Path, work: Path, check: Check) -> dict:
     from bench.pipeline.evaluate import evaluate, stage
     from bench.sandbox.bwrap import probe
+    from bench.scoring.job import ScoringJob
 
     why = probe()
     if why is not None:
         check.say(f"    the scorer runs unsandboxed here: {why}")
     eval_dir = stage(task, ws, work / "eval" / "candidate", ckpt)
-    return evaluate(task, eval_dir, data, script="train.py", device="cpu", sandboxed=why is None).to_dict()
+    return evaluate(ScoringJob(task.folder, data, eval_dir, "train.py", sandboxed=why is None)).to_dict()
 
 
 def check_folder(folder: Path, work: Path, check: Check) -> None:

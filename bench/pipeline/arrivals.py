@@ -1,27 +1,30 @@
 """When each checkpoint's content appeared, as the harness saw it (beside the watch step).
 
-A file's modification time is the agent's to set (``touch -d``, ``cp -p``), and a file's name says nothing about
-what it holds at the end: a placeholder saved at 3 s and overwritten at minute 6 is the minute-6 model. So this
-thread lists ``checkpoints/`` about once a second while the agent runs and records each file's **identity**
-(size, inode, mtime and ctime in ns, and the sha256 of its bytes) when it first sees it and again whenever it
-changes. A checkpoint is placed at the time the harness first saw its *current content*
-(:attr:`Arrival.at`), at most about a second late and never earlier; a last look is taken once the agent's tree
-has ended, so content written during the grace or between the last polls is placed at that look.
+A file's modification time is the agent's to set (``touch -d``, ``cp -p``), and a file's name says
+nothing about what it holds at the end: a placeholder saved at 3 s and overwritten at minute 6 is
+the minute-6 model. So this thread lists ``checkpoints/`` about once a second while the agent runs
+and records each file's **identity** (size, inode, mtime and ctime in ns, and the sha256 of its
+bytes) when it first sees it and again whenever it changes. A checkpoint is placed at the time the
+harness first saw its *current content* (:attr:`Arrival.at`), at most about a second late and never
+earlier; a last look is taken once the agent's tree has ended, so content written during the grace
+or between the last polls is placed at that look.
 
-Polling stays cheap with many or large files: a file is re-read only when its ``stat`` moved. A ``write``,
-truncation, ``chmod`` or rename changes the ctime (which no process can set) or the inode, so a rewrite with the
-same size and a restored mtime (``touch -r``) is caught; a file replaced by rename is a new inode. A file whose
-``stat`` moves while it is being hashed is still being written: it is looked at again at the next poll. Bytes
-written again through a shared memory mapping move no time until the kernel writes them back, so the polls may
-miss them: the collect step therefore hashes every checkpoint once at the end and rejects bytes that were never
-recorded, and the evaluation checks the staged copy against the same hash. Only
-regular files count: a symbolic link is never a checkpoint (collect rejects it), and ``*.tmp`` files are the task
-helper's saves in progress. What the thread records goes to the evidence as it comes (``on_new``), so a harness
-killed mid-run loses nothing (:mod:`bench.resume` reads it back).
+Polling stays cheap with many or large files: a file is re-read only when its ``stat`` moved. A
+``write``, truncation, ``chmod`` or rename changes the ctime (which no process can set) or the
+inode, so a rewrite with the same size and a restored mtime (``touch -r``) is caught; a file
+replaced by rename is a new inode. A file whose ``stat`` moves while it is being hashed is still
+being written: it is looked at again at the next poll. Bytes written again through a shared memory
+mapping move no time until the kernel writes them back, so the polls may miss them: the collect step
+therefore hashes every checkpoint once at the end and rejects bytes that were never recorded, and
+the evaluation checks the staged copy against the same hash. Only regular files count: a symbolic
+link is never a checkpoint (collect rejects it), and ``*.tmp`` files are the task helper's saves in
+progress. What the thread records goes to the evidence as it comes (``on_new``), so a harness killed
+mid-run loses nothing (:mod:`bench.resume` reads it back).
 
-The code travels with its checkpoint: given a :class:`~bench.pipeline.codetime.Snapshots`, each new content is
-recorded together with a snapshot of the workspace's scripts taken at the same look, and placed after it, so that
-the evaluation stages the code as it was then, never code written later (:mod:`bench.pipeline.codetime`).
+The code travels with its checkpoint: given a :class:`~bench.pipeline.codetime.Snapshots`, each new
+content is recorded together with a snapshot of the workspace's scripts taken at the same look, and
+placed after it, so that the evaluation stages the code as it was then, never code written later
+(:mod:`bench.pipeline.codetime`).
 """
 
 from __future__ import annotations
@@ -45,8 +48,10 @@ IN_PROGRESS = ".tmp"  # the task helper writes <name>.tmp and renames it: not a 
 
 
 def identify(path: Path, st: os.stat_result | None = None) -> Identity | None:
-    """The identity of the regular file at ``path`` now; None if it is not one, vanished, or changed while read
-    (being written: look again later)."""
+    """The identity of the regular file at ``path`` now.
+
+    None if it is not one, vanished, or changed while read (being written: look again later).
+    """
     try:
         before = st or os.lstat(path)
         if not stat.S_ISREG(before.st_mode):
@@ -59,30 +64,39 @@ def identify(path: Path, st: os.stat_result | None = None) -> Identity | None:
     return ident if ident.same_stat(after) else None
 
 
-# a checkpoint is hashed whole however large (a model's weights), but never a link, FIFO or sparse file
+# a checkpoint is hashed whole however large (a model's weights), but never a link, FIFO or sparse
+# file
 HASHING = untrusted.Limits(max_bytes=1 << 46)
 
 
 def sha256(path: Path) -> str:
-    """Hex sha256 of the checkpoint file at ``path``, read through the boundary, not ``open()``: the agent is alive
-    while the harness looks, and a file swapped for a FIFO between the lstat and the read would block this thread,
-    and the watch that joins it, for good. OSError when it is not a regular file any more."""
+    """Hex sha256 of the checkpoint file at ``path``, read through the boundary, not ``open()``.
+
+    The agent is alive while the harness looks, and a file swapped for a FIFO between the lstat and
+    the read would block this thread, and the watch that joins it, for good. OSError when it is not
+    a regular file any more.
+    """
     digest = untrusted.sha256_of(path, Path(path).parent, HASHING)
     if isinstance(digest, untrusted.Finding):
         raise OSError(str(digest))
     return digest
 
 
-# what one look lists of checkpoints/: the agent decides how many files and how deep (an honest run saves some
-# hundreds); past these bounds the rest is not seen, so never timed, never collected (collect says why)
+# what one look lists of checkpoints/: the agent decides how many files and how deep (an honest run
+# saves some hundreds); past these bounds the rest is not seen, so never timed, never collected
+# (collect says why)
 LISTING = untrusted.Limits(max_entries=20_000, max_depth=16)
 
 
 def checkpoint_files(directory: Path) -> Iterator[tuple[Path, os.stat_result]]:
-    """Each regular file under ``directory`` (links not followed, saves in progress left out) with its lstat.
+    """Each regular file under ``directory`` with its lstat.
 
-    Listed through :func:`bench.untrusted.walk`: no recursion (a folder nested past Python's recursion limit once
-    crashed ``os.walk``) and at most :data:`LISTING` entries, whatever the agent made."""
+    Links not followed, saves in progress left out.
+
+    Listed through :func:`bench.untrusted.walk`: no recursion (a folder nested past Python's
+    recursion limit once crashed ``os.walk``) and at most :data:`LISTING` entries, whatever the
+    agent made.
+    """
     files, _ = untrusted.walk(directory, LISTING)
     for path in files:
         if path.name.endswith(IN_PROGRESS):
@@ -95,7 +109,8 @@ def checkpoint_files(directory: Path) -> Iterator[tuple[Path, os.stat_result]]:
             yield path, st
 
 
-# how a look places content it has not seen before: the time of the look (a live run), or e.g. the mtime (resume)
+# how a look places content it has not seen before: the time of the look (a live run), or e.g. the
+# mtime (resume)
 Clock = Callable[[os.stat_result, Arrival | None], float]
 
 
@@ -107,14 +122,18 @@ def look(
     fallback: str | None = None,
     code: Snapshots | None = None,
 ) -> None:
-    """One look at ``directory``: new files and files whose content changed are (re)recorded in ``files``.
+    """One look at ``directory``.
 
-    The time of new content is ``time.time()`` taken after its bytes were hashed, so never before they existed;
-    ``clock`` replaces it where no one was looking (``--resume``: the mtime, never before the content last seen).
-    ``on_new(path, arrival)`` is called for each record (new file or changed content), not for a file whose
-    ``stat`` moved but whose bytes are the same (a ``touch``, a ``chmod``, the same bytes renamed over it).
-    ``code``: each record also takes a snapshot of the workspace's scripts first, and its time is taken after
-    that snapshot, so that the content and its code were both there by then."""
+    New files and files whose content changed are (re)recorded in ``files``.
+
+    The time of new content is ``time.time()`` taken after its bytes were hashed, so never before
+    they existed; ``clock`` replaces it where no one was looking (``--resume``: the mtime, never
+    before the content last seen). ``on_new(path, arrival)`` is called for each record (new file or
+    changed content), not for a file whose ``stat`` moved but whose bytes are the same (a ``touch``,
+    a ``chmod``, the same bytes renamed over it). ``code``: each record also takes a snapshot of the
+    workspace's scripts first, and its time is taken after that snapshot, so that the content and
+    its code were both there by then.
+    """
     try:
         listed = list(checkpoint_files(directory))
     except OSError:  # the agent may remove folders while they are listed: look again next time
@@ -166,8 +185,12 @@ class Arrivals:
         on_new: Callable[[Path, Arrival], None] | None = None,
         code: Snapshots | None = None,
     ) -> None:
-        """``on_new(path, arrival)`` is called for each new file and each change of content (the evidence keeps
-        it on disk as it comes); ``code`` snapshots the workspace's scripts with each (:func:`look`)."""
+        """Watch ``directory`` every ``interval`` seconds.
+
+        ``on_new(path, arrival)`` is called for each new file and each change of content (the
+        evidence keeps it on disk as it comes); ``code`` snapshots the workspace's scripts with each
+        (:func:`look`).
+        """
         self.directory, self.interval, self.on_new, self.code = Path(directory), interval, on_new, code
         self.files: dict[Path, Arrival] = {}
         self._lock = threading.Lock()
@@ -181,6 +204,7 @@ class Arrivals:
             return {path: a.at for path, a in self.files.items()}
 
     def start(self) -> Arrivals:
+        """Take the first look and start polling in a daemon thread; returns self."""
         self.scan()  # what is there before the agent starts (nothing, in a fresh workspace)
         self._thread.start()
         return self
@@ -193,6 +217,7 @@ class Arrivals:
         return dict(self.files)
 
     def scan(self) -> None:
+        """One look at the folder: new files and changed contents noted (:func:`look`)."""
         with self._lock:
             look(self.directory, self.files, self.on_new, code=self.code)
 

@@ -1,15 +1,19 @@
-"""A checkpoint's payload (val_score, metric, script, step, time, config) read without torch and without its weights.
+"""A checkpoint's payload read without torch and without its weights.
 
-Why: collecting candidates needs only the small fields ``save_checkpoint`` stores beside the weights, yet reading
-them with ``torch.load`` makes the harness import torch: 2.7 s of a `bench run` whose agent may take seconds
-(issue #16). ``torch.save`` writes a zip archive whose ``<name>/data.pkl`` pickles the payload, each tensor as a
-call of a torch function on a storage that lives in another member; so the payload is read here from that pickle
-alone, every torch global replaced by a placeholder (weights are never read), every other global refused except
-the few plain containers ``torch.load(weights_only=True)`` allows too. Nothing in the file is ever called.
+Val_score, metric, script, step, time, config.
 
-Returns None for a file in another format (not a zip, or torch's legacy format); :func:`bench.pipeline.collect.read`
-then falls back to ``torch.load``. A broken or hostile pickle raises (``pickle.UnpicklingError`` and friends), and
-the collection rejects the file as unreadable, as it does for one ``torch.load`` refuses.
+Why: collecting candidates needs only the small fields ``save_checkpoint`` stores beside the
+weights, yet reading them with ``torch.load`` makes the harness import torch: 2.7 s of a `bench run`
+whose agent may take seconds (issue #16). ``torch.save`` writes a zip archive whose
+``<name>/data.pkl`` pickles the payload, each tensor as a call of a torch function on a storage that
+lives in another member; so the payload is read here from that pickle alone, every torch global
+replaced by a placeholder (weights are never read), every other global refused except the few plain
+containers ``torch.load(weights_only=True)`` allows too. Nothing in the file is ever called.
+
+Returns None for a file in another format (not a zip, or torch's legacy format);
+:func:`bench.pipeline.collect.read` then falls back to ``torch.load``. A broken or hostile pickle
+raises (``pickle.UnpicklingError`` and friends), and the collection rejects the file as unreadable,
+as it does for one ``torch.load`` refuses.
 """
 
 from __future__ import annotations
@@ -21,7 +25,8 @@ import zipfile
 from pathlib import Path
 
 MAX_PICKLE = 64 << 20  # bytes of data.pkl read: a payload's fields and its tensors' descriptions, never the weights
-# globals a weights-only checkpoint may name besides torch's own (torch.load(weights_only=True) allows these too)
+# globals a weights-only checkpoint may name besides torch's own (torch.load(weights_only=True)
+# allows these too)
 PLAIN = {
     ("collections", "OrderedDict"): collections.OrderedDict,
     ("builtins", "set"): set,
@@ -56,7 +61,10 @@ class _Unpickler(pickle.Unpickler):
 
 
 def load(path: Path) -> object | None:
-    """The payload of a checkpoint in ``torch.save``'s zip format, tensors as :class:`Tensor`; None for other files."""
+    """The payload of a checkpoint in ``torch.save``'s zip format, tensors as :class:`Tensor`.
+
+    None for other files.
+    """
     try:
         archive = zipfile.ZipFile(path)
     except (zipfile.BadZipFile, OSError):

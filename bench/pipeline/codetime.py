@@ -1,32 +1,38 @@
-"""The code that travels with its checkpoint: the workspace's scripts as they were when a checkpoint's content was seen.
+"""The code that travels with its checkpoint.
 
-A checkpoint's bytes are timed when the harness first sees them (:mod:`bench.pipeline.arrivals`), but what a
-checkpoint scores as depends as much on the code that loads it: its script's ``build_model`` and every workspace
-file that building and loading the model reads. Staged as the workspace is at the END, an untrained checkpoint
-saved at 2 s whose model builder later reads weights from a file written at the end would score as the trained
-model at 2 s: a false anytime curve and time-to-best. So at each new checkpoint content the arrivals thread also
-takes a **snapshot** of the code, and the evaluation stages exactly that snapshot for the candidate.
+The workspace's scripts as they were when a checkpoint's content was seen.
 
-What is snapshotted is exactly what an evaluation folder can hold of the agent's: the workspace's top-level
-``*.py`` files that are regular files (no link, FIFO or folder), less the task's locked files (the evaluation
-stages the task's originals), each read through :mod:`bench.untrusted` (no link followed, never blocking, sparse
-or over-long files left out and named). Nothing else of the workspace is staged, so a file the loader reads that
-was not in the snapshot does not exist for it. The copies are content-addressed in the run's evidence folder,
-outside the workspace and the sandbox (``evidence/code/<sha256>``; a snapshot's list of files is
-``evidence/code/<sha256>.json``), and a file whose ``stat`` did not move since the last snapshot is not read
-again, so repeated snapshots cost a listing. ``evidence/code.jsonl`` names the snapshot of each checkpoint content
-(its path, sha256 and time), line by line, so that a harness killed mid-run loses none (``--resume``).
+A checkpoint's bytes are timed when the harness first sees them (:mod:`bench.pipeline.arrivals`),
+but what a checkpoint scores as depends as much on the code that loads it: its script's
+``build_model`` and every workspace file that building and loading the model reads. Staged as the
+workspace is at the END, an untrained checkpoint saved at 2 s whose model builder later reads
+weights from a file written at the end would score as the trained model at 2 s: a false anytime
+curve and time-to-best. So at each new checkpoint content the arrivals thread also takes a
+**snapshot** of the code, and the evaluation stages exactly that snapshot for the candidate.
 
-Bounds: :data:`MAX_FILES` scripts and :data:`MAX_SNAPSHOT_BYTES` per snapshot, :data:`MAX_FILE_BYTES` per file,
-:data:`MAX_ENTRIES` top-level entries listed, :data:`MAX_STORE_BYTES` of copies per run. A snapshot that passes
-one is *incomplete*, and so is a checkpoint content with no snapshot at all (seen by ``--resume`` after the harness
-died, or by a harness that took none): its candidate is staged with the code as the run left it and placed no
-earlier than the newest staged file's ``ctime`` (which, unlike the mtime, no process can set back), with a rule 6
-flag (:func:`bench.rules.scoring.code_of_its_time`). Either way, a candidate never uses code written after its
-place in time. What remains: a snapshot is taken at the harness's look, at most about a second after the
-checkpoint's content appeared, and the candidate is placed after that look, so code written in that second counts
-as the checkpoint's; bytes rewritten through a shared memory mapping without moving a file's ``stat`` keep the
-older copy (older code, never later code).
+What is snapshotted is exactly what an evaluation folder can hold of the agent's: the workspace's
+top-level ``*.py`` files that are regular files (no link, FIFO or folder), less the task's locked
+files (the evaluation stages the task's originals), each read through :mod:`bench.untrusted` (no
+link followed, never blocking, sparse or over-long files left out and named). Nothing else of the
+workspace is staged, so a file the loader reads that was not in the snapshot does not exist for it.
+The copies are content-addressed in the run's evidence folder, outside the workspace and the sandbox
+(``evidence/code/<sha256>``; a snapshot's list of files is ``evidence/code/<sha256>.json``), and a
+file whose ``stat`` did not move since the last snapshot is not read again, so repeated snapshots
+cost a listing. ``evidence/code.jsonl`` names the snapshot of each checkpoint content (its path,
+sha256 and time), line by line, so that a harness killed mid-run loses none (``--resume``).
+
+Bounds: :data:`MAX_FILES` scripts and :data:`MAX_SNAPSHOT_BYTES` per snapshot,
+:data:`MAX_FILE_BYTES` per file, :data:`MAX_ENTRIES` top-level entries listed,
+:data:`MAX_STORE_BYTES` of copies per run. A snapshot that passes one is *incomplete*, and so is a
+checkpoint content with no snapshot at all (seen by ``--resume`` after the harness died, or by a
+harness that took none): its candidate is staged with the code as the run left it and placed no
+earlier than the newest staged file's ``ctime`` (which, unlike the mtime, no process can set back),
+with a rule 6 flag (:func:`bench.rules.scoring.code_of_its_time`). Either way, a candidate never
+uses code written after its place in time. What remains: a snapshot is taken at the harness's look,
+at most about a second after the checkpoint's content appeared, and the candidate is placed after
+that look, so code written in that second counts as the checkpoint's; bytes rewritten through a
+shared memory mapping without moving a file's ``stat`` keep the older copy (older code, never later
+code).
 """
 
 from __future__ import annotations
@@ -54,15 +60,21 @@ MAX_STORE_BYTES = 1 << 30  # every copy the run keeps (content-addressed: an unc
 
 @dataclass(frozen=True)
 class Listing:
-    """The workspace's top-level scripts now: (name, lstat) of each regular ``*.py`` (locked files left out),
-    sorted by name; ``over``: why the listing stopped short (None: it is complete)."""
+    """The workspace's top-level scripts now.
+
+    (name, lstat) of each regular ``*.py`` (locked files left out), sorted by name; ``over``: why
+    the listing stopped short (None: it is complete).
+    """
 
     files: list[tuple[str, os.stat_result]]
     over: str | None = None
 
 
 def listing(workspace: Path, locked: tuple[str, ...] | list[str] = ()) -> Listing:
-    """What an evaluation folder takes of ``workspace``: bounded in entries and files, never following a link."""
+    """What an evaluation folder takes of ``workspace``.
+
+    Bounded in entries and files, never following a link.
+    """
     out: list[tuple[str, os.stat_result]] = []
     seen = 0
     try:
@@ -93,8 +105,11 @@ def _key(st: os.stat_result) -> tuple[int, int, int, int]:
 
 @dataclass(frozen=True)
 class Snapshot:
-    """One snapshot: ``files`` (name -> sha256), the files ``left_out`` (name -> the boundary's finding), and
-    ``incomplete`` (why it cannot stand for the code of its time; None: it can)."""
+    """One snapshot.
+
+    ``files`` (name -> sha256), the files ``left_out`` (name -> the boundary's finding), and
+    ``incomplete`` (why it cannot stand for the code of its time; None: it can).
+    """
 
     digest: str
     files: dict[str, str]
@@ -102,14 +117,16 @@ class Snapshot:
     incomplete: str | None = None
 
     def to_dict(self) -> dict:
+        """The snapshot as its JSON file in ``evidence/code/`` holds it."""
         return {"files": self.files, "left_out": self.left_out, "incomplete": self.incomplete}
 
 
 class Snapshots:
     """Takes snapshots into ``<evidence>/code/`` and notes which checkpoint content each belongs to.
 
-    Used by one thread at a time (the arrivals thread, then its last look); :meth:`take` reads only the files
-    whose ``stat`` moved since it last read them."""
+    Used by one thread at a time (the arrivals thread, then its last look); :meth:`take` reads only
+    the files whose ``stat`` moved since it last read them.
+    """
 
     def __init__(self, workspace: Path, evidence_dir: Path, locked: tuple[str, ...] | list[str] = ()) -> None:
         self.workspace, self.dir, self.locked = Path(workspace), Path(evidence_dir), tuple(locked)
@@ -156,8 +173,11 @@ class Snapshots:
         return snap
 
     def note(self, checkpoint: Path, sha256: str, seen_at: float, snap: Snapshot) -> None:
-        """One line of ``code.jsonl``: the checkpoint content ``sha256`` at ``checkpoint`` (seen at ``seen_at``)
-        travels with ``snap``. Flushed at once, so that a harness killed a moment later keeps it."""
+        """One line of ``code.jsonl``.
+
+        The checkpoint content ``sha256`` at ``checkpoint`` (seen at ``seen_at``) travels with
+        ``snap``. Flushed at once, so that a harness killed a moment later keeps it.
+        """
         try:
             path = Path(checkpoint).relative_to(self.workspace).as_posix()
         except ValueError:
@@ -169,7 +189,10 @@ class Snapshots:
             f.write(json.dumps(record, sort_keys=True) + "\n")
 
     def _keep(self, name: str, data: bytes) -> bool:
-        """Store ``data`` as ``store/name`` unless it is there; False when the run's store is full."""
+        """Store ``data`` as ``store/name`` unless it is there.
+
+        False when the run's store is full.
+        """
         target = self.store / name
         if target.is_file():
             return True
@@ -191,7 +214,10 @@ def _stored_bytes(store: Path) -> int:
 
 
 class Index:
-    """What ``code.jsonl`` says, for collect and evaluate: the snapshot of each checkpoint content."""
+    """What ``code.jsonl`` says, for collect and evaluate.
+
+    The snapshot of each checkpoint content.
+    """
 
     def __init__(self, workspace: Path, evidence_dir: Path, locked: tuple[str, ...] | list[str] = ()) -> None:
         self.workspace, self.dir, self.locked = Path(workspace), Path(evidence_dir), tuple(locked)
@@ -215,7 +241,10 @@ class Index:
         return cls(ws.path, ws.run_dir / "evidence", ws.task.locked_files if ws.task is not None else ())
 
     def snapshot(self, checkpoint: Path, sha256: str | None) -> tuple[Snapshot | None, str]:
-        """(the snapshot that travels with this content, "") or (None, why there is none that can stand for it)."""
+        """The snapshot that travels with this content, if one can stand for it.
+
+        Returns (the snapshot, "") or (None, why there is none that can stand for it).
+        """
         try:
             path = Path(checkpoint).relative_to(self.workspace).as_posix()
         except ValueError:
@@ -233,8 +262,11 @@ class Index:
         return Snapshot(str(rec["snapshot"]), files, manifest.get("left_out") or {}), ""
 
     def newest(self) -> tuple[str, float] | None:
-        """The staged file that changed last now (its name and ``ctime``): where a candidate staged with the code
-        as the run left it is placed at the earliest. None: there is no such file."""
+        """The staged file that changed last now (its name and ``ctime``).
+
+        Where a candidate staged with the code as the run left it is placed at the earliest. None:
+        there is no such file.
+        """
         found = listing(self.workspace, self.locked)
         if not found.files:
             return None
@@ -243,8 +275,11 @@ class Index:
 
 
 def stage_snapshot(store: Path, snap: Snapshot, dest: Path) -> None:
-    """Copy the snapshot's files into the evaluation folder ``dest``, each checked against its sha256 (a store
-    that lost or changed a copy raises ``OSError``: the candidate cannot be staged)."""
+    """Copy the snapshot's files into the evaluation folder ``dest``.
+
+    Each is checked against its sha256: a store that lost or changed a copy raises ``OSError`` (the
+    candidate cannot be staged).
+    """
     for name, digest in snap.files.items():
         if "/" in name or name.startswith("."):
             raise OSError(f"the snapshot names {name!r}, not a top-level script")
@@ -255,8 +290,11 @@ def stage_snapshot(store: Path, snap: Snapshot, dest: Path) -> None:
 
 
 def stage_current(workspace: Path, locked: tuple[str, ...] | list[str], dest: Path) -> list[untrusted.Finding]:
-    """Copy the workspace's scripts as they are now into ``dest`` through the boundary, under a snapshot's bounds
-    (the same files a snapshot would hold); what was left out, as findings."""
+    """Copy the workspace's scripts as they are now into ``dest``, through the boundary.
+
+    Under a snapshot's bounds (the same files a snapshot would hold); returns what was left out, as
+    findings.
+    """
     found = listing(workspace, locked)
     findings = [untrusted.Finding(str(workspace), untrusted.TOO_MANY, found.over)] if found.over else []
     total = 0

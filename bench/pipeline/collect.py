@@ -1,30 +1,36 @@
-"""Collect (pipeline step 4; paper §3.3 step 5): scored checkpoints -> the best + the best of each 5-minute window.
+"""Collect (pipeline step 4; paper §3.3 step 5).
+
+Scored checkpoints -> the best + the best of each 5-minute window.
 
 A checkpoint is a file in the workspace's ``checkpoints/`` saved by the task helper
-``save_checkpoint()``: a dict with the state dict, the ``build_model`` config, the script
-name, the self-reported validation score and the metric name. The harness ranks by that
-self-reported score (the official score comes later, from the isolated evaluation) and
-places each file in time by when the harness first saw its *content* (:mod:`bench.pipeline.arrivals`), not by
-its name's first sight (a placeholder overwritten later is the later model) nor by its modification time,
-which the agent can set. The content read here must be the content that was timed: a file whose bytes differ
-from the last identity the harness recorded is rejected, and the evaluation checks the staged copy against the
-same sha256 (:func:`verify_copy`). A file whose modification time or own ``time`` field is older than the run
-was copied in or back-dated, and is rejected with that reason; a symbolic link is never a checkpoint.
+``save_checkpoint()``: a dict with the state dict, the ``build_model`` config, the script name, the
+self-reported validation score and the metric name. The harness ranks by that self-reported score
+(the official score comes later, from the isolated evaluation) and places each file in time by when
+the harness first saw its *content* (:mod:`bench.pipeline.arrivals`), not by its name's first sight
+(a placeholder overwritten later is the later model) nor by its modification time, which the agent
+can set. The content read here must be the content that was timed: a file whose bytes differ from
+the last identity the harness recorded is rejected, and the evaluation checks the staged copy
+against the same sha256 (:func:`verify_copy`). A file whose modification time or own ``time`` field
+is older than the run was copied in or back-dated, and is rejected with that reason; a symbolic link
+is never a checkpoint.
 
-The code travels with its checkpoint (:mod:`bench.pipeline.codetime`): given the run's snapshots, each checkpoint
-carries the snapshot of the workspace's scripts taken when its content was seen, which the evaluation stages. One
-with no complete snapshot is staged with the scripts as the run left them, and placed no earlier than the newest
-of them (its ``code_note`` says so; the audit flags it), so that the windows never use code written later.
+The code travels with its checkpoint (:mod:`bench.pipeline.codetime`): given the run's snapshots,
+each checkpoint carries the snapshot of the workspace's scripts taken when its content was seen,
+which the evaluation stages. One with no complete snapshot is staged with the scripts as the run
+left them, and placed no earlier than the newest of them (its ``code_note`` says so; the audit flags
+it), so that the windows never use code written later.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Set
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from bench import untrusted
 from bench.checksums import sha256
+from bench.errors import BenchError
 from bench.evidence import UNTIMED, Arrival
 from bench.pipeline import checkpoint_meta
 from bench.pipeline.arrivals import IN_PROGRESS, LISTING
@@ -52,32 +58,40 @@ class Checkpoint:
 
     @property
     def window(self) -> int:
+        """The 5-minute window the checkpoint falls in (0 for the first)."""
         return int(self.saved_s // WINDOW_S)
 
     def to_dict(self) -> dict:
-        """The fields an :class:`~bench.result.Evaluation` carries (the hash goes into its official provenance)."""
+        """The fields an :class:`~bench.result.Evaluation` carries.
+
+        The hash goes into its official provenance.
+        """
         d = asdict(self)
         del d["sha256"], d["first_seen_s"], d["code"], d["code_note"]
         d["path"], d["window"] = str(self.path), self.window
         return d
 
 
-class NotACheckpoint(ValueError):
+class NotACheckpoint(BenchError, ValueError):
     """A readable file that is not a scored checkpoint of this run (the message says why)."""
 
 
 @dataclass(frozen=True)
 class Rejected:
+    """A file of ``checkpoints/`` that is not scored, and why."""
+
     path: Path
     reason: str
 
 
 def read(path: Path, started_at: float, arrived_at: float | None = None) -> Checkpoint:
-    """Read a checkpoint's metadata without its weights (and without torch: :mod:`bench.pipeline.checkpoint_meta`).
+    """Read a checkpoint's metadata without its weights.
 
-    ``arrived_at``: when the harness first saw the file's content (None: its modification time, for tools that
-    read checkpoints outside a run). Raises :class:`NotACheckpoint` for a file that is not a scored checkpoint of
-    this run.
+    And without torch: :mod:`bench.pipeline.checkpoint_meta`.
+
+    ``arrived_at``: when the harness first saw the file's content (None: its modification time, for
+    tools that read checkpoints outside a run). Raises :class:`NotACheckpoint` for a file that is
+    not a scored checkpoint of this run.
     """
     payload = checkpoint_meta.load(path)  # without torch: the harness never imports it (issue #16)
     if payload is None:  # not torch's zip format (its legacy one): torch reads it, or refuses it
@@ -106,12 +120,16 @@ def read(path: Path, started_at: float, arrived_at: float | None = None) -> Chec
 
 
 def timed(path: Path, arrival: Arrival, started_at: float) -> tuple[float, str | None]:
-    """(when the harness first saw the content ``path`` holds now, its sha256). Raises :class:`NotACheckpoint`
-    when the bytes are not the last ones the harness recorded: they were never timed.
+    """(when the harness first saw the content ``path`` holds now, its sha256).
 
-    The file is read once here even when its ``stat`` is the recorded one: the polls trust the ctime to notice a
-    write, but bytes written again through a shared memory mapping move no time until the kernel writes them back
-    (measured here: a swap under an unchanged stat), so only the hash vouches for them."""
+    Raises :class:`NotACheckpoint` when the bytes are not the last ones the harness recorded: they
+    were never timed.
+
+    The file is read once here even when its ``stat`` is the recorded one: the polls trust the ctime
+    to notice a write, but bytes written again through a shared memory mapping move no time until
+    the kernel writes them back (measured here: a swap under an unchanged stat), so only the hash
+    vouches for them.
+    """
     ident = arrival.identity
     if ident is None:  # recorded by a harness that kept no identities: its first sight, as then
         return arrival.at, None
@@ -125,8 +143,11 @@ def timed(path: Path, arrival: Arrival, started_at: float) -> tuple[float, str |
 
 
 def verify_copy(ckpt: Checkpoint, copy: Path) -> str:
-    """The sha256 of ``copy`` (a candidate staged for evaluation), which must be the content collect timed:
-    raises :class:`NotACheckpoint` otherwise (the file changed after it was timed; it is not scored)."""
+    """The sha256 of ``copy``, a candidate staged for evaluation.
+
+    It must be the content collect timed: raises :class:`NotACheckpoint` otherwise (the file changed
+    after it was timed; it is not scored).
+    """
     digest = sha256(copy)
     if ckpt.sha256 is not None and digest != ckpt.sha256:
         raise NotACheckpoint(
@@ -141,20 +162,23 @@ def scan(
     started_at: float,
     metric: str,
     deadline_s: float | None = None,
-    arrivals: dict[Path, Arrival] | None = None,
-    scripts: set[str] | None = None,
+    arrivals: Mapping[Path, Arrival] | None = None,
+    scripts: Set[str] | None = None,
     code: Index | None = None,
 ) -> tuple[list[Checkpoint], list[Rejected]]:
-    """Every readable scored checkpoint under ``directory``; the others with the reason they were skipped.
+    """Every readable scored checkpoint under ``directory``.
 
-    ``arrivals`` (from :class:`~bench.pipeline.arrivals.Arrivals`): each file's first sight and when its current
-    content was first seen; a file the harness never saw during the run, or whose bytes are not the last it
-    recorded, is rejected. ``scripts``: the top-level workspace scripts that ran (traced or seen running) plus
-    ``train.py``; a checkpoint naming any other code (``../x.py``, an absolute path, a file that never ran) is
-    rejected, since its ``build_model`` is what the official evaluation would run. ``code``: the run's code
-    snapshots (:mod:`bench.pipeline.codetime`): each checkpoint gets the one of its content, or is placed no
-    earlier than the newest script it will be staged with (:func:`_with_code`); None: the scripts are staged as
-    the run left them, with no placement (tools that collect outside a run).
+    The others with the reason they were skipped.
+
+    ``arrivals`` (from :class:`~bench.pipeline.arrivals.Arrivals`): each file's first sight and when
+    its current content was first seen; a file the harness never saw during the run, or whose bytes
+    are not the last it recorded, is rejected. ``scripts``: the top-level workspace scripts that ran
+    (traced or seen running) plus ``train.py``; a checkpoint naming any other code (``../x.py``, an
+    absolute path, a file that never ran) is rejected, since its ``build_model`` is what the
+    official evaluation would run. ``code``: the run's code snapshots
+    (:mod:`bench.pipeline.codetime`): each checkpoint gets the one of its content, or is placed no
+    earlier than the newest script it will be staged with (:func:`_with_code`); None: the scripts
+    are staged as the run left them, with no placement (tools that collect outside a run).
     """
     found, rejected = [], []
     newest: list[tuple[str, float] | None] = []  # the newest script, looked up once when first needed
@@ -190,8 +214,11 @@ def scan(
 
 
 def _with_code(ckpt: Checkpoint, code: Index, started_at: float, newest: list) -> Checkpoint:
-    """``ckpt`` with the snapshot of its content's time, or, lacking one, placed no earlier than the newest script
-    it will be staged with (its ``ctime``, which no process can set back) and saying why."""
+    """``ckpt`` with the snapshot of its content's time, or placed after its scripts.
+
+    Lacking a snapshot, it is placed no earlier than the newest script it will be staged with (its
+    ``ctime``, which no process can set back), and says why.
+    """
     snap, why = code.snapshot(ckpt.path, ckpt.sha256)
     if snap is not None:
         return replace(ckpt, code=snap)
@@ -206,9 +233,12 @@ def _with_code(ckpt: Checkpoint, code: Index, started_at: float, newest: list) -
 
 @dataclass(frozen=True)
 class Selection:
+    """The candidates to evaluate: the overall best, each window's best, every checkpoint ranked."""
+
     best: Checkpoint | None
     windows: dict[int, Checkpoint]  # window index -> best checkpoint saved in that window
-    # every scored checkpoint, best first: the next ones are scored in turn when the best cannot be loaded
+    # every scored checkpoint, best first: the next ones are scored in turn when the best cannot be
+    # loaded
     ranked: tuple[Checkpoint, ...] = ()
 
     def candidates(self) -> list[tuple[str, Checkpoint]]:
@@ -242,26 +272,45 @@ def select(checkpoints: list[Checkpoint], direction: Direction) -> Selection:
 
 @dataclass(frozen=True)
 class Collected:
-    """What the collect step found: the candidates to evaluate, and every file it could not use (with why)."""
+    """What the collect step found.
+
+    The candidates to evaluate, and every file it could not use (with why).
+    """
 
     found: list[Checkpoint]
     rejected: list[Rejected]
     selection: Selection
 
 
-def collect(
-    directory: Path,
-    started_at: float,
-    metric: str,
-    direction: Direction,
-    deadline_s: float,
-    arrivals: dict[Path, Arrival] | None = None,
-    scripts: set[str] | None = None,
-    code: Index | None = None,
-) -> Collected:
-    """Scan ``directory`` for scored checkpoints that appeared before ``deadline_s`` and select the candidates
-    (``code``: the run's code snapshots, :func:`scan`)."""
+@dataclass(frozen=True)
+class CollectInput:
+    """What the collect step reads.
+
+    Built by the runner (``runner.Run``) from the run and its agent's end.
+    """
+
+    directory: Path  # the workspace's checkpoints/
+    started_at: float  # when the agent started (epoch seconds): every time is placed after it
+    metric: str  # the task's metric: a checkpoint reporting another is rejected
+    direction: Direction  # which way the metric improves: the ranking
+    deadline_s: float | None = None  # seconds after the start (budget + grace); later checkpoints are rejected
+    arrivals: Mapping[Path, Arrival] | None = None  # when each file's content was first seen (:func:`scan`)
+    scripts: frozenset[str] | None = None  # the workspace scripts that ran, and train.py (:func:`scan`)
+    code: Index | None = None  # the run's code snapshots (:mod:`bench.pipeline.codetime`)
+
+
+def collect(given: CollectInput) -> Collected:
+    """Scan for scored checkpoints that appeared before the deadline; select the candidates.
+
+    The scan is :func:`scan`'s, with the input's fields.
+    """
     found, rejected = scan(
-        directory, started_at, metric, deadline_s=deadline_s, arrivals=arrivals, scripts=scripts, code=code
+        given.directory,
+        given.started_at,
+        given.metric,
+        deadline_s=given.deadline_s,
+        arrivals=given.arrivals,
+        scripts=given.scripts,
+        code=given.code,
     )
-    return Collected(found, rejected, select(found, direction))
+    return Collected(found, rejected, select(found, given.direction))

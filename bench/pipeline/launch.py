@@ -1,16 +1,18 @@
-"""Launch (pipeline step 2; paper §3.3 step 2): start the agent in its workspace with the standard prompt.
+"""Launch (pipeline step 2; paper §3.3 step 2).
+
+Start the agent in its workspace with the standard prompt.
 
 The agent gets its own session (so its whole tree can be ended), a run token in its environment (so
 processes that leave the session are still found, :mod:`bench.processes`), the script tracer on its
-``PYTHONPATH`` and, of the harness's environment, only an allow-list and the variables its adapter declares
-(:mod:`bench.sandbox.environment`). Where its LLM requests go through the metering gateway, every credential value
-among those is replaced by a per-run token that only the gateway can turn back into the key
-(:mod:`bench.gateway.key_swap`): the real key never enters the sandbox. By default it runs in a sandbox
-(:mod:`bench.sandbox`): the workspace and
-its private home are the only places it can write, the harness's places are hidden, the network reaches only
-the adapter's endpoints, and nothing it starts outlives the sandbox. From the first byte its output goes
-to ``agent.log`` and, through the adapter's stream parser, to ``events.jsonl`` and the status line; an
-independent monitor counts the scripts its process tree runs, and another notes when each checkpoint appears.
+``PYTHONPATH`` and, of the harness's environment, only an allow-list and the variables its adapter
+declares (:mod:`bench.sandbox.environment`). Where its LLM requests go through the metering gateway,
+every credential value among those is replaced by a per-run token that only the gateway can turn
+back into the key (:mod:`bench.gateway.key_swap`): the real key never enters the sandbox. By default
+it runs in a sandbox (:mod:`bench.sandbox`): the workspace and its private home are the only places
+it can write, the harness's places are hidden, the network reaches only the adapter's endpoints, and
+nothing it starts outlives the sandbox. From the first byte its output goes to ``agent.log`` and,
+through the adapter's stream parser, to ``events.jsonl`` and the status line; an independent monitor
+counts the scripts its process tree runs, and another notes when each checkpoint appears.
 """
 
 from __future__ import annotations
@@ -43,7 +45,8 @@ from bench.sandbox import Policy, Sandbox, agent_environment, default_hidden, de
 from bench.sandbox.resource_limits import Limits, RunGroup
 from bench.tracking import HOOK_DIR
 
-# never inherited by an agent: a run id would make MLflow resume the parent; the tracer's own variables
+# never inherited by an agent: a run id would make MLflow resume the parent; the tracer's own
+# variables
 HARNESS_ONLY = ("MLFLOW_RUN_ID", *protocol.TRACER_ONLY)
 
 
@@ -67,6 +70,7 @@ class LaunchedAgent:
 
     @property
     def sandboxed(self) -> bool:
+        """Whether the agent runs in the sandbox."""
         return self.sandbox is not None
 
 
@@ -79,9 +83,13 @@ def agent_env(
     passthrough: Iterable[str] = (),
     seed: int | None = None,
 ) -> dict[str, str]:
-    """The agent's environment: the allow-list of the harness's variables plus the adapter's ``passthrough``
-    names, the adapter's ``extra``, the tracer on PYTHONPATH, this Python first on PATH; no MLflow variable.
-    ``seed``: the run's recorded seed, which the tasks' train.py train with (``task_helpers.run_seed``)."""
+    """The agent's environment.
+
+    The allow-list of the harness's variables plus the adapter's ``passthrough`` names, the
+    adapter's ``extra``, the tracer on PYTHONPATH, this Python first on PATH; no MLflow variable.
+    ``seed``: the run's recorded seed, which the tasks' train.py train with
+    (``task_helpers.run_seed``).
+    """
     env = agent_environment(os.environ, passthrough, {k: v for k, v in extra.items() if k not in HARNESS_ONLY})
     env.update(
         {
@@ -102,15 +110,19 @@ def agent_env(
 
 
 def launch(agent: Agent, ws: Workspace, spec: RunSpec, evidence: Evidence | None = None) -> LaunchedAgent:
-    """Start ``agent`` in ``ws`` as the run's description says (budget, device, model, options, sandbox, limits,
-    API budget: :class:`bench.runspec.RunSpec`, as launched); returns at once, the agent runs on.
+    """Start ``agent`` in ``ws`` as the run's description says; returns at once, the agent runs on.
 
-    ``spec.sandbox``: run it in a bubblewrap sandbox (raises :class:`~bench.sandbox.SandboxUnavailable` when none
-    can be built here); paths are the same inside and out, so nothing downstream changes. ``evidence``: where the
-    harness keeps what it observes for the audit (requests through the sandbox's proxy, command lines, checkpoint
-    arrivals with the locked files' state); the run directory's ``evidence/`` by default. ``spec.max_cost``: the
-    run's API budget in USD, enforced by the metering gateway (:mod:`bench.gateway.metering`), which a sandboxed CLI
-    agent's LLM requests go through; its log is ``evidence/llm.jsonl``."""
+    Budget, device, model, options, sandbox, limits, API budget: :class:`bench.runspec.RunSpec`, as
+    launched.
+
+    ``spec.sandbox``: run it in a bubblewrap sandbox (raises
+    :class:`~bench.sandbox.SandboxUnavailable` when none can be built here); paths are the same
+    inside and out, so nothing downstream changes. ``evidence``: where the harness keeps what it
+    observes for the audit (requests through the sandbox's proxy, command lines, checkpoint arrivals
+    with the locked files' state); the run directory's ``evidence/`` by default. ``spec.max_cost``:
+    the run's API budget in USD, enforced by the metering gateway (:mod:`bench.gateway.metering`),
+    which a sandboxed CLI agent's LLM requests go through; its log is ``evidence/llm.jsonl``.
+    """
     budget_s, device, label, model, options = spec.budget, spec.device or "cpu", spec.label, spec.model, spec.options
     console, sandbox, limits, max_cost = spec.console, spec.sandbox, spec.limits, spec.max_cost
     evidence = evidence or Evidence(ws.run_dir)
@@ -126,7 +138,8 @@ def launch(agent: Agent, ws: Workspace, spec: RunSpec, evidence: Evidence | None
     )
     endpoints = agent.endpoints(ctx)
     evidence.dir.mkdir(parents=True, exist_ok=True)
-    # the CLI's LLM requests through the metering gateway (its base URL pointed there; no direct route to the API)
+    # the CLI's LLM requests through the metering gateway (its base URL pointed there; no direct
+    # route to the API)
     meter = metering_plan(agent, ctx, endpoints, evidence.path(LOG_NAME), max_cost) if sandbox else None
     ctx = meter.ctx if meter else ctx
     argv = agent.command(ctx)
@@ -178,8 +191,11 @@ def launch(agent: Agent, ws: Workspace, spec: RunSpec, evidence: Evidence | None
 
 
 def _declared(writable: tuple[Path, ...]) -> tuple[Path, ...]:
-    """The folders an adapter asks to write, refused when one is or holds a harness place (the repository, the
-    tracking store, the cache, another workspace, /tmp): binding it read-write would undo the sandbox there."""
+    """The folders an adapter asks to write, refused when one is or holds a harness place.
+
+    A harness place: the repository, the tracking store, the cache, another workspace, /tmp; binding
+    it read-write would undo the sandbox there.
+    """
     hidden = default_hidden()
     for folder in writable:
         folder = Path(os.path.realpath(folder))
@@ -202,12 +218,15 @@ def _sandbox(
     services: dict | None = None,
     logins: tuple[tuple[Path, Path], ...] = (),
 ) -> Sandbox:
-    """The agent's sandbox: it writes its workspace, its private home and what its adapter declares
-    (``writable``), reads only the allow-list (the system, Python, the tracer, its CLI: bench.sandbox.view;
-    of the repository only the toolkit's packages, and those only when its ``pythonpath`` names the
-    repository), sees none of the harness's places, and reaches only its ``endpoints``; every request through
-    its proxy is noted in the evidence. ``logins``: the CLI's login files (source, place in the private home),
-    bound read-only."""
+    """The agent's sandbox.
+
+    It writes its workspace, its private home and what its adapter declares (``writable``), reads
+    only the allow-list (the system, Python, the tracer, its CLI: bench.sandbox.view; of the
+    repository only the toolkit's packages, and those only when its ``pythonpath`` names the
+    repository), sees none of the harness's places, and reaches only its ``endpoints``; every
+    request through its proxy is noted in the evidence. ``logins``: the CLI's login files (source,
+    place in the private home), bound read-only.
+    """
     evidence.dir.mkdir(parents=True, exist_ok=True)
     policy = Policy(
         cwd=ws.path,

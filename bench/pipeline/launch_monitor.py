@@ -7,9 +7,10 @@ scrubbed environment), or lives shorter than the polling interval (default 0.5 s
 only the tracer then sees. Both counts are recorded on the agent run.
 
 It is also the audit's eye on the process tree (:mod:`bench.evidence`): every command line it sees
-goes to ``commands.jsonl`` (a ``pip install``, a ``curl``, a ``git clone`` run by a script or a shell, with or
-without an agent's tool call saying so), and every workspace script it sees running has its source copied at
-that moment (``launches.jsonl``, ``sources/``), so that a script rewritten afterwards is judged as it ran.
+goes to ``commands.jsonl`` (a ``pip install``, a ``curl``, a ``git clone`` run by a script or a
+shell, with or without an agent's tool call saying so), and every workspace script it sees running
+has its source copied at that moment (``launches.jsonl``, ``sources/``), so that a script rewritten
+afterwards is judged as it ran.
 """
 
 from __future__ import annotations
@@ -30,12 +31,15 @@ _OPTS_WITH_ARG = {"-X", "-W", "-Q"}
 
 @dataclass(frozen=True)
 class Launch:
+    """One script process seen running: its pid, its start, its command line and script."""
+
     pid: int
     script: str
     started: float
     argv: tuple[str, ...]
 
     def to_dict(self) -> dict:
+        """The launch as ``result.json`` and ``run.json`` keep it."""
         return asdict(self)
 
 
@@ -68,7 +72,7 @@ def workspace_script(cmdline: list[str], cwd: str, workspace: Path) -> str | Non
 
 
 class LaunchMonitor:
-    """Polls the agent's process tree in a daemon thread and remembers every script process it sees."""
+    """Polls the agent's process tree in a daemon thread; remembers every script process it sees."""
 
     def __init__(
         self, root_pid: int, token: str | None, workspace: Path, interval: float = 0.5, evidence: Evidence | None = None
@@ -81,15 +85,18 @@ class LaunchMonitor:
         self._thread = threading.Thread(target=self._loop, name="bench-launches", daemon=True)
 
     def start(self) -> LaunchMonitor:
+        """Start polling in a daemon thread; returns self."""
         self._thread.start()
         return self
 
     def stop(self) -> None:
+        """End the polling."""
         self._stop.set()
         self._thread.join(timeout=10)
 
     @property
     def count(self) -> int:
+        """How many script processes were seen."""
         return len(self.launches)
 
     def _loop(self) -> None:
@@ -102,6 +109,7 @@ class LaunchMonitor:
                 return
 
     def scan(self) -> None:
+        """One look at the agent's process tree: every new script process remembered."""
         for proc in find_tree(self.root_pid, self.token):
             try:
                 key = (proc.pid, proc.create_time())

@@ -1,8 +1,8 @@
 """Record (pipeline step 7): a finished run's result.json and files -> its MLflow agent run.
 
 ``result.json`` is written first (:meth:`~bench.result.RunResult.write`), so a tracking outage loses
-nothing. The MLflow side works from files only (``result.json``, the spool, the log, the scripts), so a
-run whose tracking failed is recorded later, unchanged, by ``bench record RUN_DIR``.
+nothing. The MLflow side works from files only (``result.json``, the spool, the log, the scripts),
+so a run whose tracking failed is recorded later, unchanged, by ``bench record RUN_DIR``.
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ from bench.tracking import accounting, schema, sysmetrics
 from bench.tracking.relay import Relay
 from bench.tracking.writer import MlflowWriter, TrackingError
 
-# the audit's evidence files logged with the agent run (the manifests and copied sources stay in the run directory)
+# the audit's evidence files logged with the agent run (the manifests and copied sources stay in the
+# run directory)
 EVIDENCE_ARTIFACTS = (
     "network.jsonl",
     "processes.jsonl",
@@ -35,8 +36,11 @@ EVIDENCE_ARTIFACTS = (
 
 
 def relay_for(writer: MlflowWriter, run_id: str | None, ws: Workspace, result_tags: dict[str, str]) -> Relay:
-    """The relay of a run's spool: uploads only from its ``checkpoints/``, diffs against the task's own train.py,
-    keeps its progress in the run directory (out of the agent's reach)."""
+    """The relay of a run's spool.
+
+    Uploads only from its ``checkpoints/``, diffs against the task's own train.py, keeps its
+    progress in the run directory (out of the agent's reach).
+    """
     return Relay(
         writer,
         run_id,
@@ -51,8 +55,11 @@ def relay_for(writer: MlflowWriter, run_id: str | None, ws: Workspace, result_ta
 def open_agent_run(
     writer: MlflowWriter, name: str, tags: dict[str, str], start_time: float | None = None
 ) -> str | None:
-    """Create the agent run at the start, so the UI shows it live; None (and one line) if tracking is down.
-    ``start_time``: when the run began (before the agent's launch), whenever the store answers."""
+    """Create the agent run at the start, so the UI shows it live.
+
+    None (and one line) if tracking is down. ``start_time``: when the run began (before the agent's
+    launch), whenever the store answers.
+    """
     try:
         return writer.create_run(name, tags, start_time=start_time)
     except TrackingError as e:
@@ -61,11 +68,15 @@ def open_agent_run(
 
 
 def save(result: RunResult, writer: MlflowWriter, ws: Workspace) -> RunResult:
-    """Write result.json, then record it in MLflow; an unreachable store only costs a message saying what to do,
-    a disk that refuses result.json (full) a :class:`~bench.pipeline.state.RunStateError` saying what to do.
+    """Write result.json, then record it in MLflow.
 
-    The agent's files to upload are copied through the hostile-input boundary first (:mod:`~bench.pipeline.uploads`),
-    so that what it refused is counted in the first ``result.json`` already, tracking or not."""
+    An unreachable store only costs a message saying what to do, a disk that refuses result.json
+    (full) a :class:`~bench.pipeline.state.RunStateError` saying what to do.
+
+    The agent's files to upload are copied through the hostile-input boundary first
+    (:mod:`~bench.pipeline.uploads`), so that what it refused is counted in the first
+    ``result.json`` already, tracking or not.
+    """
     with tempfile.TemporaryDirectory(prefix="bench-upload-") as tmp:
         staged = _stage(result, ws, Path(tmp))
         _write(result, ws)
@@ -88,8 +99,11 @@ MAX_REJECTED = 200  # rejected checkpoints listed in result.json (the rest count
 
 
 def _bound_lists(result: RunResult, tally: untrusted.Tally) -> None:
-    """Keep result.json small whatever the agent made: past ``MAX_REJECTED`` the collect step's rejections are one
-    counted line, and a ``too-many`` finding; each listed path and reason is one printable line."""
+    """Keep result.json small whatever the agent made.
+
+    Past ``MAX_REJECTED`` the collect step's rejections are one counted line, and a ``too-many``
+    finding; each listed path and reason is one printable line.
+    """
     rejected = result.rejected_checkpoints
     if len(rejected) > MAX_REJECTED and not (rejected[-1].get("more") if isinstance(rejected[-1], dict) else False):
         more = len(rejected) - MAX_REJECTED
@@ -123,9 +137,12 @@ def _write(result: RunResult, ws: Workspace) -> None:
 
 
 def record(writer: MlflowWriter, result: RunResult, ws: Workspace, staged: uploads.Staged | None = None) -> str:
-    """Write everything about the run to MLflow and return the agent run id (raises TrackingError); clears
-    ``result.tracking_error``. ``staged``: the agent's files already copied through the boundary (by :func:`save`);
-    without it (``bench record``) they are staged here and ``result.hostile_inputs`` is set from that copy."""
+    """Write everything about the run to MLflow and return the agent run id.
+
+    Raises TrackingError; clears ``result.tracking_error``. ``staged``: the agent's files already
+    copied through the boundary (by :func:`save`); without it (``bench record``) they are staged
+    here and ``result.hostile_inputs`` is set from that copy.
+    """
     if staged is None:
         with tempfile.TemporaryDirectory(prefix="bench-upload-") as tmp:
             return record(writer, result, ws, _stage(result, ws, Path(tmp)))
@@ -184,7 +201,8 @@ def record(writer: MlflowWriter, result: RunResult, ws: Workspace, staged: uploa
     _record_evaluations(writer, run_id, result, base)
 
     agent_metrics = result.agent_events.get("metrics") or {}
-    # the metering gateway's series over the run (cumulative; their last points are the totals), else one value
+    # the metering gateway's series over the run (cumulative; their last points are the totals),
+    # else one value
     llm = metering.series(
         metering.read(metering.log_path(ws.run_dir)),
         result.started_at,
@@ -195,7 +213,8 @@ def record(writer: MlflowWriter, result: RunResult, ws: Workspace, staged: uploa
         run_id, [(k, v, 0, None) for k, v in agent_metrics.items() if v is not None and k not in over_time]
     )
     writer.log_metrics(run_id, llm)
-    # what the agent printed or ran may hold a key it echoed: the store gets copies without the harness's secrets
+    # what the agent printed or ran may hold a key it echoed: the store gets copies without the
+    # harness's secrets
     with tempfile.TemporaryDirectory(prefix="bench-redacted-") as tmp:
         redact = transcript.Redactor(transcript.env_secrets())
 
@@ -213,7 +232,8 @@ def record(writer: MlflowWriter, result: RunResult, ws: Workspace, staged: uploa
                 writer.log_artifact(run_id, clean(evidence / name, "evidence"), "evidence")
         for script in staged.scripts:  # harness-owned copies made through bench.untrusted (uploads.stage)
             writer.log_artifact(run_id, clean(script, "scripts"), "scripts")
-    # files an agent adapter leaves for its run (e.g. the optuna agent's study summary), copied the same way
+    # files an agent adapter leaves for its run (e.g. the optuna agent's study summary), copied the
+    # same way
     for f, folder in staged.artifacts:
         writer.log_artifact(run_id, f, folder)
     writer.set_tags(
@@ -246,7 +266,8 @@ def record(writer: MlflowWriter, result: RunResult, ws: Workspace, staged: uploa
         },
     )
     writer.log_text(run_id, json.dumps(result.audit.to_dict(), indent=2), schema.AUDIT_ARTIFACT)
-    # the agent's conversation (LLM requests and tool calls) as one MLflow trace; a failure only tags the run
+    # the agent's conversation (LLM requests and tool calls) as one MLflow trace; a failure only
+    # tags the run
     writer.set_tags(run_id, {schema.TRACE: traces.record(writer, run_id, result, ws.run_dir, ws.events)})
     mlflow_status = {"success": "FINISHED", "interrupted": "KILLED"}.get(result.status, "FAILED")
     writer.end_run(run_id, mlflow_status, result.started_at + result.wall_time_s)
@@ -255,7 +276,10 @@ def record(writer: MlflowWriter, result: RunResult, ws: Workspace, staged: uploa
 
 
 def deviations(result: RunResult, task_budget_s: float) -> list[protocol.Deviation]:
-    """How the run left the paper's protocol (budget, hardware, sandbox, data, cut short); empty when it did not."""
+    """How the run left the paper's protocol (budget, hardware, sandbox, data, cut short).
+
+    Empty when it did not.
+    """
     return protocol.deviations(
         budget_s=result.budget_s,
         task_budget_s=task_budget_s,
@@ -274,10 +298,13 @@ SHORT_AGENTS = ("baseline",)  # agents whose whole job is the task's own train.p
 
 
 def too_short(result: RunResult) -> str:
-    """Why the run is too short to compare ("" when it is not): the budget, not the training's end, stopped the task's
-    own baseline training (the demo's 8-minute T1 on a CPU reaches a fraction of the steps it needs), so its score is
-    that of a model trained for a fraction of its schedule, not the baseline's. The steps: the last scored
-    checkpoint's."""
+    """Why the run is too short to compare ("" when it is not).
+
+    The budget, not the training's end, stopped the task's own baseline training (the demo's
+    8-minute T1 on a CPU reaches a fraction of the steps it needs), so its score is that of a model
+    trained for a fraction of its schedule, not the baseline's. The steps: the last scored
+    checkpoint's.
+    """
     if result.agent not in SHORT_AGENTS or not result.timed_out:
         return ""
     steps = [e.step for e in result.evaluations if e.step is not None]
@@ -290,9 +317,12 @@ def too_short(result: RunResult) -> str:
 
 
 def _note(result: RunResult, scripts: dict, found: list[protocol.Deviation]) -> str:
-    """The run page's description: the outcome in two lines of Markdown, then how it left the protocol. Every text
-    that can carry an agent's choice (the reason names its checkpoints and scripts) goes in escaped
-    (:func:`bench.markup.md_text`): a checkpoint named like a link or an HTML tag shows as its name."""
+    """The run page's description.
+
+    The outcome in two lines of Markdown, then how it left the protocol. Every text that can carry
+    an agent's choice (the reason names its checkpoints and scripts) goes in escaped
+    (:func:`bench.markup.md_text`): a checkpoint named like a link or an HTML tag shows as its name.
+    """
     score = f"{result.score:.4f}" if result.score is not None else "-"
     notes = result.partial_data_notes
     partial = "\n\n**Partial data** (not comparable with the paper): " + md_text("; ".join(notes)) if notes else ""
@@ -318,7 +348,10 @@ def _note(result: RunResult, scripts: dict, found: list[protocol.Deviation]) -> 
 
 
 def _record_evaluations(writer: MlflowWriter, run_id: str, result: RunResult, base: dict) -> None:
-    """One eval child run per evaluated checkpoint; the anytime curve as a metric series on the agent run."""
+    """One eval child run per evaluated checkpoint.
+
+    The anytime curve as a metric series on the agent run.
+    """
     seen: dict[str, str] = {}
     first: dict[str, str] = {}  # path -> the label it was first evaluated under (best, best-unloadable, window-k)
     anytime = []

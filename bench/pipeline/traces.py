@@ -1,21 +1,25 @@
-"""The agent's conversation as one MLflow trace: what it asked its model and was told, and the tools it ran.
+"""The agent's conversation as one MLflow trace.
 
-Built at the record step from files the harness wrote during the run (so ``bench record`` and ``--resume`` build the
-same trace): the metering gateway's ``evidence/llm.jsonl`` (one line per LLM request: time, latency, model, tokens,
-cost, status), its ``evidence/llm-bodies.jsonl`` (each request's and answer's body, capped, secrets removed:
-:mod:`bench.gateway.transcript`) and the CLI's ``events.jsonl`` (its tool calls and their results, as parsed from its
-output). :func:`build` turns them into a :class:`TraceSpec`, plain data; :meth:`bench.tracking.writer.MlflowWriter.
-log_trace` writes it (the only MLflow call).
+What it asked its model and was told, and the tools it ran.
 
-The trace: one root span (``AGENT``) from the launch to the end of the run, whose children, in time order, are one
-``LLM`` span per request (its real start and end: the gateway's clock; inputs: the request's stored view; outputs:
-the answer's; attributes: model, tokens and cost in MLflow's own keys, so the UI sums them, plus the gateway's
-fields) and one ``TOOL`` span per tool call (from the call's event to its result's: the harness's clock as it read
-the CLI's output). It is linked to the agent run (``mlflow.sourceRun``), so the run's Traces tab shows it.
+Built at the record step from files the harness wrote during the run (so ``bench record`` and
+``--resume`` build the same trace): the metering gateway's ``evidence/llm.jsonl`` (one line per LLM
+request: time, latency, model, tokens, cost, status), its ``evidence/llm-bodies.jsonl`` (each
+request's and answer's body, capped, secrets removed: :mod:`bench.gateway.transcript`) and the CLI's
+``events.jsonl`` (its tool calls and their results, as parsed from its output). :func:`build` turns
+them into a :class:`TraceSpec`, plain data; :meth:`bench.tracking.writer.MlflowWriter. log_trace`
+writes it (the only MLflow call).
 
-Runs without a gateway (offline agents, a CLI that could not be pointed at one, ``BENCH_GATEWAY=0``) get a trace of
-their tool calls alone when their CLI reported any; runs with neither (the baseline, optuna) get none: the agent
-run's ``bench.trace`` tag says why.
+The trace: one root span (``AGENT``) from the launch to the end of the run, whose children, in time
+order, are one ``LLM`` span per request (its real start and end: the gateway's clock; inputs: the
+request's stored view; outputs: the answer's; attributes: model, tokens and cost in MLflow's own
+keys, so the UI sums them, plus the gateway's fields) and one ``TOOL`` span per tool call (from the
+call's event to its result's: the harness's clock as it read the CLI's output). It is linked to the
+agent run (``mlflow.sourceRun``), so the run's Traces tab shows it.
+
+Runs without a gateway (offline agents, a CLI that could not be pointed at one, ``BENCH_GATEWAY=0``)
+get a trace of their tool calls alone when their CLI reported any; runs with neither (the baseline,
+optuna) get none: the agent run's ``bench.trace`` tag says why.
 """
 
 from __future__ import annotations
@@ -36,6 +40,8 @@ TOTALS = (schema.TOKENS_INPUT, schema.TOKENS_OUTPUT, schema.TOKENS_CACHED, schem
 
 @dataclass
 class SpanSpec:
+    """One span of the conversation's trace, as built before it is written."""
+
     name: str
     span_type: str  # "LLM" | "TOOL"
     start_ns: int
@@ -48,6 +54,8 @@ class SpanSpec:
 
 @dataclass
 class TraceSpec:
+    """The conversation's trace, as built before it is written: its root and spans."""
+
     name: str
     start_ns: int
     end_ns: int
@@ -123,9 +131,12 @@ def _events(path: Path) -> list[dict]:
 
 
 def tool_spans(events: list[dict], end: float, redact: transcript.Redactor) -> list[SpanSpec]:
-    """One TOOL span per tool call, ended by its result: the oldest open call of the same tool and target, else the
-    oldest open call (the CLIs print results in the order of their calls). A call without result ends at the next
-    call's start, or at the run's end."""
+    """One TOOL span per tool call, ended by its result.
+
+    The oldest open call of the same tool and target, else the oldest open call (the CLIs print
+    results in the order of their calls). A call without result ends at the next call's start, or at
+    the run's end.
+    """
     calls: list[dict] = []
     results: dict[int, dict] = {}
     open_calls: list[int] = []
@@ -157,8 +168,11 @@ def tool_spans(events: list[dict], end: float, redact: transcript.Redactor) -> l
 
 
 def build(run_dir: Path, events_file: Path, info: dict) -> TraceSpec | str:
-    """The run's trace, or a sentence saying why it has none. ``info``: ``started_at``, ``ended_at`` (unix s),
-    ``name``, ``agent``, ``model``, ``task``, ``status``, ``reason``, ``totals`` (the run's LLM metrics)."""
+    """The run's trace, or a sentence saying why it has none.
+
+    ``info``: ``started_at``, ``ended_at`` (unix s), ``name``, ``agent``, ``model``, ``task``,
+    ``status``, ``reason``, ``totals`` (the run's LLM metrics).
+    """
     records = metering.read(metering.log_path(run_dir))
     bodies = transcript.read(Path(run_dir) / "evidence" / transcript.BODIES_NAME)
     redact = transcript.Redactor(transcript.env_secrets())
@@ -185,9 +199,12 @@ def build(run_dir: Path, events_file: Path, info: dict) -> TraceSpec | str:
 
 
 def record(writer: MlflowWriter, run_id: str, result: object, run_dir: Path, events_file: Path) -> str:
-    """Write the run's trace unless the run has it already, whole (``bench record`` run again; an incomplete one is
-    replaced); returns the agent run's ``bench.trace`` tag. Never raises: the run's record matters more than its
-    trace, so a trace that cannot be built or written costs a warning and a ``failed: ...`` tag, nothing else."""
+    """Write the run's trace unless the run has it already, whole.
+
+    ``bench record`` run again; an incomplete one is replaced. Returns the agent run's
+    ``bench.trace`` tag. Never raises: the run's record matters more than its trace, so a trace that
+    cannot be built or written costs a warning and a ``failed: ...`` tag, nothing else.
+    """
     try:
         info = {
             "started_at": result.started_at,

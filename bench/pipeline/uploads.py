@@ -1,13 +1,17 @@
-"""What of the agent's own files goes to the tracking store, copied through the hostile-input boundary first.
+"""What of the agent's own files goes to the tracking store.
+
+Copied through the hostile-input boundary first.
 
 The record step uploads the agent's top-level scripts and the files an agent adapter leaves in
-``.bench/artifacts/``. Both places are agent-writable: a "script" may be a link to ``/proc/self/environ`` (the
-harness's environment, with its database password), to the data cache's raw CSV (every test label) or to a host
-file; a FIFO; a 1 GiB sparse file; one of 150,000 files. So nothing is uploaded from the workspace itself: each
-file is copied by :func:`bench.untrusted.copy_into` (no link followed, regular files only, never blocking, bounded
-by its apparent and its allocated size, one copy per inode, a total cap) into a harness-owned staging folder,
-redacted there of the run's secrets, and the staging folder is what the writer uploads. Every refusal is a named,
-counted finding (:class:`bench.untrusted.Tally`) that ``result.json`` records as ``hostile_inputs``.
+``.bench/artifacts/``. Both places are agent-writable: a "script" may be a link to
+``/proc/self/environ`` (the harness's environment, with its database password), to the data cache's
+raw CSV (every test label) or to a host file; a FIFO; a 1 GiB sparse file; one of 150,000 files. So
+nothing is uploaded from the workspace itself: each file is copied by
+:func:`bench.untrusted.copy_into` (no link followed, regular files only, never blocking, bounded by
+its apparent and its allocated size, one copy per inode, a total cap) into a harness-owned staging
+folder, redacted there of the run's secrets, and the staging folder is what the writer uploads.
+Every refusal is a named, counted finding (:class:`bench.untrusted.Tally`) that ``result.json``
+records as ``hostile_inputs``.
 """
 
 from __future__ import annotations
@@ -28,8 +32,11 @@ MAX_SCRIPTS = 200  # top-level scripts uploaded (a run that writes more keeps th
 
 @dataclass
 class Staged:
-    """The harness-owned copies to upload: ``scripts`` (files) and ``artifacts`` (file, its folder below
-    ``agent/``), and the findings of everything refused."""
+    """The harness-owned copies to upload.
+
+    ``scripts`` (files) and ``artifacts`` (file, its folder below ``agent/``), and the findings of
+    everything refused.
+    """
 
     scripts: list[Path] = field(default_factory=list)
     artifacts: list[tuple[Path, str]] = field(default_factory=list)
@@ -37,9 +44,11 @@ class Staged:
 
 
 def top_level_scripts(ws: Workspace, tally: untrusted.Tally) -> list[str]:
-    """The names of the workspace's top-level ``*.py`` entries, the locked files left out; an entry that is not a
-    regular file (a link, a FIFO, a folder named ``x.py``) is a finding, not a script. Bounded by
-    ``SCRIPT_LIMITS.max_entries`` entries read, whatever the agent made."""
+    """The names of the workspace's top-level ``*.py`` entries, the locked files left out.
+
+    An entry that is not a regular file (a link, a FIFO, a folder named ``x.py``) is a finding, not
+    a script. Bounded by ``SCRIPT_LIMITS.max_entries`` entries read, whatever the agent made.
+    """
     names: list[str] = []
     try:
         with os.scandir(ws.path) as it:
@@ -73,7 +82,10 @@ def _readlink(path: Path) -> str:
 
 
 def stage(ws: Workspace, dest: Path) -> Staged:
-    """Copy what the record step uploads of the agent's into ``dest`` (harness-owned, empty), through the boundary."""
+    """Copy what the record step uploads of the agent's into ``dest``, through the boundary.
+
+    ``dest`` is harness-owned and empty.
+    """
     out = Staged()
     budget = untrusted.CopyBudget(TOTAL_BYTES)
     names = top_level_scripts(ws, out.tally)

@@ -1,22 +1,27 @@
-"""Watch (pipeline step 3; paper §3.3 step 4): the hard wall-clock budget of one agent run, with a grace period.
+"""Watch (pipeline step 3; paper §3.3 step 4).
 
-At the budget the whole tree (:mod:`bench.processes`) gets SIGTERM so that scripts can finish writing a
-checkpoint; at budget + grace the survivors get SIGKILL. Decision: the agent's session *is* the run, so when the
-agent exits before the budget the runner calls :func:`~bench.processes.end_tree` too and scripts it left behind
-are ended (they would hold the GPU of the next run and write checkpoints after scoring). :func:`watch` does
-all of it for a launched agent: start the :class:`Watchdog`, wait, let the grace play out after a timeout, end
-the tree, then stop the launch monitor and the checkpoint arrivals and drain the agent's output.
+The hard wall-clock budget of one agent run, with a grace period.
 
-The run's other limits are watched here too (:mod:`bench.sandbox.resource_limits`): the workspace's size is
-measured every few seconds by a thread of its own (:class:`WorkspaceGuard`); passing the limit is noted, passing it by
-:data:`~bench.sandbox.resource_limits.WORKSPACE_MARGIN` more ends the run as the budget would (SIGTERM, the grace,
-SIGKILL), so a disk filling up costs the agent its remaining time, not the machine its disk. At the end the run's
-cgroup is read for what the kernel refused (memory, processes) and removed; every limit hit goes into
-:attr:`Watched.limits`, which ``result.json`` carries.
+At the budget the whole tree (:mod:`bench.processes`) gets SIGTERM so that scripts can finish
+writing a checkpoint; at budget + grace the survivors get SIGKILL. Decision: the agent's session
+*is* the run, so when the agent exits before the budget the runner calls
+:func:`~bench.processes.end_tree` too and scripts it left behind are ended (they would hold the GPU
+of the next run and write checkpoints after scoring). :func:`watch` does all of it for a launched
+agent: start the :class:`Watchdog`, wait, let the grace play out after a timeout, end the tree, then
+stop the launch monitor and the checkpoint arrivals and drain the agent's output.
 
-A model API that fails ends the run early the same way (:meth:`Watchdog.end`, :attr:`Watched.ended_why`): at once when
-the metering gateway sees an answer that cannot heal, a refused key (:mod:`bench.gateway.refusals`), after the health
-window when the CLI reports failures that might (:mod:`bench.agents.health`).
+The run's other limits are watched here too (:mod:`bench.sandbox.resource_limits`): the workspace's
+size is measured every few seconds by a thread of its own (:class:`WorkspaceGuard`); passing the
+limit is noted, passing it by :data:`~bench.sandbox.resource_limits.WORKSPACE_MARGIN` more ends the
+run as the budget would (SIGTERM, the grace, SIGKILL), so a disk filling up costs the agent its
+remaining time, not the machine its disk. At the end the run's cgroup is read for what the kernel
+refused (memory, processes) and removed; every limit hit goes into :attr:`Watched.limits`, which
+``result.json`` carries.
+
+A model API that fails ends the run early the same way (:meth:`Watchdog.end`,
+:attr:`Watched.ended_why`): at once when the metering gateway sees an answer that cannot heal, a
+refused key (:mod:`bench.gateway.refusals`), after the health window when the CLI reports failures
+that might (:mod:`bench.agents.health`).
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from subprocess import Popen
 
+from bench.errors import BenchError
 from bench.gateway.refusals import STOP_GRACE_S
 from bench.pipeline.launch import LaunchedAgent
 from bench.processes import describe, end_tree, find_tree, running, signal_tree
@@ -42,10 +48,14 @@ Tick = Callable[[float, float], None]  # on_tick(elapsed_s, left_s)
 
 
 class Watchdog:
-    """Daemon thread enforcing ``budget_s`` on one agent run: SIGTERM at the budget, SIGKILL after ``grace_s``.
+    """Daemon thread enforcing ``budget_s`` on one agent run.
 
-    A thread (not SIGALRM) so that it works while the main thread blocks in ``proc.wait()``, a daemon so that it
-    never keeps the interpreter alive. Nothing raises out of it: failures are logged and it keeps enforcing."""
+    SIGTERM at the budget, SIGKILL after ``grace_s``.
+
+    A thread (not SIGALRM) so that it works while the main thread blocks in ``proc.wait()``, a
+    daemon so that it never keeps the interpreter alive. Nothing raises out of it: failures are
+    logged and it keeps enforcing.
+    """
 
     tick_s: float = 1.0  # period of on_tick and of the checks; tests may lower it on the instance before start()
 
@@ -81,16 +91,22 @@ class Watchdog:
 
     @property
     def _term_at_s(self) -> float | None:
-        """Elapsed seconds at which the tree got SIGTERM (the budget, or a limit's :meth:`end`); None before."""
+        """Elapsed seconds at which the tree got SIGTERM (the budget, or a limit's :meth:`end`).
+
+        None before.
+        """
         with self._lock:
             if self.budget_expired_at is not None:
                 return self.budget_s if self._ended_at_s is None else min(self.budget_s, self._ended_at_s)
             return self._ended_at_s
 
     def end(self, why: str, grace_s: float | None = None) -> None:
-        """End the run now as the budget would (SIGTERM to the tree, then the grace): a limit was passed. ``grace_s``:
-        a shorter grace for an end where nothing of the agent's can be writing a checkpoint (a key refused before
-        the model ever answered: :data:`bench.gateway.refusals.STOP_GRACE_S`)."""
+        """End the run now as the budget would (SIGTERM to the tree, then the grace).
+
+        A limit was passed. ``grace_s``: a shorter grace for an end where nothing of the agent's can
+        be writing a checkpoint (a key refused before the model ever answered:
+        :data:`bench.gateway.refusals.STOP_GRACE_S`).
+        """
         with self._lock:
             if self._ended_at_s is not None or self.budget_expired_at is not None:
                 return
@@ -115,9 +131,11 @@ class Watchdog:
     def stop(self, *, let_grace_finish: bool = True, timeout: float | None = None) -> None:
         """End the thread; before the budget this returns at once.
 
-        After the budget, by default the grace period plays out (ending early once the tree is empty): scripts were
-        promised ``grace_s`` to write a checkpoint, and the agent exiting on SIGTERM must not cut that short.
-        ``let_grace_finish=False`` cancels at once (e.g. on Ctrl-C); the caller then owns the cleanup."""
+        After the budget, by default the grace period plays out (ending early once the tree is
+        empty): scripts were promised ``grace_s`` to write a checkpoint, and the agent exiting on
+        SIGTERM must not cut that short. ``let_grace_finish=False`` cancels at once (e.g. on
+        Ctrl-C); the caller then owns the cleanup.
+        """
         self._stop.set()
         if not let_grace_finish:
             self._cancel.set()
@@ -131,7 +149,8 @@ class Watchdog:
                     break
             except Exception:  # the watchdog must survive anything and keep enforcing the budget
                 log.warning("watchdog of pid %s: unexpected error", self.proc.pid, exc_info=True)
-            # before the budget stop() ends the thread; after it only a cancel does (the grace is owed to scripts)
+            # before the budget stop() ends the thread; after it only a cancel does (the grace is
+            # owed to scripts)
             term = self._term_at_s
             expired = term is not None
             pause = min(self.tick_s, max(0.01, (term + self.grace_s if expired else self.budget_s) - self.elapsed_s))
@@ -141,7 +160,10 @@ class Watchdog:
             self._t_end = time.monotonic()
 
     def _step(self) -> bool:
-        """One tick: act on the deadline that passed and report progress; True when the watchdog is done."""
+        """One tick.
+
+        Act on the deadline that passed and report progress; True when the watchdog is done.
+        """
         elapsed, pid, term = self.elapsed_s, self.proc.pid, self._term_at_s
         if term is None:
             if self.proc.poll() is not None:
@@ -168,14 +190,20 @@ class Watchdog:
         return False
 
 
-class _Interrupted(Exception):
-    pass
+class _Interrupted(BenchError):
+    """The watchdog's signal to the waiting thread that a stop was asked.
+
+    Control flow, never shown.
+    """
 
 
 class WorkspaceGuard:
-    """A thread that measures the workspace every :data:`WORKSPACE_CHECK_S` (or ten times the last measure's
-    time, when that is longer) and notes when it passed ``limit``; past ``limit * (1 + WORKSPACE_MARGIN)`` it
-    ends the run through the watchdog."""
+    """A thread that measures the workspace and ends the run when it grows too large.
+
+    It measures every :data:`WORKSPACE_CHECK_S` (or ten times the last measure's time, when that is
+    longer) and notes when it passed ``limit``; past ``limit * (1 + WORKSPACE_MARGIN)`` it ends the
+    run through the watchdog.
+    """
 
     def __init__(self, workspace: Path, limit: int, watchdog: Watchdog, check_s: float = WORKSPACE_CHECK_S) -> None:
         self.workspace, self.limit, self.watchdog, self.check_s = Path(workspace), int(limit), watchdog, check_s
@@ -185,16 +213,19 @@ class WorkspaceGuard:
         self._thread = threading.Thread(target=self._run, name="bench-workspace-guard", daemon=True)
 
     def start(self) -> WorkspaceGuard:
+        """Start measuring in a daemon thread; returns self."""
         self._thread.start()
         return self
 
     def stop(self) -> None:
+        """End the measuring."""
         self._stop.set()
         self._thread.join(timeout=30)
         if self.hit is None:  # one last measure: a file written just before the end counts too
             self.measure()
 
     def measure(self) -> int:
+        """The workspace's size in bytes (noted past the limit; the run ends past its margin)."""
         t0 = time.monotonic()
         size = tree_bytes(self.workspace, stop_at=self.end_at)
         self._walk_s = time.monotonic() - t0
@@ -245,11 +276,12 @@ def watch(
     on_tick: Tick | None = None,
     stopped: Callable[[], bool] | None = None,
 ) -> Watched:
-    """Wait for the agent under the budget, then end everything the run left behind and drain its output.
+    """Wait for the agent under the budget; then end what the run left behind, drain its output.
 
     A Ctrl-C or SIGTERM to the harness ends the agent early; the run goes on to collect and record
-    what it produced (the caller re-raises KeyboardInterrupt at the very end). ``stopped()`` true: a signal
-    already came while the agent was being launched (:mod:`bench.termination`), so there is no wait at all.
+    what it produced (the caller re-raises KeyboardInterrupt at the very end). ``stopped()`` true: a
+    signal already came while the agent was being launched (:mod:`bench.termination`), so there is
+    no wait at all.
     """
     watchdog = Watchdog(agent.proc, budget_s, grace_s=grace_s, token=agent.token, on_tick=on_tick).start()
     limits = agent.stream.limits
@@ -289,12 +321,16 @@ def watch(
 
 
 def _wait(proc: Popen, stopped: Callable[[], bool] | None = None) -> bool:
-    """Wait for the agent; a Ctrl-C or SIGTERM to the harness ends the wait early. Returns True if interrupted.
+    """Wait for the agent; a Ctrl-C or SIGTERM to the harness ends the wait early.
 
-    Both signals get a handler of their own for the wait only (the run's :class:`bench.termination.Termination`
-    notes signals without raising once the agent is launched). A signal landing after the agent exited, while the
-    handlers are put back, is handed on to the handler restored (the run stops after its record, but the agent,
-    which had finished, was not interrupted)."""
+    Returns True if interrupted.
+
+    Both signals get a handler of their own for the wait only (the run's
+    :class:`bench.termination.Termination` notes signals without raising once the agent is
+    launched). A signal landing after the agent exited, while the handlers are put back, is handed
+    on to the handler restored (the run stops after its record, but the agent, which had finished,
+    was not interrupted).
+    """
     hit: dict[str, object] = {"waiting": True, "late": None}
 
     def on_term(signum, frame):

@@ -1,45 +1,53 @@
-"""What the forward contract promises, checked from outputs alone, with probes the model cannot see coming.
+"""What the forward contract promises, checked from outputs alone.
 
-The scorer runs no agent code to check the contract. It asks a SECOND, fresh predictor process again for parts of
-the scored feed and compares its answers, sample by sample, with what the scored predictor answered. Where it
-asks comes from a per-evaluation secret (:func:`draw_secret`, the :mod:`secrets` module) that no predictor ever
-sees; the scorer records the secret and the plan it gave (:meth:`Plan.evidence`) in its result only after scoring,
-so anyone can recompute the positions from the secret and the feed (:func:`plan` is a pure function of both).
+With probes the model cannot see coming.
 
-* **Cold replays** (determinism, history independence). Stretches of consecutive feed batches at secret positions,
-  sent to the fresh predictor as the scorer sent them: the same batches, shapes and order, one after another, with
-  a gap of at least one batch between stretches. The first stretch never starts at the feed's start, so the fresh
-  process lacks the history the scored one had before every stretch. A model that learns from the evaluation
-  stream (T6's windows reveal earlier windows' targets; T1's blocks are the text so far) cannot reproduce outputs
-  that depended on what it never saw, whatever it guesses about where it is; a model that keeps state over only
-  its last N requests differs on the first N outputs of each stretch, and every output of a stretch is compared.
-  Stretches are stratified (one in each of :data:`STRETCHES` equal segments of the feed, at a secret offset), so
-  a model that is stateful only over part of the feed meets a stretch with a probability that grows with that part
-  (every part longer than two segments surely; see the residual risk below). The segments' grid is shifted by the
-  secret too: no batch is replayed for no secret (or for every one).
-* **Causality** (tasks that name a causal input, T1): inside a replay stretch, one batch (at a secret offset) has
-  every position after a secret cut replaced by text from elsewhere in the feed that follows the same characters
-  (so the splice reads like text), the character right after the cut differing; the outputs up to the cut must
-  not change. Judged only when the replay itself matched (a stateful model is already caught, for that reason).
-* **Batch independence**: samples of the feed regrouped into batches of the feed's own size (two full batches
-  mixed, reordered); where the feed has no two full batches alike (one sample per batch: T1, T6; or one batch) the
-  batch is consecutive samples at a secret position, reversed and one fewer (the old probe). That one has a size
-  the feed never had, so it is the LAST request the fresh predictor gets: recognising it gains nothing, every
-  replay answer is in.
+The scorer runs no agent code to check the contract. It asks a SECOND, fresh predictor process again
+for parts of the scored feed and compares its answers, sample by sample, with what the scored
+predictor answered. Where it asks comes from a per-evaluation secret (:func:`draw_secret`, the
+:mod:`secrets` module) that no predictor ever sees; the scorer records the secret and the plan it
+gave (:meth:`Plan.evidence`) in its result only after scoring, so anyone can recompute the positions
+from the secret and the feed (:func:`plan` is a pure function of both).
 
-Residual risk (stated, not hidden; measured over 3,000 secrets): a model stateful over one short contiguous part of
-the feed only escapes when no stretch meets that part. On T6's 2,785 windows a part of 10 windows (0.4 %) escapes
-84 % of the time at its worst position, 100 windows (3.6 %) 37 %, 200 (7.2 %) 6 %, 348 (12.5 %) never; on T1's 435
-blocks, 10 blocks (2.3 %) 58 %, 50 never. Its gain is bounded by that part's share of the score. Scattered
-positions multiply: each batch after the first is replayed for at least ~10 % of secrets, so a model stateful at
-20 scattered batches escapes at most ~14 % of the time. Replays are compared within :func:`tolerance`: the
-predictor runs deterministic kernels (:mod:`bench.scoring.predictor`) and a replay sends the feed's own batches in
-their own shapes, so on a CPU they agree to 1e-4 of the output's scale and on a GPU to the task's measured epsilon
-(``[scoring] cuda_replay_tolerance`` in task.toml, measured by the GPU proof kit's ``replay_epsilon``; until a task
-has one, :data:`CUDA_REPLAY_DEFAULT`): a stateful correction smaller than that passes. Only the batch-independence
-probe, a batch size the feed never had (other kernels), keeps the looser :data:`BATCH_TOLERANCE`. Where the
-evaluation inputs are the agent's own data (T1 scores on val), a model can carry them in its weights: no probe can
-tell that from learning, and it needs no state.
+* **Cold replays** (determinism, history independence). Stretches of consecutive feed batches at
+  secret positions, sent to the fresh predictor as the scorer sent them: the same batches, shapes
+  and order, one after another, with a gap of at least one batch between stretches. The first
+  stretch never starts at the feed's start, so the fresh process lacks the history the scored one
+  had before every stretch. A model that learns from the evaluation stream (T6's windows reveal
+  earlier windows' targets; T1's blocks are the text so far) cannot reproduce outputs that depended
+  on what it never saw, whatever it guesses about where it is; a model that keeps state over only
+  its last N requests differs on the first N outputs of each stretch, and every output of a stretch
+  is compared. Stretches are stratified (one in each of :data:`STRETCHES` equal segments of the
+  feed, at a secret offset), so a model that is stateful only over part of the feed meets a stretch
+  with a probability that grows with that part (every part longer than two segments surely; see the
+  residual risk below). The segments' grid is shifted by the secret too: no batch is replayed for no
+  secret (or for every one).
+* **Causality** (tasks that name a causal input, T1): inside a replay stretch, one batch (at a
+  secret offset) has every position after a secret cut replaced by text from elsewhere in the feed
+  that follows the same characters (so the splice reads like text), the character right after the
+  cut differing; the outputs up to the cut must not change. Judged only when the replay itself
+  matched (a stateful model is already caught, for that reason).
+* **Batch independence**: samples of the feed regrouped into batches of the feed's own size (two
+  full batches mixed, reordered); where the feed has no two full batches alike (one sample per
+  batch: T1, T6; or one batch) the batch is consecutive samples at a secret position, reversed and
+  one fewer (the old probe). That one has a size the feed never had, so it is the LAST request the
+  fresh predictor gets: recognising it gains nothing, every replay answer is in.
+
+Residual risk (stated, not hidden; measured over 3,000 secrets): a model stateful over one short
+contiguous part of the feed only escapes when no stretch meets that part. On T6's 2,785 windows a
+part of 10 windows (0.4 %) escapes 84 % of the time at its worst position, 100 windows (3.6 %) 37 %,
+200 (7.2 %) 6 %, 348 (12.5 %) never; on T1's 435 blocks, 10 blocks (2.3 %) 58 %, 50 never. Its gain
+is bounded by that part's share of the score. Scattered positions multiply: each batch after the
+first is replayed for at least ~10 % of secrets, so a model stateful at 20 scattered batches escapes
+at most ~14 % of the time. Replays are compared within :func:`tolerance`: the predictor runs
+deterministic kernels (:mod:`bench.scoring.predictor`) and a replay sends the feed's own batches in
+their own shapes, so on a CPU they agree to 1e-4 of the output's scale and on a GPU to the task's
+measured epsilon (``[scoring] cuda_replay_tolerance`` in task.toml, measured by the GPU proof kit's
+``replay_epsilon``; until a task has one, :data:`CUDA_REPLAY_DEFAULT`): a stateful correction
+smaller than that passes. Only the batch-independence probe, a batch size the feed never had (other
+kernels), keeps the looser :data:`BATCH_TOLERANCE`. Where the evaluation inputs are the agent's own
+data (T1 scores on val), a model can carry them in its weights: no probe can tell that from
+learning, and it needs no state.
 """
 
 from __future__ import annotations
@@ -56,9 +64,10 @@ MIN_REPLAYED = 16  # ... but at least this many (short feeds cost nothing)
 STRETCHES = 16  # stratified stretches (fewer on short feeds: each needs a gap before it)
 CAUSAL_CUTS = 2  # causality probes (each in its own stretch when there are two)
 TOLERANCE = {"cpu": 1e-4}  # max |a - b| / max |b| for float outputs of a replay (the feed's own shapes)
-# A GPU's replay default while a task has no measured epsilon: 20x under the 2 % stateful correction that passed the
-# old flat 5e-2 (issue 29) and 50x tighter than it; deterministic float32 kernels in the same shapes agree bitwise,
-# and this leaves room for the rare op without a deterministic kernel (warned about in the predictor's log)
+# A GPU's replay default while a task has no measured epsilon: 20x under the 2 % stateful correction
+# that passed the old flat 5e-2 (issue 29) and 50x tighter than it; deterministic float32 kernels in
+# the same shapes agree bitwise, and this leaves room for the rare op without a deterministic kernel
+# (warned about in the predictor's log)
 CUDA_REPLAY_DEFAULT = 1e-3
 BATCH_TOLERANCE = {"cpu": 1e-4, "cuda": 5e-2}  # the batch probe: a shape the feed never had (bf16 kernels differ)
 MISMATCH = {"cpu": 1e-3, "cuda": 1e-2}  # fraction of differing integer outputs (argmax ties)
@@ -66,8 +75,11 @@ MISMATCH = {"cpu": 1e-3, "cuda": 1e-2}  # fraction of differing integer outputs 
 
 @dataclass(frozen=True)
 class Tolerance:
-    """How far a fresh predictor's answer may lie from the scored one's: ``replay`` for the feed's own batches
-    replayed (determinism, history, causality), ``batch`` for the batch probe, ``mismatch`` for integer outputs."""
+    """How far a fresh predictor's answer may lie from the scored one's.
+
+    ``replay`` for the feed's own batches replayed (determinism, history, causality), ``batch`` for
+    the batch probe, ``mismatch`` for integer outputs.
+    """
 
     replay: float
     batch: float
@@ -75,7 +87,10 @@ class Tolerance:
 
 
 def tolerance(device: str, cuda_replay: float | None = None) -> Tolerance:
-    """The tolerance on ``device``; ``cuda_replay``: the task's measured GPU epsilon (None: the default)."""
+    """The tolerance on ``device``; ``cuda_replay``.
+
+    The task's measured GPU epsilon (None: the default).
+    """
     if device == "cuda":
         replay = CUDA_REPLAY_DEFAULT if cuda_replay is None else float(cuda_replay)
         return Tolerance(replay, max(replay, BATCH_TOLERANCE["cuda"]), MISMATCH["cuda"])
@@ -88,7 +103,10 @@ Feed = list[dict[str, np.ndarray]]
 
 
 def draw_secret() -> str:
-    """A fresh secret for one evaluation (128 bits): the probes' positions follow from it and nothing else."""
+    """A fresh secret for one evaluation (128 bits).
+
+    The probes' positions follow from it and nothing else.
+    """
     return secrets.token_hex(16)
 
 
@@ -104,18 +122,23 @@ class Probe:
     where: str = ""  # in words, for the reason
 
     def expected(self, outputs: list[np.ndarray]) -> np.ndarray:
+        """The scored outputs this probe's answer must reproduce, row by row."""
         (b, _), n = self.rows[0], len(self.rows)
         if n == len(outputs[b]) and all(r == i and c == b for i, (c, r) in enumerate(self.rows)):
             return outputs[b]
         return np.concatenate([outputs[c][r : r + 1] for c, r in self.rows])
 
     def view(self, out: np.ndarray) -> np.ndarray:
+        """The part of an output that must agree (causality: the positions up to ``upto``)."""
         return out if self.upto is None else out[:, : self.upto + 1]
 
 
 @dataclass(frozen=True)
 class Plan:
-    """The probes of one evaluation, in the order the fresh predictor gets them, and what to record about them."""
+    """The probes of one evaluation, in the order the fresh predictor gets them.
+
+    And what to record about them.
+    """
 
     secret: str
     n_batches: int
@@ -153,11 +176,14 @@ def _sample_shape(inputs: dict[str, np.ndarray]) -> tuple:
 
 
 def _stretches(n: int, rng: np.random.Generator) -> list[tuple[int, int]]:
-    """Stratified stretches over batches 1 .. n-1 (over batch 0 alone for a one-batch feed), each after a gap.
+    """Stratified stretches over batches 1.. n-1, each after a gap.
 
-    The segments' grid is shifted by a secret offset, so that no batch is a segment's edge for every secret (a
-    stretch never starts on a segment's first batch, which keeps the gap): every batch is replayed with about the
-    same probability, none never."""
+    Over batch 0 alone for a one-batch feed.
+
+    The segments' grid is shifted by a secret offset, so that no batch is a segment's edge for every
+    secret (a stretch never starts on a segment's first batch, which keeps the gap): every batch is
+    replayed with about the same probability, none never.
+    """
     if n <= 1:
         return [(0, 1)] if n else []
     mid = n - 1
@@ -180,11 +206,15 @@ def _stretches(n: int, rng: np.random.Generator) -> list[tuple[int, int]]:
 
 
 def _splice(rows: np.ndarray, block: np.ndarray, cut: int, rng: np.random.Generator) -> tuple[np.ndarray, list[int]]:
-    """``block`` with positions after ``cut`` replaced by text that follows the same last characters elsewhere in
-    ``rows`` (the longest context of 3, 2, 1 characters that has a candidate, else any text) with a different
-    character right after the cut. A donor position may lie anywhere its tail fits in its row: a short block (the
-    feed's last) finds donors in the full ones. Returns the new block and [donor row, donor position], or the block
-    unchanged and [] when no row of ``rows`` has another character anywhere the tail could start."""
+    """``block`` with positions after ``cut`` replaced by text that follows the same context.
+
+    The replacement follows the same last characters elsewhere in ``rows`` (the longest context of
+    3, 2, 1 characters that has a candidate, else any text) with a different character right after
+    the cut. A donor position may lie anywhere its tail fits in its row: a short block (the feed's
+    last) finds donors in the full ones. Returns the new block and [donor row, donor position], or
+    the block unchanged and [] when no row of ``rows`` has another character anywhere the tail could
+    start.
+    """
     tail = len(block) - 1 - cut
     last = rows.shape[1] - 1 - tail  # the last donor position p whose tail rows[p + 1 : p + 1 + tail] fits
     for k in (3, 2, 1, 0):
@@ -207,13 +237,17 @@ CUTS_PER_BATCH = 8  # cuts tried on one batch before the next (a real text splic
 
 
 def _causality(feed: Feed, causal: str, stretches, rng) -> tuple[dict[int, tuple[int, int, dict]], list[dict], str]:
-    """Causality probes: {feed batch: (stretch, cut, inputs)} to send in its stretch's place, their record, and why
-    there are none ("" when there are).
+    """Causality probes.
 
-    Every secret gets a probe wherever the feed allows one: the stretches are tried in a secret order, and in each
-    its batches and cuts, until :data:`CAUSAL_CUTS` stretches hold one. Once, the probe was given up when the first
-    secret batch and cut could not be spliced (the short last block of a small feed, whose donors had to start at
-    the cut itself): 7 % of secrets on a test's three-block feed checked no causality at all."""
+    {feed batch: (stretch, cut, inputs)} to send in its stretch's place, their record, and why there
+    are none ("" when there are).
+
+    Every secret gets a probe wherever the feed allows one: the stretches are tried in a secret
+    order, and in each its batches and cuts, until :data:`CAUSAL_CUTS` stretches hold one. Once, the
+    probe was given up when the first secret batch and cut could not be spliced (the short last
+    block of a small feed, whose donors had to start at the cut itself): 7 % of secrets on a test's
+    three-block feed checked no causality at all.
+    """
     alike = [b for b, x in enumerate(feed) if x[causal].shape[1:] == feed[0][causal].shape[1:]]
     rows = np.concatenate([feed[b][causal] for b in alike]) if alike else None
     placed, record = {}, []
@@ -247,7 +281,10 @@ def _causality(feed: Feed, causal: str, stretches, rng) -> tuple[dict[int, tuple
 
 
 def _batch_probe(feed: Feed, rng: np.random.Generator) -> tuple[dict[str, np.ndarray], list, dict] | None:
-    """Samples of the feed in other company: (inputs, rows, record), or None when no batch can hold two."""
+    """Samples of the feed in other company.
+
+    (inputs, rows, record), or None when no batch can hold two.
+    """
     sizes = [len(next(iter(x.values()))) for x in feed]
     full = max(sizes)
     groups: dict[tuple, list[int]] = {}
@@ -277,15 +314,19 @@ def _batch_probe(feed: Feed, rng: np.random.Generator) -> tuple[dict[str, np.nda
 
 
 def plan(feed: Feed, causal: str | None, secret: str) -> Plan:
-    """The probes for one scored feed (``feed``: the inputs the scorer sends, in order): a pure function of the
-    feed and the secret, so the positions recorded after scoring can be checked by anyone holding both."""
+    """The probes for one scored feed (``feed``: the inputs the scorer sends, in order).
+
+    A pure function of the feed and the secret, so the positions recorded after scoring can be
+    checked by anyone holding both.
+    """
     rng = np.random.default_rng(int(secret, 16))
     n = len(feed)
     stretches = _stretches(n, rng)
     placed, causal_record, unchecked = _causality(feed, causal, stretches, rng) if causal else ({}, [], "")
     promise = HISTORY if n > 1 else DETERMINISM
-    # a short feed's stretches may hold no more batches than the causality probes: those batches are then replayed
-    # as well (the probe follows its batch), so that every plan keeps a plain replay whatever the secret
+    # a short feed's stretches may hold no more batches than the causality probes: those batches are
+    # then replayed as well (the probe follows its batch), so that every plan keeps a plain replay
+    # whatever the secret
     both = len(placed) >= sum(e - s for s, e in stretches)
     probes: list[Probe] = []
     for i, (s, e) in enumerate(stretches):
@@ -319,8 +360,11 @@ REASONS = {
 def judge(
     found: Plan, answers: list[np.ndarray], outputs: list[np.ndarray], device: str, tol: Tolerance | None = None
 ) -> list[str]:
-    """Each broken promise in words (empty: all kept). ``answers`` are the fresh predictor's, probe by probe;
-    ``tol``: :func:`tolerance` (the device's default when None)."""
+    """Each broken promise in words (empty: all kept).
+
+    ``answers`` are the fresh predictor's, probe by probe; ``tol``: :func:`tolerance` (the device's
+    default when None).
+    """
     tol = tol or tolerance(device)
     bad: dict[str, list[str]] = {}
     for probe, got in zip(found.probes, answers, strict=True):
@@ -341,8 +385,11 @@ def judge(
 def disagreement(
     got: np.ndarray, expected: np.ndarray, device: str, limit: float | None = None, mismatch: float | None = None
 ) -> str | None:
-    """Why ``got`` does not match ``expected`` within ``limit`` (relative to its scale; the device's replay tolerance
-    when None) and ``mismatch`` (integer outputs), or None."""
+    """Why ``got`` does not match ``expected``, or None.
+
+    Within ``limit`` (relative to its scale; the device's replay tolerance when None) and
+    ``mismatch`` (integer outputs).
+    """
     limit = tolerance(device).replay if limit is None else limit
     mismatch = MISMATCH[device] if mismatch is None else mismatch
     if got.shape != expected.shape:

@@ -1,10 +1,13 @@
-"""One predictor process seen from the trusted side: start it (in the sandbox), feed it batches, check what it says.
+"""One predictor process seen from the trusted side.
 
-The predictor's answers are untrusted input: each must be one array frame named ``out`` of a numeric dtype with
-the batch's samples along dim 0, within a size bound, and it must come before the deadline (a thread kills the
-predictor at the deadline, and the blocked read then fails). The predictor gets CPU-time and, on a CPU, memory
-limits (``RLIMIT_CPU``, ``RLIMIT_AS``: an address-space limit would break CUDA's reservations, so on a GPU only
-the wall-clock deadline and the CPU time bound it).
+Start it (in the sandbox), feed it batches, check what it says.
+
+The predictor's answers are untrusted input: each must be one array frame named ``out`` of a numeric
+dtype with the batch's samples along dim 0, within a size bound, and it must come before the
+deadline (a thread kills the predictor at the deadline, and the blocked read then fails). The
+predictor gets CPU-time and, on a CPU, memory limits (``RLIMIT_CPU``, ``RLIMIT_AS``: an
+address-space limit would break CUDA's reservations, so on a GPU only the wall-clock deadline and
+the CPU time bound it).
 """
 
 from __future__ import annotations
@@ -22,20 +25,28 @@ from pathlib import Path
 import numpy as np
 
 from bench import settings
+from bench.errors import BenchError
 from bench.scoring import wire
 
 PREDICTOR = Path(__file__).with_name("predictor.py")
-# what the predictor's environment keeps of the harness's (it holds no keys, no MLflow or BENCH_ variables)
+# what the predictor's environment keeps of the harness's (it holds no keys, no MLflow or BENCH_
+# variables)
 PREDICTOR_ENV = ("PATH", "LANG", "LC_ALL", "HOME", "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
 
-class PredictorError(RuntimeError):
-    """The predictor failed, timed out or broke the protocol: the checkpoint gets no score, with this reason."""
+class PredictorError(BenchError, RuntimeError):
+    """The predictor failed, timed out or broke the protocol.
+
+    The checkpoint gets no score, with this reason.
+    """
 
 
 class LoadError(PredictorError):
-    """The predictor reported that it could not build the model or load the checkpoint into it (its hello was an
-    error): the file is unusable, not a cheat, so the harness may score the next candidate instead."""
+    """The predictor could not build the model or load the checkpoint into it.
+
+    Its hello was an error: the file is unusable, not a cheat, so the harness may score the next
+    candidate instead.
+    """
 
 
 def _limits(cpu_s: int, mem_bytes: int | None):
@@ -54,12 +65,16 @@ def _default_mem() -> int:
 
 
 class Session:
-    """A running predictor for one checkpoint; ``predict(inputs)`` returns its outputs for one batch.
+    """A running predictor for one checkpoint.
 
-    The process starts at construction and builds the model while the caller does other work (the scorer loads the
-    labels meanwhile); the first ``predict`` (or ``ready``) waits for it. A ``hold`` session imports Python's and
-    torch's modules at once but runs no agent code before its first ``ready``: the scorer's prober, which must not
-    run the agent's model while the scored predictor is alive (:mod:`bench.scoring.scorer`)."""
+    ``predict(inputs)`` returns its outputs for one batch.
+
+    The process starts at construction and builds the model while the caller does other work (the
+    scorer loads the labels meanwhile); the first ``predict`` (or ``ready``) waits for it. A
+    ``hold`` session imports Python's and torch's modules at once but runs no agent code before its
+    first ``ready``: the scorer's prober, which must not run the agent's model while the scored
+    predictor is alive (:mod:`bench.scoring.scorer`).
+    """
 
     def __init__(
         self,
@@ -79,7 +94,8 @@ class Session:
         self._held = hold
         if wrap is not None:
             argv = wrap(argv)
-        # a thread count the user set (OMP/MKL_NUM_THREADS, as the agent's scripts get them) holds for the predictor
+        # a thread count the user set (OMP/MKL_NUM_THREADS, as the agent's scripts get them) holds
+        # for the predictor
         env = {k: v for k, v in os.environ.items() if k in PREDICTOR_ENV}
         env["PYTHONDONTWRITEBYTECODE"] = "1"
         cpu_s = int(timeout_s * max(1, os.cpu_count() or 1)) + 10
@@ -97,7 +113,8 @@ class Session:
             start_new_session=True,
         )
         self.timeout_s = timeout_s
-        # a held session's clock starts when it is let go: it may wait for the whole scored feed first
+        # a held session's clock starts when it is let go: it may wait for the whole scored feed
+        # first
         self.deadline = math.inf if hold else time.monotonic() + timeout_s
         self.timed_out = False
         self._done = threading.Event()
@@ -106,7 +123,10 @@ class Session:
         self._ready = False
 
     def ready(self) -> Session:
-        """Wait for the predictor's hello: the model is built and loaded (or why it could not be)."""
+        """Wait for the predictor's hello.
+
+        The model is built and loaded (or why it could not be).
+        """
         if not self._ready:
             if self._held:  # let it go: build the model (the agent's code runs from here on), its full time ahead
                 self._held = False
@@ -147,6 +167,7 @@ class Session:
             raise PredictorError(f"the predictor ended without an answer (exit {code}): {e}") from e
 
     def predict(self, inputs: dict[str, np.ndarray]) -> np.ndarray:
+        """The predictor's outputs for one batch of inputs; PredictorError when it gives none."""
         self.ready()
         n = len(next(iter(inputs.values())))
         try:
@@ -166,8 +187,11 @@ class Session:
         return out
 
     def close(self) -> None:
-        """End the predictor and everything it started, at once: nothing it could still do is needed (its answers
-        are in, its log is flushed after each one), and a clean interpreter exit costs about 0.6 s with torch."""
+        """End the predictor and everything it started, at once.
+
+        Nothing it could still do is needed (its answers are in, its log is flushed after each one),
+        and a clean interpreter exit costs about 0.6 s with torch.
+        """
         self._kill()
         self.proc.wait()
         self._done.set()

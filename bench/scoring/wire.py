@@ -1,13 +1,17 @@
-"""The pipe between the trusted scorer and the sandboxed predictor: length-prefixed frames of plain data.
+"""The pipe between the trusted scorer and the sandboxed predictor.
 
-Why not pickle (or ``torch.save``): the scorer must never run anything the predictor sends, and the predictor runs
-the agent's code. A frame is one kind byte, an 8-byte length and a payload: ``J`` a JSON object, ``A`` named
-numeric arrays: a JSON header (name, dtype, shape of each) and their raw bytes, read back with ``np.frombuffer``
-for a short list of plain numeric dtypes only (no object arrays, so no code; and ~50x cheaper than ``.npz`` for
-the thousands of small frames of T6's one-window-at-a-time feed). Frames larger than the reader's limit are
-refused before they are read into memory.
+Length-prefixed frames of plain data.
 
-Standard library and numpy only: the predictor imports this module inside the sandbox.
+Why not pickle (or ``torch.save``): the scorer must never run anything the predictor sends, and the
+predictor runs the agent's code. A frame is one kind byte, an 8-byte length and a payload: ``J`` a
+JSON object, ``A`` named numeric arrays: a JSON header (name, dtype, shape of each) and their raw
+bytes, read back with ``np.frombuffer`` for a short list of plain numeric dtypes only (no object
+arrays, so no code; and ~50x cheaper than ``.npz`` for the thousands of small frames of T6's
+one-window-at-a-time feed). Frames larger than the reader's limit are refused before they are read
+into memory.
+
+Standard library, numpy and :mod:`bench.errors` only: the predictor imports this module inside the
+sandbox.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from typing import BinaryIO
 
 import numpy as np
 
+from bench.errors import BenchError
+
 JSON, ARRAYS = b"J", b"A"
 _HEADER = struct.Struct("<cQ")
 MAX_FRAME = 1 << 31  # 2 GiB: far above any batch of outputs of the seven tasks
@@ -27,8 +33,11 @@ DTYPES = frozenset(
 _LEN = struct.Struct("<I")
 
 
-class WireError(RuntimeError):
-    """A frame that breaks the protocol: the other side closed the pipe, sent garbage or too much."""
+class WireError(BenchError, RuntimeError):
+    """A frame that breaks the protocol.
+
+    The other side closed the pipe, sent garbage or too much.
+    """
 
 
 def _read_exact(stream: BinaryIO, n: int) -> bytes:
@@ -43,12 +52,14 @@ def _read_exact(stream: BinaryIO, n: int) -> bytes:
 
 
 def send_json(stream: BinaryIO, obj: dict) -> None:
+    """Send one JSON frame."""
     payload = json.dumps(obj).encode()
     stream.write(_HEADER.pack(JSON, len(payload)) + payload)
     stream.flush()
 
 
 def send_arrays(stream: BinaryIO, arrays: dict[str, np.ndarray]) -> None:
+    """Send one frame of named numeric arrays."""
     arrays = {name: np.ascontiguousarray(a) for name, a in arrays.items()}
     header = json.dumps([[name, a.dtype.name, list(a.shape)] for name, a in arrays.items()]).encode()
     n = _LEN.size + len(header) + sum(a.nbytes for a in arrays.values())
@@ -80,7 +91,10 @@ def _arrays(payload: bytes) -> dict[str, np.ndarray]:
 
 
 def receive(stream: BinaryIO, max_bytes: int = MAX_FRAME) -> dict:
-    """The next frame as a dict: a JSON object, or ``{name: ndarray}``. Raises :class:`WireError` on bad frames."""
+    """The next frame as a dict: a JSON object, or ``{name: ndarray}``.
+
+    Raises :class:`WireError` on bad frames.
+    """
     kind, n = _HEADER.unpack(_read_exact(stream, _HEADER.size))
     if kind not in (JSON, ARRAYS):
         raise WireError(f"unknown frame kind {kind!r}")

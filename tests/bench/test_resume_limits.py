@@ -117,9 +117,9 @@ def _limits_seen(monkeypatch) -> list[Limits]:
     """The limits each evaluate_candidates call got (its evaluation budget, the predictors' memory and processes)."""
     seen, real = [], evaluate.evaluate_candidates
 
-    def spy(*args, **kwargs):
-        seen.append(kwargs["limits"])
-        return real(*args, **kwargs)
+    def spy(given):
+        seen.append(given.limits)
+        return real(given)
 
     monkeypatch.setattr(evaluate, "evaluate_candidates", spy)
     return seen

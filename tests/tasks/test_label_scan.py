@@ -26,6 +26,7 @@ from bench.rules import labels
 from bench.rules.context import Context
 from bench.sandbox.bwrap import probe
 from bench.scoring import leakage
+from bench.scoring.job import ScoringJob
 from bench.tasks import load_task
 from tests.tasks.smalldata import FACTORIES
 from tests.tasks.taskfolder import TASKS_DIR, copy_task, run_prepare, task_modules
@@ -179,7 +180,7 @@ def test_a_forged_t6_candidate_is_disqualified_at_run_time(small, tmp_path):
     ckpt.parent.mkdir()
     torch.save({**honest, "state_dict": state, "config": config, "script": "forged.py"}, ckpt)
     eval_dir = ev.stage(task, agent, tmp_path / "eval" / "00-forged", ckpt)
-    official = ev.evaluate(task, eval_dir, ws / "data", script="forged.py", device="cpu", sandboxed=probe() is None)
+    official = ev.evaluate(ScoringJob(task.folder, ws / "data", eval_dir, "forged.py", sandboxed=probe() is None))
     assert official.ok, official.why_not
     assert official.value < 1e-6 < official.raw["val_value"], "the lookup answers the test split exactly"
     found = _audit_checks(task, official, ckpt, "forged.py", tmp_path)
@@ -221,7 +222,7 @@ def test_the_real_t6_baselines_raise_no_flag(real_mirror, tmp_path, monkeypatch,
         train.main(config)
     best = min((ws / "checkpoints").glob("*.pt"), key=lambda p: torch.load(p, weights_only=True)["val_score"])
     eval_dir = ev.stage(task, ws, tmp_path / "eval" / "00-best", best)
-    official = ev.evaluate(task, eval_dir, ws / "data", script="train.py", device="cpu", sandboxed=probe() is None)
+    official = ev.evaluate(ScoringJob(task.folder, ws / "data", eval_dir, "train.py", sandboxed=probe() is None))
     assert official.ok, official.why_not
     assert official.raw["label_scan"]["found"] == [] and official.raw["label_scan"]["windows"] == 2 * leakage.WINDOWS
     assert _audit_checks(task, official, best, "train.py", tmp_path) == []

@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import time
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -176,8 +177,8 @@ def test_a_candidate_that_is_best_and_its_windows_best_is_scored_once_and_counte
     now = [0.0]
     scored = []
 
-    def fake_evaluate(task, eval_dir, data_dir, *, script, timeout_s, **kw):
-        scored.append(eval_dir.name)
+    def fake_evaluate(job):
+        scored.append(job.eval_dir.name)
         now[0] += 12.0
         return Official.from_dict({"value": 0.5, "eval_wall_s": 12.0})
 
@@ -188,8 +189,10 @@ def test_a_candidate_that_is_best_and_its_windows_best_is_scored_once_and_counte
     monkeypatch.setattr(evaluate, "verify_copy", lambda ckpt, copy: "0" * 64)
     shared, other = _ck("shared.pt", 10.0), _ck("other.pt", 400.0)
     selection = Selection(shared, {0: shared, 1: other}, (shared, other))
-    ws = SimpleNamespace(task=None, path=tmp_path, run_dir=tmp_path, eval_dir=tmp_path / "eval")
-    evaluations = evaluate.evaluate_candidates(ws, selection, tmp_path, "cpu", console=False, budget_s=15)
+    task = SimpleNamespace(folder=tmp_path)
+    ws = SimpleNamespace(task=task, path=tmp_path, run_dir=tmp_path, eval_dir=tmp_path / "eval")
+    given = evaluate.EvaluationInput(ws, selection, tmp_path, console=False, budget_s=15)
+    evaluations = evaluate.evaluate_candidates(given)
 
     assert [(e.candidate, Path(e.path).name) for e in evaluations] == [
         ("best", "shared.pt"),
@@ -208,7 +211,7 @@ def test_a_candidate_that_is_best_and_its_windows_best_is_scored_once_and_counte
     again = [Evaluation.from_dict(e.to_dict()) for e in evaluations]
     assert evaluate.budget_hit(again, 15)["spent_s"] == 12.0
     # a budget too small for any: the shared candidate is one candidate cut, not two
-    nothing = evaluate.evaluate_candidates(ws, selection, tmp_path, "cpu", console=False, budget_s=5)
+    nothing = evaluate.evaluate_candidates(replace(given, budget_s=5))
     assert scored == ["00-shared"] and all(e.official.raw.get(evaluate.BUDGET_SPENT) for e in nothing)
     assert evaluate.budget_hit(nothing, 5)["candidates_cut"] == 2
 

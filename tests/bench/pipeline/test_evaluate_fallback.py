@@ -67,12 +67,12 @@ def test_an_unloadable_best_is_skipped_and_the_next_checkpoint_by_validation_is_
     second = _save(ws.path, "run_2.py", 0.20, seed=2)  # the next by validation
     _save(ws.path, "run_1.py", 0.30, seed=1)  # third: neither the best nor any window's best
 
-    found = collect.collect(
-        ws.checkpoints, started, task.metric, task.direction, 3600, scripts={"run_1.py", "run_2.py", "run_3.py"}
-    )
+    scripts = frozenset({"run_1.py", "run_2.py", "run_3.py"})
+    given = collect.CollectInput(ws.checkpoints, started, task.metric, task.direction, 3600, scripts=scripts)
+    found = collect.collect(given)
     assert found.selection.best.path == unloadable
     assert [c.path for c in found.selection.windows.values()] == [unloadable]
-    evaluations = evaluate.evaluate_candidates(ws, found.selection, data_dir, "cpu", console=False)
+    evaluations = evaluate.evaluate_candidates(evaluate.EvaluationInput(ws, found.selection, data_dir, console=False))
 
     labels = [(e.candidate, Path(e.path).name) for e in evaluations]
     assert labels == [("best", second.name), ("best-unloadable", unloadable.name), ("window-0", unloadable.name)]

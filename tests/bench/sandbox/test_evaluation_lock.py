@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -163,14 +164,15 @@ def test_each_evaluation_of_a_run_records_its_isolation(generated_t6, lock_file,
     gone = collect.Checkpoint(ws.checkpoints / "gone.pt", "train.py", 0.5, task.metric, None, 10.0)
     selection = collect.Selection(gone, {0: gone}, (gone,))
 
+    given = evaluate.EvaluationInput(ws, selection, data_dir, console=False, budget_s=30)
     with lock.agent_alive(60.0, console=False):  # another run's agent, live for the whole evaluation
-        evals = evaluate.evaluate_candidates(ws, selection, data_dir, "cpu", console=False, budget_s=0.5)
+        evals = evaluate.evaluate_candidates(replace(given, budget_s=0.5))
     assert [e.official.raw["isolation"]["state"] for e in evals] == [lock.NOT_ISOLATED] * 2
-    evals = evaluate.evaluate_candidates(ws, selection, data_dir, "cpu", console=False, budget_s=30)
+    evals = evaluate.evaluate_candidates(given)
     assert {e.official.raw["isolation"]["state"] for e in evals} == {lock.EXCLUSIVE}
     assert "cannot stage" in evals[0].official.why_not  # the candidates themselves as before
     monkeypatch.setenv("BENCH_EVAL_BESIDE_AGENTS", "1")
-    evals = evaluate.evaluate_candidates(ws, selection, data_dir, "cpu", console=False, budget_s=30)
+    evals = evaluate.evaluate_candidates(given)
     assert {e.official.raw["isolation"]["state"] for e in evals} == {lock.BESIDE}
 
 

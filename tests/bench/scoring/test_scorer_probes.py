@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from bench.scoring import checks, scorer
+from bench.scoring.job import ScoringJob
 from bench.scoring.scorer import ContractViolation, _answers
 from bench.scoring.session import LoadError, PredictorError
 
@@ -115,11 +116,16 @@ class Task:
         return {"mse": float(np.mean([np.mean((o - t) ** 2) for o, t in zip(outputs, targets, strict=True)]))}
 
 
+def _job(folder, secret: str | None = None) -> ScoringJob:
+    """One unsandboxed job on ``folder`` (the stand-ins read nothing of it)."""
+    return ScoringJob(folder, folder, folder, "run_1.py", checkpoint="c.pt", sandboxed=False, secret=secret)
+
+
 def test_the_prober_runs_no_agent_code_before_the_scored_predictor_has_ended(tmp_path, monkeypatch):
     events: list = []
     monkeypatch.setattr(scorer, "Session", lambda *a, **k: Recorded(events, *a, **k))
     monkeypatch.setattr(scorer, "load_task_module", lambda task_dir: Task)
-    got = scorer.score_checkpoint(tmp_path, tmp_path, tmp_path, "c.pt", "run_1.py", sandboxed=False, secret="ab" * 16)
+    got = scorer.score_checkpoint(_job(tmp_path, secret="ab" * 16))
     assert got["value"] == pytest.approx(np.mean([i * i for i in range(40)]))
     assert events.index(("scored", "closed")) < events.index(("prober", "agent code")), events
     # the prober's process starts once the scored one is ready, so that its imports overlap the feed
@@ -137,7 +143,7 @@ def test_leaving_early_ends_both_predictors(tmp_path, monkeypatch):
     monkeypatch.setattr(scorer, "Session", lambda *a, **k: Recorded(events, *a, **k))
     monkeypatch.setattr(scorer, "load_task_module", lambda task_dir: Failing)
     with pytest.raises(RuntimeError):
-        scorer.score_checkpoint(tmp_path, tmp_path, tmp_path, "c.pt", "run_1.py", sandboxed=False)
+        scorer.score_checkpoint(_job(tmp_path))
     assert ("scored", "closed") in events and ("prober", "agent code") not in events, events
 
 
@@ -156,4 +162,4 @@ def test_a_prober_that_crashes_on_the_batch_probe_after_replays_that_differ_is_d
     monkeypatch.setattr(scorer, "Session", lambda *a, **k: Stateful(events, *a, **k))
     monkeypatch.setattr(scorer, "load_task_module", lambda task_dir: Task)
     with pytest.raises(ContractViolation, match="sent before"):
-        scorer.score_checkpoint(tmp_path, tmp_path, tmp_path, "c.pt", "run_1.py", sandboxed=False, secret="cd" * 16)
+        scorer.score_checkpoint(_job(tmp_path, secret="cd" * 16))

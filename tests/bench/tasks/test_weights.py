@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from bench.pipeline import evaluate, workspace
-from bench.pipeline.audit import audit
+from bench.pipeline.audit import AuditInput, audit
 from bench.tasks import get_task, weights
 from tests.lazy import lazy
 
@@ -121,10 +121,10 @@ def test_workspace_gets_read_only_copies_and_locked_extras(toy, tmp_path: Path) 
     locked = ws.locked_hashes()
     assert set(locked) == {"prepare.py", "backbone.py"}
     assert ws.scripts() == [ws.path / "train.py"]
-    assert audit(ws, locked).violations == ()
+    assert audit(AuditInput(ws, locked)).violations == ()
     os.chmod(ws.path / "backbone.py", 0o644)
     (ws.path / "backbone.py").write_text("X = 2\n")  # an agent editing a locked module
-    (violation,) = audit(ws, locked).violations
+    (violation,) = audit(AuditInput(ws, locked)).violations
     assert violation.rule == 1 and "backbone.py was modified" in violation.reason
     staged = evaluate.stage(task, ws.path, tmp_path / "eval")
     assert (staged / "backbone.py").read_text() == "X = 1\n"  # the evaluation uses the task's original
