@@ -15,9 +15,10 @@ models, ``OPENAI_API_KEY`` is read by LiteLLM; other LiteLLM providers work with
 variables (``anthropic/...`` with ``ANTHROPIC_API_KEY``). Aider exits 0 even when every edit failed:
 the harness judges the run by its checkpoints, not the exit code.
 
-Sandboxed, its requests go through the metering gateway (:mod:`bench.gateway.proxy`): ``--openai-api-base`` (for
-any model but ``anthropic/``) or ``ANTHROPIC_API_BASE`` (LiteLLM's first choice; it appends ``/v1/messages``) is the
-gateway's port inside the sandbox. Its answers are not streamed (``--no-stream``): each carries its usage whole.
+Sandboxed, its requests go through the metering gateway (:mod:`bench.gateway.proxy`):
+``--openai-api-base`` (for any model but ``anthropic/``) or ``ANTHROPIC_API_BASE`` (LiteLLM's first
+choice; it appends ``/v1/messages``) is the gateway's port inside the sandbox. Its answers are not
+streamed (``--no-stream``): each carries its usage whole.
 """
 
 from __future__ import annotations
@@ -54,13 +55,18 @@ class AiderAgent(Agent):
         return api_endpoints(("OPENAI_BASE_URL", "OPENAI_API_BASE"), "https://api.openai.com")
 
     def gateway_var(self, ctx: LaunchContext) -> str | None:
-        """The variable whose base URL the gateway replaces: the model's provider's (LiteLLM's other providers keep
-        their own routes)."""
+        """The variable whose base URL the gateway replaces.
+
+        The model's provider's (LiteLLM's other providers keep their own routes).
+        """
         provider = (ctx.model or DEFAULT_MODEL).partition("/")[0] if "/" in (ctx.model or DEFAULT_MODEL) else "openai"
         return "ANTHROPIC_BASE_URL" if provider == "anthropic" else "OPENAI_BASE_URL" if provider == "openai" else None
 
     def gateway_path(self, ctx: LaunchContext) -> str:
-        """OpenAI's base URL has /v1 (https://api.openai.com/v1); LiteLLM appends /v1/messages to Anthropic's."""
+        """OpenAI's base URL has /v1 (https://api.openai.com/v1).
+
+        LiteLLM appends /v1/messages to Anthropic's.
+        """
         return "" if self.gateway_var(ctx) == "ANTHROPIC_BASE_URL" else "/v1"
 
     def command(self, ctx: LaunchContext) -> list[str]:
@@ -97,7 +103,8 @@ class AiderAgent(Agent):
                 "AIDER_ANALYTICS": "false",
             }
         )
-        # LiteLLM reads OPENAI_BASE_URL before OPENAI_API_BASE (what --openai-api-base sets): both are the gateway's
+        # LiteLLM reads OPENAI_BASE_URL before OPENAI_API_BASE (what --openai-api-base sets): both
+        # are the gateway's
         if gateway := ctx.base_urls.get("OPENAI_BASE_URL"):
             env.update(OPENAI_API_BASE=gateway, OPENAI_BASE_URL=gateway)
         if gateway := ctx.base_urls.get("ANTHROPIC_BASE_URL"):
@@ -129,7 +136,10 @@ def _aider_count(s: str | None) -> int:
 
 
 class AiderParser(Parser):
-    """Aider prints text: the reply, "Tokens: ..." after it, then "Applied edit to X" and "Running CMD" + output."""
+    """Aider prints text.
+
+    The reply, "Tokens: ..." after it, then "Applied edit to X" and "Running CMD" + output.
+    """
 
     def __init__(self, model: str | None = None):
         super().__init__(model)

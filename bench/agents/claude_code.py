@@ -1,12 +1,13 @@
 """The ``claude-code`` agent: Anthropic's Claude Code CLI in print mode, its events as stream-json.
 
-Runs ``claude -p PROMPT --output-format stream-json --verbose --dangerously-skip-permissions --model M``
-(pinned 2.1.197, see install.py). The key and endpoint come from the environment, passed through:
-``ANTHROPIC_API_KEY`` (or ``ANTHROPIC_AUTH_TOKEN``/``CLAUDE_CODE_OAUTH_TOKEN``) and, for a proxy or
-gateway, ``ANTHROPIC_BASE_URL``, which is also the one place its sandbox may reach (else
+Runs ``claude -p PROMPT --output-format stream-json --verbose --dangerously-skip-permissions --model
+M`` (pinned 2.1.197, see install.py). The key and endpoint come from the environment, passed
+through: ``ANTHROPIC_API_KEY`` (or ``ANTHROPIC_AUTH_TOKEN``/``CLAUDE_CODE_OAUTH_TOKEN``) and, for a
+proxy or gateway, ``ANTHROPIC_BASE_URL``, which is also the one place its sandbox may reach (else
 api.anthropic.com). A login stored in the user's ``~/.claude`` is not seen: every run has its own
-private HOME. Claude Code refuses ``--dangerously-skip-permissions`` as root unless ``IS_SANDBOX=1``;
-the harness is the sandbox (bench.sandbox, watchdog, audit), so it is set for root.
+private HOME. Claude Code refuses ``--dangerously-skip-permissions`` as root unless
+``IS_SANDBOX=1``; the harness is the sandbox (bench.sandbox, watchdog, audit), so it is set for
+root.
 """
 
 from __future__ import annotations
@@ -70,7 +71,10 @@ class ClaudeCodeAgent(Agent):
 
 
 class ClaudeCodeParser(Parser):
-    """``claude -p --output-format stream-json --verbose``: run totals and cost on the final ``result`` event."""
+    """``claude -p --output-format stream-json --verbose``.
+
+    Run totals and cost on the final ``result`` event.
+    """
 
     def on_json(self, o: dict) -> list[Event]:
         t, msg, out = o.get("type"), o.get("message") or {}, []

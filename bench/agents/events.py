@@ -1,11 +1,12 @@
 """Normalised agent events: one model for what every coding-agent CLI prints, and a tally of a run.
 
-A parser per CLI (:data:`bench.agents.PARSERS`) turns stdout, one line at a time, into :class:`Event` objects
-(``feed(line)``, then ``finish()`` at end of stream); :class:`Tally` counts them for the live status
-line, the run's metrics and its status (API error, over-refusal). Usage events carry increments; a
-``final`` event with tokens or cost carries run totals, which replace the increments. ``tokens_input``
-counts every prompt token, cached ones included; ``tokens_cached`` is the part read from the prompt
-cache (:mod:`bench.agents.pricing`). Parsers never raise on unknown or malformed lines.
+A parser per CLI (:data:`bench.agents.PARSERS`) turns stdout, one line at a time, into
+:class:`Event` objects (``feed(line)``, then ``finish()`` at end of stream); :class:`Tally` counts
+them for the live status line, the run's metrics and its status (API error, over-refusal). Usage
+events carry increments; a ``final`` event with tokens or cost carries run totals, which replace the
+increments. ``tokens_input`` counts every prompt token, cached ones included; ``tokens_cached`` is
+the part read from the prompt cache (:mod:`bench.agents.pricing`). Parsers never raise on unknown or
+malformed lines.
 """
 
 from __future__ import annotations
@@ -51,8 +52,8 @@ class Event:
 
 
 # Over-refusal (paper Appendix A): the model takes its own workspace for untrusted third-party code
-# and will not touch it. Matched, case-insensitively, in assistant texts; it counts as a refusal only
-# if the run wrote or edited no file.
+# and will not touch it. Matched, case-insensitively, in assistant texts; it counts as a refusal
+# only if the run wrote or edited no file.
 _SUSPECT = r"(?:malicious|malware|untrusted|third[- ]party (?:code|material|files?|content|scripts?|software))"
 _NO = r"(?:refuse|declin(?:e|ing)|can(?:not|'t) help|(?:won'?t|will not|cannot|can't) (?:modify|edit|touch|change|help"
 _NO += r"|work)|unable to (?:modify|help)|not comfortable)"
@@ -68,7 +69,10 @@ _REFUSAL = re.compile("|".join(f"(?:{p})" for p in REFUSAL_PATTERNS), re.I)
 
 
 class Tally:
-    """Counts a run's events: tools, tokens, cost, the last assistant texts, error and over-refusal."""
+    """Counts a run's events.
+
+    Tools, tokens, cost, the last assistant texts, error and over-refusal.
+    """
 
     def __init__(self) -> None:
         self.tool_calls = self.shell_commands = self.file_writes = self.file_reads = 0
@@ -103,7 +107,10 @@ class Tally:
             self.refusal = self.refusal or (ev.text if _REFUSAL.search(ev.text) else None)
 
     def refused(self) -> bool:
-        """Over-refusal: an assistant text matched REFUSAL_PATTERNS and no file was written or edited."""
+        """Over-refusal.
+
+        An assistant text matched REFUSAL_PATTERNS and no file was written or edited.
+        """
         return self.refusal is not None and self.file_writes == 0
 
     def metrics(self) -> dict[str, float]:
@@ -114,7 +121,10 @@ class Tally:
         return {**{k: float(v) for k, v in zip(METRICS, counts, strict=True)}, schema.COST_USD: cost}
 
     def summary(self) -> dict:
-        """What the event stream says about the run: its metrics, the last error, over-refusal, the final text."""
+        """What the event stream says about the run.
+
+        Its metrics, the last error, over-refusal, the final text.
+        """
         return {
             "metrics": self.metrics(),
             "error": self.error,
@@ -124,7 +134,9 @@ class Tally:
 
     @classmethod
     def replay(cls, events_file: Path) -> Tally:
-        """The tally of a run's ``events.jsonl`` (``bench run --resume`` rebuilds a dead harness's this way)."""
+        """The tally of a run's ``events.jsonl`` (``bench run --resume`` rebuilds a dead harness's
+        this way).
+        """
         tally, names = cls(), {f.name for f in fields(Event)}
         try:
             f = open(events_file, encoding="utf-8", errors="replace")  # line by line: it may be as large as the log cap
@@ -140,7 +152,10 @@ class Tally:
         return tally
 
     def status_fields(self) -> dict[str, str]:
-        """Short strings for the live status line: {"tools": "12", "tokens": "35.2k", "cost": "$0.41"}."""
+        """Short strings for the live status line.
+
+        {"tools": "12", "tokens": "35.2k", "cost": "$0.41"}.
+        """
         return {
             "tools": str(self.tool_calls),
             "tokens": short_count(self.tokens_input + self.tokens_output),

@@ -7,16 +7,17 @@ would otherwise stop a headless run. The key is ``GEMINI_API_KEY``; ``GOOGLE_GEM
 run's private home turns off telemetry, usage statistics and update checks, so that the CLI
 talks to nothing but the model API.
 
-Without a key, a Google login (``~/.gemini/oauth_creds.json``, written by ``gemini`` and its ``/auth``) is used:
-the file is given to the sandbox read-only at the same place in the private home (:meth:`login_files`), the
-settings select ``oauth-personal``, and the CLI talks to Code Assist (``cloudcode-pa.googleapis.com``) and refreshes
-its hour-long access token at ``oauth2.googleapis.com`` (where it also checks the cached token at the start:
-``getTokenInfo``), both through the sandbox's proxy: not through the metering
-gateway (``GOOGLE_GEMINI_BASE_URL`` does not move a login; ``CODE_ASSIST_ENDPOINT`` would, but the refresh needs a
-second host, and the gateway serves one), so such a run's tokens and cost are the CLI's own figures. The refreshed
-token cannot be written back: the CLI's save fails in an event handler whose rejection its handler of unhandled
-rejections logs before going on with the token in memory (read in its source; not tried against Google); the user's
-refresh token stays valid (Google does not rotate it).
+Without a key, a Google login (``~/.gemini/oauth_creds.json``, written by ``gemini`` and its
+``/auth``) is used: the file is given to the sandbox read-only at the same place in the private home
+(:meth:`login_files`), the settings select ``oauth-personal``, and the CLI talks to Code Assist
+(``cloudcode-pa.googleapis.com``) and refreshes its hour-long access token at
+``oauth2.googleapis.com`` (where it also checks the cached token at the start: ``getTokenInfo``),
+both through the sandbox's proxy: not through the metering gateway (``GOOGLE_GEMINI_BASE_URL`` does
+not move a login; ``CODE_ASSIST_ENDPOINT`` would, but the refresh needs a second host, and the
+gateway serves one), so such a run's tokens and cost are the CLI's own figures. The refreshed token
+cannot be written back: the CLI's save fails in an event handler whose rejection its handler of
+unhandled rejections logs before going on with the token in memory (read in its source; not tried
+against Google); the user's refresh token stays valid (Google does not rotate it).
 """
 
 from __future__ import annotations
@@ -55,8 +56,9 @@ class GeminiAgent(Agent):
     option_names = ("bin",)  # --agent-option bin=/path/to/cli (else the pinned install)
     description = f"Gemini CLI (-o stream-json); --model, default {DEFAULT_MODEL}; GEMINI_API_KEY"
     default_model = DEFAULT_MODEL
-    # a Google login's account e-mail, asked by the CLI at the start (its source: fetchAndCacheUserInfo; a failure is
-    # only logged): refused by the sandbox, not held against the run
+    # a Google login's account e-mail, asked by the CLI at the start (its source:
+    # fetchAndCacheUserInfo; a failure is only logged): refused by the sandbox, not held against the
+    # run
     own_hosts = ("www.googleapis.com",)
 
     def passthrough(self, ctx: LaunchContext) -> tuple[str, ...]:
@@ -71,14 +73,18 @@ class GeminiAgent(Agent):
         return api_endpoints(("GOOGLE_GEMINI_BASE_URL",), "https://generativelanguage.googleapis.com")
 
     def login_files(self, ctx: LaunchContext) -> tuple[tuple[Path, Path], ...]:
-        """(the user's ``oauth_creds.json``, its place in the private home): bound read-only into this run's sandbox
-        only; () when a key is used."""
+        """(the user's ``oauth_creds.json``, its place in the private home).
+
+        Bound read-only into this run's sandbox only; () when a key is used.
+        """
         login = _login(ctx)
         return ((login.file, ctx.home / ".gemini" / "oauth_creds.json"),) if login is not None and login.file else ()
 
     def gateway_var(self, ctx: LaunchContext) -> str | None:
-        """With an API key (or a base URL) the CLI talks to GOOGLE_GEMINI_BASE_URL; a Google login talks to Code
-        Assist's own host, which no base URL replaces."""
+        """With an API key (or a base URL) the CLI talks to GOOGLE_GEMINI_BASE_URL.
+
+        A Google login talks to Code Assist's own host, which no base URL replaces.
+        """
         if os.environ.get("GEMINI_API_KEY") or os.environ.get("GOOGLE_GEMINI_BASE_URL"):
             return "GOOGLE_GEMINI_BASE_URL"
         return None
@@ -109,7 +115,10 @@ class GeminiAgent(Agent):
 
 
 class GeminiParser(Parser):
-    """``gemini -o stream-json``: assistant text comes in deltas (joined here); totals on ``result``; no cost."""
+    """``gemini -o stream-json``.
+
+    Assistant text comes in deltas (joined here); totals on ``result``; no cost.
+    """
 
     def __init__(self, model: str | None = None):
         super().__init__(model)
@@ -140,7 +149,9 @@ class GeminiParser(Parser):
         return out
 
     def _cost(self, s: dict) -> float | None:
-        """Per model where the stats name a known one (the CLI may route to several), else at the run's model."""
+        """Per model where the stats name a known one (the CLI may route to several), else at the
+        run's model.
+        """
         total = 0.0
         for name, m in [(n, m) for n, m in (s.get("models") or {}).items() if isinstance(m, dict)] or [(None, s)]:
             counts = (count(m, "input_tokens"), count(m, "output_tokens"), count(m, "cached"))

@@ -2,13 +2,14 @@
 
 ``bench run --agent generic --agent-option config=mycli.toml``; the file::
 
-    command = ["mycli", "run", "--json", "--model", "{model}", "{prompt}"]  # or one string, split like a shell
-    model = "my-default-model"   # when --model is not given
-    parser = "claude-code"       # a stream parser of bench.agents.PARSERS for its stdout (omit: plain log)
-    private_home = true          # HOME and XDG dirs in the run's private home (the default)
+    command = ["mycli", "run", "--json", "--model", "{model}", "{prompt}"]  # or one string, split
+    like a shell model = "my-default-model"   # when --model is not given parser = "claude-code"
+    # a stream parser of bench.agents.PARSERS for its stdout (omit: plain log) private_home = true
+    # HOME and XDG dirs in the run's private home (the default)
 
-    passthrough = ["MYCLI_*"]    # harness variables it may receive (default: ANTHROPIC_* and OPENAI_*)
-    endpoints = ["{env:OPENAI_BASE_URL}"]  # what its sandbox may reach (default: the URLs below)
+    passthrough = ["MYCLI_*"]    # harness variables it may receive (default: ANTHROPIC_* and
+    OPENAI_*) endpoints = ["{env:OPENAI_BASE_URL}"]  # what its sandbox may reach (default: the URLs
+    below)
 
     [env]
     MYCLI_BASE_URL = "{env:OPENAI_BASE_URL}"
@@ -45,7 +46,9 @@ def load(ctx: LaunchContext) -> dict:
 
 
 def load_config(options: dict[str, str]) -> dict:
-    """The agent's TOML description named by ``--agent-option config=PATH``, or an AgentError saying what is wrong."""
+    """The agent's TOML description named by ``--agent-option config=PATH``, or an AgentError saying
+    what is wrong.
+    """
     path = options.get("config")
     if not path:
         raise AgentError(
@@ -121,7 +124,8 @@ class GenericAgent(Agent):
         return env
 
 
-# Generic: each field is a dotted path ("usage.input_tokens", "content.0.text") or alternatives "a|b".
+# Generic: each field is a dotted path ("usage.input_tokens", "content.0.text") or alternatives
+# "a|b".
 GENERIC_DEFAULTS: dict[str, Any] = {
     "type": "type|event",
     "kinds": {"tool_call": "tool_use|tool_call", "tool_result": "tool_result", "message": "message|text"}
@@ -140,7 +144,10 @@ GENERIC_DEFAULTS: dict[str, Any] = {
 
 
 def get_path(obj: Any, path: str | list[str] | None) -> Any:
-    """JSONPath-like lookup: "a.b.0.c" (a leading "$." is allowed); "a|b" or a list: the first found."""
+    """JSONPath-like lookup.
+
+    "a.b.0.c" (a leading "$." is allowed); "a|b" or a list: the first found.
+    """
     for p in path.split("|") if isinstance(path, str) else path or []:
         cur = obj
         for key in p.removeprefix("$.").split("."):
@@ -154,8 +161,10 @@ def get_path(obj: Any, path: str | list[str] | None) -> Any:
 
 
 class GenericParser(Parser):
-    """JSON lines of a CLI without a parser of its own, read through a mapping (keys of GENERIC_DEFAULTS).
-    A final event's tokens and cost are run totals; a tool_result belongs to the last tool_call."""
+    """JSON lines of a CLI without a parser of its own, read through a mapping (keys of
+    GENERIC_DEFAULTS). A final event's tokens and cost are run totals; a tool_result belongs to the
+    last tool_call.
+    """
 
     def __init__(self, mapping: dict | None = None, model: str | None = None):
         super().__init__(model)
@@ -164,7 +173,10 @@ class GenericParser(Parser):
 
     @classmethod
     def from_file(cls, path: str | Path, model: str | None = None) -> GenericParser:
-        """The mapping from a .json or .toml file (an agent's config): at its top level or in a "parser" table."""
+        """The mapping from a .json or .toml file (an agent's config).
+
+        At its top level or in a "parser" table.
+        """
         import tomllib
 
         text = Path(path).read_text(encoding="utf-8")

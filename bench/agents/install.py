@@ -146,9 +146,12 @@ def _pip_install(cli: CLI, folder: Path, quiet: bool) -> None:
 
 
 def du(path: Path) -> int:
-    """Bytes on disk under ``path``, as ``du -s`` counts them: the blocks each file, folder and link takes, each
-    inode once (npm installs a CLI's binary twice by hard link: Claude Code's 245 MB were reported as 491 MB),
-    symbolic links not followed (a link counts its own blocks, not its target's)."""
+    """Bytes on disk under ``path``, as ``du -s`` counts them.
+
+    The blocks each file, folder and link takes, each inode once (npm installs a CLI's binary twice
+    by hard link: Claude Code's 245 MB were reported as 491 MB), symbolic links not followed (a link
+    counts its own blocks, not its target's).
+    """
     seen: set[tuple[int, int]] = set()
     total = 0
     top = os.fspath(path)
@@ -165,7 +168,10 @@ def du(path: Path) -> int:
 
 
 def install_main(names: list[str]) -> int:
-    """``bench agents install NAME|all``: install the pinned CLIs, saying where, how long and how big."""
+    """``bench agents install NAME|all``.
+
+    Install the pinned CLIs, saying where, how long and how big.
+    """
     wanted = list(CLIS) if not names or "all" in names else names
     unknown = [n for n in wanted if n not in CLIS]
     if unknown:
@@ -188,7 +194,9 @@ def install_main(names: list[str]) -> int:
 
 
 def home_env(home: Path) -> dict[str, str]:
-    """A private HOME and XDG folders for one run: CLIs keep logins, sessions, caches and settings there.
+    """A private HOME and XDG folders for one run.
+
+    CLIs keep logins, sessions, caches and settings there.
 
     Without it, runs would share state (a previous run's session, a user's settings or login) and
     write into the user's real home; with it, each run starts from the same blank slate.
@@ -206,5 +214,8 @@ def home_env(home: Path) -> dict[str, str]:
 
 
 def cli_binary(name: str, options: dict[str, str]) -> str:
-    """The executable to run: ``--agent-option bin=PATH`` (a CLI installed elsewhere) or the pinned install."""
+    """The executable to run.
+
+    ``--agent-option bin=PATH`` (a CLI installed elsewhere) or the pinned install.
+    """
     return options.get("bin") or str(ensure_cli(name))

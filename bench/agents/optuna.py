@@ -1,14 +1,18 @@
-"""The ``optuna`` agent: a time-budgeted Optuna search over the task's baseline knobs (the calibration row).
+"""The ``optuna`` agent.
+
+A time-budgeted Optuna search over the task's baseline knobs (the calibration row).
 
 No model API: the "agent" is ``python -m baselines.agent`` running in the workspace. Each trial is a
-``run_<k>.py`` (the baseline ``train.py`` with the trial's CONFIG) launched like any agent's script, so it
-goes through the same workspace, watchdog, tracer, collection, evaluation and audit (see ``baselines/``).
+``run_<k>.py`` (the baseline ``train.py`` with the trial's CONFIG) launched like any agent's script,
+so it goes through the same workspace, watchdog, tracer, collection, evaluation and audit (see
+``baselines/``).
 
-Options (``RunSpec.options``, strings): ``trials`` (at most this many), ``seed`` (TPE seed; default the run's
-recorded seed), ``storage`` (an Optuna RDB URL or a journal file; default a journal in the workspace's
-``.bench/optuna/``), ``study`` (study name; an existing one is continued), ``pruner`` (``median`` or ``none``),
-``prune_after`` (completed trials before pruning starts), ``max_epochs`` (a cap on every trial's epochs: quick
-runs, tests), ``threads`` (OMP/MKL threads per trial; default half the cores, 0 leaves the environment as it is).
+Options (``RunSpec.options``, strings): ``trials`` (at most this many), ``seed`` (TPE seed; default
+the run's recorded seed), ``storage`` (an Optuna RDB URL or a journal file; default a journal in the
+workspace's ``.bench/optuna/``), ``study`` (study name; an existing one is continued), ``pruner``
+(``median`` or ``none``), ``prune_after`` (completed trials before pruning starts), ``max_epochs``
+(a cap on every trial's epochs: quick runs, tests), ``threads`` (OMP/MKL threads per trial; default
+half the cores, 0 leaves the environment as it is).
 """
 
 from __future__ import annotations
@@ -34,8 +38,10 @@ class OptunaAgent(Agent):
     seeded = True  # each repeat's trials train from its recorded seed; it is the TPE seed too unless given
 
     def endpoints(self, ctx: LaunchContext) -> tuple[str, ...]:
-        """A study storage served on this machine (``postgresql://127.0.0.1:5432/...``) is bridged port for
-        port; a remote database server cannot be: its clients do not speak through the sandbox's HTTP proxy."""
+        """A study storage served on this machine (``postgresql://127.0.0.1:5432/...``) is bridged
+        port for port; a remote database server cannot be: its clients do not speak through the
+        sandbox's HTTP proxy.
+        """
         url = urlsplit(ctx.options.get("storage") or "")
         if "://" not in (ctx.options.get("storage") or "") or url.scheme.startswith("sqlite") or not url.hostname:
             return ()
@@ -49,8 +55,10 @@ class OptunaAgent(Agent):
         return (endpoint.url,)
 
     def writable(self, ctx: LaunchContext) -> tuple[Path, ...]:
-        """The folder of a SQLite or journal storage outside the workspace (SQLite writes its journal beside the
-        database file): the one harness place the calibration agent writes. Inside the workspace: nothing."""
+        """The folder of a SQLite or journal storage outside the workspace (SQLite writes its
+        journal beside the database file): the one harness place the calibration agent writes.
+        Inside the workspace: nothing.
+        """
         spec = ctx.options.get("storage") or ""
         if spec.startswith("sqlite:///") and spec != "sqlite:///:memory:":
             path = Path(spec.removeprefix("sqlite:///"))
@@ -82,7 +90,8 @@ class OptunaAgent(Agent):
         return argv
 
     def env(self, ctx: LaunchContext) -> dict[str, str]:
-        # The driver imports ``baselines`` from this checkout (installed or not); it keeps that entry off
-        # the PYTHONPATH of the scripts it launches, so they see exactly what any agent's scripts see.
+        # The driver imports ``baselines`` from this checkout (installed or not); it keeps that
+        # entry off the PYTHONPATH of the scripts it launches, so they see exactly what any agent's
+        # scripts see.
         path = [str(ROOT), *(p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p)]
         return {"PYTHONPATH": os.pathsep.join(path)}

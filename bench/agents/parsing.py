@@ -1,10 +1,12 @@
-"""What every stream parser shares: the :class:`Parser` base and the helpers that map a CLI's tool calls,
-usage counts and errors onto normalised :class:`~bench.agents.events.Event` objects.
+"""What every stream parser shares.
 
-Each CLI's own parser lives in that agent's module (``claude_code.py`` holds ``ClaudeCodeParser`` beside
-``ClaudeCodeAgent``); :data:`bench.agents.PARSERS` is the table that finds them by name. ``feed(line)`` for
-every line the CLI prints, then ``finish()`` at end of stream. Parsers never raise on unknown or malformed
-lines (a CLI upgrade must not take a run down).
+The :class:`Parser` base and the helpers that map a CLI's tool calls, usage counts and errors onto
+normalised :class:`~bench.agents.events.Event` objects.
+
+Each CLI's own parser lives in that agent's module (``claude_code.py`` holds ``ClaudeCodeParser``
+beside ``ClaudeCodeAgent``); :data:`bench.agents.PARSERS` is the table that finds them by name.
+``feed(line)`` for every line the CLI prints, then ``finish()`` at end of stream. Parsers never
+raise on unknown or malformed lines (a CLI upgrade must not take a run down).
 """
 
 from __future__ import annotations
@@ -33,7 +35,10 @@ def tool_kind(name: Any) -> str:
 
 
 def unwrap_shell(cmd: Any) -> str:
-    """The command itself: ["bash", "-lc", "python x.py"] and "/bin/bash -c 'python x.py'" -> "python x.py"."""
+    """The command itself.
+
+    ["bash", "-lc", "python x.py"] and "/bin/bash -c 'python x.py'" -> "python x.py".
+    """
     try:
         argv = [str(a) for a in cmd] if isinstance(cmd, list) else shlex.split(str(cmd))
     except ValueError:
@@ -75,7 +80,10 @@ def usage_event(kind: str, tin: int, tout: int, cached: int, cost: float | None,
 
 
 def result_event(call: Event | None, out: Any, is_error: bool, raw: dict | None) -> Event:
-    """The tool_result of a call; out: a string or a list of {type: text, text} blocks, kept to 2000 chars."""
+    """The tool_result of a call; out.
+
+    A string or a list of {type: text, text} blocks, kept to 2000 chars.
+    """
     if isinstance(out, list):
         out = "\n".join(b.get("text", "") if isinstance(b, dict) else str(b) for b in out)
     text = "" if out is None else str(out)[:2000]
@@ -84,7 +92,10 @@ def result_event(call: Event | None, out: Any, is_error: bool, raw: dict | None)
 
 
 class Parser:
-    """Base of the parsers: one instance per run, fed from one thread. ``model`` prices runs without a cost."""
+    """Base of the parsers: one instance per run, fed from one thread.
+
+    ``model`` prices runs without a cost.
+    """
 
     def __init__(self, model: str | None = None):
         self.model, self.last_text, self.done = model, None, False  # done: a final event was emitted
@@ -100,16 +111,23 @@ class Parser:
             return []
 
     def on_json(self, obj: dict) -> list[Event]:
-        """One JSON event of the CLI -> normalised events; every JSON-speaking parser overrides this."""
+        """One JSON event of the CLI -> normalised events.
+
+        Every JSON-speaking parser overrides this.
+        """
         return []
 
     def shown(self, line: str) -> bool:
-        """Whether a plain (non-JSON) line of the CLI is worth the console (it is in agent.log whatever this says):
-        warnings and errors by default; a parser leaves out what its CLI always prints that says nothing."""
+        """Whether a plain (non-JSON) line of the CLI is worth the console (it is in agent.log
+        whatever this says): warnings and errors by default; a parser leaves out what its CLI always
+        prints that says nothing.
+        """
         return True
 
     def finish(self) -> list[Event]:
-        """A final event from the last assistant text when the CLI printed none (killed, or none in its format)."""
+        """A final event from the last assistant text when the CLI printed none (killed, or none in
+        its format).
+        """
         done, self.done = self.done, True
         return [] if done else [Event("final", text=self.last_text)]
 

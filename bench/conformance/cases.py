@@ -1,7 +1,9 @@
-"""The bad inputs every task's ``prepare.py --eval`` must answer with one JSON error line (exit 1), never a score
-and never a bare traceback: built from a trained checkpoint, so that each differs from a good one in one way.
+"""The bad inputs every task's ``prepare.py --eval`` must answer with one JSON error line (exit 1),
+never a score and never a bare traceback: built from a trained checkpoint, so that each differs from
+a good one in one way.
 
-Shared by ``bench tasks check`` and tests/tasks/test_conformance.py, which run them the same way (forked_cli.py).
+Shared by ``bench tasks check`` and tests/tasks/test_conformance.py, which run them the same way
+(forked_cli.py).
 """
 
 from __future__ import annotations
@@ -36,7 +38,10 @@ CODE_RAN = "code-ran"  # the file that unpickling the code_in_pickle case create
 
 
 class RunsCodeWhenUnpickled:
-    """Unpickling this creates `path`: a checkpoint must be loaded without running code (weights_only)."""
+    """Unpickling this creates `path`.
+
+    A checkpoint must be loaded without running code (weights_only).
+    """
 
     def __init__(self, path: Path):
         self.path = path
@@ -46,7 +51,10 @@ class RunsCodeWhenUnpickled:
 
 
 class Bad(NamedTuple):
-    """One bad input to `prepare.py --eval`: its arguments, and what its error message must (not) say."""
+    """One bad input to `prepare.py --eval`.
+
+    Its arguments, and what its error message must (not) say.
+    """
 
     args: list[str]
     mention: tuple[str, ...] = ()
@@ -54,8 +62,11 @@ class Bad(NamedTuple):
 
 
 def bad_inputs(ckpt: Path, folder: Path, data_dir: Path | None = None) -> dict[str, Bad]:
-    """Every bad-input case for the trained checkpoint `ckpt`, its files written into `folder`. ``data_dir``: the
-    prepared data every case but no_data reads (the default data/ of the folder it runs in when None)."""
+    """Every bad-input case for the trained checkpoint `ckpt`, its files written into `folder`.
+
+    ``data_dir``: the prepared data every case but no_data reads (the default data/ of the folder it
+    runs in when None).
+    """
     payload = torch.load(ckpt, map_location="cpu", weights_only=True)
     state = payload["state_dict"]
     last_key = list(state)[-1]
@@ -110,8 +121,9 @@ def bad_inputs(ckpt: Path, folder: Path, data_dir: Path | None = None) -> dict[s
 
 
 def run_forked(workspace: Path, commands: dict[str, list[str]], folder: Path) -> dict[str, subprocess.CompletedProcess]:
-    """Each ``python prepare.py ARGS`` of ``commands`` run in ``workspace`` (forks of one interpreter):
-    {case: the process as if run alone}. RuntimeError when the driver itself fails."""
+    """Each ``python prepare.py ARGS`` of ``commands`` run in ``workspace`` (forks of one
+    interpreter): {case: the process as if run alone}. RuntimeError when the driver itself fails.
+    """
     (folder / "cases.json").write_text(json.dumps(commands), encoding="utf-8")
     driver = subprocess.run(
         [sys.executable, str(FORKED_CLI), str(folder / "cases.json"), str(folder / "results.json")],

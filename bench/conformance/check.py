@@ -1,15 +1,16 @@
 """``bench tasks check DIR``: the conformance suite as a command for a task author.
 
-It runs the task folder the way the harness does, on the small GENERATED data its ``smalldata.py`` writes
-(:mod:`bench.tasks.smalldata`), in a temporary folder (the author's folder is only read): ``prepare.py
---prepare`` on the raw files; a real agent workspace built by the harness's own builder
-(:mod:`bench.pipeline.workspace`: the held-out files left out); the baseline ``train.py`` trained there with the
-``TINY`` config on the CPU (its output shown as it trains); its checkpoints against the output contract;
-``prepare.py --eval`` (the one JSON line), the bad inputs (:mod:`bench.conformance.cases`), ``--eval`` from
-inside the workspace (which must not reach the eval split's labels), and the trusted scorer with its probes
-(:mod:`bench.pipeline.evaluate`, sandboxed where bubblewrap works). Each broken promise is one ``FAIL`` line
-saying what to change (:mod:`bench.conformance.promises`); exit 0 when every promise holds, 1 otherwise, 2 for a
-folder that is not a task.
+It runs the task folder the way the harness does, on the small GENERATED data its ``smalldata.py``
+writes (:mod:`bench.tasks.smalldata`), in a temporary folder (the author's folder is only read):
+``prepare.py --prepare`` on the raw files; a real agent workspace built by the harness's own builder
+(:mod:`bench.pipeline.workspace`: the held-out files left out); the baseline ``train.py`` trained
+there with the ``TINY`` config on the CPU (its output shown as it trains); its checkpoints against
+the output contract; ``prepare.py --eval`` (the one JSON line), the bad inputs
+(:mod:`bench.conformance.cases`), ``--eval`` from inside the workspace (which must not reach the
+eval split's labels), and the trusted scorer with its probes (:mod:`bench.pipeline.evaluate`,
+sandboxed where bubblewrap works). Each broken promise is one ``FAIL`` line saying what to change
+(:mod:`bench.conformance.promises`); exit 0 when every promise holds, 1 otherwise, 2 for a folder
+that is not a task.
 """
 
 from __future__ import annotations
@@ -33,8 +34,8 @@ from bench.tasks import Task, TaskError, load_task, smalldata
 
 NOT_COPIED = shutil.ignore_patterns("data", "checkpoints", "weights", "__pycache__")
 TRAIN_TIMEOUT_S = 1800
-# Runs train.main(dict(train.CONFIG, **TINY)) as `python train.py` would name itself (the payload's script), and
-# writes the config it was given first (the payload must carry it).
+# Runs train.main(dict(train.CONFIG, **TINY)) as `python train.py` would name itself (the payload's
+# script), and writes the config it was given first (the payload must carry it).
 DRIVER = """\
 import copy, json, sys, time
 sys.path.insert(0, ".")
@@ -104,7 +105,9 @@ def _prepare(folder: Path, work: Path, small: smalldata.SmallData) -> Path:
 
 
 def _train(ws: Path, work: Path, small: smalldata.SmallData, check: Check) -> dict:
-    """The baseline on the CPU (CUDA hidden: its self-reported scores are the CPU evaluator's), output shown."""
+    """The baseline on the CPU (CUDA hidden: its self-reported scores are the CPU evaluator's),
+    output shown.
+    """
     given = work / "given.json"
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONUNBUFFERED": "1"}
     env.pop("PYTHONPATH", None)
@@ -193,7 +196,10 @@ def _scorer(task: Task, ws: Path, ckpt: Path, data: Path, work: Path, check: Che
 
 
 def check_folder(folder: Path, work: Path, check: Check) -> None:
-    """Every promise of the task folder, judged into ``check``; ``work``: an empty folder of the check's own."""
+    """Every promise of the task folder, judged into ``check``; ``work``.
+
+    An empty folder of the check's own.
+    """
     from bench.pipeline import workspace
 
     task = load_task(folder)
@@ -252,7 +258,10 @@ def check_folder(folder: Path, work: Path, check: Check) -> None:
 
 
 def check_main(folder: str, *, keep: bool = False, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
-    """``bench tasks check DIR``: 0 when every promise holds, 1 when one is broken (InputError: not a task)."""
+    """``bench tasks check DIR``.
+
+    0 when every promise holds, 1 when one is broken (InputError: not a task).
+    """
     path = Path(folder).expanduser()
     if not path.is_dir():
         raise InputError(f"{folder} is not a folder: give a task folder (with task.toml)")

@@ -1,4 +1,7 @@
-"""``bench selftest``: the GPU proof kit's command line (the package docstring says how to run it where)."""
+"""``bench selftest``.
+
+The GPU proof kit's command line (the package docstring says how to run it where).
+"""
 
 from __future__ import annotations
 
