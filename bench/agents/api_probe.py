@@ -68,8 +68,9 @@ def enabled() -> bool:
 
 
 def models_url(need: Need) -> str:
-    """The model list of ``need``'s API at its base URL (which for OpenAI-compatible APIs includes
-    ``/v1``).
+    """The model list of ``need``'s API at its base URL.
+
+    For OpenAI-compatible APIs the base URL includes ``/v1``.
     """
     base = need.base_url.rstrip("/")
     if need.api == ANTHROPIC:
@@ -106,8 +107,9 @@ def _listed(need: Need, body: bytes) -> tuple[str, ...] | None:
 
 
 def probe(need: Need, timeout: float = TIMEOUT_S) -> Probe:
-    """Ask ``need``'s endpoint for its model list with its credential (the module docstring says
-    what it proves).
+    """Ask ``need``'s endpoint for its model list with its credential.
+
+    The module docstring says what it proves.
     """
     url = models_url(need)
     req = urllib.request.Request(url, headers=_headers(need, need.credential), method="GET")
@@ -133,8 +135,10 @@ def offers(models: tuple[str, ...], model: str) -> bool:
 
 
 def problem(need: Need, found: Probe | None) -> str | None:
-    """The one-line problem of ``need`` (its credential, then what the endpoint answered), or None
-    when it is ready. ``found`` None: the endpoint was not asked (only the credential is judged).
+    """The one-line problem of ``need``, or None when it is ready.
+
+    The credential's problem comes first, then what the endpoint answered. ``found`` None: the
+    endpoint was not asked (only the credential is judged).
     """
     cred = need.credential
     if cred is None:
@@ -177,9 +181,10 @@ def _key(need: Need) -> tuple[str, str | None]:
 
 
 def probe_all(needs: list[Need], timeout: float = TIMEOUT_S) -> list[Probe]:
-    """:func:`probe` of each need, in parallel, one request per distinct URL and credential (a need
-    without a credential is asked without one: whether its endpoint answers at all is still worth
-    knowing before a run).
+    """:func:`probe` of each need, in parallel, one request per distinct URL and credential.
+
+    A need without a credential is asked without one: whether its endpoint answers at all is still
+    worth knowing before a run.
     """
     first: dict[tuple[str, str | None], Need] = {}
     for n in needs:

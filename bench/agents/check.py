@@ -31,8 +31,9 @@ class Row:
 
 
 def rows(names: list[str] | None = None, models: dict[str, str] | None = None) -> list[Row]:
-    """One row per agent (``names``: these, in this order; else all), each LLM agent with
-    ``models[name]`` or its default model.
+    """One row per agent, each LLM agent with ``models[name]`` or its default model.
+
+    ``names``: these, in this order; else all.
     """
     names = names or sorted(AGENTS)
     models = models or {}

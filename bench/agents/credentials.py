@@ -72,8 +72,9 @@ class Need:
         return self.credentials[0] if self.credentials else None
 
     def missing(self) -> str:
-        """The one-line problem when no credential is found (a broken login says what to run
-        instead).
+        """The one-line problem when no credential is found.
+
+        A broken login says what to run instead.
         """
         if self.broken:
             return f"{self.agent}: {self.broken}"

@@ -134,8 +134,9 @@ class Tally:
 
     @classmethod
     def replay(cls, events_file: Path) -> Tally:
-        """The tally of a run's ``events.jsonl`` (``bench run --resume`` rebuilds a dead harness's
-        this way).
+        """The tally of a run's ``events.jsonl``.
+
+        ``bench run --resume`` rebuilds a dead harness's this way.
         """
         tally, names = cls(), {f.name for f in fields(Event)}
         try:

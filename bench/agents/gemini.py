@@ -149,8 +149,9 @@ class GeminiParser(Parser):
         return out
 
     def _cost(self, s: dict) -> float | None:
-        """Per model where the stats name a known one (the CLI may route to several), else at the
-        run's model.
+        """Per model where the stats name a known one, else at the run's model.
+
+        The CLI may route to several.
         """
         total = 0.0
         for name, m in [(n, m) for n, m in (s.get("models") or {}).items() if isinstance(m, dict)] or [(None, s)]:

@@ -102,8 +102,9 @@ class OpenCodeAgent(Agent):
         return GATEWAY_VAR if provider in PROVIDER_URLS else None
 
     def gateway_path(self, ctx: LaunchContext) -> str:
-        """The path the gateway's upstream gets where the endpoint has none (a built-in provider's
-        vendor URL).
+        """The path the gateway's upstream gets where the endpoint has none.
+
+        A built-in provider's vendor URL.
         """
         return API_PATHS.get((ctx.model or DEFAULT_MODEL).partition("/")[0], "")
 

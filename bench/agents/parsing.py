@@ -125,8 +125,9 @@ class Parser:
         return True
 
     def finish(self) -> list[Event]:
-        """A final event from the last assistant text when the CLI printed none (killed, or none in
-        its format).
+        """A final event from the last assistant text when the CLI printed none.
+
+        Killed, or none in its format.
         """
         done, self.done = self.done, True
         return [] if done else [Event("final", text=self.last_text)]

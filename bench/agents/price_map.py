@@ -215,8 +215,9 @@ def render(cost_map: MapFile, rows: dict[str, dict], missing: list[str]) -> str:
 
 
 def read_json(path: Path, version: str, date: str) -> MapFile:
-    """A bare map file (the JSON), with the LiteLLM version and date it is from (a bare file does
-    not say them).
+    """A bare map file (the JSON), with the LiteLLM version and date it is from.
+
+    A bare file does not say them.
     """
     data = path.read_bytes()
     try:
@@ -282,8 +283,9 @@ def download(version: str | None, folder: Path) -> Path:
 def refresh(
     source: Path | None = None, version: str | None = None, date: str | None = None, out: Path = TABLE
 ) -> tuple[MapFile, dict[str, dict], list[str]]:
-    """Read the map (a wheel or a JSON file given, else the wheel of ``version`` from PyPI), extract
-    our rows and write the table to ``out``.
+    """Read the map, extract our rows and write the table to ``out``.
+
+    A wheel or a JSON file given, else the wheel of ``version`` from PyPI.
     """
     if source is not None and source.suffix == ".json":
         if not version or not date:

@@ -149,8 +149,10 @@ _USER: dict[tuple, tuple[dict[str, str], dict[str, Price]]] = {}  # (path, mtime
 
 
 def user_rows() -> tuple[dict[str, str], dict[str, Price]]:
-    """The rows of the user's price file ($BENCH_PRICES; none when unset), with their index by
-    normalised name. Read again only when the file changes (the gateway asks for every request).
+    """The rows of the user's price file, with their index by normalised name.
+
+    $BENCH_PRICES; none when unset. Read again only when the file changes (the gateway asks for
+    every request).
     """
     try:
         path = settings.PRICES_FILE.get()

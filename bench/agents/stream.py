@@ -165,8 +165,9 @@ class AgentStream:
             self._handle(self.parser.finish(), None)
 
     def _lines(self, log: CappedLog):
-        """The agent's lines, each at most ``line_bytes`` (what a longer line has past that is
-        counted, dropped, and noted in the log where it was cut).
+        """The agent's lines, each at most ``line_bytes``.
+
+        What a longer line has past that is counted, dropped, and noted in the log where it was cut.
         """
         cap, stdout = self.limits.line_bytes, self.proc.stdout
         while raw := stdout.readline(cap):

@@ -105,8 +105,9 @@ def _prepare(folder: Path, work: Path, small: smalldata.SmallData) -> Path:
 
 
 def _train(ws: Path, work: Path, small: smalldata.SmallData, check: Check) -> dict:
-    """The baseline on the CPU (CUDA hidden: its self-reported scores are the CPU evaluator's),
-    output shown.
+    """The baseline on the CPU, output shown.
+
+    CUDA hidden: its self-reported scores are the CPU evaluator's.
     """
     given = work / "given.json"
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONUNBUFFERED": "1"}

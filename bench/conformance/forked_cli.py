@@ -1,5 +1,6 @@
-"""Run `python prepare.py ARGS` for many ARGS at the cost of one interpreter start-up (POSIX only;
-run as a script).
+"""Run `python prepare.py ARGS` for many ARGS at the cost of one interpreter start-up.
+
+POSIX only; run as a script.
 
     cd WORKSPACE && python forked_cli.py CASES.json RESULTS.json
 

@@ -65,8 +65,9 @@ def one_json_line(stdout: str) -> tuple[dict | None, str | None]:
 
 
 def payload_problems(name: str, payload: object, toml: dict, given: dict, started: float, finished: float) -> list[str]:
-    """The output contract of one baseline checkpoint (``name`` in the lines), loaded with
-    weights_only.
+    """The output contract of one baseline checkpoint, loaded with weights_only.
+
+    ``name`` in the lines.
     """
     import torch
 
@@ -219,8 +220,9 @@ def held_out_problems(
 
 
 def scorer_problems(official: dict, eval_value: float | None, toml: dict, reported_val: float) -> list[str]:
-    """The harness's trusted scorer (labels on its side, the model in a sandboxed predictor) on the
-    baseline.
+    """The harness's trusted scorer on the baseline.
+
+    Labels on its side, the model in a sandboxed predictor.
     """
     from bench.rules.scoring import VAL_ABS_TOL, VAL_REL_TOL
 

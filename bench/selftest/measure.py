@@ -141,9 +141,10 @@ def prepare_data(tasks: list[Task]) -> dict:
 
 
 def baseline_run(task: Task, device: str) -> tuple[dict, object]:
-    """The task's baseline under the full protocol (``bench run --agent baseline``: the task's
-    budget, the sandbox, the trusted scorer, the audit, MLflow); its figures and the RunResult (for
-    the evaluation comparison).
+    """The task's baseline under the full protocol; its figures and the RunResult.
+
+    ``bench run --agent baseline``: the task's budget, the sandbox, the trusted scorer, the audit,
+    MLflow. For the evaluation comparison.
     """
     from bench.runner import RunSpec, run
 

@@ -50,8 +50,9 @@ def inner_pid(pid: int) -> int | None:
 
 
 def runs_script(cmdline: list[str], script: str) -> bool:
-    """Whether a command line runs a file named ``script`` (``python -u ./run_1.py --lr 3`` runs
-    ``run_1.py``).
+    """Whether a command line runs a file named ``script``.
+
+    ``python -u ./run_1.py --lr 3`` runs ``run_1.py``.
     """
     return bool(script) and any(os.path.basename(arg) == script for arg in cmdline[1:])
 

@@ -73,8 +73,9 @@ class Cluster:
         return url("127.0.0.1", self.port, database)
 
     def _run(self, *argv: str, check: bool = True) -> subprocess.CompletedProcess:
-        """A PostgreSQL program, as the postgres user when we are root (initdb and postgres refuse
-        root).
+        """A PostgreSQL program, as the postgres user when we are root.
+
+        Initdb and postgres refuse root.
         """
         found = bin_dir()
         if found is None:
@@ -88,8 +89,9 @@ class Cluster:
         return done
 
     def init(self) -> None:
-        """Create the cluster once (trust authentication for local connections; a password for
-        remote ones).
+        """Create the cluster once.
+
+        Trust authentication for local connections; a password for remote ones.
         """
         if (self.data / "PG_VERSION").is_file():
             return
@@ -122,9 +124,10 @@ class Cluster:
 
 
 def create_database(uri: str) -> bool:
-    """Create the database ``uri`` names if it is missing (connecting to the server's ``postgres``
-    database); True if it exists afterwards. A role that may not create databases gets False, and
-    MLflow's own error later.
+    """Create the database ``uri`` names if it is missing; True if it exists afterwards.
+
+    Connecting to the server's ``postgres`` database. A role that may not create databases gets
+    False, and MLflow's own error later.
     """
     import sqlalchemy
     from sqlalchemy.pool import NullPool

@@ -58,14 +58,16 @@ class Reader(Protocol):
     name: str
 
     def experiments(self, names: Sequence[str] | None = None) -> dict[str, str]:
-        """Active experiments, id -> name, the latest updated first (only the named ones when
-        ``names`` is given).
+        """Active experiments, id -> name, the latest updated first.
+
+        Only the named ones when ``names`` is given.
         """
         ...
 
     def runs(self, experiment_ids: Sequence[str], kind: str, params: bool = False) -> pd.DataFrame:
-        """The active runs of ``kind`` in the experiments, one row each (the columns: the class's
-        docstring).
+        """The active runs of ``kind`` in the experiments, one row each.
+
+        The columns: the class's docstring.
         """
         ...
 
@@ -441,8 +443,9 @@ def campaign_runs(campaign: str) -> tuple[object, list]:
 
 
 def full_histories(run_id: str, keys: Sequence[str]) -> dict[str, list]:
-    """Every logged value of each metric of a run (MLflow ``Metric`` objects: value, step, timestamp
-    in ms).
+    """Every logged value of each metric of a run.
+
+    MLflow ``Metric`` objects: value, step, timestamp in ms.
     """
     c = store.client()
     return {key: list(c.get_metric_history(run_id, key)) for key in keys}

@@ -146,8 +146,9 @@ SPEC_TAG_TABLES = {"tags": TAG_PREFIX}  # field -> tag prefix
 
 
 def spec_params(spec: dict) -> dict:
-    """The description's params (the budget in minutes, as the paper gives it; a missing model as
-    "").
+    """The description's params.
+
+    The budget in minutes, as the paper gives it; a missing model as "".
     """
     out = {name: "" if spec.get(key) is None else spec[key] for key, name in SPEC_PARAMS.items()}
     if spec.get("budget_s") is not None:
@@ -161,8 +162,9 @@ def spec_tags(spec: dict) -> dict[str, str]:
 
 
 def audit_tags(findings) -> dict[str, str]:
-    """The audit's tags on an agent run, from its findings (objects with ``rule``, ``verdict``,
-    ``reason``).
+    """The audit's tags on an agent run, from its findings.
+
+    Objects with ``rule``, ``verdict``, ``reason``.
     """
 
     def rules(verdict: bool) -> str:
@@ -302,8 +304,9 @@ def group_label(task: str, entry: str) -> str:
 
 
 def task_source_tags(source: dict) -> dict[str, str]:
-    """The task's source and folder hash as tags (``source``: result.json's ``task_source``; {} for
-    older runs).
+    """The task's source and folder hash as tags.
+
+    ``source``: result.json's ``task_source``; {} for older runs.
     """
     if not source:
         return {}

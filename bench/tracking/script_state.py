@@ -118,8 +118,9 @@ def metric_rows(s: ScriptState, ev: dict, recent: Seen, queued: int = 0, others:
 
 
 def safe_name(raw: object) -> str:
-    """A script name from a spool event as a plain file name (it names MLflow runs and artifact
-    paths).
+    """A script name from a spool event as a plain file name.
+
+    It names MLflow runs and artifact paths.
     """
     name = re.sub(r"[^A-Za-z0-9_.-]", "_", str(raw or "?"))[-128:]
     return name if name.strip(".") else "_"
@@ -134,8 +135,9 @@ def _int(raw: object) -> int:
 
 
 def _time(raw: object) -> float:
-    """A spool time, or now when it is not one MLflow can store (NaN, infinite, negative, past 2**63
-    ms).
+    """A spool time, or now when it is not one MLflow can store.
+
+    NaN, infinite, negative, past 2**63 ms.
     """
     if raw is None or relay_limits.time_problem(raw):
         return time.time()

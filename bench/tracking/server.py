@@ -69,8 +69,9 @@ def mlflow_bin() -> str:
 def command(
     backend: str, artifacts: Path, host: str, port: int, workers: int = 1, allowed_hosts: str | None = None
 ) -> list[str]:
-    """The lean ``mlflow server`` command line (with ``MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false`` in
-    its env).
+    """The lean ``mlflow server`` command line.
+
+    It runs with ``MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false`` in its env.
     """
     cmd = [mlflow_bin(), "server", "--backend-store-uri", backend, "--artifacts-destination", str(artifacts)]
     cmd += ["--host", host, "--port", str(port), "--workers", str(workers)]
@@ -91,9 +92,10 @@ def public_hosts(port: int) -> str:
 
 
 def prepare(backend: str) -> None:
-    """The database (created if missing: :func:`bench.tracking.postgres.advisory_lock`) and MLflow's
-    schema, once, under the lock harness processes take for it too (without changing this process's
-    tracking URI).
+    """The database and MLflow's schema, once, under the lock harness processes take for it too.
+
+    Created if missing: :func:`bench.tracking.postgres.advisory_lock`. Without changing this
+    process's tracking URI.
     """
     from mlflow.tracking import MlflowClient
 

@@ -134,8 +134,9 @@ SCHEMA_TRIES = 5
 
 
 def schema_lock(uri: str) -> contextlib.AbstractContextManager:
-    """The lock under which the schema of the database ``uri`` is created (a no-op for a server or
-    another store).
+    """The lock under which the schema of the database ``uri`` is created.
+
+    A no-op for a server or another store.
     """
     scheme = uri.split(":", 1)[0].split("+", 1)[0]
     if scheme == "sqlite" and uri.startswith("sqlite:///") and uri != "sqlite:///:memory:":

@@ -175,8 +175,9 @@ class _Tree:
 
 
 class SystemMetrics:
-    """Samples every running traced script (and, once :meth:`follow` names it, the agent's tree) and
-    logs the values with ``log(run_id, rows)``.
+    """Samples every running traced script and logs the values with ``log(run_id, rows)``.
+
+    Once :meth:`follow` names it, the agent's tree is sampled too.
 
     Every process of the run that runs a ``.py`` file is sampled from the first tick that sees it,
     before the relay has read its spool (the agent run, and with it the script runs, may open
@@ -363,8 +364,9 @@ def summary(totals: dict) -> dict:
 
 
 def agent_metrics(scripts: dict) -> dict[str, float]:
-    """The agent run's GPU figures from result.json's ``scripts`` (none without NVML, or for an
-    older result.json).
+    """The agent run's GPU figures from result.json's ``scripts``.
+
+    None without NVML, or for an older result.json.
     """
     system = scripts.get("system") or {}
     figures = {

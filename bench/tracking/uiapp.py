@@ -100,8 +100,9 @@ def views_script(campaigns: list[str]) -> str:
 
 
 def _index() -> Response:
-    """MLflow's ``index.html`` with :data:`SCRIPT` and the views' script first in its head (the UI's
-    own scripts are deferred).
+    """MLflow's ``index.html`` with :data:`SCRIPT` and the views' script first in its head.
+
+    The UI's own scripts are deferred.
     """
     path = os.path.join(flask_app.static_folder, "index.html")
     with open(path, encoding="utf-8") as f:

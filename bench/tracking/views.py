@@ -172,8 +172,9 @@ class View:
     label: str  # what bench ui prints before its link
 
     def envelope(self, now_ms: int) -> str:
-        """The experiment tag's value, as the UI's "Save view" writes it (its ``state`` is a JSON
-        string).
+        """The experiment tag's value, as the UI's "Save view" writes it.
+
+        Its ``state`` is a JSON string.
         """
         return json.dumps(
             {"name": self.name, "createdAt": now_ms, "updatedAt": now_ms, "state": json.dumps(self.state)}

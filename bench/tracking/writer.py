@@ -1,5 +1,6 @@
-"""Every MLflow write of the harness goes through :class:`MlflowWriter` (names come from
-:mod:`~bench.tracking.schema`).
+"""Every MLflow write of the harness goes through :class:`MlflowWriter`.
+
+Names come from :mod:`~bench.tracking.schema`.
 
 It is also where the run's secrets stop (:mod:`bench.redact`): every run name, tag, param and metric
 name and value, text, trace and uploaded file passes the one redactor first, so that a key the agent
@@ -308,9 +309,10 @@ class MlflowWriter:
         return trace_id
 
     def traces_of(self, run_id: str) -> dict[str, int]:
-        """The traces linked to ``run_id``, each with its number of spans (``bench record`` run
-        again must neither write a second trace nor keep one that an earlier attempt left
-        incomplete).
+        """The traces linked to ``run_id``, each with its number of spans.
+
+        ``bench record`` run again must neither write a second trace nor keep one that an earlier
+        attempt left incomplete.
         """
         self._client()
         found = self._do("search traces", "search_traces", locations=[self._experiment_id], run_id=run_id)
@@ -322,8 +324,9 @@ class MlflowWriter:
         self._do("delete traces", "delete_traces", self._experiment_id, trace_ids=list(trace_ids))
 
     def set_experiment_tag(self, key: str, value: str) -> None:
-        """A tag on the campaign's experiment (the UI's saved views live in such tags:
-        bench.tracking.views).
+        """A tag on the campaign's experiment.
+
+        The UI's saved views live in such tags: bench.tracking.views.
         """
         self._client()
         r = redact.redactor()
@@ -351,8 +354,9 @@ class MlflowWriter:
         return [r.info.run_id for r in found if all(r.data.tags.get(k) == str(v) for k, v in tags.items())]
 
     def open_children(self, parent: str) -> list[str]:
-        """Ids of the runs nested under ``parent`` that are still RUNNING (what a killed harness
-        left open).
+        """Ids of the runs nested under ``parent`` that are still RUNNING.
+
+        What a killed harness left open.
         """
         self._client()
         found = self._do(

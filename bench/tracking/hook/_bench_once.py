@@ -38,8 +38,9 @@ def decimals(x):
 
 
 def same_value(a, a_exact, b, b_exact):
-    """True when ``a`` and ``b`` can be one value, each either exact (traced) or printed (rounded to
-    what it shows).
+    """True when ``a`` and ``b`` can be one value, each either exact (traced) or printed.
+
+    Rounded to what it shows.
 
     Two exact values are one only when equal (a script may trace a value twice on purpose);
     otherwise the printed side's rounding, half a unit of its last decimal (the coarser of two
@@ -71,14 +72,16 @@ class Seen:
             at.append((value, exact))
 
     def copy_of(self, key, step, value, exact):
-        """True when ``value`` is one of the values seen at (key, step) (two exact values never
-        are).
+        """True when ``value`` is one of the values seen at (key, step).
+
+        Two exact values never are.
         """
         return any(same_value(value, exact, v, e) for v, e in self.values.get((key, step), ()))
 
     def rows(self):
-        """The contents as JSON rows ``[key, step, value, exact]``, oldest first (the relay keeps
-        them on disk).
+        """The contents as JSON rows ``[key, step, value, exact]``, oldest first.
+
+        The relay keeps them on disk.
         """
         return [[k, s, v, e] for (k, s), vals in self.values.items() for v, e in vals]
 
@@ -110,8 +113,9 @@ def event_values(ev):
 
 
 class TracedReader:
-    """Reads the values a script traced into its spool (not the tee's own ``"src": "stdout"`` lines)
-    into ``seen``.
+    """Reads the values a script traced into its spool into ``seen``.
+
+    Not the tee's own ``"src": "stdout"`` lines.
     """
 
     def __init__(self, spool, seen):

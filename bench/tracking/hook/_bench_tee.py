@@ -128,8 +128,9 @@ class Tee:
             pass
 
     def pump(self, s, once):
-        """Read what the pipe holds (one chunk, or until it is empty), copy it on, then look at its
-        lines.
+        """Read what the pipe holds, copy it on, then look at its lines.
+
+        One chunk, or until it is empty.
         """
         while True:
             try:
