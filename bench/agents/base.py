@@ -25,10 +25,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
+from bench.errors import InputError
 from bench.tasks import Task
 
 
-class AgentError(ValueError):
+class AgentError(InputError):
     """An agent that cannot be started as asked (unknown name, missing option)."""
 
 

@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.errors import BenchError
 from bench.paths import clis_dir
 
 MARKER = ".bench-installed"
@@ -54,7 +55,7 @@ CLIS: dict[str, CLI] = {
 AIDER_PYTHONS = ("python3.11", "python3.12", "python3.10")  # aider-chat 0.86 supports 3.10 to 3.12
 
 
-class InstallError(RuntimeError):
+class InstallError(BenchError, RuntimeError):
     """A CLI could not be installed; the message says what to do."""
 
 

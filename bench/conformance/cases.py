@@ -18,6 +18,13 @@ from typing import NamedTuple
 
 import torch
 
+from bench.errors import BenchError
+
+
+class DriverFailed(BenchError, RuntimeError):
+    """The forked driver could not import ``prepare.py`` in the workspace, so no case was run."""
+
+
 EXTRA_KEY = "zz_not_in_the_model.weight"
 FORKED_CLI = Path(__file__).resolve().parent / "forked_cli.py"
 CASES = [
@@ -122,7 +129,8 @@ def bad_inputs(ckpt: Path, folder: Path, data_dir: Path | None = None) -> dict[s
 
 def run_forked(workspace: Path, commands: dict[str, list[str]], folder: Path) -> dict[str, subprocess.CompletedProcess]:
     """Each ``python prepare.py ARGS`` of ``commands`` run in ``workspace`` (forks of one
-    interpreter): {case: the process as if run alone}. RuntimeError when the driver itself fails.
+    interpreter): {case: the process as if run alone}. DriverFailed (a RuntimeError) when the driver
+    itself fails.
     """
     (folder / "cases.json").write_text(json.dumps(commands), encoding="utf-8")
     driver = subprocess.run(
@@ -133,7 +141,7 @@ def run_forked(workspace: Path, commands: dict[str, list[str]], folder: Path) ->
         timeout=600,
     )
     if driver.returncode != 0:
-        raise RuntimeError(
+        raise DriverFailed(
             f"prepare.py could not be imported in {workspace}: {(driver.stderr or driver.stdout)[-2000:]}"
         )
     results = json.loads((folder / "results.json").read_text(encoding="utf-8"))

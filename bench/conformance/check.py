@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TextIO
 
 from bench.conformance import cases, promises
-from bench.errors import InputError
+from bench.errors import BenchError, InputError
 from bench.tasks import Task, TaskError, load_task, smalldata
 
 NOT_COPIED = shutil.ignore_patterns("data", "checkpoints", "weights", "__pycache__")
@@ -48,7 +48,11 @@ train.main(config)
 """
 
 
-class Broken(Exception):
+class StepFailed(BenchError, RuntimeError):
+    """The task's own code (``prepare.py``, ``train.py``) failed a step; the message says how."""
+
+
+class Broken(BenchError):
     """A promise broken so early that nothing after it can be checked (no data, no checkpoint)."""
 
 
@@ -100,7 +104,7 @@ def _prepare(folder: Path, work: Path, small: smalldata.SmallData) -> Path:
     copy = shutil.copytree(folder, work / "task", ignore=NOT_COPIED)  # --prepare writes nothing in the author's folder
     proc = _run([sys.executable, "prepare.py", "--prepare", "--raw-dir", str(raw), "--data-dir", str(data)], copy)
     if proc.returncode != 0:
-        raise RuntimeError(f"prepare.py --prepare failed on the small data (exit {proc.returncode}): {_tail(proc)}")
+        raise StepFailed(f"prepare.py --prepare failed on the small data (exit {proc.returncode}): {_tail(proc)}")
     return data
 
 
@@ -131,12 +135,12 @@ def _train(ws: Path, work: Path, small: smalldata.SmallData, check: Check) -> di
     finally:
         timer.cancel()
     if status != 0 and time.monotonic() - t0 >= TRAIN_TIMEOUT_S:
-        raise RuntimeError(f"train.py with TINY {small.tiny} ran past {TRAIN_TIMEOUT_S} s: make TINY smaller")
+        raise StepFailed(f"train.py with TINY {small.tiny} ran past {TRAIN_TIMEOUT_S} s: make TINY smaller")
     if status != 0:
-        raise RuntimeError(f"train.py with TINY {small.tiny} exited {status}: " + " | ".join(lines[-4:])[-600:])
+        raise StepFailed(f"train.py with TINY {small.tiny} exited {status}: " + " | ".join(lines[-4:])[-600:])
     ckpts = sorted((ws / "checkpoints").glob("*.pt"), key=lambda p: (p.stat().st_mtime_ns, p.name))
     if not ckpts:
-        raise RuntimeError(f"train.py saved no checkpoint with TINY {small.tiny}: make TINY train until it saves one")
+        raise StepFailed(f"train.py saved no checkpoint with TINY {small.tiny}: make TINY train until it saves one")
     return {**json.loads(given.read_text(encoding="utf-8")), "finished": finished, "checkpoints": ckpts}
 
 

@@ -28,6 +28,16 @@ from importlib import metadata
 from pathlib import Path
 
 from bench import settings
+from bench.errors import BenchError, InputError
+
+
+class NotInMirror(InputError, FileNotFoundError):
+    """A raw data file the bundle carries is not in the data mirror given (``--mirror``)."""
+
+
+class BundleTooLarge(BenchError, RuntimeError):
+    """The bundle is over its size limit; the message names its largest file."""
+
 
 ROOT = Path(__file__).resolve().parents[2]
 # The kit's own needs beyond the image (pinned to this environment's versions at build time);
@@ -125,7 +135,7 @@ def data_files(mirror: Path) -> list[tuple[Path, str]]:
         for source in get_task(tid).data:
             path = mirror / source.mirror
             if not path.is_file():
-                raise FileNotFoundError(f"{path}: not in the mirror; set --mirror or BENCH_DATA_MIRROR")
+                raise NotInMirror(f"{path}: not in the mirror; set --mirror or BENCH_DATA_MIRROR")
             out.append((path, source.mirror))
     return out
 
@@ -155,7 +165,7 @@ def build(dest: Path, mirror: Path, limit_mib: float = 48.0, wheelhouse: Path | 
     manifest = {"files": listed, "dropped": dropped, "total_bytes": total, "limit_mib": limit_mib, "pins": pins()}
     (dest / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
     if total > limit_mib * 2**20:
-        raise RuntimeError(
+        raise BundleTooLarge(
             f"the bundle is {total / 2**20:.1f} MiB, over its {limit_mib:g} MiB; drop wheels the kit "
             f"does not need (the largest: {sorted(listed, key=lambda f: -f['bytes'])[0]['path']})"
         )

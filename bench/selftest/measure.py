@@ -21,8 +21,14 @@ import sys
 import time
 from pathlib import Path
 
+from bench.errors import BenchError
 from bench.pipeline.evaluate import _last_json
 from bench.tasks import Task
+
+
+class MeasureError(BenchError, RuntimeError):
+    """A measurement could not be taken; the kit records its message and takes the others."""
+
 
 # T1's throughput script: the task's own train.py with a config override, stopped after MAX steps
 # (the log line of step MAX is the last). Written into the workspace by the command agent and run
@@ -205,7 +211,7 @@ def t1_throughput(task: Task, data_dir: Path, work: Path, device: str, steps: in
     )
     bare_s = time.perf_counter() - t0
     if bare.returncode != 0:
-        raise RuntimeError(f"bare T1 run failed (exit {bare.returncode}): {bare.stderr[-800:]}")
+        raise MeasureError(f"bare T1 run failed (exit {bare.returncode}): {bare.stderr[-800:]}")
     command = f"cat > {PROOF_SCRIPT} <<'EOF'\n{_PROOF}EOF\npython {PROOF_SCRIPT} {shlex.quote(config)} {steps}"
     spec = RunSpec(
         task=task,
@@ -242,7 +248,7 @@ def evaluation_cost(task: Task, result, data_dir: Path, work: Path, device: str,
 
     best = result.best
     if best is None:
-        raise RuntimeError(f"the {task.id} baseline run has no best checkpoint: {result.reason}")
+        raise MeasureError(f"the {task.id} baseline run has no best checkpoint: {result.reason}")
     ckpt = Path(best.path)
     ws = Path(result.workspace)
     eval_dir = stage(task, ws, work / f"eval-{task.id}", ckpt)
@@ -263,7 +269,7 @@ def evaluation_cost(task: Task, result, data_dir: Path, work: Path, device: str,
             times[name].append(time.perf_counter() - t0)
             printed = _last_json(done.stdout) or {}
             if done.returncode != 0 or printed.get("error"):
-                raise RuntimeError(f"{name} evaluation failed: {printed.get('error') or done.stderr[-800:]}")
+                raise MeasureError(f"{name} evaluation failed: {printed.get('error') or done.stderr[-800:]}")
             values[name] = printed.get("value")
     inp, sc = statistics.median(times["in_process"]), statistics.median(times["scorer"])
     return {
@@ -297,7 +303,7 @@ def replay_epsilon(task: Task, result, data_dir: Path, work: Path, device: str, 
 
     best = result.best
     if best is None:
-        raise RuntimeError(f"the {task.id} baseline run has no best checkpoint: {result.reason}")
+        raise MeasureError(f"the {task.id} baseline run has no best checkpoint: {result.reason}")
     eval_dir = stage(task, Path(result.workspace), work / f"replay-{task.id}", Path(best.path))
     prepare = load_task_module(task.folder)
     feed = [x for x, _ in prepare.eval_batches(prepare.EVAL_SPLIT, str(data_dir), prepare.FEED_BATCH_SIZE)]

@@ -28,8 +28,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.errors import BenchError
+
 SCHEMA_LOCK = 0x1C7_5C4E  # the advisory lock key under which the schema is created (any 64-bit number of our own)
 DRIVER = "postgresql+psycopg"  # the psycopg 3 driver of the `postgres` extra: `pip install -e '.[postgres]'`
+
+
+class PostgresError(BenchError, RuntimeError):
+    """A PostgreSQL program is missing or failed; the message names it and what it printed."""
 
 
 def bin_dir() -> Path | None:
@@ -79,13 +85,13 @@ class Cluster:
         """
         found = bin_dir()
         if found is None:
-            raise RuntimeError("PostgreSQL's programs are not installed (Debian: apt-get install postgresql)")
+            raise PostgresError("PostgreSQL's programs are not installed (Debian: apt-get install postgresql)")
         cmd = [str(found / argv[0]), *argv[1:]]
         if os.geteuid() == 0:
             cmd = ["runuser", "-u", "postgres", "--", *cmd]
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
         if check and done.returncode != 0:
-            raise RuntimeError(f"{argv[0]} failed ({done.returncode}): {(done.stderr or done.stdout).strip()[-1500:]}")
+            raise PostgresError(f"{argv[0]} failed ({done.returncode}): {(done.stderr or done.stdout).strip()[-1500:]}")
         return done
 
     def init(self) -> None:

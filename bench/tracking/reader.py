@@ -414,10 +414,10 @@ def open_reader(fast: bool | None = None) -> Reader:
         if why is None:
             return SqlReader(uri, strict=bool(fast))
         if fast:
-            raise RuntimeError(f"no fast path for {uri}: {why}")
+            raise store.StoreError(f"no fast path for {uri}: {why}")
         note(f"not reading the tracking database's tables ({why})")
     elif fast and not is_server():
-        raise RuntimeError(f"no fast path for {store.tracking_uri()}: no database and no server")
+        raise store.StoreError(f"no fast path for {store.tracking_uri()}: no database and no server")
     if is_server():
         return ServerReader(strict=bool(fast))
     return ApiReader()

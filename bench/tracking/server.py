@@ -152,7 +152,7 @@ def wait_ready(server: Server, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if server.proc.poll() is not None:
-            raise RuntimeError(f"mlflow server exited with {server.proc.returncode} (backend {server.backend})")
+            raise store.StoreError(f"mlflow server exited with {server.proc.returncode} (backend {server.backend})")
         try:
             with urllib.request.urlopen(server.url + "/health", timeout=5) as answer:
                 if answer.status == 200:

@@ -15,6 +15,7 @@ from functools import cache
 from pathlib import Path
 
 from bench import settings
+from bench.errors import BenchError
 from bench.paths import mlruns_dir
 from bench.tracking import schema
 
@@ -22,6 +23,10 @@ from bench.tracking import schema
 # `bench server` prints it; a server does not say its backend, and reading the tables is ~20x faster
 # than a request per run (issue #16)
 DATABASE_ENV = settings.TRACKING_DB.name
+
+
+class StoreError(BenchError, RuntimeError):
+    """The tracking store (its server, its database) could not be started or reached as asked."""
 
 
 def default_uri() -> str:

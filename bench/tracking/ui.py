@@ -36,6 +36,7 @@ import urllib.request
 from importlib.metadata import distributions
 from pathlib import Path
 
+from bench.errors import BenchError, InputError
 from bench.tracking import store, views
 
 APP = "bench-ui"  # the mlflow.app entry point of pyproject.toml -> bench.tracking.uiapp:app
@@ -49,11 +50,11 @@ NOTICES = ("[MLflow] Security middleware enabled with default settings (localhos
 DEPRECATION = re.compile(r"^\S.*:\d+: \w*DeprecationWarning: ")  # Python's "file:line: Category: message" line
 
 
-class PortBusy(OSError):
+class PortBusy(InputError, OSError):
     """Something already listens on the host and port ``bench ui`` was asked for."""
 
 
-class _Stop(Exception):  # noqa: N818 (a signal's way out of the wait, not an error)
+class _Stop(BenchError):  # noqa: N818 (a signal's way out of the wait, not an error)
     def __init__(self, signum: int):
         self.signum = signum
 
@@ -136,9 +137,11 @@ def wait_ready(proc: subprocess.Popen, base: str, timeout_s: float = READY_S) ->
         if _answers(base):
             return
         if time.monotonic() > deadline:
-            raise RuntimeError(f"the MLflow server did not answer on {base} within {timeout_s:.0f} s")
+            raise store.StoreError(f"the MLflow server did not answer on {base} within {timeout_s:.0f} s")
         time.sleep(0.5)
-    raise RuntimeError(f"the MLflow server exited with status {proc.returncode} before answering (its output above)")
+    raise store.StoreError(
+        f"the MLflow server exited with status {proc.returncode} before answering (its output above)"
+    )
 
 
 def print_links(base: str, campaigns: list[tuple[str, str]], most: int = MOST) -> None:

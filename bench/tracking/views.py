@@ -59,7 +59,13 @@ import time
 from dataclasses import dataclass
 from urllib.parse import quote
 
+from bench.errors import InputError
 from bench.tracking import reader, schema, store
+
+
+class UnknownExperiment(InputError, LookupError):
+    """An experiment named for the views that the store does not hold; the message lists those it does."""
+
 
 # the runs table's columns, in order; the README's "Comparing agents in the MLflow UI" lists them
 AGENT_METRICS = (  # an agent run's (offline agents log no tokens or cost: the UI leaves out a metric no run has)
@@ -298,7 +304,7 @@ def experiments(names: list[str] | None = None) -> list[tuple[str, str]]:
             known = [n for n, _ in experiments()]
             more = ", ..." if len(known) > 10 else ""
             hint = f"experiments with agent runs: {', '.join(known[:10])}{more}" if known else "it has no agent runs"
-            raise LookupError(f"no experiment {', '.join(map(repr, missing))} in {store.tracking_uri()} ({hint})")
+            raise UnknownExperiment(f"no experiment {', '.join(map(repr, missing))} in {store.tracking_uri()} ({hint})")
         return [(n, ids[n]) for n in names]
     found = source.experiments()
     holding = set(source.runs(list(found), schema.KIND_AGENT)["experiment_id"])

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import redact
+from bench.errors import BenchError
 from bench.markup import shown
 from bench.tracking import schema, store
 
@@ -39,7 +40,7 @@ os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "15")
 os.environ.setdefault("MLFLOW_ENABLE_ASYNC_TRACE_LOGGING", "false")
 
 
-class TrackingError(RuntimeError):
+class TrackingError(BenchError, RuntimeError):
     """The tracking store refused or could not be reached; what was spooled is kept."""
 
 
