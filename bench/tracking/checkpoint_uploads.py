@@ -45,9 +45,10 @@ class Uploads:
         self.uploaded: list[str] = list(uploaded or [])  # "dev:ino:size:mtime_ns" of every file uploaded
 
     def path_of(self, raw: object) -> tuple[Path | None, str]:
-        """The checkpoint a spool event names, if it lies in ``checkpoints/`` by name (nothing
-        resolved: whether it is a regular file reached with no link is :meth:`upload`'s check); else
-        why not.
+        """The checkpoint a spool event names, if it lies in ``checkpoints/`` by name; else why not.
+
+        Nothing is resolved here: whether it is a regular file reached with no link is
+        :meth:`upload`'s check.
         """
         try:
             path = Path(os.path.abspath(str(raw)))

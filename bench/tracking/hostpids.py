@@ -58,10 +58,12 @@ def runs_script(cmdline: list[str], script: str) -> bool:
 
 
 def bind(procs: Iterable[psutil.Process], pid: int, started: float, script: str) -> psutil.Process | None:
-    """The one process of ``procs`` (the run's, as the harness sees them) that is the script the
-    spool describes: ``pid`` in its innermost namespace, created by ``started`` (+ the clocks'
-    slack), running ``script``; None when no process is, or when more than one could be (nothing is
-    sampled rather than the wrong process).
+    """The one process of ``procs`` that is the script the spool describes, or None.
+
+    ``procs`` are the run's processes as the harness sees them. The script's is ``pid`` in its
+    innermost namespace, created by ``started`` (+ the clocks' slack), running ``script``; None when
+    no process is, or when more than one could be (nothing is sampled rather than the wrong
+    process).
     """
     found = []
     for proc in procs:

@@ -69,13 +69,16 @@ class Cluster:
 
     @property
     def data(self) -> Path:
+        """The cluster's data directory (``initdb``'s ``-D``)."""
         return self.root / "data"
 
     @property
     def log(self) -> Path:
+        """The server's log file (``pg_ctl -l``)."""
         return self.root / "postgres.log"
 
     def uri(self, database: str) -> str:
+        """An SQLAlchemy URL of ``database`` on this cluster, as the superuser over local TCP."""
         return url("127.0.0.1", self.port, database)
 
     def _run(self, *argv: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -109,6 +112,7 @@ class Cluster:
         )
 
     def running(self) -> bool:
+        """Whether the cluster's server is up (``pg_ctl status``)."""
         return self._run("pg_ctl", "-D", str(self.data), "status", check=False).returncode == 0
 
     def start(self) -> None:
@@ -125,6 +129,7 @@ class Cluster:
         self._run("pg_ctl", "-D", str(self.data), "-o", opts, "-l", str(self.log), "-w", "-t", "120", "start")
 
     def stop(self) -> None:
+        """Stop the server (fast shutdown) if its pid file is there; else nothing runs."""
         if (self.data / "postmaster.pid").is_file():
             self._run("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "stop", check=False)
 
@@ -167,8 +172,10 @@ def _create(conn, name: str | None) -> bool:
 
 @contextlib.contextmanager
 def advisory_lock(uri: str, key: int = SCHEMA_LOCK, timeout_s: float = 300.0) -> Iterator[None]:
-    """Hold PostgreSQL's advisory lock ``key`` on the server of ``uri`` for the block (every process
-    of every node that asks waits its turn), and make the database ``uri`` names if it is missing.
+    """Hold PostgreSQL's advisory lock ``key`` on the server of ``uri`` for the block.
+
+    Every process of every node that asks waits its turn; the database ``uri`` names is made if it
+    is missing.
 
     The lock is taken on the server's ``postgres`` database, which exists before the campaign's
     does; if that one cannot be reached (a role limited to its own database), on ``uri``'s database

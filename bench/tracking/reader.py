@@ -109,6 +109,7 @@ class ApiReader:
     name = "api"
 
     def experiments(self, names: Sequence[str] | None = None) -> dict[str, str]:
+        """See :meth:`Reader.experiments`."""
         if missing():
             return {}
         c = store.client()
@@ -119,6 +120,7 @@ class ApiReader:
         return {str(e.experiment_id): e.name for e in found}
 
     def runs(self, experiment_ids: Sequence[str], kind: str, params: bool = False) -> pd.DataFrame:
+        """See :meth:`Reader.runs`."""
         import pandas as pd
 
         ids = [str(i) for i in experiment_ids]
@@ -145,6 +147,7 @@ class ApiReader:
                 return pd.DataFrame(rows, columns=None if rows else RUN_COLUMNS)
 
     def metric_history(self, run_ids: Sequence[str], key: str) -> pd.DataFrame:
+        """See :meth:`Reader.metric_history`; one request per run."""
         ids = list(dict.fromkeys(run_ids))
         if not ids or missing():
             return history_frame([])
@@ -247,12 +250,15 @@ class SqlReader(ApiReader):
             return getattr(ApiReader, method)(self, *args)
 
     def experiments(self, names: Sequence[str] | None = None) -> dict[str, str]:
+        """See :meth:`Reader.experiments`; from the tables, or the public API when a query fails."""
         return self._or_api("experiments", names)
 
     def runs(self, experiment_ids: Sequence[str], kind: str, params: bool = False) -> pd.DataFrame:
+        """See :meth:`Reader.runs`; from the tables, or the public API when a query fails."""
         return self._or_api("runs", experiment_ids, kind, params)
 
     def metric_history(self, run_ids: Sequence[str], key: str) -> pd.DataFrame:
+        """See :meth:`Reader.metric_history`; from the tables, else through the public API."""
         return self._or_api("metric_history", list(dict.fromkeys(run_ids)), key)
 
     def _sql_experiments(self, names: Sequence[str] | None) -> dict[str, str]:
@@ -337,6 +343,7 @@ VALUES_PER_REQUEST = 25_000  # the server's limit: an answer this long may have 
 
 
 def is_server(uri: str | None = None) -> bool:
+    """Whether ``uri`` (default: the store in force) is a tracking server's HTTP address."""
     return (uri or store.tracking_uri()).startswith(("http://", "https://"))
 
 
@@ -360,6 +367,7 @@ class ServerReader(ApiReader):
         self.bulk = True
 
     def metric_history(self, run_ids: Sequence[str], key: str) -> pd.DataFrame:
+        """See :meth:`Reader.metric_history`; in bulk requests while the server answers them."""
         ids = list(dict.fromkeys(run_ids))
         if self.bulk and ids:
             try:
@@ -425,8 +433,9 @@ def open_reader(fast: bool | None = None) -> Reader:
 
 # --- a campaign whole, as MLflow holds it: for bench export (bench/bundle_export.py) --------------
 def campaign_runs(campaign: str) -> tuple[object, list]:
-    """The campaign's experiment and every active run in it (any kind), oldest first, through the
-    public API.
+    """The campaign's experiment and every active run in it (any kind), oldest first.
+
+    Read through the public API.
     """
     if missing():  # no store yet: no campaign, and no schema made for nothing
         return None, []
@@ -463,9 +472,10 @@ def run_traces(experiment_id: str, run_id: str) -> list:
 
 
 def artifact_paths(run_id: str) -> list[str]:
-    """Every artifact file of a run, as paths relative to its artifact root (folders walked),
-    through the public API: ``bench verify`` names an artifact the record step logged that the store
-    no longer holds.
+    """Every artifact file of a run, as paths relative to its artifact root (folders walked).
+
+    Read through the public API: ``bench verify`` names an artifact the record step logged that the
+    store no longer holds.
     """
     c, out, todo = store.client(), [], [""]
     while todo:

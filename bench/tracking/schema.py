@@ -9,7 +9,7 @@ Run hierarchy in one experiment per campaign::
       script run  (bench.kind=script)   every run_<x>.py / train.py the agent launched
       eval run    (bench.kind=eval)     official evaluation of a selected checkpoint
     campaign run (bench.kind=campaign) the campaign's report (bench report's files) as artifacts
-      summary run (bench.kind=summary)  one leaderboard entry: Agg, Agg-max, success, per-task statistics
+      summary run (bench.kind=summary)  one leaderboard entry: Agg, Agg-max, success, per-task stats
 """
 
 from __future__ import annotations
@@ -322,8 +322,9 @@ def task_source_tags(source: dict) -> dict[str, str]:
 def protocol_tags(
     *, budget_s: float, task_budget_s: float, hardware: str, device: str, deviations: list
 ) -> dict[str, str]:
-    """The protocol facts of an agent run as tags (``deviations``: :class:`bench.protocol.Deviation`
-    objects).
+    """The protocol facts of an agent run as tags.
+
+    ``deviations``: :class:`bench.protocol.Deviation` objects.
     """
     return {
         PROTOCOL: PROTOCOL_NONSTANDARD if deviations else PROTOCOL_STANDARD,

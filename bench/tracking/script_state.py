@@ -1,5 +1,6 @@
-"""What the relay knows about one traced process (kept in ``relay.json``), and how spool fields are
-read.
+"""What the relay knows about one traced process, and how spool fields are read.
+
+The state is kept in ``relay.json``.
 
 Every field of a spool event is the agent's: a name becomes a plain file name, a pid or a time that
 MLflow could not store becomes 0 or now, never an exception that would stop the relay.

@@ -114,9 +114,7 @@ def start(
     log: Path | None = None,
     timeout_s: float = 180.0,
 ) -> Server:
-    """Prepare the database, start the server in a process group of its own, and wait until it
-    answers.
-    """
+    """Prepare the database, start the server in its own process group, wait until it answers."""
     prepare(backend)
     artifacts = Path(artifacts).resolve()
     artifacts.mkdir(parents=True, exist_ok=True)
@@ -178,6 +176,7 @@ def optuna_storage(backend: str) -> str:
 
 # --- bench server ---------------------------------------------------------------------------------
 def add_cli(sub) -> None:
+    """Add ``bench server`` to the command line's subcommands."""
     s = sub.add_parser(
         "server",
         help="a shared MLflow tracking server on PostgreSQL for a campaign on many nodes (see README)",
@@ -199,6 +198,7 @@ def add_cli(sub) -> None:
 
 
 def cmd_server(args: argparse.Namespace) -> int:
+    """Run ``bench server`` until it is stopped; exit 2 for a wrong pair of flags."""
     from bench.tracking import postgres
 
     if bool(args.postgres) == bool(args.backend_store_uri):

@@ -68,6 +68,7 @@ class Refused:
         self.more = more
 
     def add(self, finding: untrusted.Finding) -> None:
+        """Count a refused file, keeping its name while fewer than :data:`MAX_REFUSED` are kept."""
         if finding.what == untrusted.MISSING:  # gone between the listing and the open: nothing was refused
             return
         name = Path(finding.path).name
@@ -95,8 +96,9 @@ class Refused:
 
 
 def note(scripts: dict) -> str:
-    """One clause for the run's reason when the agent left files in the spool that the relay refused
-    ('' if none): counts only, no agent-chosen text (the names are in result.json and the audit).
+    """One clause for the run's reason when the relay refused files the agent left ('' if none).
+
+    Counts only, no agent-chosen text (the names are in result.json and the audit).
     """
     refused = (scripts.get("relay") or {}).get("refused_files") or {}
     if not refused.get("total"):
@@ -159,15 +161,17 @@ def read_chunk(path: Path, workspace: Path, offset: int, size: int) -> bytes | u
 
 
 def read_tail(path: Path, workspace: Path) -> str | untrusted.Finding:
-    """A script's output tail (``<spool>.tail``), its last :data:`MAX_TAIL` bytes, through the
-    boundary.
+    """A script's output tail (``<spool>.tail``): its last :data:`MAX_TAIL` bytes.
+
+    Read through the boundary.
     """
     return untrusted.read_text_tail(path, workspace, MAX_TAIL, TAIL_LIMITS)
 
 
 def left(path: Path, workspace: Path, offset: int, chunk: int) -> tuple[int, int] | untrusted.Finding:
-    """:func:`bench.tracking.accounting.left` for a file that is still a regular one of the spool (a
-    file swapped for a FIFO or a link after it was read is not opened: its finding instead).
+    """:func:`bench.tracking.accounting.left` for a file that is still a regular one of the spool.
+
+    A file swapped for a FIFO or a link after it was read is not opened: its finding instead.
     """
     try:
         mode = os.stat(path, follow_symlinks=False).st_mode

@@ -30,6 +30,7 @@ class StoreError(BenchError, RuntimeError):
 
 
 def default_uri() -> str:
+    """The embedded store: an SQLite file in the mlruns folder."""
     return f"sqlite:///{mlruns_dir() / 'mlflow.db'}"
 
 
@@ -50,10 +51,12 @@ def database_uri() -> str:
 
 
 def is_embedded() -> bool:
+    """Whether the store in force is the embedded SQLite file (no server, no other database)."""
     return tracking_uri() == default_uri()
 
 
 def artifact_root() -> Path:
+    """The folder where the embedded store keeps its artifacts."""
     return mlruns_dir() / "artifacts"
 
 

@@ -1,5 +1,6 @@
-"""System metrics of traced scripts and of the agent's whole process tree, sampled by the harness on
-the host.
+"""System metrics of traced scripts and of the agent's process tree, sampled by the harness.
+
+They are sampled on the host.
 
 The script pays nothing: the harness reads each script's CPU and memory (with its children, e.g.
 DataLoader workers) with psutil and its GPU memory and utilisation with NVML (``nvidia-ml-py``, when
@@ -83,8 +84,9 @@ def _mb(used: object) -> float:
 
 
 def gpu_usage(devices: list[tuple[list[tuple[int, float]], float]], pids: set[int]) -> dict[str, float]:
-    """GPU memory of ``pids`` summed over the GPUs, and the utilisation of the busiest GPU they are
-    on (NVML's is per GPU: a GPU none of them uses counts 0, whatever else runs there).
+    """GPU memory of ``pids`` summed over the GPUs, and the utilisation of the busiest one they use.
+
+    NVML's utilisation is per GPU: a GPU none of them uses counts 0, whatever else runs there.
     """
     memory, util = 0.0, 0.0
     for used, percent in devices:
@@ -96,7 +98,8 @@ def gpu_usage(devices: list[tuple[list[tuple[int, float]], float]], pids: set[in
 
 
 class CpuMeter:
-    """CPU % of a group of processes since its last sample (100 = one core), from their CPU times:
+    """CPU % of a group of processes since its last sample (100 = one core), from their CPU times.
+
     psutil's ``cpu_percent(interval=None)`` answers 0.0 the first time it sees a process, which a
     short script never passes.
     """
@@ -149,8 +152,9 @@ def _resident_mb(procs: list[psutil.Process]) -> float:
 
 @dataclass
 class _Watched:
-    """A process of the run that runs a ``.py`` file, sampled from the moment the harness sees it;
-    its samples wait in ``buffered`` until the relay names its script's run and the process is bound
+    """A process of the run that runs a ``.py`` file, sampled from the moment the harness sees it.
+
+    Its samples wait in ``buffered`` until the relay names its script's run and the process is bound
     to it (:func:`.hostpids.bind`).
     """
 
@@ -212,9 +216,10 @@ class SystemMetrics:
         self._starting = threading.Lock()  # follow() (the runner) and the relay's start (the run opening) race
 
     def follow(self, root_pid: int, token: str | None, run_id: Callable[[], str | None]) -> None:
-        """Sample the processes of the agent whose host root is ``root_pid`` (its tree and the
-        processes carrying ``token``) from now on; the tree's own series go to ``run_id()``, the
-        agent run, once it exists.
+        """Sample the processes of the agent whose host root is ``root_pid`` from now on.
+
+        They are its tree and the processes carrying ``token``. The tree's own series go to
+        ``run_id()``, the agent run, once it exists.
         """
         now = time.time()
         self._tree = _Tree(root_pid, token, run_id, now, now + self.tick)
@@ -233,6 +238,7 @@ class SystemMetrics:
                 self._thread.start()
 
     def stop(self) -> None:
+        """Stop the sampling thread and wait for it (at most 30 s)."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=30)
@@ -243,15 +249,17 @@ class SystemMetrics:
 
     @property
     def gpu(self) -> Gpu:
+        """The NVML reader, opened on first use (``totals`` says whether NVML answered)."""
         if self._gpu is None:
             self._gpu = Gpu(self._nvml)
             self.totals["nvml"], self.totals["why"] = self._gpu.nvml is not None, self._gpu.why
         return self._gpu
 
     def sample_once(self, force: bool = False) -> None:
-        """Watch the run's new script processes, bind those the relay names, then sample each one
-        and the tree whose time has come (``force``: all now). Scripts on their training-step axis,
-        the tree on seconds since launch.
+        """Watch for new script processes, bind those the relay names, then sample what is due.
+
+        Each script and the tree are sampled when their time has come (``force``: all now). Scripts
+        on their training-step axis, the tree on seconds since launch.
         """
         tree = self._tree
         if tree is None:

@@ -78,9 +78,11 @@ def check_port(host: str, port: int) -> None:
 
 
 def app_registered() -> bool:
-    """Whether this environment has the ``bench-ui`` app (an install older than the entry point has
-    not), as the ``mlflow`` command will see it: in the environment's site-packages (here, ``python
-    -m`` run from a checkout would read a stale ``*.egg-info`` of the checkout first).
+    """Whether this environment has the ``bench-ui`` app, as the ``mlflow`` command will see it.
+
+    An install older than the entry point has not. It is looked up in the environment's
+    site-packages (here, ``python -m`` run from a checkout would read a stale ``*.egg-info`` of the
+    checkout first).
     """
     import mlflow
 
@@ -167,8 +169,9 @@ def print_links(base: str, campaigns: list[tuple[str, str]], most: int = MOST) -
 
 
 def relay_output(source, sink) -> None:
-    """The server's output, line by line, less :data:`NOTICES` and deprecation warnings (with the
-    source line under each); ends with the server's output.
+    """The server's output, line by line, less :data:`NOTICES` and deprecation warnings.
+
+    A warning's source line under it goes too. Ends with the server's output.
     """
     after_warning = False  # the line after a warning is its source line, indented
     for line in source:

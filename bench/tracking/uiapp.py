@@ -77,8 +77,10 @@ _INDEX = "serve"  # the Flask endpoint of MLflow's UI page ("/" and every UI rou
 
 
 def _campaigns() -> list[str]:
-    """The ids of the store's campaigns (the experiments holding the views), read from the store
-    this server serves; none when it cannot be read (the page is served all the same).
+    """The ids of the store's campaigns (the experiments holding the views), or none.
+
+    They are read from the store this server serves; none when it cannot be read (the page is served
+    all the same).
     """
     try:
         return views.campaign_ids(os.environ[BACKEND_STORE_URI_ENV_VAR])

@@ -64,7 +64,10 @@ from bench.tracking import reader, schema, store
 
 
 class UnknownExperiment(InputError, LookupError):
-    """An experiment named for the views that the store does not hold; the message lists those it does."""
+    """An experiment named for the views that the store does not hold.
+
+    The message lists those it does.
+    """
 
 
 # the runs table's columns, in order; the README's "Comparing agents in the MLflow UI" lists them
@@ -143,11 +146,12 @@ def selected_columns(summaries: bool = True, status_first: bool = True) -> list[
 
 
 def charts() -> tuple[list[dict], list[dict]]:
-    """The charts' configuration of a view (MLflow's ``compareRunCharts`` and
-    ``compareRunSections``, as its RunsChartsCardConfig writes them): a bar chart of
-    :data:`CHART_METRICS` first, in that order, in a section marked reordered, so that the UI
-    appends each other metric after them instead of opening on an alphabetical list
-    (``anytime_score`` first, ``score`` far down).
+    """The charts' configuration of a view, with the metrics of :data:`CHART_METRICS` first.
+
+    It is MLflow's ``compareRunCharts`` and ``compareRunSections``, as its RunsChartsCardConfig
+    writes them: a bar chart of :data:`CHART_METRICS` first, in that order, in a section marked
+    reordered, so that the UI appends each other metric after them instead of opening on an
+    alphabetical list (``anytime_score`` first, ``score`` far down).
     """
     section = {"uuid": "bench-model-metrics", "name": CHART_SECTION, "display": True, "isReordered": True,
                "deleted": False, "isGenerated": True}  # fmt: skip
@@ -172,6 +176,8 @@ def compare_columns() -> list[str]:
 
 @dataclass(frozen=True)
 class View:
+    """A saved view of the runs table, as the UI's "Views" menu keeps it."""
+
     id: str
     name: str  # as the UI's "Views" menu lists it
     state: dict
@@ -269,17 +275,16 @@ def all_views() -> tuple[View, ...]:
 
 
 def save(writer) -> None:
-    """Write (or rewrite) the views as tags of the writer's experiment (``writer``: an
-    MlflowWriter).
-    """
+    """Write (or rewrite) the views as tags of the experiment of ``writer`` (an MlflowWriter)."""
     now = int(time.time() * 1000)
     for view in all_views():
         writer.set_experiment_tag(schema.SHARED_VIEW_PREFIX + view.id, view.envelope(now))
 
 
 def url(base: str, experiment_id: str, view: str | None = RUNS_VIEW, mode: str | None = None) -> str:
-    """The link to an experiment's runs tab opening ``view`` as the browser's own state of it (no
-    shared-view banner; :mod:`bench.tracking.uiapp`), in the UI's model-training mode; ``mode``
+    """The link to an experiment's runs tab opening ``view`` as the browser's own state of it.
+
+    No shared-view banner (:mod:`bench.tracking.uiapp`); in the UI's model-training mode. ``mode``
     ``CHART`` opens the charts beside the table.
     """
     query = [f"{VIEW_PARAM}={quote(view)}"] if view else []
@@ -290,11 +295,12 @@ def url(base: str, experiment_id: str, view: str | None = RUNS_VIEW, mode: str |
 
 
 def experiments(names: list[str] | None = None) -> list[tuple[str, str]]:
-    """(name, id) of the named experiments, or of every active one holding agent runs, the latest
-    updated first.
+    """(name, id) of the named experiments, or of every active one holding agent runs.
 
-    Raises LookupError for a name that is no active experiment (``bench ui --experiment`` creates
-    nothing).
+    The latest updated come first.
+
+    Raises :class:`UnknownExperiment` (a LookupError) for a name that is no active experiment
+    (``bench ui --experiment`` creates nothing).
     """
     source = reader.open_reader()
     if names:
@@ -312,10 +318,7 @@ def experiments(names: list[str] | None = None) -> list[tuple[str, str]]:
 
 
 def states() -> dict[str, str]:
-    """view id -> the JSON the UI keeps as an experiment's own state (:data:`STATE_KEY`).
-
-    The view's state.
-    """
+    """View id -> its state as JSON, as the UI keeps it for an experiment (:data:`STATE_KEY`)."""
     return {view.id: json.dumps(view.state) for view in all_views()}
 
 
@@ -325,9 +328,10 @@ def state_key(experiment_id: str) -> str:
 
 
 def campaign_ids(tracking_uri: str) -> list[str]:
-    """The ids of the experiments that hold the views (campaigns: written by their summary and by
-    ``bench ui``), on the store at ``tracking_uri``; what the bench-ui app asks on each page it
-    serves (one query, ~0.1 s).
+    """The ids of the experiments that hold the views, on the store at ``tracking_uri``.
+
+    They are the campaigns, written by their summary and by ``bench ui``. This is what the bench-ui
+    app asks on each page it serves (one query, ~0.1 s).
     """
     from mlflow import MlflowClient
 
@@ -338,8 +342,9 @@ def campaign_ids(tracking_uri: str) -> list[str]:
 
 
 def backfill_groups(writer, experiment_id: str) -> int:
-    """Set :data:`schema.GROUP` on the experiment's agent runs recorded before it existed (the
-    per-task view groups by it); the number of runs tagged (``writer``: an MlflowWriter).
+    """Set :data:`schema.GROUP` on the experiment's agent runs recorded before it existed.
+
+    The per-task view groups by it. Returns the number of runs tagged (``writer``: an MlflowWriter).
     """
     runs = reader.open_reader().runs([experiment_id], schema.KIND_AGENT)
     column = f"t:{schema.GROUP}"

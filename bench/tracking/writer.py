@@ -82,9 +82,10 @@ def _shown_deep(o: object) -> object:
 
 
 def _redacted_spec(spec):
-    """A copy of a trace spec whose every string (names, inputs, outputs, attributes, tags, errors)
-    is redacted and passed through the console filter (the agent's messages shown in the trace view:
-    no escape sequence, no bidi override reordering them).
+    """A copy of a trace spec whose every string is redacted and passed through the console filter.
+
+    Every string: names, inputs, outputs, attributes, tags, errors. The agent's messages are shown
+    in the trace view: no escape sequence, no bidi override reordering them.
     """
     import dataclasses
 
@@ -159,6 +160,7 @@ class MlflowWriter:
 
     # --- data --------------------------------------------------------------------------------
     def log_params(self, run_id: str, params: Mapping[str, Any]) -> None:
+        """Log a run's params (nested mappings flattened), redacted and cut to MLflow's limits."""
         from mlflow.entities import Param
 
         r = redact.redactor()
@@ -169,6 +171,7 @@ class MlflowWriter:
             self._do("log params", "log_batch", run_id, params=items[i : i + 100])
 
     def set_tags(self, run_id: str, tags: Mapping[str, Any]) -> None:
+        """Set a run's tags, redacted and passed through the console filter, 100 per request."""
         from mlflow.entities import RunTag
 
         r = redact.redactor()
@@ -194,9 +197,10 @@ class MlflowWriter:
         return len(items)
 
     def log_values(self, run_id: str, rows: list[tuple[str, float, int, float | None]]) -> list[tuple[tuple, str]]:
-        """Log ``(key, value, step, unix_time)`` rows checked beforehand
-        (:mod:`bench.tracking.relay_limits`; NaN is kept); returns the rows the store refused
-        anyway, each with its message.
+        """Log ``(key, value, step, unix_time)`` rows checked beforehand; returns the refused ones.
+
+        The rows are checked by :mod:`bench.tracking.relay_limits` (NaN is kept); each refused row
+        comes back with its message.
 
         MLflow refuses a whole batch for one bad value; a refused batch is split in halves until the
         refused rows are alone, so that one value the checks missed costs itself, never its batch.
@@ -227,22 +231,22 @@ class MlflowWriter:
             self._log_or_split(run_id, rows[half:], refused)
 
     def log_text(self, run_id: str, text: str, artifact_file: str) -> None:
+        """Write ``text`` as the run's artifact ``artifact_file``, redacted."""
         r = redact.redactor()
         self._do("log text", "log_text", run_id, r.text(text), r.text(artifact_file, key=True))
 
     def log_artifact(self, run_id: str, path: Path, artifact_path: str | None = None) -> None:
-        """One file, uploaded as it is when it holds no secret, else as a redacted copy of the same
-        name.
-        """
+        """One file, uploaded as is, or as a redacted copy of that name when it holds a secret."""
         if Path(path).exists():
             with tempfile.TemporaryDirectory(prefix="bench-redacted-") as tmp:
                 clean = redact.redacted_file(Path(path), Path(tmp))
                 self._do("log artifact", "log_artifact", run_id, str(clean), artifact_path)
 
     def log_artifacts(self, run_id: str, folder: Path, artifact_path: str | None = None) -> None:
-        """Every file under ``folder``, under ``artifact_path`` (a file of the same name is
-        replaced); a folder with a secret in any file is uploaded as a copy whose files are redacted
-        (links are not followed: left out).
+        """Every file under ``folder``, under ``artifact_path``; one of the same name is replaced.
+
+        A folder with a secret in any file is uploaded as a copy whose files are redacted (links are
+        not followed: left out).
         """
         folder = Path(folder)
         if not folder.is_dir():
@@ -263,8 +267,9 @@ class MlflowWriter:
             self._do("log artifacts", "log_artifacts", run_id, tmp, artifact_path)
 
     def log_trace(self, run_id: str, spec) -> str:
-        """Write ``spec`` (a :class:`bench.pipeline.traces.TraceSpec`) as one MLflow trace linked to
-        ``run_id``, with its spans' recorded times, and return the trace id.
+        """Write ``spec`` as one MLflow trace linked to ``run_id``, with its spans' recorded times.
+
+        ``spec`` is a :class:`bench.pipeline.traces.TraceSpec`; returns the trace id.
 
         MLflow's client tracing API (``start_trace``/``start_span`` with explicit start and end
         times) exports in the background and swallows its own failures (tracing is best effort
@@ -334,6 +339,7 @@ class MlflowWriter:
         self._do("set experiment tag", "set_experiment_tag", self._experiment_id, r.text(key, key=True), r.text(value))
 
     def get_run(self, run_id: str):
+        """The MLflow run ``run_id`` (its data, tags and info)."""
         return self._do("get run", "get_run", run_id)
 
     def find_runs(self, kind: str, tags: Mapping[str, str]) -> list[str]:
@@ -371,5 +377,6 @@ class MlflowWriter:
 
     @property
     def experiment_id(self) -> str:
+        """The id of the campaign's experiment, created on first use."""
         self._client()
         return self._experiment_id

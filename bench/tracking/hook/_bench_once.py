@@ -56,7 +56,10 @@ def same_value(a, a_exact, b, b_exact):
 
 
 class Seen:
-    """The values of the last ``capacity`` (key, step) pairs, each marked exact (traced) or printed."""
+    """The values of the last ``capacity`` (key, step) pairs, each marked exact or printed.
+
+    Exact: traced; printed: read from the output, rounded to what it shows.
+    """
 
     def __init__(self, capacity=PAIRS):
         self.capacity = capacity
@@ -95,8 +98,9 @@ class Seen:
 
 
 def event_values(ev):
-    """``(step, {key: float})`` of a spooled metrics event, or None for anything else (spools are
-    untrusted).
+    """``(step, {key: float})`` of a spooled metrics event, or None for anything else.
+
+    Spools are untrusted.
     """
     if not isinstance(ev, dict) or ev.get("ev") != "metrics" or not isinstance(ev.get("metrics"), dict):
         return None

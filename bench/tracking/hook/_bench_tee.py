@@ -1,11 +1,11 @@
-"""Output tee of the 1GC-7RC script tracer.
+r"""Output tee of the 1GC-7RC script tracer.
 
 Copies a traced script's stdout/stderr and reads metrics from it.
 
 ``sitecustomize`` starts this module in a separate, tiny interpreter (``python -I -S``) for every
 traced script and points the script's fds 1 and 2 at pipes whose read ends this process holds; fds 1
 and 2 of this process are the script's ORIGINAL stdout and stderr. Every byte is copied to them
-unchanged as soon as it arrives. Separately, complete lines (``\\n`` and ``\\r`` both end a line,
+unchanged as soon as it arrives. Separately, complete lines (``\n`` and ``\r`` both end a line,
 ANSI escapes stripped) are parsed for step metrics (``step 100 | loss 1.23``, ``Epoch 3/10 - loss:
 0.12``, ...), which are appended to the script's spool file as ``{"ev": "metrics", ..., "src":
 "stdout"}``, and the last lines are kept in ``<spool>.tail``.

@@ -101,8 +101,7 @@ def _trace_this_process():
 
 
 def _start_tee(spool):
-    """Put the output tee (``_bench_tee.py``) between this process's fds 1, 2 and the files they
-    were.
+    """Put the output tee (``_bench_tee.py``) between this process's fds 1, 2 and their files.
 
     The tee is a separate process, started with ``posix_spawn`` (cheap, no ``subprocess`` import)
     and not waited for: the script goes on at once. It inherits the original fds 1 and 2 and copies
@@ -111,6 +110,7 @@ def _start_tee(spool):
     Children inherit the pipes, so their output is seen too, and the tee outlives this process until
     the last writer has gone. If anything fails before the fds are switched, the script keeps its
     original stdout.
+
     """
     import atexit
 
