@@ -51,6 +51,7 @@ PARSERS: dict[str, type[Parser]] = {
 
 
 def get_agent(name: str) -> Agent:
+    """The adapter registered as ``name``; an AgentError naming the known ones otherwise."""
     try:
         return AGENTS[name]
     except KeyError:

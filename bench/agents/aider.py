@@ -36,6 +36,8 @@ READ_ONLY = ("program.md", "train.py")
 
 
 class AiderAgent(Agent):
+    """Aider run once with ``--message``; its plain-text output is read by :class:`AiderParser`."""
+
     name = "aider"
     option_names = ("bin",)  # --agent-option bin=/path/to/cli (else the pinned install)
     description = f"Aider (--message, diff edit format); --model LiteLLM name, default {DEFAULT_MODEL}"
@@ -43,12 +45,15 @@ class AiderAgent(Agent):
     own_hosts = ("raw.githubusercontent.com",)  # the model metadata it fetches at start (measured, see codex.py)
 
     def passthrough(self, ctx: LaunchContext) -> tuple[str, ...]:
+        """Its keys and settings: OpenAI's, Anthropic's and Aider's own variables."""
         return ("OPENAI_*", "ANTHROPIC_*", "AIDER_*")
 
     def parser_name(self, ctx: LaunchContext) -> str | None:
+        """Aider's own plain-text parser."""
         return self.name
 
     def endpoints(self, ctx: LaunchContext) -> tuple[str, ...]:
+        """The API of the model's provider: Anthropic's for ``anthropic/``, else OpenAI's."""
         provider = (ctx.model or DEFAULT_MODEL).partition("/")[0]
         if provider == "anthropic":
             return api_endpoints(("ANTHROPIC_BASE_URL",), "https://api.anthropic.com")
@@ -70,6 +75,7 @@ class AiderAgent(Agent):
         return "" if self.gateway_var(ctx) == "ANTHROPIC_BASE_URL" else "/v1"
 
     def command(self, ctx: LaunchContext) -> list[str]:
+        """Aider with the model, the diff edit format, no git, the prompt as its one message."""
         argv = [
             cli_binary(self.name, ctx.options),
             "--model",
@@ -95,6 +101,7 @@ class AiderAgent(Agent):
         return [*argv, "--message", ctx.prompt]
 
     def env(self, ctx: LaunchContext) -> dict[str, str]:
+        """A private HOME; no price-map download, update check or analytics; the gateway's URLs."""
         env = home_env(ctx.home)
         env.update(
             {
@@ -149,6 +156,7 @@ class AiderParser(Parser):
         self._output: list[str] = []
 
     def feed(self, line: str) -> list[Event]:
+        """One line of Aider's output -> events (replies, edits, commands, their output, tokens)."""
         s, out = line.rstrip("\r\n"), []
         if m := _AIDER_PROMPT.match(s):  # a question; with stdin not a tty, the next output goes on the same line
             out += self._end_command()
@@ -193,8 +201,10 @@ class AiderParser(Parser):
         return [result_event(prev, "\n".join(done), False, None)]
 
     def finish_text(self) -> list[Event]:
+        """The reply text gathered since the last token report, as one message event."""
         text, self._buf = "\n".join(self._buf).strip(), []
         return self.message(text)
 
     def finish(self) -> list[Event]:
+        """Close the open command and the pending reply, then the final event."""
         return self._end_command() + self.finish_text() + super().finish()

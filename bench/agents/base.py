@@ -86,22 +86,25 @@ class Agent(abc.ABC):
 
     @abc.abstractmethod
     def command(self, ctx: LaunchContext) -> list[str]:
-        """argv of the agent process, started with cwd = the workspace.
+        """The argv of the agent process, started with cwd = the workspace.
 
         Raises AgentError for options or a model it cannot start with (it keeps its own checks: a
         launch without preflight gets the same answer).
         """
 
     def env(self, ctx: LaunchContext) -> dict[str, str]:
-        """Extra environment variables for the agent process (its CLI's settings, a private HOME's
-        folders); the harness sets HOME to ``ctx.home`` beneath them. Default: none.
+        """Extra environment variables for the agent process.
+
+        They are its CLI's settings and a private HOME's folders; the harness sets HOME to
+        ``ctx.home`` beneath them. Default: none.
         """
         return {}
 
     def passthrough(self, ctx: LaunchContext) -> tuple[str, ...]:
-        """Names or glob patterns of the harness's environment variables the agent may receive (its
-        key, its base URL); everything else is withheld (bench.sandbox.environment). Default: none
-        (an offline agent).
+        """Names or glob patterns of the harness's environment variables the agent may receive.
+
+        They are its key, its base URL; everything else is withheld (bench.sandbox.environment).
+        Default: none (an offline agent).
         """
         return ()
 
@@ -114,22 +117,26 @@ class Agent(abc.ABC):
         return ()
 
     def parser_name(self, ctx: LaunchContext) -> str | None:
-        """The stream parser of its output (a key of bench.agents.PARSERS), which turns the CLI's
-        JSON lines into events; None: its output is logged as it is. Default: None.
+        """The stream parser of its output (a key of bench.agents.PARSERS), or None.
+
+        The parser turns the CLI's JSON lines into events; None: its output is logged as it is.
+        Default: None.
         """
         return None
 
     def gateway_var(self, ctx: LaunchContext) -> str | None:
-        """The base-URL variable through which its CLI can be pointed at the metering gateway
-        (bench.gateway.proxy); None when it cannot for this run (a login served by another host),
-        and then the run has no gateway. Default: None.
+        """The base-URL variable through which its CLI can be pointed at the metering gateway.
+
+        The gateway is bench.gateway.proxy. None when it cannot for this run (a login served by
+        another host), and then the run has no gateway. Default: None.
         """
         return None
 
     def gateway_path(self, ctx: LaunchContext) -> str:
-        """The path the gateway's upstream gets when the API's URL has none (the vendor's own) and
-        the gateway variable is not set here: the path its client's base URL has (``/v1`` for
-        OpenAI's). Default: "".
+        """The path the gateway's upstream gets when the API's URL has none and no variable set one.
+
+        That is, when the URL is the vendor's own and the gateway variable is not set here: the path
+        its client's base URL has (``/v1`` for OpenAI's). Default: "".
         """
         return ""
 
@@ -142,15 +149,18 @@ class Agent(abc.ABC):
         return ()
 
     def writable(self, ctx: LaunchContext) -> tuple[Path, ...]:
-        """Folders outside the workspace the agent must write (the optuna agent's study storage),
-        bound read-write; one that is or holds a harness place is refused at the launch. Default:
-        none (the workspace and the private home only).
+        """Folders outside the workspace the agent must write, bound read-write.
+
+        An example is the optuna agent's study storage. One that is or holds a harness place is
+        refused at the launch. Default: none (the workspace and the private home only).
         """
         return ()
 
     def check(self, options: dict[str, str], model: str | None) -> None:
-        """Raises AgentError for options (known by name) or a model it cannot run with, before
-        anything is created. Default: accepts any.
+        """Refuse, before anything is created, options or a model the agent cannot run with.
+
+        Raises AgentError for options (known by name) or a model it cannot run with. Default:
+        accepts any.
         """
         return None
 
@@ -170,9 +180,10 @@ class Agent(abc.ABC):
 
 
 def api_endpoints(variables: tuple[str, ...], default: str | None) -> tuple[str, ...]:
-    """The base URLs set in the harness's environment under ``variables`` (a gateway, the test
-    mock), else the vendor's own API (``default``): what a CLI configured by these variables will
-    connect to.
+    """The base URLs a CLI configured by ``variables`` will connect to.
+
+    The URLs set in the harness's environment under ``variables`` (a gateway, the test mock), else
+    the vendor's own API (``default``).
     """
     urls = tuple(dict.fromkeys(os.environ[v] for v in variables if os.environ.get(v)))
     return urls or ((default,) if default else ())

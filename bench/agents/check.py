@@ -22,6 +22,8 @@ from bench.agents.install import CLIS, is_installed
 
 @dataclass(frozen=True)
 class Row:
+    """One agent's line of ``bench agents check``: its CLI, credential, endpoint and verdict."""
+
     agent: str
     cli: str
     credential: str
@@ -64,6 +66,7 @@ def rows(names: list[str] | None = None, models: dict[str, str] | None = None) -
 
 
 def table(found: list[Row]) -> str:
+    """The rows as an aligned text table, a header first."""
     head = Row("agent", "CLI", "credential", "endpoint", "status", True)
     cols = [(r.agent, r.cli, r.credential, r.endpoint, r.verdict) for r in [head, *found]]
     widths = [max(len(c[i]) for c in cols) for i in range(4)]

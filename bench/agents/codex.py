@@ -65,6 +65,8 @@ def _login(ctx: LaunchContext) -> logins.Credential | None:
 
 
 class CodexAgent(Agent):
+    """OpenAI's Codex CLI run once with ``exec --json``, its events read by :class:`CodexParser`."""
+
     name = "codex"
     option_names = ("bin",)  # --agent-option bin=/path/to/cli (else the pinned install)
     description = f"OpenAI Codex CLI (exec --json); --model, default {DEFAULT_MODEL}; OPENAI_API_KEY [OPENAI_BASE_URL]"
@@ -75,18 +77,22 @@ class CodexAgent(Agent):
     own_hosts = ("chatgpt.com", "ab.chatgpt.com", "api.github.com", "github.com")
 
     def passthrough(self, ctx: LaunchContext) -> tuple[str, ...]:
+        """Its keys and settings: OpenAI's and Codex's own variables."""
         return ("OPENAI_*", "CODEX_*")
 
     def parser_name(self, ctx: LaunchContext) -> str | None:
+        """Codex's ``exec --json`` parser."""
         return self.name
 
     def endpoints(self, ctx: LaunchContext) -> tuple[str, ...]:
+        """ChatGPT's backend for a ChatGPT login, else OpenAI's API or the base URL set for it."""
         login = _login(ctx)
         if login is not None and login.login:
             return (logins.CHATGPT_BACKEND,)
         return api_endpoints(("OPENAI_BASE_URL",), "https://api.openai.com")
 
     def gateway_path(self, ctx: LaunchContext) -> str:
+        """``/v1``, the path of the built-in provider's ``https://api.openai.com/v1``."""
         return "/v1"  # the built-in provider's https://api.openai.com/v1
 
     def gateway_var(self, ctx: LaunchContext) -> str | None:
@@ -108,6 +114,7 @@ class CodexAgent(Agent):
         return ((login.file, ctx.home / ".codex" / "auth.json"),) if login is not None and login.file else ()
 
     def command(self, ctx: LaunchContext) -> list[str]:
+        """``codex exec --json`` with the prompt, its sandbox bypassed, the gateway as provider."""
         config = [
             "allow_login_shell=false",
             "check_for_update_on_startup=false",
@@ -149,6 +156,7 @@ class CodexAgent(Agent):
         return [*argv, ctx.prompt]
 
     def env(self, ctx: LaunchContext) -> dict[str, str]:
+        """A private HOME and CODEX_HOME; OPENAI_API_KEY as CODEX_API_KEY when that is unset."""
         env = home_env(ctx.home)
         codex_home = ctx.home / ".codex"
         codex_home.mkdir(parents=True, exist_ok=True)
@@ -176,9 +184,11 @@ class CodexParser(Parser):
     """
 
     def shown(self, line: str) -> bool:
+        """Every plain line but :data:`CONSOLE_NOISE`."""
         return not CONSOLE_NOISE.fullmatch(line.strip())
 
     def on_json(self, o: dict) -> list[Event]:
+        """One ``exec --json`` event -> normalised events (items as tool calls, messages, usage)."""
         t, item = o.get("type"), o.get("item") or {}
         it, iid = item.get("type"), item.get("id")
         if t in ("item.started", "item.updated", "item.completed") and it in self._KINDS:

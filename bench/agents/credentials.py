@@ -69,6 +69,7 @@ class Need:
 
     @property
     def credential(self) -> Credential | None:
+        """The first credential found, or None."""
         return self.credentials[0] if self.credentials else None
 
     def missing(self) -> str:
@@ -101,10 +102,11 @@ def _openai_like(agent: str, env: Mapping[str, str], model: str, default_base: s
 
 
 def _provider_need(agent: str, model: str, env: Mapping[str, str], base_vars: tuple[str, ...]) -> Need | None:
-    """opencode's and aider's ``provider/model`` names (a bare name is OpenAI's, as LiteLLM reads
-    it); ``base_vars``: the variables that move the ``openai/`` and ``anthropic/`` APIs for this CLI
-    (aider's; opencode's built-in providers keep the vendors' URLs, and its ``bench/`` provider is
-    ``OPENAI_BASE_URL``).
+    """The API opencode's and aider's ``provider/model`` names need, and its credential.
+
+    A bare name is OpenAI's, as LiteLLM reads it. ``base_vars``: the variables that move the
+    ``openai/`` and ``anthropic/`` APIs for this CLI (aider's; opencode's built-in providers keep
+    the vendors' URLs, and its ``bench/`` provider is ``OPENAI_BASE_URL``).
     """
     provider, _, name = model.partition("/") if "/" in model else ("openai", "", model)
     if provider == "openrouter":

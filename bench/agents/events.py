@@ -35,6 +35,8 @@ METRICS = (
 
 @dataclass
 class Event:
+    """One normalised event of an agent's stream, the same whatever CLI it came from."""
+
     kind: str  # one of KINDS
     tool: str | None = None  # one of TOOLS, for tool_call / tool_result
     target: str | None = None  # the shell command, the file path, or the tool's name for "other"
@@ -48,6 +50,7 @@ class Event:
     raw: dict | None = None  # the CLI's own event
 
     def to_dict(self, raw: bool = False) -> dict:
+        """The event as a JSON-ready dict, its raw CLI object only with ``raw``."""
         return {f.name: getattr(self, f.name) for f in fields(self) if raw or f.name != "raw"}
 
 
@@ -84,6 +87,7 @@ class Tally:
         self.refusal: str | None = None  # the first assistant text that reads like an over-refusal
 
     def add(self, ev: Event) -> None:
+        """Count one event into the tally."""
         if ev.kind == "tool_call":
             self.tool_calls += 1
             self.shell_commands += ev.tool == "shell"

@@ -52,6 +52,8 @@ def _login(ctx: LaunchContext) -> logins.Credential | None:
 
 
 class GeminiAgent(Agent):
+    """Gemini CLI run once with ``-p``, its ``stream-json`` output read by :class:`GeminiParser`."""
+
     name = "gemini"
     option_names = ("bin",)  # --agent-option bin=/path/to/cli (else the pinned install)
     description = f"Gemini CLI (-o stream-json); --model, default {DEFAULT_MODEL}; GEMINI_API_KEY"
@@ -62,12 +64,15 @@ class GeminiAgent(Agent):
     own_hosts = ("www.googleapis.com",)
 
     def passthrough(self, ctx: LaunchContext) -> tuple[str, ...]:
+        """Its key and Google's variables."""
         return ("GEMINI_API_KEY", "GOOGLE_*")
 
     def parser_name(self, ctx: LaunchContext) -> str | None:
+        """Gemini CLI's ``stream-json`` parser."""
         return self.name
 
     def endpoints(self, ctx: LaunchContext) -> tuple[str, ...]:
+        """Google's login hosts for a Google login, else Gemini's API or the base URL set for it."""
         if _login(ctx) is not None:
             return LOGIN_HOSTS
         return api_endpoints(("GOOGLE_GEMINI_BASE_URL",), "https://generativelanguage.googleapis.com")
@@ -90,6 +95,7 @@ class GeminiAgent(Agent):
         return None
 
     def command(self, ctx: LaunchContext) -> list[str]:
+        """Gemini CLI with the prompt, streaming JSON, every tool allowed without asking."""
         binary = cli_binary(self.name, ctx.options)
         return [
             binary,
@@ -104,6 +110,7 @@ class GeminiAgent(Agent):
         ]
 
     def env(self, ctx: LaunchContext) -> dict[str, str]:
+        """A private HOME whose settings pick the login or API key, with no updates or telemetry."""
         env = home_env(ctx.home)
         settings = ctx.home / ".gemini" / "settings.json"
         settings.parent.mkdir(parents=True, exist_ok=True)
@@ -125,6 +132,7 @@ class GeminiParser(Parser):
         self._buf: list[str] = []
 
     def on_json(self, o: dict) -> list[Event]:
+        """One ``stream-json`` event -> normalised events (messages, tool calls, usage)."""
         t = o.get("type")
         if t == "message" and o.get("role") == "assistant":
             self._buf.append(str(o.get("content") or ""))
@@ -163,5 +171,6 @@ class GeminiParser(Parser):
         return round(total, 6)
 
     def finish_text(self) -> list[Event]:
+        """The assistant text gathered so far, as one message event."""
         text, self._buf = "".join(self._buf), []
         return self.message(text)

@@ -30,6 +30,8 @@ MARKER = ".bench-installed"
 
 @dataclass(frozen=True)
 class CLI:
+    """A CLI the harness installs: its package, pinned version and executable."""
+
     name: str  # the adapter's name
     kind: str  # "npm" or "pypi"
     package: str
@@ -38,6 +40,7 @@ class CLI:
 
     @property
     def spec(self) -> str:
+        """The package at its pinned version, as npm or pip takes it."""
         return f"{self.package}@{self.version}" if self.kind == "npm" else f"{self.package}=={self.version}"
 
 
@@ -60,16 +63,19 @@ class InstallError(BenchError, RuntimeError):
 
 
 def install_dir(name: str) -> Path:
+    """The folder of the CLI's pinned install."""
     cli = _cli(name)
     return clis_dir() / f"{name}-{cli.version}"
 
 
 def binary_path(name: str) -> Path:
+    """The executable of the CLI's pinned install (it may not exist yet)."""
     cli, folder = _cli(name), install_dir(name)
     return folder / ("venv/bin" if cli.kind == "pypi" else "node_modules/.bin") / cli.binary
 
 
 def is_installed(name: str) -> bool:
+    """Whether the pinned install finished (its marker written) and has its executable."""
     return (install_dir(name) / MARKER).is_file() and binary_path(name).exists()
 
 

@@ -90,8 +90,9 @@ def _age_days(stamp: object) -> float | None:
 
 
 def _read_json(path: Path) -> tuple[dict | None, str | None]:
-    """(the file's JSON object, None), (None, None) when there is no file, or (None, what is wrong
-    with it).
+    """The file's JSON object and what is wrong with it, as a pair.
+
+    (the object, None), (None, None) when there is no file, or (None, what is wrong with it).
     """
     try:
         data = json.loads(path.read_text())
@@ -137,9 +138,10 @@ def codex_login(env: Mapping[str, str], home: Path) -> tuple[list[Credential], s
 
 
 def gemini_login(home: Path) -> tuple[list[Credential], str | None]:
-    """Gemini CLI's Google login (``~/.gemini/oauth_creds.json``, written by ``gemini`` and its
-    ``/auth``): it must hold a refresh token, since the access token in it lasts an hour and the CLI
-    refreshes it at the start.
+    """Gemini CLI's Google login (``~/.gemini/oauth_creds.json``), if it holds a refresh token.
+
+    The file is written by ``gemini`` and its ``/auth``. It must hold a refresh token, since the
+    access token in it lasts an hour and the CLI refreshes it at the start.
     """
     path = home / ".gemini" / "oauth_creds.json"
     again = f"run `gemini`, then /auth (Login with Google), to write {_shown(str(path))} again"

@@ -73,6 +73,8 @@ def config(model: str, ctx: LaunchContext | None = None) -> dict:
 
 
 class OpenCodeAgent(Agent):
+    """OpenCode run once with ``run --format json``, its events read by :class:`OpenCodeParser`."""
+
     name = "opencode"
     option_names = ("bin",)  # --agent-option bin=/path/to/cli (else the pinned install)
     description = f"OpenCode CLI (run --format json); --model provider/model, default {DEFAULT_MODEL}"
@@ -80,12 +82,15 @@ class OpenCodeAgent(Agent):
     own_hosts = ("registry.npmjs.org",)  # its provider plugins' registry, asked at start (measured, see codex.py)
 
     def passthrough(self, ctx: LaunchContext) -> tuple[str, ...]:
+        """Its keys and settings: OpenRouter's key, OpenAI's and OpenCode's own variables."""
         return ("OPENROUTER_API_KEY", "OPENAI_*", "OPENCODE_*")
 
     def parser_name(self, ctx: LaunchContext) -> str | None:
+        """OpenCode's JSON parser."""
         return self.name
 
     def endpoints(self, ctx: LaunchContext) -> tuple[str, ...]:
+        """The ``bench/`` provider's base URL, else the built-in provider's own API."""
         provider = (ctx.model or DEFAULT_MODEL).partition("/")[0]
         if provider == CUSTOM:
             return api_endpoints(("OPENAI_BASE_URL",), None)
@@ -116,12 +121,14 @@ class OpenCodeAgent(Agent):
         config(model or DEFAULT_MODEL)
 
     def command(self, ctx: LaunchContext) -> list[str]:
+        """``opencode run`` in the workspace with the model and the prompt."""
         model = ctx.model or DEFAULT_MODEL
         config(model)  # fail early on a model that cannot be configured
         binary = cli_binary(self.name, ctx.options)
         return [binary, "run", "--format", "json", "--dir", str(ctx.workspace), "-m", model, ctx.prompt]
 
     def env(self, ctx: LaunchContext) -> dict[str, str]:
+        """A private HOME, the provider configuration, and none of OpenCode's start-up downloads."""
         env = home_env(ctx.home)
         env.update(
             {
@@ -144,6 +151,7 @@ class OpenCodeParser(Parser):
     """
 
     def on_json(self, o: dict) -> list[Event]:
+        """One JSON event -> normalised events (tool uses, texts, step usage)."""
         t, part = o.get("type"), o.get("part") or {}
         if t == "tool_use":
             state = part.get("state") or {}

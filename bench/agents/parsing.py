@@ -30,6 +30,7 @@ _PATCH_FILE = re.compile(r"^\*\*\* (Add|Update|Delete) File: (.+)$", re.M)
 
 
 def tool_kind(name: Any) -> str:
+    """The normalised tool kind (one of TOOLS) of a CLI's tool name, "other" when unknown."""
     key = re.sub(r"[^a-z]", "", str(name or "").lower())
     return next((kind for kind, names in _TOOL_NAMES.items() if key in names), "other")
 
@@ -76,6 +77,7 @@ def count(d: Any, *keys: str) -> int:
 
 
 def usage_event(kind: str, tin: int, tout: int, cached: int, cost: float | None, raw: dict | None = None) -> Event:
+    """A usage event: tokens and, when known, cost."""
     return Event(kind, tokens_input=tin, tokens_output=tout, tokens_cached=cached, cost_usd=cost, raw=raw)
 
 
@@ -103,6 +105,7 @@ class Parser:
         self._seen: set = set()  # ids already counted
 
     def feed(self, line: str) -> list[Event]:
+        """One line of the CLI -> events; none for a line that is no JSON object or fails."""
         line = line.strip()
         try:
             obj = json.loads(line) if line.startswith("{") else None
@@ -118,25 +121,28 @@ class Parser:
         return []
 
     def shown(self, line: str) -> bool:
-        """Whether a plain (non-JSON) line of the CLI is worth the console (it is in agent.log
-        whatever this says): warnings and errors by default; a parser leaves out what its CLI always
-        prints that says nothing.
+        """Whether a plain (non-JSON) line of the CLI is worth the console.
+
+        It is in agent.log whatever this says. Warnings and errors by default; a parser leaves out
+        what its CLI always prints that says nothing.
         """
         return True
 
     def finish(self) -> list[Event]:
         """A final event from the last assistant text when the CLI printed none.
 
-        Killed, or none in its format.
+        It prints none when it is killed, or when its format has none.
         """
         done, self.done = self.done, True
         return [] if done else [Event("final", text=self.last_text)]
 
     def message(self, text: Any, raw: dict | None = None, is_error: bool = False) -> list[Event]:
+        """``text`` as a message event (none when empty); the last one becomes the final answer."""
         if not text or not str(text).strip():
             return []
         self.last_text = self.last_text if is_error else str(text)
         return [Event("message", text=str(text), is_error=is_error, raw=raw)]
 
     def cost(self, tin: int, tout: int, cached: int) -> float | None:
+        """The dollar cost of a call from its tokens, at the model's list price (None: no price)."""
         return pricing.cost(self.model, tin, tout, cached)

@@ -124,9 +124,10 @@ def _usd_per_million(per_token: object) -> float | None:
 
 
 def row_of(model: str, key: str, entry: dict, provider_key: str) -> dict | None:
-    """Our row for ``model`` from the map's ``entry`` at ``key`` (USD per 1M tokens), or None when
-    the entry has no input and output price. A tiered entry gives its first tier; what the row
-    leaves out is said in its note.
+    """Our row for ``model`` from the map's ``entry`` at ``key`` (USD per 1M tokens), or None.
+
+    None when the entry has no input and output price. A tiered entry gives its first tier; what the
+    row leaves out is said in its note.
     """
     notes = []
     src = entry
@@ -160,8 +161,9 @@ def row_of(model: str, key: str, entry: dict, provider_key: str) -> dict | None:
 
 
 def extract(cost_map: MapFile, wanted: dict[str, tuple[str, ...]] | None = None) -> tuple[dict[str, dict], list[str]]:
-    """Our rows for ``wanted`` (default :data:`WANTED`) from the map, with :data:`HAND` rows where
-    it has none; and the models neither has (left out: unpriced).
+    """Our rows for ``wanted`` from the map, with :data:`HAND` rows where it has none.
+
+    ``wanted`` defaults to :data:`WANTED`. Also returns the models neither has (left out: unpriced).
     """
     wanted = WANTED if wanted is None else wanted
     rows, missing = {}, []
@@ -230,8 +232,10 @@ def read_json(path: Path, version: str, date: str) -> MapFile:
 
 
 def read_wheel(wheel: Path, date: str | None = None) -> MapFile:
-    """The map bundled in a LiteLLM wheel, its version from the wheel's metadata and its date from
-    PyPI (the wheel's upload time, the file's sha256 checked) unless ``date`` is given.
+    """The map bundled in a LiteLLM wheel, with its version and date.
+
+    The version comes from the wheel's metadata and the date from PyPI (the wheel's upload time, the
+    file's sha256 checked) unless ``date`` is given.
     """
     try:
         with zipfile.ZipFile(wheel) as z:
@@ -249,9 +253,7 @@ def read_wheel(wheel: Path, date: str | None = None) -> MapFile:
 
 
 def upload_date(wheel: Path) -> str:
-    """The day PyPI received this wheel (YYYY-MM-DD), from PyPI's JSON simple index, matched by the
-    file's sha256.
-    """
+    """The day PyPI received this wheel (YYYY-MM-DD), from PyPI's JSON index, by its sha256."""
     digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
     request = urllib.request.Request(SIMPLE_INDEX, headers={"Accept": "application/vnd.pypi.simple.v1+json"})
     try:
@@ -302,6 +304,7 @@ def refresh(
 
 
 def cmd_prices(args: argparse.Namespace) -> int:
+    """Run ``bench prices``: print the table in force, or refresh it from LiteLLM's map."""
     if args.prices_command != "refresh":
         from bench.agents import pricing
 

@@ -1,5 +1,4 @@
-"""List prices of the models agents run on, to put a dollar figure on runs whose CLI reports no
-cost.
+"""List prices of the models agents run on: a dollar figure for runs whose CLI reports no cost.
 
 Codex CLI and Gemini CLI print token counts but no cost; OpenCode prints 0 for providers it has no
 price for; Aider prints a cost only for models LiteLLM knows. :func:`cost` fills the gap from token
@@ -214,9 +213,10 @@ def cost(
 
 
 def describe(model: str | None) -> str:
-    """Which row priced ``model``, with its source, date and origin ("gpt-5.5: 5.0/0.5/30.0 USD per
-    1M tokens in/cached/out, list price as of 2026-11-20, https://...; from LiteLLM 1.110.2
-    (2026-11-20): gpt-5.5"); a sentence saying so for an unknown model.
+    """Which row priced ``model``, with its source, date and origin (or a sentence: none did).
+
+    For example: "gpt-5.5: 5.0/0.5/30.0 USD per 1M tokens in/cached/out, list price as of
+    2026-11-20, https://...; from LiteLLM 1.110.2 (2026-11-20): gpt-5.5".
     """
     found = lookup(model)
     if found is None:

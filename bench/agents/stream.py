@@ -32,23 +32,27 @@ from bench.sandbox.resource_limits import Limits
 
 
 class Meter(Protocol):
-    """What the status line reads of the metering gateway (:class:`bench.gateway.proxy.Gateway`),
-    which sits above the adapters and is never imported by them.
+    """What the status line reads of the metering gateway (:class:`bench.gateway.proxy.Gateway`).
+
+    The gateway sits above the adapters and is never imported by them.
     """
 
     tokens: int
     unpriced: bool
 
     @property
-    def spent(self) -> float: ...
+    def spent(self) -> float:
+        """The dollars the gateway has metered so far."""
+        ...
 
 
 CONSOLE_CHARS = 2000  # a plain line shown on the console at most this long
 
 
 class CappedLog:
-    """An append-only log that keeps its first ``cap // 2`` bytes and about its last ``cap // 2``
-    (never more than ``cap`` on disk in all), noting the cut; :meth:`close` puts the tail after the
+    """An append-only log that keeps its first ``cap // 2`` bytes and about its last ``cap // 2``.
+
+    Never more than ``cap`` on disk in all; the cut is noted; :meth:`close` puts the tail after the
     head.
     """
 
@@ -63,6 +67,7 @@ class CappedLog:
         self.dropped = 0  # bytes written to segments and then overwritten (the cut)
 
     def write(self, data: bytes) -> None:
+        """Append ``data``: to the head while it has room, then to the rolling tail."""
         room = self.head_cap - self.written
         if room > 0:
             self.f.write(data[:room])
@@ -109,8 +114,10 @@ class CappedLog:
 
 
 def _render(ev) -> str | None:
-    """One console line per event, through the console filter (a newline in a tool's target is shown
-    as ``\\n``, an escape sequence removed); None for events not worth a line (usage, bare results).
+    r"""One console line per event, through the console filter; None for events not worth a line.
+
+    A newline in a tool's target is shown as ``\n``, an escape sequence removed. Usage and bare
+    results get no line.
     """
     if ev.kind == "tool_call":
         return shown(f"  > {ev.tool}: {(ev.target or '')[:160]}")
@@ -156,10 +163,12 @@ class AgentStream:
         self._thread = threading.Thread(target=self._run, name="bench-stream", daemon=True)
 
     def start(self) -> AgentStream:
+        """Start reading the agent's output in a thread of its own; returns the stream."""
         self._thread.start()
         return self
 
     def join(self, timeout: float = 10.0) -> None:
+        """Wait for the reader (at most ``timeout`` s), then take the parser's closing events."""
         self._thread.join(timeout)
         if self.parser is not None:
             self._handle(self.parser.finish(), None)
