@@ -2,14 +2,14 @@
 
 ``bench run --agent generic --agent-option config=mycli.toml``; the file::
 
-    command = ["mycli", "run", "--json", "--model", "{model}", "{prompt}"]  # or one string, split
-    like a shell model = "my-default-model"   # when --model is not given parser = "claude-code"
-    # a stream parser of bench.agents.PARSERS for its stdout (omit: plain log) private_home = true
-    # HOME and XDG dirs in the run's private home (the default)
+    # the command: a list of arguments, or one string, split like a shell
+    command = ["mycli", "run", "--json", "--model", "{model}", "{prompt}"]
+    model = "my-default-model"   # when --model is not given
+    parser = "claude-code"       # a parser of bench.agents.PARSERS for its stdout (omit: plain log)
+    private_home = true          # HOME and XDG dirs in the run's private home (the default)
 
-    passthrough = ["MYCLI_*"]    # harness variables it may receive (default: ANTHROPIC_* and
-    OPENAI_*) endpoints = ["{env:OPENAI_BASE_URL}"]  # what its sandbox may reach (default: the URLs
-    below)
+    passthrough = ["MYCLI_*"]    # harness variables it may get (default: ANTHROPIC_* and OPENAI_*)
+    endpoints = ["{env:OPENAI_BASE_URL}"]  # what its sandbox may reach (default: the URLs below)
 
     [env]
     MYCLI_BASE_URL = "{env:OPENAI_BASE_URL}"

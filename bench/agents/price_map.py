@@ -17,10 +17,10 @@ model neither has is left out, and then refused under a budget (``--max-cost``),
 model is. A user's own file (``$BENCH_PRICES``) overrides or adds rows at run time
 (:mod:`bench.agents.pricing`).
 
-    bench prices refresh                               # the newest LiteLLM on PyPI bench prices
-    refresh --litellm-version 1.110.2     # a given version bench prices refresh --from
-    litellm-1.110.2-....whl    # a wheel already here (offline) bench prices refresh --from map.json
-    --litellm-version 1.110.2 --date 2026-11-20   # a bare map file
+    bench prices refresh                                  # the newest LiteLLM on PyPI
+    bench prices refresh --litellm-version 1.110.2        # a given version
+    bench prices refresh --from litellm-1.110.2-....whl   # a wheel already here (offline)
+    bench prices refresh --from map.json --litellm-version 1.110.2 --date 2026-11-20   # a bare map
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
-"""The bad inputs every task's ``prepare.py --eval`` must answer with one JSON error line (exit 1),
-never a score and never a bare traceback: built from a trained checkpoint, so that each differs from
-a good one in one way.
+"""The bad inputs every task's ``prepare.py --eval`` must answer with one JSON error line (exit 1).
+
+Never a score and never a bare traceback. They are built from a trained checkpoint, so that each
+differs from a good one in one way.
 
 Shared by ``bench tasks check`` and tests/tasks/test_conformance.py, which run them the same way
 (forked_cli.py).
@@ -128,8 +129,9 @@ def bad_inputs(ckpt: Path, folder: Path, data_dir: Path | None = None) -> dict[s
 
 
 def run_forked(workspace: Path, commands: dict[str, list[str]], folder: Path) -> dict[str, subprocess.CompletedProcess]:
-    """Each ``python prepare.py ARGS`` of ``commands`` run in ``workspace`` (forks of one
-    interpreter): {case: the process as if run alone}. DriverFailed (a RuntimeError) when the driver
+    """Each ``python prepare.py ARGS`` of ``commands``, run in ``workspace`` by forks of one driver.
+
+    Returns {case: the process as if run alone}. DriverFailed (a RuntimeError) when the driver
     itself fails.
     """
     (folder / "cases.json").write_text(json.dumps(commands), encoding="utf-8")

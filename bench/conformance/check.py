@@ -63,9 +63,11 @@ class Check:
         self.out, self.err, self.broken, self.kept = out, err, 0, 0
 
     def say(self, text: str) -> None:
+        """A progress line, on the error stream (the verdicts go to the output stream)."""
         print(text, file=self.err, flush=True)
 
     def promise(self, title: str, problems: list[str]) -> None:
+        """Print the promise's verdict: each problem as a FAIL line, or ``ok`` when none."""
         for line in problems:
             print(f"FAIL  {line}", file=self.out, flush=True)
         if problems:

@@ -52,6 +52,7 @@ def _child(args: list[str], out: str, err: str) -> None:
 
 
 def main() -> None:
+    """Import ``prepare`` once, run each case in a fork of this process, write the results."""
     cases_file, results_file = sys.argv[1:3]
     with open(cases_file, encoding="utf-8") as f:
         cases: dict[str, list[str]] = json.load(f)

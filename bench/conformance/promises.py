@@ -3,17 +3,21 @@
 Each returns the broken promises as lines saying what to change (an empty list: the promise is
 kept). No I/O beyond reading what is passed in.
 
-The contracts (../shared/docs/DESIGN.md, docs/extending.md):
-  * checkpoint: a file in checkpoints/ whose payload holds the state dict, the config for build_model, the script
-    name, the self-reported validation score, the metric name and a timestamp, saved through the locked
-    prepare.save_checkpoint(), so that the baseline train.py already follows it;
-  * official result: `prepare.py --eval` prints one JSON object (task, metric, value, direction, split, checkpoint,
-    script, seconds);
-  * every bad input gives one JSON line with an error (exit status 1), never a score and never a bare traceback;
-  * the val_score a script reports is the evaluator's own score on the validation split (the harness ranks
-    checkpoints by it; rule 9 compares it with the scorer's own validation score);
-  * the eval split's labels never reach a workspace when they are not the validation split's (task.toml held_out);
-  * the trusted scorer gives the task's own --eval number, and an honest baseline passes every probe.
+The contracts (the table of docs/extending.md):
+  * checkpoint: a file in checkpoints/ whose payload holds the state dict, the config for
+    build_model, the script name, the self-reported validation score, the metric name and a
+    timestamp, saved through the locked prepare.save_checkpoint(), so that the baseline train.py
+    already follows it;
+  * official result: `prepare.py --eval` prints one JSON object (task, metric, value, direction,
+    split, checkpoint, script, seconds);
+  * every bad input gives one JSON line with an error (exit status 1), never a score and never a
+    bare traceback;
+  * the val_score a script reports is the evaluator's own score on the validation split (the
+    harness ranks checkpoints by it; rule 9 compares it with the scorer's own validation score);
+  * the eval split's labels never reach a workspace when they are not the validation split's
+    (task.toml held_out);
+  * the trusted scorer gives the task's own --eval number, and an honest baseline passes every
+    probe.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ HELP_OPTIONS = ("--prepare", "--raw-dir", "--data-dir", "--eval", "--script", "-
 
 
 def close(a: float, b: float, rel: float = REL, abs_tol: float = 0.0) -> bool:
+    """Whether ``a`` and ``b`` agree within ``rel`` of the larger (or within ``abs_tol``)."""
     return abs(a - b) <= max(abs_tol, rel * max(abs(a), abs(b)))
 
 
@@ -162,14 +167,16 @@ def bad_input_problems(
 
 
 def help_problems(proc: subprocess.CompletedProcess) -> list[str]:
+    """The problems of ``prepare.py --help``: a failure, or an option it does not document."""
     if proc.returncode != 0:
         return [f"prepare.py --help exited {proc.returncode}"]
     return [f"prepare.py --help does not document {option}" for option in HELP_OPTIONS if option not in proc.stdout]
 
 
 def source_problems(train_source: str) -> list[str]:
-    """No false positive of the rules the audit reads from code (2 pretrained weights, 3 internet, 4
-    installs): agents copy the baseline train.py.
+    """No false positive of the rules the audit reads from code: agents copy the baseline train.py.
+
+    The rules are 2 (pretrained weights), 3 (internet) and 4 (installs).
     """
     from bench.rules.conduct import FETCH, INSTALL, PRETRAINED, PYTHON_FETCH
 

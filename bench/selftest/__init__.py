@@ -11,9 +11,8 @@ metrics; no GPU process left at the end.
 On your own GPU box (the toolkit installed beside your PyTorch, data downloadable or in
 ``BENCH_DATA_MIRROR``)::
 
-    make gpu-proof                     # = bench selftest --device cuda --out selftest-report bench
-    selftest --device cpu        # the same kit on a CPU, small budgets: a test of the kit (CI runs
-    it)
+    make gpu-proof                 # = bench selftest --device cuda --out selftest-report
+    bench selftest --device cpu    # the kit on a CPU, small budgets: a test of the kit (CI runs it)
 
 On a lent machine (PyTorch preinstalled, no package index, at most 64 MiB carried, one call of <= 8
 minutes):
@@ -25,8 +24,9 @@ minutes):
 
        sh .gpu-proof/run.sh --out "$OUT"
 
-   ``run.sh`` installs the wheels and the checkout (editable, no index) into the Python that holds torch, points
-   ``BENCH_DATA_MIRROR`` at the carried data and runs ``bench selftest --device cuda``.
+   ``run.sh`` installs the wheels and the checkout (editable, no index) into the Python that holds
+   torch, points ``BENCH_DATA_MIRROR`` at the carried data and runs
+   ``bench selftest --device cuda``.
 3. the report comes back under ``$OUT``; put its figures, with the card's name, in the README.
 
 Modules: ``kit.py`` (the order, the checks, the exit code), ``measure.py`` (each measurement),

@@ -81,8 +81,9 @@ exec $PY -m bench.entrypoint selftest --device "${DEVICE:-cuda}" "$@"
 
 
 def project(wheel: str) -> str:
-    """The normalised project name of a wheel file (``mlflow_skinny-3.17.2-py3-none-any.whl`` ->
-    ``mlflow-skinny``).
+    """The normalised project name of a wheel file.
+
+    ``mlflow_skinny-3.17.2-py3-none-any.whl`` -> ``mlflow-skinny``.
     """
     return re.sub(r"[-_.]+", "-", wheel.split("-")[0]).lower()
 
@@ -107,6 +108,7 @@ def pins() -> list[str]:
 
 
 def download(dest: Path) -> None:
+    """Download the wheels the kit needs into ``dest``: binary only, for the lent machine."""
     cmd = [
         sys.executable,
         "-m",
@@ -173,6 +175,7 @@ def build(dest: Path, mirror: Path, limit_mib: float = 48.0, wheelhouse: Path | 
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Write the carry bundle (``make gpu-proof-bundle``); print its size and how to run it."""
     parser = argparse.ArgumentParser(description="the GPU proof kit's carry bundle (wheels, T6 and T1 data, run.sh)")
     parser.add_argument("dest", nargs="?", type=Path, default=ROOT / ".gpu-proof")
     parser.add_argument("--mirror", type=Path, default=settings.DATA_MIRROR.get() or ROOT.parent / "shared/data")

@@ -99,10 +99,11 @@ def _git_commit() -> str | None:
 
 
 def cuda_in_sandbox(work: Path) -> dict:
-    """``torch.cuda.is_available()`` in a process of the agent's sandbox (its allow-listed view, its
-    PID namespace) and of a predictor's (its seccomp profile) beside the same question asked here:
-    the views must bind exactly what CUDA needs and the filters deny nothing it calls, so the
-    answers agree.
+    """``torch.cuda.is_available()`` inside the agent's sandbox and a predictor's, and here.
+
+    In a process of the agent's sandbox (its allow-listed view, its PID namespace) and of a
+    predictor's (its seccomp profile), beside the same question asked here: the views must bind
+    exactly what CUDA needs and the filters deny nothing it calls, so the answers agree.
     """
     import torch
 
@@ -186,10 +187,11 @@ def steps_per_second(log: str) -> dict:
 
 
 def t1_throughput(task: Task, data_dir: Path, work: Path, device: str, steps: int, budget_s: float) -> dict:
-    """T1's steps per second for ``python run_proof.py`` bare (a copy of the task's files, no
-    harness) and inside ``bench run`` (the command agent runs the same script in the sandbox,
-    traced, sampled, relayed to MLflow): the harness's and tracer's cost on this device as one ratio
-    measured in one call.
+    """T1's steps per second for ``python run_proof.py`` bare and inside ``bench run``.
+
+    Bare: a copy of the task's files, no harness. Inside ``bench run``: the command agent runs the
+    same script in the sandbox, traced, sampled, relayed to MLflow. Their ratio is the harness's and
+    tracer's cost on this device, measured in one call.
     """
     from bench.runner import RunSpec, run
 
@@ -284,8 +286,9 @@ def evaluation_cost(task: Task, result, data_dir: Path, work: Path, device: str,
 
 
 def replay_epsilon(task: Task, result, data_dir: Path, work: Path, device: str, batches: int = 400) -> dict:
-    """How far a cold replay on ``device`` lies from the scored predictor's answers, for the
-    baseline run's best checkpoint: the epsilon the scorer's probes must allow on this task
+    """How far a cold replay on ``device`` lies from the scored predictor's answers.
+
+    For the baseline run's best checkpoint: the epsilon the scorer's probes must allow on this task
     (``[scoring] cuda_replay_tolerance`` in its task.toml;
     :func:`bench.scoring.scorer.task_tolerance`), measured the way the scorer probes.
 

@@ -11,16 +11,15 @@ studies (``--storage`` of ``bench baselines tune`` and the ``optuna`` agent) in 
 MLflow's (``.../optuna``: not MLflow's own, since both keep their schema version in a table named
 ``alembic_version``).
 
-The server is MLflow's own, started lean (measured in MLFLOW-NOTES.md: ``mlflow ui`` defaults to 15
+The server is MLflow's own, started lean (measured: ``mlflow ui`` defaults to 15
 processes and 2.4 GB; one worker and no job runner, 2 processes and ~0.5 GB):
 ``MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false mlflow server --backend-store-uri DB
 --artifacts-destination DIR --workers N``. Before it starts, the database is created if missing and
 MLflow's schema is created once, under PostgreSQL's advisory lock (:mod:`bench.tracking.store`), so
 that a server with several workers and harness processes starting with it never race for it.
 
-    bench server --postgres ~/bench-pg                    # a private PostgreSQL cluster in
-    ~/bench-pg, then the server bench server --backend-store-uri
-    postgresql+psycopg://bench:PW@db.example.org/campaign --host 0.0.0.0
+    bench server --postgres ~/bench-pg   # a private PostgreSQL cluster in ~/bench-pg, its server
+    bench server --backend-store-uri postgresql+psycopg://bench:PW@dbhost/campaign --host 0.0.0.0
 """
 
 from __future__ import annotations
