@@ -59,10 +59,10 @@ def get_agent(name: str) -> Agent:
 
 
 def make_parser(name: str, model: str | None = None, mapping: dict | str | Path | None = None) -> Parser:
-    """The parser of a run.
+    """The stream parser a run's output is read with.
 
-    The model prices runs whose CLI reports no cost (:mod:`bench.agents.pricing`); mapping (a dict
-    or a .toml/.json file) configures the generic parser.
+    ``model`` prices runs whose CLI reports no cost (:mod:`bench.agents.pricing`); ``mapping`` (a
+    dict or a .toml/.json file) configures the generic parser.
     """
     if name == "generic" and mapping is not None:
         return GenericParser(mapping, model) if isinstance(mapping, dict) else GenericParser.from_file(mapping, model)

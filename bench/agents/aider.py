@@ -143,9 +143,10 @@ def _aider_count(s: str | None) -> int:
 
 
 class AiderParser(Parser):
-    """Aider prints text.
+    """Aider's plain-text output, read line by line.
 
-    The reply, "Tokens: ..." after it, then "Applied edit to X" and "Running CMD" + output.
+    Aider prints text: the reply, "Tokens: ..." after it, then "Applied edit to X" and "Running CMD"
+    + output.
     """
 
     def __init__(self, model: str | None = None):

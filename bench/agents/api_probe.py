@@ -53,7 +53,7 @@ class Probe:
     models: tuple[str, ...] | None = None
 
     def describe(self) -> str:
-        """For the table of ``bench agents check``.
+        """The answer as a few words for the table of ``bench agents check``.
 
         ``HTTP 200 in 0.21 s`` or ``no answer: connection refused``.
         """
@@ -159,7 +159,7 @@ def problem(need: Need, found: Probe | None) -> str | None:
 
 
 def problems(need: Need, found: Probe | None) -> list[str]:
-    """Every problem of ``need``.
+    """Every problem of ``need``, so that one report names them all.
 
     :func:`problem`, and for a need without a credential also an endpoint that does not answer
     (asked without a key, its answer proves only that it is there), so that one report names both.

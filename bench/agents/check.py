@@ -74,9 +74,9 @@ def table(found: list[Row]) -> str:
 
 
 def check_main(names: list[str], models: dict[str, str] | None = None) -> int:
-    """The table.
+    """Print the table; exit 1 when an agent named on the command line is not ready.
 
-    Exit 1 when an agent named on the command line is not ready (0 for the overview of all).
+    The overview of all agents exits 0.
     """
     unknown = [n for n in names if n not in AGENTS]
     if unknown:

@@ -111,9 +111,9 @@ class Tally:
             self.refusal = self.refusal or (ev.text if _REFUSAL.search(ev.text) else None)
 
     def refused(self) -> bool:
-        """Over-refusal.
+        """Whether the run reads as an over-refusal.
 
-        An assistant text matched REFUSAL_PATTERNS and no file was written or edited.
+        Over-refusal: an assistant text matched REFUSAL_PATTERNS and no file was written or edited.
         """
         return self.refusal is not None and self.file_writes == 0
 

@@ -154,7 +154,7 @@ GENERIC_DEFAULTS: dict[str, Any] = {
 
 
 def get_path(obj: Any, path: str | list[str] | None) -> Any:
-    """JSONPath-like lookup.
+    """The value at ``path`` in ``obj``, a JSONPath-like lookup.
 
     "a.b.0.c" (a leading "$." is allowed); "a|b" or a list: the first found.
     """

@@ -66,7 +66,7 @@ def classify(text: str | None) -> str | None:
 
 
 def window_s() -> float:
-    """The window of the rule.
+    """The window of the API-failure rule, in seconds.
 
     ``--api-fail-window``, else ``BENCH_API_FAIL_WINDOW`` seconds, else 180
     (:data:`bench.settings.API_FAIL_WINDOW_S`).
@@ -133,9 +133,9 @@ class ApiHealth:
         return f"the model API kept failing ({kind}: {text}; {self.failures} errors over {span:.1f} min)"
 
     def failure(self) -> dict | None:
-        """At the end.
+        """The run's infrastructure failure, at its end, or None.
 
-        The infrastructure failure of the run (for ``result.json``'s ``agent_events``), or None.
+        For ``result.json``'s ``agent_events``.
         """
         with self._lock:
             if self.tripped is None and (self.answered or self.last is None):

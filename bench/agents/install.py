@@ -221,8 +221,8 @@ def home_env(home: Path) -> dict[str, str]:
 
 
 def cli_binary(name: str, options: dict[str, str]) -> str:
-    """The executable to run.
+    """The CLI's executable to run: the one given, or the pinned install.
 
-    ``--agent-option bin=PATH`` (a CLI installed elsewhere) or the pinned install.
+    ``--agent-option bin=PATH`` names a CLI installed elsewhere.
     """
     return options.get("bin") or str(ensure_cli(name))

@@ -32,7 +32,7 @@ CODE_ASSIST = "https://cloudcode-pa.googleapis.com"  # where Gemini CLI sends a 
 
 @dataclass(frozen=True)
 class Credential:
-    """A credential found.
+    """A credential found for an agent, and where it came from.
 
     ``kind`` (api key, gateway token, ... login), ``source`` (a variable or a file); the headers for
     the endpoint check are kept out of repr and never printed.
@@ -106,10 +106,10 @@ def _read_json(path: Path) -> tuple[dict | None, str | None]:
 
 
 def codex_login(env: Mapping[str, str], home: Path) -> tuple[list[Credential], str | None]:
-    """Codex's stored login.
+    """Codex's stored login, with what is wrong with it when it is there but unusable.
 
     ``$CODEX_HOME/auth.json`` (default ``~/.codex/auth.json``): a ChatGPT login (tokens) or a stored
-    API key; with what is wrong with it when it is there but unusable.
+    API key.
     """
     folder = Path(env["CODEX_HOME"]) if env.get("CODEX_HOME") else home / ".codex"
     path = folder / "auth.json"

@@ -97,9 +97,10 @@ class OpenCodeAgent(Agent):
         return (PROVIDER_URLS[provider],) if provider in PROVIDER_URLS else ()
 
     def gateway_var(self, ctx: LaunchContext) -> str | None:
-        """``bench/``.
+        """The variable that points OpenCode's provider at the gateway.
 
-        OPENAI_BASE_URL; a built-in provider: its ``baseURL`` option (keyed ``GATEWAY_VAR``).
+        For the ``bench/`` provider, OPENAI_BASE_URL; for a built-in provider, its ``baseURL``
+        option (keyed ``GATEWAY_VAR``).
         """
         provider = (ctx.model or DEFAULT_MODEL).partition("/")[0]
         if provider == CUSTOM:
@@ -114,9 +115,9 @@ class OpenCodeAgent(Agent):
         return API_PATHS.get((ctx.model or DEFAULT_MODEL).partition("/")[0], "")
 
     def check(self, options: dict[str, str], model: str | None) -> None:
-        """Before anything is created.
+        """Refuse, before anything is created, a model that cannot be configured.
 
-        A model that cannot be configured (bench/NAME without OPENAI_BASE_URL).
+        That is bench/NAME without OPENAI_BASE_URL.
         """
         config(model or DEFAULT_MODEL)
 

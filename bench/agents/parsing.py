@@ -36,7 +36,7 @@ def tool_kind(name: Any) -> str:
 
 
 def unwrap_shell(cmd: Any) -> str:
-    """The command itself.
+    """The command a shell wrapper runs, unwrapped.
 
     ["bash", "-lc", "python x.py"] and "/bin/bash -c 'python x.py'" -> "python x.py".
     """

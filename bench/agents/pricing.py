@@ -131,9 +131,10 @@ _BEDROCK = re.compile(r"^(?:[a-z]{2}\.)?(?:anthropic|openai|moonshot|moonshotai|
 
 
 def _norm(model: str) -> str:
-    """'openrouter/moonshotai/kimi-k2.6:free' -> 'kimi-k2-6'.
+    """A model name reduced to the key prices are looked up by.
 
-    'claude-opus-4-5-20251101' -> 'claude-opus-4-5'.
+    'openrouter/moonshotai/kimi-k2.6:free' -> 'kimi-k2-6'; 'claude-opus-4-5-20251101' ->
+    'claude-opus-4-5'.
     """
     n = model.strip().lower().rsplit("/", 1)[-1].split(":", 1)[0]
     n = _BEDROCK.sub("", n).replace(".", "-").replace("_", "-")

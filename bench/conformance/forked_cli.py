@@ -25,9 +25,9 @@ import traceback
 
 
 def _child(args: list[str], out: str, err: str) -> None:
-    """In the forked child.
+    """Run prepare.py in the forked child as `python prepare.py ARGS` would.
 
-    Run prepare.py as `python prepare.py ARGS` would, then exit with its status.
+    The child then exits with its status.
     """
     code = 1
     try:

@@ -138,9 +138,10 @@ def eval_line_problems(proc: subprocess.CompletedProcess, toml: dict, ws: Path, 
 def bad_input_problems(
     case: str, proc: subprocess.CompletedProcess, bad: Bad, task_id: str, code_ran: bool
 ) -> list[str]:
-    """One bad input.
+    """The broken promises of the answer to one bad input.
 
-    Exit 1, one JSON line with an error naming what is wrong, no value, no traceback.
+    The answer must be exit 1, one JSON line with an error naming what is wrong, no value, no
+    traceback.
     """
     where = f"prepare.py --eval, bad input {case}"
     out = []

@@ -200,9 +200,9 @@ def checks(device: str, fig: dict, errors: dict) -> list[dict]:
 
 
 def main(device: str, out: Path, work: Path | None, t1_steps: int | None, keep: bool, eval_runs: int) -> int:
-    """``bench selftest``.
+    """Run ``bench selftest``: 0 when no check failed, 1 otherwise.
 
-    0 when no check failed, 1 otherwise (the report is written either way).
+    The report is written either way.
     """
     if device == "auto":
         import torch

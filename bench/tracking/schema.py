@@ -146,7 +146,7 @@ SPEC_TAG_TABLES = {"tags": TAG_PREFIX}  # field -> tag prefix
 
 
 def spec_params(spec: dict) -> dict:
-    """The description's params.
+    """The run description's params, as logged on the agent run.
 
     The budget in minutes, as the paper gives it; a missing model as "".
     """

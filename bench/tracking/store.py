@@ -40,7 +40,7 @@ def tracking_uri() -> str:
 
 
 def database_uri() -> str:
-    """The tracking database.
+    """The URI of the tracking database (the store's own, or a server's).
 
     The store itself if it is one, else ``$BENCH_TRACKING_DB`` for a server ("" if unset).
     """

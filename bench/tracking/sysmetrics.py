@@ -41,7 +41,7 @@ Target = tuple[str, int, float, int, str]
 
 
 class Gpu:
-    """NVML, initialised once.
+    """The GPU reader: NVML, initialised once.
 
     Absent (no package, no driver, no GPU) means no GPU metrics, and ``why`` says why.
 
@@ -63,7 +63,7 @@ class Gpu:
             self.why = f"NVML did not start: {e}"[:200]
 
     def devices(self) -> list[tuple[list[tuple[int, float]], float]]:
-        """Per GPU.
+        """Per GPU, its compute processes' memory and its utilisation.
 
         ``[(host pid, MB)]`` of its compute processes (NVML reports host pids) and its utilisation
         %.

@@ -130,9 +130,9 @@ def _answers(url: str) -> bool:
 
 
 def wait_ready(proc: subprocess.Popen, base: str, timeout_s: float = READY_S) -> None:
-    """Until the server answers ``/health``.
+    """Wait until the server answers ``/health``.
 
-    RuntimeError if it exits first or stays silent ``timeout_s``.
+    StoreError (a RuntimeError) if it exits first or stays silent ``timeout_s``.
     """
     deadline = time.monotonic() + timeout_s
     while proc.poll() is None:
@@ -189,9 +189,9 @@ def relay_output(source, sink) -> None:
 
 
 def serve(host: str, port: int, names: list[str] | None) -> int:
-    """``bench ui``.
+    """Run ``bench ui``; returns its exit status.
 
-    Check the port and the campaigns, start the server, print the links, wait; the exit status.
+    Check the port and the campaigns, start the server, print the links, wait.
     """
     store.client()  # make sure the schema exists before the server reads it
     campaigns = views.experiments(names)  # LookupError for an unknown name

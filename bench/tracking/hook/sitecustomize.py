@@ -168,9 +168,7 @@ def _start_tee(spool):
     )
 
     def handshake():
-        """At exit.
-
-        Flush, let the tee pass on everything written so far, then write to the real fds again.
+        """At exit: flush, let the tee pass on all output so far, then write to the real fds again.
 
         Without this, ``python train.py > log; tail log`` could read the log before the tee has
         copied the last lines. Output after this point (finalizers) goes straight to the original
