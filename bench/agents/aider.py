@@ -62,7 +62,7 @@ class AiderAgent(Agent):
     def gateway_var(self, ctx: LaunchContext) -> str | None:
         """The variable whose base URL the gateway replaces.
 
-        The model's provider's (LiteLLM's other providers keep their own routes).
+        It is the model's provider's; LiteLLM's other providers keep their own routes.
         """
         provider = (ctx.model or DEFAULT_MODEL).partition("/")[0] if "/" in (ctx.model or DEFAULT_MODEL) else "openai"
         return "ANTHROPIC_BASE_URL" if provider == "anthropic" else "OPENAI_BASE_URL" if provider == "openai" else None

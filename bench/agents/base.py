@@ -111,8 +111,8 @@ class Agent(abc.ABC):
     def endpoints(self, ctx: LaunchContext) -> tuple[str, ...]:
         """URLs the agent's sandbox may reach (its model API); () for an offline agent.
 
-        No network at all. Raises AgentError for an endpoint the sandbox cannot give it (a remote
-        database for the optuna agent).
+        () means no network at all. Raises AgentError for an endpoint the sandbox cannot give it (a
+        remote database for the optuna agent).
         """
         return ()
 
@@ -143,7 +143,7 @@ class Agent(abc.ABC):
     def login_files(self, ctx: LaunchContext) -> tuple[tuple[Path, Path], ...]:
         """The user's login files its CLI reads, each as (source, its place in the private home).
 
-        Bound read-only into this run's sandbox only (bench.agents.credentials,
+        They are bound read-only into this run's sandbox only (bench.agents.credentials,
         bench.agents.logins). Default: none (a key).
         """
         return ()

@@ -108,7 +108,7 @@ class CodexAgent(Agent):
     def login_files(self, ctx: LaunchContext) -> tuple[tuple[Path, Path], ...]:
         """(the user's ``auth.json``, where Codex reads it in the private home).
 
-        Bound read-only into this run's sandbox only; () when a key is used.
+        It is bound read-only into this run's sandbox only; () when a key is used.
         """
         login = _login(ctx)
         return ((login.file, ctx.home / ".codex" / "auth.json"),) if login is not None and login.file else ()

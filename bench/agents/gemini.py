@@ -80,7 +80,7 @@ class GeminiAgent(Agent):
     def login_files(self, ctx: LaunchContext) -> tuple[tuple[Path, Path], ...]:
         """(the user's ``oauth_creds.json``, its place in the private home).
 
-        Bound read-only into this run's sandbox only; () when a key is used.
+        It is bound read-only into this run's sandbox only; () when a key is used.
         """
         login = _login(ctx)
         return ((login.file, ctx.home / ".gemini" / "oauth_creds.json"),) if login is not None and login.file else ()

@@ -186,7 +186,7 @@ class GenericParser(Parser):
     def from_file(cls, path: str | Path, model: str | None = None) -> GenericParser:
         """The mapping from a .json or .toml file (an agent's config).
 
-        At its top level or in a "parser" table.
+        The mapping is at its top level or in a "parser" table.
         """
         import tomllib
 

@@ -110,7 +110,7 @@ class OpenCodeAgent(Agent):
     def gateway_path(self, ctx: LaunchContext) -> str:
         """The path the gateway's upstream gets where the endpoint has none.
 
-        A built-in provider's vendor URL.
+        The endpoint is then a built-in provider's vendor URL.
         """
         return API_PATHS.get((ctx.model or DEFAULT_MODEL).partition("/")[0], "")
 

@@ -82,9 +82,9 @@ def usage_event(kind: str, tin: int, tout: int, cached: int, cost: float | None,
 
 
 def result_event(call: Event | None, out: Any, is_error: bool, raw: dict | None) -> Event:
-    """The tool_result of a call; out.
+    """The tool_result event of a call.
 
-    A string or a list of {type: text, text} blocks, kept to 2000 chars.
+    ``out``: a string or a list of {type: text, text} blocks, kept to 2000 chars.
     """
     if isinstance(out, list):
         out = "\n".join(b.get("text", "") if isinstance(b, dict) else str(b) for b in out)

@@ -203,9 +203,9 @@ def _scorer(task: Task, ws: Path, ckpt: Path, data: Path, work: Path, check: Che
 
 
 def check_folder(folder: Path, work: Path, check: Check) -> None:
-    """Every promise of the task folder, judged into ``check``; ``work``.
+    """Every promise of the task folder, judged into ``check``.
 
-    An empty folder of the check's own.
+    ``work``: an empty folder of the check's own.
     """
     from bench.pipeline import workspace
 

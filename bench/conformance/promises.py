@@ -72,7 +72,7 @@ def one_json_line(stdout: str) -> tuple[dict | None, str | None]:
 def payload_problems(name: str, payload: object, toml: dict, given: dict, started: float, finished: float) -> list[str]:
     """The output contract of one baseline checkpoint, loaded with weights_only.
 
-    ``name`` in the lines.
+    ``name`` names it in the lines.
     """
     import torch
 

@@ -150,8 +150,8 @@ def prepare_data(tasks: list[Task]) -> dict:
 def baseline_run(task: Task, device: str) -> tuple[dict, object]:
     """The task's baseline under the full protocol; its figures and the RunResult.
 
-    ``bench run --agent baseline``: the task's budget, the sandbox, the trusted scorer, the audit,
-    MLflow. For the evaluation comparison.
+    It runs as ``bench run --agent baseline``: the task's budget, the sandbox, the trusted scorer,
+    the audit, MLflow. The RunResult is for the evaluation comparison.
     """
     from bench.runner import RunSpec, run
 

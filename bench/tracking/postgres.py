@@ -53,7 +53,7 @@ def bin_dir() -> Path | None:
 def url(host: str, port: int, database: str, user: str = "postgres", password: str = "") -> str:
     """An SQLAlchemy URL for MLflow and Optuna alike.
 
-    ``postgresql+psycopg://postgres@127.0.0.1:5432/mlflow``.
+    For example ``postgresql+psycopg://postgres@127.0.0.1:5432/mlflow``.
     """
     secret = f":{password}" if password else ""
     return f"{DRIVER}://{user}{secret}@{host}:{port}/{database}"
@@ -84,7 +84,7 @@ class Cluster:
     def _run(self, *argv: str, check: bool = True) -> subprocess.CompletedProcess:
         """A PostgreSQL program, as the postgres user when we are root.
 
-        Initdb and postgres refuse root.
+        ``initdb`` and ``postgres`` refuse to run as root.
         """
         found = bin_dir()
         if found is None:
@@ -137,7 +137,7 @@ class Cluster:
 def create_database(uri: str) -> bool:
     """Create the database ``uri`` names if it is missing; True if it exists afterwards.
 
-    Connecting to the server's ``postgres`` database. A role that may not create databases gets
+    It connects to the server's ``postgres`` database. A role that may not create databases gets
     False, and MLflow's own error later.
     """
     import sqlalchemy

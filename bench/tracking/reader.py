@@ -348,10 +348,10 @@ def is_server(uri: str | None = None) -> bool:
 
 
 class ServerReader(ApiReader):
-    """Runs through the public API.
+    """Runs through the public API; metric histories in bulk requests.
 
-    Metric histories in bulk requests (one metric of up to 100 runs, up to 25,000 values a request),
-    the endpoint MLflow's UI draws its charts from.
+    A request asks one metric of up to 100 runs, up to 25,000 values, at the endpoint MLflow's UI
+    draws its charts from.
 
     Why: the public API reads a history one run at a time, one HTTP request each: 2,940 requests and
     160 s for a campaign of the paper's size through a server (issue #16). A batch that comes back
@@ -454,7 +454,7 @@ def campaign_runs(campaign: str) -> tuple[object, list]:
 def full_histories(run_id: str, keys: Sequence[str]) -> dict[str, list]:
     """Every logged value of each metric of a run.
 
-    MLflow ``Metric`` objects: value, step, timestamp in ms.
+    As MLflow ``Metric`` objects: value, step, timestamp in ms.
     """
     c = store.client()
     return {key: list(c.get_metric_history(run_id, key)) for key in keys}

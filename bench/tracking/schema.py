@@ -164,7 +164,7 @@ def spec_tags(spec: dict) -> dict[str, str]:
 def audit_tags(findings) -> dict[str, str]:
     """The audit's tags on an agent run, from its findings.
 
-    Objects with ``rule``, ``verdict``, ``reason``.
+    The findings are objects with ``rule``, ``verdict``, ``reason``.
     """
 
     def rules(verdict: bool) -> str:

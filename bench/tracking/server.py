@@ -93,8 +93,8 @@ def public_hosts(port: int) -> str:
 def prepare(backend: str) -> None:
     """The database and MLflow's schema, once, under the lock harness processes take for it too.
 
-    Created if missing: :func:`bench.tracking.postgres.advisory_lock`. Without changing this
-    process's tracking URI.
+    The database is created if missing (:func:`bench.tracking.postgres.advisory_lock`); this
+    process's tracking URI is left as it is.
     """
     from mlflow.tracking import MlflowClient
 

@@ -58,7 +58,7 @@ def kind(mode: int) -> str:
 class Refused:
     """Spool and tail files the relay did not read, by name.
 
-    The first :data:`MAX_REFUSED`; the rest counted.
+    The first :data:`MAX_REFUSED` are named; the rest are counted.
 
     Kept in ``relay.json``, so a resume names what the live harness refused.
     """
@@ -150,7 +150,7 @@ def listing(workspace: Path, spool_dir: Path, known: set[str], refused: Refused)
 def read_chunk(path: Path, workspace: Path, offset: int, size: int) -> bytes | untrusted.Finding:
     """Up to ``size`` bytes of a spool file from ``offset``, through the boundary.
 
-    Never blocking, no link.
+    The read never blocks and follows no link.
     """
     opened = untrusted.open_regular(path, workspace, SPOOL_LIMITS)
     if isinstance(opened, untrusted.Finding):

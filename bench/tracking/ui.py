@@ -62,7 +62,8 @@ class _Stop(BenchError):  # noqa: N818 (a signal's way out of the wait, not an e
 def check_port(host: str, port: int) -> None:
     """Raise :class:`PortBusy` if ``host:port`` cannot be bound as the server will bind it.
 
-    SO_REUSEADDR, as uvicorn does: a port in TIME_WAIT is free, one with a listener is not.
+    It binds with SO_REUSEADDR, as uvicorn does: a port in TIME_WAIT is free, one with a listener is
+    not.
     """
     try:
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -149,7 +150,7 @@ def wait_ready(proc: subprocess.Popen, base: str, timeout_s: float = READY_S) ->
 def print_links(base: str, campaigns: list[tuple[str, str]], most: int = MOST) -> None:
     """Per campaign, a link to each saved view.
 
-    Written here too, so that campaigns recorded before the views existed get them.
+    The views are written here too, so that campaigns recorded before the views existed get them.
     """
     from bench.tracking.writer import MlflowWriter, TrackingError
 

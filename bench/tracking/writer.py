@@ -363,7 +363,7 @@ class MlflowWriter:
     def open_children(self, parent: str) -> list[str]:
         """Ids of the runs nested under ``parent`` that are still RUNNING.
 
-        What a killed harness left open.
+        They are what a killed harness left open.
         """
         self._client()
         found = self._do(

@@ -40,7 +40,7 @@ def decimals(x):
 def same_value(a, a_exact, b, b_exact):
     """True when ``a`` and ``b`` can be one value, each either exact (traced) or printed.
 
-    Rounded to what it shows.
+    Printed: rounded to what it shows.
 
     Two exact values are one only when equal (a script may trace a value twice on purpose);
     otherwise the printed side's rounding, half a unit of its last decimal (the coarser of two
@@ -119,7 +119,7 @@ def event_values(ev):
 class TracedReader:
     """Reads the values a script traced into its spool into ``seen``.
 
-    Not the tee's own ``"src": "stdout"`` lines.
+    It skips the tee's own ``"src": "stdout"`` lines.
     """
 
     def __init__(self, spool, seen):

@@ -130,7 +130,7 @@ class Tee:
     def pump(self, s, once):
         """Read what the pipe holds, copy it on, then look at its lines.
 
-        One chunk, or until it is empty.
+        It reads one chunk, or until the pipe is empty.
         """
         while True:
             try:
