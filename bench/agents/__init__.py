@@ -1,9 +1,11 @@
-"""The dispatch tables: agent name -> adapter, stream parser name -> parser. A new agent is one entry in each.
+"""The dispatch tables: agent name -> adapter, stream parser name -> parser.
 
-Every adapter derives from :class:`bench.agents.base.Agent`, which declares what the harness asks of it.
-Offline agents need no model API (``baseline``, ``command``, ``optuna``); the CLI agents run a
-real coding-agent CLI, installed pinned into the cache on first use (``bench agents install``).
-Each CLI's stream parser lives in its agent's module, on the shared base of :mod:`bench.agents.parsing`;
+A new agent is one entry in each.
+
+Every adapter derives from :class:`bench.agents.base.Agent`, which declares what the harness asks of
+it. Offline agents need no model API (``baseline``, ``command``, ``optuna``); the CLI agents run a
+real coding-agent CLI, installed pinned into the cache on first use (``bench agents install``). Each
+CLI's stream parser lives in its agent's module, on the shared base of :mod:`bench.agents.parsing`;
 :func:`make_parser` builds the one an adapter names (:meth:`~bench.agents.base.Agent.parser_name`).
 """
 
@@ -49,6 +51,7 @@ PARSERS: dict[str, type[Parser]] = {
 
 
 def get_agent(name: str) -> Agent:
+    """The adapter registered as ``name``; an AgentError naming the known ones otherwise."""
     try:
         return AGENTS[name]
     except KeyError:
@@ -56,8 +59,11 @@ def get_agent(name: str) -> Agent:
 
 
 def make_parser(name: str, model: str | None = None, mapping: dict | str | Path | None = None) -> Parser:
-    """The parser of a run: the model prices runs whose CLI reports no cost (:mod:`bench.agents.pricing`); mapping
-    (a dict or a .toml/.json file) configures the generic parser."""
+    """The stream parser a run's output is read with.
+
+    ``model`` prices runs whose CLI reports no cost (:mod:`bench.agents.pricing`); ``mapping`` (a
+    dict or a .toml/.json file) configures the generic parser.
+    """
     if name == "generic" and mapping is not None:
         return GenericParser(mapping, model) if isinstance(mapping, dict) else GenericParser.from_file(mapping, model)
     return PARSERS[name](model=model)

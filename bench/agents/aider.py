@@ -15,9 +15,10 @@ models, ``OPENAI_API_KEY`` is read by LiteLLM; other LiteLLM providers work with
 variables (``anthropic/...`` with ``ANTHROPIC_API_KEY``). Aider exits 0 even when every edit failed:
 the harness judges the run by its checkpoints, not the exit code.
 
-Sandboxed, its requests go through the metering gateway (:mod:`bench.gateway.proxy`): ``--openai-api-base`` (for
-any model but ``anthropic/``) or ``ANTHROPIC_API_BASE`` (LiteLLM's first choice; it appends ``/v1/messages``) is the
-gateway's port inside the sandbox. Its answers are not streamed (``--no-stream``): each carries its usage whole.
+Sandboxed, its requests go through the metering gateway (:mod:`bench.gateway.proxy`):
+``--openai-api-base`` (for any model but ``anthropic/``) or ``ANTHROPIC_API_BASE`` (LiteLLM's first
+choice; it appends ``/v1/messages``) is the gateway's port inside the sandbox. Its answers are not
+streamed (``--no-stream``): each carries its usage whole.
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ READ_ONLY = ("program.md", "train.py")
 
 
 class AiderAgent(Agent):
+    """Aider run once with ``--message``; its plain-text output is read by :class:`AiderParser`."""
+
     name = "aider"
     option_names = ("bin",)  # --agent-option bin=/path/to/cli (else the pinned install)
     description = f"Aider (--message, diff edit format); --model LiteLLM name, default {DEFAULT_MODEL}"
@@ -42,28 +45,37 @@ class AiderAgent(Agent):
     own_hosts = ("raw.githubusercontent.com",)  # the model metadata it fetches at start (measured, see codex.py)
 
     def passthrough(self, ctx: LaunchContext) -> tuple[str, ...]:
+        """Its keys and settings: OpenAI's, Anthropic's and Aider's own variables."""
         return ("OPENAI_*", "ANTHROPIC_*", "AIDER_*")
 
     def parser_name(self, ctx: LaunchContext) -> str | None:
+        """Aider's own plain-text parser."""
         return self.name
 
     def endpoints(self, ctx: LaunchContext) -> tuple[str, ...]:
+        """The API of the model's provider: Anthropic's for ``anthropic/``, else OpenAI's."""
         provider = (ctx.model or DEFAULT_MODEL).partition("/")[0]
         if provider == "anthropic":
             return api_endpoints(("ANTHROPIC_BASE_URL",), "https://api.anthropic.com")
         return api_endpoints(("OPENAI_BASE_URL", "OPENAI_API_BASE"), "https://api.openai.com")
 
     def gateway_var(self, ctx: LaunchContext) -> str | None:
-        """The variable whose base URL the gateway replaces: the model's provider's (LiteLLM's other providers keep
-        their own routes)."""
+        """The variable whose base URL the gateway replaces.
+
+        It is the model's provider's; LiteLLM's other providers keep their own routes.
+        """
         provider = (ctx.model or DEFAULT_MODEL).partition("/")[0] if "/" in (ctx.model or DEFAULT_MODEL) else "openai"
         return "ANTHROPIC_BASE_URL" if provider == "anthropic" else "OPENAI_BASE_URL" if provider == "openai" else None
 
     def gateway_path(self, ctx: LaunchContext) -> str:
-        """OpenAI's base URL has /v1 (https://api.openai.com/v1); LiteLLM appends /v1/messages to Anthropic's."""
+        """OpenAI's base URL has /v1 (https://api.openai.com/v1).
+
+        LiteLLM appends /v1/messages to Anthropic's.
+        """
         return "" if self.gateway_var(ctx) == "ANTHROPIC_BASE_URL" else "/v1"
 
     def command(self, ctx: LaunchContext) -> list[str]:
+        """Aider with the model, the diff edit format, no git, the prompt as its one message."""
         argv = [
             cli_binary(self.name, ctx.options),
             "--model",
@@ -89,6 +101,7 @@ class AiderAgent(Agent):
         return [*argv, "--message", ctx.prompt]
 
     def env(self, ctx: LaunchContext) -> dict[str, str]:
+        """A private HOME; no price-map download, update check or analytics; the gateway's URLs."""
         env = home_env(ctx.home)
         env.update(
             {
@@ -97,7 +110,8 @@ class AiderAgent(Agent):
                 "AIDER_ANALYTICS": "false",
             }
         )
-        # LiteLLM reads OPENAI_BASE_URL before OPENAI_API_BASE (what --openai-api-base sets): both are the gateway's
+        # LiteLLM reads OPENAI_BASE_URL before OPENAI_API_BASE (what --openai-api-base sets): both
+        # are the gateway's
         if gateway := ctx.base_urls.get("OPENAI_BASE_URL"):
             env.update(OPENAI_API_BASE=gateway, OPENAI_BASE_URL=gateway)
         if gateway := ctx.base_urls.get("ANTHROPIC_BASE_URL"):
@@ -129,7 +143,11 @@ def _aider_count(s: str | None) -> int:
 
 
 class AiderParser(Parser):
-    """Aider prints text: the reply, "Tokens: ..." after it, then "Applied edit to X" and "Running CMD" + output."""
+    """Aider's plain-text output, read line by line.
+
+    Aider prints text: the reply, "Tokens: ..." after it, then "Applied edit to X" and "Running CMD"
+    + output.
+    """
 
     def __init__(self, model: str | None = None):
         super().__init__(model)
@@ -139,6 +157,7 @@ class AiderParser(Parser):
         self._output: list[str] = []
 
     def feed(self, line: str) -> list[Event]:
+        """One line of Aider's output -> events (replies, edits, commands, their output, tokens)."""
         s, out = line.rstrip("\r\n"), []
         if m := _AIDER_PROMPT.match(s):  # a question; with stdin not a tty, the next output goes on the same line
             out += self._end_command()
@@ -183,8 +202,10 @@ class AiderParser(Parser):
         return [result_event(prev, "\n".join(done), False, None)]
 
     def finish_text(self) -> list[Event]:
+        """The reply text gathered since the last token report, as one message event."""
         text, self._buf = "\n".join(self._buf).strip(), []
         return self.message(text)
 
     def finish(self) -> list[Event]:
+        """Close the open command and the pending reply, then the final event."""
         return self._end_command() + self.finish_text() + super().finish()

@@ -1,20 +1,24 @@
-"""Does the model's endpoint answer, take the credential and offer the model? One request that costs nothing.
+"""Does the model's endpoint answer, take the credential and offer the model?
 
-The request is the API's model list (``GET /v1/models`` for Anthropic, OpenAI-compatible APIs and OpenRouter,
-``GET /v1beta/models`` for Gemini), with the credential :mod:`bench.agents.credentials` found and a short timeout
-(:data:`TIMEOUT_S`). What the answer proves:
+One request that costs nothing.
 
-- no HTTP answer (refused, no route, a name that does not resolve, the timeout): the endpoint cannot be reached,
-  and the CLI would retry for its whole budget: refused;
-- 401 or 403 for an API key: the key is refused: refused. A subscription login (Claude's OAuth token, a ChatGPT or
-  Google login) is meant for the CLI's own endpoints and may be refused by the model list, so for a login any
-  HTTP answer only proves that the endpoint is reachable;
-- 200 with a complete list that does not hold the model (nor a dated version of it, ``claude-opus-4-7`` for
-  ``claude-opus-4-7-20260101``): the model name is refused. A list cut into pages, an empty one, or another status
-  (404 from a gateway without a list, 429, 5xx) says nothing about the model: accepted.
+The request is the API's model list (``GET /v1/models`` for Anthropic, OpenAI-compatible APIs and
+OpenRouter, ``GET /v1beta/models`` for Gemini), with the credential :mod:`bench.agents.credentials`
+found and a short timeout (:data:`TIMEOUT_S`). What the answer proves:
 
-``BENCH_API_CHECK=0`` skips these requests (credentials are still checked): for machines where the harness itself
-has no route while its runs do, and for tests without a mock endpoint. Checks of several agents run in parallel.
+- no HTTP answer (refused, no route, a name that does not resolve, the timeout): the endpoint cannot
+  be reached, and the CLI would retry for its whole budget: refused;
+- 401 or 403 for an API key: the key is refused: refused. A subscription login (Claude's OAuth
+  token, a ChatGPT or Google login) is meant for the CLI's own endpoints and may be refused by the
+  model list, so for a login any HTTP answer only proves that the endpoint is reachable;
+- 200 with a complete list that does not hold the model (nor a dated version of it,
+  ``claude-opus-4-7`` for ``claude-opus-4-7-20260101``): the model name is refused. A list cut into
+  pages, an empty one, or another status (404 from a gateway without a list, 429, 5xx) says nothing
+  about the model: accepted.
+
+``BENCH_API_CHECK=0`` skips these requests (credentials are still checked): for machines where the
+harness itself has no route while its runs do, and for tests without a mock endpoint. Checks of
+several agents run in parallel.
 """
 
 from __future__ import annotations
@@ -36,8 +40,11 @@ MAX_BODY = 8 * 2**20  # a model list is a few hundred KB at most
 
 @dataclass(frozen=True)
 class Probe:
-    """What the endpoint answered: an HTTP ``status`` (None: no answer, ``error`` says why), the time it took, and
-    the models listed (None: no list, or only part of one)."""
+    """What the endpoint answered.
+
+    An HTTP ``status`` (None: no answer, ``error`` says why), the time it took, and the models
+    listed (None: no list, or only part of one).
+    """
 
     url: str
     status: int | None
@@ -46,7 +53,10 @@ class Probe:
     models: tuple[str, ...] | None = None
 
     def describe(self) -> str:
-        """For the table of ``bench agents check``: ``HTTP 200 in 0.21 s`` or ``no answer: connection refused``."""
+        """The answer as a few words for the table of ``bench agents check``.
+
+        ``HTTP 200 in 0.21 s`` or ``no answer: connection refused``.
+        """
         if self.status is None:
             return f"no answer: {self.error}"
         return f"HTTP {self.status} in {self.latency_s:.2f} s"
@@ -58,7 +68,10 @@ def enabled() -> bool:
 
 
 def models_url(need: Need) -> str:
-    """The model list of ``need``'s API at its base URL (which for OpenAI-compatible APIs includes ``/v1``)."""
+    """The model list of ``need``'s API at its base URL.
+
+    For OpenAI-compatible APIs the base URL includes ``/v1``.
+    """
     base = need.base_url.rstrip("/")
     if need.api == ANTHROPIC:
         return base + ("/models" if base.endswith("/v1") else "/v1/models") + "?limit=1000"
@@ -94,7 +107,10 @@ def _listed(need: Need, body: bytes) -> tuple[str, ...] | None:
 
 
 def probe(need: Need, timeout: float = TIMEOUT_S) -> Probe:
-    """Ask ``need``'s endpoint for its model list with its credential (the module docstring says what it proves)."""
+    """Ask ``need``'s endpoint for its model list with its credential.
+
+    The module docstring says what it proves.
+    """
     url = models_url(need)
     req = urllib.request.Request(url, headers=_headers(need, need.credential), method="GET")
     t0 = time.monotonic()
@@ -119,8 +135,11 @@ def offers(models: tuple[str, ...], model: str) -> bool:
 
 
 def problem(need: Need, found: Probe | None) -> str | None:
-    """The one-line problem of ``need`` (its credential, then what the endpoint answered), or None when it is ready.
-    ``found`` None: the endpoint was not asked (only the credential is judged)."""
+    """The one-line problem of ``need``, or None when it is ready.
+
+    The credential's problem comes first, then what the endpoint answered. ``found`` None: the
+    endpoint was not asked (only the credential is judged).
+    """
     cred = need.credential
     if cred is None:
         return need.missing()
@@ -140,8 +159,11 @@ def problem(need: Need, found: Probe | None) -> str | None:
 
 
 def problems(need: Need, found: Probe | None) -> list[str]:
-    """Every problem of ``need``: :func:`problem`, and for a need without a credential also an endpoint that does
-    not answer (asked without a key, its answer proves only that it is there), so that one report names both."""
+    """Every problem of ``need``, so that one report names them all.
+
+    :func:`problem`, and for a need without a credential also an endpoint that does not answer
+    (asked without a key, its answer proves only that it is there), so that one report names both.
+    """
     first = problem(need, found)
     lines = [first] if first else []
     if need.credential is None and found is not None and found.status is None:
@@ -159,8 +181,11 @@ def _key(need: Need) -> tuple[str, str | None]:
 
 
 def probe_all(needs: list[Need], timeout: float = TIMEOUT_S) -> list[Probe]:
-    """:func:`probe` of each need, in parallel, one request per distinct URL and credential (a need without a
-    credential is asked without one: whether its endpoint answers at all is still worth knowing before a run)."""
+    """:func:`probe` of each need, in parallel, one request per distinct URL and credential.
+
+    A need without a credential is asked without one: whether its endpoint answers at all is still
+    worth knowing before a run.
+    """
     first: dict[tuple[str, str | None], Need] = {}
     for n in needs:
         first.setdefault(_key(n), n)

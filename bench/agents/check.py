@@ -1,11 +1,14 @@
-"""``bench agents check``: per agent, is its CLI installed, is a credential found, does its endpoint answer?
+"""``bench agents check``.
 
-The same rules as the check before a run (:mod:`bench.agents.credentials`, :mod:`bench.agents.api_probe`), for
-every agent at once, as a table: the endpoints are asked in parallel with the short timeout, so the table comes in
-seconds even when every endpoint is unreachable. Nothing is installed or created; a credential is shown by its kind
-and where it was found, never by its value (``API key ANTHROPIC_API_KEY``, ``login CLAUDE_CODE_OAUTH_TOKEN (Claude)``,
-``login ~/.codex/auth.json (ChatGPT)``); a login file that cannot be used is ``unusable login``, its status the one line
-saying what to run.
+Per agent, is its CLI installed, is a credential found, does its endpoint answer?
+
+The same rules as the check before a run (:mod:`bench.agents.credentials`,
+:mod:`bench.agents.api_probe`), for every agent at once, as a table: the endpoints are asked in
+parallel with the short timeout, so the table comes in seconds even when every endpoint is
+unreachable. Nothing is installed or created; a credential is shown by its kind and where it was
+found, never by its value (``API key ANTHROPIC_API_KEY``, ``login CLAUDE_CODE_OAUTH_TOKEN
+(Claude)``, ``login ~/.codex/auth.json (ChatGPT)``); a login file that cannot be used is ``unusable
+login``, its status the one line saying what to run.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ from bench.agents.install import CLIS, is_installed
 
 @dataclass(frozen=True)
 class Row:
+    """One agent's line of ``bench agents check``: its CLI, credential, endpoint and verdict."""
+
     agent: str
     cli: str
     credential: str
@@ -28,8 +33,10 @@ class Row:
 
 
 def rows(names: list[str] | None = None, models: dict[str, str] | None = None) -> list[Row]:
-    """One row per agent (``names``: these, in this order; else all), each LLM agent with ``models[name]`` or its
-    default model."""
+    """One row per agent, each LLM agent with ``models[name]`` or its default model.
+
+    ``names``: these, in this order; else all.
+    """
     names = names or sorted(AGENTS)
     models = models or {}
     needs = {n: need_of(n, models.get(n)) for n in names}
@@ -50,7 +57,8 @@ def rows(names: list[str] | None = None, models: dict[str, str] | None = None) -
         where = probe.describe() if probe is not None else "not asked"
         problem = api_probe.problem(need, probe)
         if problem is None and spec is not None and not is_installed(name):
-            # not ready yet (the README's promise: exit 1 while one is not), though a run would install it
+            # not ready yet (the README's promise: exit 1 while one is not), though a run would
+            # install it
             problem = f"{name}: not installed: bench agents install {name} (a run installs it on first use)"
         verdict = "ready" if problem is None else problem.split(": ", 1)[1]
         out.append(Row(name, cli, cred, f"{where} ({need.base_url})", verdict, problem is None))
@@ -58,6 +66,7 @@ def rows(names: list[str] | None = None, models: dict[str, str] | None = None) -
 
 
 def table(found: list[Row]) -> str:
+    """The rows as an aligned text table, a header first."""
     head = Row("agent", "CLI", "credential", "endpoint", "status", True)
     cols = [(r.agent, r.cli, r.credential, r.endpoint, r.verdict) for r in [head, *found]]
     widths = [max(len(c[i]) for c in cols) for i in range(4)]
@@ -65,7 +74,10 @@ def table(found: list[Row]) -> str:
 
 
 def check_main(names: list[str], models: dict[str, str] | None = None) -> int:
-    """The table; exit 1 when an agent named on the command line is not ready (0 for the overview of all)."""
+    """Print the table; exit 1 when an agent named on the command line is not ready.
+
+    The overview of all agents exits 0.
+    """
     unknown = [n for n in names if n not in AGENTS]
     if unknown:
         raise AgentError(f"unknown agent {unknown[0]!r}; known agents: {', '.join(sorted(AGENTS))}")

@@ -1,12 +1,13 @@
 """The ``claude-code`` agent: Anthropic's Claude Code CLI in print mode, its events as stream-json.
 
-Runs ``claude -p PROMPT --output-format stream-json --verbose --dangerously-skip-permissions --model M``
-(pinned 2.1.197, see install.py). The key and endpoint come from the environment, passed through:
-``ANTHROPIC_API_KEY`` (or ``ANTHROPIC_AUTH_TOKEN``/``CLAUDE_CODE_OAUTH_TOKEN``) and, for a proxy or
-gateway, ``ANTHROPIC_BASE_URL``, which is also the one place its sandbox may reach (else
+Runs ``claude -p PROMPT --output-format stream-json --verbose --dangerously-skip-permissions --model
+M`` (pinned 2.1.197, see install.py). The key and endpoint come from the environment, passed
+through: ``ANTHROPIC_API_KEY`` (or ``ANTHROPIC_AUTH_TOKEN``/``CLAUDE_CODE_OAUTH_TOKEN``) and, for a
+proxy or gateway, ``ANTHROPIC_BASE_URL``, which is also the one place its sandbox may reach (else
 api.anthropic.com). A login stored in the user's ``~/.claude`` is not seen: every run has its own
-private HOME. Claude Code refuses ``--dangerously-skip-permissions`` as root unless ``IS_SANDBOX=1``;
-the harness is the sandbox (bench.sandbox, watchdog, audit), so it is set for root.
+private HOME. Claude Code refuses ``--dangerously-skip-permissions`` as root unless
+``IS_SANDBOX=1``; the harness is the sandbox (bench.sandbox, watchdog, audit), so it is set for
+root.
 """
 
 from __future__ import annotations
@@ -23,24 +24,31 @@ DEFAULT_MODEL = "claude-opus-4-7"
 
 
 class ClaudeCodeAgent(Agent):
+    """Claude Code run once with ``-p``; :class:`ClaudeCodeParser` reads its ``stream-json``."""
+
     name = "claude-code"
     option_names = ("bin",)  # --agent-option bin=/path/to/cli (else the pinned install)
     description = f"Claude Code CLI (stream-json); --model, default {DEFAULT_MODEL}; ANTHROPIC_API_KEY"
     default_model = DEFAULT_MODEL
 
     def passthrough(self, ctx: LaunchContext) -> tuple[str, ...]:
+        """Its keys and settings: Anthropic's and Claude Code's own variables."""
         return ("ANTHROPIC_*", "CLAUDE_CODE_*")
 
     def parser_name(self, ctx: LaunchContext) -> str | None:
+        """Claude Code's ``stream-json`` parser."""
         return self.name
 
     def endpoints(self, ctx: LaunchContext) -> tuple[str, ...]:
+        """Anthropic's API, or the base URL set for it."""
         return api_endpoints(("ANTHROPIC_BASE_URL",), "https://api.anthropic.com")
 
     def gateway_var(self, ctx: LaunchContext) -> str | None:
+        """``ANTHROPIC_BASE_URL``, where API keys and the OAuth token alike are sent."""
         return "ANTHROPIC_BASE_URL"  # API keys and the OAuth token alike are sent to the base URL
 
     def command(self, ctx: LaunchContext) -> list[str]:
+        """Claude Code in print mode with the prompt, streaming JSON."""
         return [
             cli_binary(self.name, ctx.options),
             "-p",
@@ -54,6 +62,7 @@ class ClaudeCodeAgent(Agent):
         ]
 
     def env(self, ctx: LaunchContext) -> dict[str, str]:
+        """A private HOME, and no auto-update, telemetry, error reports or update checks."""
         env = home_env(ctx.home)
         env.update(
             {
@@ -70,9 +79,13 @@ class ClaudeCodeAgent(Agent):
 
 
 class ClaudeCodeParser(Parser):
-    """``claude -p --output-format stream-json --verbose``: run totals and cost on the final ``result`` event."""
+    """``claude -p --output-format stream-json --verbose``.
+
+    Run totals and cost on the final ``result`` event.
+    """
 
     def on_json(self, o: dict) -> list[Event]:
+        """One ``stream-json`` event -> normalised events (messages, tool calls, usage, retries)."""
         t, msg, out = o.get("type"), o.get("message") or {}, []
         if t == "system" and o.get("subtype") == "init":
             self.model = self.model or o.get("model")

@@ -12,6 +12,8 @@ from bench.protocol import PROMPT_VAR
 
 
 class CommandAgent(Agent):
+    """A shell command as the agent (``--agent-command``), for tests, demos, scripted baselines."""
+
     name = "command"
     option_names = ("command",)
     description = "runs a shell command as the agent: --agent-command 'cp train.py run_1.py && python run_1.py'"
@@ -23,8 +25,10 @@ class CommandAgent(Agent):
             raise AgentError("the command agent needs the command to run: --agent-command 'CMD'")
 
     def command(self, ctx: LaunchContext) -> list[str]:
+        """``bash -c`` the command, after checking that one was given."""
         self.check(ctx.options, ctx.model)
         return ["bash", "-c", ctx.options["command"]]
 
     def env(self, ctx: LaunchContext) -> dict[str, str]:
+        """The prompt in :data:`bench.protocol.PROMPT_VAR`, for a command that wants it."""
         return {PROMPT_VAR: ctx.prompt}

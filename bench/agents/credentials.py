@@ -1,28 +1,34 @@
-"""What each LLM agent needs to reach its model: which API, at which base URL, with which credential.
+"""What each LLM agent needs to reach its model.
 
-Checked before a run creates anything (:mod:`bench.preflight`) and shown by ``bench agents check``: a CLI started
-without its key does not say which variable to set (Claude Code prints "Not logged in · Please run /login"), and
-one without a route retries for its whole budget (Codex: "Reconnecting..."), so that a campaign would fill with
-false agent failures. The rules per CLI, read from each CLI's documentation and its pinned release (the variable
-names are in the binaries):
+Which API, at which base URL, with which credential.
 
-- ``claude-code``: ``ANTHROPIC_API_KEY`` (sent as ``x-api-key``), ``ANTHROPIC_AUTH_TOKEN`` (a gateway's bearer
-  token) or ``CLAUDE_CODE_OAUTH_TOKEN`` (a Claude subscription login, from ``claude setup-token``), in the order
-  Claude Code prefers them; base URL ``ANTHROPIC_BASE_URL`` (without ``/v1``).
-- ``codex``: ``OPENAI_API_KEY`` or ``CODEX_API_KEY``, or a ChatGPT login: ``auth.json`` in ``CODEX_HOME``
-  (default ``~/.codex``) with ``tokens.access_token`` (or a stored ``OPENAI_API_KEY``). With ``OPENAI_BASE_URL``
-  the adapter's own provider reads ``OPENAI_API_KEY`` only.
+Checked before a run creates anything (:mod:`bench.preflight`) and shown by ``bench agents check``:
+a CLI started without its key does not say which variable to set (Claude Code prints "Not logged in
+· Please run /login"), and one without a route retries for its whole budget (Codex:
+"Reconnecting..."), so that a campaign would fill with false agent failures. The rules per CLI, read
+from each CLI's documentation and its pinned release (the variable names are in the binaries):
+
+- ``claude-code``: ``ANTHROPIC_API_KEY`` (sent as ``x-api-key``), ``ANTHROPIC_AUTH_TOKEN`` (a
+  gateway's bearer token) or ``CLAUDE_CODE_OAUTH_TOKEN`` (a Claude subscription login, from ``claude
+  setup-token``), in the order Claude Code prefers them; base URL ``ANTHROPIC_BASE_URL`` (without
+  ``/v1``).
+- ``codex``: ``OPENAI_API_KEY`` or ``CODEX_API_KEY``, or a ChatGPT login: ``auth.json`` in
+  ``CODEX_HOME`` (default ``~/.codex``) with ``tokens.access_token`` (or a stored
+  ``OPENAI_API_KEY``). With ``OPENAI_BASE_URL`` the adapter's own provider reads ``OPENAI_API_KEY``
+  only.
 - ``gemini``: ``GEMINI_API_KEY``, or a Google login: ``~/.gemini/oauth_creds.json``.
-- ``opencode`` and ``aider``: the key of the model's provider (its ``provider/`` prefix): ``openrouter/`` ->
-  ``OPENROUTER_API_KEY``, ``openai/`` and ``bench/`` -> ``OPENAI_API_KEY`` (``bench/`` also needs
-  ``OPENAI_BASE_URL``), ``anthropic/`` -> ``ANTHROPIC_API_KEY``. A provider without a rule is not checked.
+- ``opencode`` and ``aider``: the key of the model's provider (its ``provider/`` prefix):
+  ``openrouter/`` -> ``OPENROUTER_API_KEY``, ``openai/`` and ``bench/`` -> ``OPENAI_API_KEY``
+  (``bench/`` also needs ``OPENAI_BASE_URL``), ``anthropic/`` -> ``ANTHROPIC_API_KEY``. A provider
+  without a rule is not checked.
 - ``generic`` and the offline agents (baseline, command, optuna): nothing to check.
 
-A credential found is described by its kind and where it came from, never by its value. A login stored in a file
-(Codex's ``auth.json``, Gemini's ``oauth_creds.json``) is checked for what can be seen without asking anyone: it
-parses, it holds its tokens, and (Codex) its access token has not expired: a login that fails is one line saying
-what to run (``codex login``; ``gemini``, then ``/auth``), because a CLI in the sandbox cannot refresh it for good
-(the file is given read-only: the adapters' ``login_files``; :mod:`bench.agents.logins`; docs/agents-and-credentials.md,
+A credential found is described by its kind and where it came from, never by its value. A login
+stored in a file (Codex's ``auth.json``, Gemini's ``oauth_creds.json``) is checked for what can be
+seen without asking anyone: it parses, it holds its tokens, and (Codex) its access token has not
+expired: a login that fails is one line saying what to run (``codex login``; ``gemini``, then
+``/auth``), because a CLI in the sandbox cannot refresh it for good (the file is given read-only:
+the adapters' ``login_files``; :mod:`bench.agents.logins`; docs/agents-and-credentials.md,
 "Logins").
 """
 
@@ -46,8 +52,11 @@ CLAUDE_ALIASES = ("default", "sonnet", "opus", "haiku", "opusplan", "best")
 
 @dataclass(frozen=True)
 class Need:
-    """What one agent with one model needs: its API, base URL, model (as the API names it) and how to say what is
-    missing (``hint``: what to set)."""
+    """What one agent with one model needs.
+
+    Its API, base URL, model (as the API names it) and how to say what is missing (``hint``: what to
+    set).
+    """
 
     agent: str
     api: str | None  # one of ANTHROPIC, OPENAI, GEMINI, OPENROUTER; None: an API without a model list we know
@@ -60,10 +69,14 @@ class Need:
 
     @property
     def credential(self) -> Credential | None:
+        """The first credential found, or None."""
         return self.credentials[0] if self.credentials else None
 
     def missing(self) -> str:
-        """The one-line problem when no credential is found (a broken login says what to run instead)."""
+        """The one-line problem when no credential is found.
+
+        A broken login says what to run instead.
+        """
         if self.broken:
             return f"{self.agent}: {self.broken}"
         return f"{self.agent}: no credential: set {self.hint}"
@@ -79,16 +92,22 @@ def _key(env: Mapping[str, str], var: str, header: str, prefix: str = "", kind: 
 
 
 def _openai_like(agent: str, env: Mapping[str, str], model: str, default_base: str, *vars: str) -> Need:
-    """An OpenAI-compatible API: the base URL from the first of ``vars`` set (else ``default_base``)."""
+    """An OpenAI-compatible API.
+
+    The base URL from the first of ``vars`` set (else ``default_base``).
+    """
     var = next((v for v in vars if env.get(v)), None)
     creds = _key(env, "OPENAI_API_KEY", "Authorization", "Bearer ")
     return Need(agent, OPENAI, env[var] if var else default_base, var, model, tuple(creds), "OPENAI_API_KEY")
 
 
 def _provider_need(agent: str, model: str, env: Mapping[str, str], base_vars: tuple[str, ...]) -> Need | None:
-    """opencode's and aider's ``provider/model`` names (a bare name is OpenAI's, as LiteLLM reads it); ``base_vars``:
-    the variables that move the ``openai/`` and ``anthropic/`` APIs for this CLI (aider's; opencode's built-in
-    providers keep the vendors' URLs, and its ``bench/`` provider is ``OPENAI_BASE_URL``)."""
+    """The API opencode's and aider's ``provider/model`` names need, and its credential.
+
+    A bare name is OpenAI's, as LiteLLM reads it. ``base_vars``: the variables that move the
+    ``openai/`` and ``anthropic/`` APIs for this CLI (aider's; opencode's built-in providers keep
+    the vendors' URLs, and its ``bench/`` provider is ``OPENAI_BASE_URL``).
+    """
     provider, _, name = model.partition("/") if "/" in model else ("openai", "", model)
     if provider == "openrouter":
         creds = _key(env, "OPENROUTER_API_KEY", "Authorization", "Bearer ")
@@ -108,8 +127,11 @@ def _provider_need(agent: str, model: str, env: Mapping[str, str], base_vars: tu
 def need_of(
     agent: str, model: str | None, env: Mapping[str, str] | None = None, home: Path | None = None
 ) -> Need | None:
-    """What ``agent`` with ``model`` (None: its default) needs; None for an agent with nothing to check (offline,
-    generic, a provider without a rule). ``env`` and ``home`` default to this process's (tests give their own)."""
+    """What ``agent`` with ``model`` (None: its default) needs.
+
+    None for an agent with nothing to check (offline, generic, a provider without a rule). ``env``
+    and ``home`` default to this process's (tests give their own).
+    """
     from bench.agents import aider, claude_code, codex, gemini, opencode
 
     env, home = _env(env), Path(home) if home is not None else Path.home()
@@ -164,11 +186,14 @@ def need_of(
 
 
 def fingerprint(agent: str, model: str | None, env: Mapping[str, str] | None = None, home: Path | None = None) -> str:
-    """What a run's model access is, as ``sha256:`` and 12 hex digits: the hash of the endpoint, the model and every
-    credential value ``agent`` would find here (:func:`need_of`), or, for an agent without a rule (generic), of every
-    credential value of the environment (:func:`bench.redact.env_secrets`). Never the key: a run whose key was refused
-    records it, and a campaign runs that cell again only when the fingerprint of now differs (a key set, changed or
-    logged in again: :mod:`bench.campaign.job`)."""
+    """What a run's model access is, as ``sha256:`` and 12 hex digits.
+
+    The hash of the endpoint, the model and every credential value ``agent`` would find here
+    (:func:`need_of`), or, for an agent without a rule (generic), of every credential value of the
+    environment (:func:`bench.redact.env_secrets`). Never the key: a run whose key was refused
+    records it, and a campaign runs that cell again only when the fingerprint of now differs (a key
+    set, changed or logged in again: :mod:`bench.campaign.job`).
+    """
     env = _env(env)
     need = need_of(agent, model, env, home)
     if need is not None:

@@ -1,11 +1,12 @@
 """Normalised agent events: one model for what every coding-agent CLI prints, and a tally of a run.
 
-A parser per CLI (:data:`bench.agents.PARSERS`) turns stdout, one line at a time, into :class:`Event` objects
-(``feed(line)``, then ``finish()`` at end of stream); :class:`Tally` counts them for the live status
-line, the run's metrics and its status (API error, over-refusal). Usage events carry increments; a
-``final`` event with tokens or cost carries run totals, which replace the increments. ``tokens_input``
-counts every prompt token, cached ones included; ``tokens_cached`` is the part read from the prompt
-cache (:mod:`bench.agents.pricing`). Parsers never raise on unknown or malformed lines.
+A parser per CLI (:data:`bench.agents.PARSERS`) turns stdout, one line at a time, into
+:class:`Event` objects (``feed(line)``, then ``finish()`` at end of stream); :class:`Tally` counts
+them for the live status line, the run's metrics and its status (API error, over-refusal). Usage
+events carry increments; a ``final`` event with tokens or cost carries run totals, which replace the
+increments. ``tokens_input`` counts every prompt token, cached ones included; ``tokens_cached`` is
+the part read from the prompt cache (:mod:`bench.agents.pricing`). Parsers never raise on unknown or
+malformed lines.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ METRICS = (
 
 @dataclass
 class Event:
+    """One normalised event of an agent's stream, the same whatever CLI it came from."""
+
     kind: str  # one of KINDS
     tool: str | None = None  # one of TOOLS, for tool_call / tool_result
     target: str | None = None  # the shell command, the file path, or the tool's name for "other"
@@ -47,12 +50,13 @@ class Event:
     raw: dict | None = None  # the CLI's own event
 
     def to_dict(self, raw: bool = False) -> dict:
+        """The event as a JSON-ready dict, its raw CLI object only with ``raw``."""
         return {f.name: getattr(self, f.name) for f in fields(self) if raw or f.name != "raw"}
 
 
 # Over-refusal (paper Appendix A): the model takes its own workspace for untrusted third-party code
-# and will not touch it. Matched, case-insensitively, in assistant texts; it counts as a refusal only
-# if the run wrote or edited no file.
+# and will not touch it. Matched, case-insensitively, in assistant texts; it counts as a refusal
+# only if the run wrote or edited no file.
 _SUSPECT = r"(?:malicious|malware|untrusted|third[- ]party (?:code|material|files?|content|scripts?|software))"
 _NO = r"(?:refuse|declin(?:e|ing)|can(?:not|'t) help|(?:won'?t|will not|cannot|can't) (?:modify|edit|touch|change|help"
 _NO += r"|work)|unable to (?:modify|help)|not comfortable)"
@@ -68,7 +72,10 @@ _REFUSAL = re.compile("|".join(f"(?:{p})" for p in REFUSAL_PATTERNS), re.I)
 
 
 class Tally:
-    """Counts a run's events: tools, tokens, cost, the last assistant texts, error and over-refusal."""
+    """Counts a run's events.
+
+    Tools, tokens, cost, the last assistant texts, error and over-refusal.
+    """
 
     def __init__(self) -> None:
         self.tool_calls = self.shell_commands = self.file_writes = self.file_reads = 0
@@ -80,6 +87,7 @@ class Tally:
         self.refusal: str | None = None  # the first assistant text that reads like an over-refusal
 
     def add(self, ev: Event) -> None:
+        """Count one event into the tally."""
         if ev.kind == "tool_call":
             self.tool_calls += 1
             self.shell_commands += ev.tool == "shell"
@@ -103,7 +111,10 @@ class Tally:
             self.refusal = self.refusal or (ev.text if _REFUSAL.search(ev.text) else None)
 
     def refused(self) -> bool:
-        """Over-refusal: an assistant text matched REFUSAL_PATTERNS and no file was written or edited."""
+        """Whether the run reads as an over-refusal.
+
+        Over-refusal: an assistant text matched REFUSAL_PATTERNS and no file was written or edited.
+        """
         return self.refusal is not None and self.file_writes == 0
 
     def metrics(self) -> dict[str, float]:
@@ -114,7 +125,10 @@ class Tally:
         return {**{k: float(v) for k, v in zip(METRICS, counts, strict=True)}, schema.COST_USD: cost}
 
     def summary(self) -> dict:
-        """What the event stream says about the run: its metrics, the last error, over-refusal, the final text."""
+        """What the event stream says about the run.
+
+        Its metrics, the last error, over-refusal, the final text.
+        """
         return {
             "metrics": self.metrics(),
             "error": self.error,
@@ -124,7 +138,10 @@ class Tally:
 
     @classmethod
     def replay(cls, events_file: Path) -> Tally:
-        """The tally of a run's ``events.jsonl`` (``bench run --resume`` rebuilds a dead harness's this way)."""
+        """The tally of a run's ``events.jsonl``.
+
+        ``bench run --resume`` rebuilds a dead harness's this way.
+        """
         tally, names = cls(), {f.name for f in fields(Event)}
         try:
             f = open(events_file, encoding="utf-8", errors="replace")  # line by line: it may be as large as the log cap
@@ -140,7 +157,10 @@ class Tally:
         return tally
 
     def status_fields(self) -> dict[str, str]:
-        """Short strings for the live status line: {"tools": "12", "tokens": "35.2k", "cost": "$0.41"}."""
+        """Short strings for the live status line.
+
+        {"tools": "12", "tokens": "35.2k", "cost": "$0.41"}.
+        """
         return {
             "tools": str(self.tool_calls),
             "tokens": short_count(self.tokens_input + self.tokens_output),

@@ -2,12 +2,13 @@
 
 ``bench run --agent generic --agent-option config=mycli.toml``; the file::
 
-    command = ["mycli", "run", "--json", "--model", "{model}", "{prompt}"]  # or one string, split like a shell
+    # the command: a list of arguments, or one string, split like a shell
+    command = ["mycli", "run", "--json", "--model", "{model}", "{prompt}"]
     model = "my-default-model"   # when --model is not given
-    parser = "claude-code"       # a stream parser of bench.agents.PARSERS for its stdout (omit: plain log)
+    parser = "claude-code"       # a parser of bench.agents.PARSERS for its stdout (omit: plain log)
     private_home = true          # HOME and XDG dirs in the run's private home (the default)
 
-    passthrough = ["MYCLI_*"]    # harness variables it may receive (default: ANTHROPIC_* and OPENAI_*)
+    passthrough = ["MYCLI_*"]    # harness variables it may get (default: ANTHROPIC_* and OPENAI_*)
     endpoints = ["{env:OPENAI_BASE_URL}"]  # what its sandbox may reach (default: the URLs below)
 
     [env]
@@ -41,11 +42,15 @@ PLACEHOLDER = re.compile(r"\{(prompt|model|workspace|home|budget_s|env:[A-Za-z_]
 
 
 def load(ctx: LaunchContext) -> dict:
+    """The run's agent description (see :func:`load_config`)."""
     return load_config(ctx.options)
 
 
 def load_config(options: dict[str, str]) -> dict:
-    """The agent's TOML description named by ``--agent-option config=PATH``, or an AgentError saying what is wrong."""
+    """The agent's TOML description named by ``--agent-option config=PATH``.
+
+    An AgentError says what is wrong with it.
+    """
     path = options.get("config")
     if not path:
         raise AgentError(
@@ -61,6 +66,8 @@ def load_config(options: dict[str, str]) -> dict:
 
 
 def expand(text: str, ctx: LaunchContext, model: str) -> str:
+    """``text`` with its ``{...}`` placeholders filled (prompt, model, paths, env:, bin:, ...)."""
+
     def value(m: re.Match) -> str:
         key = m.group(1)
         if key.startswith("env:"):
@@ -79,6 +86,8 @@ def expand(text: str, ctx: LaunchContext, model: str) -> str:
 
 
 class GenericAgent(Agent):
+    """Any CLI, described in a TOML file: its command, model, parser and environment."""
+
     name = "generic"
     description = "any CLI from a TOML description: --agent-option config=FILE (command, model, parser, env)"
     option_names = ("config",)
@@ -93,6 +102,7 @@ class GenericAgent(Agent):
         return tuple(str(n) for n in names) if isinstance(names, list) else ("ANTHROPIC_*", "OPENAI_*")
 
     def endpoints(self, ctx: LaunchContext) -> tuple[str, ...]:
+        """The description's ``endpoints``, else the URLs its environment settings name."""
         cfg = load(ctx)
         model = ctx.model or cfg.get("model", "")
         if isinstance(cfg.get("endpoints"), list):
@@ -104,9 +114,11 @@ class GenericAgent(Agent):
         return found or ("https://api.openai.com", "https://api.anthropic.com")
 
     def parser_name(self, ctx: LaunchContext) -> str | None:
+        """The description's ``parser``, or None (its output is logged as it is)."""
         return load(ctx).get("parser") or None
 
     def command(self, ctx: LaunchContext) -> list[str]:
+        """The description's command, placeholders filled."""
         cfg = load(ctx)
         model = ctx.model or cfg.get("model", "")
         cmd = cfg["command"]
@@ -114,6 +126,7 @@ class GenericAgent(Agent):
         return [expand(a, ctx, model) for a in argv]
 
     def env(self, ctx: LaunchContext) -> dict[str, str]:
+        """A private HOME (unless ``private_home = false``) and the description's variables."""
         cfg = load(ctx)
         model = ctx.model or cfg.get("model", "")
         env = home_env(ctx.home) if cfg.get("private_home", True) else {}
@@ -121,7 +134,8 @@ class GenericAgent(Agent):
         return env
 
 
-# Generic: each field is a dotted path ("usage.input_tokens", "content.0.text") or alternatives "a|b".
+# Generic: each field is a dotted path ("usage.input_tokens", "content.0.text") or alternatives
+# "a|b".
 GENERIC_DEFAULTS: dict[str, Any] = {
     "type": "type|event",
     "kinds": {"tool_call": "tool_use|tool_call", "tool_result": "tool_result", "message": "message|text"}
@@ -140,7 +154,10 @@ GENERIC_DEFAULTS: dict[str, Any] = {
 
 
 def get_path(obj: Any, path: str | list[str] | None) -> Any:
-    """JSONPath-like lookup: "a.b.0.c" (a leading "$." is allowed); "a|b" or a list: the first found."""
+    """The value at ``path`` in ``obj``, a JSONPath-like lookup.
+
+    "a.b.0.c" (a leading "$." is allowed); "a|b" or a list: the first found.
+    """
     for p in path.split("|") if isinstance(path, str) else path or []:
         cur = obj
         for key in p.removeprefix("$.").split("."):
@@ -154,8 +171,11 @@ def get_path(obj: Any, path: str | list[str] | None) -> Any:
 
 
 class GenericParser(Parser):
-    """JSON lines of a CLI without a parser of its own, read through a mapping (keys of GENERIC_DEFAULTS).
-    A final event's tokens and cost are run totals; a tool_result belongs to the last tool_call."""
+    """JSON lines of a CLI without a parser of its own, read through a mapping.
+
+    The mapping's keys are those of GENERIC_DEFAULTS. A final event's tokens and cost are run
+    totals; a tool_result belongs to the last tool_call.
+    """
 
     def __init__(self, mapping: dict | None = None, model: str | None = None):
         super().__init__(model)
@@ -164,7 +184,10 @@ class GenericParser(Parser):
 
     @classmethod
     def from_file(cls, path: str | Path, model: str | None = None) -> GenericParser:
-        """The mapping from a .json or .toml file (an agent's config): at its top level or in a "parser" table."""
+        """The mapping from a .json or .toml file (an agent's config).
+
+        The mapping is at its top level or in a "parser" table.
+        """
         import tomllib
 
         text = Path(path).read_text(encoding="utf-8")
@@ -172,6 +195,7 @@ class GenericParser(Parser):
         return cls(next((data[k] for k in ("parser_mapping", "parser") if isinstance(data.get(k), dict)), data), model)
 
     def on_json(self, o: dict) -> list[Event]:
+        """One JSON event -> normalised events, through the mapping."""
         m, kind = self.mapping, self._kind.get(str(get_path(o, self.mapping["type"])))
         error = error_text(get_path(o, m["error"])) if get_path(o, m["error"]) not in (None, False) else None
         if kind == "tool_call":

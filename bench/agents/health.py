@@ -1,23 +1,28 @@
-"""An agent whose model API keeps failing: found in its parsed event stream, ended early, recorded as an
-infrastructure failure (outcome ``interrupted``; campaigns run it again) rather than the agent's failure or timeout.
+"""An agent whose model API keeps failing.
 
-The signals are the API errors the CLIs themselves report, as the stream parsers turn them into error events
-(measured with Claude Code 2.1.197 and Codex 0.169.0 against the mock, tests/bench/agents/test_health.py):
-Claude Code's ``api_retry`` events (``error_status`` 401/403, or none for a refused connection), Codex's
-``Reconnecting... n/5 (unexpected status 401 ...)`` and ``Reconnecting... waiting for network``, and the error texts
-of Gemini CLI, OpenCode and Aider (``Authentication``/``APIConnection`` errors, HTTP statuses). Each error text is
-classed by :func:`classify`:
+Found in its parsed event stream, ended early, recorded as an infrastructure failure (outcome
+``interrupted``; campaigns run it again) rather than the agent's failure or timeout.
 
-- ``auth``: 401/403, an invalid key, "Not logged in", an exhausted quota or credit: the account cannot be used;
+The signals are the API errors the CLIs themselves report, as the stream parsers turn them into
+error events (measured with Claude Code 2.1.197 and Codex 0.169.0 against the mock,
+tests/bench/agents/test_health.py): Claude Code's ``api_retry`` events (``error_status`` 401/403, or
+none for a refused connection), Codex's ``Reconnecting... n/5 (unexpected status 401 ...)`` and
+``Reconnecting... waiting for network``, and the error texts of Gemini CLI, OpenCode and Aider
+(``Authentication``/``APIConnection`` errors, HTTP statuses). Each error text is classed by
+:func:`classify`:
+
+- ``auth``: 401/403, an invalid key, "Not logged in", an exhausted quota or credit: the account
+  cannot be used;
 - ``connection``: refused, reset, no route, a name that does not resolve, a timeout, "Reconnecting";
 - ``unavailable``: 429, 5xx, overloaded: the service does not serve;
 - anything else (a 400 for a malformed request, a tool's error) is not an API failure.
 
-The rule (:class:`ApiHealth`): API failures with no sign that the model answered in between (a token count, a tool
-call, an assistant text) that span :func:`window_s` (default 3 min, ``--api-fail-window``): the run is ended at
-the next failure past the window. An agent that ends (by itself or at its budget) without the model ever having
-answered, after such failures, is an infrastructure failure too (Codex with a revoked key exits in seconds; a
-budget spent on "Reconnecting..." is not the agent's timeout). The harness's own proxy and bridges are not read:
+The rule (:class:`ApiHealth`): API failures with no sign that the model answered in between (a token
+count, a tool call, an assistant text) that span :func:`window_s` (default 3 min,
+``--api-fail-window``): the run is ended at the next failure past the window. An agent that ends (by
+itself or at its budget) without the model ever having answered, after such failures, is an
+infrastructure failure too (Codex with a revoked key exits in seconds; a budget spent on
+"Reconnecting..." is not the agent's timeout). The harness's own proxy and bridges are not read:
 each CLI reports the failures it meets, including those the bridges cause.
 """
 
@@ -61,14 +66,20 @@ def classify(text: str | None) -> str | None:
 
 
 def window_s() -> float:
-    """The window of the rule: ``--api-fail-window``, else ``BENCH_API_FAIL_WINDOW`` seconds, else 180
-    (:data:`bench.settings.API_FAIL_WINDOW_S`)."""
+    """The window of the API-failure rule, in seconds.
+
+    ``--api-fail-window``, else ``BENCH_API_FAIL_WINDOW`` seconds, else 180
+    (:data:`bench.settings.API_FAIL_WINDOW_S`).
+    """
     return settings.API_FAIL_WINDOW_S.get()
 
 
 class ApiHealth:
-    """Fed every parsed event of one run (:meth:`add`); trips once by the rule of the module docstring, calling
-    the ``end`` callback given to :meth:`end_with` (the watchdog's early end) with the reason."""
+    """Fed every parsed event of one run (:meth:`add`).
+
+    Trips once by the rule of the module docstring, calling the ``end`` callback given to
+    :meth:`end_with` (the watchdog's early end) with the reason.
+    """
 
     def __init__(self, window: float | None = None, clock: Callable[[], float] = time.time) -> None:
         self.window = window_s() if window is None else float(window)
@@ -122,7 +133,10 @@ class ApiHealth:
         return f"the model API kept failing ({kind}: {text}; {self.failures} errors over {span:.1f} min)"
 
     def failure(self) -> dict | None:
-        """At the end: the infrastructure failure of the run (for ``result.json``'s ``agent_events``), or None."""
+        """The run's infrastructure failure, at its end, or None.
+
+        For ``result.json``'s ``agent_events``.
+        """
         with self._lock:
             if self.tripped is None and (self.answered or self.last is None):
                 return None

@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.errors import BenchError
 from bench.paths import clis_dir
 
 MARKER = ".bench-installed"
@@ -29,6 +30,8 @@ MARKER = ".bench-installed"
 
 @dataclass(frozen=True)
 class CLI:
+    """A CLI the harness installs: its package, pinned version and executable."""
+
     name: str  # the adapter's name
     kind: str  # "npm" or "pypi"
     package: str
@@ -37,6 +40,7 @@ class CLI:
 
     @property
     def spec(self) -> str:
+        """The package at its pinned version, as npm or pip takes it."""
         return f"{self.package}@{self.version}" if self.kind == "npm" else f"{self.package}=={self.version}"
 
 
@@ -54,21 +58,24 @@ CLIS: dict[str, CLI] = {
 AIDER_PYTHONS = ("python3.11", "python3.12", "python3.10")  # aider-chat 0.86 supports 3.10 to 3.12
 
 
-class InstallError(RuntimeError):
+class InstallError(BenchError, RuntimeError):
     """A CLI could not be installed; the message says what to do."""
 
 
 def install_dir(name: str) -> Path:
+    """The folder of the CLI's pinned install."""
     cli = _cli(name)
     return clis_dir() / f"{name}-{cli.version}"
 
 
 def binary_path(name: str) -> Path:
+    """The executable of the CLI's pinned install (it may not exist yet)."""
     cli, folder = _cli(name), install_dir(name)
     return folder / ("venv/bin" if cli.kind == "pypi" else "node_modules/.bin") / cli.binary
 
 
 def is_installed(name: str) -> bool:
+    """Whether the pinned install finished (its marker written) and has its executable."""
     return (install_dir(name) / MARKER).is_file() and binary_path(name).exists()
 
 
@@ -146,9 +153,12 @@ def _pip_install(cli: CLI, folder: Path, quiet: bool) -> None:
 
 
 def du(path: Path) -> int:
-    """Bytes on disk under ``path``, as ``du -s`` counts them: the blocks each file, folder and link takes, each
-    inode once (npm installs a CLI's binary twice by hard link: Claude Code's 245 MB were reported as 491 MB),
-    symbolic links not followed (a link counts its own blocks, not its target's)."""
+    """Bytes on disk under ``path``, as ``du -s`` counts them.
+
+    The blocks each file, folder and link takes, each inode once (npm installs a CLI's binary twice
+    by hard link: Claude Code's 245 MB were reported as 491 MB), symbolic links not followed (a link
+    counts its own blocks, not its target's).
+    """
     seen: set[tuple[int, int]] = set()
     total = 0
     top = os.fspath(path)
@@ -165,7 +175,10 @@ def du(path: Path) -> int:
 
 
 def install_main(names: list[str]) -> int:
-    """``bench agents install NAME|all``: install the pinned CLIs, saying where, how long and how big."""
+    """``bench agents install NAME|all``.
+
+    Install the pinned CLIs, saying where, how long and how big.
+    """
     wanted = list(CLIS) if not names or "all" in names else names
     unknown = [n for n in wanted if n not in CLIS]
     if unknown:
@@ -188,7 +201,9 @@ def install_main(names: list[str]) -> int:
 
 
 def home_env(home: Path) -> dict[str, str]:
-    """A private HOME and XDG folders for one run: CLIs keep logins, sessions, caches and settings there.
+    """A private HOME and XDG folders for one run.
+
+    CLIs keep logins, sessions, caches and settings there.
 
     Without it, runs would share state (a previous run's session, a user's settings or login) and
     write into the user's real home; with it, each run starts from the same blank slate.
@@ -206,5 +221,8 @@ def home_env(home: Path) -> dict[str, str]:
 
 
 def cli_binary(name: str, options: dict[str, str]) -> str:
-    """The executable to run: ``--agent-option bin=PATH`` (a CLI installed elsewhere) or the pinned install."""
+    """The CLI's executable to run: the one given, or the pinned install.
+
+    ``--agent-option bin=PATH`` names a CLI installed elsewhere.
+    """
     return options.get("bin") or str(ensure_cli(name))

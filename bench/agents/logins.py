@@ -1,11 +1,15 @@
-"""The CLIs' stored logins: found, checked for what can be seen without asking anyone, and described.
+"""The CLIs' stored logins.
 
-Beside API keys, researchers run the CLIs on their subscriptions' logins: Claude Code's ``CLAUDE_CODE_OAUTH_TOKEN``
-(a variable, from ``claude setup-token``: :mod:`bench.agents.credentials` reads it), Codex's ``auth.json`` (``codex
-login``: a ChatGPT login, or a stored API key) and Gemini CLI's ``~/.gemini/oauth_creds.json`` (``gemini``, then
-``/auth``). A login file is given to its own agent's sandbox read-only (the adapters' ``login_files``), so a CLI there
-cannot refresh it for good: a login that has expired, or cannot be read, is one line saying what to run, before a run
-starts. Kept apart from the adapters and from :mod:`bench.agents.credentials`, which both read it (no import circle).
+Found, checked for what can be seen without asking anyone, and described.
+
+Beside API keys, researchers run the CLIs on their subscriptions' logins: Claude Code's
+``CLAUDE_CODE_OAUTH_TOKEN`` (a variable, from ``claude setup-token``:
+:mod:`bench.agents.credentials` reads it), Codex's ``auth.json`` (``codex login``: a ChatGPT login,
+or a stored API key) and Gemini CLI's ``~/.gemini/oauth_creds.json`` (``gemini``, then ``/auth``). A
+login file is given to its own agent's sandbox read-only (the adapters' ``login_files``), so a CLI
+there cannot refresh it for good: a login that has expired, or cannot be read, is one line saying
+what to run, before a run starts. Kept apart from the adapters and from
+:mod:`bench.agents.credentials`, which both read it (no import circle).
 """
 
 from __future__ import annotations
@@ -18,8 +22,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-# Codex refreshes a ChatGPT login whose access token expires within 5 minutes (or, without an expiry, whose last
-# refresh is older than 8 days: codex-rs login/src/auth/manager.rs); in the sandbox that refresh cannot succeed
+# Codex refreshes a ChatGPT login whose access token expires within 5 minutes (or, without an
+# expiry, whose last refresh is older than 8 days: codex-rs login/src/auth/manager.rs); in the
+# sandbox that refresh cannot succeed
 CODEX_REFRESH_WINDOW_S, CODEX_REFRESH_DAYS = 300, 8
 CHATGPT_BACKEND = "https://chatgpt.com/backend-api/codex"  # where Codex sends a ChatGPT login's model requests
 CODE_ASSIST = "https://cloudcode-pa.googleapis.com"  # where Gemini CLI sends a Google login's model requests
@@ -27,8 +32,11 @@ CODE_ASSIST = "https://cloudcode-pa.googleapis.com"  # where Gemini CLI sends a 
 
 @dataclass(frozen=True)
 class Credential:
-    """A credential found: ``kind`` (api key, gateway token, ... login), ``source`` (a variable or a file); the
-    headers for the endpoint check are kept out of repr and never printed."""
+    """A credential found for an agent, and where it came from.
+
+    ``kind`` (api key, gateway token, ... login), ``source`` (a variable or a file); the headers for
+    the endpoint check are kept out of repr and never printed.
+    """
 
     kind: str
     source: str
@@ -37,8 +45,11 @@ class Credential:
     file: Path | None = None  # the login's file (given to the sandbox read-only), None for a variable
 
     def __str__(self) -> str:
-        """What ``bench agents check`` shows: ``API key OPENAI_API_KEY``, ``login CLAUDE_CODE_OAUTH_TOKEN (Claude)``,
-        ``login ~/.codex/auth.json (ChatGPT)``: which credential a run will use, never its value."""
+        """What ``bench agents check`` shows.
+
+        ``API key OPENAI_API_KEY``, ``login CLAUDE_CODE_OAUTH_TOKEN (Claude)``, ``login
+        ~/.codex/auth.json (ChatGPT)``: which credential a run will use, never its value.
+        """
         where = _shown(self.source)
         if self.login:
             return f"login {where} ({self.kind.removesuffix(' login')})"
@@ -46,13 +57,19 @@ class Credential:
 
 
 def _shown(source: str) -> str:
-    """A file under the user's home as ``~/...`` (the check's column stays short); a variable as it is."""
+    """A file under the user's home as ``~/...`` (the check's column stays short).
+
+    A variable as it is.
+    """
     home = str(Path.home())
     return "~" + source[len(home) :] if source.startswith(home + os.sep) else source
 
 
 def _jwt_claims(token: str) -> dict:
-    """The claims of a JWT, read without checking its signature (only its expiry is wanted); {} if not a JWT."""
+    """The claims of a JWT, read without checking its signature (only its expiry is wanted).
+
+    {} if not a JWT.
+    """
     try:
         payload = token.split(".")[1]
         claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
@@ -73,7 +90,10 @@ def _age_days(stamp: object) -> float | None:
 
 
 def _read_json(path: Path) -> tuple[dict | None, str | None]:
-    """(the file's JSON object, None), (None, None) when there is no file, or (None, what is wrong with it)."""
+    """The file's JSON object and what is wrong with it, as a pair.
+
+    (the object, None), (None, None) when there is no file, or (None, what is wrong with it).
+    """
     try:
         data = json.loads(path.read_text())
     except FileNotFoundError:
@@ -86,8 +106,11 @@ def _read_json(path: Path) -> tuple[dict | None, str | None]:
 
 
 def codex_login(env: Mapping[str, str], home: Path) -> tuple[list[Credential], str | None]:
-    """Codex's stored login: ``$CODEX_HOME/auth.json`` (default ``~/.codex/auth.json``): a ChatGPT login (tokens) or
-    a stored API key; with what is wrong with it when it is there but unusable."""
+    """Codex's stored login, with what is wrong with it when it is there but unusable.
+
+    ``$CODEX_HOME/auth.json`` (default ``~/.codex/auth.json``): a ChatGPT login (tokens) or a stored
+    API key.
+    """
     folder = Path(env["CODEX_HOME"]) if env.get("CODEX_HOME") else home / ".codex"
     path = folder / "auth.json"
     again = f"log in again with `codex login` (it writes {_shown(str(path))})"
@@ -115,8 +138,11 @@ def codex_login(env: Mapping[str, str], home: Path) -> tuple[list[Credential], s
 
 
 def gemini_login(home: Path) -> tuple[list[Credential], str | None]:
-    """Gemini CLI's Google login (``~/.gemini/oauth_creds.json``, written by ``gemini`` and its ``/auth``): it must
-    hold a refresh token, since the access token in it lasts an hour and the CLI refreshes it at the start."""
+    """Gemini CLI's Google login (``~/.gemini/oauth_creds.json``), if it holds a refresh token.
+
+    The file is written by ``gemini`` and its ``/auth``. It must hold a refresh token, since the
+    access token in it lasts an hour and the CLI refreshes it at the start.
+    """
     path = home / ".gemini" / "oauth_creds.json"
     again = f"run `gemini`, then /auth (Login with Google), to write {_shown(str(path))} again"
     data, wrong = _read_json(path)

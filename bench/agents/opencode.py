@@ -11,9 +11,10 @@ Models are ``provider/model``. The paper's runs went through OpenRouter, e.g. th
 OpenAI-compatible Chat Completions endpoint: base URL from ``OPENAI_BASE_URL`` (with ``/v1``),
 key from ``OPENAI_API_KEY``; that is how the tests point OpenCode at the mock.
 
-Sandboxed, every provider's requests go through the metering gateway (:mod:`bench.gateway.proxy`): the provider's
-``options.baseURL`` in the configuration is the gateway's port inside the sandbox (``gateway_var``), the gateway
-forwards to the provider's API (``API_PATHS``: the path of each vendor's base URL).
+Sandboxed, every provider's requests go through the metering gateway (:mod:`bench.gateway.proxy`):
+the provider's ``options.baseURL`` in the configuration is the gateway's port inside the sandbox
+(``gateway_var``), the gateway forwards to the provider's API (``API_PATHS``: the path of each
+vendor's base URL).
 """
 
 from __future__ import annotations
@@ -35,14 +36,17 @@ PROVIDER_URLS = {
     "openai": "https://api.openai.com",
     "google": "https://generativelanguage.googleapis.com",
 }
-# the path of each built-in provider's base URL at its API (what OpenCode's SDK for it appends its routes to)
+# the path of each built-in provider's base URL at its API (what OpenCode's SDK for it appends its
+# routes to)
 API_PATHS = {"openrouter": "/api/v1", "anthropic": "/v1", "openai": "/v1", "google": "/v1beta"}
 GATEWAY_VAR = "OPENCODE_PROVIDER_BASE_URL"  # the key of base_urls for a built-in provider (no such variable is read)
 
 
 def config(model: str, ctx: LaunchContext | None = None) -> dict:
-    """The OpenCode configuration for one run (the value of OPENCODE_CONFIG_CONTENT); with a metering gateway in
-    ``ctx``, the model's provider has its base URL."""
+    """The OpenCode configuration for one run (the value of OPENCODE_CONFIG_CONTENT).
+
+    With a metering gateway in ``ctx``, the model's provider has its base URL.
+    """
     cfg: dict = {
         "$schema": "https://opencode.ai/config.json",
         "model": model,
@@ -69,6 +73,8 @@ def config(model: str, ctx: LaunchContext | None = None) -> dict:
 
 
 class OpenCodeAgent(Agent):
+    """OpenCode run once with ``run --format json``, its events read by :class:`OpenCodeParser`."""
+
     name = "opencode"
     option_names = ("bin",)  # --agent-option bin=/path/to/cli (else the pinned install)
     description = f"OpenCode CLI (run --format json); --model provider/model, default {DEFAULT_MODEL}"
@@ -76,39 +82,54 @@ class OpenCodeAgent(Agent):
     own_hosts = ("registry.npmjs.org",)  # its provider plugins' registry, asked at start (measured, see codex.py)
 
     def passthrough(self, ctx: LaunchContext) -> tuple[str, ...]:
+        """Its keys and settings: OpenRouter's key, OpenAI's and OpenCode's own variables."""
         return ("OPENROUTER_API_KEY", "OPENAI_*", "OPENCODE_*")
 
     def parser_name(self, ctx: LaunchContext) -> str | None:
+        """OpenCode's JSON parser."""
         return self.name
 
     def endpoints(self, ctx: LaunchContext) -> tuple[str, ...]:
+        """The ``bench/`` provider's base URL, else the built-in provider's own API."""
         provider = (ctx.model or DEFAULT_MODEL).partition("/")[0]
         if provider == CUSTOM:
             return api_endpoints(("OPENAI_BASE_URL",), None)
         return (PROVIDER_URLS[provider],) if provider in PROVIDER_URLS else ()
 
     def gateway_var(self, ctx: LaunchContext) -> str | None:
-        """``bench/``: OPENAI_BASE_URL; a built-in provider: its ``baseURL`` option (keyed ``GATEWAY_VAR``)."""
+        """The variable that points OpenCode's provider at the gateway.
+
+        For the ``bench/`` provider, OPENAI_BASE_URL; for a built-in provider, its ``baseURL``
+        option (keyed ``GATEWAY_VAR``).
+        """
         provider = (ctx.model or DEFAULT_MODEL).partition("/")[0]
         if provider == CUSTOM:
             return "OPENAI_BASE_URL"
         return GATEWAY_VAR if provider in PROVIDER_URLS else None
 
     def gateway_path(self, ctx: LaunchContext) -> str:
-        """The path the gateway's upstream gets where the endpoint has none (a built-in provider's vendor URL)."""
+        """The path the gateway's upstream gets where the endpoint has none.
+
+        The endpoint is then a built-in provider's vendor URL.
+        """
         return API_PATHS.get((ctx.model or DEFAULT_MODEL).partition("/")[0], "")
 
     def check(self, options: dict[str, str], model: str | None) -> None:
-        """Before anything is created: a model that cannot be configured (bench/NAME without OPENAI_BASE_URL)."""
+        """Refuse, before anything is created, a model that cannot be configured.
+
+        That is bench/NAME without OPENAI_BASE_URL.
+        """
         config(model or DEFAULT_MODEL)
 
     def command(self, ctx: LaunchContext) -> list[str]:
+        """``opencode run`` in the workspace with the model and the prompt."""
         model = ctx.model or DEFAULT_MODEL
         config(model)  # fail early on a model that cannot be configured
         binary = cli_binary(self.name, ctx.options)
         return [binary, "run", "--format", "json", "--dir", str(ctx.workspace), "-m", model, ctx.prompt]
 
     def env(self, ctx: LaunchContext) -> dict[str, str]:
+        """A private HOME, the provider configuration, and none of OpenCode's start-up downloads."""
         env = home_env(ctx.home)
         env.update(
             {
@@ -125,9 +146,13 @@ class OpenCodeAgent(Agent):
 
 
 class OpenCodeParser(Parser):
-    """``opencode run --format json``: a tool event printed once, when it ends; tokens and cost per step."""
+    """``opencode run --format json``.
+
+    A tool event printed once, when it ends; tokens and cost per step.
+    """
 
     def on_json(self, o: dict) -> list[Event]:
+        """One JSON event -> normalised events (tool uses, texts, step usage)."""
         t, part = o.get("type"), o.get("part") or {}
         if t == "tool_use":
             state = part.get("state") or {}

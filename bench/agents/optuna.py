@@ -1,14 +1,18 @@
-"""The ``optuna`` agent: a time-budgeted Optuna search over the task's baseline knobs (the calibration row).
+"""The ``optuna`` agent.
+
+A time-budgeted Optuna search over the task's baseline knobs (the calibration row).
 
 No model API: the "agent" is ``python -m baselines.agent`` running in the workspace. Each trial is a
-``run_<k>.py`` (the baseline ``train.py`` with the trial's CONFIG) launched like any agent's script, so it
-goes through the same workspace, watchdog, tracer, collection, evaluation and audit (see ``baselines/``).
+``run_<k>.py`` (the baseline ``train.py`` with the trial's CONFIG) launched like any agent's script,
+so it goes through the same workspace, watchdog, tracer, collection, evaluation and audit (see
+``baselines/``).
 
-Options (``RunSpec.options``, strings): ``trials`` (at most this many), ``seed`` (TPE seed; default the run's
-recorded seed), ``storage`` (an Optuna RDB URL or a journal file; default a journal in the workspace's
-``.bench/optuna/``), ``study`` (study name; an existing one is continued), ``pruner`` (``median`` or ``none``),
-``prune_after`` (completed trials before pruning starts), ``max_epochs`` (a cap on every trial's epochs: quick
-runs, tests), ``threads`` (OMP/MKL threads per trial; default half the cores, 0 leaves the environment as it is).
+Options (``RunSpec.options``, strings): ``trials`` (at most this many), ``seed`` (TPE seed; default
+the run's recorded seed), ``storage`` (an Optuna RDB URL or a journal file; default a journal in the
+workspace's ``.bench/optuna/``), ``study`` (study name; an existing one is continued), ``pruner``
+(``median`` or ``none``), ``prune_after`` (completed trials before pruning starts), ``max_epochs``
+(a cap on every trial's epochs: quick runs, tests), ``threads`` (OMP/MKL threads per trial; default
+half the cores, 0 leaves the environment as it is).
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ OPTIONS = ("trials", "seed", "storage", "study", "pruner", "prune_after", "max_e
 
 
 class OptunaAgent(Agent):
+    """An Optuna search over the baseline's knobs, one ``run_<k>.py`` per trial (no model API)."""
+
     name = "optuna"
     option_names = OPTIONS
     description = "Optuna search over the baseline's knobs, one run_<k>.py per trial (no model API needed)"
@@ -34,8 +40,11 @@ class OptunaAgent(Agent):
     seeded = True  # each repeat's trials train from its recorded seed; it is the TPE seed too unless given
 
     def endpoints(self, ctx: LaunchContext) -> tuple[str, ...]:
-        """A study storage served on this machine (``postgresql://127.0.0.1:5432/...``) is bridged port for
-        port; a remote database server cannot be: its clients do not speak through the sandbox's HTTP proxy."""
+        """A study storage served on this machine is bridged port for port.
+
+        For example ``postgresql://127.0.0.1:5432/...``. A remote database server cannot be: its
+        clients do not speak through the sandbox's HTTP proxy.
+        """
         url = urlsplit(ctx.options.get("storage") or "")
         if "://" not in (ctx.options.get("storage") or "") or url.scheme.startswith("sqlite") or not url.hostname:
             return ()
@@ -49,8 +58,11 @@ class OptunaAgent(Agent):
         return (endpoint.url,)
 
     def writable(self, ctx: LaunchContext) -> tuple[Path, ...]:
-        """The folder of a SQLite or journal storage outside the workspace (SQLite writes its journal beside the
-        database file): the one harness place the calibration agent writes. Inside the workspace: nothing."""
+        """The folder of a SQLite or journal storage outside the workspace; nothing inside it.
+
+        SQLite writes its journal beside the database file. This folder is the one harness place the
+        calibration agent writes.
+        """
         spec = ctx.options.get("storage") or ""
         if spec.startswith("sqlite:///") and spec != "sqlite:///:memory:":
             path = Path(spec.removeprefix("sqlite:///"))
@@ -70,6 +82,7 @@ class OptunaAgent(Agent):
             raise AgentError(f"the optuna agent does not know the option(s) {', '.join(unknown)}; known: {OPTIONS}")
 
     def command(self, ctx: LaunchContext) -> list[str]:
+        """The search driver (``python -m baselines.agent``) for the task, with the repeat seed."""
         argv = [sys.executable, "-m", "baselines.agent", "--task", ctx.task.id]
         self.check(ctx.options, ctx.model)
         options = dict(ctx.options)
@@ -82,7 +95,9 @@ class OptunaAgent(Agent):
         return argv
 
     def env(self, ctx: LaunchContext) -> dict[str, str]:
-        # The driver imports ``baselines`` from this checkout (installed or not); it keeps that entry off
-        # the PYTHONPATH of the scripts it launches, so they see exactly what any agent's scripts see.
+        """PYTHONPATH with this checkout first, so that the driver imports ``baselines`` from it."""
+        # The driver imports ``baselines`` from this checkout (installed or not); it keeps that
+        # entry off the PYTHONPATH of the scripts it launches, so they see exactly what any agent's
+        # scripts see.
         path = [str(ROOT), *(p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p)]
         return {"PYTHONPATH": os.pathsep.join(path)}

@@ -1,22 +1,26 @@
-"""``bench prices refresh``: the price table (``bench/agents/prices.toml``) generated from LiteLLM's model cost map.
+"""``bench prices refresh``.
 
-A hand-kept price table goes stale and wrong without anyone noticing (one of ours priced GPT-5.5 at a third of its
-list price, and the same table enforces ``--max-cost``). LiteLLM's model cost map
-(``model_prices_and_context_window.json``: USD per token, the cached-read and cache-write rates separate) is the
-table the field keeps up to date, and every LiteLLM wheel on PyPI bundles a copy
-(``litellm/model_prices_and_context_window_backup.json``). Depending on the whole ``litellm`` package for one JSON
-file would be heavy, so this module downloads the wheel only when asked (``pip download litellm==X --no-deps``),
-reads the map out of it, and writes the rows of the models we name (:data:`WANTED`) in the project's own format,
-pinned: the table states the LiteLLM version, the wheel's upload date on PyPI and the map's sha256.
+The price table (``bench/agents/prices.toml``) generated from LiteLLM's model cost map.
 
-A model the map lacks keeps a hand row (:data:`HAND`), marked ``hand = true`` with its source URL; a model neither
-has is left out, and then refused under a budget (``--max-cost``), as any unpriced model is. A user's own file
-(``$BENCH_PRICES``) overrides or adds rows at run time (:mod:`bench.agents.pricing`).
+A hand-kept price table goes stale and wrong without anyone noticing (one of ours priced GPT-5.5 at
+a third of its list price, and the same table enforces ``--max-cost``). LiteLLM's model cost map
+(``model_prices_and_context_window.json``: USD per token, the cached-read and cache-write rates
+separate) is the table the field keeps up to date, and every LiteLLM wheel on PyPI bundles a copy
+(``litellm/model_prices_and_context_window_backup.json``). Depending on the whole ``litellm``
+package for one JSON file would be heavy, so this module downloads the wheel only when asked (``pip
+download litellm==X --no-deps``), reads the map out of it, and writes the rows of the models we name
+(:data:`WANTED`) in the project's own format, pinned: the table states the LiteLLM version, the
+wheel's upload date on PyPI and the map's sha256.
 
-    bench prices refresh                               # the newest LiteLLM on PyPI
-    bench prices refresh --litellm-version 1.110.2     # a given version
-    bench prices refresh --from litellm-1.110.2-....whl    # a wheel already here (offline)
-    bench prices refresh --from map.json --litellm-version 1.110.2 --date 2026-11-20   # a bare map file
+A model the map lacks keeps a hand row (:data:`HAND`), marked ``hand = true`` with its source URL; a
+model neither has is left out, and then refused under a budget (``--max-cost``), as any unpriced
+model is. A user's own file (``$BENCH_PRICES``) overrides or adds rows at run time
+(:mod:`bench.agents.pricing`).
+
+    bench prices refresh                                  # the newest LiteLLM on PyPI
+    bench prices refresh --litellm-version 1.110.2        # a given version
+    bench prices refresh --from litellm-1.110.2-....whl   # a wheel already here (offline)
+    bench prices refresh --from map.json --litellm-version 1.110.2 --date 2026-11-20   # a bare map
 """
 
 from __future__ import annotations
@@ -39,10 +43,11 @@ TABLE = Path(__file__).with_name("prices.toml")
 MAP_IN_WHEEL = "litellm/model_prices_and_context_window_backup.json"
 SIMPLE_INDEX = "https://pypi.org/simple/litellm/"
 
-# Our model id -> the map's keys to take its row from, first found wins. The first key is the provider's own row;
-# a later one is a cloud's or a reseller's row at the same model (said in the row's note). The paper's seven models
-# (campaigns/paper.toml, Table 3) and the agents' defaults (bench/agents/*.py DEFAULT_MODEL) must all be here:
-# tests/bench/agents/test_price_map.py checks it.
+# Our model id -> the map's keys to take its row from, first found wins. The first key is the
+# provider's own row; a later one is a cloud's or a reseller's row at the same model (said in the
+# row's note). The paper's seven models (campaigns/paper.toml, Table 3) and the agents' defaults
+# (bench/agents/*.py DEFAULT_MODEL) must all be here: tests/bench/agents/test_price_map.py checks
+# it.
 WANTED: dict[str, tuple[str, ...]] = {
     # the paper's models (Table 3)
     "claude-sonnet-4-6": ("claude-sonnet-4-6",),
@@ -84,15 +89,19 @@ WANTED: dict[str, tuple[str, ...]] = {
     "deepseek-reasoner": ("deepseek/deepseek-reasoner",),
 }
 
-# Rows for models the map lacks, kept by hand: model -> (input, cached_input, output per 1M tokens, date, url, note).
-# None today: every model of WANTED is in LiteLLM 1.110.2's map. A row here is used only where the map has none.
+# Rows for models the map lacks, kept by hand: model -> (input, cached_input, output per 1M tokens,
+# date, url, note). None today: every model of WANTED is in LiteLLM 1.110.2's map. A row here is
+# used only where the map has none.
 HAND: dict[str, tuple[float, float, float, str, str, str]] = {}
 
 
 @dataclass(frozen=True)
 class MapFile:
-    """A LiteLLM cost map as read, with what pins it: the LiteLLM version, the date it was published (the wheel's
-    upload to PyPI) and where it came from."""
+    """A LiteLLM cost map as read, with what pins it.
+
+    The LiteLLM version, the date it was published (the wheel's upload to PyPI) and where it came
+    from.
+    """
 
     rows: dict[str, dict]
     version: str
@@ -105,15 +114,21 @@ _ABOVE = re.compile(r"^input_cost_per_token_above_(\d+k)_tokens$")
 
 
 def _usd_per_million(per_token: object) -> float | None:
-    """A per-token rate as USD per 1M tokens (rounded to kill binary noise: 5e-06 -> 5.0); None if absent."""
+    """A per-token rate as USD per 1M tokens (rounded to kill binary noise: 5e-06 -> 5.0).
+
+    None if absent.
+    """
     if not isinstance(per_token, int | float) or isinstance(per_token, bool) or per_token < 0:
         return None
     return round(per_token * 1e6, 6)
 
 
 def row_of(model: str, key: str, entry: dict, provider_key: str) -> dict | None:
-    """Our row for ``model`` from the map's ``entry`` at ``key`` (USD per 1M tokens), or None when the entry has
-    no input and output price. A tiered entry gives its first tier; what the row leaves out is said in its note."""
+    """Our row for ``model`` from the map's ``entry`` at ``key`` (USD per 1M tokens), or None.
+
+    None when the entry has no input and output price. A tiered entry gives its first tier; what the
+    row leaves out is said in its note.
+    """
     notes = []
     src = entry
     tiers = entry.get("tiered_pricing")
@@ -146,8 +161,10 @@ def row_of(model: str, key: str, entry: dict, provider_key: str) -> dict | None:
 
 
 def extract(cost_map: MapFile, wanted: dict[str, tuple[str, ...]] | None = None) -> tuple[dict[str, dict], list[str]]:
-    """Our rows for ``wanted`` (default :data:`WANTED`) from the map, with :data:`HAND` rows where it has none; and
-    the models neither has (left out: unpriced)."""
+    """Our rows for ``wanted`` from the map, with :data:`HAND` rows where it has none.
+
+    ``wanted`` defaults to :data:`WANTED`. Also returns the models neither has (left out: unpriced).
+    """
     wanted = WANTED if wanted is None else wanted
     rows, missing = {}, []
     for model, keys in wanted.items():
@@ -173,7 +190,10 @@ def _toml_value(value: object) -> str:
 
 
 def render(cost_map: MapFile, rows: dict[str, dict], missing: list[str]) -> str:
-    """The table's text (TOML): a header saying what generated it and from what, then one table per model."""
+    """The table's text (TOML).
+
+    A header saying what generated it and from what, then one table per model.
+    """
     lines = [
         "# The price table: USD per 1M tokens, per model. GENERATED by `bench prices refresh` from LiteLLM's",
         "# model cost map: do not edit by hand. To change which models it holds, edit WANTED (or HAND) in",
@@ -197,7 +217,10 @@ def render(cost_map: MapFile, rows: dict[str, dict], missing: list[str]) -> str:
 
 
 def read_json(path: Path, version: str, date: str) -> MapFile:
-    """A bare map file (the JSON), with the LiteLLM version and date it is from (a bare file does not say them)."""
+    """A bare map file (the JSON), with the LiteLLM version and date it is from.
+
+    A bare file does not say them.
+    """
     data = path.read_bytes()
     try:
         rows = json.loads(data)
@@ -209,8 +232,11 @@ def read_json(path: Path, version: str, date: str) -> MapFile:
 
 
 def read_wheel(wheel: Path, date: str | None = None) -> MapFile:
-    """The map bundled in a LiteLLM wheel, its version from the wheel's metadata and its date from PyPI (the wheel's
-    upload time, the file's sha256 checked) unless ``date`` is given."""
+    """The map bundled in a LiteLLM wheel, with its version and date.
+
+    The version comes from the wheel's metadata and the date from PyPI (the wheel's upload time, the
+    file's sha256 checked) unless ``date`` is given.
+    """
     try:
         with zipfile.ZipFile(wheel) as z:
             data = z.read(MAP_IN_WHEEL)
@@ -227,7 +253,7 @@ def read_wheel(wheel: Path, date: str | None = None) -> MapFile:
 
 
 def upload_date(wheel: Path) -> str:
-    """The day PyPI received this wheel (YYYY-MM-DD), from PyPI's JSON simple index, matched by the file's sha256."""
+    """The day PyPI received this wheel (YYYY-MM-DD), from PyPI's JSON index, by its sha256."""
     digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
     request = urllib.request.Request(SIMPLE_INDEX, headers={"Accept": "application/vnd.pypi.simple.v1+json"})
     try:
@@ -242,7 +268,10 @@ def upload_date(wheel: Path) -> str:
 
 
 def download(version: str | None, folder: Path) -> Path:
-    """``pip download litellm[==version] --no-deps`` into ``folder``: the wheel, without installing it."""
+    """``pip download litellm[==version] --no-deps`` into ``folder``.
+
+    The wheel, without installing it.
+    """
     spec = f"litellm=={version}" if version else "litellm"
     cmd = [sys.executable, "-m", "pip", "download", spec, "--no-deps", "--only-binary", ":all:", "-d", str(folder)]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
@@ -256,8 +285,10 @@ def download(version: str | None, folder: Path) -> Path:
 def refresh(
     source: Path | None = None, version: str | None = None, date: str | None = None, out: Path = TABLE
 ) -> tuple[MapFile, dict[str, dict], list[str]]:
-    """Read the map (a wheel or a JSON file given, else the wheel of ``version`` from PyPI), extract our rows and
-    write the table to ``out``."""
+    """Read the map, extract our rows and write the table to ``out``.
+
+    A wheel or a JSON file given, else the wheel of ``version`` from PyPI.
+    """
     if source is not None and source.suffix == ".json":
         if not version or not date:
             raise AgentError(f"{source} is a bare map: say which LiteLLM it is from (--litellm-version X --date DAY)")
@@ -273,6 +304,7 @@ def refresh(
 
 
 def cmd_prices(args: argparse.Namespace) -> int:
+    """Run ``bench prices``: print the table in force, or refresh it from LiteLLM's map."""
     if args.prices_command != "refresh":
         from bench.agents import pricing
 

@@ -1,4 +1,4 @@
-"""List prices of the models agents run on, to put a dollar figure on runs whose CLI reports no cost.
+"""List prices of the models agents run on: a dollar figure for runs whose CLI reports no cost.
 
 Codex CLI and Gemini CLI print token counts but no cost; OpenCode prints 0 for providers it has no
 price for; Aider prints a cost only for models LiteLLM knows. :func:`cost` fills the gap from token
@@ -8,15 +8,16 @@ Token semantics of :func:`cost`: ``tokens_input`` is every prompt token of the r
 included; ``tokens_cached`` is the part of it that was read from the provider's prompt cache (billed
 at the cached-input price). Cache *writes* (``tokens_cache_write``, which only the metering gateway
 sees) are billed at the row's ``cache_write`` rate (Anthropic: 1.25x input, the 5-minute cache);
-long-context surcharges (GPT-5.5 above 272k prompt tokens, Gemini above 200k, Qwen tiers) are ignored:
-treat the result as an estimate.
+long-context surcharges (GPT-5.5 above 272k prompt tokens, Gemini above 200k, Qwen tiers) are
+ignored: treat the result as an estimate.
 
-The rows are not kept by hand: ``prices.toml`` beside this module is generated from LiteLLM's model cost
-map by ``bench prices refresh`` (:mod:`bench.agents.price_map`), pinned to a LiteLLM version and the
-map's date (:data:`SOURCE`). A user's own file (``$BENCH_PRICES``: the same ``[models."id"]`` tables)
-overrides or adds rows: a negotiated price, a self-hosted model, a model the map does not know yet.
-Every row says where (:attr:`Price.url`) and as of when (:attr:`Price.date`) its prices held, and
-where it came from (:attr:`Price.origin`); :func:`describe` puts them next to a figure.
+The rows are not kept by hand: ``prices.toml`` beside this module is generated from LiteLLM's model
+cost map by ``bench prices refresh`` (:mod:`bench.agents.price_map`), pinned to a LiteLLM version
+and the map's date (:data:`SOURCE`). A user's own file (``$BENCH_PRICES``: the same
+``[models."id"]`` tables) overrides or adds rows: a negotiated price, a self-hosted model, a model
+the map does not know yet. Every row says where (:attr:`Price.url`) and as of when
+(:attr:`Price.date`) its prices held, and where it came from (:attr:`Price.origin`);
+:func:`describe` puts them next to a figure.
 """
 
 from __future__ import annotations
@@ -33,7 +34,10 @@ TABLE = Path(__file__).with_name("prices.toml")
 
 
 class PriceFileError(AgentError):
-    """A price file ($BENCH_PRICES, or the generated table) that cannot be read; the message says what to fix."""
+    """A price file ($BENCH_PRICES, or the generated table) that cannot be read.
+
+    The message says what to fix.
+    """
 
 
 @dataclass(frozen=True)
@@ -127,7 +131,11 @@ _BEDROCK = re.compile(r"^(?:[a-z]{2}\.)?(?:anthropic|openai|moonshot|moonshotai|
 
 
 def _norm(model: str) -> str:
-    """'openrouter/moonshotai/kimi-k2.6:free' -> 'kimi-k2-6'; 'claude-opus-4-5-20251101' -> 'claude-opus-4-5'."""
+    """A model name reduced to the key prices are looked up by.
+
+    'openrouter/moonshotai/kimi-k2.6:free' -> 'kimi-k2-6'; 'claude-opus-4-5-20251101' ->
+    'claude-opus-4-5'.
+    """
     n = model.strip().lower().rsplit("/", 1)[-1].split(":", 1)[0]
     n = _BEDROCK.sub("", n).replace(".", "-").replace("_", "-")
     while (stripped := _SUFFIX.sub("", n)) != n:
@@ -141,8 +149,11 @@ _USER: dict[tuple, tuple[dict[str, str], dict[str, Price]]] = {}  # (path, mtime
 
 
 def user_rows() -> tuple[dict[str, str], dict[str, Price]]:
-    """The rows of the user's price file ($BENCH_PRICES; none when unset), with their index by normalised name.
-    Read again only when the file changes (the gateway asks for every request)."""
+    """The rows of the user's price file, with their index by normalised name.
+
+    $BENCH_PRICES; none when unset. Read again only when the file changes (the gateway asks for
+    every request).
+    """
     try:
         path = settings.PRICES_FILE.get()
     except settings.SettingError as e:
@@ -162,8 +173,9 @@ def user_rows() -> tuple[dict[str, str], dict[str, Price]]:
 
 
 def lookup(model: str | None) -> tuple[str, Price] | None:
-    """The (canonical id, Price) for a model name as a CLI or provider spells it; None if unknown. A row of the
-    user's price file ($BENCH_PRICES) wins over the generated table's.
+    """The (canonical id, Price) for a model name as a CLI or provider spells it; None if unknown.
+
+    A row of the user's price file ($BENCH_PRICES) wins over the generated table's.
 
     Accepts provider prefixes ("anthropic/claude-opus-4-7", "openrouter/moonshotai/kimi-k2.6"),
     tags (":free"), Bedrock/Vertex ids ("us.anthropic.claude-opus-4-5-20251101-v1:0",
@@ -184,8 +196,11 @@ def lookup(model: str | None) -> tuple[str, Price] | None:
 def cost(
     model: str | None, tokens_input: int, tokens_output: int, tokens_cached: int = 0, tokens_cache_write: int = 0
 ) -> float | None:
-    """USD for a run's tokens at list price; None for an unknown model. See the module doc for semantics;
-    ``tokens_cache_write`` (part of ``tokens_input``) are billed at the row's cache-write rate."""
+    """USD for a run's tokens at list price; None for an unknown model.
+
+    See the module doc for semantics; ``tokens_cache_write`` (part of ``tokens_input``) are billed
+    at the row's cache-write rate.
+    """
     found = lookup(model)
     if found is None:
         return None
@@ -199,9 +214,11 @@ def cost(
 
 
 def describe(model: str | None) -> str:
-    """Which row priced ``model``, with its source, date and origin ("gpt-5.5: 5.0/0.5/30.0 USD per 1M tokens
-    in/cached/out, list price as of 2026-11-20, https://...; from LiteLLM 1.110.2 (2026-11-20): gpt-5.5"); a
-    sentence saying so for an unknown model."""
+    """Which row priced ``model``, with its source, date and origin (or a sentence: none did).
+
+    For example: "gpt-5.5: 5.0/0.5/30.0 USD per 1M tokens in/cached/out, list price as of
+    2026-11-20, https://...; from LiteLLM 1.110.2 (2026-11-20): gpt-5.5".
+    """
     found = lookup(model)
     if found is None:
         return (
@@ -217,8 +234,10 @@ def describe(model: str | None) -> str:
 
 
 def summary() -> str:
-    """The table in force, as ``bench prices`` prints it: where it came from, then one line per model (the user's
-    rows first)."""
+    """The table in force, as ``bench prices`` prints it.
+
+    Where it came from, then one line per model (the user's rows first).
+    """
     _, mine = user_rows()
     lines = [
         f"price table: bench/agents/prices.toml, generated from LiteLLM {SOURCE['version']}'s model cost map of "

@@ -1,17 +1,21 @@
-"""The agent's output, live (paper §3.3 step 3; part of the launch step): to the log, the console, as events.
+"""The agent's output, live (paper §3.3 step 3; part of the launch step).
 
-Every line the agent prints goes unchanged to ``agent.log`` (harness-side: the agent cannot rewrite it); every line
-shown on the console passes through :func:`bench.markup.shown`, the one console filter. When the agent's adapter names
-a stream parser (``Agent.parser_name``), each line is also parsed into normalised events (``bench.agents.events``):
-appended to ``events.jsonl``, counted in a :class:`~bench.agents.events.Tally` that feeds the live status line, and
-shown on the console as one short line per event instead of the CLI's raw JSON.
+To the log, the console, as events.
+
+Every line the agent prints goes unchanged to ``agent.log`` (harness-side: the agent cannot rewrite
+it); every line shown on the console passes through :func:`bench.markup.shown`, the one console
+filter. When the agent's adapter names a stream parser (``Agent.parser_name``), each line is also
+parsed into normalised events (``bench.agents.events``): appended to ``events.jsonl``, counted in a
+:class:`~bench.agents.events.Tally` that feeds the live status line, and shown on the console as one
+short line per event instead of the CLI's raw JSON.
 
 Bounded, whatever the agent prints (:mod:`bench.sandbox.resource_limits`): a line is read at most
-``Limits.line_bytes`` long (a 600 MB line with no newline costs the harness one chunk of memory, not 600 MB;
-the rest of it is dropped, counted and noted in the log), and ``agent.log`` keeps its first and its last half of
-``Limits.log_bytes``: the head is written as it comes, the tail goes to two alternating segment files of a quarter
-each, and at the end the newest ~half is appended after a line saying how many bytes were cut. ``events.jsonl``
-stops growing at the same size (events past it are still counted for the status line and the summary).
+``Limits.line_bytes`` long (a 600 MB line with no newline costs the harness one chunk of memory, not
+600 MB; the rest of it is dropped, counted and noted in the log), and ``agent.log`` keeps its first
+and its last half of ``Limits.log_bytes``: the head is written as it comes, the tail goes to two
+alternating segment files of a quarter each, and at the end the newest ~half is appended after a
+line saying how many bytes were cut. ``events.jsonl`` stops growing at the same size (events past it
+are still counted for the status line and the summary).
 """
 
 from __future__ import annotations
@@ -28,22 +32,29 @@ from bench.sandbox.resource_limits import Limits
 
 
 class Meter(Protocol):
-    """What the status line reads of the metering gateway (:class:`bench.gateway.proxy.Gateway`), which sits above
-    the adapters and is never imported by them."""
+    """What the status line reads of the metering gateway (:class:`bench.gateway.proxy.Gateway`).
+
+    The gateway sits above the adapters and is never imported by them.
+    """
 
     tokens: int
     unpriced: bool
 
     @property
-    def spent(self) -> float: ...
+    def spent(self) -> float:
+        """The dollars the gateway has metered so far."""
+        ...
 
 
 CONSOLE_CHARS = 2000  # a plain line shown on the console at most this long
 
 
 class CappedLog:
-    """An append-only log that keeps its first ``cap // 2`` bytes and about its last ``cap // 2`` (never more
-    than ``cap`` on disk in all), noting the cut; :meth:`close` puts the tail after the head."""
+    """An append-only log that keeps its first ``cap // 2`` bytes and about its last ``cap // 2``.
+
+    Never more than ``cap`` on disk in all; the cut is noted; :meth:`close` puts the tail after the
+    head.
+    """
 
     def __init__(self, path: Path, cap: int) -> None:
         self.path, self.head_cap, self.seg_cap = Path(path), cap // 2, max(1, cap // 4)
@@ -56,6 +67,7 @@ class CappedLog:
         self.dropped = 0  # bytes written to segments and then overwritten (the cut)
 
     def write(self, data: bytes) -> None:
+        """Append ``data``: to the head while it has room, then to the rolling tail."""
         room = self.head_cap - self.written
         if room > 0:
             self.f.write(data[:room])
@@ -81,7 +93,10 @@ class CappedLog:
         self.seg_f, self.seg_written = open(path, "wb"), 0
 
     def close(self) -> int:
-        """Append the tail (the older segment, then the newer) after a note of the cut; returns the bytes cut."""
+        """Append the tail (the older segment, then the newer) after a note of the cut.
+
+        Returns the bytes cut.
+        """
         if self.seg_f is not None:
             self.seg_f.close()
             self.seg_f = None
@@ -99,8 +114,11 @@ class CappedLog:
 
 
 def _render(ev) -> str | None:
-    """One console line per event, through the console filter (a newline in a tool's target is shown as ``\\n``, an
-    escape sequence removed); None for events not worth a line (usage, bare results)."""
+    r"""One console line per event, through the console filter; None for events not worth a line.
+
+    A newline in a tool's target is shown as ``\n``, an escape sequence removed. Usage and bare
+    results get no line.
+    """
     if ev.kind == "tool_call":
         return shown(f"  > {ev.tool}: {(ev.target or '')[:160]}")
     if ev.kind == "message" and ev.text:
@@ -145,17 +163,21 @@ class AgentStream:
         self._thread = threading.Thread(target=self._run, name="bench-stream", daemon=True)
 
     def start(self) -> AgentStream:
+        """Start reading the agent's output in a thread of its own; returns the stream."""
         self._thread.start()
         return self
 
     def join(self, timeout: float = 10.0) -> None:
+        """Wait for the reader (at most ``timeout`` s), then take the parser's closing events."""
         self._thread.join(timeout)
         if self.parser is not None:
             self._handle(self.parser.finish(), None)
 
     def _lines(self, log: CappedLog):
-        """The agent's lines, each at most ``line_bytes`` (what a longer line has past that is counted, dropped,
-        and noted in the log where it was cut)."""
+        """The agent's lines, each at most ``line_bytes``.
+
+        What a longer line has past that is counted, dropped, and noted in the log where it was cut.
+        """
         cap, stdout = self.limits.line_bytes, self.proc.stdout
         while raw := stdout.readline(cap):
             log.write(raw)
@@ -214,9 +236,12 @@ class AgentStream:
             self.status.print(shown(line[:CONSOLE_CHARS]))  # plain text from a JSON-speaking CLI (warnings, errors)
 
     def status_fields(self) -> dict[str, str]:
-        """The status line's tools, tokens and cost. Tokens and cost are the metering gateway's once it has answered
-        a model request: they are the run's own figures (what the record keeps), and they move while a CLI that
-        says its usage only at the end of its turn (Codex) still reports none; else the CLI's stream's."""
+        """The status line's tools, tokens and cost.
+
+        Tokens and cost are the metering gateway's once it has answered a model request: they are
+        the run's own figures (what the record keeps), and they move while a CLI that says its usage
+        only at the end of its turn (Codex) still reports none; else the CLI's stream's.
+        """
         fields = self.tally.status_fields() if self.tally is not None else {}
         gw = self.gateway
         if gw is not None and (gw.tokens or gw.spent):
@@ -240,8 +265,11 @@ class AgentStream:
         return out
 
     def summary(self) -> dict:
-        """What the event stream says about the run (empty for agents without a parser); ``api_failure`` when the
-        model API failed as :mod:`bench.agents.health` says (an infrastructure failure, bench.outcome)."""
+        """What the event stream says about the run (empty for agents without a parser).
+
+        ``api_failure`` when the model API failed as :mod:`bench.agents.health` says (an
+        infrastructure failure, bench.outcome).
+        """
         if self.tally is None:
             return {}
         failure = self.health.failure()

@@ -1,7 +1,10 @@
-"""The bad inputs every task's ``prepare.py --eval`` must answer with one JSON error line (exit 1), never a score
-and never a bare traceback: built from a trained checkpoint, so that each differs from a good one in one way.
+"""The bad inputs every task's ``prepare.py --eval`` must answer with one JSON error line (exit 1).
 
-Shared by ``bench tasks check`` and tests/tasks/test_conformance.py, which run them the same way (forked_cli.py).
+Never a score and never a bare traceback. They are built from a trained checkpoint, so that each
+differs from a good one in one way.
+
+Shared by ``bench tasks check`` and tests/tasks/test_conformance.py, which run them the same way
+(forked_cli.py).
 """
 
 from __future__ import annotations
@@ -15,6 +18,13 @@ from pathlib import Path
 from typing import NamedTuple
 
 import torch
+
+from bench.errors import BenchError
+
+
+class DriverFailed(BenchError, RuntimeError):
+    """The forked driver could not import ``prepare.py`` in the workspace, so no case was run."""
+
 
 EXTRA_KEY = "zz_not_in_the_model.weight"
 FORKED_CLI = Path(__file__).resolve().parent / "forked_cli.py"
@@ -36,7 +46,10 @@ CODE_RAN = "code-ran"  # the file that unpickling the code_in_pickle case create
 
 
 class RunsCodeWhenUnpickled:
-    """Unpickling this creates `path`: a checkpoint must be loaded without running code (weights_only)."""
+    """Unpickling this creates `path`.
+
+    A checkpoint must be loaded without running code (weights_only).
+    """
 
     def __init__(self, path: Path):
         self.path = path
@@ -46,7 +59,10 @@ class RunsCodeWhenUnpickled:
 
 
 class Bad(NamedTuple):
-    """One bad input to `prepare.py --eval`: its arguments, and what its error message must (not) say."""
+    """One bad input to `prepare.py --eval`.
+
+    Its arguments, and what its error message must (not) say.
+    """
 
     args: list[str]
     mention: tuple[str, ...] = ()
@@ -54,8 +70,11 @@ class Bad(NamedTuple):
 
 
 def bad_inputs(ckpt: Path, folder: Path, data_dir: Path | None = None) -> dict[str, Bad]:
-    """Every bad-input case for the trained checkpoint `ckpt`, its files written into `folder`. ``data_dir``: the
-    prepared data every case but no_data reads (the default data/ of the folder it runs in when None)."""
+    """Every bad-input case for the trained checkpoint `ckpt`, its files written into `folder`.
+
+    ``data_dir``: the prepared data every case but no_data reads (the default data/ of the folder it
+    runs in when None).
+    """
     payload = torch.load(ckpt, map_location="cpu", weights_only=True)
     state = payload["state_dict"]
     last_key = list(state)[-1]
@@ -110,8 +129,11 @@ def bad_inputs(ckpt: Path, folder: Path, data_dir: Path | None = None) -> dict[s
 
 
 def run_forked(workspace: Path, commands: dict[str, list[str]], folder: Path) -> dict[str, subprocess.CompletedProcess]:
-    """Each ``python prepare.py ARGS`` of ``commands`` run in ``workspace`` (forks of one interpreter):
-    {case: the process as if run alone}. RuntimeError when the driver itself fails."""
+    """Each ``python prepare.py ARGS`` of ``commands``, run in ``workspace`` by forks of one driver.
+
+    Returns {case: the process as if run alone}. DriverFailed (a RuntimeError) when the driver
+    itself fails.
+    """
     (folder / "cases.json").write_text(json.dumps(commands), encoding="utf-8")
     driver = subprocess.run(
         [sys.executable, str(FORKED_CLI), str(folder / "cases.json"), str(folder / "results.json")],
@@ -121,7 +143,7 @@ def run_forked(workspace: Path, commands: dict[str, list[str]], folder: Path) ->
         timeout=600,
     )
     if driver.returncode != 0:
-        raise RuntimeError(
+        raise DriverFailed(
             f"prepare.py could not be imported in {workspace}: {(driver.stderr or driver.stdout)[-2000:]}"
         )
     results = json.loads((folder / "results.json").read_text(encoding="utf-8"))

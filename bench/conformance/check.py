@@ -1,15 +1,16 @@
 """``bench tasks check DIR``: the conformance suite as a command for a task author.
 
-It runs the task folder the way the harness does, on the small GENERATED data its ``smalldata.py`` writes
-(:mod:`bench.tasks.smalldata`), in a temporary folder (the author's folder is only read): ``prepare.py
---prepare`` on the raw files; a real agent workspace built by the harness's own builder
-(:mod:`bench.pipeline.workspace`: the held-out files left out); the baseline ``train.py`` trained there with the
-``TINY`` config on the CPU (its output shown as it trains); its checkpoints against the output contract;
-``prepare.py --eval`` (the one JSON line), the bad inputs (:mod:`bench.conformance.cases`), ``--eval`` from
-inside the workspace (which must not reach the eval split's labels), and the trusted scorer with its probes
-(:mod:`bench.pipeline.evaluate`, sandboxed where bubblewrap works). Each broken promise is one ``FAIL`` line
-saying what to change (:mod:`bench.conformance.promises`); exit 0 when every promise holds, 1 otherwise, 2 for a
-folder that is not a task.
+It runs the task folder the way the harness does, on the small GENERATED data its ``smalldata.py``
+writes (:mod:`bench.tasks.smalldata`), in a temporary folder (the author's folder is only read):
+``prepare.py --prepare`` on the raw files; a real agent workspace built by the harness's own builder
+(:mod:`bench.pipeline.workspace`: the held-out files left out); the baseline ``train.py`` trained
+there with the ``TINY`` config on the CPU (its output shown as it trains); its checkpoints against
+the output contract; ``prepare.py --eval`` (the one JSON line), the bad inputs
+(:mod:`bench.conformance.cases`), ``--eval`` from inside the workspace (which must not reach the
+eval split's labels), and the trusted scorer with its probes (:mod:`bench.pipeline.evaluate`,
+sandboxed where bubblewrap works). Each broken promise is one ``FAIL`` line saying what to change
+(:mod:`bench.conformance.promises`); exit 0 when every promise holds, 1 otherwise, 2 for a folder
+that is not a task.
 """
 
 from __future__ import annotations
@@ -28,13 +29,13 @@ from pathlib import Path
 from typing import TextIO
 
 from bench.conformance import cases, promises
-from bench.errors import InputError
+from bench.errors import BenchError, InputError
 from bench.tasks import Task, TaskError, load_task, smalldata
 
 NOT_COPIED = shutil.ignore_patterns("data", "checkpoints", "weights", "__pycache__")
 TRAIN_TIMEOUT_S = 1800
-# Runs train.main(dict(train.CONFIG, **TINY)) as `python train.py` would name itself (the payload's script), and
-# writes the config it was given first (the payload must carry it).
+# Runs train.main(dict(train.CONFIG, **TINY)) as `python train.py` would name itself (the payload's
+# script), and writes the config it was given first (the payload must carry it).
 DRIVER = """\
 import copy, json, sys, time
 sys.path.insert(0, ".")
@@ -47,7 +48,11 @@ train.main(config)
 """
 
 
-class Broken(Exception):
+class StepFailed(BenchError, RuntimeError):
+    """The task's own code (``prepare.py``, ``train.py``) failed a step; the message says how."""
+
+
+class Broken(BenchError):
     """A promise broken so early that nothing after it can be checked (no data, no checkpoint)."""
 
 
@@ -58,9 +63,11 @@ class Check:
         self.out, self.err, self.broken, self.kept = out, err, 0, 0
 
     def say(self, text: str) -> None:
+        """A progress line, on the error stream (the verdicts go to the output stream)."""
         print(text, file=self.err, flush=True)
 
     def promise(self, title: str, problems: list[str]) -> None:
+        """Print the promise's verdict: each problem as a FAIL line, or ``ok`` when none."""
         for line in problems:
             print(f"FAIL  {line}", file=self.out, flush=True)
         if problems:
@@ -99,12 +106,15 @@ def _prepare(folder: Path, work: Path, small: smalldata.SmallData) -> Path:
     copy = shutil.copytree(folder, work / "task", ignore=NOT_COPIED)  # --prepare writes nothing in the author's folder
     proc = _run([sys.executable, "prepare.py", "--prepare", "--raw-dir", str(raw), "--data-dir", str(data)], copy)
     if proc.returncode != 0:
-        raise RuntimeError(f"prepare.py --prepare failed on the small data (exit {proc.returncode}): {_tail(proc)}")
+        raise StepFailed(f"prepare.py --prepare failed on the small data (exit {proc.returncode}): {_tail(proc)}")
     return data
 
 
 def _train(ws: Path, work: Path, small: smalldata.SmallData, check: Check) -> dict:
-    """The baseline on the CPU (CUDA hidden: its self-reported scores are the CPU evaluator's), output shown."""
+    """The baseline on the CPU, output shown.
+
+    CUDA hidden: its self-reported scores are the CPU evaluator's.
+    """
     given = work / "given.json"
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONUNBUFFERED": "1"}
     env.pop("PYTHONPATH", None)
@@ -127,12 +137,12 @@ def _train(ws: Path, work: Path, small: smalldata.SmallData, check: Check) -> di
     finally:
         timer.cancel()
     if status != 0 and time.monotonic() - t0 >= TRAIN_TIMEOUT_S:
-        raise RuntimeError(f"train.py with TINY {small.tiny} ran past {TRAIN_TIMEOUT_S} s: make TINY smaller")
+        raise StepFailed(f"train.py with TINY {small.tiny} ran past {TRAIN_TIMEOUT_S} s: make TINY smaller")
     if status != 0:
-        raise RuntimeError(f"train.py with TINY {small.tiny} exited {status}: " + " | ".join(lines[-4:])[-600:])
+        raise StepFailed(f"train.py with TINY {small.tiny} exited {status}: " + " | ".join(lines[-4:])[-600:])
     ckpts = sorted((ws / "checkpoints").glob("*.pt"), key=lambda p: (p.stat().st_mtime_ns, p.name))
     if not ckpts:
-        raise RuntimeError(f"train.py saved no checkpoint with TINY {small.tiny}: make TINY train until it saves one")
+        raise StepFailed(f"train.py saved no checkpoint with TINY {small.tiny}: make TINY train until it saves one")
     return {**json.loads(given.read_text(encoding="utf-8")), "finished": finished, "checkpoints": ckpts}
 
 
@@ -194,7 +204,10 @@ def _scorer(task: Task, ws: Path, ckpt: Path, data: Path, work: Path, check: Che
 
 
 def check_folder(folder: Path, work: Path, check: Check) -> None:
-    """Every promise of the task folder, judged into ``check``; ``work``: an empty folder of the check's own."""
+    """Every promise of the task folder, judged into ``check``.
+
+    ``work``: an empty folder of the check's own.
+    """
     from bench.pipeline import workspace
 
     task = load_task(folder)
@@ -253,7 +266,10 @@ def check_folder(folder: Path, work: Path, check: Check) -> None:
 
 
 def check_main(folder: str, *, keep: bool = False, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
-    """``bench tasks check DIR``: 0 when every promise holds, 1 when one is broken (InputError: not a task)."""
+    """``bench tasks check DIR``.
+
+    0 when every promise holds, 1 when one is broken (InputError: not a task).
+    """
     path = Path(folder).expanduser()
     if not path.is_dir():
         raise InputError(f"{folder} is not a folder: give a task folder (with task.toml)")

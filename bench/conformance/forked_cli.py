@@ -1,14 +1,17 @@
-"""Run `python prepare.py ARGS` for many ARGS at the cost of one interpreter start-up (POSIX only; run as a script).
+"""Run `python prepare.py ARGS` for many ARGS at the cost of one interpreter start-up.
+
+POSIX only; run as a script.
 
     cd WORKSPACE && python forked_cli.py CASES.json RESULTS.json
 
 CASES.json holds {case: [args...]}; RESULTS.json gets {case: {"returncode", "stdout", "stderr"}}.
 
-Starting Python and importing torch costs ~1.4 s a process, far more than most `prepare.py --eval` failures take.
-Here the workspace's prepare.py is imported once (its main() is guarded, so this runs no command and no torch op),
-and each case runs in a forked child exactly as `python prepare.py ARGS` would: prepare.py executed as __main__ with
-sys.argv = ["prepare.py", *ARGS], the workspace first on sys.path, a fresh `prepare` module for the scripts that
-import it, its own stdout/stderr, and an uncaught exception printed as a traceback with exit status 1.
+Starting Python and importing torch costs ~1.4 s a process, far more than most `prepare.py --eval`
+failures take. Here the workspace's prepare.py is imported once (its main() is guarded, so this runs
+no command and no torch op), and each case runs in a forked child exactly as `python prepare.py
+ARGS` would: prepare.py executed as __main__ with sys.argv = ["prepare.py", *ARGS], the workspace
+first on sys.path, a fresh `prepare` module for the scripts that import it, its own stdout/stderr,
+and an uncaught exception printed as a traceback with exit status 1.
 """
 
 from __future__ import annotations
@@ -22,7 +25,10 @@ import traceback
 
 
 def _child(args: list[str], out: str, err: str) -> None:
-    """In the forked child: run prepare.py as `python prepare.py ARGS` would, then exit with its status."""
+    """Run prepare.py in the forked child as `python prepare.py ARGS` would.
+
+    The child then exits with its status.
+    """
     code = 1
     try:
         os.dup2(os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), 1)
@@ -46,6 +52,7 @@ def _child(args: list[str], out: str, err: str) -> None:
 
 
 def main() -> None:
+    """Import ``prepare`` once, run each case in a fork of this process, write the results."""
     cases_file, results_file = sys.argv[1:3]
     with open(cases_file, encoding="utf-8") as f:
         cases: dict[str, list[str]] = json.load(f)

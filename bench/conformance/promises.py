@@ -1,17 +1,23 @@
-"""The judgements of ``bench tasks check`` and the conformance tests: each returns the broken promises as lines
-saying what to change (an empty list: the promise is kept). No I/O beyond reading what is passed in.
+"""The judgements of ``bench tasks check`` and the conformance tests.
 
-The contracts (../shared/docs/DESIGN.md, docs/extending.md):
-  * checkpoint: a file in checkpoints/ whose payload holds the state dict, the config for build_model, the script
-    name, the self-reported validation score, the metric name and a timestamp, saved through the locked
-    prepare.save_checkpoint(), so that the baseline train.py already follows it;
-  * official result: `prepare.py --eval` prints one JSON object (task, metric, value, direction, split, checkpoint,
-    script, seconds);
-  * every bad input gives one JSON line with an error (exit status 1), never a score and never a bare traceback;
-  * the val_score a script reports is the evaluator's own score on the validation split (the harness ranks
-    checkpoints by it; rule 9 compares it with the scorer's own validation score);
-  * the eval split's labels never reach a workspace when they are not the validation split's (task.toml held_out);
-  * the trusted scorer gives the task's own --eval number, and an honest baseline passes every probe.
+Each returns the broken promises as lines saying what to change (an empty list: the promise is
+kept). No I/O beyond reading what is passed in.
+
+The contracts (the table of docs/extending.md):
+  * checkpoint: a file in checkpoints/ whose payload holds the state dict, the config for
+    build_model, the script name, the self-reported validation score, the metric name and a
+    timestamp, saved through the locked prepare.save_checkpoint(), so that the baseline train.py
+    already follows it;
+  * official result: `prepare.py --eval` prints one JSON object (task, metric, value, direction,
+    split, checkpoint, script, seconds);
+  * every bad input gives one JSON line with an error (exit status 1), never a score and never a
+    bare traceback;
+  * the val_score a script reports is the evaluator's own score on the validation split (the
+    harness ranks checkpoints by it; rule 9 compares it with the scorer's own validation score);
+  * the eval split's labels never reach a workspace when they are not the validation split's
+    (task.toml held_out);
+  * the trusted scorer gives the task's own --eval number, and an honest baseline passes every
+    probe.
 """
 
 from __future__ import annotations
@@ -25,25 +31,31 @@ from bench.conformance.cases import Bad
 
 CONTRACT_KEYS = {"task", "metric", "value", "direction", "split", "checkpoint", "script", "seconds"}
 PAYLOAD_KEYS = {"state_dict", "config", "script", "val_score", "metric", "time"}
-# The val_score a baseline reports is computed in its training process by the same evaluation code as
-# `prepare.py --eval`, on the same CPU (CUDA hidden while training, so no bf16 autocast or TF32 enters a
-# self-reported score), but with its own evaluation batch size: float32 results of differently shaped matrix
-# products may differ in the last bits (float32 eps = 1.2e-7), and the per-sample losses are then summed in
-# float64. 1e-6 relative allows ~8 ulps; counted metrics (accuracy, AUROC, mIoU) must match exactly in practice,
-# since one sample or pixel moves them by far more than that.
+# The val_score a baseline reports is computed in its training process by the same evaluation code
+# as `prepare.py --eval`, on the same CPU (CUDA hidden while training, so no bf16 autocast or TF32
+# enters a self-reported score), but with its own evaluation batch size: float32 results of
+# differently shaped matrix products may differ in the last bits (float32 eps = 1.2e-7), and the
+# per-sample losses are then summed in float64. 1e-6 relative allows ~8 ulps; counted metrics
+# (accuracy, AUROC, mIoU) must match exactly in practice, since one sample or pixel moves them by
+# far more than that.
 REL = 1e-6
-# the probes an honest model passes on any feed (history independence needs more than one scored batch)
+# the probes an honest model passes on any feed (history independence needs more than one scored
+# batch)
 PROBES_ALWAYS = {"determinism", "batch-independence"}
 PROBES_ALL = {"determinism", "history-independence", "batch-independence", "causality"}
 HELP_OPTIONS = ("--prepare", "--raw-dir", "--data-dir", "--eval", "--script", "--device")
 
 
 def close(a: float, b: float, rel: float = REL, abs_tol: float = 0.0) -> bool:
+    """Whether ``a`` and ``b`` agree within ``rel`` of the larger (or within ``abs_tol``)."""
     return abs(a - b) <= max(abs_tol, rel * max(abs(a), abs(b)))
 
 
 def one_json_line(stdout: str) -> tuple[dict | None, str | None]:
-    """(the JSON object, None) when stdout is exactly one line holding one; else (None, what is wrong)."""
+    """(the JSON object, None) when stdout is exactly one line holding one.
+
+    Else (None, what is wrong).
+    """
     lines = stdout.splitlines()
     if len(lines) != 1:
         shown = " | ".join(lines[:3])[:300]
@@ -58,7 +70,10 @@ def one_json_line(stdout: str) -> tuple[dict | None, str | None]:
 
 
 def payload_problems(name: str, payload: object, toml: dict, given: dict, started: float, finished: float) -> list[str]:
-    """The output contract of one baseline checkpoint (``name`` in the lines), loaded with weights_only."""
+    """The output contract of one baseline checkpoint, loaded with weights_only.
+
+    ``name`` names it in the lines.
+    """
     import torch
 
     where = f"checkpoint {name}"
@@ -123,7 +138,11 @@ def eval_line_problems(proc: subprocess.CompletedProcess, toml: dict, ws: Path, 
 def bad_input_problems(
     case: str, proc: subprocess.CompletedProcess, bad: Bad, task_id: str, code_ran: bool
 ) -> list[str]:
-    """One bad input: exit 1, one JSON line with an error naming what is wrong, no value, no traceback."""
+    """The broken promises of the answer to one bad input.
+
+    The answer must be exit 1, one JSON line with an error naming what is wrong, no value, no
+    traceback.
+    """
     where = f"prepare.py --eval, bad input {case}"
     out = []
     if code_ran:
@@ -149,14 +168,17 @@ def bad_input_problems(
 
 
 def help_problems(proc: subprocess.CompletedProcess) -> list[str]:
+    """The problems of ``prepare.py --help``: a failure, or an option it does not document."""
     if proc.returncode != 0:
         return [f"prepare.py --help exited {proc.returncode}"]
     return [f"prepare.py --help does not document {option}" for option in HELP_OPTIONS if option not in proc.stdout]
 
 
 def source_problems(train_source: str) -> list[str]:
-    """No false positive of the rules the audit reads from code (2 pretrained weights, 3 internet, 4 installs):
-    agents copy the baseline train.py."""
+    """No false positive of the rules the audit reads from code: agents copy the baseline train.py.
+
+    The rules are 2 (pretrained weights), 3 (internet) and 4 (installs).
+    """
     from bench.rules.conduct import FETCH, INSTALL, PRETRAINED, PYTHON_FETCH
 
     out = []
@@ -173,10 +195,13 @@ def source_problems(train_source: str) -> list[str]:
 def held_out_problems(
     toml: dict, val_split: str, prepared: set[str], in_workspace: dict | None, shipped: tuple[str, ...] = ()
 ) -> list[str]:
-    """The eval split's labels stay out of every workspace (rule 9). ``prepared``: the files --prepare wrote;
-    ``in_workspace``: the JSON of `prepare.py --eval` run inside a real workspace (None: it printed no JSON);
-    ``shipped``: the task folder's own files (relative paths), where a held-out file must not be: an installed
-    pack's folder lies in site-packages, which every agent's sandbox reads."""
+    """The eval split's labels stay out of every workspace (rule 9).
+
+    ``prepared``: the files --prepare wrote; ``in_workspace``: the JSON of `prepare.py --eval` run
+    inside a real workspace (None: it printed no JSON); ``shipped``: the task folder's own files
+    (relative paths), where a held-out file must not be: an installed pack's folder lies in
+    site-packages, which every agent's sandbox reads.
+    """
     split, held = toml.get("eval_split"), list(toml.get("held_out", []))
     out = [
         f"task.toml: held_out names {n!r}, which prepare.py --prepare does not write" for n in held if n not in prepared
@@ -203,7 +228,10 @@ def held_out_problems(
 
 
 def scorer_problems(official: dict, eval_value: float | None, toml: dict, reported_val: float) -> list[str]:
-    """The harness's trusted scorer (labels on its side, the model in a sandboxed predictor) on the baseline."""
+    """The harness's trusted scorer on the baseline.
+
+    Labels on its side, the model in a sandboxed predictor.
+    """
     from bench.rules.scoring import VAL_ABS_TOL, VAL_REL_TOL
 
     if official.get("error") or official.get("value") is None:

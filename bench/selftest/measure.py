@@ -1,8 +1,11 @@
-"""The proof kit's measurements, one function each; each returns plain figures (a dict) for the report.
+"""The proof kit's measurements, one function each.
 
-Every measurement runs the toolkit the way a user does (the sandbox, ``bench run``'s runner, the trusted scorer)
-and compares it with the same work done bare, in one process, on the same machine and in the same call, so that a
-ratio never mixes two machines. Nothing here decides pass or fail: :mod:`bench.selftest.kit` does.
+Each returns plain figures (a dict) for the report.
+
+Every measurement runs the toolkit the way a user does (the sandbox, ``bench run``'s runner, the
+trusted scorer) and compares it with the same work done bare, in one process, on the same machine
+and in the same call, so that a ratio never mixes two machines. Nothing here decides pass or fail:
+:mod:`bench.selftest.kit` does.
 """
 
 from __future__ import annotations
@@ -18,11 +21,18 @@ import sys
 import time
 from pathlib import Path
 
+from bench.errors import BenchError
 from bench.pipeline.evaluate import _last_json
 from bench.tasks import Task
 
-# T1's throughput script: the task's own train.py with a config override, stopped after MAX steps (the log line
-# of step MAX is the last). Written into the workspace by the command agent and run bare the same way.
+
+class MeasureError(BenchError, RuntimeError):
+    """A measurement could not be taken; the kit records its message and takes the others."""
+
+
+# T1's throughput script: the task's own train.py with a config override, stopped after MAX steps
+# (the log line of step MAX is the last). Written into the workspace by the command agent and run
+# bare the same way.
 PROOF_SCRIPT = "run_proof.py"
 _PROOF = """import json, sys
 import train
@@ -36,8 +46,8 @@ def log_metrics(step, **values):
 train.log_metrics = log_metrics
 train.main(config)
 """
-# On a GPU: the task's model as it is (the paper's T1 baseline), no validation pass between the timed steps.
-# On a CPU: a model small enough for a CI run; the figure proves the kit, not the card.
+# On a GPU: the task's model as it is (the paper's T1 baseline), no validation pass between the
+# timed steps. On a CPU: a model small enough for a CI run; the figure proves the kit, not the card.
 T1_CONFIG = {
     "cuda": {"eval_every": 10**9, "log_every": 10},
     "cpu": {
@@ -89,9 +99,12 @@ def _git_commit() -> str | None:
 
 
 def cuda_in_sandbox(work: Path) -> dict:
-    """``torch.cuda.is_available()`` in a process of the agent's sandbox (its allow-listed view, its PID namespace)
-    and of a predictor's (its seccomp profile) beside the same question asked here: the views must bind exactly what
-    CUDA needs and the filters deny nothing it calls, so the answers agree."""
+    """``torch.cuda.is_available()`` inside the agent's sandbox and a predictor's, and here.
+
+    In a process of the agent's sandbox (its allow-listed view, its PID namespace) and of a
+    predictor's (its seccomp profile), beside the same question asked here: the views must bind
+    exactly what CUDA needs and the filters deny nothing it calls, so the answers agree.
+    """
     import torch
 
     from bench.sandbox import Policy, Sandbox, default_hidden, default_readable
@@ -106,8 +119,8 @@ def cuda_in_sandbox(work: Path) -> dict:
     )
     t0 = time.perf_counter()
     out: dict = {"host_available": torch.cuda.is_available()}
-    # the agent's sandbox, and the predictor's (its seccomp profile denies file locks, watches and more: CUDA must
-    # work under it, bench.sandbox.seccomp)
+    # the agent's sandbox, and the predictor's (its seccomp profile denies file locks, watches and
+    # more: CUDA must work under it, bench.sandbox.seccomp)
     for key, writable, profile in (("inside", (ws,), "agent"), ("inside_predictor", (), "predictor")):
         readable = (*default_readable(), ws)
         policy = Policy(cwd=ws, writable=writable, readable=readable, hidden=default_hidden(), seccomp=profile)
@@ -135,8 +148,11 @@ def prepare_data(tasks: list[Task]) -> dict:
 
 
 def baseline_run(task: Task, device: str) -> tuple[dict, object]:
-    """The task's baseline under the full protocol (``bench run --agent baseline``: the task's budget, the sandbox,
-    the trusted scorer, the audit, MLflow); its figures and the RunResult (for the evaluation comparison)."""
+    """The task's baseline under the full protocol; its figures and the RunResult.
+
+    It runs as ``bench run --agent baseline``: the task's budget, the sandbox, the trusted scorer,
+    the audit, MLflow. The RunResult is for the evaluation comparison.
+    """
     from bench.runner import RunSpec, run
 
     result = run(RunSpec(task=task, agent="baseline", campaign="selftest", device=device, console=False))
@@ -156,8 +172,11 @@ def baseline_run(task: Task, device: str) -> tuple[dict, object]:
 
 
 def steps_per_second(log: str) -> dict:
-    """T1's training speed from its ``step N | loss L | elapsed_s S`` lines: the median over consecutive log
-    intervals (robust to the first, which holds start-up, and to an epoch's end, which holds a validation pass)."""
+    """T1's training speed from its ``step N | loss L | elapsed_s S`` lines.
+
+    The median over consecutive log intervals (robust to the first, which holds start-up, and to an
+    epoch's end, which holds a validation pass).
+    """
     points = [(int(s), float(e)) for s, e in _STEP_LINE.findall(log)]
     rates = [(s2 - s1) / (e2 - e1) for (s1, e1), (s2, e2) in zip(points, points[1:], strict=False) if e2 > e1]
     return {
@@ -168,9 +187,12 @@ def steps_per_second(log: str) -> dict:
 
 
 def t1_throughput(task: Task, data_dir: Path, work: Path, device: str, steps: int, budget_s: float) -> dict:
-    """T1's steps per second for ``python run_proof.py`` bare (a copy of the task's files, no harness) and inside
-    ``bench run`` (the command agent runs the same script in the sandbox, traced, sampled, relayed to MLflow):
-    the harness's and tracer's cost on this device as one ratio measured in one call."""
+    """T1's steps per second for ``python run_proof.py`` bare and inside ``bench run``.
+
+    Bare: a copy of the task's files, no harness. Inside ``bench run``: the command agent runs the
+    same script in the sandbox, traced, sampled, relayed to MLflow. Their ratio is the harness's and
+    tracer's cost on this device, measured in one call.
+    """
     from bench.runner import RunSpec, run
 
     config = json.dumps(T1_CONFIG["cuda" if device == "cuda" else "cpu"])
@@ -191,7 +213,7 @@ def t1_throughput(task: Task, data_dir: Path, work: Path, device: str, steps: in
     )
     bare_s = time.perf_counter() - t0
     if bare.returncode != 0:
-        raise RuntimeError(f"bare T1 run failed (exit {bare.returncode}): {bare.stderr[-800:]}")
+        raise MeasureError(f"bare T1 run failed (exit {bare.returncode}): {bare.stderr[-800:]}")
     command = f"cat > {PROOF_SCRIPT} <<'EOF'\n{_PROOF}EOF\npython {PROOF_SCRIPT} {shlex.quote(config)} {steps}"
     spec = RunSpec(
         task=task,
@@ -218,14 +240,17 @@ def t1_throughput(task: Task, data_dir: Path, work: Path, device: str, steps: in
 
 
 def evaluation_cost(task: Task, result, data_dir: Path, work: Path, device: str, runs: int = 1) -> dict:
-    """The official evaluation of the baseline run's best checkpoint: ``python -I -m bench.scoring.scorer`` (the
-    trusted scorer with its sandboxed predictor and a prober, on ``device``) against the task's in-process
-    evaluation (``prepare.py --eval``, what a script's own evaluation does), alternately, ``runs`` times each."""
+    """The official evaluation of the baseline run's best checkpoint.
+
+    ``python -I -m bench.scoring.scorer`` (the trusted scorer with its sandboxed predictor and a
+    prober, on ``device``) against the task's in-process evaluation (``prepare.py --eval``, what a
+    script's own evaluation does), alternately, ``runs`` times each.
+    """
     from bench.pipeline.evaluate import CHECKPOINT, stage
 
     best = result.best
     if best is None:
-        raise RuntimeError(f"the {task.id} baseline run has no best checkpoint: {result.reason}")
+        raise MeasureError(f"the {task.id} baseline run has no best checkpoint: {result.reason}")
     ckpt = Path(best.path)
     ws = Path(result.workspace)
     eval_dir = stage(task, ws, work / f"eval-{task.id}", ckpt)
@@ -246,7 +271,7 @@ def evaluation_cost(task: Task, result, data_dir: Path, work: Path, device: str,
             times[name].append(time.perf_counter() - t0)
             printed = _last_json(done.stdout) or {}
             if done.returncode != 0 or printed.get("error"):
-                raise RuntimeError(f"{name} evaluation failed: {printed.get('error') or done.stderr[-800:]}")
+                raise MeasureError(f"{name} evaluation failed: {printed.get('error') or done.stderr[-800:]}")
             values[name] = printed.get("value")
     inp, sc = statistics.median(times["in_process"]), statistics.median(times["scorer"])
     return {
@@ -261,14 +286,18 @@ def evaluation_cost(task: Task, result, data_dir: Path, work: Path, device: str,
 
 
 def replay_epsilon(task: Task, result, data_dir: Path, work: Path, device: str, batches: int = 400) -> dict:
-    """How far a cold replay on ``device`` lies from the scored predictor's answers, for the baseline run's best
-    checkpoint: the epsilon the scorer's probes must allow on this task (``[scoring] cuda_replay_tolerance`` in its
-    task.toml; :func:`bench.scoring.scorer.task_tolerance`), measured the way the scorer probes.
+    """How far a cold replay on ``device`` lies from the scored predictor's answers.
 
-    A sandboxed predictor answers the feed's first ``batches`` batches in order (the scored one); after it ended a
-    fresh one replays the second half of them cold, then the batch probe's shape (8 consecutive samples, reversed,
-    one fewer, in one batch). Each is compared as :func:`bench.scoring.checks.disagreement` does: max |a - b| over
-    the max |b| of the scored answers. ``bitwise`` says whether every replayed answer was identical."""
+    For the baseline run's best checkpoint: the epsilon the scorer's probes must allow on this task
+    (``[scoring] cuda_replay_tolerance`` in its task.toml;
+    :func:`bench.scoring.scorer.task_tolerance`), measured the way the scorer probes.
+
+    A sandboxed predictor answers the feed's first ``batches`` batches in order (the scored one);
+    after it ended a fresh one replays the second half of them cold, then the batch probe's shape (8
+    consecutive samples, reversed, one fewer, in one batch). Each is compared as
+    :func:`bench.scoring.checks.disagreement` does: max |a - b| over the max |b| of the scored
+    answers. ``bitwise`` says whether every replayed answer was identical.
+    """
     import numpy as np
 
     from bench.pipeline.evaluate import CHECKPOINT, stage
@@ -277,7 +306,7 @@ def replay_epsilon(task: Task, result, data_dir: Path, work: Path, device: str, 
 
     best = result.best
     if best is None:
-        raise RuntimeError(f"the {task.id} baseline run has no best checkpoint: {result.reason}")
+        raise MeasureError(f"the {task.id} baseline run has no best checkpoint: {result.reason}")
     eval_dir = stage(task, Path(result.workspace), work / f"replay-{task.id}", Path(best.path))
     prepare = load_task_module(task.folder)
     feed = [x for x, _ in prepare.eval_batches(prepare.EVAL_SPLIT, str(data_dir), prepare.FEED_BATCH_SIZE)]
@@ -321,7 +350,10 @@ def replay_epsilon(task: Task, result, data_dir: Path, work: Path, device: str, 
 
 
 def gpu_processes() -> dict:
-    """The compute processes on the GPU now (nvidia-smi); the kit runs this last: none may be left."""
+    """The compute processes on the GPU now (nvidia-smi); the kit runs this last.
+
+    None may be left.
+    """
     smi = shutil.which("nvidia-smi")
     if not smi:
         return {"tool": None, "processes": []}

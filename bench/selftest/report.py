@@ -1,5 +1,8 @@
-"""The proof kit's report: ``selftest.json`` (everything measured, as measured) and ``selftest.md`` (the figures a
-person reads, with the card's name and each check's verdict), written side by side into the output folder."""
+"""The proof kit's report.
+
+``selftest.json`` (everything measured, as measured) and ``selftest.md`` (the figures a person
+reads, with the card's name and each check's verdict), written side by side into the output folder.
+"""
 
 from __future__ import annotations
 
@@ -19,7 +22,10 @@ def _num(value, digits: int = 2, unit: str = "") -> str:
 
 
 def markdown(report: dict) -> str:
-    """The report as Markdown: the machine, the checks, then one table of figures per measurement."""
+    """The report as Markdown.
+
+    The machine, the checks, then one table of figures per measurement.
+    """
     env, fig = report.get("environment", {}), report.get("figures", {})
     card = env.get("card") or "no GPU"
     lines = [

@@ -1,12 +1,16 @@
-"""Which checkpoint files the relay uploads, and how: through :mod:`bench.untrusted`, from a harness-owned copy.
+"""Which checkpoint files the relay uploads, and how.
 
-A spool's checkpoint event names a path, and the spool is the agent's. Before issue 29 the relay resolved the path
-(following links) and uploaded it by name, so links, a sparse 1 GiB file and hard links of one file named by forged
-events (800 MB into the store from 1.3 MB on disk) all went to the store. Now a file is uploaded only if it lies in
-``checkpoints/`` by name and opens through the boundary (no link followed on the way, a regular file, never
-blocking, not sparse, at most :data:`MAX_CHECKPOINT_BYTES`); it is copied from that open file into a folder of the
-run directory and uploaded from the copy, so what is uploaded is what was checked. A file already uploaded (the same
-inode, size and modification time: a hard link of it, or the same file named again) is not uploaded twice.
+Through :mod:`bench.untrusted`, from a harness-owned copy.
+
+A spool's checkpoint event names a path, and the spool is the agent's. Before issue 29 the relay
+resolved the path (following links) and uploaded it by name, so links, a sparse 1 GiB file and hard
+links of one file named by forged events (800 MB into the store from 1.3 MB on disk) all went to the
+store. Now a file is uploaded only if it lies in ``checkpoints/`` by name and opens through the
+boundary (no link followed on the way, a regular file, never blocking, not sparse, at most
+:data:`MAX_CHECKPOINT_BYTES`); it is copied from that open file into a folder of the run directory
+and uploaded from the copy, so what is uploaded is what was checked. A file already uploaded (the
+same inode, size and modification time: a hard link of it, or the same file named again) is not
+uploaded twice.
 """
 
 from __future__ import annotations
@@ -28,18 +32,24 @@ NOT_UPLOADED = {  # the boundary's findings as the relay's reasons for not uploa
 
 
 class Uploads:
-    """The checkpoint uploads of one run's relay: where from, the staging folder, what was uploaded already."""
+    """The checkpoint uploads of one run's relay.
+
+    Where from, the staging folder, what was uploaded already.
+    """
 
     def __init__(self, checkpoints_dir: Path, staging_parent: Path, uploaded: list[str] | None = None) -> None:
-        # opened from the folder above with no link followed (a checkpoints/ swapped for a link to a host folder is
-        # refused), so the folder is kept as named, not resolved
+        # opened from the folder above with no link followed (a checkpoints/ swapped for a link to a
+        # host folder is refused), so the folder is kept as named, not resolved
         self.checkpoints_dir = Path(os.path.abspath(checkpoints_dir))
         self.staging_parent = Path(staging_parent)
         self.uploaded: list[str] = list(uploaded or [])  # "dev:ino:size:mtime_ns" of every file uploaded
 
     def path_of(self, raw: object) -> tuple[Path | None, str]:
-        """The checkpoint a spool event names, if it lies in ``checkpoints/`` by name (nothing resolved: whether it
-        is a regular file reached with no link is :meth:`upload`'s check); else why not."""
+        """The checkpoint a spool event names, if it lies in ``checkpoints/`` by name; else why not.
+
+        Nothing is resolved here: whether it is a regular file reached with no link is
+        :meth:`upload`'s check.
+        """
         try:
             path = Path(os.path.abspath(str(raw)))
         except (OSError, ValueError):
@@ -49,8 +59,10 @@ class Uploads:
         return path, ""
 
     def upload(self, writer: MlflowWriter, run_id: str | None, path: Path) -> str:
-        """Upload one checkpoint to ``run_id``'s ``checkpoints/``: "" when uploaded, else why not (raises
-        TrackingError as the writer does)."""
+        """Upload one checkpoint to ``run_id``'s ``checkpoints/``.
+
+        "" when uploaded, else why not (raises TrackingError as the writer does).
+        """
         opened = untrusted.open_regular(path, self.checkpoints_dir.parent, LIMITS)
         if isinstance(opened, untrusted.Finding):
             return NOT_UPLOADED.get(opened.what, opened.what)

@@ -1,22 +1,27 @@
-"""The reading side of the tracking store: one interface for every reader, its public-API default, the fast paths.
+"""The reading side of the tracking store.
 
-Why one interface: the readers (``analysis.runs`` for reports, leaderboards and notebooks; ``bench ui``'s views)
-need three things from MLflow: the experiments, the runs of one kind with their tags, metrics and params, and
-metric histories. :class:`Reader` is those three operations. :class:`ApiReader`, the default, uses only MLflow's
-public API (``MlflowClient.search_runs``, ``get_metric_history``), so its results are right on any MLflow release.
+One interface for every reader, its public-API default, the fast paths.
 
-Faster paths are other implementations of the same interface, chosen by :func:`open_reader` only when the store
-supports them, each falling back to :class:`ApiReader` when it does not, with the same results:
+Why one interface: the readers (``analysis.runs`` for reports, leaderboards and notebooks; ``bench
+ui``'s views) need three things from MLflow: the experiments, the runs of one kind with their tags,
+metrics and params, and metric histories. :class:`Reader` is those three operations.
+:class:`ApiReader`, the default, uses only MLflow's public API (``MlflowClient.search_runs``,
+``get_metric_history``), so its results are right on any MLflow release.
 
-- :class:`SqlReader` reads MLflow's tables straight from a database store (SQLite, PostgreSQL, MySQL), ~4x
-  faster on 200 runs (``tests/benchmarks/reader_speed.py``), only when the database's schema revision is one
-  whose tables it was checked against (the tables are MLflow's private schema, free to change in any release);
-- :class:`ServerReader` reads metric histories from a tracking server in bulk (100 runs a request, an endpoint of
-  MLflow's UI), and the rest through the public API; a server without that endpoint (404) or one that refuses it
-  is read one run at a time.
+Faster paths are other implementations of the same interface, chosen by :func:`open_reader` only
+when the store supports them, each falling back to :class:`ApiReader` when it does not, with the
+same results:
 
-``tests/bench/tracking/test_reader.py`` checks that each fast path equals the public API's values, and that the
-fallback is taken when a fast path's preconditions fail.
+- :class:`SqlReader` reads MLflow's tables straight from a database store (SQLite, PostgreSQL,
+  MySQL), ~4x faster on 200 runs (``tests/benchmarks/reader_speed.py``), only when the database's
+  schema revision is one whose tables it was checked against (the tables are MLflow's private
+  schema, free to change in any release);
+- :class:`ServerReader` reads metric histories from a tracking server in bulk (100 runs a request,
+  an endpoint of MLflow's UI), and the rest through the public API; a server without that endpoint
+  (404) or one that refuses it is read one run at a time.
+
+``tests/bench/tracking/test_reader.py`` checks that each fast path equals the public API's values,
+and that the fallback is taken when a fast path's preconditions fail.
 """
 
 from __future__ import annotations
@@ -38,34 +43,48 @@ DB_SCHEMES = ("sqlite", "postgresql", "mysql", "mssql")
 
 
 class Reader(Protocol):
-    """What a reader of the tracking store may ask. Every implementation gives the same values for the same store.
+    """What a reader of the tracking store may ask.
 
-    ``runs`` returns one row per active run of ``schema.KIND`` ``kind`` in the experiments: the columns
-    :data:`RUN_COLUMNS` (``experiment_id`` a string, start and end in ms since the epoch), then ``t:<tag>`` (every
-    tag but the run's description, ``schema.RUN_NOTE``), ``m:<metric>`` (its latest value, NaN for NaN) and, with
-    ``params``, ``p:<param>``; a run without a key has NaN there. Rows and extra columns come in no set order.
+    Every implementation gives the same values for the same store.
+
+    ``runs`` returns one row per active run of ``schema.KIND`` ``kind`` in the experiments: the
+    columns :data:`RUN_COLUMNS` (``experiment_id`` a string, start and end in ms since the epoch),
+    then ``t:<tag>`` (every tag but the run's description, ``schema.RUN_NOTE``), ``m:<metric>`` (its
+    latest value, NaN for NaN) and, with ``params``, ``p:<param>``; a run without a key has NaN
+    there. Rows and extra columns come in no set order.
     """
 
     #: which path answers ("api", "sql", "server"): for the notes a report prints and for the tests
     name: str
 
     def experiments(self, names: Sequence[str] | None = None) -> dict[str, str]:
-        """Active experiments, id -> name, the latest updated first (only the named ones when ``names`` is given)."""
+        """Active experiments, id -> name, the latest updated first.
+
+        Only the named ones when ``names`` is given.
+        """
         ...
 
     def runs(self, experiment_ids: Sequence[str], kind: str, params: bool = False) -> pd.DataFrame:
-        """The active runs of ``kind`` in the experiments, one row each (the columns: the class's docstring)."""
+        """The active runs of ``kind`` in the experiments, one row each.
+
+        The columns: the class's docstring.
+        """
         ...
 
     def metric_history(self, run_ids: Sequence[str], key: str) -> pd.DataFrame:
-        """Every logged value of metric ``key`` for the runs: :data:`HISTORY_COLUMNS` (time in unix seconds),
-        sorted by run, time, step."""
+        """Every logged value of metric ``key`` for the runs.
+
+        :data:`HISTORY_COLUMNS` (time in unix seconds), sorted by run, time, step.
+        """
         ...
 
 
 def missing() -> bool:
-    """True when the store is an SQLite file that does not exist yet: nothing to read, and nothing to create
-    (MLflow would spend seconds creating its schema for a reader that then finds no runs)."""
+    """True when the store is an SQLite file that does not exist yet.
+
+    Nothing to read, and nothing to create (MLflow would spend seconds creating its schema for a
+    reader that then finds no runs).
+    """
     uri = store.tracking_uri()
     return uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///") :]).exists()
 
@@ -81,12 +100,16 @@ def history_frame(rows: list[tuple]) -> pd.DataFrame:
 
 
 class ApiReader:
-    """The store through MLflow's public API only: right on every release; ~4x slower than the tables on 200 runs,
-    more with histories (one request per run)."""
+    """The store through MLflow's public API only.
+
+    Right on every release; ~4x slower than the tables on 200 runs, more with histories (one request
+    per run).
+    """
 
     name = "api"
 
     def experiments(self, names: Sequence[str] | None = None) -> dict[str, str]:
+        """See :meth:`Reader.experiments`."""
         if missing():
             return {}
         c = store.client()
@@ -97,6 +120,7 @@ class ApiReader:
         return {str(e.experiment_id): e.name for e in found}
 
     def runs(self, experiment_ids: Sequence[str], kind: str, params: bool = False) -> pd.DataFrame:
+        """See :meth:`Reader.runs`."""
         import pandas as pd
 
         ids = [str(i) for i in experiment_ids]
@@ -123,6 +147,7 @@ class ApiReader:
                 return pd.DataFrame(rows, columns=None if rows else RUN_COLUMNS)
 
     def metric_history(self, run_ids: Sequence[str], key: str) -> pd.DataFrame:
+        """See :meth:`Reader.metric_history`; one request per run."""
         ids = list(dict.fromkeys(run_ids))
         if not ids or missing():
             return history_frame([])
@@ -137,13 +162,15 @@ def note(message: str) -> None:
     print(f"bench: {message}; reading through MLflow's public API", file=sys.stderr)
 
 
-# --- the tables: MLflow's private schema, read only at a revision checked against the public API --------------------
-# The schema revisions (alembic heads) whose tables read here are known to hold what the public API returns. Add a
-# release's head only after running tests/bench/tracking/test_reader.py with that release installed.
+# --- the tables: MLflow's private schema, read only at a revision checked against the public API
+# The schema revisions (alembic heads) whose tables read here are known to hold what the public API
+# returns. Add a release's head only after running tests/bench/tracking/test_reader.py with that
+# release installed.
 KNOWN_REVISIONS = {
     "dc11669786a5": "MLflow 3.17.x: test_reader.py passes",
-    # 3.18.0's three migrations (skill registry, issues, MCP versions) touch none of the tables read here, and
-    # test_reader.py passed with its wheel installed over the 3.17.2 companions (its own were not published: 2026-11-26)
+    # 3.18.0's three migrations (skill registry, issues, MCP versions) touch none of the tables read
+    # here, and test_reader.py passed with its wheel installed over the 3.17.2 companions (its own
+    # were not published: 2026-11-26)
     "f4a9b2c7d1e6": "MLflow 3.18.0: test_reader.py passes",
 }
 TABLES = ("experiments", "runs", "tags", "params", "latest_metrics", "metrics")
@@ -170,9 +197,11 @@ def _query(eng, sql: str, **params) -> pd.DataFrame:
 
 
 def unusable(uri: str) -> str | None:
-    """Why the tables of the database ``uri`` are not read directly (None when they are): a missing table, a schema
-    revision not in :data:`KNOWN_REVISIONS`, experiments in other workspaces (the API shows one workspace), or a
-    database that does not answer."""
+    """Why the tables of the database ``uri`` are not read directly (None when they are).
+
+    A missing table, a schema revision not in :data:`KNOWN_REVISIONS`, experiments in other
+    workspaces (the API shows one workspace), or a database that does not answer.
+    """
     import sqlalchemy
 
     try:
@@ -199,8 +228,11 @@ _KIND_JOIN = """
 
 
 class SqlReader(ApiReader):
-    """MLflow's tables read with one query each (why: the module's docstring). A query that fails anyway is answered
-    by the public API (the base class), unless ``strict`` (a test or benchmark that must measure this path)."""
+    """MLflow's tables read with one query each (why: the module's docstring).
+
+    A query that fails anyway is answered by the public API (the base class), unless ``strict`` (a
+    test or benchmark that must measure this path).
+    """
 
     name = "sql"
 
@@ -218,12 +250,15 @@ class SqlReader(ApiReader):
             return getattr(ApiReader, method)(self, *args)
 
     def experiments(self, names: Sequence[str] | None = None) -> dict[str, str]:
+        """See :meth:`Reader.experiments`; from the tables, or the public API when a query fails."""
         return self._or_api("experiments", names)
 
     def runs(self, experiment_ids: Sequence[str], kind: str, params: bool = False) -> pd.DataFrame:
+        """See :meth:`Reader.runs`; from the tables, or the public API when a query fails."""
         return self._or_api("runs", experiment_ids, kind, params)
 
     def metric_history(self, run_ids: Sequence[str], key: str) -> pd.DataFrame:
+        """See :meth:`Reader.metric_history`; from the tables, else through the public API."""
         return self._or_api("metric_history", list(dict.fromkeys(run_ids)), key)
 
     def _sql_experiments(self, names: Sequence[str] | None) -> dict[str, str]:
@@ -301,25 +336,29 @@ def _pivot(long: pd.DataFrame, prefix: str) -> pd.DataFrame:
     return out
 
 
-# --- a tracking server: histories in bulk through an endpoint of MLflow's UI ------------------------------------------
+# --- a tracking server: histories in bulk through an endpoint of MLflow's UI ----------------------
 BULK = "/ajax-api/2.0/mlflow/metrics/get-history-bulk"
 RUNS_PER_REQUEST = 100  # the server's limit
 VALUES_PER_REQUEST = 25_000  # the server's limit: an answer this long may have been cut
 
 
 def is_server(uri: str | None = None) -> bool:
+    """Whether ``uri`` (default: the store in force) is a tracking server's HTTP address."""
     return (uri or store.tracking_uri()).startswith(("http://", "https://"))
 
 
 class ServerReader(ApiReader):
-    """Runs through the public API; metric histories in bulk requests (one metric of up to 100 runs, up to 25,000
-    values a request), the endpoint MLflow's UI draws its charts from.
+    """Runs through the public API; metric histories in bulk requests.
 
-    Why: the public API reads a history one run at a time, one HTTP request each: 2,940 requests and 160 s for a
-    campaign of the paper's size through a server (issue #16). A batch that comes back full may have been cut, so it
-    is asked again in halves, down to one run, whose history then comes through the public API. The endpoint is
-    not public API: a server that does not answer it (404, a refusal, another shape) is read one run at a time from
-    then on (unless ``strict``)."""
+    A request asks one metric of up to 100 runs, up to 25,000 values, at the endpoint MLflow's UI
+    draws its charts from.
+
+    Why: the public API reads a history one run at a time, one HTTP request each: 2,940 requests and
+    160 s for a campaign of the paper's size through a server (issue #16). A batch that comes back
+    full may have been cut, so it is asked again in halves, down to one run, whose history then
+    comes through the public API. The endpoint is not public API: a server that does not answer it
+    (404, a refusal, another shape) is read one run at a time from then on (unless ``strict``).
+    """
 
     name = "server"
 
@@ -328,6 +367,7 @@ class ServerReader(ApiReader):
         self.bulk = True
 
     def metric_history(self, run_ids: Sequence[str], key: str) -> pd.DataFrame:
+        """See :meth:`Reader.metric_history`; in bulk requests while the server answers them."""
         ids = list(dict.fromkeys(run_ids))
         if self.bulk and ids:
             try:
@@ -366,11 +406,14 @@ class ServerReader(ApiReader):
 
 
 def open_reader(fast: bool | None = None) -> Reader:
-    """The reader for the store in force: the fastest one it supports (``fast`` None), the public API only
-    (``fast`` False), or a fast path or an error saying why there is none (``fast`` True: for tests and benchmarks).
+    """The reader for the store in force.
 
-    A database store (or a server's database named by ``$BENCH_TRACKING_DB``) that :func:`unusable` accepts:
-    :class:`SqlReader`; else a server: :class:`ServerReader`; else :class:`ApiReader`."""
+    The fastest one it supports (``fast`` None), the public API only (``fast`` False), or a fast
+    path or an error saying why there is none (``fast`` True: for tests and benchmarks).
+
+    A database store (or a server's database named by ``$BENCH_TRACKING_DB``) that :func:`unusable`
+    accepts: :class:`SqlReader`; else a server: :class:`ServerReader`; else :class:`ApiReader`.
+    """
     if fast is False:
         return ApiReader()
     uri = store.database_uri()
@@ -379,18 +422,21 @@ def open_reader(fast: bool | None = None) -> Reader:
         if why is None:
             return SqlReader(uri, strict=bool(fast))
         if fast:
-            raise RuntimeError(f"no fast path for {uri}: {why}")
+            raise store.StoreError(f"no fast path for {uri}: {why}")
         note(f"not reading the tracking database's tables ({why})")
     elif fast and not is_server():
-        raise RuntimeError(f"no fast path for {store.tracking_uri()}: no database and no server")
+        raise store.StoreError(f"no fast path for {store.tracking_uri()}: no database and no server")
     if is_server():
         return ServerReader(strict=bool(fast))
     return ApiReader()
 
 
-# --- a campaign whole, as MLflow holds it: for bench export (bench/bundle_export.py) ---------------------------------
+# --- a campaign whole, as MLflow holds it: for bench export (bench/bundle_export.py) --------------
 def campaign_runs(campaign: str) -> tuple[object, list]:
-    """The campaign's experiment and every active run in it (any kind), oldest first, through the public API."""
+    """The campaign's experiment and every active run in it (any kind), oldest first.
+
+    Read through the public API.
+    """
     if missing():  # no store yet: no campaign, and no schema made for nothing
         return None, []
     c = store.client()
@@ -406,7 +452,10 @@ def campaign_runs(campaign: str) -> tuple[object, list]:
 
 
 def full_histories(run_id: str, keys: Sequence[str]) -> dict[str, list]:
-    """Every logged value of each metric of a run (MLflow ``Metric`` objects: value, step, timestamp in ms)."""
+    """Every logged value of each metric of a run.
+
+    As MLflow ``Metric`` objects: value, step, timestamp in ms.
+    """
     c = store.client()
     return {key: list(c.get_metric_history(run_id, key)) for key in keys}
 
@@ -423,8 +472,11 @@ def run_traces(experiment_id: str, run_id: str) -> list:
 
 
 def artifact_paths(run_id: str) -> list[str]:
-    """Every artifact file of a run, as paths relative to its artifact root (folders walked), through the public
-    API: ``bench verify`` names an artifact the record step logged that the store no longer holds."""
+    """Every artifact file of a run, as paths relative to its artifact root (folders walked).
+
+    Read through the public API: ``bench verify`` names an artifact the record step logged that the
+    store no longer holds.
+    """
     c, out, todo = store.client(), [], [""]
     while todo:
         for f in c.list_artifacts(run_id, todo.pop() or None):

@@ -1,7 +1,9 @@
-"""What the relay knows about one traced process (kept in ``relay.json``), and how spool fields are read.
+"""What the relay knows about one traced process, and how spool fields are read.
 
-Every field of a spool event is the agent's: a name becomes a plain file name, a pid or a time that MLflow could not
-store becomes 0 or now, never an exception that would stop the relay.
+The state is kept in ``relay.json``.
+
+Every field of a spool event is the agent's: a name becomes a plain file name, a pid or a time that
+MLflow could not store becomes 0 or now, never an exception that would stop the relay.
 """
 
 from __future__ import annotations
@@ -40,7 +42,8 @@ class ScriptState:
     seconds_step: int | None = None  # the step of the last wall-seconds value kept (one per step)
     checkpoints: list[dict] = field(default_factory=list)  # the first MAX_RECORDED checkpoint events
     closed: bool = False
-    # the accounting of issue 21: every value read is relayed (metrics), dropped (by reason) or left (unrelayed)
+    # the accounting of issue 21: every value read is relayed (metrics), dropped (by reason) or left
+    # (unrelayed)
     dropped: dict[str, int] = field(default_factory=dict)
     examples: dict[str, str] = field(default_factory=dict)  # reason -> the first value dropped for it
     unrelayed: int = 0  # values in spool bytes not relayed when the relay finished (the store unreachable)
@@ -61,9 +64,12 @@ class ScriptState:
 
 
 def metric_rows(s: ScriptState, ev: dict, recent: Seen, queued: int = 0, others: int = 0) -> list[tuple]:
-    """The ``(key, value, step, time)`` rows of a metrics event that MLflow takes; the others counted in ``s.dropped``
-    under their reason (``queued``: rows of the script not logged yet, which count towards its cap; ``others``:
-    values the run's other scripts relayed, which count towards the run's)."""
+    """The ``(key, value, step, time)`` rows of a metrics event that MLflow takes.
+
+    The others counted in ``s.dropped`` under their reason (``queued``: rows of the script not
+    logged yet, which count towards its cap; ``others``: values the run's other scripts relayed,
+    which count towards the run's).
+    """
     raw = ev.get("metrics")
     if not isinstance(raw, dict):
         return []
@@ -81,16 +87,18 @@ def metric_rows(s: ScriptState, ev: dict, recent: Seen, queued: int = 0, others:
             tally.drop(why, key if why.startswith("key") else f"{key}={value}")
         else:
             values[key] = number
-    # one value, traced or printed: a printed value that copies one logged at its key and step is dropped, and a
-    # traced one that a line printed just before it copies (the output tee drops the copies it reads later)
+    # one value, traced or printed: a printed value that copies one logged at its key and step is
+    # dropped, and a traced one that a line printed just before it copies (the output tee drops the
+    # copies it reads later)
     traced = ev.get("src") != "stdout"
     for k in [k for k, v in values.items() if recent.copy_of(k, step, v, traced)]:
         tally.drop("copy", f"{k} at step {step}")
         del values[k]
     for k, v in values.items():
         recent.add(k, step, v, traced)
-    # wall seconds are a series of their own, one value per training step (the first logged at that step), so
-    # that a step logging a loss line and a validation line does not draw two points at one x
+    # wall seconds are a series of their own, one value per training step (the first logged at that
+    # step), so that a step logging a loss line and a validation line does not draw two points at
+    # one x
     if schema.SCRIPT_SECONDS in values:
         if s.seconds_step == step:
             del values[schema.SCRIPT_SECONDS]
@@ -111,7 +119,10 @@ def metric_rows(s: ScriptState, ev: dict, recent: Seen, queued: int = 0, others:
 
 
 def safe_name(raw: object) -> str:
-    """A script name from a spool event as a plain file name (it names MLflow runs and artifact paths)."""
+    """A script name from a spool event as a plain file name.
+
+    It names MLflow runs and artifact paths.
+    """
     name = re.sub(r"[^A-Za-z0-9_.-]", "_", str(raw or "?"))[-128:]
     return name if name.strip(".") else "_"
 
@@ -125,7 +136,10 @@ def _int(raw: object) -> int:
 
 
 def _time(raw: object) -> float:
-    """A spool time, or now when it is not one MLflow can store (NaN, infinite, negative, past 2**63 ms)."""
+    """A spool time, or now when it is not one MLflow can store.
+
+    NaN, infinite, negative, past 2**63 ms.
+    """
     if raw is None or relay_limits.time_problem(raw):
         return time.time()
     return float(raw)  # type: ignore[arg-type]

@@ -1,20 +1,25 @@
-"""``bench server``: one MLflow tracking server for a campaign on many nodes, on PostgreSQL, one artifact root.
+"""``bench server``.
 
-Why a server: the harness on every node writes through it (``MLFLOW_TRACKING_URI=http://HEAD:5000``), the UI and
-``bench report`` read through it, and checkpoints go through it into one artifact root (``--artifacts-destination``,
-a folder of the head node, or a shared file system) so that no node needs the others' disks. Why PostgreSQL behind
-it: many writers at once (see :mod:`bench.tracking.postgres`); the same PostgreSQL server keeps Optuna's studies
-(``--storage`` of ``bench baselines tune`` and the ``optuna`` agent) in a database beside MLflow's (``.../optuna``:
-not MLflow's own, since both keep their schema version in a table named ``alembic_version``).
+One MLflow tracking server for a campaign on many nodes, on PostgreSQL, one artifact root.
 
-The server is MLflow's own, started lean (measured in MLFLOW-NOTES.md: ``mlflow ui`` defaults to 15 processes and
-2.4 GB; one worker and no job runner, 2 processes and ~0.5 GB): ``MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false
-mlflow server --backend-store-uri DB --artifacts-destination DIR --workers N``. Before it starts, the database is
-created if missing and MLflow's schema is created once, under PostgreSQL's advisory lock (:mod:`bench.tracking.store`),
-so that a server with several workers and harness processes starting with it never race for it.
+Why a server: the harness on every node writes through it
+(``MLFLOW_TRACKING_URI=http://HEAD:5000``), the UI and ``bench report`` read through it, and
+checkpoints go through it into one artifact root (``--artifacts-destination``, a folder of the head
+node, or a shared file system) so that no node needs the others' disks. Why PostgreSQL behind it:
+many writers at once (see :mod:`bench.tracking.postgres`); the same PostgreSQL server keeps Optuna's
+studies (``--storage`` of ``bench baselines tune`` and the ``optuna`` agent) in a database beside
+MLflow's (``.../optuna``: not MLflow's own, since both keep their schema version in a table named
+``alembic_version``).
 
-    bench server --postgres ~/bench-pg                    # a private PostgreSQL cluster in ~/bench-pg, then the server
-    bench server --backend-store-uri postgresql+psycopg://bench:PW@db.example.org/campaign --host 0.0.0.0
+The server is MLflow's own, started lean (measured: ``mlflow ui`` defaults to 15
+processes and 2.4 GB; one worker and no job runner, 2 processes and ~0.5 GB):
+``MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false mlflow server --backend-store-uri DB
+--artifacts-destination DIR --workers N``. Before it starts, the database is created if missing and
+MLflow's schema is created once, under PostgreSQL's advisory lock (:mod:`bench.tracking.store`), so
+that a server with several workers and harness processes starting with it never race for it.
+
+    bench server --postgres ~/bench-pg   # a private PostgreSQL cluster in ~/bench-pg, its server
+    bench server --backend-store-uri postgresql+psycopg://bench:PW@dbhost/campaign --host 0.0.0.0
 """
 
 from __future__ import annotations
@@ -63,7 +68,10 @@ def mlflow_bin() -> str:
 def command(
     backend: str, artifacts: Path, host: str, port: int, workers: int = 1, allowed_hosts: str | None = None
 ) -> list[str]:
-    """The lean ``mlflow server`` command line (with ``MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false`` in its env)."""
+    """The lean ``mlflow server`` command line.
+
+    It runs with ``MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false`` in its env.
+    """
     cmd = [mlflow_bin(), "server", "--backend-store-uri", backend, "--artifacts-destination", str(artifacts)]
     cmd += ["--host", host, "--port", str(port), "--workers", str(workers)]
     if allowed_hosts:
@@ -72,16 +80,22 @@ def command(
 
 
 def public_hosts(port: int) -> str:
-    """Host headers a server on every interface accepts: this machine's names, localhost and private addresses
-    (MLflow's default without ``--allowed-hosts`` is only the last two, which refuses ``http://node01:5000``)."""
+    """Host headers a server on every interface accepts.
+
+    This machine's names, localhost and private addresses (MLflow's default without
+    ``--allowed-hosts`` is only the last two, which refuses ``http://node01:5000``).
+    """
     names = {socket.gethostname(), socket.getfqdn()}
     allowed = [f"{n}{p}" for n in sorted(names) for p in ("", f":{port}")]
     return ",".join(allowed + ["localhost", "localhost:*", "127.0.0.1", "127.0.0.1:*", "10.*", "192.168.*", "172.*"])
 
 
 def prepare(backend: str) -> None:
-    """The database (created if missing: :func:`bench.tracking.postgres.advisory_lock`) and MLflow's schema, once,
-    under the lock harness processes take for it too (without changing this process's tracking URI)."""
+    """The database and MLflow's schema, once, under the lock harness processes take for it too.
+
+    The database is created if missing (:func:`bench.tracking.postgres.advisory_lock`); this
+    process's tracking URI is left as it is.
+    """
     from mlflow.tracking import MlflowClient
 
     with store.schema_lock(backend):
@@ -99,7 +113,7 @@ def start(
     log: Path | None = None,
     timeout_s: float = 180.0,
 ) -> Server:
-    """Prepare the database, start the server in a process group of its own, and wait until it answers."""
+    """Prepare the database, start the server in its own process group, wait until it answers."""
     prepare(backend)
     artifacts = Path(artifacts).resolve()
     artifacts.mkdir(parents=True, exist_ok=True)
@@ -128,11 +142,14 @@ def start(
 
 
 def wait_ready(server: Server, timeout_s: float) -> None:
-    """Poll ``/health`` until the server answers; raises if it exits or stays silent for ``timeout_s``."""
+    """Poll ``/health`` until the server answers.
+
+    Raises if it exits or stays silent for ``timeout_s``.
+    """
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if server.proc.poll() is not None:
-            raise RuntimeError(f"mlflow server exited with {server.proc.returncode} (backend {server.backend})")
+            raise store.StoreError(f"mlflow server exited with {server.proc.returncode} (backend {server.backend})")
         try:
             with urllib.request.urlopen(server.url + "/health", timeout=5) as answer:
                 if answer.status == 200:
@@ -144,8 +161,11 @@ def wait_ready(server: Server, timeout_s: float) -> None:
 
 
 def optuna_storage(backend: str) -> str:
-    """Optuna's storage URL beside an MLflow database: the same server and credentials, database ``optuna``
-    (created on first use: :func:`baselines.agent.rdb_storage`)."""
+    """Optuna's storage URL beside an MLflow database.
+
+    The same server and credentials, database ``optuna`` (created on first use:
+    :func:`baselines.agent.rdb_storage`).
+    """
     import sqlalchemy
 
     if not backend.startswith(("postgresql", "mysql")):
@@ -153,8 +173,9 @@ def optuna_storage(backend: str) -> str:
     return sqlalchemy.engine.make_url(backend).set(database="optuna").render_as_string(hide_password=False)
 
 
-# --- bench server --------------------------------------------------------------------------------------------------
+# --- bench server ---------------------------------------------------------------------------------
 def add_cli(sub) -> None:
+    """Add ``bench server`` to the command line's subcommands."""
     s = sub.add_parser(
         "server",
         help="a shared MLflow tracking server on PostgreSQL for a campaign on many nodes (see README)",
@@ -176,6 +197,7 @@ def add_cli(sub) -> None:
 
 
 def cmd_server(args: argparse.Namespace) -> int:
+    """Run ``bench server`` until it is stopped; exit 2 for a wrong pair of flags."""
     from bench.tracking import postgres
 
     if bool(args.postgres) == bool(args.backend_store_uri):

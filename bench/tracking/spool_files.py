@@ -1,18 +1,22 @@
 """The spool folder's files as hostile input: how the relay lists, opens and parses them (issue 29).
 
-The spool (``<workspace>/.bench/spool``) is written by the agent's processes, which may put anything there under a
-spool file's name: a FIFO (a plain ``open()`` waits for a writer forever: the harness hung, SIGTERM did nothing), a
-directory or a socket (``open()`` raised and the run was never recorded), a link to a host file (read and uploaded
-with the harness's rights), a line of 100,000 ``[`` (``json.loads`` raised RecursionError). So:
+The spool (``<workspace>/.bench/spool``) is written by the agent's processes, which may put anything
+there under a spool file's name: a FIFO (a plain ``open()`` waits for a writer forever: the harness
+hung, SIGTERM did nothing), a directory or a socket (``open()`` raised and the run was never
+recorded), a link to a host file (read and uploaded with the harness's rights), a line of 100,000
+``[`` (``json.loads`` raised RecursionError). So:
 
-- the folder is listed with no link followed on the way to it, at most :data:`MAX_SPOOL_FILES` names;
-- every file is opened through :mod:`bench.untrusted` (no link followed, regular files only, never blocking, not
-  sparse); anything else is a :class:`Refused` entry, named (by file name, with the finding) and never read;
-- each line's nesting is bounded before it is parsed (:func:`parse_line`); a line that is not an event is counted by
-  why (``lines_dropped``) and skipped, and the lines after it are read.
+- the folder is listed with no link followed on the way to it, at most :data:`MAX_SPOOL_FILES`
+  names;
+- every file is opened through :mod:`bench.untrusted` (no link followed, regular files only, never
+  blocking, not sparse); anything else is a :class:`Refused` entry, named (by file name, with the
+  finding) and never read;
+- each line's nesting is bounded before it is parsed (:func:`parse_line`); a line that is not an
+  event is counted by why (``lines_dropped``) and skipped, and the lines after it are read.
 
-Every refusal ends up in ``result.json`` (``scripts.relay.refused_files``, ``lines_dropped``) and in the audit
-(:mod:`bench.rules.tracer`), so the agent's act is named, and nothing it leaves in the folder can stop the relay.
+Every refusal ends up in ``result.json`` (``scripts.relay.refused_files``, ``lines_dropped``) and in
+the audit (:mod:`bench.rules.tracer`), so the agent's act is named, and nothing it leaves in the
+folder can stop the relay.
 """
 
 from __future__ import annotations
@@ -32,7 +36,8 @@ MAX_DEPTH = 32  # nesting of one spool line (the tracer writes 3 levels, plus a 
 MAX_REFUSED = 1000  # refused files named in relay.json (the count covers the rest)
 NOT_AN_EVENT = "not-an-event"  # a line of valid JSON that is not an object
 
-# a spool file is read in pieces from an offset (the relay's own bounds); the boundary's whole-size bound is not it
+# a spool file is read in pieces from an offset (the relay's own bounds); the boundary's whole-size
+# bound is not it
 SPOOL_LIMITS = untrusted.Limits(max_bytes=1 << 62)
 TAIL_LIMITS = untrusted.Limits(max_bytes=MAX_TAIL)
 
@@ -51,15 +56,19 @@ def kind(mode: int) -> str:
 
 
 class Refused:
-    """Spool and tail files the relay did not read, by name (the first :data:`MAX_REFUSED`; the rest counted).
+    """Spool and tail files the relay did not read, by name.
 
-    Kept in ``relay.json``, so a resume names what the live harness refused."""
+    The first :data:`MAX_REFUSED` are named; the rest are counted.
+
+    Kept in ``relay.json``, so a resume names what the live harness refused.
+    """
 
     def __init__(self, saved: dict | None = None, more: int = 0) -> None:
         self.names: dict[str, list[str]] = {k: list(v)[:2] for k, v in (saved or {}).items()}
         self.more = more
 
     def add(self, finding: untrusted.Finding) -> None:
+        """Count a refused file, keeping its name while fewer than :data:`MAX_REFUSED` are kept."""
         if finding.what == untrusted.MISSING:  # gone between the listing and the open: nothing was refused
             return
         name = Path(finding.path).name
@@ -87,8 +96,10 @@ class Refused:
 
 
 def note(scripts: dict) -> str:
-    """One clause for the run's reason when the agent left files in the spool that the relay refused ('' if none):
-    counts only, no agent-chosen text (the names are in result.json and the audit)."""
+    """One clause for the run's reason when the relay refused files the agent left ('' if none).
+
+    Counts only, no agent-chosen text (the names are in result.json and the audit).
+    """
     refused = (scripts.get("relay") or {}).get("refused_files") or {}
     if not refused.get("total"):
         return ""
@@ -97,8 +108,11 @@ def note(scripts: dict) -> str:
 
 
 def listing(workspace: Path, spool_dir: Path, known: set[str], refused: Refused) -> list[Path]:
-    """The regular ``*.jsonl`` files of the spool folder, sorted; others named like one go to ``refused``. Past
-    :data:`MAX_SPOOL_FILES` names only the files already known are kept (one ``too-many`` finding for the folder)."""
+    """The regular ``*.jsonl`` files of the spool folder, sorted.
+
+    Others named like one go to ``refused``. Past :data:`MAX_SPOOL_FILES` names only the files
+    already known are kept (one ``too-many`` finding for the folder).
+    """
     fd = _open_dir(workspace, spool_dir)
     if isinstance(fd, untrusted.Finding):
         refused.add(fd)
@@ -134,7 +148,10 @@ def listing(workspace: Path, spool_dir: Path, known: set[str], refused: Refused)
 
 
 def read_chunk(path: Path, workspace: Path, offset: int, size: int) -> bytes | untrusted.Finding:
-    """Up to ``size`` bytes of a spool file from ``offset``, through the boundary (never blocking, no link)."""
+    """Up to ``size`` bytes of a spool file from ``offset``, through the boundary.
+
+    The read never blocks and follows no link.
+    """
     opened = untrusted.open_regular(path, workspace, SPOOL_LIMITS)
     if isinstance(opened, untrusted.Finding):
         return opened
@@ -144,13 +161,18 @@ def read_chunk(path: Path, workspace: Path, offset: int, size: int) -> bytes | u
 
 
 def read_tail(path: Path, workspace: Path) -> str | untrusted.Finding:
-    """A script's output tail (``<spool>.tail``), its last :data:`MAX_TAIL` bytes, through the boundary."""
+    """A script's output tail (``<spool>.tail``): its last :data:`MAX_TAIL` bytes.
+
+    Read through the boundary.
+    """
     return untrusted.read_text_tail(path, workspace, MAX_TAIL, TAIL_LIMITS)
 
 
 def left(path: Path, workspace: Path, offset: int, chunk: int) -> tuple[int, int] | untrusted.Finding:
-    """:func:`bench.tracking.accounting.left` for a file that is still a regular one of the spool (a file swapped
-    for a FIFO or a link after it was read is not opened: its finding instead)."""
+    """:func:`bench.tracking.accounting.left` for a file that is still a regular one of the spool.
+
+    A file swapped for a FIFO or a link after it was read is not opened: its finding instead.
+    """
     try:
         mode = os.stat(path, follow_symlinks=False).st_mode
     except OSError:
@@ -165,8 +187,9 @@ def left(path: Path, workspace: Path, offset: int, chunk: int) -> tuple[int, int
 def parse_line(line: bytes, dropped: dict[str, int], max_len: int) -> dict | None:
     """One spool line as an event (a JSON object), or None with the reason counted in ``dropped``.
 
-    The nesting depth is bounded before the parser sees the line (a line of 100,000 ``[`` must not reach its
-    recursion); counting brackets first keeps the common line (a few) on the fast path."""
+    The nesting depth is bounded before the parser sees the line (a line of 100,000 ``[`` must not
+    reach its recursion); counting brackets first keeps the common line (a few) on the fast path.
+    """
     why = ""
     event: object = None
     if line.count(b"[") + line.count(b"{") > MAX_DEPTH:
@@ -188,7 +211,10 @@ def parse_line(line: bytes, dropped: dict[str, int], max_len: int) -> dict | Non
 
 
 def _open_dir(base: Path, folder: Path) -> int | untrusted.Finding:
-    """An fd of ``folder`` (under ``base``) reached without following a link on the way; the caller closes it."""
+    """An fd of ``folder`` (under ``base``) reached without following a link on the way.
+
+    The caller closes it.
+    """
     try:
         fd = os.open(base, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError as e:

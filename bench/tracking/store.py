@@ -15,15 +15,22 @@ from functools import cache
 from pathlib import Path
 
 from bench import settings
+from bench.errors import BenchError
 from bench.paths import mlruns_dir
 from bench.tracking import schema
 
-# the database behind a tracking server, for readers that may read it directly (bench report): `bench server` prints
-# it; a server does not say its backend, and reading the tables is ~20x faster than a request per run (issue #16)
+# the database behind a tracking server, for readers that may read it directly (bench report):
+# `bench server` prints it; a server does not say its backend, and reading the tables is ~20x faster
+# than a request per run (issue #16)
 DATABASE_ENV = settings.TRACKING_DB.name
 
 
+class StoreError(BenchError, RuntimeError):
+    """The tracking store (its server, its database) could not be started or reached as asked."""
+
+
 def default_uri() -> str:
+    """The embedded store: an SQLite file in the mlruns folder."""
     return f"sqlite:///{mlruns_dir() / 'mlflow.db'}"
 
 
@@ -33,7 +40,10 @@ def tracking_uri() -> str:
 
 
 def database_uri() -> str:
-    """The tracking database: the store itself if it is one, else ``$BENCH_TRACKING_DB`` for a server ("" if unset)."""
+    """The URI of the tracking database (the store's own, or a server's).
+
+    The store itself if it is one, else ``$BENCH_TRACKING_DB`` for a server ("" if unset).
+    """
     uri = tracking_uri()
     if uri.startswith(("http://", "https://")):
         return settings.TRACKING_DB.get()
@@ -41,19 +51,25 @@ def database_uri() -> str:
 
 
 def is_embedded() -> bool:
+    """Whether the store in force is the embedded SQLite file (no server, no other database)."""
     return tracking_uri() == default_uri()
 
 
 def artifact_root() -> Path:
+    """The folder where the embedded store keeps its artifacts."""
     return mlruns_dir() / "artifacts"
 
 
 def client():
-    """An MlflowClient on the store in force (one per URI, created once); MLflow's module-level API follows it.
+    """An MlflowClient on the store in force (one per URI, created once).
 
-    The fluent API (``mlflow.search_runs``, what notebooks and tests use) keeps the last URI it was given, so it is
-    pointed again at the store in force on every call: a process that used another store meanwhile (a campaign
-    in a folder of its own, then the default one) must not go on reading the other one."""
+    MLflow's module-level API follows it.
+
+    The fluent API (``mlflow.search_runs``, what notebooks and tests use) keeps the last URI it was
+    given, so it is pointed again at the store in force on every call: a process that used another
+    store meanwhile (a campaign in a folder of its own, then the default one) must not go on reading
+    the other one.
+    """
     import mlflow
 
     uri = tracking_uri()
@@ -66,10 +82,11 @@ def client():
 def follow(uri: str) -> None:
     """Point MLflow's module-level API at ``uri`` without touching the environment.
 
-    ``mlflow.set_tracking_uri`` also writes ``MLFLOW_TRACKING_URI`` into ``os.environ`` (for subprocesses, its
-    comment says), and :func:`tracking_uri` reads that variable first: the first store a process used would then
-    stay in force for it and every process it starts, whatever ``BENCH_MLRUNS_DIR`` says later (a test suite's
-    later tests, once, wrote into an earlier test's store). A user's own ``MLFLOW_TRACKING_URI`` is kept as it was.
+    ``mlflow.set_tracking_uri`` also writes ``MLFLOW_TRACKING_URI`` into ``os.environ`` (for
+    subprocesses, its comment says), and :func:`tracking_uri` reads that variable first: the first
+    store a process used would then stay in force for it and every process it starts, whatever
+    ``BENCH_MLRUNS_DIR`` says later (a test suite's later tests, once, wrote into an earlier test's
+    store). A user's own ``MLFLOW_TRACKING_URI`` is kept as it was.
     """
     import mlflow
 
@@ -85,26 +102,28 @@ def follow(uri: str) -> None:
 def _client(uri: str):
     """An MlflowClient on ``uri``, with its schema created before any other process uses it.
 
-    Several processes creating a new SQLite/PostgreSQL schema at once fail (duplicate tables on SQLite,
-    a UniqueViolation on PostgreSQL; measured with MLflow 3.17: 4 processes on a fresh SQLite store, most
-    fail), so the harness does it here, before it starts an agent, under a lock: a file lock beside an SQLite
-    database (harness processes on one machine take turns), a PostgreSQL advisory lock for a PostgreSQL database
-    (harness processes on any node take turns: :mod:`bench.tracking.postgres`); and a database is retried a few
-    times, since a process that lost a race finds the schema made. A server (http, https) makes its own schema and
-    is asked once: MLflow already retries each request to it a few seconds.
+    Several processes creating a new SQLite/PostgreSQL schema at once fail (duplicate tables on
+    SQLite, a UniqueViolation on PostgreSQL; measured with MLflow 3.17: 4 processes on a fresh
+    SQLite store, most fail), so the harness does it here, before it starts an agent, under a lock:
+    a file lock beside an SQLite database (harness processes on one machine take turns), a
+    PostgreSQL advisory lock for a PostgreSQL database (harness processes on any node take turns:
+    :mod:`bench.tracking.postgres`); and a database is retried a few times, since a process that
+    lost a race finds the schema made. A server (http, https) makes its own schema and is asked
+    once: MLflow already retries each request to it a few seconds.
     """
     import logging
 
     from mlflow.tracking import MlflowClient
 
-    # "Creating initial MLflow database tables..." on a fresh store: MLflow's INFO, which reached a user's console
-    # (and the stderr that a refused command's one line is read from) only for the first command of a store
+    # "Creating initial MLflow database tables..." on a fresh store: MLflow's INFO, which reached a
+    # user's console (and the stderr that a refused command's one line is read from) only for the
+    # first command of a store
     logging.getLogger("mlflow.store.db.utils").setLevel(logging.WARNING)
     if uri == default_uri():
         mlruns_dir().mkdir(parents=True, exist_ok=True)
     follow(uri)
-    # more tries of a server would only make an unreachable one cost half a minute at a run's start and again at its
-    # record (MLflow's retries: writer.py)
+    # more tries of a server would only make an unreachable one cost half a minute at a run's start
+    # and again at its record (MLflow's retries: writer.py)
     tries = 1 if uri.split(":", 1)[0] in ("http", "https") else SCHEMA_TRIES
     with schema_lock(uri):
         for attempt in range(tries):
@@ -123,7 +142,10 @@ SCHEMA_TRIES = 5
 
 
 def schema_lock(uri: str) -> contextlib.AbstractContextManager:
-    """The lock under which the schema of the database ``uri`` is created (a no-op for a server or another store)."""
+    """The lock under which the schema of the database ``uri`` is created.
+
+    A no-op for a server or another store.
+    """
     scheme = uri.split(":", 1)[0].split("+", 1)[0]
     if scheme == "sqlite" and uri.startswith("sqlite:///") and uri != "sqlite:///:memory:":
         return _file_lock(Path(uri[len("sqlite:///") :]).parent / ".schema.lock")  # the embedded store: mlruns/

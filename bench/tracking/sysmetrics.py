@@ -1,14 +1,18 @@
-"""System metrics of traced scripts and of the agent's whole process tree, sampled by the harness on the host.
+"""System metrics of traced scripts and of the agent's process tree, sampled by the harness.
 
-The script pays nothing: the harness reads each script's CPU and memory (with its children, e.g. DataLoader workers)
-with psutil and its GPU memory and utilisation with NVML (``nvidia-ml-py``, when installed and a GPU is there), by
-the script's *host* pid (:mod:`bench.tracking.hostpids`: the spool's pid is the sandbox's), and logs them on the
-script's run as ``system/*`` series. The agent run gets the same series for the whole tree and, at the end, the
-tree's GPU memory peak and mean GPU utilisation (how hard the agent used the card); without NVML those are absent,
-not 0, and the run says why (:func:`note`).
+They are sampled on the host.
 
-:class:`SystemMetrics` samples in a thread of its own, not in the relay's loop: a script whose spool takes minutes
-to relay (a flood) or that the store keeps refusing must not stop the samples of every script of the run.
+The script pays nothing: the harness reads each script's CPU and memory (with its children, e.g.
+DataLoader workers) with psutil and its GPU memory and utilisation with NVML (``nvidia-ml-py``, when
+installed and a GPU is there), by the script's *host* pid (:mod:`bench.tracking.hostpids`: the
+spool's pid is the sandbox's), and logs them on the script's run as ``system/*`` series. The agent
+run gets the same series for the whole tree and, at the end, the tree's GPU memory peak and mean GPU
+utilisation (how hard the agent used the card); without NVML those are absent, not 0, and the run
+says why (:func:`note`).
+
+:class:`SystemMetrics` samples in a thread of its own, not in the relay's loop: a script whose spool
+takes minutes to relay (a flood) or that the store keeps refusing must not stop the samples of every
+script of the run.
 """
 
 from __future__ import annotations
@@ -31,14 +35,19 @@ MAX_WATCHED = 256  # processes of a run watched at once (a fork bomb of scripts 
 MAX_BUFFERED = 32  # samples of a process kept until the relay names its script run (its first ~minute)
 NOT_AVAILABLE = 2**63  # NVML's "not available" memory (an unsigned -1) and above: counted as unknown, i.e. 0
 
-# (run id, pid in the spool, start time in the spool, training step, script name) of each script still running
+# (run id, pid in the spool, start time in the spool, training step, script name) of each script
+# still running
 Target = tuple[str, int, float, int, str]
 
 
 class Gpu:
-    """NVML, initialised once; absent (no package, no driver, no GPU) means no GPU metrics, and ``why`` says why.
+    """The GPU reader: NVML, initialised once.
 
-    ``nvml``: a module with pynvml's functions (the tests inject a fake one); None imports ``pynvml``."""
+    Absent (no package, no driver, no GPU) means no GPU metrics, and ``why`` says why.
+
+    ``nvml``: a module with pynvml's functions (the tests inject a fake one); None imports
+    ``pynvml``.
+    """
 
     def __init__(self, nvml: ModuleType | object | None = None):
         self.nvml, self.handles, self.why = None, [], ""
@@ -54,7 +63,11 @@ class Gpu:
             self.why = f"NVML did not start: {e}"[:200]
 
     def devices(self) -> list[tuple[list[tuple[int, float]], float]]:
-        """Per GPU: ``[(host pid, MB)]`` of its compute processes (NVML reports host pids) and its utilisation %."""
+        """Per GPU, its compute processes' memory and its utilisation.
+
+        ``[(host pid, MB)]`` of its compute processes (NVML reports host pids) and its utilisation
+        %.
+        """
         out = []
         for handle in self.handles if self.nvml is not None else ():
             try:
@@ -71,8 +84,10 @@ def _mb(used: object) -> float:
 
 
 def gpu_usage(devices: list[tuple[list[tuple[int, float]], float]], pids: set[int]) -> dict[str, float]:
-    """GPU memory of ``pids`` summed over the GPUs, and the utilisation of the busiest GPU they are on (NVML's is
-    per GPU: a GPU none of them uses counts 0, whatever else runs there)."""
+    """GPU memory of ``pids`` summed over the GPUs, and the utilisation of the busiest one they use.
+
+    NVML's utilisation is per GPU: a GPU none of them uses counts 0, whatever else runs there.
+    """
     memory, util = 0.0, 0.0
     for used, percent in devices:
         mine = [mb for pid, mb in used if pid in pids]
@@ -83,15 +98,21 @@ def gpu_usage(devices: list[tuple[list[tuple[int, float]], float]], pids: set[in
 
 
 class CpuMeter:
-    """CPU % of a group of processes since its last sample (100 = one core), from their CPU times: psutil's
-    ``cpu_percent(interval=None)`` answers 0.0 the first time it sees a process, which a short script never passes."""
+    """CPU % of a group of processes since its last sample (100 = one core), from their CPU times.
+
+    psutil's ``cpu_percent(interval=None)`` answers 0.0 the first time it sees a process, which a
+    short script never passes.
+    """
 
     def __init__(self):
         self._last: dict[tuple[int, float], float] = {}  # (pid, creation time) -> CPU seconds at the last sample
         self._at = time.time()
 
     def percent(self, procs: list[psutil.Process]) -> float:
-        """CPU % since the last call; a process first seen now counts from its start or the last call, the later."""
+        """CPU % since the last call.
+
+        A process first seen now counts from its start or the last call, the later.
+        """
         now, used, total = time.time(), {}, 0.0
         cores = psutil.cpu_count() or 1
         for proc in procs:
@@ -109,7 +130,10 @@ class CpuMeter:
 
 
 def family(proc: psutil.Process) -> list[psutil.Process]:
-    """The process and its descendants (its DataLoader workers, its output tee); [] once it has ended."""
+    """The process and its descendants (its DataLoader workers, its output tee).
+
+    [] once it has ended.
+    """
     try:
         return [proc, *proc.children(recursive=True)]
     except psutil.Error:
@@ -128,8 +152,11 @@ def _resident_mb(procs: list[psutil.Process]) -> float:
 
 @dataclass
 class _Watched:
-    """A process of the run that runs a ``.py`` file, sampled from the moment the harness sees it; its samples wait in
-    ``buffered`` until the relay names its script's run and the process is bound to it (:func:`.hostpids.bind`)."""
+    """A process of the run that runs a ``.py`` file, sampled from the moment the harness sees it.
+
+    Its samples wait in ``buffered`` until the relay names its script's run and the process is bound
+    to it (:func:`.hostpids.bind`).
+    """
 
     proc: psutil.Process
     since: float
@@ -152,16 +179,19 @@ class _Tree:
 
 
 class SystemMetrics:
-    """Samples every running traced script (and, once :meth:`follow` names it, the agent's tree) and logs the values
-    with ``log(run_id, rows)``.
+    """Samples every running traced script and logs the values with ``log(run_id, rows)``.
 
-    Every process of the run that runs a ``.py`` file is sampled from the first tick that sees it, before the relay
-    has read its spool (the agent run, and with it the script runs, may open seconds after the first scripts start);
-    its samples are kept (``MAX_BUFFERED``) and logged at step 0 once the relay's ``targets`` name its script and it
-    is bound. ``targets`` must answer without waiting for the relay (it reads a snapshot the relay replaces whole); a
-    failed sample or log is counted (``failures``) and the thread goes on: system metrics are best effort, never a
-    stop. Without :meth:`follow` nothing is sampled: the spool's pids mean nothing on the host. ``totals`` is what
-    the relay keeps in ``relay.json`` for the agent run's figures (:func:`summary`).
+    Once :meth:`follow` names it, the agent's tree is sampled too.
+
+    Every process of the run that runs a ``.py`` file is sampled from the first tick that sees it,
+    before the relay has read its spool (the agent run, and with it the script runs, may open
+    seconds after the first scripts start); its samples are kept (``MAX_BUFFERED``) and logged at
+    step 0 once the relay's ``targets`` name its script and it is bound. ``targets`` must answer
+    without waiting for the relay (it reads a snapshot the relay replaces whole); a failed sample or
+    log is counted (``failures``) and the thread goes on: system metrics are best effort, never a
+    stop. Without :meth:`follow` nothing is sampled: the spool's pids mean nothing on the host.
+    ``totals`` is what the relay keeps in ``relay.json`` for the agent run's figures
+    (:func:`summary`).
     """
 
     def __init__(
@@ -186,8 +216,11 @@ class SystemMetrics:
         self._starting = threading.Lock()  # follow() (the runner) and the relay's start (the run opening) race
 
     def follow(self, root_pid: int, token: str | None, run_id: Callable[[], str | None]) -> None:
-        """Sample the processes of the agent whose host root is ``root_pid`` (its tree and the processes carrying
-        ``token``) from now on; the tree's own series go to ``run_id()``, the agent run, once it exists."""
+        """Sample the processes of the agent whose host root is ``root_pid`` from now on.
+
+        They are its tree and the processes carrying ``token``. The tree's own series go to
+        ``run_id()``, the agent run, once it exists.
+        """
         now = time.time()
         self._tree = _Tree(root_pid, token, run_id, now, now + self.tick)
         self.start()
@@ -205,6 +238,7 @@ class SystemMetrics:
                 self._thread.start()
 
     def stop(self) -> None:
+        """Stop the sampling thread and wait for it (at most 30 s)."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=30)
@@ -215,14 +249,18 @@ class SystemMetrics:
 
     @property
     def gpu(self) -> Gpu:
+        """The NVML reader, opened on first use (``totals`` says whether NVML answered)."""
         if self._gpu is None:
             self._gpu = Gpu(self._nvml)
             self.totals["nvml"], self.totals["why"] = self._gpu.nvml is not None, self._gpu.why
         return self._gpu
 
     def sample_once(self, force: bool = False) -> None:
-        """Watch the run's new script processes, bind those the relay names, then sample each one and the tree whose
-        time has come (``force``: all now). Scripts on their training-step axis, the tree on seconds since launch."""
+        """Watch for new script processes, bind those the relay names, then sample what is due.
+
+        Each script and the tree are sampled when their time has come (``force``: all now). Scripts
+        on their training-step axis, the tree on seconds since launch.
+        """
         tree = self._tree
         if tree is None:
             return
@@ -267,7 +305,10 @@ class SystemMetrics:
                 continue
 
     def _bind(self, targets: dict[str, tuple[int, float, int, str]]) -> None:
-        """Bind each script the relay names to its process, once; log what was sampled before, at step 0."""
+        """Bind each script the relay names to its process, once.
+
+        Log what was sampled before, at step 0.
+        """
         for run_id, (pid, started, _, script) in targets.items():
             if run_id in self._bound:
                 continue
@@ -318,8 +359,11 @@ class SystemMetrics:
 
 
 def summary(totals: dict) -> dict:
-    """The system part of result.json's ``scripts``: whether GPU metrics were taken (and why not), and the tree's
-    GPU memory peak (MB) and mean GPU utilisation (%) over the samples, when they were."""
+    """The system part of result.json's ``scripts``.
+
+    Whether GPU metrics were taken (and why not), and the tree's GPU memory peak (MB) and mean GPU
+    utilisation (%) over the samples, when they were.
+    """
     out = {"samples": totals.get("samples", 0), "nvml": totals.get("nvml"), "why": totals.get("why", "")}
     if totals.get("nvml") and totals.get("gpu_samples"):
         out["gpu_memory_peak_mb"] = totals["gpu_memory_peak_mb"]
@@ -328,7 +372,10 @@ def summary(totals: dict) -> dict:
 
 
 def agent_metrics(scripts: dict) -> dict[str, float]:
-    """The agent run's GPU figures from result.json's ``scripts`` (none without NVML, or for an older result.json)."""
+    """The agent run's GPU figures from result.json's ``scripts``.
+
+    None without NVML, or for an older result.json.
+    """
     system = scripts.get("system") or {}
     figures = {
         schema.GPU_MEMORY_PEAK_MB: "gpu_memory_peak_mb",
@@ -338,8 +385,11 @@ def agent_metrics(scripts: dict) -> dict[str, float]:
 
 
 def note(scripts: dict) -> str:
-    """One line for the agent run (its ``bench.gpu_metrics`` tag and description): where its GPU figures came from,
-    or why it has none; "" for a result.json older than the system part."""
+    """One line for the agent run (its ``bench.gpu_metrics`` tag and description).
+
+    Where its GPU figures came from, or why it has none; "" for a result.json older than the system
+    part.
+    """
     system = scripts.get("system")
     if not system:
         return ""

@@ -1,19 +1,23 @@
 """``bench ui``: MLflow's UI on the tracking store, started and stopped like a server command.
 
-- A busy port is refused before anything starts: one line, exit status 2 (else the links printed would lead to
-  whatever already listens there, an older ``bench ui`` with an older store, and the command would "work").
-- The MLflow server (its CLI process and uvicorn under it) runs in a process group of its own, so that the terminal's
-  Ctrl-C reaches ``bench ui`` alone; SIGINT, SIGTERM and SIGHUP to ``bench ui`` end that whole group (SIGTERM, then
-  SIGKILL after :data:`GRACE_S`) before it exits, and nothing is left holding the port.
-- The links are printed once the server answers, each opening a saved view (:mod:`bench.tracking.views`) in the UI's
-  model-training mode; the server is MLflow's app with the model-training default (:mod:`bench.tracking.uiapp`).
+- A busy port is refused before anything starts: one line, exit status 2 (else the links printed
+  would lead to whatever already listens there, an older ``bench ui`` with an older store, and the
+  command would "work").
+- The MLflow server (its CLI process and uvicorn under it) runs in a process group of its own, so
+  that the terminal's Ctrl-C reaches ``bench ui`` alone; SIGINT, SIGTERM and SIGHUP to ``bench ui``
+  end that whole group (SIGTERM, then SIGKILL after :data:`GRACE_S`) before it exits, and nothing is
+  left holding the port.
+- The links are printed once the server answers, each opening a saved view
+  (:mod:`bench.tracking.views`) in the UI's model-training mode; the server is MLflow's app with the
+  model-training default (:mod:`bench.tracking.uiapp`).
 - Lean: one worker and no job runner (``bench server`` measures it: 2 processes, ~0.5 GB).
 - Quiet, so that the links stay on the screen: uvicorn without its access log and below warnings
-  (:data:`UVICORN_OPTS`; 402 lines over 11 page loads before), the registry store named (MLflow says so
-  otherwise), and left out of the server's output: deprecation warnings (Starlette's, which is a ``UserWarning``
-  that ``PYTHONWARNINGS`` cannot name without importing Starlette first, with the source line Python prints under
-  it) and the localhost-only security middleware's notice (:data:`NOTICES`: a default ``bench ui`` chose). Anything
-  else the server prints (an error, a traceback) is passed on.
+  (:data:`UVICORN_OPTS`; 402 lines over 11 page loads before), the registry store named (MLflow says
+  so otherwise), and left out of the server's output: deprecation warnings (Starlette's, which is a
+  ``UserWarning`` that ``PYTHONWARNINGS`` cannot name without importing Starlette first, with the
+  source line Python prints under it) and the localhost-only security middleware's notice
+  (:data:`NOTICES`: a default ``bench ui`` chose). Anything else the server prints (an error, a
+  traceback) is passed on.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ import urllib.request
 from importlib.metadata import distributions
 from pathlib import Path
 
+from bench.errors import BenchError, InputError
 from bench.tracking import store, views
 
 APP = "bench-ui"  # the mlflow.app entry point of pyproject.toml -> bench.tracking.uiapp:app
@@ -39,23 +44,27 @@ GRACE_S = 20.0  # from SIGTERM to SIGKILL of the server's group
 READY_S = 180.0  # the server answers in ~5 s on a loaded 2-core machine; a cold import can take much longer
 MOST = 10  # campaigns linked
 UVICORN_OPTS = "--no-access-log --log-level warning"  # after MLflow's --log-config, which sets INFO
-# the start of lines of the MLflow CLI's output that describe bench ui's own defaults (a localhost-only server)
+# the start of lines of the MLflow CLI's output that describe bench ui's own defaults (a
+# localhost-only server)
 NOTICES = ("[MLflow] Security middleware enabled with default settings (localhost-only)",)
 DEPRECATION = re.compile(r"^\S.*:\d+: \w*DeprecationWarning: ")  # Python's "file:line: Category: message" line
 
 
-class PortBusy(OSError):
+class PortBusy(InputError, OSError):
     """Something already listens on the host and port ``bench ui`` was asked for."""
 
 
-class _Stop(Exception):  # noqa: N818 (a signal's way out of the wait, not an error)
+class _Stop(BenchError):  # noqa: N818 (a signal's way out of the wait, not an error)
     def __init__(self, signum: int):
         self.signum = signum
 
 
 def check_port(host: str, port: int) -> None:
-    """Raise :class:`PortBusy` if ``host:port`` cannot be bound as the server will bind it (SO_REUSEADDR, as uvicorn
-    does: a port in TIME_WAIT is free, one with a listener is not)."""
+    """Raise :class:`PortBusy` if ``host:port`` cannot be bound as the server will bind it.
+
+    It binds with SO_REUSEADDR, as uvicorn does: a port in TIME_WAIT is free, one with a listener is
+    not.
+    """
     try:
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         with socket.create_server((host, port), family=family):
@@ -70,9 +79,12 @@ def check_port(host: str, port: int) -> None:
 
 
 def app_registered() -> bool:
-    """Whether this environment has the ``bench-ui`` app (an install older than the entry point has not), as the
-    ``mlflow`` command will see it: in the environment's site-packages (here, ``python -m`` run from a checkout
-    would read a stale ``*.egg-info`` of the checkout first)."""
+    """Whether this environment has the ``bench-ui`` app, as the ``mlflow`` command will see it.
+
+    An install older than the entry point has not. It is looked up in the environment's
+    site-packages (here, ``python -m`` run from a checkout would read a stale ``*.egg-info`` of the
+    checkout first).
+    """
     import mlflow
 
     site = str(Path(mlflow.__file__).resolve().parents[1])
@@ -119,20 +131,27 @@ def _answers(url: str) -> bool:
 
 
 def wait_ready(proc: subprocess.Popen, base: str, timeout_s: float = READY_S) -> None:
-    """Until the server answers ``/health``; RuntimeError if it exits first or stays silent ``timeout_s``."""
+    """Wait until the server answers ``/health``.
+
+    StoreError (a RuntimeError) if it exits first or stays silent ``timeout_s``.
+    """
     deadline = time.monotonic() + timeout_s
     while proc.poll() is None:
         if _answers(base):
             return
         if time.monotonic() > deadline:
-            raise RuntimeError(f"the MLflow server did not answer on {base} within {timeout_s:.0f} s")
+            raise store.StoreError(f"the MLflow server did not answer on {base} within {timeout_s:.0f} s")
         time.sleep(0.5)
-    raise RuntimeError(f"the MLflow server exited with status {proc.returncode} before answering (its output above)")
+    raise store.StoreError(
+        f"the MLflow server exited with status {proc.returncode} before answering (its output above)"
+    )
 
 
 def print_links(base: str, campaigns: list[tuple[str, str]], most: int = MOST) -> None:
-    """Per campaign, a link to each saved view (written here too, so that campaigns recorded before the views
-    existed get them)."""
+    """Per campaign, a link to each saved view.
+
+    The views are written here too, so that campaigns recorded before the views existed get them.
+    """
     from bench.tracking.writer import MlflowWriter, TrackingError
 
     width = max((len(name) + 1 for name, _ in campaigns[:most]), default=0)  # the links in one column
@@ -151,8 +170,10 @@ def print_links(base: str, campaigns: list[tuple[str, str]], most: int = MOST) -
 
 
 def relay_output(source, sink) -> None:
-    """The server's output, line by line, less :data:`NOTICES` and deprecation warnings (with the source line under
-    each); ends with the server's output."""
+    """The server's output, line by line, less :data:`NOTICES` and deprecation warnings.
+
+    A warning's source line under it goes too. Ends with the server's output.
+    """
     after_warning = False  # the line after a warning is its source line, indented
     for line in source:
         if after_warning and line.startswith("  "):
@@ -169,7 +190,10 @@ def relay_output(source, sink) -> None:
 
 
 def serve(host: str, port: int, names: list[str] | None) -> int:
-    """``bench ui``: check the port and the campaigns, start the server, print the links, wait; the exit status."""
+    """Run ``bench ui``; returns its exit status.
+
+    Check the port and the campaigns, start the server, print the links, wait.
+    """
     store.client()  # make sure the schema exists before the server reads it
     campaigns = views.experiments(names)  # LookupError for an unknown name
     check_port(host, port)

@@ -1,15 +1,18 @@
-"""Every MLflow write of the harness goes through :class:`MlflowWriter` (names come from :mod:`~bench.tracking.schema`).
+"""Every MLflow write of the harness goes through :class:`MlflowWriter`.
 
-It is also where the run's secrets stop (:mod:`bench.redact`): every run name, tag, param and metric name and value,
-text, trace and uploaded file passes the one redactor first, so that a key the agent echoed into a metric name, a
-script, its output or a checkpoint never reaches the store, whichever path the harness took to record it. Run names,
-tag and param values then pass the console filter (:func:`bench.markup.shown`): a checkpoint's name with an escape
-sequence, a C1 control or a right-to-left override is shown in the UI with them visible, never acted on.
+Names come from :mod:`~bench.tracking.schema`.
 
-The harness is the only process that talks to MLflow (training scripts spool to files,
-see ``hook/sitecustomize.py``), so this class is also where tracking failures are
-contained: each call raises :class:`TrackingError`, and the caller decides whether to
-retry later (the relay) or to tell the user how to record afterwards (:func:`bench.pipeline.record.save`).
+It is also where the run's secrets stop (:mod:`bench.redact`): every run name, tag, param and metric
+name and value, text, trace and uploaded file passes the one redactor first, so that a key the agent
+echoed into a metric name, a script, its output or a checkpoint never reaches the store, whichever
+path the harness took to record it. Run names, tag and param values then pass the console filter
+(:func:`bench.markup.shown`): a checkpoint's name with an escape sequence, a C1 control or a
+right-to-left override is shown in the UI with them visible, never acted on.
+
+The harness is the only process that talks to MLflow (training scripts spool to files, see
+``hook/sitecustomize.py``), so this class is also where tracking failures are contained: each call
+raises :class:`TrackingError`, and the caller decides whether to retry later (the relay) or to tell
+the user how to record afterwards (:func:`bench.pipeline.record.save`).
 """
 
 from __future__ import annotations
@@ -24,24 +27,29 @@ from pathlib import Path
 from typing import Any
 
 from bench import redact
+from bench.errors import BenchError
 from bench.markup import shown
 from bench.tracking import schema, store
 
 # An unreachable tracking server must cost seconds, not MLflow's default minutes of retries.
 os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
 os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "15")
-# A run's trace is written at the record step, which waits for it anyway: exported in this thread, span by span, not
-# through MLflow's background queue, which drops spans past 1,000 waiting (a long run's trace has about that many)
+# A run's trace is written at the record step, which waits for it anyway: exported in this thread,
+# span by span, not through MLflow's background queue, which drops spans past 1,000 waiting (a long
+# run's trace has about that many)
 os.environ.setdefault("MLFLOW_ENABLE_ASYNC_TRACE_LOGGING", "false")
 
 
-class TrackingError(RuntimeError):
+class TrackingError(BenchError, RuntimeError):
     """The tracking store refused or could not be reached; what was spooled is kept."""
 
 
 class TrackingRefused(TrackingError):
-    """The store answered and refused what it was given (MLflow's INVALID_PARAMETER_VALUE): sending it again cannot
-    help, unlike an outage; the relay drops what was refused, with this message as the reason."""
+    """The store answered and refused what it was given (MLflow's INVALID_PARAMETER_VALUE).
+
+    Sending it again cannot help, unlike an outage; the relay drops what was refused, with this
+    message as the reason.
+    """
 
 
 REFUSALS = {"INVALID_PARAMETER_VALUE"}  # MLflow's error codes for "this input is invalid" (SQL store and REST alike)
@@ -74,9 +82,11 @@ def _shown_deep(o: object) -> object:
 
 
 def _redacted_spec(spec):
-    """A copy of a trace spec whose every string (names, inputs, outputs, attributes, tags, errors) is redacted and
-    passed through the console filter (the agent's messages shown in the trace view: no escape sequence, no bidi
-    override reordering them)."""
+    """A copy of a trace spec whose every string is redacted and passed through the console filter.
+
+    Every string: names, inputs, outputs, attributes, tags, errors. The agent's messages are shown
+    in the trace view: no escape sequence, no bidi override reordering them.
+    """
     import dataclasses
 
     r = redact.redactor()
@@ -141,12 +151,16 @@ class MlflowWriter:
         self._do("end run", "set_terminated", run_id, status=status, end_time=_ms(end_time))
 
     def delete_run(self, run_id: str) -> None:
-        """Mark a run deleted (MLflow keeps it, restorable; searches leave it out): for an agent run opened by a
-        harness that died before it launched the agent (:mod:`bench.campaign.job` starts that run over)."""
+        """Mark a run deleted (MLflow keeps it, restorable; searches leave it out).
+
+        For an agent run opened by a harness that died before it launched the agent
+        (:mod:`bench.campaign.job` starts that run over).
+        """
         self._do("delete run", "delete_run", run_id)
 
     # --- data --------------------------------------------------------------------------------
     def log_params(self, run_id: str, params: Mapping[str, Any]) -> None:
+        """Log a run's params (nested mappings flattened), redacted and cut to MLflow's limits."""
         from mlflow.entities import Param
 
         r = redact.redactor()
@@ -157,6 +171,7 @@ class MlflowWriter:
             self._do("log params", "log_batch", run_id, params=items[i : i + 100])
 
     def set_tags(self, run_id: str, tags: Mapping[str, Any]) -> None:
+        """Set a run's tags, redacted and passed through the console filter, 100 per request."""
         from mlflow.entities import RunTag
 
         r = redact.redactor()
@@ -165,7 +180,10 @@ class MlflowWriter:
             self._do("set tags", "log_batch", run_id, tags=items[i : i + 100])
 
     def log_metrics(self, run_id: str, rows: Iterable[tuple[str, float, int, float | None]]) -> int:
-        """Log ``(key, value, step, unix_time)`` rows in batches; non-finite values are skipped. Returns the count."""
+        """Log ``(key, value, step, unix_time)`` rows in batches; non-finite values are skipped.
+
+        Returns the count.
+        """
         from mlflow.entities import Metric
 
         r = redact.redactor()
@@ -179,12 +197,15 @@ class MlflowWriter:
         return len(items)
 
     def log_values(self, run_id: str, rows: list[tuple[str, float, int, float | None]]) -> list[tuple[tuple, str]]:
-        """Log ``(key, value, step, unix_time)`` rows checked beforehand (:mod:`bench.tracking.relay_limits`; NaN is
-        kept); returns the rows the store refused anyway, each with its message.
+        """Log ``(key, value, step, unix_time)`` rows checked beforehand; returns the refused ones.
 
-        MLflow refuses a whole batch for one bad value; a refused batch is split in halves until the refused rows
-        are alone, so that one value the checks missed costs itself, never its batch. Past ``MAX_REFUSALS`` the
-        rest of the rows are returned with the last message. An outage raises :class:`TrackingError`.
+        The rows are checked by :mod:`bench.tracking.relay_limits` (NaN is kept); each refused row
+        comes back with its message.
+
+        MLflow refuses a whole batch for one bad value; a refused batch is split in halves until the
+        refused rows are alone, so that one value the checks missed costs itself, never its batch.
+        Past ``MAX_REFUSALS`` the rest of the rows are returned with the last message. An outage
+        raises :class:`TrackingError`.
         """
         refused: list[tuple[tuple, str]] = []
         r = redact.redactor()
@@ -210,19 +231,23 @@ class MlflowWriter:
             self._log_or_split(run_id, rows[half:], refused)
 
     def log_text(self, run_id: str, text: str, artifact_file: str) -> None:
+        """Write ``text`` as the run's artifact ``artifact_file``, redacted."""
         r = redact.redactor()
         self._do("log text", "log_text", run_id, r.text(text), r.text(artifact_file, key=True))
 
     def log_artifact(self, run_id: str, path: Path, artifact_path: str | None = None) -> None:
-        """One file, uploaded as it is when it holds no secret, else as a redacted copy of the same name."""
+        """One file, uploaded as is, or as a redacted copy of that name when it holds a secret."""
         if Path(path).exists():
             with tempfile.TemporaryDirectory(prefix="bench-redacted-") as tmp:
                 clean = redact.redacted_file(Path(path), Path(tmp))
                 self._do("log artifact", "log_artifact", run_id, str(clean), artifact_path)
 
     def log_artifacts(self, run_id: str, folder: Path, artifact_path: str | None = None) -> None:
-        """Every file under ``folder``, under ``artifact_path`` (a file of the same name is replaced); a folder with
-        a secret in any file is uploaded as a copy whose files are redacted (links are not followed: left out)."""
+        """Every file under ``folder``, under ``artifact_path``; one of the same name is replaced.
+
+        A folder with a secret in any file is uploaded as a copy whose files are redacted (links are
+        not followed: left out).
+        """
         folder = Path(folder)
         if not folder.is_dir():
             return
@@ -242,12 +267,15 @@ class MlflowWriter:
             self._do("log artifacts", "log_artifacts", run_id, tmp, artifact_path)
 
     def log_trace(self, run_id: str, spec) -> str:
-        """Write ``spec`` (a :class:`bench.pipeline.traces.TraceSpec`) as one MLflow trace linked to ``run_id``, with
-        its spans' recorded times, and return the trace id.
+        """Write ``spec`` as one MLflow trace linked to ``run_id``, with its spans' recorded times.
 
-        MLflow's client tracing API (``start_trace``/``start_span`` with explicit start and end times) exports in
-        the background and swallows its own failures (tracing is best effort there), so the export is flushed and
-        the trace read back: a trace missing from the store, or with fewer spans, raises :class:`TrackingError`."""
+        ``spec`` is a :class:`bench.pipeline.traces.TraceSpec`; returns the trace id.
+
+        MLflow's client tracing API (``start_trace``/``start_span`` with explicit start and end
+        times) exports in the background and swallows its own failures (tracing is best effort
+        there), so the export is flushed and the trace read back: a trace missing from the store, or
+        with fewer spans, raises :class:`TrackingError`.
+        """
         import mlflow
         from mlflow.entities import SpanStatus
 
@@ -287,8 +315,11 @@ class MlflowWriter:
         return trace_id
 
     def traces_of(self, run_id: str) -> dict[str, int]:
-        """The traces linked to ``run_id``, each with its number of spans (``bench record`` run again must neither
-        write a second trace nor keep one that an earlier attempt left incomplete)."""
+        """The traces linked to ``run_id``, each with its number of spans.
+
+        ``bench record`` run again must neither write a second trace nor keep one that an earlier
+        attempt left incomplete.
+        """
         self._client()
         found = self._do("search traces", "search_traces", locations=[self._experiment_id], run_id=run_id)
         return {t.info.trace_id: len(t.data.spans) for t in found}
@@ -299,19 +330,24 @@ class MlflowWriter:
         self._do("delete traces", "delete_traces", self._experiment_id, trace_ids=list(trace_ids))
 
     def set_experiment_tag(self, key: str, value: str) -> None:
-        """A tag on the campaign's experiment (the UI's saved views live in such tags: bench.tracking.views)."""
+        """A tag on the campaign's experiment.
+
+        The UI's saved views live in such tags: bench.tracking.views.
+        """
         self._client()
         r = redact.redactor()
         self._do("set experiment tag", "set_experiment_tag", self._experiment_id, r.text(key, key=True), r.text(value))
 
     def get_run(self, run_id: str):
+        """The MLflow run ``run_id`` (its data, tags and info)."""
         return self._do("get run", "get_run", run_id)
 
     def find_runs(self, kind: str, tags: Mapping[str, str]) -> list[str]:
         """Ids of the campaign's active runs of ``kind`` whose tags equal ``tags``, oldest first.
 
-        Only the kind goes into MLflow's filter (a constant of the schema); the other tags are compared here, so
-        that values with quotes (entry labels, campaign names) need no escaping in a filter string.
+        Only the kind goes into MLflow's filter (a constant of the schema); the other tags are
+        compared here, so that values with quotes (entry labels, campaign names) need no escaping in
+        a filter string.
         """
         self._client()
         found = self._do(
@@ -325,7 +361,10 @@ class MlflowWriter:
         return [r.info.run_id for r in found if all(r.data.tags.get(k) == str(v) for k, v in tags.items())]
 
     def open_children(self, parent: str) -> list[str]:
-        """Ids of the runs nested under ``parent`` that are still RUNNING (what a killed harness left open)."""
+        """Ids of the runs nested under ``parent`` that are still RUNNING.
+
+        They are what a killed harness left open.
+        """
         self._client()
         found = self._do(
             "search runs",
@@ -338,5 +377,6 @@ class MlflowWriter:
 
     @property
     def experiment_id(self) -> str:
+        """The id of the campaign's experiment, created on first use."""
         self._client()
         return self._experiment_id

@@ -1,8 +1,8 @@
 """Step metrics from printed lines, for the output tee (``_bench_tee.py``) of the script tracer.
 
-``step 100 | loss 1.23``, ``Epoch 3/10 - loss: 0.12``, ``iter: 5 lr=3e-4`` ... -> ``(step, {metric: value})``.
-Standard library only; ``re`` is imported on the first line that may hold metrics, so a script that prints
-nothing metric-like never pays for compiling the expressions.
+``step 100 | loss 1.23``, ``Epoch 3/10 - loss: 0.12``, ``iter: 5 lr=3e-4`` ... -> ``(step, {metric:
+value})``. Standard library only; ``re`` is imported on the first line that may hold metrics, so a
+script that prints nothing metric-like never pays for compiling the expressions.
 """
 
 MAX_PARSE = 4096  # longer lines are not parsed
@@ -39,9 +39,9 @@ def clean(text):
 def parse_line(text):
     """``(step, {metric: value})`` from one printed line, or None.
 
-    A line counts only with a step marker (step/iter/iteration/it N) or an epoch marker (epoch N, epoch N/M);
-    the step is the step number, else the epoch number, and ``epoch`` becomes a metric. Values are finite
-    ints or floats (scientific notation too), a unit ms/s/% is dropped.
+    A line counts only with a step marker (step/iter/iteration/it N) or an epoch marker (epoch N,
+    epoch N/M); the step is the step number, else the epoch number, and ``epoch`` becomes a metric.
+    Values are finite ints or floats (scientific notation too), a unit ms/s/% is dropped.
     """
     if len(text) > MAX_PARSE:
         return None

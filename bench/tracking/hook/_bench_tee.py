@@ -1,34 +1,40 @@
-"""Output tee of the 1GC-7RC script tracer: copies a traced script's stdout/stderr and reads metrics from it.
+r"""Output tee of the 1GC-7RC script tracer.
 
-``sitecustomize`` starts this module in a separate, tiny interpreter (``python -I -S``) for every traced
-script and points the script's fds 1 and 2 at pipes whose read ends this process holds; fds 1 and 2 of this
-process are the script's ORIGINAL stdout and stderr. Every byte is copied to them unchanged as soon as it
-arrives. Separately, complete lines (``\\n`` and ``\\r`` both end a line, ANSI escapes stripped) are parsed for
-step metrics (``step 100 | loss 1.23``, ``Epoch 3/10 - loss: 0.12``, ...), which are appended to the script's
-spool file as ``{"ev": "metrics", ..., "src": "stdout"}``, and the last lines are kept in ``<spool>.tail``.
+Copies a traced script's stdout/stderr and reads metrics from it.
+
+``sitecustomize`` starts this module in a separate, tiny interpreter (``python -I -S``) for every
+traced script and points the script's fds 1 and 2 at pipes whose read ends this process holds; fds 1
+and 2 of this process are the script's ORIGINAL stdout and stderr. Every byte is copied to them
+unchanged as soon as it arrives. Separately, complete lines (``\n`` and ``\r`` both end a line,
+ANSI escapes stripped) are parsed for step metrics (``step 100 | loss 1.23``, ``Epoch 3/10 - loss:
+0.12``, ...), which are appended to the script's spool file as ``{"ev": "metrics", ..., "src":
+"stdout"}``, and the last lines are kept in ``<spool>.tail``.
 
 Contract with the traced process (all through the environment, nothing on the command line):
 
-* ``BENCH_TEE_FDS`` = ``out,err,ctl,ack``: read ends of the stdout and stderr pipes (``err`` is -1 when the
-  script's stdout and stderr were the same file, e.g. ``2>&1``: one pipe then keeps their exact order), the
-  read end of a control pipe and the write end of an acknowledgement pipe. At exit the script writes a byte to
-  ``ctl``; this process then drains and copies what is in the pipes, spools its metrics and answers on
-  ``ack``, so that the script's last output is on its real stdout before the script is reported to have ended.
-* ``BENCH_SPOOL_FILE``: the spool. A value the script traced there itself (the task helper ``log_metrics`` traces,
-  then prints) is not spooled again when its line is read: before it spools a printed line, the tee reads the
-  spool's new traced events, and drops each printed value that is a copy (at its printed precision) of a value
-  traced or spooled at the same key and step (``_bench_once.py``). The helper traces before it prints,
-  so the traced value is always there first, however late the tee reads.
-* ``BENCH_TEE_UPSTREAM``: the claims file (``<spool>.claims``) of an enclosing traced script whose tee reads this
-  script's fds ``BENCH_TEE_UPSTREAM_FDS`` (a sweep script that runs ``train.py``); every metric line of those
-  streams is claimed there before it is passed on, and a tee skips the lines claimed in its own claims file, so
-  that the enclosing run does not count them again.
+* ``BENCH_TEE_FDS`` = ``out,err,ctl,ack``: read ends of the stdout and stderr pipes (``err`` is -1
+  when the script's stdout and stderr were the same file, e.g. ``2>&1``: one pipe then keeps their
+  exact order), the read end of a control pipe and the write end of an acknowledgement pipe. At exit
+  the script writes a byte to ``ctl``; this process then drains and copies what is in the pipes,
+  spools its metrics and answers on ``ack``, so that the script's last output is on its real stdout
+  before the script is reported to have ended.
+* ``BENCH_SPOOL_FILE``: the spool. A value the script traced there itself (the task helper
+  ``log_metrics`` traces, then prints) is not spooled again when its line is read: before it spools
+  a printed line, the tee reads the spool's new traced events, and drops each printed value that is
+  a copy (at its printed precision) of a value traced or spooled at the same key and step
+  (``_bench_once.py``). The helper traces before it prints, so the traced value is always there
+  first, however late the tee reads.
+* ``BENCH_TEE_UPSTREAM``: the claims file (``<spool>.claims``) of an enclosing traced script whose
+  tee reads this script's fds ``BENCH_TEE_UPSTREAM_FDS`` (a sweep script that runs ``train.py``);
+  every metric line of those streams is claimed there before it is passed on, and a tee skips the
+  lines claimed in its own claims file, so that the enclosing run does not count them again.
 
-Nothing here may break the script: errors in parsing or spooling switch those off and copying goes on;
-a broken stdout (EPIPE) is drained and discarded, never pushed back to the script. SIGINT, SIGHUP and SIGTERM
-are ignored: the tee ends at EOF, once the script and every child that inherited its stdout have exited (or
-at SIGKILL), so that what a script prints while it handles Ctrl-C or the budget's SIGTERM still gets out.
-Standard library only; the line parser is ``_bench_logparse.py`` beside this file.
+Nothing here may break the script: errors in parsing or spooling switch those off and copying goes
+on; a broken stdout (EPIPE) is drained and discarded, never pushed back to the script. SIGINT,
+SIGHUP and SIGTERM are ignored: the tee ends at EOF, once the script and every child that inherited
+its stdout have exited (or at SIGKILL), so that what a script prints while it handles Ctrl-C or the
+budget's SIGTERM still gets out. Standard library only; the line parser is ``_bench_logparse.py``
+beside this file.
 """
 
 import os
@@ -122,7 +128,10 @@ class Tee:
             pass
 
     def pump(self, s, once):
-        """Read what the pipe holds (one chunk, or until it is empty), copy it on, then look at its lines."""
+        """Read what the pipe holds, copy it on, then look at its lines.
+
+        It reads one chunk, or until the pipe is empty.
+        """
         while True:
             try:
                 data = os.read(s.fd, 1 << 16)
@@ -259,7 +268,7 @@ class Tee:
             return {}
         return sent
 
-    # --- claims: metric lines of traced child scripts ----------------------------------------------
+    # --- claims: metric lines of traced child scripts ---------------------------------------------
     def claim_upstream(self, raw):
         if self.upstream_fd is None:
             try:
@@ -324,7 +333,10 @@ class Tee:
 
 
 def _close_others(keep):
-    """Close inherited descriptors this process does not use (stdin included): it must not keep them open."""
+    """Close inherited descriptors this process does not use (stdin included).
+
+    It must not keep them open.
+    """
     try:
         fds = [int(fd) for fd in os.listdir("/proc/self/fd")]
     except (OSError, ValueError):

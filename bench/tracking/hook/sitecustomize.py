@@ -10,8 +10,9 @@ writes no end event, which the harness reads as KILLED.
 
 The script's stdout and stderr also pass through an output tee (``_bench_tee.py``, a separate small
 process): it copies every byte on unchanged, appends the step metrics it reads in printed lines
-(``step 100 | loss 1.23``) to the same spool with ``"src": "stdout"``, and keeps the last 200 lines in
-``<spool>.tail``. ``BENCH_TRACE_STDOUT=0`` turns it off; ``BENCH_STDOUT_TRACED=1`` tells that it is on.
+(``step 100 | loss 1.23``) to the same spool with ``"src": "stdout"``, and keeps the last 200 lines
+in ``<spool>.tail``. ``BENCH_TRACE_STDOUT=0`` turns it off; ``BENCH_STDOUT_TRACED=1`` tells that it
+is on.
 
 Standard library only and no MLflow: the script pays a few milliseconds, not the ~2.7 s of
 ``import mlflow`` + ``start_run``; the harness is the only MLflow writer and relays the
@@ -100,14 +101,16 @@ def _trace_this_process():
 
 
 def _start_tee(spool):
-    """Put the output tee (``_bench_tee.py``) between this process's fds 1, 2 and the files they were.
+    """Put the output tee (``_bench_tee.py``) between this process's fds 1, 2 and their files.
 
-    The tee is a separate process, started with ``posix_spawn`` (cheap, no ``subprocess`` import) and not
-    waited for: the script goes on at once. It inherits the original fds 1 and 2 and copies every byte to
-    them as it arrives; this process's fds 1 and 2 become pipes to it. ``sys.stdout``/``sys.stderr`` keep
-    their objects and buffering (their fd numbers are unchanged). Children inherit the pipes, so their output
-    is seen too, and the tee outlives this process until the last writer has gone. If anything fails before
-    the fds are switched, the script keeps its original stdout.
+    The tee is a separate process, started with ``posix_spawn`` (cheap, no ``subprocess`` import)
+    and not waited for: the script goes on at once. It inherits the original fds 1 and 2 and copies
+    every byte to them as it arrives; this process's fds 1 and 2 become pipes to it.
+    ``sys.stdout``/``sys.stderr`` keep their objects and buffering (their fd numbers are unchanged).
+    Children inherit the pipes, so their output is seen too, and the tee outlives this process until
+    the last writer has gone. If anything fails before the fds are switched, the script keeps its
+    original stdout.
+
     """
     import atexit
 
@@ -121,8 +124,8 @@ def _start_tee(spool):
     merged = (st1.st_dev, st1.st_ino) == (st2.st_dev, st2.st_ino) and (
         not stat.S_ISREG(st1.st_mode) or os.lseek(1, 0, os.SEEK_CUR) == os.lseek(2, 0, os.SEEK_CUR)
     )
-    # Output that goes into an enclosing traced script's tee (a sweep running train.py): the lines we read
-    # metrics from are claimed there, so that they count for this script only.
+    # Output that goes into an enclosing traced script's tee (a sweep running train.py): the lines
+    # we read metrics from are claimed there, so that they count for this script only.
     outer = os.environ.get("BENCH_TEE_PIPES", "").split(",")
     upstream = ",".join(str(fd) for fd, st in ((1, st1), (2, st2)) if f"{st.st_dev}:{st.st_ino}" in outer)
     for stream in (sys.stdout, sys.stderr):
@@ -165,10 +168,11 @@ def _start_tee(spool):
     )
 
     def handshake():
-        """At exit: flush, let the tee pass on everything written so far, then write to the real fds again.
+        """At exit: flush, let the tee pass on all output so far, then write to the real fds again.
 
-        Without this, ``python train.py > log; tail log`` could read the log before the tee has copied the
-        last lines. Output after this point (finalizers) goes straight to the original files, still in order.
+        Without this, ``python train.py > log; tail log`` could read the log before the tee has
+        copied the last lines. Output after this point (finalizers) goes straight to the original
+        files, still in order.
         """
         for stream in (sys.stdout, sys.stderr):
             try:
