@@ -22,6 +22,7 @@ import math
 import tomllib
 from pathlib import Path
 
+from bench.errors import InputError
 from bench.result import FLAG, Audit, Violation
 from bench.rules.context import Context, finding
 
@@ -50,7 +51,7 @@ def bounds(task_dir: Path | None) -> dict:
     out.update({k: scoring.get(k) for k in ("test_val_error_ratio", "reference_margin")})
     for key in ("test_val_error_ratio", "reference_margin"):
         if out[key] is not None and not (isinstance(out[key], int | float) and 0 <= out[key]):
-            raise ValueError(f"task.toml's [scoring] {key} must be a number >= 0, not {out[key]!r}")
+            raise InputError(f"task.toml's [scoring] {key} must be a number >= 0, not {out[key]!r}")
     return out
 
 

@@ -27,6 +27,7 @@ from tqdm import tqdm
 
 from bench import settings
 from bench.checksums import CHUNK, Digest, digest_file, sha256
+from bench.errors import BenchError
 from bench.paths import cache_dir
 from bench.tasks.registry import DataSource, Task
 
@@ -35,7 +36,7 @@ USER_AGENT = "1gc-7rc-bench/0.1 (benchmark data fetcher; python-urllib)"
 MARKER = ".complete"
 
 
-class DataError(RuntimeError):
+class DataError(BenchError, RuntimeError):
     """A data file could not be fetched or verified, or a task's data could not be prepared."""
 
 

@@ -15,6 +15,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bench.errors import InputError
 from bench.tasks.direction import Direction
 
 TASK_FILES = ("task.toml", "program.md", "prepare.py", "train.py")
@@ -141,7 +142,7 @@ class Task:
         return self.folder / name
 
 
-class TaskError(LookupError):
+class TaskError(InputError, LookupError):
     """A task that does not exist or whose folder is malformed."""
 
 

@@ -20,12 +20,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
+from bench.errors import InputError
+
 FILE = "smalldata.py"
 
 _loaded: dict[Path, ModuleType] = {}
 
 
-class SmallDataError(ValueError):
+class SmallDataError(InputError):
     """A smalldata.py that breaks the contract (a missing or malformed name)."""
 
 

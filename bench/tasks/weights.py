@@ -20,12 +20,13 @@ import tempfile
 from pathlib import Path
 
 from bench.checksums import sha256
+from bench.errors import InputError
 from bench.paths import cache_dir
 from bench.tasks.packs import all_tasks
 from bench.tasks.registry import Task, Weights
 
 
-class WeightsError(RuntimeError):
+class WeightsError(InputError, RuntimeError):
     """A weights file that is absent or is not the official file."""
 
 
