@@ -1,5 +1,8 @@
-"""File checksums, computed in one place: the data fetcher, the weights installer and the rule-1 audit
-all ask the same question ("are these the bytes we expect?") and must answer it the same way."""
+"""File checksums, computed in one place.
+
+The data fetcher, the weights installer and the rule-1 audit all ask the same question ("are these
+the bytes we expect?") and must answer it the same way.
+"""
 
 from __future__ import annotations
 
@@ -55,7 +58,8 @@ def sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-# Left out of a folder's hash: files that running or testing the code writes beside it, not the task's content.
+# Left out of a folder's hash: files that running or testing the code writes beside it, not the
+# task's content.
 TREE_SKIP_DIRS = frozenset({"__pycache__", ".git", ".pytest_cache", ".mypy_cache", ".ruff_cache"})
 TREE_SKIP_SUFFIXES = (".pyc", ".pyo")
 
@@ -79,7 +83,8 @@ def tree_sha256(folder: Path) -> str:
     It is the sha256 of the folder's ``sha256sum``-style manifest: one line ``"<sha256>  <relative path>\\n"``
     per file (links followed), sorted by path; caches (``__pycache__``, ``*.pyc``, ``.git``...) are left out, so
     importing the task's code does not change it while editing any of its files does. The same value comes from
-    ``find . -type f ... | sed 's|^\\./||' | LC_ALL=C sort | xargs sha256sum | sha256sum`` for ASCII names."""
+    ``find . -type f ... | sed 's|^\\./||' | LC_ALL=C sort | xargs sha256sum | sha256sum`` for ASCII names.
+    """
     folder = Path(folder)
     manifest = "".join(f"{sha256(folder / rel)}  {rel}\n" for rel in tree_files(folder))
     return hashlib.sha256(manifest.encode()).hexdigest()

@@ -1,14 +1,17 @@
-"""The ``bench`` executable around :func:`bench.cli.main`: output into a closed pipe, and a quick exit.
+"""The ``bench`` executable around :func:`bench.cli.main`.
+
+Output into a closed pipe, and a quick exit.
 
 Two things a command line is expected to get right that Python does not by default:
 
-- ``bench tasks | head -1`` or ``bench run ... | less`` closed early: Python raises BrokenPipeError at the next
-  print, which for ``bench run`` would end the harness in the middle of a run. Here the output goes on into
-  ``/dev/null`` instead, the command carries on (a run is still recorded; the run directory's logs have
-  everything), and its exit status is its own.
-- Tearing down an interpreter that loaded MLflow, pandas and matplotlib (about 2,600 modules) took 0.7 s here after
-  every command. Once the command is done and no other thread is left, the exit handlers run (MLflow's, logging's),
-  the streams are flushed and the process ends. With another thread still alive the ordinary exit waits for it.
+- ``bench tasks | head -1`` or ``bench run ... | less`` closed early: Python raises BrokenPipeError
+  at the next print, which for ``bench run`` would end the harness in the middle of a run. Here the
+  output goes on into ``/dev/null`` instead, the command carries on (a run is still recorded; the
+  run directory's logs have everything), and its exit status is its own.
+- Tearing down an interpreter that loaded MLflow, pandas and matplotlib (about 2,600 modules) took
+  0.7 s here after every command. Once the command is done and no other thread is left, the exit
+  handlers run (MLflow's, logging's), the streams are flushed and the process ends. With another
+  thread still alive the ordinary exit waits for it.
 """
 
 from __future__ import annotations

@@ -47,8 +47,11 @@ class StatusLine:
                 self.stream.flush()
 
     def print(self, line: str, stream: TextIO | None = None) -> None:
-        """Print a line of output above the status line, through the console filter (:func:`bench.markup.shown`:
-        no escape sequence, control character or bidirectional control of the agent's reaches the terminal)."""
+        """Print a line of output above the status line, through the console filter.
+
+        :func:`bench.markup.shown`: no escape sequence, control character or bidirectional control
+        of the agent's reaches the terminal.
+        """
         out = stream or sys.stdout
         line = shown(line, lines=True)
         with self._lock:

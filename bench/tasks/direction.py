@@ -40,7 +40,10 @@ class Direction(StrEnum):
 
     @property
     def sign(self) -> float:
-        """+1 where higher is better, -1 where lower is: ``sign * score`` always grows with quality."""
+        """+1 where higher is better, -1 where lower is.
+
+        ``sign * score`` always grows with quality.
+        """
         return 1.0 if self.higher_is_better else -1.0
 
     @property
@@ -69,14 +72,20 @@ class Direction(StrEnum):
         return min(items, key=lambda x: self.rank_key(key(x))) if items else None
 
     def relative(self, score: float, baseline: float) -> float:
-        """The paper's Eq. 1 term: (s - b) / b where higher is better, (b - s) / b where lower is."""
+        """The paper's Eq. 1 term.
+
+        (s - b) / b where higher is better, (b - s) / b where lower is.
+        """
         return self.sign * (score - baseline) / baseline
 
     def gap_closed(self, score: float, baseline: float, reference: float) -> float:
-        """MLRC-Bench's measure (Zhang et al. 2025, arXiv:2504.09702; there in percent): the share of the
-        baseline-to-reference gap closed, (s - b) / (r - b), as a fraction. The same formula in both directions, but
-        NaN unless the reference strictly beats the baseline here (or when any value is missing): never a number
-        whose sign means the opposite. :mod:`analysis.gap` builds the leaderboard's columns on it."""
+        """MLRC-Bench's measure (Zhang et al. 2025, arXiv:2504.09702; there in percent).
+
+        The share of the baseline-to-reference gap closed, (s - b) / (r - b), as a fraction. The
+        same formula in both directions, but NaN unless the reference strictly beats the baseline
+        here (or when any value is missing): never a number whose sign means the opposite.
+        :mod:`analysis.gap` builds the leaderboard's columns on it.
+        """
         values = [math.nan if v is None else float(v) for v in (score, baseline, reference)]
         if not all(math.isfinite(v) for v in values) or not self.better(values[2], values[1]):
             return math.nan
@@ -93,7 +102,9 @@ def signs(higher_is_better: Iterable[bool]) -> np.ndarray:
 
 
 def relative(scores, baselines, higher_is_better) -> np.ndarray:
-    """``Direction.of(h).relative(s, b)`` element by element: Eq. 1's term, each row with its own direction.
+    """``Direction.of(h).relative(s, b)`` element by element.
+
+    Eq. 1's term, each row with its own direction.
 
     Arrays of one length, or scalars that broadcast against them; NaN in, NaN out.
     """

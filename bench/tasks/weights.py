@@ -4,9 +4,9 @@ The DINOv3 files are a gated download (Meta's licence form, or the gated Hugging
 harness cannot fetch them: the user downloads them once and ``bench weights install FILE...`` checks
 and keeps them in ``<cache>/weights``. Each run then gets read-only copies in its workspace's
 ``weights/`` folder. The checks are the ones torch.hub makes (the sha256 of the file starts with the
-hash in its official name) plus the task's own: its ``prepare.py --check-weights`` loads the file into
-the exact architecture with ``strict=True``, so a converted or truncated file is refused at install time
-rather than in the middle of an agent's run.
+hash in its official name) plus the task's own: its ``prepare.py --check-weights`` loads the file
+into the exact architecture with ``strict=True``, so a converted or truncated file is refused at
+install time rather than in the middle of an agent's run.
 """
 
 from __future__ import annotations
@@ -68,8 +68,9 @@ def _match(path: Path) -> tuple[Task, Weights]:
 def check(path: Path, task: Task, w: Weights, *, hash_check: bool = True) -> dict:
     """Verify a file: the hash in its official name, then a strict load by the task's ``prepare.py``.
 
-    ``hash_check=False`` skips the first check only: torch.hub's naming convention says the name carries a
-    sha256 prefix, but DINOv3's own loader does not verify it, so a genuine file could in principle differ.
+    ``hash_check=False`` skips the first check only: torch.hub's naming convention says the name
+    carries a sha256 prefix, but DINOv3's own loader does not verify it, so a genuine file could in
+    principle differ.
     """
     digest = sha256(path)
     if hash_check and not digest.startswith(w.sha256_prefix):
@@ -93,7 +94,10 @@ def check(path: Path, task: Task, w: Weights, *, hash_check: bool = True) -> dic
 
 
 def install(path: Path, *, hash_check: bool = True) -> Path:
-    """Check a user-supplied file and copy it into the weights cache (atomically); returns the installed path."""
+    """Check a user-supplied file and copy it into the weights cache (atomically).
+
+    Returns the installed path.
+    """
     path = Path(path).expanduser()
     if not path.is_file():
         raise WeightsError(f"{path} does not exist")
