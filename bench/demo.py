@@ -51,6 +51,7 @@ def finish(campaign: str, baselines: dict[str, float]) -> None:
 
 
 def demo(t1_budget_s: float = 480.0, campaign: str = "demo") -> int:
+    """``bench demo``: the baseline agent on T6 and T1 (a reduced budget) in one campaign."""
     t6, t1 = get_task("t6"), get_task("t1")
     print(
         f"== 1GC-7RC demo: baseline agent on {t6.id} (full, budget {t6.budget_minutes:g} min) and on {t1.id} "

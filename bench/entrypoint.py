@@ -1,6 +1,4 @@
-"""The ``bench`` executable around :func:`bench.cli.main`.
-
-Output into a closed pipe, and a quick exit.
+"""The ``bench`` executable around :func:`bench.cli.main`: a closed pipe, and a quick exit.
 
 Two things a command line is expected to get right that Python does not by default:
 
@@ -24,13 +22,14 @@ from typing import TextIO
 
 
 class PipeGuard:
-    """A text stream that, once its reader has gone (EPIPE), sends the rest to /dev/null instead of raising."""
+    """A text stream that sends the rest to /dev/null, not an error, once its reader is gone."""
 
     def __init__(self, stream: TextIO) -> None:
         self._stream = stream
         self.closed_by_reader = False
 
     def write(self, text: str) -> int:
+        """Write ``text``, or count it as written once the reader has gone."""
         try:
             return self._stream.write(text)
         except BrokenPipeError:
@@ -38,6 +37,7 @@ class PipeGuard:
             return len(text)
 
     def flush(self) -> None:
+        """Flush, into /dev/null once the reader has gone."""
         try:
             self._stream.flush()
         except BrokenPipeError:

@@ -1,25 +1,34 @@
-"""Evidence (beside every step): what the harness itself observes of a run, kept where the agent cannot write.
+"""Evidence: what the harness itself observes of a run, kept where the agent cannot write.
 
-The pipeline's steps write it (the workspace step, the launch monitor, the arrivals thread, the watch) and the
-rules read it (:mod:`bench.rules`), so it lives below both, with the records it keeps of a checkpoint
-(:class:`Identity`, :class:`Arrival`). The audit (:mod:`bench.pipeline.audit`) judges a run from this folder, the
-normalised tool-call events and the scorer's results, never from what the agent's own files say. Everything lives
-in ``<run_dir>/evidence/``, next to the workspace, outside the sandbox's view::
+The pipeline's steps write it (the workspace step, the launch monitor, the arrivals thread, the
+watch) and the rules read it (:mod:`bench.rules`), so it lives below both, with the records it keeps
+of a checkpoint (:class:`Identity`, :class:`Arrival`). The audit (:mod:`bench.pipeline.audit`)
+judges a run from this folder, the normalised tool-call events and the scorer's results, never from
+what the agent's own files say. Everything lives in ``<run_dir>/evidence/``, next to the workspace,
+outside the sandbox's view::
 
-    manifest-start.json   every file of the workspace before the agent starts (size, inode, ctime; sha256 of the
-                          locked files)
+    manifest-start.json   every file of the workspace before the agent starts (size, inode, ctime;
+                          sha256 of the locked files)
     manifest-end.json     the same once the run's processes have ended
-    inputs.json           sha256 of the scorer's inputs (the prepared data, the task's locked originals) at start
-    arrivals.jsonl        each checkpoint as the harness first saw it and each later change of its content: its
-                          identity (size, inode, mtime, ctime, sha256), first_seen and seen_at (the content's
-                          time), the change count, and the locked files' state at that moment
-    code/<sha256>         each workspace script's bytes as snapshotted at a checkpoint arrival (once per content);
-                          code/<sha256>.json: a snapshot's list of files (bench.pipeline.codetime)
-    code.jsonl            each checkpoint content (path, sha256, seen_at) -> the snapshot that travels with it
-    launches.jsonl        each workspace script the launch monitor saw running (argv, sha256 of the source)
-    sources/<sha256>.py   a copy of that source taken when the process was seen (edits after it do not count)
-    network.jsonl         every request the sandbox's proxy received (host, port, allowed or refused)
-    processes.jsonl       processes of the run still alive when the harness ended it (at the grace, at the end)
+    inputs.json           sha256 of the scorer's inputs (the prepared data, the task's locked
+                          originals) at start
+    arrivals.jsonl        each checkpoint as the harness first saw it and each later change of its
+                          content: its identity (size, inode, mtime, ctime, sha256), first_seen and
+                          seen_at (the content's time), the change count, and the locked files'
+                          state at that moment
+    code/<sha256>         each workspace script's bytes as snapshotted at a checkpoint arrival (once
+                          per content); code/<sha256>.json: a snapshot's list of files
+                          (bench.pipeline.codetime)
+    code.jsonl            each checkpoint content (path, sha256, seen_at) -> the snapshot that
+                          travels with it
+    launches.jsonl        each workspace script the launch monitor saw running (argv, sha256 of the
+                          source)
+    sources/<sha256>.py   a copy of that source taken when the process was seen (edits after it do
+                          not count)
+    network.jsonl         every request the sandbox's proxy received (host, port, allowed or
+                          refused)
+    processes.jsonl       processes of the run still alive when the harness ended it (at the grace,
+                          at the end)
 
 Why ``ctime``: an agent can restore a file's bytes and its modification time (``touch -r``), but not
 its inode change time, which the kernel sets on every write or ``chmod``. A locked file whose ctime
@@ -80,14 +89,12 @@ class Identity:
         )
 
     def to_dict(self) -> dict:
+        """The identity as the evidence records it (JSON)."""
         return asdict(self)
 
     @classmethod
     def from_dict(cls, d: object) -> Identity | None:
-        """The identity recorded in the evidence, or None for a record without one.
-
-        An older harness's.
-        """
+        """The identity recorded in the evidence, or None for a record without one."""
         if not isinstance(d, dict) or not isinstance(d.get("sha256"), str):
             return None
         try:
@@ -183,9 +190,10 @@ class Evidence:
         self._lock = threading.Lock()
 
     def path(self, name: str) -> Path:
+        """Where the evidence file ``name`` lives."""
         return self.dir / name
 
-    # writers ------------------------------------------------------------------------------------------------
+    # writers --------------------------------------------------------------------------------------
 
     def write_json(self, name: str, value: dict) -> None:
         """Write ``name`` atomically (a reader never sees half a file)."""
@@ -229,9 +237,10 @@ class Evidence:
             return None
         return digest
 
-    # readers ------------------------------------------------------------------------------------------------
+    # readers --------------------------------------------------------------------------------------
 
     def read_json(self, name: str) -> dict:
+        """A JSON evidence file, or ``{}`` when it is missing or unreadable."""
         try:
             return json.loads(self.path(name).read_text())
         except (OSError, ValueError):
@@ -257,6 +266,7 @@ class Evidence:
         return out
 
     def source(self, digest: str) -> str:
+        """The kept copy of a script's source by its sha256 ("" if none was kept)."""
         try:
             return self.path("sources").joinpath(f"{digest}.py").read_text(errors="replace")
         except OSError:
@@ -284,7 +294,7 @@ class Evidence:
                 out[path] = Arrival(known.first_seen, max(at, known.at), ident, known.changes + 1, rec.get("fallback"))
         return out
 
-    # the harness's observations -----------------------------------------------------------------------------
+    # the harness's observations -------------------------------------------------------------------
 
     def start(self, workspace: Path, locked: Iterable[str], inputs: dict[str, str]) -> dict[str, str]:
         """Before the agent starts: the workspace manifest and the scorer's inputs.
@@ -306,14 +316,14 @@ class Evidence:
         return {name: start[name]["sha256"] for name in locked if (start.get(name) or {}).get("sha256")}
 
     def end(self, workspace: Path, locked: Iterable[str]) -> None:
-        """Once nothing of the run runs any more (also on ``--resume``).
+        """Record the workspace as the run left it, once nothing of the run runs any more.
 
-        The workspace as the run left it.
+        Also on ``--resume``.
         """
         self.write_json("manifest-end.json", manifest(workspace, locked))
 
     def note_arrival(self, workspace: Path, path: Path, arrival: Arrival, locked: Iterable[str]) -> None:
-        """A checkpoint first seen, or its content seen changed (``arrival.changes`` > 0).
+        """Record a checkpoint first seen, or its content seen changed (``arrival.changes`` > 0).
 
         One line, at once.
         """
@@ -331,9 +341,9 @@ class Evidence:
         self.append("arrivals.jsonl", record)
 
     def note_processes(self, phase: str, procs: list[dict]) -> None:
-        """Processes of the run alive at ``phase`` ("grace-over", "end", "resume").
+        """Record the processes of the run alive at ``phase`` ("grace-over", "end", "resume").
 
-        Pid, command line, start.
+        Each with its pid, command line and start.
         """
         if procs:
             self.append("processes.jsonl", {"phase": phase, "processes": procs})

@@ -1,5 +1,7 @@
-"""Text the agent chose (a checkpoint's file name, a script's name, a metric key, its own messages), made safe to put
-into Markdown and HTML that a person reads: the MLflow run's description, the reports under ``analysis/``.
+r"""Text the agent chose, made safe to put into Markdown and HTML that a person reads.
+
+The text is a checkpoint's file name, a script's name, a metric key, the agent's own messages; the
+pages are the MLflow run's description and the reports under ``analysis/``.
 
 Why: these names are the agent's to pick, and a name such as
 ``x](http://evil)<img src=x onerror=alert(1)>|.pt`` placed verbatim in a description becomes a link,
@@ -66,9 +68,11 @@ def _visible(m: re.Match) -> str:
 
 
 def shown(text: object, *, lines: bool = False) -> str:
-    """The one console filter: ``text`` without terminal escape sequences, every other control character and
-    bidirectional control made visible (``\\x1b``, ``\\u202e``, a newline as ``\\n``). With ``lines`` a newline is
-    kept (a multi-line text such as a log); everything else is the same.
+    r"""The one console filter: ``text`` without terminal escape sequences, other controls visible.
+
+    Every other control character and bidirectional control is made visible (``\x1b``, ``\u202e``, a
+    newline as ``\n``). With ``lines`` a newline is kept (a multi-line text such as a log);
+    everything else is the same.
     """
     out = _ANSI.sub("", str(text))
     if lines:
@@ -77,13 +81,13 @@ def shown(text: object, *, lines: bool = False) -> str:
 
 
 def md_text(text: object) -> str:
-    """``text`` as Markdown that renders as exactly these characters, on one line.
+    r"""``text`` as Markdown that renders as exactly these characters, on one line.
 
     See the module docstring.
 
     Every character that could be markup is a numeric character reference (``&#42;`` for ``*``),
     never a backslash escape: CommonMark and the renderer of MLflow's run pages (showdown, which
-    unescapes only Markdown.pl's few characters and shows ``\\:`` as it is) both show an entity as
+    unescapes only Markdown.pl's few characters and shows ``\:`` as it is) both show an entity as
     its character, so the page reads ``hardware: cpu``.
     """
     flat = shown(_BREAKS.sub(" ", str(text)))  # the console filter first: no escape sequence reaches a page
@@ -103,9 +107,11 @@ def md_code(text: object) -> str:
 
 
 def one_line(text: object, limit: int = REASON_CHARS) -> str:
-    """``text`` on one line: line breaks, tabs and line or paragraph separators a space, then :func:`shown` (escape
-    sequences removed, other controls visible), runs of spaces one, at most ``limit`` characters (the cut marked
-    with an ellipsis).
+    """``text`` on one line of printable characters, at most ``limit`` of them.
+
+    Line breaks, tabs and line or paragraph separators become a space, then :func:`shown` (escape
+    sequences removed, other controls visible), runs of spaces one, at most ``limit`` characters
+    (the cut marked with an ellipsis).
     """
     flat = shown(_BREAKS.sub(" ", str(text)))
     flat = re.sub(r" {2,}", " ", flat).strip()

@@ -142,7 +142,10 @@ def _wait(procs: list[psutil.Process], timeout: float, root_pid: int) -> list[ps
 
 
 def _reap(root_pid: int, pids: set[int]) -> None:
-    """Collect zombies of the run that are our children (orphans re-parented to us), except the ``Popen`` root."""
+    """Collect the run's zombies that are our children (orphans re-parented to us), not the root.
+
+    The ``Popen`` root is left to its ``Popen``.
+    """
     with suppress(psutil.Error):
         for child in [c for c in psutil.Process().children() if c.pid != root_pid]:
             with suppress(OSError, psutil.Error):

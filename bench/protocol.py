@@ -68,8 +68,9 @@ IN_SANDBOX = (
 
 
 def from_harness(name: str) -> str:
-    """What the harness (or the tracer) passed this process under one of the :data:`IN_SANDBOX` names ("" if
-    nothing): for code that runs as the agent, such as the optuna baseline's driver.
+    """What the harness (or the tracer) passed this process under an :data:`IN_SANDBOX` name.
+
+    "" if nothing. For code that runs as the agent, such as the optuna baseline's driver.
     """
     if name not in IN_SANDBOX:
         raise KeyError(f"{name} is not an in-sandbox protocol variable (user settings: bench.settings)")
@@ -91,7 +92,7 @@ class Deviation:
 
 
 def is_paper_gpu(name: str) -> bool:
-    """True for the paper's GPU class (an A100 with 80 GB), whatever the vendor string's exact spelling."""
+    """True for the paper's GPU class (an A100 with 80 GB), however the vendor string spells it."""
     n = name.upper().replace(" ", "").replace("-", "")
     return "A100" in n and "80G" in n
 

@@ -90,7 +90,7 @@ def register(value: str, name: str) -> None:
 
 
 def env_secrets(env: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The credential values of ``env`` (default: this process's), each with the variable it came from."""
+    """The credential values of ``env`` (default: this process's), each with its variable's name."""
     env = os.environ if env is None else env
     out: dict[str, str] = {}
     for name, value in env.items():
@@ -138,7 +138,7 @@ class Redactor:
         return _SHAPE.sub(mark.format("key-shaped"), s)
 
     def matches(self, b: bytes) -> list[tuple[int, int, str]]:
-        """(start, end, name) of every secret, run token and key shape in ``b``, sorted, overlaps removed.
+        """(start, end, name) of each secret, run token and key shape in ``b``, sorted, no overlaps.
 
         Found by ``bytes.find`` of each literal (a secret, a shape's fixed prefix) and a regex check
         only where one is: a regex alternation scanned over a checkpoint's random bytes ran at 8
@@ -175,6 +175,7 @@ class Redactor:
         return b"".join([*parts, b[at:]])
 
     def found(self, b: bytes) -> bool:
+        """Whether ``b`` holds any secret, run token or key shape."""
         return bool(self.matches(b))
 
     def literal(self) -> Redactor:
@@ -212,6 +213,7 @@ def redactor() -> Redactor:
 
 
 def text(s: str, key: bool = False) -> str:
+    """``s`` without the secrets known now (:meth:`Redactor.text`)."""
     return redactor().text(s, key)
 
 

@@ -103,12 +103,14 @@ class Limits:
     max_entries: int = 20_000
     max_depth: int = 64
     max_line: int = 64 * 1024
-    #: a search (``walk(..., match=)``) keeps only matching files, so ``max_entries`` bounds what it keeps; these
-    #: bound what it looks at: entries (None: ``max_entries``) and seconds (None: no clock)
+    #: a search (``walk(..., match=)``) keeps only matching files, so ``max_entries`` bounds what it
+    #: keeps; these bound what it looks at: entries (None: ``max_entries``) and seconds (None: no
+    #: clock)
     max_seen: int | None = None
     max_seconds: float | None = None
-    #: a file counts as sparse when its apparent size passes twice its allocated size plus this slack (tiny
-    #: files may be inline, with st_blocks 0; a compressing filesystem may halve what a file allocates)
+    #: a file counts as sparse when its apparent size passes twice its allocated size plus this
+    #: slack (tiny files may be inline, with st_blocks 0; a compressing filesystem may halve what a
+    #: file allocates)
     sparse_slack: int = 64 * 1024
 
 
@@ -127,16 +129,19 @@ class Tally:
     examples: list[Finding] = field(default_factory=list)
 
     def add(self, finding: Finding) -> Finding:
+        """Count a finding (kept as an example while fewer than ``keep`` are); returns it."""
         self.counts[finding.what] += 1
         if len(self.examples) < self.keep:
             self.examples.append(finding)
         return finding
 
     def extend(self, findings: Iterable[Finding]) -> None:
+        """Count each of ``findings``."""
         for finding in findings:
             self.add(finding)
 
     def merge(self, other: Tally) -> None:
+        """Add another tally's counts and, room permitting, its examples."""
         self.counts.update(other.counts)
         for f in other.examples:
             if len(self.examples) < self.keep:
@@ -147,9 +152,11 @@ class Tally:
 
     @property
     def total(self) -> int:
+        """The number of findings of every kind."""
         return sum(self.counts.values())
 
     def to_dict(self) -> dict:
+        """The tally as ``result.json`` records it: total, counts by kind, examples."""
         return {
             "total": self.total,
             "counts": dict(sorted(self.counts.items())),
@@ -270,7 +277,9 @@ def describe_mode(mode: int) -> str:
 
 
 def open_regular(path: Path | str, base: Path, limits: Limits = DEFAULT) -> BinaryIO | Finding:
-    """A binary file object for a regular, non-sparse file under ``base`` of at most ``limits.max_bytes``.
+    """A binary file object for a regular, non-sparse file under ``base`` of at most the limit.
+
+    The limit is ``limits.max_bytes``.
 
     The file is opened without following any link and without blocking; the size is checked on the
     open fd, so a rename after the check cannot swap in another file. The caller closes it (use
@@ -398,8 +407,10 @@ def iter_lines(
 
 
 def json_depth_ok(text: str, max_depth: int) -> bool:
-    """Whether ``text``'s brackets nest at most ``max_depth`` deep (strings skipped), checked in one pass
-    without recursion, so that ``json.loads`` never meets a depth that would exhaust Python's stack.
+    """Whether ``text``'s brackets nest at most ``max_depth`` deep (strings skipped).
+
+    Checked in one pass without recursion, so that ``json.loads`` never meets a depth that would
+    exhaust Python's stack.
     """
     if text.count("[") + text.count("{") <= max_depth:  # the common case, at C speed: cannot nest deeper
         return True
@@ -449,7 +460,7 @@ def loads_json(
 def walk(
     base: Path, limits: Limits = DEFAULT, *, sub: str | Path = "", match: Callable[[str], bool] | None = None
 ) -> tuple[list[Path], list[Finding]]:
-    """The regular files under ``base / sub`` (absolute paths, sorted per directory), following no link.
+    """The regular files under ``base / sub`` (absolute paths, sorted per directory), no link taken.
 
     Links, FIFOs, sockets, devices and sparse files are findings, not entries; directories are
     descended through fds opened with ``O_NOFOLLOW`` (so a directory swapped for a link mid-walk is
@@ -586,7 +597,7 @@ def copy_into(
     limits: Limits = DEFAULT,
     budget: CopyBudget | None = None,
 ) -> Path | Finding:
-    """Copy a regular agent file under ``base`` to ``dest`` (a harness-owned path) through the boundary.
+    """Copy a regular agent file under ``base`` to ``dest`` (harness-owned) through the boundary.
 
     The copy is made from the fd opened by :func:`open_regular` (so what is copied is what was
     checked), in chunks, never holding the file in memory. With a ``budget``, an inode already
@@ -620,8 +631,10 @@ def copy_into(
 
 
 def sha256_of(path: Path | str, base: Path, limits: Limits = DEFAULT) -> str | Finding:
-    """Hex sha256 of a regular, non-sparse file under ``base`` of at most ``limits.max_bytes``, read in chunks from
-    the checked fd (a FIFO named like a locked file yields a finding at once instead of blocking the harness).
+    """Hex sha256 of a regular, non-sparse file under ``base`` of at most ``limits.max_bytes``.
+
+    Read in chunks from the checked fd (a FIFO named like a locked file yields a finding at once
+    instead of blocking the harness).
     """
     import hashlib
 

@@ -92,7 +92,7 @@ class Direction(StrEnum):
         return (values[0] - values[1]) / (values[2] - values[1])
 
 
-# --- element-wise forms, for columns of scores with one direction per row (analysis/) ---------------
+# --- element-wise forms, for columns of scores with one direction per row (analysis/) -------------
 # numpy is imported inside these two functions, so that importing bench.tasks does not import it.
 def signs(higher_is_better: Iterable[bool]) -> np.ndarray:
     """``Direction.of(h).sign`` for each ``h``: ``signs(h) * scores`` grows with quality, row by row."""
