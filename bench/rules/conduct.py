@@ -55,7 +55,7 @@ def _command_findings(ctx: Context, rule: int, pattern: re.Pattern, what: str) -
 
 
 def _ran_sources(ctx: Context) -> list[tuple[str, str, str]]:
-    """(script, sha256, source) of each workspace script the monitor saw running, as it was at that moment."""
+    """(script, sha256, source) of each workspace script the monitor saw running, as it was then."""
     seen, out = set(), []
     for rec in ctx.evidence.lines("launches.jsonl"):
         digest = rec.get("sha256")
@@ -66,9 +66,11 @@ def _ran_sources(ctx: Context) -> list[tuple[str, str, str]]:
 
 
 def no_pretrained_weights(ctx: Context) -> list[Violation]:
-    """Rule 2 (code): a script that ran calls a model hub (``from_pretrained``, ``torch.hub.load``,
-    ``hf_hub_download``, ``pretrained=True``...), or a command fetched a model. T3's provided DINOv3 files are
-    loaded from ``weights/`` with ``torch.load`` and match none of these.
+    """Rule 2 (code): a script that ran calls a model hub, or a command fetched a model.
+
+    The calls are ``from_pretrained``, ``torch.hub.load``, ``hf_hub_download``,
+    ``pretrained=True``... T3's provided DINOv3 files are loaded from ``weights/`` with
+    ``torch.load`` and match none of these.
     """
     hits = []
     for script, digest, source in _ran_sources(ctx):
@@ -83,9 +85,11 @@ def no_pretrained_weights(ctx: Context) -> list[Violation]:
 
 
 def no_internet(ctx: Context) -> list[Violation]:
-    """Rule 3: a command that fetches (curl, wget, git clone, a hub download), a script that ran with an HTTP
-    client call, and every request the sandbox's proxy refused. An offline agent's run has no business with the
-    proxy at all; an LLM agent's CLI may ask its own telemetry hosts, so a refused request is then flagged.
+    """Rule 3: a command that fetches, a script that ran an HTTP client call, a refused request.
+
+    A command that fetches: curl, wget, git clone, a hub download; every request the sandbox's proxy
+    refused counts. An offline agent's run has no business with the proxy at all; an LLM agent's
+    CLI may ask its own telemetry hosts, so a refused request is then flagged.
     """
     out = _command_findings(ctx, 3, FETCH, "a command reached for the internet")
     refused = [
@@ -109,15 +113,18 @@ def no_internet(ctx: Context) -> list[Violation]:
 
 
 def no_package_installs(ctx: Context) -> list[Violation]:
-    """Rule 4 (commands): pip/uv/conda/npm/apt installs, ``--target`` and vendored wheels included."""
+    """Rule 4 (commands): pip/uv/conda/npm/apt installs, ``--target`` and vendored wheels too."""
     return _command_findings(ctx, 4, INSTALL, "a package install was run")
 
 
 def within_budget(ctx: Context) -> list[Violation]:
-    """Rule 6: scripts started after the budget, processes that ignored SIGTERM until the grace was over or were
-    still running when the harness ended the run after the budget, checkpoints that came too late or were
-    overwritten after they were first seen (placed at their new content's time). All of it was
-    stopped or discarded by the harness, hence flags: the work did not count, a person may want to know.
+    """Rule 6: work after the budget (scripts, processes, checkpoints), flagged.
+
+    Scripts started after the budget, processes that ignored SIGTERM until the grace was over or
+    were still running when the harness ended the run after the budget, checkpoints that came too
+    late or were overwritten after they were first seen (placed at their new content's time). All
+    of it was stopped or discarded by the harness, hence flags: the work did not count, a person may
+    want to know.
     """
     out = []
     late = [

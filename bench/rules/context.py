@@ -1,4 +1,4 @@
-"""What a rule check reads (:class:`Context`), how a command is quoted as evidence, and how a finding is made."""
+"""What a rule check reads (:class:`Context`), how a command is quoted, how a finding is made."""
 
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ RULES = {
 
 
 def finding(rule: int, reason: str, evidence: list[str] | tuple[str, ...] = (), verdict: str = DISQUALIFY) -> Violation:
+    """A finding of ``rule``, its evidence bounded (20 items of 500 characters) for result.json."""
     return Violation(rule, reason, verdict, tuple(str(e)[:500] for e in list(evidence)[:20]))
 
 
@@ -45,7 +46,7 @@ class Command:
 
 @dataclass
 class Context:
-    """Everything a check may read, gathered once from the run directory and the pipeline's results."""
+    """Everything a check may read, gathered once from the run directory and the pipeline."""
 
     workspace: Path
     run_dir: Path
@@ -71,10 +72,12 @@ class Context:
 
     @property
     def evidence(self) -> Evidence:
+        """The run's ``evidence/`` folder (:mod:`bench.evidence`)."""
         return Evidence(self.run_dir)
 
     @property
     def deadline(self) -> float:
+        """The end of the agent's budget: ``started_at`` + ``budget_s``."""
         return self.started_at + self.budget_s
 
     @property
@@ -87,8 +90,9 @@ class Context:
         return self.recorded_workspace is not None and Path(self.recorded_workspace) != Path(self.workspace)
 
     def in_workspace(self, path: Path) -> bool:
-        """Whether a path the evidence recorded (absolute, or relative to the workspace) lies in the run's workspace
-        as it was when the run ran.
+        """Whether a path the evidence recorded lies in the run's workspace as it was when it ran.
+
+        The path is absolute, or relative to the workspace.
         """
         if self.moved:
             root = Path(os.path.normpath(self.recorded_workspace))
@@ -115,6 +119,7 @@ class Context:
                     yield f"events.jsonl#{n}", event
 
     def tool_calls(self, *tools: str) -> Iterator[tuple[str, dict]]:
+        """(ref, event) of each tool call with a target, of ``tools`` only when any are named."""
         for ref, e in self.events():
             if e.get("kind") == "tool_call" and (not tools or e.get("tool") in tools) and e.get("target"):
                 yield ref, e

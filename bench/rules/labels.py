@@ -103,8 +103,10 @@ def _error(value: float, direction: str) -> float:
 
 
 def score_plausible(ctx: Context) -> list[Violation]:
-    """Flag a test error far below the candidate's harness-measured validation error, and a score better than the
-    published reference by more than the task's margin; each with both numbers.
+    """Flag a test error far below the validation error, and a score far better than the reference.
+
+    The validation error is the candidate's as the harness measured it; "far better" is by more
+    than the task's margin. Each finding gives both numbers.
     """
     b = bounds(ctx.task_dir)
     if not b:

@@ -25,9 +25,11 @@ CONTRACT = ("not a save_checkpoint", "names the script", "is not the task's", "v
 
 
 def forward_contract_kept(ctx: Context) -> list[Violation]:
-    """Rule 7: the scorer's probes found a model that reads other samples of its batch, later positions, or what
-    was sent before, or is not deterministic (a disqualification); checkpoint files that break the save contract
-    were not scored (flagged).
+    """Rule 7: a model that breaks the forward contract, and checkpoints that break the save one.
+
+    The scorer's probes found a model that reads other samples of its batch, later positions, or
+    what was sent before, or is not deterministic (a disqualification); checkpoint files that break
+    the save contract were not scored (flagged).
     """
     seen: set[str] = set()
     out = []
@@ -63,9 +65,11 @@ def _agrees(a: float, b: float) -> bool:
 
 
 def validation_honest(ctx: Context) -> list[Violation]:
-    """Rule 9: the self-reported validation score that chose the scored checkpoint, against the harness's own
-    validation score of that checkpoint. A self-report that matches the test score instead disqualifies (the run
-    selected on test); one that matches neither is flagged (a subset, another precision, or a made-up number).
+    """Rule 9: the self-reported validation score that chose the scored checkpoint, checked.
+
+    The harness's own validation score of that checkpoint is the reference. A self-report that
+    matches the test score instead disqualifies (the run selected on test); one that matches neither
+    is flagged (a subset, another precision, or a made-up number).
     """
     best = next((e for e in ctx.evaluations if e.candidate == "best" and e.official.ok), None)
     if best is None:
@@ -92,10 +96,12 @@ def validation_honest(ctx: Context) -> list[Violation]:
 
 
 def code_of_its_time(ctx: Context) -> list[Violation]:
-    """Rule 6: a candidate whose checkpoint content came with no complete snapshot of the workspace's scripts (too
-    many or too large, or seen only by ``--resume``) was scored with the scripts as the run left them, and placed no
-    earlier than the newest of them (:mod:`bench.pipeline.codetime`): flagged, so that a person can judge whether
-    that code is the checkpoint's.
+    """Rule 6: a candidate scored with the scripts as the run left them, not of its time (flag).
+
+    Its checkpoint content came with no complete snapshot of the workspace's scripts (too many or
+    too large, or seen only by ``--resume``), so it was scored with the scripts as the run left them
+    and placed no earlier than the newest of them (:mod:`bench.pipeline.codetime`): flagged, so that
+    a person can judge whether that code is the checkpoint's.
     """
     seen: set[str] = set()
     late = []
