@@ -70,7 +70,7 @@ def outside_the_base(module: types.ModuleType, source: str) -> list[str]:
 
 def test_the_check_finds_a_class_outside_the_base_wherever_it_is_defined() -> None:
     """The check itself can fail: a made-up module with one class of each kind, in and outside the base."""
-    source = '''
+    source = """
 from bench.errors import BenchError, InputError
 import bench.errors as errors
 
@@ -85,7 +85,7 @@ def f():
     class Local(ValueError): ...
     class LocalGood(BenchError, OSError): ...
     class Unknown(Local): ...
-'''
+"""
     module = types.ModuleType("made_up")
     exec(compile(source, "made_up.py", "exec"), vars(module))
     assert outside_the_base(module, source) == ["Bad", "Holder.Inner", "f.<locals>.Local"]

@@ -42,7 +42,7 @@ class DataError(BenchError, RuntimeError):
 
 
 def mirror_root() -> Path | None:
-    """The local mirror folder from ``BENCH_DATA_MIRROR``, or None to download from the canonical URLs."""
+    """The local mirror folder from ``BENCH_DATA_MIRROR``, or None to download from the sources."""
     mirror = settings.DATA_MIRROR.get()
     return mirror.resolve() if mirror is not None else None
 
@@ -99,7 +99,7 @@ def _open(origin: str, local: bool) -> BinaryIO:
 
 
 def fetch(source: DataSource, dest_dir: Path, *, mirror: Path | None = None, progress: bool = True) -> Path:
-    """Make ``dest_dir/source.file`` hold the genuine bytes, copied from ``mirror`` or downloaded from ``source.url``.
+    """Make ``dest_dir/source.file`` hold the genuine bytes, from ``mirror`` or ``source.url``.
 
     A file already there is trusted only if it verifies. A new copy is moved into place only once
     verified, so a failure (a DataError saying what to do) leaves no partial file for a later run to
@@ -150,7 +150,7 @@ def fetch(source: DataSource, dest_dir: Path, *, mirror: Path | None = None, pro
 
 
 def fetch_tree(source: DataSource, dest_dir: Path, *, mirror: Path | None = None) -> Path:
-    """Copy a folder of files listed in ``source.manifest`` from the mirror into ``dest_dir/source.file``.
+    """Copy the files ``source.manifest`` lists from the mirror into ``dest_dir/source.file``.
 
     The manifest is checked against ``manifest_sha256`` and every file against the manifest; the
     folder appears (renamed from a temporary one) only once complete, so a later run never trusts
@@ -285,7 +285,7 @@ def verify_prepared(task: Task) -> None:
 
 
 def is_prepared(task: Task) -> bool:
-    """True when the prepared data was built by this ``prepare.py`` from sources with these checksums."""
+    """True when the prepared data was built by this prepare.py from sources of these checksums."""
     try:
         marker = json.loads((prepared_dir(task) / MARKER).read_text())
     except (OSError, ValueError):
@@ -343,7 +343,7 @@ def data_status(task: Task) -> str:
 
 
 def _run_prepare(task: Task, raw: Path, out: Path, shown: Path | None = None) -> None:
-    """Run the task's ``prepare.py``, passing its output through and keeping the stderr tail for the error.
+    """Run the task's ``prepare.py``, its output passed through, its stderr tail kept for the error.
 
     ``shown``: the folder to name instead of ``out`` in what it prints ("prepared ... in DIR"):
     ``out`` is a temporary folder that is renamed to ``shown`` when the build succeeds, so its name

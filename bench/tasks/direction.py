@@ -20,7 +20,7 @@ T = TypeVar("T")
 
 
 class Direction(StrEnum):
-    """``Direction("min")`` / ``Direction("max")``; also accepts the paper's ``lower`` / ``higher``."""
+    """``Direction("min")`` / ``Direction("max")``; the paper's ``lower`` / ``higher`` too."""
 
     MIN = "min"
     MAX = "max"
@@ -32,10 +32,12 @@ class Direction(StrEnum):
 
     @classmethod
     def of(cls, higher_is_better: bool) -> Direction:
+        """The direction of a ``higher_is_better`` flag (as MLflow params and analysis/ hold it)."""
         return cls.MAX if higher_is_better else cls.MIN
 
     @property
     def higher_is_better(self) -> bool:
+        """True for ``max``."""
         return self is Direction.MAX
 
     @property
@@ -95,7 +97,7 @@ class Direction(StrEnum):
 # --- element-wise forms, for columns of scores with one direction per row (analysis/) -------------
 # numpy is imported inside these two functions, so that importing bench.tasks does not import it.
 def signs(higher_is_better: Iterable[bool]) -> np.ndarray:
-    """``Direction.of(h).sign`` for each ``h``: ``signs(h) * scores`` grows with quality, row by row."""
+    """``Direction.of(h).sign`` for each ``h``: ``signs(h) * scores`` grows with quality per row."""
     import numpy as np
 
     return np.array([Direction.of(bool(h)).sign for h in higher_is_better], dtype=float)

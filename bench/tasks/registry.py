@@ -74,10 +74,11 @@ class TaskSource:
 
     @property
     def builtin(self) -> bool:
+        """True for the repository's own tasks."""
         return self.kind == "built-in"
 
     def describe(self) -> str:
-        """One line for people: ``built-in``, ``pack NAME VERSION (path ENTRY)``, ``pack NAME VERSION (ORIGIN)``."""
+        """One line for people: ``built-in``, ``pack NAME VERSION (path ENTRY)`` or ``(ORIGIN)``."""
         if self.builtin:
             return "built-in"
         where = f"path {self.origin}" if self.kind == "path" else self.origin
@@ -147,13 +148,16 @@ class Task:
 
     @property
     def budget_s(self) -> float:
+        """The agent's budget in seconds."""
         return self.budget_minutes * 60.0
 
     @property
     def higher_is_better(self) -> bool:
+        """True when a higher score is better (the task's direction is ``max``)."""
         return self.direction.higher_is_better
 
     def file(self, name: str) -> Path:
+        """A file of the task's folder."""
         return self.folder / name
 
 
@@ -206,7 +210,7 @@ def load_task(folder: Path) -> Task:
 
 
 def _references(raw: dict, folder: Path) -> tuple[Reference, ...]:
-    """``reference_score`` (+ ``reference_source``) as "paper_reference", then each ``[[references]]`` table."""
+    """``reference_score`` (+ ``reference_source``) as "paper_reference", then [[references]]."""
     where = f"{folder}/task.toml"
     refs = []
     if raw.get("reference_score") is not None:

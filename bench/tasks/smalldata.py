@@ -1,4 +1,6 @@
-"""A task folder's small GENERATED data (its optional ``smalldata.py``), read for ``bench tasks check`` and the tests.
+"""A task folder's small GENERATED data (its optional ``smalldata.py``).
+
+It is read for ``bench tasks check`` and the tests.
 
 The contract (docs/extending.md, "Checking a task"): ``smalldata.py`` beside task.toml defines
 ``write_raw(raw)`` (small raw files with the real schema, what ``prepare.py --prepare --raw-dir``

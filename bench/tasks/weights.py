@@ -36,16 +36,18 @@ def weights_dir() -> Path:
 
 
 def installed(w: Weights) -> Path | None:
+    """Where the weights file is installed, or None when it is not."""
     path = weights_dir() / w.file
     return path if path.is_file() else None
 
 
 def how_to_get(w: Weights) -> str:
+    """One line saying what the file is, where to get it and how to install it."""
     return f"{w.file}: {w.description}. Get it from {w.source}, then run: bench weights install /path/to/{w.file}"
 
 
 def for_task(task: Task) -> list[Path]:
-    """The installed weight files of a task, or a WeightsError that says how to get the missing ones."""
+    """The installed weight files of a task; a WeightsError says how to get the missing ones."""
     missing = [w for w in task.weights if installed(w) is None]
     if missing:
         raise WeightsError(
@@ -66,7 +68,7 @@ def _match(path: Path) -> tuple[Task, Weights]:
 
 
 def check(path: Path, task: Task, w: Weights, *, hash_check: bool = True) -> dict:
-    """Verify a file: the hash in its official name, then a strict load by the task's ``prepare.py``.
+    """Verify a file: the hash in its official name, then a strict load by the task's prepare.py.
 
     ``hash_check=False`` skips the first check only: torch.hub's naming convention says the name
     carries a sha256 prefix, but DINOv3's own loader does not verify it, so a genuine file could in
@@ -117,7 +119,7 @@ def install(path: Path, *, hash_check: bool = True) -> Path:
 
 
 def main(files: list[str], *, hash_check: bool = True) -> int:
-    """``bench weights [install FILE...]``: install files, or list what each task needs and where it stands."""
+    """``bench weights [install FILE...]``: install files, or list what each task needs and has."""
     status = 0
     for name in files:
         try:
