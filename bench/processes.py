@@ -155,9 +155,9 @@ def _reap(root_pid: int, pids: set[int]) -> None:
 
 
 def end_tree(root_pid: int, token: str | None, *, term_timeout: float = 5.0) -> list[int]:
-    """SIGTERM the run, give it ``term_timeout`` s, SIGKILL survivors.
+    """SIGTERM the run, give it ``term_timeout`` s, SIGKILL survivors; the pids ended.
 
-    Rescanning: dying shells spawn. Pids ended.
+    Survivors are looked for again (dying shells spawn).
 
     Used at the end of every run, timed out or not. Any process may vanish at any point; that is
     never an error.

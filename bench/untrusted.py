@@ -256,7 +256,7 @@ def _check_regular(fd: int, shown: str, limit: int, limits: Limits, *, whole: bo
 def _sparse(st: os.stat_result, limits: Limits) -> bool:
     """Whether a file's apparent size passes what it really holds on disk.
 
-    Holes an agent made with truncate.
+    Such as the holes an agent made with truncate.
     """
     return st.st_size > 2 * st.st_blocks * 512 + limits.sparse_slack
 

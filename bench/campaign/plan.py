@@ -95,10 +95,7 @@ def budgets(campaign: Campaign) -> dict[str, float]:
 
 
 def overhead_s() -> float:
-    """The overhead per run that ``bench campaign status`` assumes before measuring one.
-
-    Its ETA.
-    """
+    """The overhead per run that ``bench campaign status``'s ETA assumes before measuring one."""
     from bench.campaign.view import DEFAULT_OVERHEAD_S  # the executors' module: only when a plan is made
 
     return DEFAULT_OVERHEAD_S

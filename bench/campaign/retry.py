@@ -42,13 +42,13 @@ class Attempts:
         self.log = control_dir(campaign) / "events.jsonl"
 
     def ended(self, key: RunKey, how: str, code: int | None = None) -> str:
-        """A job of ``key`` ended.
+        """A job of ``key`` ended: ``final``, ``retry``, ``gave-up`` or ``blocked``.
 
-        ``how``: its exit, in words; ``code``: its exit status when known. ``final``, ``retry``,
-        ``gave-up`` or ``blocked`` (final, but refused by its API with an answer that cannot heal:
-        :func:`bench.campaign.job.blocked`; not run again until the credential changes). Exit status
-        2 is bad input found by the run's own checks (this node lacks what the campaign's checks
-        found where it started): no retry would change it.
+        ``how``: its exit, in words; ``code``: its exit status when known. ``blocked``: final, but
+        refused by its API with an answer that cannot heal (:func:`bench.campaign.job.blocked`; not
+        run again until the credential changes). Exit status 2 is bad input found by the run's own
+        checks (this node lacks what the campaign's checks found where it started): no retry would
+        change it.
         """
         seen = inspect(self.campaign.run_dir(key))
         api = infra_failure(seen.result) if seen.result is not None else None

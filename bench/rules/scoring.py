@@ -16,8 +16,8 @@ from bench.rules.context import Context, finding
 # Rule 9's tolerance: a self-reported validation score within this of the harness's own validation
 # score of the same checkpoint agrees with it. Both are the task's own evaluation of the same
 # weights through the same forward contract (measured on the seven baselines: equal to 1e-12 on a
-# CPU); what may differ is the device's arithmetic (the script on a GPU, the scorer on another): 0.5
-# % of the score, and never less than 1e-4 in the metric's units.
+# CPU); what may differ is the device's arithmetic (the script on a GPU, the scorer on another):
+# 0.5 % of the score, and never less than 1e-4 in the metric's units.
 VAL_REL_TOL, VAL_ABS_TOL = 0.005, 1e-4
 # the collect step's rejections that say something about the output contract (the rest are about
 # time: rule 6)

@@ -2,9 +2,10 @@
 
 Raw files are fetched once into ``<cache>/raw/<task>`` and checked against ``task.toml``'s
 checksums, so every agent trains and is scored on the same bytes; offline clusters point
-``BENCH_DATA_MIRROR`` at a local copy laid out like ``shared/data``. The prepared data is built by
-the task's own locked ``prepare.py`` (the harness knows no dataset) into a temporary folder renamed
-into place only when complete, so a crash never leaves half-written data.
+``BENCH_DATA_MIRROR`` at a local copy holding each file at the path its ``[[data]]`` entry's
+``mirror`` names. The prepared data is built by the task's own locked ``prepare.py`` (the harness
+knows no dataset) into a temporary folder renamed into place only when complete, so a crash never
+leaves half-written data.
 """
 
 from __future__ import annotations
@@ -50,8 +51,8 @@ def mirror_root() -> Path | None:
 def _cache_key(task: Task) -> str:
     """A task's folder in the cache: the built-in folder's name.
 
-    A pack's task by its id (ids are unique over all sources, folder names are not: a pack's copy of
-    T6 may keep T6's folder name, and must not share T6's data).
+    A pack's task goes by its id (ids are unique over all sources, folder names are not: a pack's
+    copy of T6 may keep T6's folder name, and must not share T6's data).
     """
     return task.name if task.source.builtin else f"packs/{task.id}"
 

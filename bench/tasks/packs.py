@@ -203,8 +203,8 @@ def all_tasks() -> list[Task]:
 def get_task(key: str) -> Task:
     """Find a task by id (``t6``), number (``6``) or folder name.
 
-    ``t6_time_series_forecasting``, when only one task folder has that name: a pack's copy of a task
-    may keep the original's folder name.
+    A folder name (``t6_time_series_forecasting``) counts when only one task folder has it: a
+    pack's copy of a task may keep the original's folder name.
     """
     key = key.strip().lower()
     if key.isdigit():

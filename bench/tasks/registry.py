@@ -33,8 +33,8 @@ class DataSource:
     md5: str = ""
     size: int | None = None
     required: bool = True
-    # A partial copy (e.g. the mirror's subset) fetched only when the full file named here cannot
-    # be.
+    # A partial copy (e.g. the mirror's subset), fetched only when the full file named here cannot
+    # be fetched.
     substitute_for: str = ""
     # A folder of files instead of one file: a sha256sum-format list under the mirror, paths
     # relative to ``mirror``, whose own checksum is ``manifest_sha256``. Every listed file is copied
@@ -47,7 +47,7 @@ class DataSource:
 class Weights:
     """A pretrained-weights file the harness places in the workspace's ``weights/``.
 
-    T3's DINOv3 backbones.
+    They are T3's DINOv3 backbones.
 
     The files are gated downloads, so the user installs them (``bench weights install``);
     ``sha256_prefix`` is the hash in the official file name, which torch.hub checks the same way.
