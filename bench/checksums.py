@@ -90,8 +90,8 @@ def tree_sha256(folder: Path) -> str:
     ``"<sha256>  <relative path>\n"`` per file (links followed), sorted by path; caches
     (``__pycache__``, ``*.pyc``, ``.git``...) are left out, so importing the task's code does not
     change it while editing any of its files does. The same value comes from
-    ``find . -type f ... | sed 's|^\./||' | LC_ALL=C sort | xargs sha256sum | sha256sum`` for ASCII
-    names.
+    ``find . -type f ... | sed 's|^\./||' | LC_ALL=C sort | xargs sha256sum | sha256sum`` for
+    ASCII names.
     """
     folder = Path(folder)
     manifest = "".join(f"{sha256(folder / rel)}  {rel}\n" for rel in tree_files(folder))

@@ -2,9 +2,9 @@
 
 Runs the ``baseline`` agent on T6 (its full protocol; DLinear trains in seconds) and on T1 with a
 reduced budget (the full T1 baseline needs ~18 minutes of CPU), then (:func:`finish`) prints a
-leaderboard read back from MLflow, writes the campaign's summary runs (Agg per agent, the report, as
-``bench run`` does) and says how to open the MLflow UI with a command that works from where the demo
-ran.
+leaderboard read back from MLflow, writes the campaign's summary runs (Agg per agent, the report,
+as ``bench run`` does) and says how to open the MLflow UI with a command that works from where the
+demo ran.
 """
 
 from __future__ import annotations

@@ -51,8 +51,8 @@ from pathlib import Path
 
 from bench import untrusted
 
-# collect's words for a checkpoint whose bytes the arrivals never recorded (rule 6 reads them in the
-# rejections)
+# collect's words for a checkpoint whose bytes the arrivals never recorded (rule 6 reads them in
+# the rejections)
 UNTIMED = "its bytes are not the ones the harness timed"
 
 MAX_FILES = 200_000  # a manifest stops listing here (a runaway agent must not fill the harness's memory)

@@ -68,8 +68,8 @@ KEY_SHAPES = (  # the vendors' key formats, as one alternation (the gateway's tr
 _SHAPES = r"(?<![A-Za-z0-9_\-])(?:" + KEY_SHAPES + r")"
 _SHAPE = re.compile(_SHAPES)
 _SHAPE_B = re.compile(_SHAPES.encode())
-# in bytes, each shape is looked for by its fixed prefix first (bytes.find), the regex checked only
-# there
+# in bytes, each shape is looked for by its fixed prefix first (bytes.find), the regex checked
+# only there
 _PREFIXES = (b"sk-", b"AIza", b"gho_", b"ghp_", b"ghu_", b"ghs_", b"ghr_", b"github_pat_", b"xox", b"AKIA", b"hf_")
 _PREFIXED = [(b"bench-run-", re.compile(RUN_TOKEN.pattern.encode()), "run-token")]
 _PREFIXED += [(p, _SHAPE_B, "key-shaped") for p in (*_PREFIXES, b"eyJ")]

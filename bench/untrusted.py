@@ -29,8 +29,8 @@ promises:
    :class:`Tally`, which goes to ``result.json`` and the audit.
 
 What this module does NOT promise: the content is still the agent's (a regular file may hold
-anything); the caller decides what it means. It also cannot stop a file from changing between two
-reads.
+anything); the caller decides what it means. It also cannot stop a file from changing between
+two reads.
 """
 
 from __future__ import annotations

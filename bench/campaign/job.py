@@ -48,8 +48,8 @@ CPUS_VAR = settings.CAMPAIGN_CPUS.name  # the CPU set the local executor gives a
 def spec_of(campaign: Campaign, key: RunKey, console: bool = False) -> RunSpec:
     """The description of one run of the campaign, its run directory named by the stable id.
 
-    Built by :meth:`bench.runspec.RunSpec.build`: the task's budget < the file's keys < its agent
-    entry.
+    Built by :meth:`bench.runspec.RunSpec.build`: the task's budget < the file's keys < its
+    agent entry.
     """
     entry = {"model": key.agent.model, "options": dict(key.agent.options)}
     return RunSpec.build(
@@ -200,12 +200,12 @@ def job_main(campaign: Campaign, run_id: str, *, console: bool = True) -> int:
 
     Started by an executor, never by hand.
 
-    It takes the CPU set the local executor gave it (``BENCH_CAMPAIGN_CPUS``: inherited by the agent
-    and the scorer) and ignores SIGUSR2, the signal submitit asks Slurm to send before a time limit
-    (its default action would end the harness, and the scorer and the agent, which inherit the
-    setting, mid-step): submitit's own process handles it (:mod:`bench.campaign.slurm`). 0: the run
-    is final; 1: it is not (an infrastructure failure); 130: stopped by a signal after what it could
-    finish.
+    It takes the CPU set the local executor gave it (``BENCH_CAMPAIGN_CPUS``: inherited by the
+    agent and the scorer) and ignores SIGUSR2, the signal submitit asks Slurm to send before a time
+    limit (its default action would end the harness, and the scorer and the agent, which inherit
+    the setting, mid-step): submitit's own process handles it (:mod:`bench.campaign.slurm`). 0: the
+    run is final; 1: it is not (an infrastructure failure); 130: stopped by a signal after what it
+    could finish.
     """
     cpus = settings.CAMPAIGN_CPUS.get()
     if cpus and hasattr(os, "sched_setaffinity"):

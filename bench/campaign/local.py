@@ -196,9 +196,9 @@ class LocalExecutor:
         """A run left to a harness in another process is taken back when that harness ends.
 
         Counted if it ended the run, else queued first (its job resumes it). Why wait rather than
-        leave it: a harness killed just now (a lost node, ``kill -9`` of the campaign and ``resume``
-        at once) can outlive the kill by a moment, and a resume must still bring every run to its
-        end.
+        leave it: a harness killed just now (a lost node, ``kill -9`` of the campaign and
+        ``resume`` at once) can outlive the kill by a moment, and a resume must still bring every
+        run to its end.
         """
         for key in list(waiting):
             seen = inspect(self.campaign.run_dir(key))

@@ -189,8 +189,8 @@ class SlurmExecutor:
     def run(self, keys: list[RunKey], done_before: int = 0) -> LocalOutcome:
         """Submit ``keys`` (runs not final) and watch every job to its end.
 
-        Those with a live job are watched, not submitted again; a signal stops the watching, not the
-        jobs.
+        Those with a live job are watched, not submitted again; a signal stops the watching, not
+        the jobs.
         """
         out, attempts, estimate = LocalOutcome(), Attempts(self.campaign), Estimate(self.campaign)
         view = LiveView(self.campaign, done_before + len(keys), every_s=self.every_s)

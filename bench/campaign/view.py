@@ -44,8 +44,8 @@ class Estimate:
     def eta(self, queued: list[RunKey], running: dict[RunKey, float], slots: int) -> float:
         """Seconds until the last run ends.
 
-        The work left (queued runs whole, running ones what is left of their expected time) over the
-        slots.
+        The work left (queued runs whole, running ones what is left of their expected time) over
+        the slots.
         """
         now = time.monotonic()
         left = sum(self.expected(k) for k in queued)

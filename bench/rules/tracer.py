@@ -15,8 +15,8 @@ reaches the score, which comes from the harness's own evaluation):
   any script's name. A real script that lived shorter than the monitor's 0.5 s poll is the one
   innocent cause, said in the finding.
 
-Read from ``relay.json`` (the relay's state, in the run directory, out of the agent's reach) and the
-evidence.
+Read from ``relay.json`` (the relay's state, in the run directory, out of the agent's reach) and
+the evidence.
 """
 
 from __future__ import annotations

@@ -103,8 +103,8 @@ def fetch(source: DataSource, dest_dir: Path, *, mirror: Path | None = None, pro
     """Make ``dest_dir/source.file`` hold the genuine bytes, from ``mirror`` or ``source.url``.
 
     A file already there is trusted only if it verifies. A new copy is moved into place only once
-    verified, so a failure (a DataError saying what to do) leaves no partial file for a later run to
-    trust.
+    verified, so a failure (a DataError saying what to do) leaves no partial file for a later run
+    to trust.
     """
     dest_dir.mkdir(parents=True, exist_ok=True)
     target = dest_dir / source.file
@@ -304,8 +304,8 @@ def partial_notes(task: Task) -> list[str]:
 
     Empty when complete, or not prepared.
 
-    The task's ``prepare.py`` describes it in ``meta.json["partial_data"]``; the fetch adds what it
-    knows.
+    The task's ``prepare.py`` describes it in ``meta.json["partial_data"]``; the fetch adds what
+    it knows.
     """
     folder = prepared_dir(task)
     try:

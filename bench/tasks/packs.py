@@ -14,10 +14,10 @@ A lab adds its private tasks without editing this repository. Tasks are found, i
    are recorded.
 
 Ids are unique over all of them: a second folder declaring an id already taken (a pack shadowing a
-built-in task, or two packs) is an error naming both sources, never a silent choice. The same folder
-reached twice (the repository's ``tasks/`` on the path too) is one task. Every run records its
-task's source and the folder's content hash (:func:`provenance`), so a result names exactly what was
-run.
+built-in task, or two packs) is an error naming both sources, never a silent choice. The same
+folder reached twice (the repository's ``tasks/`` on the path too) is one task. Every run records
+its task's source and the folder's content hash (:func:`provenance`), so a result names exactly
+what was run.
 """
 
 from __future__ import annotations

@@ -126,8 +126,8 @@ class Task:
     # (paper rule 9); only the trusted scorer reads them
     held_out: tuple[str, ...] = ()
     source: TaskSource = BUILT_IN  # where the folder was found (bench.tasks.packs)
-    # reference points beyond the baseline: ``reference_score`` (as "paper_reference") first, then
-    # [[references]]
+    # reference points beyond the baseline: ``reference_score`` (as "paper_reference") first,
+    # then [[references]]
     references: tuple[Reference, ...] = ()
     gap_reference: str = ""  # the reference the gap closed is measured to ("": the first one)
 
