@@ -369,9 +369,9 @@ def matrix(campaign: Campaign, budget: dict[str, float] | None = None) -> str:
 
 
 def render(campaign: Campaign, published: dict[str, TokenUse] | None = None, measured: str | None = None) -> str:
-    """The plan as ``bench campaign plan`` prints it; ``measured``.
+    """The plan as ``bench campaign plan`` prints it.
 
-    The pilot experiment ``published`` comes from.
+    ``measured``: the pilot experiment ``published`` comes from.
     """
     keys, budget = campaign.runs(), budgets(campaign)
     n_agents, n_tasks = len(campaign.agents), len(campaign.task_ids)
