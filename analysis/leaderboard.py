@@ -34,6 +34,7 @@ from analysis import deviations, gap
 from analysis import published as pub
 from analysis.runs import RunSet
 from bench import protocol
+from bench.errors import InputError
 from bench.tasks.direction import Direction, relative, signs
 
 CELL_COLUMNS = (
@@ -261,6 +262,10 @@ def summary(table: pd.DataFrame) -> pd.DataFrame:
     return out.sort_values("rank", na_position="last", kind="stable").reset_index(drop=True)
 
 
+class EntryError(InputError, KeyError):
+    """An entry named (``--compare``) that the leaderboard does not hold, or holds twice; the message lists them."""
+
+
 @dataclass
 class Leaderboard:
     """Everything the tables and figures are drawn from."""
@@ -293,7 +298,7 @@ class Leaderboard:
         return self._scores.get((source, entry, task))
 
     def find(self, name: str) -> tuple[str, str]:
-        """An entry by its label, ``source:label``, or ``label [source]``; raises KeyError if unknown or ambiguous."""
+        """An entry by its label, ``source:label``, or ``label [source]``; raises EntryError if unknown or ambiguous."""
         e = self.entries(None)[["source", "entry"]].drop_duplicates()
         for source, entry in e.itertuples(index=False):
             if name in (f"{source}:{entry}", f"{entry} [{source}]"):
@@ -301,7 +306,7 @@ class Leaderboard:
         hits = e[e["entry"] == name]
         if len(hits) != 1:
             known = ", ".join(f"{s}:{n}" for s, n in e.itertuples(index=False))
-            raise KeyError(f"{'ambiguous' if len(hits) else 'unknown'} entry {name!r}; entries: {known}")
+            raise EntryError(f"{'ambiguous' if len(hits) else 'unknown'} entry {name!r}; entries: {known}")
         return tuple(hits.iloc[0])
 
 

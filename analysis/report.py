@@ -37,6 +37,7 @@ from analysis.deviations import excluded_note
 from analysis.leaderboard import AGENT, Leaderboard, build, top_two
 from analysis.render import to_markdown, write
 from analysis.runs import load
+from bench.errors import InputError
 
 FIGURE_NOTES = {
     "figure3": "Paper Figure 3: each agent entry's mean number of training scripts per task (x) against its Agg "
@@ -64,7 +65,7 @@ def _save(fig, folder: Path, name: str) -> list[Path]:
     return paths
 
 
-class ReportError(LookupError):
+class ReportError(InputError, LookupError):
     """Nothing to report, or an entry that does not exist: a message for the user, not a traceback."""
 
 

@@ -25,9 +25,14 @@ import time
 from pathlib import Path
 
 from bench import protocol
+from bench.errors import BenchError
 from bench.runspec import draw_seed
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results" / "noise"
+
+
+class SeedRunError(BenchError, RuntimeError):
+    """A seed's baseline on the small data that did not train or was not scored; the message holds its output."""
 
 
 def summarise(task_id: str, scores: dict[int, float], *, data: str, hardware: str, source: str) -> dict:
@@ -112,11 +117,11 @@ def small(task_id: str, seeds: int, say=print) -> dict[int, float]:
             )  # fmt: skip
             ckpts = sorted((ws / "checkpoints").glob("*.pt"), key=lambda p: (p.stat().st_mtime_ns, p.name))
             if proc.returncode != 0 or not ckpts:
-                raise RuntimeError(f"{task.id} seed {seed}: train.py exited {proc.returncode}: {proc.stdout[-400:]}")
+                raise SeedRunError(f"{task.id} seed {seed}: train.py exited {proc.returncode}: {proc.stdout[-400:]}")
             done, _ = _eval(ws, ckpts[-1], data)
             line, _ = one_json_line(done.stdout)
             if not line or not isinstance(line.get("value"), float):
-                raise RuntimeError(f"{task.id} seed {seed}: prepare.py --eval gave no score: {done.stdout[-400:]}")
+                raise SeedRunError(f"{task.id} seed {seed}: prepare.py --eval gave no score: {done.stdout[-400:]}")
             scores[seed] = line["value"]
             say(f"[noise] {task.id} seed {seed}: {task.metric} {line['value']:.6g}")
     return scores

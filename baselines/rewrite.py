@@ -13,8 +13,10 @@ import ast
 import json
 from typing import Any
 
+from bench.errors import InputError
 
-class ConfigError(ValueError):
+
+class ConfigError(InputError):
     """The script has no module-level ``CONFIG = {...}`` dict literal that can be read or rewritten."""
 
 

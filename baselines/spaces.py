@@ -25,8 +25,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from bench.errors import InputError
+
 Config = dict[str, Any]
 Info = dict[str, Any]  # what the driver knows: "meta" (data/meta.json of the workspace, if any)
+
+
+class SpaceError(InputError, KeyError):
+    """A task with no search space (the optuna baseline tunes the seven tasks it has one for)."""
 
 
 @dataclass(frozen=True)
@@ -384,7 +390,7 @@ def get_space(task_id: str) -> Space:
     try:
         return SPACES[task_id]
     except KeyError:
-        raise KeyError(f"no search space for task {task_id!r}; known: {', '.join(sorted(SPACES))}") from None
+        raise SpaceError(f"no search space for task {task_id!r}; known: {', '.join(sorted(SPACES))}") from None
 
 
 def epochs_that_fit(seconds: float, epoch_seconds: float) -> int:

@@ -1,5 +1,8 @@
-"""File checksums, computed in one place: the data fetcher, the weights installer and the rule-1 audit
-all ask the same question ("are these the bytes we expect?") and must answer it the same way."""
+"""File checksums, computed in one place.
+
+The data fetcher, the weights installer and the rule-1 audit all ask the same question ("are these
+the bytes we expect?") and must answer it the same way.
+"""
 
 from __future__ import annotations
 
@@ -18,20 +21,26 @@ class Digest:
         self.size = 0
 
     def update(self, chunk: bytes) -> None:
+        """Add the next bytes to both digests and the size."""
         self._sha256.update(chunk)
         self._md5.update(chunk)
         self.size += len(chunk)
 
     @property
     def sha256(self) -> str:
+        """The sha256 of the bytes so far, in hex."""
         return self._sha256.hexdigest()
 
     @property
     def md5(self) -> str:
+        """The md5 of the bytes so far, in hex (for published md5 sums)."""
         return self._md5.hexdigest()
 
     def mismatches(self, size: int | None = None, sha256: str = "", md5: str = "") -> list[str]:
-        """One 'what: expected X, got Y' entry per declared property (empty = not declared) the bytes do not match."""
+        """One 'what: expected X, got Y' entry per declared property the bytes do not match.
+
+        A property given empty (or None) is not declared.
+        """
         want = {"size": size, "sha256": sha256.lower(), "md5": md5.lower()}
         got = {"size": self.size, "sha256": self.sha256, "md5": self.md5}
         return [f"{k}: expected {v}, got {got[k]}" for k, v in want.items() if v not in (None, "") and v != got[k]]
@@ -55,7 +64,8 @@ def sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-# Left out of a folder's hash: files that running or testing the code writes beside it, not the task's content.
+# Left out of a folder's hash: files that running or testing the code writes beside it, not the
+# task's content.
 TREE_SKIP_DIRS = frozenset({"__pycache__", ".git", ".pytest_cache", ".mypy_cache", ".ruff_cache"})
 TREE_SKIP_SUFFIXES = (".pyc", ".pyo")
 
@@ -74,12 +84,15 @@ def tree_files(folder: Path) -> list[str]:
 
 
 def tree_sha256(folder: Path) -> str:
-    """One sha256 for a folder's content (a task folder), so that a result names exactly which task was run.
+    r"""One sha256 for a folder's content (a task folder), so that a result names the task that ran.
 
-    It is the sha256 of the folder's ``sha256sum``-style manifest: one line ``"<sha256>  <relative path>\\n"``
-    per file (links followed), sorted by path; caches (``__pycache__``, ``*.pyc``, ``.git``...) are left out, so
-    importing the task's code does not change it while editing any of its files does. The same value comes from
-    ``find . -type f ... | sed 's|^\\./||' | LC_ALL=C sort | xargs sha256sum | sha256sum`` for ASCII names."""
+    It is the sha256 of the folder's ``sha256sum``-style manifest: one line
+    ``"<sha256>  <relative path>\n"`` per file (links followed), sorted by path; caches
+    (``__pycache__``, ``*.pyc``, ``.git``...) are left out, so importing the task's code does not
+    change it while editing any of its files does. The same value comes from
+    ``find . -type f ... | sed 's|^\./||' | LC_ALL=C sort | xargs sha256sum | sha256sum`` for
+    ASCII names.
+    """
     folder = Path(folder)
     manifest = "".join(f"{sha256(folder / rel)}  {rel}\n" for rel in tree_files(folder))
     return hashlib.sha256(manifest.encode()).hexdigest()

@@ -1,9 +1,10 @@
 """``bench demo``: the whole pipeline on a laptop-class CPU in about ten minutes.
 
-Runs the ``baseline`` agent on T6 (its full protocol; DLinear trains in seconds) and on T1
-with a reduced budget (the full T1 baseline needs ~18 minutes of CPU), then (:func:`finish`) prints a
-leaderboard read back from MLflow, writes the campaign's summary runs (Agg per agent, the report, as
-``bench run`` does) and says how to open the MLflow UI with a command that works from where the demo ran.
+Runs the ``baseline`` agent on T6 (its full protocol; DLinear trains in seconds) and on T1 with a
+reduced budget (the full T1 baseline needs ~18 minutes of CPU), then (:func:`finish`) prints a
+leaderboard read back from MLflow, writes the campaign's summary runs (Agg per agent, the report,
+as ``bench run`` does) and says how to open the MLflow UI with a command that works from where the
+demo ran.
 """
 
 from __future__ import annotations
@@ -18,8 +19,10 @@ from bench.tasks import get_task
 
 
 def ui_hint() -> str:
-    """How to open the UI from here: ``bench`` is on PATH only in an activated environment; ``make ui`` works from
-    the checkout, the environment's own ``bench`` from anywhere."""
+    """How to open the UI from here: ``bench`` is on PATH only in an activated environment.
+
+    ``make ui`` works from the checkout, the environment's own ``bench`` from anywhere.
+    """
     bench = Path(sys.executable).parent / "bench"
     found = shutil.which("bench")
     if not bench.exists() or (found and Path(found).resolve() == bench.resolve()):
@@ -48,6 +51,7 @@ def finish(campaign: str, baselines: dict[str, float]) -> None:
 
 
 def demo(t1_budget_s: float = 480.0, campaign: str = "demo") -> int:
+    """``bench demo``: the baseline agent on T6 and T1 (a reduced budget) in one campaign."""
     t6, t1 = get_task("t6"), get_task("t1")
     print(
         f"== 1GC-7RC demo: baseline agent on {t6.id} (full, budget {t6.budget_minutes:g} min) and on {t1.id} "

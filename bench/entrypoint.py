@@ -1,14 +1,15 @@
-"""The ``bench`` executable around :func:`bench.cli.main`: output into a closed pipe, and a quick exit.
+"""The ``bench`` executable around :func:`bench.cli.main`: a closed pipe, and a quick exit.
 
 Two things a command line is expected to get right that Python does not by default:
 
-- ``bench tasks | head -1`` or ``bench run ... | less`` closed early: Python raises BrokenPipeError at the next
-  print, which for ``bench run`` would end the harness in the middle of a run. Here the output goes on into
-  ``/dev/null`` instead, the command carries on (a run is still recorded; the run directory's logs have
-  everything), and its exit status is its own.
-- Tearing down an interpreter that loaded MLflow, pandas and matplotlib (about 2,600 modules) took 0.7 s here after
-  every command. Once the command is done and no other thread is left, the exit handlers run (MLflow's, logging's),
-  the streams are flushed and the process ends. With another thread still alive the ordinary exit waits for it.
+- ``bench tasks | head -1`` or ``bench run ... | less`` closed early: Python raises BrokenPipeError
+  at the next print, which for ``bench run`` would end the harness in the middle of a run. Here the
+  output goes on into ``/dev/null`` instead, the command carries on (a run is still recorded; the
+  run directory's logs have everything), and its exit status is its own.
+- Tearing down an interpreter that loaded MLflow, pandas and matplotlib (about 2,600 modules) took
+  0.7 s here after every command. Once the command is done and no other thread is left, the exit
+  handlers run (MLflow's, logging's), the streams are flushed and the process ends. With another
+  thread still alive the ordinary exit waits for it.
 """
 
 from __future__ import annotations
@@ -21,13 +22,14 @@ from typing import TextIO
 
 
 class PipeGuard:
-    """A text stream that, once its reader has gone (EPIPE), sends the rest to /dev/null instead of raising."""
+    """A text stream that sends the rest to /dev/null, not an error, once its reader is gone."""
 
     def __init__(self, stream: TextIO) -> None:
         self._stream = stream
         self.closed_by_reader = False
 
     def write(self, text: str) -> int:
+        """Write ``text``, or count it as written once the reader has gone."""
         try:
             return self._stream.write(text)
         except BrokenPipeError:
@@ -35,6 +37,7 @@ class PipeGuard:
             return len(text)
 
     def flush(self) -> None:
+        """Flush, into /dev/null once the reader has gone."""
         try:
             self._stream.flush()
         except BrokenPipeError:

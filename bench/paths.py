@@ -1,8 +1,8 @@
 """Where things live: the project root, the task folders, the cache and the tracking store.
 
-Every location can be moved with an environment variable (:mod:`bench.settings`: ``BENCH_TASKS_DIR``,
-``BENCH_CACHE_DIR``, ``BENCH_MLRUNS_DIR``, ``BENCH_WORKSPACES_DIR``), so that a cluster user can put caches on
-scratch space and point several machines at one tracking server.
+Every location can be moved with an environment variable (:mod:`bench.settings`:
+``BENCH_TASKS_DIR``, ``BENCH_CACHE_DIR``, ``BENCH_MLRUNS_DIR``, ``BENCH_WORKSPACES_DIR``), so that a
+cluster user can put caches on scratch space and point several machines at one tracking server.
 """
 
 from __future__ import annotations
@@ -25,7 +25,10 @@ def cache_dir() -> Path:
 
 
 def mlruns_dir() -> Path:
-    """The embedded tracking store: SQLite database plus artifacts (``BENCH_MLRUNS_DIR`` overrides)."""
+    """The embedded tracking store: SQLite database plus artifacts.
+
+    ``BENCH_MLRUNS_DIR`` overrides.
+    """
     return settings.MLRUNS_DIR.get().resolve()
 
 
@@ -35,5 +38,8 @@ def workspaces_dir() -> Path:
 
 
 def clis_dir() -> Path:
-    """Where the agents' CLIs are installed, one folder per name and version (``BENCH_CLI_DIR`` overrides)."""
+    """Where the agents' CLIs are installed, one folder per name and version.
+
+    ``BENCH_CLI_DIR`` overrides.
+    """
     return settings.CLI_DIR.get().resolve()

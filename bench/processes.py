@@ -1,12 +1,14 @@
 """Process control of one agent run: find its whole process tree, end it, reap it.
 
-Why more than ``proc.kill()``: agents start training scripts and may detach them (nohup, setsid, double fork,
-``&`` in a shell that exits). Three nets catch them: the agent runs in its own session (``start_new_session``),
-:func:`become_subreaper` keeps orphans as children of the harness, and ``BENCH_RUN_TOKEN=<uuid>`` (in the agent's
-env only, never in the harness's ``os.environ``) is inherited by descendants and found by :func:`find_tree`.
-A process that scrubs its environment *and* leaves the session still escapes these nets (no audit detects it yet).
+Why more than ``proc.kill()``: agents start training scripts and may detach them (nohup, setsid,
+double fork, ``&`` in a shell that exits). Three nets catch them: the agent runs in its own session
+(``start_new_session``), :func:`become_subreaper` keeps orphans as children of the harness, and
+``BENCH_RUN_TOKEN=<uuid>`` (in the agent's env only, never in the harness's ``os.environ``) is
+inherited by descendants and found by :func:`find_tree`. A process that scrubs its environment *and*
+leaves the session still escapes these nets (no audit detects it yet).
 
-Used by the watchdog (the budget), the runner (the end of every run) and the optuna agent (ending a pruned trial).
+Used by the watchdog (the budget), the runner (the end of every run) and the optuna agent (ending a
+pruned trial).
 """
 
 from __future__ import annotations
@@ -31,9 +33,13 @@ KILL_WAIT_S = 5.0  # after SIGKILL: a process holding a GPU context can take sec
 
 
 def become_subreaper() -> bool:
-    """Re-parent orphans to this process instead of init so detached scripts stay reachable; False if impossible.
+    """Re-parent orphans to this process instead of init so detached scripts stay reachable.
 
-    Process-wide; orphans that exit stay zombies of the harness until reaped (:func:`end_tree` reaps the run's)."""
+    False if impossible.
+
+    Process-wide; orphans that exit stay zombies of the harness until reaped (:func:`end_tree` reaps
+    the run's).
+    """
     if not sys.platform.startswith("linux"):
         return False
     try:
@@ -47,9 +53,12 @@ def become_subreaper() -> bool:
 
 
 def find_tree(root_pid: int, token: str | None) -> list[psutil.Process]:
-    """The root, its descendants, and same-user processes whose env carries ``token`` (those that left the tree).
+    """The root, its descendants, and same-user processes whose env carries ``token``.
 
-    Never the harness itself, so a token leaking into its environment cannot make it kill itself."""
+    Those that left the tree.
+
+    Never the harness itself, so a token leaking into its environment cannot make it kill itself.
+    """
     found: dict[int, psutil.Process] = {}
     with suppress(psutil.Error):
         root = psutil.Process(root_pid)
@@ -67,7 +76,10 @@ def find_tree(root_pid: int, token: str | None) -> list[psutil.Process]:
 
 
 def running(proc: psutil.Process) -> bool:
-    """Alive and not a zombie: a zombie has ended, it only waits for its parent to collect the status."""
+    """Alive and not a zombie.
+
+    A zombie has ended, it only waits for its parent to collect the status.
+    """
     try:
         return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
@@ -75,7 +87,10 @@ def running(proc: psutil.Process) -> bool:
 
 
 def describe(procs: Iterable[psutil.Process]) -> list[dict]:
-    """pid, start time and command line of each process (for the evidence); vanished ones are skipped."""
+    """pid, start time and command line of each process (for the evidence).
+
+    Vanished ones are skipped.
+    """
     out = []
     for proc in procs:
         with suppress(psutil.Error):
@@ -84,7 +99,10 @@ def describe(procs: Iterable[psutil.Process]) -> list[dict]:
 
 
 def signal_tree(root_pid: int, procs: Iterable[psutil.Process], sig: int) -> None:
-    """Send ``sig`` to the root's process group (never our own) and to each process; vanished ones are skipped."""
+    """Send ``sig`` to the root's process group (never our own) and to each process.
+
+    Vanished ones are skipped.
+    """
     if root_pid > 1 and root_pid != os.getpgrp():
         with suppress(OSError):  # the group may be gone (or never was one): the per-process signals still apply
             os.killpg(root_pid, sig)
@@ -101,8 +119,11 @@ def _exited_unreaped(pid: int) -> bool:
 
 
 def _wait(procs: list[psutil.Process], timeout: float, root_pid: int) -> list[psutil.Process]:
-    """Survivors after up to ``timeout`` s. ``wait_procs`` reaps our children: fine for re-parented orphans, but a
-    root that is our child is polled with ``waitid(WNOWAIT)``, else its ``Popen`` would report exit status 0."""
+    """Survivors after up to ``timeout`` s.
+
+    ``wait_procs`` reaps our children: fine for re-parented orphans, but a root that is our child is
+    polled with ``waitid(WNOWAIT)``, else its ``Popen`` would report exit status 0.
+    """
     me, roots, others = os.getpid(), [], []
     for p in procs:
         with suppress(psutil.Error):
@@ -121,7 +142,10 @@ def _wait(procs: list[psutil.Process], timeout: float, root_pid: int) -> list[ps
 
 
 def _reap(root_pid: int, pids: set[int]) -> None:
-    """Collect zombies of the run that are our children (orphans re-parented to us), except the ``Popen`` root."""
+    """Collect the run's zombies that are our children (orphans re-parented to us), not the root.
+
+    The ``Popen`` root is left to its ``Popen``.
+    """
     with suppress(psutil.Error):
         for child in [c for c in psutil.Process().children() if c.pid != root_pid]:
             with suppress(OSError, psutil.Error):
@@ -131,9 +155,13 @@ def _reap(root_pid: int, pids: set[int]) -> None:
 
 
 def end_tree(root_pid: int, token: str | None, *, term_timeout: float = 5.0) -> list[int]:
-    """SIGTERM the run, give it ``term_timeout`` s, SIGKILL survivors (rescanning: dying shells spawn); pids ended.
+    """SIGTERM the run, give it ``term_timeout`` s, SIGKILL survivors; the pids ended.
 
-    Used at the end of every run, timed out or not. Any process may vanish at any point; that is never an error."""
+    Survivors are looked for again (dying shells spawn).
+
+    Used at the end of every run, timed out or not. Any process may vanish at any point; that is
+    never an error.
+    """
     seen = {p.pid: p for p in find_tree(root_pid, token) if running(p)}
     signal_tree(root_pid, seen.values(), signal.SIGTERM)
     survivors = _wait(list(seen.values()), term_timeout, root_pid)

@@ -32,6 +32,7 @@ class StatusLine:
             self.fields.update({k: str(v) for k, v in fields.items()})
 
     def update(self, elapsed_s: float, left_s: float) -> None:
+        """Redraw the line with the time elapsed and left (every ``every_s`` off a terminal)."""
         extra = shown("".join(f" | {k} {v}" for k, v in self.fields.items()))
         text = f"[{self.label}] {fmt_s(elapsed_s)} elapsed | {fmt_s(left_s)} left{extra}"
         with self._lock:
@@ -47,8 +48,11 @@ class StatusLine:
                 self.stream.flush()
 
     def print(self, line: str, stream: TextIO | None = None) -> None:
-        """Print a line of output above the status line, through the console filter (:func:`bench.markup.shown`:
-        no escape sequence, control character or bidirectional control of the agent's reaches the terminal)."""
+        """Print a line of output above the status line, through the console filter.
+
+        The filter (:func:`bench.markup.shown`) lets no escape sequence, control character or
+        bidirectional control of the agent's reach the terminal.
+        """
         out = stream or sys.stdout
         line = shown(line, lines=True)
         with self._lock:
@@ -62,6 +66,7 @@ class StatusLine:
                 self.stream.flush()
 
     def close(self) -> None:
+        """Clear the line from the terminal."""
         with self._lock:
             if self.enabled and self.tty and self._text:
                 self.stream.write("\r\x1b[K")

@@ -1,14 +1,15 @@
 """The paper's protocol facts of a run, and how a run deviates from them.
 
-The paper's results are comparable because every run had the same budget, hardware and rules (§3.4, Appendix B:
-one NVIDIA A100 80 GB, the task's own wall-clock budget, isolation). A run made otherwise is still useful (a
-CPU smoke test, a shorter pilot, a partial dataset) but must never sit unmarked beside the published rows. This
-module names each deviation once; the record step writes them as tags (:mod:`bench.tracking.schema`) and the
-reports mark and, for ``--published`` comparisons, leave out such runs.
+The paper's results are comparable because every run had the same budget, hardware and rules (§3.4,
+Appendix B: one NVIDIA A100 80 GB, the task's own wall-clock budget, isolation). A run made
+otherwise is still useful (a CPU smoke test, a shorter pilot, a partial dataset) but must never sit
+unmarked beside the published rows. This module names each deviation once; the record step writes
+them as tags (:mod:`bench.tracking.schema`) and the reports mark and, for ``--published``
+comparisons, leave out such runs.
 
-The hardware is described, and the evaluation device chosen (:func:`default_device`), without importing torch
-(``nvidia-smi`` for a GPU, ``/proc/cpuinfo`` for a CPU), so that the harness does not pay a torch import to say
-what it runs on.
+The hardware is described, and the evaluation device chosen (:func:`default_device`), without
+importing torch (``nvidia-smi`` for a GPU, ``/proc/cpuinfo`` for a CPU), so that the harness does
+not pay a torch import to say what it runs on.
 """
 
 from __future__ import annotations
@@ -26,10 +27,11 @@ BUDGET, HARDWARE, SANDBOX, PARTIAL = "budget", "hardware", "sandbox", "partial-d
 CUT_SHORT = "cut-short"  # the harness, not the agent or the budget, ended the agent's time (a signal, its death)
 KINDS = (BUDGET, HARDWARE, SANDBOX, PARTIAL, CUT_SHORT)
 
-# The in-sandbox protocol: the variables the harness gives the agent's processes (bench/pipeline/launch.py) and
-# those the tracer hook sets for the scripts it traces. They are the run's wiring, not user settings (those are in
-# bench/settings.py). The hook (bench/tracking/hook/, stdlib only, inside the sandbox) spells them itself;
-# tests/bench/test_protocol.py checks that its names are these.
+# The in-sandbox protocol: the variables the harness gives the agent's processes
+# (bench/pipeline/launch.py) and those the tracer hook sets for the scripts it traces. They are the
+# run's wiring, not user settings (those are in bench/settings.py). The hook (bench/tracking/hook/,
+# stdlib only, inside the sandbox) spells them itself; tests/bench/test_protocol.py checks that its
+# names are these.
 RUN_TOKEN_VAR = "BENCH_RUN_TOKEN"  # marks every process of a run (bench.processes finds and ends them by it)
 WORKSPACE_VAR = "BENCH_WORKSPACE"  # the agent's workspace
 SPOOL_DIR_VAR = "BENCH_SPOOL_DIR"  # where traced scripts append their events (bench.tracking.relay reads them)
@@ -37,8 +39,9 @@ BUDGET_VAR = "BENCH_BUDGET_S"  # the agent's budget, seconds
 STARTED_AT_VAR = "BENCH_STARTED_AT"  # time.time() at the launch
 PROMPT_VAR = "BENCH_PROMPT"  # the task prompt, for the command agent's own command
 TRACE_STDOUT_VAR = "BENCH_TRACE_STDOUT"  # "0": the tracer leaves stdout alone
-# the run's recorded seed (RunSpec.seed): a seeded agent's repeat (baseline, optuna; command with --seed) trains with
-# it; the tasks' train.py read it through task_helpers.run_seed, so repeats measure the task's run-to-run noise
+# the run's recorded seed (RunSpec.seed): a seeded agent's repeat (baseline, optuna; command with
+# --seed) trains with it; the tasks' train.py read it through task_helpers.run_seed, so repeats
+# measure the task's run-to-run noise
 SEED_VAR = "BENCH_SEED"
 # set by the tracer hook for the script it traces and its children, never passed on by the harness:
 SPOOL_FILE_VAR = "BENCH_SPOOL_FILE"  # this script's spool file
@@ -65,8 +68,10 @@ IN_SANDBOX = (
 
 
 def from_harness(name: str) -> str:
-    """What the harness (or the tracer) passed this process under one of the :data:`IN_SANDBOX` names ("" if
-    nothing): for code that runs as the agent, such as the optuna baseline's driver."""
+    """What the harness (or the tracer) passed this process under an :data:`IN_SANDBOX` name.
+
+    "" if nothing. For code that runs as the agent, such as the optuna baseline's driver.
+    """
     if name not in IN_SANDBOX:
         raise KeyError(f"{name} is not an in-sandbox protocol variable (user settings: bench.settings)")
     return os.environ.get(name, "")
@@ -74,7 +79,10 @@ def from_harness(name: str) -> str:
 
 @dataclass(frozen=True)
 class Deviation:
-    """One way a run left the paper's protocol: ``kind`` (one of :data:`KINDS`) and a sentence saying how."""
+    """One way a run left the paper's protocol.
+
+    ``kind`` (one of :data:`KINDS`) and a sentence saying how.
+    """
 
     kind: str
     note: str
@@ -84,7 +92,7 @@ class Deviation:
 
 
 def is_paper_gpu(name: str) -> bool:
-    """True for the paper's GPU class (an A100 with 80 GB), whatever the vendor string's exact spelling."""
+    """True for the paper's GPU class (an A100 with 80 GB), however the vendor string spells it."""
     n = name.upper().replace(" ", "").replace("-", "")
     return "A100" in n and "80G" in n
 
@@ -100,9 +108,11 @@ def deviations(
 ) -> list[Deviation]:
     """How a run deviates from the protocol; empty for a run the paper would have counted.
 
-    ``cut_short_at_s``: when the harness was interrupted (a signal) or died (and ``bench run --resume`` finished the
-    run), the seconds into the run at which that happened. Before the budget's end the agent may not have had its
-    whole budget: the run is then a measurement of the infrastructure as much as of the agent, and is marked."""
+    ``cut_short_at_s``: when the harness was interrupted (a signal) or died (and
+    ``bench run --resume`` finished the run), the seconds into the run at which that happened.
+    Before the budget's end the agent may not have had its whole budget: the run is then a
+    measurement of the infrastructure as much as of the agent, and is marked.
+    """
     out = []
     if abs(budget_s - task_budget_s) > 0.5:
         out.append(Deviation(BUDGET, f"{budget_s / 60:g} min instead of the task's {task_budget_s / 60:g} min"))
@@ -124,10 +134,13 @@ def deviations(
 
 
 def describe_hardware(device: str) -> str:
-    """What the evaluation device is, in words: ``NVIDIA A100-SXM4-80GB`` or ``cpu (AMD EPYC 7742, 16 cores)``.
+    """What the evaluation device is, in words.
+
+    ``NVIDIA A100-SXM4-80GB`` or ``cpu (AMD EPYC 7742, 16 cores)``.
 
     For ``cuda`` it is the first GPU the run may see (``CUDA_VISIBLE_DEVICES`` honoured), read from
-    ``nvidia-smi``; when that is missing or fails the answer is ``cuda (unknown GPU)``."""
+    ``nvidia-smi``; when that is missing or fails the answer is ``cuda (unknown GPU)``.
+    """
     if device.startswith("cuda"):
         return _gpu_name() or "cuda (unknown GPU)"
     return f"cpu ({_cpu_model()}, {os.cpu_count() or 1} cores)"
@@ -166,12 +179,15 @@ def _cpu_model() -> str:
 
 
 def default_device() -> str:
-    """``cuda`` when this machine has a GPU that torch can use, else ``cpu``: what ``torch.cuda.is_available()``
-    says, read without importing torch (2.7 s of a `bench run` that takes seconds, issue #16).
+    """``cuda`` when this machine has a GPU that torch can use, else ``cpu``.
 
-    The answer is ``cuda`` when the installed torch is a CUDA (or ROCm) build (its ``torch/version.py``), the
-    run may see a device (``CUDA_VISIBLE_DEVICES`` is not empty or ``-1``) and the driver shows one
-    (``/proc/driver/nvidia/gpus/*``, else ``nvidia-smi -L``; ``/dev/kfd`` for ROCm). ``--device`` overrides it.
+    What ``torch.cuda.is_available()`` says, read without importing torch (2.7 s of a `bench run`
+    that takes seconds, issue #16).
+
+    The answer is ``cuda`` when the installed torch is a CUDA (or ROCm) build (its
+    ``torch/version.py``), the run may see a device (``CUDA_VISIBLE_DEVICES`` is not empty or
+    ``-1``) and the driver shows one (``/proc/driver/nvidia/gpus/*``, else ``nvidia-smi -L``;
+    ``/dev/kfd`` for ROCm). ``--device`` overrides it.
     """
     import importlib.util
 

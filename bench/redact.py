@@ -1,32 +1,37 @@
 """One redactor of the run's secrets, for every string and file the harness records.
 
-Why one: an agent that can read a key can print it anywhere the harness later copies: a metric or param name, a
-script's source, its output tail, a checkpoint's bytes, its final message. Each of those reached the tracking store
-through a different path, and each path had (or lacked) its own filter. Here is the one list of what is secret and
-the one function that removes it; :mod:`bench.tracking.writer` (the only MLflow writer) passes every name, value,
-text and uploaded file through it, and :meth:`bench.result.RunResult.write` passes ``result.json`` through it.
+Why one: an agent that can read a key can print it anywhere the harness later copies: a metric or
+param name, a script's source, its output tail, a checkpoint's bytes, its final message. Each of
+those reached the tracking store through a different path, and each path had (or lacked) its own
+filter. Here is the one list of what is secret and the one function that removes it;
+:mod:`bench.tracking.writer` (the only MLflow writer) passes every name, value, text and uploaded
+file through it, and :meth:`bench.result.RunResult.write` passes ``result.json`` through it.
 
 What is secret:
 
-- every credential value of the harness's environment (the names of :data:`CREDENTIAL_VARS`, and any name ending in
-  ``_API_KEY``/``_TOKEN``/``_KEY`` or holding ``SECRET``/``PASSWORD``/``PASSWD``; a database URL's password
-  (``scheme://user:PASSWORD@host``) in any variable), read when asked, so that ``bench record`` in another process
-  redacts what the run's harness would have;
-- values registered by this process (:func:`register`): the gateway's per-run tokens, a login's access token;
-- anything shaped like a run token (``bench-run-`` and 32 hex digits: a past run's token is worthless, but it is
-  the agent's credential while the run lives) or like a vendor key (``sk-...``, ``AIza...``, JWTs, ...).
+- every credential value of the harness's environment (the names of :data:`CREDENTIAL_VARS`, and any
+  name ending in ``_API_KEY``/``_TOKEN``/``_KEY`` or holding ``SECRET``/``PASSWORD``/``PASSWD``; a
+  database URL's password (``scheme://user:PASSWORD@host``) in any variable), read when asked, so
+  that ``bench record`` in another process redacts what the run's harness would have;
+- values registered by this process (:func:`register`): the gateway's per-run tokens, a login's
+  access token;
+- anything shaped like a run token (``bench-run-`` and 32 hex digits: a past run's token is
+  worthless, but it is the agent's credential while the run lives) or like a vendor key (``sk-...``,
+  ``AIza...``, JWTs, ...).
 
-Values shorter than 8 characters are never redacted (they would take words with them). A secret is replaced by
-``[redacted:NAME]`` (NAME: the variable it came from, ``run-token``, or ``key-shaped``); in a metric, param or tag
-*name*, by ``redacted-NAME`` (MLflow's key characters). Both its raw form and its JSON-escaped form are found.
+Values shorter than 8 characters are never redacted (they would take words with them). A secret is
+replaced by ``[redacted:NAME]`` (NAME: the variable it came from, ``run-token``, or ``key-shaped``);
+in a metric, param or tag *name*, by ``redacted-NAME`` (MLflow's key characters). Both its raw form
+and its JSON-escaped form are found.
 
-Files: :func:`redacted_file` streams a file once in 1 MiB pieces (with an overlap, so a secret cut by a piece
-boundary is still found) and returns either the file itself (nothing found) or a redacted copy in a folder the
-caller owns; binary files (checkpoints) included: their bytes then differ from the file the evaluation scored,
-which is the point. Files larger than :data:`SHAPES_UP_TO` (16 MiB: checkpoints) are searched for the known secrets
-and run tokens only, not for vendor key shapes (each shape is one more pass over the bytes). Measured on the
-2-core machine, shared and loaded: about 25-60 MiB/s per literal searched (``bytes.find``), so a 100 MiB checkpoint
-with one key in the environment costs a few seconds at the record step.
+Files: :func:`redacted_file` streams a file once in 1 MiB pieces (with an overlap, so a secret cut
+by a piece boundary is still found) and returns either the file itself (nothing found) or a redacted
+copy in a folder the caller owns; binary files (checkpoints) included: their bytes then differ from
+the file the evaluation scored, which is the point. Files larger than :data:`SHAPES_UP_TO` (16 MiB:
+checkpoints) are searched for the known secrets and run tokens only, not for vendor key shapes (each
+shape is one more pass over the bytes). Measured on the 2-core machine, shared and loaded: about
+25-60 MiB/s per literal searched (``bytes.find``), so a 100 MiB checkpoint with one key in the
+environment costs a few seconds at the record step.
 """
 
 from __future__ import annotations
@@ -63,7 +68,8 @@ KEY_SHAPES = (  # the vendors' key formats, as one alternation (the gateway's tr
 _SHAPES = r"(?<![A-Za-z0-9_\-])(?:" + KEY_SHAPES + r")"
 _SHAPE = re.compile(_SHAPES)
 _SHAPE_B = re.compile(_SHAPES.encode())
-# in bytes, each shape is looked for by its fixed prefix first (bytes.find), the regex checked only there
+# in bytes, each shape is looked for by its fixed prefix first (bytes.find), the regex checked
+# only there
 _PREFIXES = (b"sk-", b"AIza", b"gho_", b"ghp_", b"ghu_", b"ghs_", b"ghr_", b"github_pat_", b"xox", b"AKIA", b"hf_")
 _PREFIXED = [(b"bench-run-", re.compile(RUN_TOKEN.pattern.encode()), "run-token")]
 _PREFIXED += [(p, _SHAPE_B, "key-shaped") for p in (*_PREFIXES, b"eyJ")]
@@ -74,14 +80,17 @@ _lock = threading.Lock()
 
 
 def register(value: str, name: str) -> None:
-    """Add a secret this process knows (a gateway token, a login's access token); named ``name`` when redacted."""
+    """Add a secret this process knows (a gateway token, a login's access token).
+
+    Named ``name`` when redacted.
+    """
     if value and len(value) >= MIN_LEN:
         with _lock:
             _registered[value] = name
 
 
 def env_secrets(env: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The credential values of ``env`` (default: this process's), each with the variable it came from."""
+    """The credential values of ``env`` (default: this process's), each with its variable's name."""
     env = os.environ if env is None else env
     out: dict[str, str] = {}
     for name, value in env.items():
@@ -129,10 +138,12 @@ class Redactor:
         return _SHAPE.sub(mark.format("key-shaped"), s)
 
     def matches(self, b: bytes) -> list[tuple[int, int, str]]:
-        """(start, end, name) of every secret, run token and key shape in ``b``, sorted, overlaps removed.
+        """(start, end, name) of each secret, run token and key shape in ``b``, sorted, no overlaps.
 
-        Found by ``bytes.find`` of each literal (a secret, a shape's fixed prefix) and a regex check only where one
-        is: a regex alternation scanned over a checkpoint's random bytes ran at 8 MiB/s on the 2-core machine."""
+        Found by ``bytes.find`` of each literal (a secret, a shape's fixed prefix) and a regex check
+        only where one is: a regex alternation scanned over a checkpoint's random bytes ran at 8
+        MiB/s on the 2-core machine.
+        """
         found: list[tuple[int, int, str]] = []
         for v in self._literals:
             i = b.find(v)
@@ -164,10 +175,14 @@ class Redactor:
         return b"".join([*parts, b[at:]])
 
     def found(self, b: bytes) -> bool:
+        """Whether ``b`` holds any secret, run token or key shape."""
         return bool(self.matches(b))
 
     def literal(self) -> Redactor:
-        """This redactor without the vendor key shapes (bytes of large files: each shape is one more pass)."""
+        """This redactor without the vendor key shapes.
+
+        Bytes of large files: each shape is one more pass.
+        """
         r = Redactor.__new__(Redactor)
         r.__dict__.update(self.__dict__)
         r._prefixed = _PREFIXED[:1]
@@ -185,7 +200,10 @@ class Redactor:
 
     @property
     def overlap(self) -> int:
-        """Bytes kept between two pieces of a file: the longest secret or key shape that can cross a boundary."""
+        """Bytes kept between two pieces of a file.
+
+        The longest secret or key shape that can cross a boundary.
+        """
         return max(self.longest, 4096)
 
 
@@ -195,6 +213,7 @@ def redactor() -> Redactor:
 
 
 def text(s: str, key: bool = False) -> str:
+    """``s`` without the secrets known now (:meth:`Redactor.text`)."""
     return redactor().text(s, key)
 
 
@@ -202,9 +221,12 @@ SHAPES_UP_TO = 16 << 20  # bytes: larger files (checkpoints) are searched for th
 
 
 def _for_size(r: Redactor, path: Path) -> Redactor:
-    """Key shapes are looked for in files up to :data:`SHAPES_UP_TO` (sources, tails, logs); in larger ones (a
-    checkpoint's bytes) only the run's known secrets and run tokens: each shape is a pass over the bytes, and a
-    vendor key the harness does not hold is not one the agent could have been given."""
+    """Key shapes are looked for in files up to :data:`SHAPES_UP_TO` (sources, tails, logs).
+
+    In larger ones (a checkpoint's bytes) only the run's known secrets and run tokens: each shape is
+    a pass over the bytes, and a vendor key the harness does not hold is not one the agent could
+    have been given.
+    """
     try:
         big = Path(path).stat().st_size > SHAPES_UP_TO
     except OSError:
@@ -213,7 +235,10 @@ def _for_size(r: Redactor, path: Path) -> Redactor:
 
 
 def contains_secret(path: Path, r: Redactor | None = None) -> bool:
-    """Whether the regular file ``path`` holds a secret (read once, piece by piece, an overlap kept between)."""
+    """Whether the regular file ``path`` holds a secret.
+
+    Read once, piece by piece, an overlap kept between.
+    """
     r = _for_size(r or redactor(), path)
     tail = b""
     with open(path, "rb") as f:
@@ -225,12 +250,16 @@ def contains_secret(path: Path, r: Redactor | None = None) -> bool:
 
 
 def redacted_file(path: Path, dest_dir: Path, r: Redactor | None = None) -> Path:
-    """``path`` itself when it holds no secret; else a copy (same name) in ``dest_dir`` with each secret replaced.
+    """``path`` itself when it holds no secret.
 
-    Only regular files are read (a link, a FIFO or a device is returned as it is: what may be uploaded at all is the
-    hostile-input boundary's decision, :mod:`bench.untrusted`, made before). The copy is written piece by piece: a
-    secret that a piece boundary cuts is found because each piece is scanned together with the last ``overlap``
-    bytes of the one before, and those bytes are written only once their redaction is settled."""
+    Else a copy (same name) in ``dest_dir`` with each secret replaced.
+
+    Only regular files are read (a link, a FIFO or a device is returned as it is: what may be
+    uploaded at all is the hostile-input boundary's decision, :mod:`bench.untrusted`, made before).
+    The copy is written piece by piece: a secret that a piece boundary cuts is found because each
+    piece is scanned together with the last ``overlap`` bytes of the one before, and those bytes are
+    written only once their redaction is settled.
+    """
     path = Path(path)
     if path.is_symlink() or not path.is_file():
         return path

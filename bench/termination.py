@@ -1,19 +1,21 @@
 """SIGTERM and SIGINT to the harness while one run is under way: what each does, by phase.
 
-Why: SIGTERM is what a Slurm time limit, ``scancel``, a preemption or ``kill`` sends, and Python's default for it
-ends the process where it stands. Arriving during the evaluation, it used to leave no result.json, the MLflow run
-RUNNING and ``bench record`` failing. The policy:
+Why: SIGTERM is what a Slurm time limit, ``scancel``, a preemption or ``kill`` sends, and Python's
+default for it ends the process where it stands. Arriving during the evaluation, it used to leave no
+result.json, the MLflow run RUNNING and ``bench record`` failing. The policy:
 
 - before the agent is launched, a signal raises KeyboardInterrupt at once: nothing of the agent ran;
-- once it is launched, a signal is noted and never raised here. The watch (:func:`bench.pipeline.watch.watch`)
-  ends the agent's wait on it; after the wait, collect, evaluate, audit and record go on, so that result.json and
-  the closed MLflow run exist when the process ends (the runner raises KeyboardInterrupt after the record, so that
+- once it is launched, a signal is noted and never raised here. The watch
+  (:func:`bench.pipeline.watch.watch`) ends the agent's wait on it; after the wait, collect,
+  evaluate, audit and record go on, so that result.json and the closed MLflow run exist when the
+  process ends (the runner raises KeyboardInterrupt after the record, so that
   ``bench run --repeats N`` starts nothing more and exits 130);
-- a second SIGINT raises KeyboardInterrupt (a person pressing Ctrl-C again wants out now): the run directory keeps
-  its run.json and ``bench run --resume`` finishes it. SIGTERM never escalates: a scheduler that insists follows
-  with SIGKILL, which leaves the same resumable run directory;
-- if a signal came and an evaluation failed, the scorer may have been stopped by the same signal (Slurm signals
-  every process of a job): the runner then writes no result from it and leaves the run to ``--resume``.
+- a second SIGINT raises KeyboardInterrupt (a person pressing Ctrl-C again wants out now): the run
+  directory keeps its run.json and ``bench run --resume`` finishes it. SIGTERM never escalates: a
+  scheduler that insists follows with SIGKILL, which leaves the same resumable run directory;
+- if a signal came and an evaluation failed, the scorer may have been stopped by the same signal
+  (Slurm signals every process of a job): the runner then writes no result from it and leaves the
+  run to ``--resume``.
 
 The handler only appends to a list (no printing: a signal can land inside a write to stdout).
 """

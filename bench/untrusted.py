@@ -1,31 +1,36 @@
 """The one boundary through which the harness reads what an agent made.
 
-The harness runs with the host user's rights; the workspace, its ``checkpoints/``, the spool and tail files
-and every other agent-writable place are written by a process that may be hostile. Reading them with plain
-``open()`` / ``Path.read_bytes()`` / ``os.walk`` lets the agent choose what the harness reads (a link to
-``/proc/self/environ`` or ``/etc/shadow``), block it forever (a FIFO), crash it (a directory where a file
-should be, a line of 100,000 ``[``) or exhaust its memory and the store (a 1 GiB sparse file, 150,000 files).
-Every such read goes through this module, which promises:
+The harness runs with the host user's rights; the workspace, its ``checkpoints/``, the spool and
+tail files and every other agent-writable place are written by a process that may be hostile.
+Reading them with plain ``open()`` / ``Path.read_bytes()`` / ``os.walk`` lets the agent choose what
+the harness reads (a link to ``/proc/self/environ`` or ``/etc/shadow``), block it forever (a FIFO),
+crash it (a directory where a file should be, a line of 100,000 ``[``) or exhaust its memory and the
+store (a 1 GiB sparse file, 150,000 files). Every such read goes through this module, which
+promises:
 
-1. **No link is followed.** A path is opened one component at a time from ``base`` with ``O_NOFOLLOW``
-   (``openat`` through ``dir_fd``); a symbolic link anywhere on the way, or a ``..`` component, is a
-   ``link`` / ``outside`` finding. Links inside the tree are refused too: nothing the harness reads needs one.
-2. **Regular files only, never blocking.** Files are opened ``O_NONBLOCK`` (a FIFO opens at once instead of
-   waiting for a writer) and ``fstat``-ed: anything but a regular file (FIFO, socket, device, directory) is a
-   ``not-regular`` finding, and nothing is read from it.
-3. **Bytes bounded by what is really there.** A file is read up to ``limit`` bytes, where the bound applies to
-   both its apparent size (``st_size``) and its allocated size (``st_blocks * 512``): a sparse file is a
-   ``sparse`` finding (holes are not data an agent wrote) and only a bounded prefix / tail is ever read.
-4. **Counts, depth and lines bounded.** A walk stops at ``max_entries`` (``too-many``), or at ``max_seen`` entries
-   looked at or ``max_seconds`` (``too-slow``) when it keeps only what a search ``match``-es; JSON is scanned for its
-   nesting depth before ``json.loads`` (``too-deep``) and refused past a length (``too-long``); a line longer
-   than ``max_line`` is a ``too-long`` finding, not a crash or a megabyte string.
-5. **Every failure is a named, counted finding.** Nothing raises for a per-item problem: the caller gets a
-   :class:`Finding` (path, what, detail) instead of the value and counts it in a :class:`Tally`, which goes to
-   ``result.json`` and the audit.
+1. **No link is followed.** A path is opened one component at a time from ``base`` with
+   ``O_NOFOLLOW`` (``openat`` through ``dir_fd``); a symbolic link anywhere on the way, or a ``..``
+   component, is a ``link`` / ``outside`` finding. Links inside the tree are refused too: nothing
+   the harness reads needs one.
+2. **Regular files only, never blocking.** Files are opened ``O_NONBLOCK`` (a FIFO opens at once
+   instead of waiting for a writer) and ``fstat``-ed: anything but a regular file (FIFO, socket,
+   device, directory) is a ``not-regular`` finding, and nothing is read from it.
+3. **Bytes bounded by what is really there.** A file is read up to ``limit`` bytes, where the bound
+   applies to both its apparent size (``st_size``) and its allocated size (``st_blocks * 512``): a
+   sparse file is a ``sparse`` finding (holes are not data an agent wrote) and only a bounded prefix
+   / tail is ever read.
+4. **Counts, depth and lines bounded.** A walk stops at ``max_entries`` (``too-many``), or at
+   ``max_seen`` entries looked at or ``max_seconds`` (``too-slow``) when it keeps only what a search
+   ``match``-es; JSON is scanned for its nesting depth before ``json.loads`` (``too-deep``) and
+   refused past a length (``too-long``); a line longer than ``max_line`` is a ``too-long`` finding,
+   not a crash or a megabyte string.
+5. **Every failure is a named, counted finding.** Nothing raises for a per-item problem: the caller
+   gets a :class:`Finding` (path, what, detail) instead of the value and counts it in a
+   :class:`Tally`, which goes to ``result.json`` and the audit.
 
-What this module does NOT promise: the content is still the agent's (a regular file may hold anything); the
-caller decides what it means. It also cannot stop a file from changing between two reads.
+What this module does NOT promise: the content is still the agent's (a regular file may hold
+anything); the caller decides what it means. It also cannot stop a file from changing between
+two reads.
 """
 
 from __future__ import annotations
@@ -89,18 +94,23 @@ class Finding(NamedTuple):
 
 @dataclass(frozen=True)
 class Limits:
-    """Bounds on what one read may take. Defaults suit a script source or a checkpoint list, not a model."""
+    """Bounds on what one read may take.
+
+    Defaults suit a script source or a checkpoint list, not a model.
+    """
 
     max_bytes: int = 4 * 1024 * 1024
     max_entries: int = 20_000
     max_depth: int = 64
     max_line: int = 64 * 1024
-    #: a search (``walk(..., match=)``) keeps only matching files, so ``max_entries`` bounds what it keeps; these
-    #: bound what it looks at: entries (None: ``max_entries``) and seconds (None: no clock)
+    #: a search (``walk(..., match=)``) keeps only matching files, so ``max_entries`` bounds what it
+    #: keeps; these bound what it looks at: entries (None: ``max_entries``) and seconds (None: no
+    #: clock)
     max_seen: int | None = None
     max_seconds: float | None = None
-    #: a file counts as sparse when its apparent size passes twice its allocated size plus this slack (tiny
-    #: files may be inline, with st_blocks 0; a compressing filesystem may halve what a file allocates)
+    #: a file counts as sparse when its apparent size passes twice its allocated size plus this
+    #: slack (tiny files may be inline, with st_blocks 0; a compressing filesystem may halve what a
+    #: file allocates)
     sparse_slack: int = 64 * 1024
 
 
@@ -109,23 +119,29 @@ DEFAULT = Limits()
 
 @dataclass
 class Tally:
-    """Findings counted by kind, with the first few kept as examples; what ``result.json`` records."""
+    """Findings counted by kind, with the first few kept as examples.
+
+    What ``result.json`` records.
+    """
 
     keep: int = 20
     counts: Counter[str] = field(default_factory=Counter)
     examples: list[Finding] = field(default_factory=list)
 
     def add(self, finding: Finding) -> Finding:
+        """Count a finding (kept as an example while fewer than ``keep`` are); returns it."""
         self.counts[finding.what] += 1
         if len(self.examples) < self.keep:
             self.examples.append(finding)
         return finding
 
     def extend(self, findings: Iterable[Finding]) -> None:
+        """Count each of ``findings``."""
         for finding in findings:
             self.add(finding)
 
     def merge(self, other: Tally) -> None:
+        """Add another tally's counts and, room permitting, its examples."""
         self.counts.update(other.counts)
         for f in other.examples:
             if len(self.examples) < self.keep:
@@ -136,9 +152,11 @@ class Tally:
 
     @property
     def total(self) -> int:
+        """The number of findings of every kind."""
         return sum(self.counts.values())
 
     def to_dict(self) -> dict:
+        """The tally as ``result.json`` records it: total, counts by kind, examples."""
         return {
             "total": self.total,
             "counts": dict(sorted(self.counts.items())),
@@ -147,14 +165,20 @@ class Tally:
 
 
 def plain(text: str, limit: int = 300) -> str:
-    """Agent-chosen text (a file name, a link's target) as one short printable line: control characters, newlines
-    included, escaped, cut to ``limit`` characters; for ``result.json`` and the audit's evidence."""
+    """Agent-chosen text (a file name, a link's target) as one short printable line.
+
+    Control characters, newlines included, escaped, cut to ``limit`` characters; for ``result.json``
+    and the audit's evidence.
+    """
     out = "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in str(text)[:limit])
     return out[:limit]
 
 
 def _relparts(path: Path | str, base: Path) -> list[str] | Finding:
-    """The components of ``path`` below ``base``, without resolving anything (a link is not followed here)."""
+    """The components of ``path`` below ``base``, without resolving anything.
+
+    A link is not followed here.
+    """
     p = Path(path)
     if p.is_absolute():
         try:
@@ -174,7 +198,10 @@ def _open_dir(base: Path) -> int:
 
 
 def _open_fd(path: Path | str, base: Path, *, directory: bool = False) -> int | Finding:
-    """An fd for ``path`` reached from ``base`` with no link followed on the way; the caller closes it."""
+    """An fd for ``path`` reached from ``base`` with no link followed on the way.
+
+    The caller closes it.
+    """
     parts = _relparts(path, base)
     if isinstance(parts, Finding):
         return parts
@@ -227,7 +254,10 @@ def _check_regular(fd: int, shown: str, limit: int, limits: Limits, *, whole: bo
 
 
 def _sparse(st: os.stat_result, limits: Limits) -> bool:
-    """Whether a file's apparent size passes what it really holds on disk (holes an agent made with truncate)."""
+    """Whether a file's apparent size passes what it really holds on disk.
+
+    Such as the holes an agent made with truncate.
+    """
     return st.st_size > 2 * st.st_blocks * 512 + limits.sparse_slack
 
 
@@ -247,10 +277,13 @@ def describe_mode(mode: int) -> str:
 
 
 def open_regular(path: Path | str, base: Path, limits: Limits = DEFAULT) -> BinaryIO | Finding:
-    """A binary file object for a regular, non-sparse file under ``base`` of at most ``limits.max_bytes``.
+    """A binary file object for a regular, non-sparse file under ``base`` of at most the limit.
 
-    The file is opened without following any link and without blocking; the size is checked on the open fd,
-    so a rename after the check cannot swap in another file. The caller closes it (use ``with``).
+    The limit is ``limits.max_bytes``.
+
+    The file is opened without following any link and without blocking; the size is checked on the
+    open fd, so a rename after the check cannot swap in another file. The caller closes it (use
+    ``with``).
     """
     fd = _open_fd(path, Path(base))
     if isinstance(fd, Finding):
@@ -280,8 +313,11 @@ def _read_fd(fd: int, n: int) -> bytes:
 def read_bytes(
     path: Path | str, base: Path, limit: int | None = None, *, truncate: bool = False, limits: Limits = DEFAULT
 ) -> bytes | Finding:
-    """The bytes of a regular file under ``base``: all of them if at most ``limit``, else a ``too-big`` finding
-    (or, with ``truncate``, the first ``limit`` bytes). Never more than ``limit`` bytes enter memory."""
+    """The bytes of a regular file under ``base``.
+
+    All of them if at most ``limit``, else a ``too-big`` finding (or, with ``truncate``, the first
+    ``limit`` bytes). Never more than ``limit`` bytes enter memory.
+    """
     limit = limits.max_bytes if limit is None else limit
     fd = _open_fd(path, Path(base))
     if isinstance(fd, Finding):
@@ -306,7 +342,10 @@ def read_text(
 
 
 def read_text_tail(path: Path | str, base: Path, limit: int, limits: Limits = DEFAULT) -> str | Finding:
-    """The last ``limit`` bytes of a regular, non-sparse file as text: what a tail file is recorded as."""
+    """The last ``limit`` bytes of a regular, non-sparse file as text.
+
+    What a tail file is recorded as.
+    """
     fd = _open_fd(path, Path(base))
     if isinstance(fd, Finding):
         return fd
@@ -329,9 +368,9 @@ def iter_lines(
 ) -> Iterator[str | Finding]:
     """The lines of a regular file (without their newline), each at most ``max_line`` bytes.
 
-    An over-long line yields one ``too-long`` finding and is skipped to its end without being held; past
-    ``max_lines`` one ``too-many`` finding ends the iteration. A file that cannot be opened yields its finding.
-    Sparse files are refused (the holes read as NULs, megabytes of one "line").
+    An over-long line yields one ``too-long`` finding and is skipped to its end without being held;
+    past ``max_lines`` one ``too-many`` finding ends the iteration. A file that cannot be opened
+    yields its finding. Sparse files are refused (the holes read as NULs, megabytes of one "line").
     """
     max_line = limits.max_line if max_line is None else max_line
     max_lines = limits.max_entries if max_lines is None else max_lines
@@ -368,8 +407,11 @@ def iter_lines(
 
 
 def json_depth_ok(text: str, max_depth: int) -> bool:
-    """Whether ``text``'s brackets nest at most ``max_depth`` deep (strings skipped), checked in one pass
-    without recursion, so that ``json.loads`` never meets a depth that would exhaust Python's stack."""
+    """Whether ``text``'s brackets nest at most ``max_depth`` deep (strings skipped).
+
+    Checked in one pass without recursion, so that ``json.loads`` never meets a depth that would
+    exhaust Python's stack.
+    """
     if text.count("[") + text.count("{") <= max_depth:  # the common case, at C speed: cannot nest deeper
         return True
     depth = 0
@@ -397,7 +439,10 @@ def json_depth_ok(text: str, max_depth: int) -> bool:
 def loads_json(
     text: str | bytes, max_depth: int = DEFAULT.max_depth, max_len: int = DEFAULT.max_line, *, where: str = ""
 ) -> object | Finding:
-    """``json.loads`` of agent-made text, bounded: too long, too deep or invalid is a finding, never a raise."""
+    """``json.loads`` of agent-made text, bounded.
+
+    Too long, too deep or invalid is a finding, never a raise.
+    """
     import json
 
     if len(text) > max_len:
@@ -415,17 +460,19 @@ def loads_json(
 def walk(
     base: Path, limits: Limits = DEFAULT, *, sub: str | Path = "", match: Callable[[str], bool] | None = None
 ) -> tuple[list[Path], list[Finding]]:
-    """The regular files under ``base / sub`` (absolute paths, sorted per directory), following no link.
+    """The regular files under ``base / sub`` (absolute paths, sorted per directory), no link taken.
 
-    Links, FIFOs, sockets, devices and sparse files are findings, not entries; directories are descended through fds
-    opened with ``O_NOFOLLOW`` (so a directory swapped for a link mid-walk is not followed); the walk stops
-    with one ``too-many`` finding after ``max_entries`` entries (those listed so far are kept) and one
-    ``too-deep`` per directory past ``max_depth``. Memory is bounded by ``max_entries``, whatever the agent made.
+    Links, FIFOs, sockets, devices and sparse files are findings, not entries; directories are
+    descended through fds opened with ``O_NOFOLLOW`` (so a directory swapped for a link mid-walk is
+    not followed); the walk stops with one ``too-many`` finding after ``max_entries`` entries (those
+    listed so far are kept) and one ``too-deep`` per directory past ``max_depth``. Memory is bounded
+    by ``max_entries``, whatever the agent made.
 
-    A search: with ``match`` (a file's path relative to ``base``, POSIX), only matching files are kept, and only
-    they and the findings count toward ``max_entries``; what it looks at is bounded by ``Limits.max_seen`` entries
-    (``too-many``) and ``Limits.max_seconds`` (``too-slow``). Decoys that sort first (a flood of empty files) then
-    cost time, never the place of what the search is for. Every cut is a finding (:data:`CUT`).
+    A search: with ``match`` (a file's path relative to ``base``, POSIX), only matching files are
+    kept, and only they and the findings count toward ``max_entries``; what it looks at is bounded
+    by ``Limits.max_seen`` entries (``too-many``) and ``Limits.max_seconds`` (``too-slow``). Decoys
+    that sort first (a flood of empty files) then cost time, never the place of what the search is
+    for. Every cut is a finding (:data:`CUT`).
     """
     base = Path(base)
     root = base / sub if sub else base
@@ -531,8 +578,11 @@ def _link_target(name: str, dfd: int) -> str:
 
 
 class CopyBudget:
-    """The bytes and inodes a series of :func:`copy_into` calls may take together: a forged list that names
-    one inode many times (hard links) is copied once, and the total stays under ``max_bytes``."""
+    """The bytes and inodes a series of :func:`copy_into` calls may take together.
+
+    A forged list that names one inode many times (hard links) is copied once, and the total stays
+    under ``max_bytes``.
+    """
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
@@ -547,11 +597,12 @@ def copy_into(
     limits: Limits = DEFAULT,
     budget: CopyBudget | None = None,
 ) -> Path | Finding:
-    """Copy a regular agent file under ``base`` to ``dest`` (a harness-owned path) through the boundary.
+    """Copy a regular agent file under ``base`` to ``dest`` (harness-owned) through the boundary.
 
-    The copy is made from the fd opened by :func:`open_regular` (so what is copied is what was checked), in
-    chunks, never holding the file in memory. With a ``budget``, an inode already copied is a ``duplicate``
-    finding (hard links of one file named twice) and a file that would pass the budget's total is ``too-big``.
+    The copy is made from the fd opened by :func:`open_regular` (so what is copied is what was
+    checked), in chunks, never holding the file in memory. With a ``budget``, an inode already
+    copied is a ``duplicate`` finding (hard links of one file named twice) and a file that would
+    pass the budget's total is ``too-big``.
     """
     fh = open_regular(src, base, limits)
     if isinstance(fh, Finding):
@@ -580,8 +631,11 @@ def copy_into(
 
 
 def sha256_of(path: Path | str, base: Path, limits: Limits = DEFAULT) -> str | Finding:
-    """Hex sha256 of a regular, non-sparse file under ``base`` of at most ``limits.max_bytes``, read in chunks from
-    the checked fd (a FIFO named like a locked file yields a finding at once instead of blocking the harness)."""
+    """Hex sha256 of a regular, non-sparse file under ``base`` of at most ``limits.max_bytes``.
+
+    Read in chunks from the checked fd (a FIFO named like a locked file yields a finding at once
+    instead of blocking the harness).
+    """
     import hashlib
 
     fh = open_regular(path, base, limits)
@@ -598,7 +652,10 @@ def sha256_of(path: Path | str, base: Path, limits: Limits = DEFAULT) -> str | F
 
 
 def is_regular(path: Path) -> bool:
-    """Whether ``path`` itself (not what a link names) is a regular file: for listings, never for reading."""
+    """Whether ``path`` itself (not what a link names) is a regular file.
+
+    For listings, never for reading.
+    """
     try:
         return stat.S_ISREG(os.lstat(path).st_mode)
     except OSError:

@@ -1,4 +1,4 @@
-"""The import graph of the three packages: no circles, and imports point the way DESIGN.md says.
+"""The import graph of the three packages: no circles, and imports point the way CONTRIBUTING.md's "Layers" says.
 
 Every ``import`` / ``from ... import`` counts, including the ones inside functions: a lazy import only
 hides a circle from the interpreter, not from a reader. Built from the source with ``ast``; checked with

@@ -1,8 +1,10 @@
-"""The house rules a reader relies on: the fixed top-level layout (DESIGN.md) and modules small enough to
-read in one sitting (aim < 400 lines). The size is a guide, not a reason to split: a cap at 420 lines had started to
-shape modules instead of concepts (issue 30: a re-export shim, splits made for the count). So a module past the aim
-is only named in a warning (one concept may need more); the test fails past a generous ceiling of 800 lines, where a
-module has surely grown past one concept."""
+"""The house rules a reader relies on: the fixed top-level layout and modules small enough to read in one sitting.
+
+The layout is CONTRIBUTING.md's "Layout"; the size (aim < 400 lines) its "Size guide". The size is a guide, not a
+reason to split: a cap at 420 lines had started to shape modules instead of concepts (issue 30: a re-export shim,
+splits made for the count). So a module past the aim is only named in a warning (one concept may need more); the
+test fails past a generous ceiling of 800 lines, where a module has surely grown past one concept.
+"""
 
 from __future__ import annotations
 
@@ -24,13 +26,13 @@ def test_top_level_layout() -> None:
     assert (ROOT / "ARCHITECTURE.md").is_file()
 
 
-# DESIGN.md's "Top-level layout (fixed)", no others
+# CONTRIBUTING.md's "Layout" (fixed), no others
 LAYOUT = {"bench", "tasks", "baselines", "analysis", "notebooks", "mlruns", "tests", "docs", "campaigns"}
 
 
 def test_no_folder_outside_the_fixed_layout() -> None:
-    """What the project commits lives in DESIGN.md's nine folders (and dot-folders such as .ci): a new top-level
-    folder (an images/ beside the docs, say) breaks the map every reader learnt."""
+    """What the project commits lives in the nine folders of CONTRIBUTING.md's "Layout" (and dot-folders such as
+    .ci): a new top-level folder (an images/ beside the docs, say) breaks the map every reader learnt."""
     if not (ROOT / ".git").exists() or shutil.which("git") is None:
         pytest.skip("not a git checkout: the committed files cannot be listed")
     files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout

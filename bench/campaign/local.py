@@ -1,21 +1,25 @@
-"""The local executor: a campaign on this machine, one run per GPU at a time, each run in its own ``bench`` process.
+"""The local executor: a campaign on this machine, one run per GPU at a time.
 
-Why a process per run (``bench campaign job FILE RUN_ID``, :func:`bench.campaign.job.job_main`): a run that crashes
-its harness, leaks memory or is killed takes nothing else down, and this process only watches them. The children
-stay in this process's group, so that a signal to the group (Ctrl-C in a terminal, a lost node) reaches them too.
+Each run goes in its own ``bench`` process.
 
-GPUs, without importing torch here (seconds of import and a CUDA context in a process that trains nothing): the
-campaign's ``gpus`` key; else ``CUDA_VISIBLE_DEVICES`` if it is set; else ``nvidia-smi -L``; else none, and the
-campaign runs one run at a time on a CPU-only machine (the paper's protocol: sequential on one GPU). Each run's
-process gets ``CUDA_VISIBLE_DEVICES`` set to its GPU (the agent, its scripts and the scorer see that one only) and
-a CPU set: the CPUs this process may use split evenly between the slots (``sched_setaffinity`` in the child,
-inherited by everything it starts), so that a run's data loaders do not starve its neighbour.
+Why a process per run (``bench campaign job FILE RUN_ID``, :func:`bench.campaign.job.job_main`): a
+run that crashes its harness, leaks memory or is killed takes nothing else down, and this process
+only watches them. The children stay in this process's group, so that a signal to the group (Ctrl-C
+in a terminal, a lost node) reaches them too.
 
-A run whose harness is alive in another process (a campaign killed a moment ago, its harness still dying) is
-waited for, then counted if that harness ended it, else finished here.
+GPUs, without importing torch here (seconds of import and a CUDA context in a process that trains
+nothing): the campaign's ``gpus`` key; else ``CUDA_VISIBLE_DEVICES`` if it is set; else
+``nvidia-smi -L``; else none, and the campaign runs one run at a time on a CPU-only machine (the
+paper's protocol: sequential on one GPU). Each run's process gets ``CUDA_VISIBLE_DEVICES`` set to
+its GPU (the agent, its scripts and the scorer see that one only) and a CPU set: the CPUs this
+process may use split evenly between the slots (``sched_setaffinity`` in the child, inherited by
+everything it starts), so that a run's data loaders do not starve its neighbour.
 
-A SIGTERM or SIGINT to this process starts nothing more and hands SIGTERM on to the runs (each finishes its
-evaluation and record, :mod:`bench.termination`); it returns once they have ended.
+A run whose harness is alive in another process (a campaign killed a moment ago, its harness still
+dying) is waited for, then counted if that harness ended it, else finished here.
+
+A SIGTERM or SIGINT to this process starts nothing more and hands SIGTERM on to the runs (each
+finishes its evaluation and record, :mod:`bench.termination`); it returns once they have ended.
 """
 
 from __future__ import annotations
@@ -38,8 +42,11 @@ from bench.rundir import inspect
 
 
 def visible_gpus(env: dict[str, str] | None = None, nvidia_smi: str = "nvidia-smi") -> list[str]:
-    """The GPUs this machine lets a campaign use: ``CUDA_VISIBLE_DEVICES`` when set (empty: none), else the indices
-    ``nvidia-smi -L`` lists (``GPU 0: ...``), else none (no driver, no GPU)."""
+    """The GPUs this machine lets a campaign use.
+
+    ``CUDA_VISIBLE_DEVICES`` when set (empty: none), else the indices ``nvidia-smi -L`` lists
+    (``GPU 0: ...``), else none (no driver, no GPU).
+    """
     env = os.environ if env is None else env
     if "CUDA_VISIBLE_DEVICES" in env:
         return [g.strip() for g in env["CUDA_VISIBLE_DEVICES"].split(",") if g.strip() and g.strip() != "-1"]
@@ -53,8 +60,11 @@ def visible_gpus(env: dict[str, str] | None = None, nvidia_smi: str = "nvidia-sm
 
 
 def split_cpus(cpus: list[int], n: int) -> list[tuple[int, ...]]:
-    """``cpus`` in ``n`` contiguous, even parts (the first parts one larger when it does not divide); with fewer CPUs
-    than parts, parts share them round-robin (one CPU each)."""
+    """``cpus`` in ``n`` contiguous, even parts.
+
+    The first parts one larger when it does not divide. With fewer CPUs than parts, parts share them
+    round-robin (one CPU each).
+    """
     cpus = sorted(cpus)
     if n <= 0:
         return []
@@ -78,9 +88,11 @@ class Slot:
 
     @property
     def where(self) -> str:
+        """The slot in a status line: ``gpu 0``, or ``cpu`` without a GPU."""
         return f"gpu {self.gpu}" if self.gpu is not None else "cpu"
 
     def env(self) -> dict[str, str]:
+        """The environment a run's process gets in this slot: its CPU set and its GPU."""
         out = {CPUS_VAR: ",".join(map(str, self.cpus))}
         if self.gpu is not None:
             out["CUDA_VISIBLE_DEVICES"] = self.gpu
@@ -88,8 +100,10 @@ class Slot:
 
 
 def slots_for(campaign: Campaign) -> list[Slot]:
-    """One slot per GPU (the campaign's ``gpus``, else those found), each with its share of this process's CPUs;
-    one slot with every CPU when there is no GPU."""
+    """One slot per GPU, each with its share of this process's CPUs; without a GPU, one with all.
+
+    The GPUs are the campaign's ``gpus``, else those found.
+    """
     gpus = list(campaign.gpus) if campaign.gpus is not None else visible_gpus()
     cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
     if not gpus:
@@ -124,10 +138,14 @@ class LocalExecutor:
         self._signals: list[int] = []
 
     def command(self, key: RunKey) -> list[str]:
+        """The command line of one run's process (``bench campaign job FILE RUN_ID``)."""
         return [sys.executable, "-m", "bench.cli", "campaign", "job", str(self.campaign.file), key.run_id]
 
     def run(self, keys: list[RunKey], done_before: int = 0) -> LocalOutcome:
-        """Run ``keys`` (the campaign's runs not final yet) to their end; ``done_before``: final ones, for the view."""
+        """Run ``keys`` (the campaign's runs not final yet) to their end.
+
+        ``done_before``: the final ones, for the view.
+        """
         out, attempts, estimate = LocalOutcome(), Attempts(self.campaign), Estimate(self.campaign)
         view = LiveView(self.campaign, done_before + len(keys), every_s=self.every_s)
         queue, free = deque(keys), list(self.slots)
@@ -175,10 +193,13 @@ class LocalExecutor:
         return out
 
     def _check_waiting(self, waiting: dict[RunKey, float], queue: deque, out: LocalOutcome, view: LiveView) -> None:
-        """A run left to a harness in another process is taken back when that harness ends: counted if it ended
-        the run, else queued first (its job resumes it). Why wait rather than leave it: a harness killed just now
-        (a lost node, ``kill -9`` of the campaign and ``resume`` at once) can outlive the kill by a moment, and a
-        resume must still bring every run to its end."""
+        """A run left to a harness in another process is taken back when that harness ends.
+
+        Counted if it ended the run, else queued first (its job resumes it). Why wait rather than
+        leave it: a harness killed just now (a lost node, ``kill -9`` of the campaign and
+        ``resume`` at once) can outlive the kill by a moment, and a resume must still bring every
+        run to its end.
+        """
         for key in list(waiting):
             seen = inspect(self.campaign.run_dir(key))
             if seen.state == "running":
@@ -222,8 +243,10 @@ class LocalExecutor:
             view.say(f"{child.key.run_id}: not final ({how}); {'given up' if verdict == 'gave-up' else 'stopped'}")
 
     def _on_signal(self, signum: int, frame) -> None:
-        """Start nothing more; each running run gets SIGTERM (it finishes what it can and records). No printing in a
-        handler: the loop says it."""
+        """Start nothing more; each running run gets SIGTERM (it finishes what it can and records).
+
+        No printing in a handler: the loop says it.
+        """
         self._signals.append(signum)
         for pid in list(self._children):
             try:

@@ -1,27 +1,35 @@
-"""``bench campaign plan FILE``: what a campaign will cost before it starts: its runs (per agent and task), the
-GPU-hours, the wall-clock on one GPU and on more, and the API cost expected from published token use.
+"""``bench campaign plan FILE``: what a campaign will cost before it starts.
 
-A campaign of the paper's size holds a GPU for weeks and an API account for thousands of model calls; the time to
-see that is before the first run, on any machine (a laptop, a login node): the plan reads the file only
-(:func:`bench.campaign.spec.load`), creates nothing (no run directory, no MLflow experiment) and asks no API, so it
-needs neither a GPU nor a key.
+Its runs (per agent and task), the GPU-hours, the wall-clock on one GPU and on more, and the API
+cost expected from published token use.
 
-GPU-hour figures, since an agent may stop early and the harness holds the GPU beyond the agent's budget:
+A campaign of the paper's size holds a GPU for weeks and an API account for thousands of model
+calls; the time to see that is before the first run, on any machine (a laptop, a login node): the
+plan reads the file only (:func:`bench.campaign.spec.load`), creates nothing (no run directory, no
+MLflow experiment) and asks no API, so it needs neither a GPU nor a key.
 
-- **budgets**: the sum of every run's budget, the paper's measure of its study (Table 2's budgets x repeats);
-- **agent time as published**: where the paper publishes an agent's mean use of its budget (Table 8: Codex with
-  gpt-5.5 ended its runs at half of it), that agent's runs at that use, the others at their budget;
-- **expected**: each run's budget + the grace + the overhead around the agent's time (setup, evaluation, record)
-  that ``bench campaign status``'s ETA assumes before it has measured one (:class:`bench.campaign.view.Estimate`);
-- **at most**: each run's budget + the grace + the whole evaluation margin (the evaluation budget, the scorer's
-  grace to report and the time to record: :attr:`Campaign.eval_margin_s`, what a Slurm job is given).
+GPU-hour figures, since an agent may stop early and the harness holds the GPU beyond the agent's
+budget:
 
-API cost, a range (low-high) per agent: each run's minutes of agent time (its budget, or its published use where the
-paper gives one) x the agent's tokens per minute (:mod:`bench.campaign.token_rates`: published figures, each with its
-source, low and high) x the price table (:mod:`bench.agents.pricing`, generated from LiteLLM's cost map). A pilot's
-measured token use (``--measured PILOT``, :func:`measured_use`) or a published one (:data:`PUBLISHED_USE`) replaces the
-per-minute figures where it has one. Only a model without a price is "unknown". A campaign's ``max_cost`` (the
-metering gateway's API budget per run) gives an upper bound either way.
+- **budgets**: the sum of every run's budget, the paper's measure of its study (Table 2's budgets x
+  repeats);
+- **agent time as published**: where the paper publishes an agent's mean use of its budget (Table 8:
+  Codex with gpt-5.5 ended its runs at half of it), that agent's runs at that use, the others at
+  their budget;
+- **expected**: each run's budget + the grace + the overhead around the agent's time (setup,
+  evaluation, record) that ``bench campaign status``'s ETA assumes before it has measured one
+  (:class:`bench.campaign.view.Estimate`);
+- **at most**: each run's budget + the grace + the whole evaluation margin (the evaluation budget,
+  the scorer's grace to report and the time to record: :attr:`Campaign.eval_margin_s`, what a Slurm
+  job is given).
+
+API cost, a range (low-high) per agent: each run's minutes of agent time (its budget, or its
+published use where the paper gives one) x the agent's tokens per minute
+(:mod:`bench.campaign.token_rates`: published figures, each with its source, low and high) x the
+price table (:mod:`bench.agents.pricing`, generated from LiteLLM's cost map). A pilot's measured
+token use (``--measured PILOT``, :func:`measured_use`) or a published one (:data:`PUBLISHED_USE`)
+replaces the per-minute figures where it has one. Only a model without a price is "unknown". A
+campaign's ``max_cost`` (the metering gateway's API budget per run) gives an upper bound either way.
 """
 
 from __future__ import annotations
@@ -41,8 +49,11 @@ HOUR = 3600.0
 
 @dataclass(frozen=True)
 class TokenUse:
-    """One run's mean token use as published (``input`` counts every prompt token, ``cached`` the part of it read
-    from the provider's cache: :func:`bench.agents.pricing.cost`'s semantics)."""
+    """One run's mean token use as published.
+
+    ``input`` counts every prompt token, ``cached`` the part of it read from the provider's cache:
+    :func:`bench.agents.pricing.cost`'s semantics.
+    """
 
     input: int
     output: int
@@ -50,12 +61,14 @@ class TokenUse:
     source: str = ""  # where it was published
 
 
-# model (as bench.agents.pricing.lookup reads it) -> published token use per run. The paper (arXiv 2605.17046v2)
-# publishes none for its seven agents: neither token counts nor costs (checked: its text and Tables 2-8).
+# model (as bench.agents.pricing.lookup reads it) -> published token use per run. The paper (arXiv
+# 2605.17046v2) publishes none for its seven agents: neither token counts nor costs (checked: its
+# text and Tables 2-8).
 PUBLISHED_USE: dict[str, TokenUse] = {}
 
-# (agent, model's price-table id) -> task -> (budget, mean minutes used) as published: the paper's Table 8, Codex with
-# gpt-5.5 ending its runs early (50 % of the budget on average); the other six "typically exhausted their budget" (§5)
+# (agent, model's price-table id) -> task -> (budget, mean minutes used) as published: the paper's
+# Table 8, Codex with gpt-5.5 ending its runs early (50 % of the budget on average); the other six
+# "typically exhausted their budget" (§5)
 PUBLISHED_MINUTES: dict[tuple[str, str], dict[str, tuple[float, float]]] = {
     ("codex", "gpt-5.5"): {
         "t1": (40, 24.93), "t2": (120, 75.06), "t3": (80, 27.23), "t4": (60, 30.60), "t5": (40, 17.43),
@@ -66,18 +79,23 @@ PUBLISHED_MINUTES: dict[tuple[str, str], dict[str, tuple[float, float]]] = {
 
 @dataclass(frozen=True)
 class GpuHours:
+    """A campaign's GPU-hours of agent time: at the whole budgets, as expected, and at most."""
+
     budgets: float
     expected: float
     at_most: float
 
 
 def budgets(campaign: Campaign) -> dict[str, float]:
-    """Each task's budget in seconds: asked once per plan, since finding a task searches the task packs."""
+    """Each task's budget in seconds.
+
+    Asked once per plan, since finding a task searches the task packs.
+    """
     return {t: campaign.budget_of(t) for t in campaign.task_ids}
 
 
 def overhead_s() -> float:
-    """The overhead per run that ``bench campaign status`` assumes before measuring one (its ETA)."""
+    """The overhead per run that ``bench campaign status``'s ETA assumes before measuring one."""
     from bench.campaign.view import DEFAULT_OVERHEAD_S  # the executors' module: only when a plan is made
 
     return DEFAULT_OVERHEAD_S
@@ -100,8 +118,11 @@ def gpu_hours(campaign: Campaign, budget: dict[str, float] | None = None) -> Gpu
 def as_published(
     campaign: Campaign, budget: dict[str, float] | None = None
 ) -> tuple[float, tuple[AgentEntry, ...]] | None:
-    """GPU-hours of agent time with each run at its published mean use where the paper gives one (at the same
-    budget), its budget elsewhere; and the agents that had one. None when no agent of the campaign has one."""
+    """GPU-hours of agent time with each run at its published mean use, and the agents that had one.
+
+    A run's published mean use counts where the paper gives one at the same budget, its budget
+    elsewhere. None when no agent of the campaign has one.
+    """
     of, seconds, which = budget or budgets(campaign), 0.0, []
     for key in campaign.runs():
         table = PUBLISHED_MINUTES.get((key.agent.name, _canonical(model_of(key.agent))), {})
@@ -115,8 +136,11 @@ def as_published(
 
 
 def agent_minutes(campaign: Campaign, budget: dict[str, float] | None = None) -> dict[AgentEntry, float]:
-    """Each agent entry's minutes of agent time over its runs: a run's published mean use where the paper gives one
-    at the same budget (Table 8), else its whole budget (the paper: the others typically exhausted it)."""
+    """Each agent entry's minutes of agent time over its runs.
+
+    A run's published mean use where the paper gives one at the same budget (Table 8), else its
+    whole budget (the paper: the others typically exhausted it).
+    """
     of, out = budget or budgets(campaign), Counter()
     for key in campaign.runs():
         table = PUBLISHED_MINUTES.get((key.agent.name, _canonical(model_of(key.agent))), {})
@@ -126,8 +150,10 @@ def agent_minutes(campaign: Campaign, budget: dict[str, float] | None = None) ->
 
 
 def wall_clock_s(durations: list[float], slots: int) -> float:
-    """When the last run ends if the runs start in this order, each on the first slot free (what the local
-    executor does: one run per GPU, the queue in the campaign's order)."""
+    """When the last run ends if the runs start in this order, each on the first slot free.
+
+    What the local executor does: one run per GPU, the queue in the campaign's order.
+    """
     free = [0.0] * max(1, min(slots, len(durations)))
     for d in durations:
         heapq.heapreplace(free, free[0] + d)
@@ -135,7 +161,10 @@ def wall_clock_s(durations: list[float], slots: int) -> float:
 
 
 def enough_slots(durations: list[float]) -> int:
-    """The fewest slots that bring the wall-clock down to its floor, the longest run: more do not shorten it."""
+    """The fewest slots that bring the wall-clock down to its floor, the longest run.
+
+    More do not shorten it.
+    """
     floor = max(durations)
     lo, hi = 1, len(durations)
     while lo < hi:  # the greedy order's wall-clock is not monotone in slots everywhere: check the answer below
@@ -150,23 +179,31 @@ def enough_slots(durations: list[float]) -> int:
 
 
 def model_of(agent: AgentEntry) -> str | None:
-    """The model an agent entry runs: its own, else its adapter's default (None for an agent without one)."""
+    """The model an agent entry runs.
+
+    Its own, else its adapter's default (None for an agent without one).
+    """
     if agent.model:
         return agent.model
     return AGENTS[agent.name].default_model
 
 
 def offline(agent: AgentEntry) -> bool:
-    """An agent that calls no model API (:attr:`bench.agents.base.Agent.offline`): no key, no cost."""
+    """An agent that calls no model API (:attr:`bench.agents.base.Agent.offline`).
+
+    No key, no cost.
+    """
     return AGENTS[agent.name].offline
 
 
 def measured_use(runs: list[dict], campaign: Campaign, experiment: str) -> dict[str, TokenUse]:
-    """Token use per run of each model, from a pilot's recorded agent runs (``analysis.runs.agent_runs`` rows: model,
-    budget_min, tokens_input/output/cached), scaled to this campaign's budgets: tokens per budget-minute of the
-    pilot's runs x the campaign's mean budget per run. A pilot at a short budget (``--budget 5m``) then prices the
-    real campaign, assuming its agents spend at the same pace; runs without tokens (no gateway, offline) are left
-    out."""
+    """Token use per run of each model, from a pilot's recorded agent runs, scaled to this campaign.
+
+    The runs are ``analysis.runs.agent_runs`` rows (model, budget_min, tokens_input/output/cached);
+    the use per run is the tokens per budget-minute of the pilot's runs x the campaign's mean budget
+    per run. A pilot at a short budget (``--budget 5m``) then prices the real campaign, assuming its
+    agents spend at the same pace; runs without tokens (no gateway, offline) are left out.
+    """
     keys = campaign.runs()
     minutes = sum(campaign.budget_of(k.task) for k in keys) / len(keys) / 60 if keys else 0.0
     sums: dict[str, list[float]] = {}
@@ -191,7 +228,10 @@ def measured_use(runs: list[dict], campaign: Campaign, experiment: str) -> dict[
 
 @dataclass(frozen=True)
 class Cost:
-    """The expected API cost of one agent's runs: ``usd`` (low) to ``high``, None when unknown; ``why`` says how."""
+    """The expected API cost of one agent's runs: ``usd`` (low) to ``high``, None when unknown.
+
+    ``why`` says how.
+    """
 
     agent: AgentEntry
     runs: int
@@ -201,7 +241,7 @@ class Cost:
 
     @property
     def shown(self) -> str:
-        """ "$12.00" or "$12.00-$34.00" ("unknown" without a figure)."""
+        """The cost in a line: "$12.00" or "$12.00-$34.00" ("unknown" without a figure)."""
         if self.usd is None:
             return "unknown"
         return f"${self.usd:,.2f}" + (f"-${self.high:,.2f}" if self.high is not None else "")
@@ -214,10 +254,13 @@ def agent_cost(
     missing: str = "the paper publishes",
     minutes: float | None = None,
 ) -> Cost:
-    """The expected cost of ``runs`` runs of ``agent``: from ``published`` token use per run (:data:`PUBLISHED_USE`,
-    or a pilot's, :func:`measured_use`) where it has the model, else a range from ``minutes`` of agent time over
-    those runs x the agent's tokens per minute (:mod:`bench.campaign.token_rates`); ``missing`` says who has no
-    figure ("the paper publishes", "the pilot X has"). Unknown only for a model without a price."""
+    """The expected cost of ``runs`` runs of ``agent``.
+
+    From ``published`` token use per run (:data:`PUBLISHED_USE`, or a pilot's, :func:`measured_use`)
+    where it has the model, else a range from ``minutes`` of agent time over those runs x the
+    agent's tokens per minute (:mod:`bench.campaign.token_rates`); ``missing`` says who has no
+    figure ("the paper publishes", "the pilot X has"). Unknown only for a model without a price.
+    """
     published = PUBLISHED_USE if published is None else published
     if offline(agent):
         return Cost(agent, runs, 0.0, "an offline agent, no model API")
@@ -274,7 +317,7 @@ def _sources(costs: list[Cost]) -> list[str]:
 
 
 def _shown(campaign: Campaign) -> str:
-    """The file as the user named it from here (a path below the working folder), else its full path."""
+    """The file as the user named it from here (a path below the working folder), else in full."""
     try:
         return str(campaign.file.relative_to(Path.cwd().resolve()))
     except ValueError:
@@ -282,7 +325,7 @@ def _shown(campaign: Campaign) -> str:
 
 
 def _canonical(model: str | None) -> str:
-    """A model's price-table id (provider prefixes and spellings folded), else the name as written."""
+    """A model's price-table id (provider prefixes and spellings folded), else its name as given."""
     found = pricing.lookup(model)
     return found[0] if found else (model or "")
 
@@ -293,7 +336,10 @@ def _hours(seconds: float) -> str:
 
 
 def _slots(campaign: Campaign) -> tuple[int, str] | None:
-    """The slots the file names: its GPUs (local) or the array parallelism (Slurm); None when it names none."""
+    """The slots the file names: its GPUs (local) or the array parallelism (Slurm).
+
+    None when it names none.
+    """
     if campaign.executor == "slurm":
         n = campaign.slurm.array_parallelism
         return n, f"slurm.array_parallelism = {n} (per job array; one array per budget)"
@@ -303,7 +349,7 @@ def _slots(campaign: Campaign) -> tuple[int, str] | None:
 
 
 def matrix(campaign: Campaign, budget: dict[str, float] | None = None) -> str:
-    """Runs per agent and task, with each task's budget and each agent's GPU-hours at the budgets."""
+    """Runs per agent and task, with each task's budget and each agent's GPU-hours at them."""
     keys, of = campaign.runs(), budget or budgets(campaign)
     cells = Counter((k.agent, k.task) for k in keys)
     labels = [a.label for a in campaign.agents]
@@ -323,7 +369,10 @@ def matrix(campaign: Campaign, budget: dict[str, float] | None = None) -> str:
 
 
 def render(campaign: Campaign, published: dict[str, TokenUse] | None = None, measured: str | None = None) -> str:
-    """The plan as ``bench campaign plan`` prints it; ``measured``: the pilot experiment ``published`` comes from."""
+    """The plan as ``bench campaign plan`` prints it.
+
+    ``measured``: the pilot experiment ``published`` comes from.
+    """
     keys, budget = campaign.runs(), budgets(campaign)
     n_agents, n_tasks = len(campaign.agents), len(campaign.task_ids)
     lines = [

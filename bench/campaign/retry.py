@@ -1,11 +1,13 @@
-"""What happens after a run's job ended: final, retried, or given up; the campaign's own log of it; one campaign
-process at a time.
+"""What happens after a run's job ended: final, retried, or given up; the campaign's own log of it.
 
-The definition of an infrastructure failure (the only thing retried) is in :mod:`bench.campaign.job`; one that
-cannot heal (a refused key) is not retried until the credential changes (``blocked``). The count
-is per invocation of ``bench campaign run``/``resume``: a run given up now is tried again by the next invocation
-(someone fixed the data mirror, the store is back). Every decision is appended to ``.campaign/events.jsonl`` in
-the campaign's folder, so that ``bench campaign status`` can say why a run is not final.
+One campaign process at a time.
+
+The definition of an infrastructure failure (the only thing retried) is in
+:mod:`bench.campaign.job`; one that cannot heal (a refused key) is not retried until the credential
+changes (``blocked``). The count is per invocation of ``bench campaign run``/``resume``: a run given
+up now is tried again by the next invocation (someone fixed the data mirror, the store is back).
+Every decision is appended to ``.campaign/events.jsonl`` in the campaign's folder, so that
+``bench campaign status`` can say why a run is not final.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ CONTROL = ".campaign"  # in the campaign's folder: its log, lock, children's out
 
 
 def control_dir(campaign: Campaign) -> Path:
+    """The campaign's own folder: its log, lock, children's output, submitit's files."""
     return campaign.folder / CONTROL
 
 
@@ -39,11 +42,14 @@ class Attempts:
         self.log = control_dir(campaign) / "events.jsonl"
 
     def ended(self, key: RunKey, how: str, code: int | None = None) -> str:
-        """A job of ``key`` ended (``how``: its exit, in words; ``code``: its exit status when known): ``final``,
-        ``retry``, ``gave-up`` or ``blocked`` (final, but refused by its API with an answer that cannot heal:
-        :func:`bench.campaign.job.blocked`; not run again until the credential changes). Exit status 2 is bad input
-        found by the run's own checks (this node lacks what the campaign's checks found where it started): no retry
-        would change it."""
+        """A job of ``key`` ended: ``final``, ``retry``, ``gave-up`` or ``blocked``.
+
+        ``how``: its exit, in words; ``code``: its exit status when known. ``blocked``: final, but
+        refused by its API with an answer that cannot heal (:func:`bench.campaign.job.blocked`; not
+        run again until the credential changes). Exit status 2 is bad input found by the run's own
+        checks (this node lacks what the campaign's checks found where it started): no retry would
+        change it.
+        """
         seen = inspect(self.campaign.run_dir(key))
         api = infra_failure(seen.result) if seen.result is not None else None
         if seen.state == "final" and api is None:
@@ -81,6 +87,7 @@ class Attempts:
         return "gave-up"
 
     def note(self, key: RunKey, event: str, why: str) -> None:
+        """Append one event of a run to the campaign's log (a JSON line), for a person to read."""
         self.log.parent.mkdir(parents=True, exist_ok=True)
         line = {"time": round(time.time(), 3), "run_id": key.run_id, "event": event, "why": why}
         with open(self.log, "a") as f:
@@ -101,8 +108,10 @@ def last_events(campaign: Campaign) -> dict[str, dict]:
 
 
 class CampaignLock:
-    """One ``bench campaign run``/``resume`` per campaign at a time (two would start the same runs): an exclusive
-    lock on ``.campaign/lock``, released when the process ends however it ends."""
+    """One ``bench campaign run``/``resume`` per campaign at a time (two would start the same runs).
+
+    An exclusive lock on ``.campaign/lock``, released when the process ends however it ends.
+    """
 
     def __init__(self, campaign: Campaign) -> None:
         self.path = control_dir(campaign) / "lock"

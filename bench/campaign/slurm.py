@@ -1,28 +1,34 @@
-"""The Slurm executor, on submitit: each run of a campaign is one task of a Slurm job array (``executor = "slurm"``).
+"""The Slurm executor, on submitit.
 
-A job runs :class:`RunJob`: the run's own ``bench campaign job FILE RUN_ID`` process (:func:`bench.campaign.job.
-job_main`), which starts, resumes or leaves the run as its directory says, so a job can be run again at any time.
+Each run of a campaign is one task of a Slurm job array (``executor = "slurm"``).
 
-- Resources: ``gpus_per_task`` GPUs per job (1; 0 on a CPU-only cluster, and in the tests: there is no GPU here;
-  Slurm sets ``CUDA_VISIBLE_DEVICES`` to the job's), ``cpus_per_task``, ``mem_gb``, ``partition``, and any sbatch
-  option through ``additional``. Runs are grouped by budget, one array per budget, each job's time limit the
-  budget + grace + ``eval_margin`` + one minute of start-up, so that no job meets its limit while its run is
-  within its budget. ``eval_margin`` follows the campaign's ``eval_budget`` (the evaluation of all of a run's
-  candidates, 1 h by default): that budget, the scorer's minute to report and 10 minutes for the rest, unless
-  the file gives one (which must cover the budget and the minute).
-- Signals. submitit asks Slurm for SIGUSR2 ``signal_delay_s`` before the time limit (some clusters send it on
-  preemption too); submitit's handler calls :meth:`RunJob.checkpoint`, which hands SIGTERM to the run's process
-  (it finishes its collect, evaluate and record if it can: :mod:`bench.termination`), waits for it, and returns the
-  same job for submitit to requeue: the requeued job finds the run final (nothing to do) or with run.json (it
-  resumes it). The run's process ignores SIGUSR2 itself. SIGTERM at the time limit or on ``scancel``: submitit's
-  process ignores it, the run's process finishes what it can; if Slurm's SIGKILL comes first, run.json stays and
-  the run's next job resumes it.
-- A job that ended with its run not final is an infrastructure failure (:mod:`bench.campaign.job`): resubmitted,
-  as a job of its own, up to ``retries`` times.
-- Watching: this process polls the run directories (the truth) and the jobs every ``poll_s``: a job is over when
-  submitit has its result or Slurm no longer lists it (``squeue``: ``sacct`` needs Slurm's accounting database,
-  which small clusters lack). The jobs are kept in ``.campaign/jobs.json``; Ctrl-C here leaves them running, and
-  ``bench campaign resume FILE`` watches them again instead of submitting twice.
+A job runs :class:`RunJob`: the run's own ``bench campaign job FILE RUN_ID`` process
+(:func:`bench.campaign.job. job_main`), which starts, resumes or leaves the run as its directory
+says, so a job can be run again at any time.
+
+- Resources: ``gpus_per_task`` GPUs per job (1; 0 on a CPU-only cluster, and in the tests: there is
+  no GPU here; Slurm sets ``CUDA_VISIBLE_DEVICES`` to the job's), ``cpus_per_task``, ``mem_gb``,
+  ``partition``, and any sbatch option through ``additional``. Runs are grouped by budget, one array
+  per budget, each job's time limit the budget + grace + ``eval_margin`` + one minute of start-up,
+  so that no job meets its limit while its run is within its budget. ``eval_margin`` follows the
+  campaign's ``eval_budget`` (the evaluation of all of a run's candidates, 1 h by default): that
+  budget, the scorer's minute to report and 10 minutes for the rest, unless the file gives one
+  (which must cover the budget and the minute).
+- Signals. submitit asks Slurm for SIGUSR2 ``signal_delay_s`` before the time limit (some clusters
+  send it on preemption too); submitit's handler calls :meth:`RunJob.checkpoint`, which hands
+  SIGTERM to the run's process (it finishes its collect, evaluate and record if it can:
+  :mod:`bench.termination`), waits for it, and returns the same job for submitit to requeue: the
+  requeued job finds the run final (nothing to do) or with run.json (it resumes it). The run's
+  process ignores SIGUSR2 itself. SIGTERM at the time limit or on ``scancel``: submitit's process
+  ignores it, the run's process finishes what it can; if Slurm's SIGKILL comes first, run.json stays
+  and the run's next job resumes it.
+- A job that ended with its run not final is an infrastructure failure (:mod:`bench.campaign.job`):
+  resubmitted, as a job of its own, up to ``retries`` times.
+- Watching: this process polls the run directories (the truth) and the jobs every ``poll_s``: a job
+  is over when submitit has its result or Slurm no longer lists it (``squeue``: ``sacct`` needs
+  Slurm's accounting database, which small clusters lack). The jobs are kept in
+  ``.campaign/jobs.json``; Ctrl-C here leaves them running, and ``bench campaign resume FILE``
+  watches them again instead of submitting twice.
 """
 
 from __future__ import annotations
@@ -49,7 +55,10 @@ ENV_PREFIXES = ("BENCH_", "MLFLOW_")  # what a job must see as the campaign did 
 
 @dataclass
 class RunJob:
-    """What a Slurm job runs: one run's ``bench campaign job`` process, with the campaign's environment."""
+    """What a Slurm job runs.
+
+    One run's ``bench campaign job`` process, with the campaign's environment.
+    """
 
     file: str
     env: dict[str, str]
@@ -57,6 +66,7 @@ class RunJob:
     _proc: subprocess.Popen | None = field(default=None, repr=False, compare=False)
 
     def __call__(self, run_id: str) -> int:
+        """Run one run's job process to its end; its exit status."""
         cmd = [sys.executable, "-m", "bench.cli", "campaign", "job", self.file, run_id]
         self._proc = subprocess.Popen(cmd, env={**os.environ, **self.env, "PYTHONUNBUFFERED": "1"})
         while self._proc.poll() is None:  # not wait(): submitit's signal handler may need to wait on it too
@@ -64,8 +74,11 @@ class RunJob:
         return self._proc.returncode
 
     def checkpoint(self, run_id: str):
-        """submitit's hook on SIGUSR2 (time limit near, or preemption): let the run finish what it can, then be
-        requeued; the requeued job does nothing for a final run and resumes an unfinished one."""
+        """The hook submitit calls on SIGUSR2 (time limit near, or preemption).
+
+        Let the run finish what it can, then be requeued; the requeued job does nothing for a final
+        run and resumes an unfinished one.
+        """
         from submitit.helpers import DelayedSubmission
 
         proc = self._proc
@@ -81,8 +94,11 @@ class RunJob:
 
 
 def time_limit_min(campaign: Campaign, budget_s: float) -> int:
-    """A job's time limit in minutes: budget + grace + the evaluation margin (which follows the campaign's evaluation
-    budget: :attr:`Campaign.eval_margin_s`) + a minute to start."""
+    """A job's time limit in minutes.
+
+    Budget + grace + the evaluation margin (which follows the campaign's evaluation budget:
+    :attr:`Campaign.eval_margin_s`) + a minute to start.
+    """
     return math.ceil((budget_s + campaign.grace_s + campaign.eval_margin_s + 60) / 60)
 
 
@@ -117,7 +133,10 @@ def _executor(campaign: Campaign, budget_s: float):
 
 
 def job_alive(job_id: str, cluster: str) -> bool:
-    """Whether a job recorded in jobs.json is still queued or running (``squeue``; a pid for submitit's local)."""
+    """Whether a job recorded in jobs.json is still queued or running.
+
+    Asked of ``squeue``; for submitit's local executor, of the pid.
+    """
     if cluster == "local":
         try:
             return psutil.Process(int(job_id)).status() != psutil.STATUS_ZOMBIE
@@ -131,7 +150,10 @@ def job_alive(job_id: str, cluster: str) -> bool:
 
 
 class SlurmExecutor:
-    """Submits the campaign's runs as job arrays and watches them to their end (module docstring)."""
+    """Submits the campaign's runs as job arrays and watches them to their end.
+
+    See the module docstring.
+    """
 
     def __init__(self, campaign: Campaign, *, every_s: float = 30.0) -> None:
         self.campaign, self.every_s = campaign, every_s
@@ -139,6 +161,7 @@ class SlurmExecutor:
         self._signals: list[int] = []
 
     def recorded_jobs(self) -> dict[str, str]:
+        """Run id -> Slurm job id, as ``jobs.json`` recorded them (empty when it cannot be read)."""
         try:
             return {str(k): str(v) for k, v in json.loads(self.jobs_file.read_text()).items()}
         except (OSError, ValueError, AttributeError):
@@ -164,8 +187,11 @@ class SlurmExecutor:
         return out
 
     def run(self, keys: list[RunKey], done_before: int = 0) -> LocalOutcome:
-        """Submit ``keys`` (runs not final; those with a live job are watched, not submitted again) and watch
-        every job to its end; a signal stops the watching, not the jobs."""
+        """Submit ``keys`` (runs not final) and watch every job to its end.
+
+        Those with a live job are watched, not submitted again; a signal stops the watching, not
+        the jobs.
+        """
         out, attempts, estimate = LocalOutcome(), Attempts(self.campaign), Estimate(self.campaign)
         view = LiveView(self.campaign, done_before + len(keys), every_s=self.every_s)
         cluster = self.campaign.slurm.cluster
@@ -227,8 +253,11 @@ class SlurmExecutor:
         return out
 
     def _over(self, job, job_id: str, cluster: str) -> bool:
-        """submitit wrote the job's result, or the scheduler no longer has it (not ``job.done()`` on Slurm: it asks
-        ``sacct``, which fails loudly without Slurm's accounting database)."""
+        """Whether submitit wrote the job's result, or the scheduler no longer has it.
+
+        Not ``job.done()`` on Slurm: it asks ``sacct``, which fails loudly without Slurm's
+        accounting database.
+        """
         if job is not None and job.paths.result_pickle.exists():
             return True
         if cluster == "local" and job is not None:
@@ -237,7 +266,10 @@ class SlurmExecutor:
 
     @staticmethod
     def _exit_code(job) -> int | None:
-        """The run process's exit status as the job returned it (None: unknown, e.g. the job was killed)."""
+        """The run process's exit status as the job returned it.
+
+        None: unknown, e.g. the job was killed.
+        """
         try:
             return int(job.result()) if job is not None and job.paths.result_pickle.exists() else None
         except Exception:  # the job raised, or its result cannot be read: unknown

@@ -1,10 +1,12 @@
-"""What a person watching a campaign sees: a live status line (what runs where, done/total, an ETA from the budgets)
-with one line per run started and ended, and the table of ``bench campaign status``.
+"""What a person watching a campaign sees.
 
-The ETA is an estimate from the budgets, not a promise: each run left is expected to take its budget + grace +
-the overhead around the agent's time (setup, evaluation, record), measured on the runs this invocation finished
-(:data:`DEFAULT_OVERHEAD_S` until one has), spread over the slots that run at once. An agent that stops early makes
-it pessimistic.
+A live status line (what runs where, done/total, an ETA from the budgets) with one line per run
+started and ended, and the table of ``bench campaign status``.
+
+The ETA is an estimate from the budgets, not a promise: each run left is expected to take its budget
++ grace + the overhead around the agent's time (setup, evaluation, record), measured on the runs
+this invocation finished (:data:`DEFAULT_OVERHEAD_S` until one has), spread over the slots that run
+at once. An agent that stops early makes it pessimistic.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ class Estimate:
         self.overheads: list[float] = []
 
     def expected(self, key: RunKey) -> float:
+        """A run's expected seconds: its budget, the grace and the overhead measured so far."""
         overhead = statistics.median(self.overheads) if self.overheads else DEFAULT_OVERHEAD_S
         return self.campaign.budget_of(key.task) + self.campaign.grace_s + overhead
 
@@ -39,8 +42,11 @@ class Estimate:
         self.overheads.append(max(0.0, wall_s - self.campaign.budget_of(key.task)))
 
     def eta(self, queued: list[RunKey], running: dict[RunKey, float], slots: int) -> float:
-        """Seconds until the last run ends: the work left (queued runs whole, running ones what is left of their
-        expected time) over the slots."""
+        """Seconds until the last run ends.
+
+        The work left (queued runs whole, running ones what is left of their expected time) over
+        the slots.
+        """
         now = time.monotonic()
         left = sum(self.expected(k) for k in queued)
         left += sum(max(0.0, self.expected(k) - (now - t0)) for k, t0 in running.items())
@@ -57,21 +63,26 @@ class LiveView:
         self.line = StatusLine(f"campaign {campaign.name}", stream or sys.stderr, every_s=every_s)
 
     def say(self, text: str) -> None:
+        """One line above the status line."""
         self.line.print(f"[campaign] {text}")
 
     def update(self, done: int, running: dict[RunKey, tuple[str, float]], eta_s: float) -> None:
-        """``running``: each run's place (``gpu 0``, ``job 1234``) and its start (time.monotonic)."""
+        """Redraw the status line.
+
+        ``running``: each run's place (``gpu 0``, ``job 1234``) and its start (time.monotonic).
+        """
         now = time.monotonic()
         where = ", ".join(f"{k.run_id} on {w} {fmt_s(now - t0)}{self._waits(k)}" for k, (w, t0) in running.items())
         self.line.set(done=f"{done}/{self.total}", running=where or "-")
         self.line.update(now - self.t0, eta_s)
 
     def _waits(self, key: RunKey) -> str:
-        """`` (waits for other runs' live agents ...)`` while the run waits for the machine's evaluation lock."""
+        """`` (waits for other runs' live agents ...)`` while it waits for the evaluation lock."""
         why = evaluation_lock.waits(self.campaign.run_dir(key))
         return f" ({why})" if why else ""
 
     def close(self) -> None:
+        """End the status line."""
         self.line.close()
 
 
@@ -82,9 +93,13 @@ def table(
     jobs: dict[str, str],
     blocked: dict[str, str] | None = None,
 ) -> str:
-    """``bench campaign status``: one row per run of the matrix, then the counts; ``blocked``: run id -> why a final
-    run is not run again (its API refused the credential: :func:`bench.campaign.job.blocked`), listed under it."""
-    # the run id and agent columns as wide as their longest value ("opencode (openrouter/moonshotai/kimi-k2.6)")
+    """``bench campaign status``: one row per run of the matrix, then the counts.
+
+    ``blocked``: run id -> why a final run is not run again (its API refused the credential:
+    :func:`bench.campaign.job.blocked`), listed under it.
+    """
+    # the run id and agent columns as wide as their longest value ("opencode
+    # (openrouter/moonshotai/kimi-k2.6)")
     wid = max([6, *(len(k.run_id) for k in seen)])
     wagent = max([5, *(len(k.agent.label) for k in seen)])
     wtask = max([4, *(len(k.task) for k in seen)])

@@ -1,6 +1,9 @@
-"""Rules 2, 3, 4 and 6 from what the run did: the commands it ran (the agent's shell tool calls and every command
-line the launch monitor saw), the sources of the scripts as they ran, the requests that reached the sandbox's
-proxy, and the processes that outlived the agent or the budget."""
+"""Rules 2, 3, 4 and 6 from what the run did.
+
+The commands it ran (the agent's shell tool calls and every command line the launch monitor saw),
+the sources of the scripts as they ran, the requests that reached the sandbox's proxy, and the
+processes that outlived the agent or the budget.
+"""
 
 from __future__ import annotations
 
@@ -12,8 +15,9 @@ from bench.result import FLAG, Violation
 from bench.rules import tracer
 from bench.rules.context import Context, finding
 
-# a command word where a shell starts a command: at the start, after ; & | ( ` $( or a newline, after sudo, env or
-# VAR=value, with or without a path (/usr/bin/curl); "grep curl notes.txt" and "echo use curl" are not commands
+# a command word where a shell starts a command: at the start, after ; & | ( ` $( or a newline,
+# after sudo, env or VAR=value, with or without a path (/usr/bin/curl); "grep curl notes.txt" and
+# "echo use curl" are not commands
 _START = r"(?:^|[;&|(`\n]|\$\()\s*(?:(?:sudo|env|exec|nohup|time)\s+|\w+=\S*\s+)*(?:\S*/)?"
 INSTALL = re.compile(
     _START + r"(?:(?:python[\d.]*\s+-m\s+)?pip[\d.]*(?:\s+-{1,2}[\w-]+)*\s+(?:install|download|wheel)\b"
@@ -36,8 +40,11 @@ PRETRAINED = re.compile(
 
 
 def _command_findings(ctx: Context, rule: int, pattern: re.Pattern, what: str) -> list[Violation]:
-    """A finding for the commands matching ``pattern``: disqualifying when the agent ran one (a tool call, or a
-    process working in the workspace), flagged when only its CLI's own housekeeping elsewhere did."""
+    """A finding for the commands matching ``pattern``.
+
+    Disqualifying when the agent ran one (a tool call, or a process working in the workspace),
+    flagged when only its CLI's own housekeeping elsewhere did.
+    """
     hits = [c for c in ctx.commands() if pattern.search(c.text)]
     if not hits:
         return []
@@ -48,7 +55,7 @@ def _command_findings(ctx: Context, rule: int, pattern: re.Pattern, what: str) -
 
 
 def _ran_sources(ctx: Context) -> list[tuple[str, str, str]]:
-    """(script, sha256, source) of each workspace script the monitor saw running, as it was at that moment."""
+    """(script, sha256, source) of each workspace script the monitor saw running, as it was then."""
     seen, out = set(), []
     for rec in ctx.evidence.lines("launches.jsonl"):
         digest = rec.get("sha256")
@@ -59,9 +66,12 @@ def _ran_sources(ctx: Context) -> list[tuple[str, str, str]]:
 
 
 def no_pretrained_weights(ctx: Context) -> list[Violation]:
-    """Rule 2 (code): a script that ran calls a model hub (``from_pretrained``, ``torch.hub.load``,
-    ``hf_hub_download``, ``pretrained=True``...), or a command fetched a model. T3's provided DINOv3 files are
-    loaded from ``weights/`` with ``torch.load`` and match none of these."""
+    """Rule 2 (code): a script that ran calls a model hub, or a command fetched a model.
+
+    The calls are ``from_pretrained``, ``torch.hub.load``, ``hf_hub_download``,
+    ``pretrained=True``... T3's provided DINOv3 files are loaded from ``weights/`` with
+    ``torch.load`` and match none of these.
+    """
     hits = []
     for script, digest, source in _ran_sources(ctx):
         for n, line in enumerate(source.splitlines(), 1):
@@ -75,9 +85,12 @@ def no_pretrained_weights(ctx: Context) -> list[Violation]:
 
 
 def no_internet(ctx: Context) -> list[Violation]:
-    """Rule 3: a command that fetches (curl, wget, git clone, a hub download), a script that ran with an HTTP
-    client call, and every request the sandbox's proxy refused. An offline agent's run has no business with the
-    proxy at all; an LLM agent's CLI may ask its own telemetry hosts, so a refused request is then flagged."""
+    """Rule 3: a command that fetches, a script that ran an HTTP client call, a refused request.
+
+    A command that fetches: curl, wget, git clone, a hub download; every request the sandbox's proxy
+    refused counts. An offline agent's run has no business with the proxy at all; an LLM agent's
+    CLI may ask its own telemetry hosts, so a refused request is then flagged.
+    """
     out = _command_findings(ctx, 3, FETCH, "a command reached for the internet")
     refused = [
         f"network.jsonl#{n}: {r.get('method')} {r.get('host')}:{r.get('port')} refused"
@@ -100,15 +113,19 @@ def no_internet(ctx: Context) -> list[Violation]:
 
 
 def no_package_installs(ctx: Context) -> list[Violation]:
-    """Rule 4 (commands): pip/uv/conda/npm/apt installs, ``--target`` and vendored wheels included."""
+    """Rule 4 (commands): pip/uv/conda/npm/apt installs, ``--target`` and vendored wheels too."""
     return _command_findings(ctx, 4, INSTALL, "a package install was run")
 
 
 def within_budget(ctx: Context) -> list[Violation]:
-    """Rule 6: scripts started after the budget, processes that ignored SIGTERM until the grace was over or were
-    still running when the harness ended the run after the budget, checkpoints that came too late or were
-    overwritten after they were first seen (placed at their new content's time). All of it was
-    stopped or discarded by the harness, hence flags: the work did not count, a person may want to know."""
+    """Rule 6: work after the budget (scripts, processes, checkpoints), flagged.
+
+    Scripts started after the budget, processes that ignored SIGTERM until the grace was over or
+    were still running when the harness ended the run after the budget, checkpoints that came too
+    late or were overwritten after they were first seen (placed at their new content's time). All
+    of it was stopped or discarded by the harness, hence flags: the work did not count, a person may
+    want to know.
+    """
     out = []
     late = [
         f"launches.jsonl#{n}: {r.get('script')} (pid {r.get('pid')}) started {r['started'] - ctx.started_at:.0f} s in"
@@ -148,10 +165,13 @@ def within_budget(ctx: Context) -> list[Violation]:
 
 
 def _overwrites(ctx: Context) -> list[str]:
-    """Checkpoints whose content changed after the harness first saw them (``arrivals.jsonl`` records each change
-    with the new content's identity): one line each, with both times. The later content is the one scored and it is
-    placed at its own time (:mod:`bench.pipeline.collect`); a name saved early and filled late gains nothing, but a
-    person may want to know (an honest script that rewrites ``best.pt`` shows here too)."""
+    """Checkpoints whose content changed after the harness first saw them.
+
+    ``arrivals.jsonl`` records each change with the new content's identity. One line each, with both
+    times. The later content is the one scored and it is placed at its own time
+    (:mod:`bench.pipeline.collect`); a name saved early and filled late gains nothing, but a person
+    may want to know (an honest script that rewrites ``best.pt`` shows here too).
+    """
     first: dict[str, dict] = {}
     last: dict[str, tuple[int, dict]] = {}
     for n, rec in enumerate(ctx.evidence.lines("arrivals.jsonl"), 1):

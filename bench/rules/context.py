@@ -1,4 +1,4 @@
-"""What a rule check reads (:class:`Context`), how a command is quoted as evidence, and how a finding is made."""
+"""What a rule check reads (:class:`Context`), how a command is quoted, how a finding is made."""
 
 from __future__ import annotations
 
@@ -27,12 +27,16 @@ RULES = {
 
 
 def finding(rule: int, reason: str, evidence: list[str] | tuple[str, ...] = (), verdict: str = DISQUALIFY) -> Violation:
+    """A finding of ``rule``, its evidence bounded (20 items of 500 characters) for result.json."""
     return Violation(rule, reason, verdict, tuple(str(e)[:500] for e in list(evidence)[:20]))
 
 
 @dataclass(frozen=True)
 class Command:
-    """A command the run executed, from either source: an agent's shell tool call or a process the monitor saw."""
+    """A command the run executed, from either source.
+
+    An agent's shell tool call or a process the monitor saw.
+    """
 
     text: str  # the command line as one string
     ref: str  # "events.jsonl#12" or "commands.jsonl#3"
@@ -42,7 +46,7 @@ class Command:
 
 @dataclass
 class Context:
-    """Everything a check may read, gathered once from the run directory and the pipeline's results."""
+    """Everything a check may read, gathered once from the run directory and the pipeline."""
 
     workspace: Path
     run_dir: Path
@@ -59,29 +63,37 @@ class Context:
     provided: dict[str, dict] = field(default_factory=dict)  # provided weight files (relative) -> start manifest entry
     data_error: str | None = None  # why the prepared data no longer verify (None: they do)
     originals_changed: list[str] = field(default_factory=list)  # the task's own files that changed during the run
-    # where the run's workspace was when it ran (result.json's ``workspace``): the paths the evidence records (tool
-    # calls, command lines' folders) are judged against it, so a run folder moved or imported elsewhere (``bench
-    # verify`` of a bundle) gets the verdict it got where it ran. None: the workspace has not moved.
+    # where the run's workspace was when it ran (result.json's ``workspace``): the paths the
+    # evidence records (tool calls, command lines' folders) are judged against it, so a run folder
+    # moved or imported elsewhere (``bench verify`` of a bundle) gets the verdict it got where it
+    # ran. None: the workspace has not moved.
     recorded_workspace: Path | None = None
     task_dir: Path | None = None  # the task's own folder (its task.toml's margins: bench.rules.labels)
 
     @property
     def evidence(self) -> Evidence:
+        """The run's ``evidence/`` folder (:mod:`bench.evidence`)."""
         return Evidence(self.run_dir)
 
     @property
     def deadline(self) -> float:
+        """The end of the agent's budget: ``started_at`` + ``budget_s``."""
         return self.started_at + self.budget_s
 
     @property
     def moved(self) -> bool:
-        """The run folder is no longer where it ran: recorded paths are judged lexically against the recorded place
-        (the reader's disk may hold anything, links included, at that path)."""
+        """The run folder is no longer where it ran.
+
+        Recorded paths are judged lexically against the recorded place (the reader's disk may hold
+        anything, links included, at that path).
+        """
         return self.recorded_workspace is not None and Path(self.recorded_workspace) != Path(self.workspace)
 
     def in_workspace(self, path: Path) -> bool:
-        """Whether a path the evidence recorded (absolute, or relative to the workspace) lies in the run's workspace
-        as it was when the run ran."""
+        """Whether a path the evidence recorded lies in the run's workspace as it was when it ran.
+
+        The path is absolute, or relative to the workspace.
+        """
         if self.moved:
             root = Path(os.path.normpath(self.recorded_workspace))
             where = Path(os.path.normpath(path if path.is_absolute() else root / path))
@@ -91,8 +103,11 @@ class Context:
         return where == root or root in where.parents
 
     def events(self) -> Iterator[tuple[str, dict]]:
-        """(ref, event) for each line of ``events.jsonl``: read line by line (the file may be as large as the agent's
-        log cap), each line parsed with a bounded depth (it carries what the agent's CLI printed)."""
+        """(ref, event) for each line of ``events.jsonl``.
+
+        Read line by line (the file may be as large as the agent's log cap), each line parsed with a
+        bounded depth (it carries what the agent's CLI printed).
+        """
         try:
             f = open(self.run_dir / "events.jsonl", encoding="utf-8", errors="replace")
         except OSError:
@@ -104,12 +119,16 @@ class Context:
                     yield f"events.jsonl#{n}", event
 
     def tool_calls(self, *tools: str) -> Iterator[tuple[str, dict]]:
+        """(ref, event) of each tool call with a target, of ``tools`` only when any are named."""
         for ref, e in self.events():
             if e.get("kind") == "tool_call" and (not tools or e.get("tool") in tools) and e.get("target"):
                 yield ref, e
 
     def commands(self) -> list[Command]:
-        """Shell tool calls and observed command lines; the agent process itself (its prompt) is not one."""
+        """Shell tool calls and observed command lines.
+
+        The agent process itself (its prompt) is not one.
+        """
         out = [Command(str(e["target"]), ref) for ref, e in self.tool_calls("shell")]
         agent = [str(a) for a in self.agent_argv]
         for n, rec in enumerate(self.evidence.lines("commands.jsonl"), 1):

@@ -1,6 +1,8 @@
-"""Rules 1, 2, 4 and 5 from the file system: the harness's manifests of the workspace (before the agent started,
-at each checkpoint arrival, after everything ended), the private home it gave the agent, and the tool calls that
-name files."""
+"""Rules 1, 2, 4 and 5 from the file system.
+
+The harness's manifests of the workspace (before the agent started, at each checkpoint arrival,
+after everything ended), the private home it gave the agent, and the tool calls that name files.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +15,8 @@ from bench.result import FLAG, Violation
 from bench.rules.context import Context, finding
 
 WEIGHT_SUFFIXES = (".pt", ".pth", ".bin", ".safetensors", ".ckpt", ".h5", ".onnx", ".gguf", ".msgpack")
-# where model hubs put what they download: a pretrained model the run fetched, whatever the code that asked
+# where model hubs put what they download: a pretrained model the run fetched, whatever the code
+# that asked
 HUB_CACHE = re.compile(
     r"(^|/)(huggingface/hub|hub/checkpoints|torch/hub|models--[^/]+|\.cache/(torch|huggingface))(/|$)"
 )
@@ -28,9 +31,12 @@ def _short(sha: str | None) -> str:
 
 
 def locked_files_kept(ctx: Context) -> list[Violation]:
-    """Rule 1: each locked file has its start bytes at the end and whenever a checkpoint arrived, and was never
-    written (its inode change time and inode number are those of the start: a write, a ``chmod`` or a replacement
-    moves them even when the bytes are restored)."""
+    """Rule 1: each locked file kept its start bytes throughout, and was never written.
+
+    Its bytes are checked at the end and whenever a checkpoint arrived; never written: its inode
+    change time and inode number are those of the start (a write, a ``chmod`` or a replacement moves
+    them even when the bytes are restored).
+    """
     start = ctx.evidence.read_json("manifest-start.json")
     end = ctx.evidence.read_json("manifest-end.json")
     out = []
@@ -86,8 +92,9 @@ def locked_files_kept(ctx: Context) -> list[Violation]:
     return out
 
 
-# the searches behind rules 2 and 4 keep only what they look for (bench.untrusted.walk's ``match``): decoys that sort
-# first cost them time, never the place of the evidence; what bounds them is entries looked at and seconds
+# the searches behind rules 2 and 4 keep only what they look for (bench.untrusted.walk's ``match``):
+# decoys that sort first cost them time, never the place of the evidence; what bounds them is
+# entries looked at and seconds
 SEARCH_LIMITS = untrusted.Limits(max_entries=50_000, max_depth=256, max_seen=5_000_000, max_seconds=120.0)
 
 
@@ -100,8 +107,11 @@ def _is_installed(rel: str) -> bool:
 
 
 class Search:
-    """What one rule's search of the workspace and the agent's home found (paths as ``workspace/...``,
-    ``home/...``) and where a walk it relied on was cut (each a line naming the walk and the cap)."""
+    """What one rule's search of the workspace and the agent's home found, and where it was cut.
+
+    Paths read ``workspace/...``, ``home/...``; each cut of a walk it relied on is a line naming the
+    walk and the cap.
+    """
 
     def __init__(self) -> None:
         self.found: list[str] = []
@@ -119,8 +129,11 @@ def _wanted(rel: str) -> bool:
 
 
 def _searched(ctx: Context, root: Path) -> tuple[list[str], list[untrusted.Finding]]:
-    """``root``'s files that a rule searches for (relative paths) and the walk's findings, walked once per audit
-    (kept on the context: each walk may look at millions of entries for up to ``SEARCH_LIMITS.max_seconds``)."""
+    """``root``'s files that a rule searches for (relative paths) and the walk's findings.
+
+    Walked once per audit (kept on the context: each walk may look at millions of entries for up to
+    ``SEARCH_LIMITS.max_seconds``).
+    """
     memo = ctx.__dict__.setdefault("_searched", {})
     if root not in memo:
         files, findings = untrusted.walk(root, SEARCH_LIMITS, match=_wanted)
@@ -130,9 +143,13 @@ def _searched(ctx: Context, root: Path) -> tuple[list[str], list[untrusted.Findi
 
 
 def _search(ctx: Context, match, workspace_match=None) -> Search:
-    """The new workspace files (manifest-end minus manifest-start) that ``workspace_match`` (else ``match``) takes,
-    and the agent's home's files that ``match`` takes. Where a manifest was cut at its cap, the workspace is searched
-    for the rule's own patterns instead (what manifest-start listed is not new); each cut is named in ``cut``."""
+    """The new workspace files and the agent's home's files that a rule's patterns take.
+
+    New workspace files: manifest-end minus manifest-start, taken by ``workspace_match`` (else
+    ``match``); the home's files are taken by ``match``. Where a manifest was cut at its cap, the
+    workspace is searched for the rule's own patterns instead (what manifest-start listed is not
+    new); each cut is named in ``cut``.
+    """
     out, wmatch = Search(), workspace_match or match
     start, end = ctx.evidence.read_json("manifest-start.json"), ctx.evidence.read_json("manifest-end.json")
     out.found = [f"workspace/{rel}" for rel in end if rel != "..." and rel not in start and wmatch(rel)]
@@ -164,7 +181,10 @@ def _search(ctx: Context, match, workspace_match=None) -> Search:
 
 
 def _review(rule: int, what: str, search: Search) -> list[Violation]:
-    """A search that was cut and found nothing cannot clear the run: it is flagged for a person, with the cut."""
+    """A search that was cut and found nothing cannot clear the run.
+
+    It is flagged for a person, with the cut.
+    """
     if not search.cut or search.found:
         return []
     reason = f"the audit's search for {what} was cut short ({search.cut[0]}): review the run by hand"
@@ -172,8 +192,11 @@ def _review(rule: int, what: str, search: Search) -> list[Violation]:
 
 
 def no_foreign_weights(ctx: Context) -> list[Violation]:
-    """Rule 2 (files): weights in a model hub's download cache (in the workspace or the agent's home), and provided
-    weight files (T3's DINOv3) that are no longer the provided bytes."""
+    """Rule 2 (files): weights in a model hub's cache, and provided weights no longer as provided.
+
+    The hub's download cache is looked for in the workspace and the agent's home; the provided
+    weight files are T3's DINOv3.
+    """
     out = []
     search = _search(ctx, _is_weight, workspace_match=lambda rel: bool(HUB_CACHE.search(rel)))
     if hub := search.found:
@@ -196,8 +219,11 @@ def no_foreign_weights(ctx: Context) -> list[Violation]:
 
 
 def no_installed_packages(ctx: Context) -> list[Violation]:
-    """Rule 4 (files): what installs leave behind (``*.dist-info``, ``site-packages``, wheels, ``node_modules``)
-    that appeared in the workspace or the agent's home during the run."""
+    """Rule 4 (files): what installs leave behind, new in the workspace or the agent's home.
+
+    Those are ``*.dist-info``, ``site-packages``, wheels and ``node_modules`` that appeared during
+    the run.
+    """
     search = _search(ctx, _is_installed)
     found = search.found
     if not found:
@@ -206,7 +232,10 @@ def no_installed_packages(ctx: Context) -> list[Violation]:
 
 
 def stays_in_workspace(ctx: Context) -> list[Violation]:
-    """Rule 5: links leading out of the workspace; tool calls that write or read files outside it."""
+    """Rule 5: links leading out of the workspace.
+
+    Tool calls that write or read files outside it.
+    """
     root = ctx.workspace.resolve()
     out = []
     for p in (Path(f.path) for f in _listing(ctx)[1] if f.what == untrusted.LINK):
@@ -229,9 +258,12 @@ def stays_in_workspace(ctx: Context) -> list[Violation]:
 
 
 def _listing(ctx: Context) -> tuple[list[Path], list[untrusted.Finding]]:
-    """The workspace's links and files the harness refuses to read, as :func:`bench.untrusted.walk` finds them: no
-    link followed, no recursion, bounded; a search that keeps no regular file, so a flood of them cannot push a link
-    past the cap (only the entries looked at and the time bound it, and a cut is :func:`hostile_files`' flag)."""
+    """The workspace's links and the files the harness refuses to read, as its walk finds them.
+
+    The walk is :func:`bench.untrusted.walk`: no link followed, no recursion, bounded; a search that
+    keeps no regular file, so a flood of them cannot push a link past the cap (only the entries
+    looked at and the time bound it, and a cut is :func:`hostile_files`' flag).
+    """
     memo = ctx.__dict__.setdefault("_searched", {})  # walked once per audit: rule 5's two checks read it
     if "listing" not in memo:
         memo["listing"] = untrusted.walk(ctx.workspace, AUDIT_LIMITS, match=lambda rel: False)
@@ -246,11 +278,14 @@ HOSTILE = {untrusted.NOT_REGULAR: "special file(s)", untrusted.SPARSE: "sparse f
 
 
 def hostile_files(ctx: Context) -> list[Violation]:
-    """Rule 5 (flag): files in the workspace that the harness refuses to read (:mod:`bench.untrusted`): FIFOs,
-    sockets or devices (a FIFO named like a spool file blocked an unguarded harness forever), sparse files (1 GiB
-    that takes no disk, read whole by an unguarded harness), more entries or deeper folders than the caps. None of
-    them harms a run now, so each is a flag naming the act for a person, not a disqualification; links leading out
-    are :func:`stays_in_workspace`'s (disqualify)."""
+    """Rule 5 (flag): files in the workspace that the harness refuses to read.
+
+    Refused by :mod:`bench.untrusted`: FIFOs, sockets or devices (a FIFO named like a spool file
+    blocked an unguarded harness forever), sparse files (1 GiB that takes no disk, read whole by an
+    unguarded harness), more entries or deeper folders than the caps. None of them harms a run now,
+    so each is a flag naming the act for a person, not a disqualification; links leading out are
+    :func:`stays_in_workspace`'s (disqualify).
+    """
     files, findings = _listing(ctx)
     hostile = [f for f in findings if f.what in HOSTILE]
     if not hostile:
@@ -264,10 +299,13 @@ def hostile_files(ctx: Context) -> list[Violation]:
 
 
 def cut_walks(ctx: Context) -> list[Violation]:
-    """Every listing of the agent's files that stopped at a cap is a finding (flag), naming the walk and the cap:
-    the workspace's manifests (``"..."`` in manifest-start/end.json) and the collect step's listing of
-    ``checkpoints/`` (a rejection that says ``too-many``, ``too-deep`` or ``too-slow``). The audit's own listings
-    say theirs in the rule they serve (:func:`_review`, :func:`hostile_files`)."""
+    """Every listing of the agent's files that stopped at a cap is a finding (flag).
+
+    Each names the walk and the cap: the workspace's manifests (``"..."`` in
+    manifest-start/end.json) and the collect step's listing of ``checkpoints/`` (a rejection that
+    says ``too-many``, ``too-deep`` or ``too-slow``). The audit's own listings say theirs in the
+    rule they serve (:func:`_review`, :func:`hostile_files`).
+    """
     out = []
     for name in ("manifest-start.json", "manifest-end.json"):
         if why := _manifest_cut(ctx.evidence.read_json(name)):

@@ -1,19 +1,23 @@
-"""Rule 9 from the scorer's side: a score that carries its labels, and a score outside what the task allows.
+"""Rule 9 from the scorer's side.
 
-- **Targets found** (disqualify): the scorer found the evaluation's own targets in a candidate's checkpoint or in
-  the scripts staged with it (:mod:`bench.scoring.leakage`; the scan's result is the official result's
-  ``label_scan``). A model that looks the answers up is not scored on what it learned.
-- **Test far better than validation** (flag): on a task scored on another split than validation, the candidate's
-  test error (the metric for ``min``, 1 - metric for ``max``) is below ``test_val_error_ratio`` times its
-  validation error as the harness measured it (the scorer's ``val_value``, never the self-report). The ratio is
-  task.toml's ``[scoring]``, set well below what the task's honest and tuned baselines show.
-- **Better than the published reference** (flag): a scored candidate better than task.toml's ``reference_score``
-  by more than ``[scoring] reference_margin`` (in the metric's units).
+A score that carries its labels, and a score outside what the task allows.
+
+- **Targets found** (disqualify): the scorer found the evaluation's own targets in a candidate's
+  checkpoint or in the scripts staged with it (:mod:`bench.scoring.leakage`; the scan's result is
+  the official result's ``label_scan``). A model that looks the answers up is not scored on what it
+  learned.
+- **Test far better than validation** (flag): on a task scored on another split than validation, the
+  candidate's test error (the metric for ``min``, 1 - metric for ``max``) is below
+  ``test_val_error_ratio`` times its validation error as the harness measured it (the scorer's
+  ``val_value``, never the self-report). The ratio is task.toml's ``[scoring]``, set well below what
+  the task's honest and tuned baselines show.
+- **Better than the published reference** (flag): a scored candidate better than task.toml's
+  ``reference_score`` by more than ``[scoring] reference_margin`` (in the metric's units).
 - **The scan could not look** (flag): the scorer's scan failed, so nothing is known either way.
 
-A flag is evidence for a person to read, not a disqualification: a better model is possible, a lookup is not.
-``bench verify`` re-runs the scorer and this audit, so it recomputes all of them; :func:`score_findings` picks them
-out of an audit (verify exits 1 when it returns any).
+A flag is evidence for a person to read, not a disqualification: a better model is possible, a
+lookup is not. ``bench verify`` re-runs the scorer and this audit, so it recomputes all of them;
+:func:`score_findings` picks them out of an audit (verify exits 1 when it returns any).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import math
 import tomllib
 from pathlib import Path
 
+from bench.errors import InputError
 from bench.result import FLAG, Audit, Violation
 from bench.rules.context import Context, finding
 
@@ -39,8 +44,11 @@ def score_findings(audited: Audit | list[Violation] | tuple[Violation, ...]) -> 
 
 
 def bounds(task_dir: Path | None) -> dict:
-    """task.toml's numbers these checks read: ``direction``, ``eval_split``, ``reference_score`` and the
-    ``[scoring]`` margins (``test_val_error_ratio``, ``reference_margin``); empty without a task folder."""
+    """task.toml's numbers these checks read.
+
+    ``direction``, ``eval_split``, ``reference_score`` and the ``[scoring]`` margins
+    (``test_val_error_ratio``, ``reference_margin``); empty without a task folder.
+    """
     if task_dir is None:
         return {}
     with open(Path(task_dir) / "task.toml", "rb") as f:
@@ -50,7 +58,7 @@ def bounds(task_dir: Path | None) -> dict:
     out.update({k: scoring.get(k) for k in ("test_val_error_ratio", "reference_margin")})
     for key in ("test_val_error_ratio", "reference_margin"):
         if out[key] is not None and not (isinstance(out[key], int | float) and 0 <= out[key]):
-            raise ValueError(f"task.toml's [scoring] {key} must be a number >= 0, not {out[key]!r}")
+            raise InputError(f"task.toml's [scoring] {key} must be a number >= 0, not {out[key]!r}")
     return out
 
 
@@ -63,7 +71,10 @@ def _distinct(ctx: Context):
 
 
 def targets_carried(ctx: Context) -> list[Violation]:
-    """Disqualify a candidate whose checkpoint or scripts hold the evaluation's targets; flag a failed scan."""
+    """Disqualify a candidate whose checkpoint or scripts hold the evaluation's targets.
+
+    Flag a failed scan.
+    """
     out = []
     for e in _distinct(ctx):
         scan = e.official.raw.get("label_scan")
@@ -92,8 +103,11 @@ def _error(value: float, direction: str) -> float:
 
 
 def score_plausible(ctx: Context) -> list[Violation]:
-    """Flag a test error far below the candidate's harness-measured validation error, and a score better than the
-    published reference by more than the task's margin; each with both numbers."""
+    """Flag a test error far below the validation error, and a score far better than the reference.
+
+    The validation error is the candidate's as the harness measured it; "far better" is by more
+    than the task's margin. Each finding gives both numbers.
+    """
     b = bounds(ctx.task_dir)
     if not b:
         return []

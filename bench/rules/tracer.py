@@ -1,18 +1,22 @@
-"""Rule 7, the reporting side of the output contract: what the run told the harness through the tracer's spool.
+"""Rule 7, the reporting side of the output contract.
 
-Scripts report through the task's helpers, which the tracer turns into spool events (:mod:`bench.tracking.hook`);
-the relay turns those into MLflow runs. The spool is the agent's to write, so two things there are acts, not
-accidents, and a person should see them (flags: neither reaches the score, which comes from the harness's own
-evaluation):
+What the run told the harness through the tracer's spool.
 
-- files in the spool folder the relay refused to read (a FIFO, a directory, a socket, a link, a sparse tail:
-  :mod:`bench.tracking.spool_files`), and lines no tracer writes (nested past the bound, longer than a whole read);
-  such things blocked or crashed the harness before issue 29;
-- a *ghost* script run: a nested MLflow run made from ``start`` events of a script that the launch monitor never
-  saw running (``launches.jsonl``). Forged events can draw any curve in the UI under any script's name. A real
-  script that lived shorter than the monitor's 0.5 s poll is the one innocent cause, said in the finding.
+Scripts report through the task's helpers, which the tracer turns into spool events
+(:mod:`bench.tracking.hook`); the relay turns those into MLflow runs. The spool is the agent's to
+write, so two things there are acts, not accidents, and a person should see them (flags: neither
+reaches the score, which comes from the harness's own evaluation):
 
-Read from ``relay.json`` (the relay's state, in the run directory, out of the agent's reach) and the evidence.
+- files in the spool folder the relay refused to read (a FIFO, a directory, a socket, a link, a
+  sparse tail: :mod:`bench.tracking.spool_files`), and lines no tracer writes (nested past the
+  bound, longer than a whole read); such things blocked or crashed the harness before issue 29;
+- a *ghost* script run: a nested MLflow run made from ``start`` events of a script that the launch
+  monitor never saw running (``launches.jsonl``). Forged events can draw any curve in the UI under
+  any script's name. A real script that lived shorter than the monitor's 0.5 s poll is the one
+  innocent cause, said in the finding.
+
+Read from ``relay.json`` (the relay's state, in the run directory, out of the agent's reach) and
+the evidence.
 """
 
 from __future__ import annotations

@@ -1,9 +1,11 @@
 """Getting a task's raw data files and preparing them.
 
-Raw files are fetched once into ``<cache>/raw/<task>`` and checked against ``task.toml``'s checksums, so every
-agent trains and is scored on the same bytes; offline clusters point ``BENCH_DATA_MIRROR`` at a local copy laid
-out like ``shared/data``. The prepared data is built by the task's own locked ``prepare.py`` (the harness knows no
-dataset) into a temporary folder renamed into place only when complete, so a crash never leaves half-written data.
+Raw files are fetched once into ``<cache>/raw/<task>`` and checked against ``task.toml``'s
+checksums, so every agent trains and is scored on the same bytes; offline clusters point
+``BENCH_DATA_MIRROR`` at a local copy holding each file at the path its ``[[data]]`` entry's
+``mirror`` names. The prepared data is built by the task's own locked ``prepare.py`` (the harness
+knows no dataset) into a temporary folder renamed into place only when complete, so a crash never
+leaves half-written data.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from tqdm import tqdm
 
 from bench import settings
 from bench.checksums import CHUNK, Digest, digest_file, sha256
+from bench.errors import BenchError
 from bench.paths import cache_dir
 from bench.tasks.registry import DataSource, Task
 
@@ -35,19 +38,22 @@ USER_AGENT = "1gc-7rc-bench/0.1 (benchmark data fetcher; python-urllib)"
 MARKER = ".complete"
 
 
-class DataError(RuntimeError):
+class DataError(BenchError, RuntimeError):
     """A data file could not be fetched or verified, or a task's data could not be prepared."""
 
 
 def mirror_root() -> Path | None:
-    """The local mirror folder from ``BENCH_DATA_MIRROR``, or None to download from the canonical URLs."""
+    """The local mirror folder from ``BENCH_DATA_MIRROR``, or None to download from the sources."""
     mirror = settings.DATA_MIRROR.get()
     return mirror.resolve() if mirror is not None else None
 
 
 def _cache_key(task: Task) -> str:
-    """A task's folder in the cache: the built-in folder's name; a pack's task by its id (ids are unique over all
-    sources, folder names are not: a pack's copy of T6 may keep T6's folder name, and must not share T6's data)."""
+    """A task's folder in the cache: the built-in folder's name.
+
+    A pack's task goes by its id (ids are unique over all sources, folder names are not: a pack's
+    copy of T6 may keep T6's folder name, and must not share T6's data).
+    """
     return task.name if task.source.builtin else f"packs/{task.id}"
 
 
@@ -66,7 +72,10 @@ def _mismatches(digest: Digest, source: DataSource) -> list[str]:
 
 
 def _stream(src: BinaryIO, out: BinaryIO, digest: Digest, source: DataSource, label: str, show: bool) -> None:
-    """Copy ``src`` to ``out`` while hashing; stop early once more bytes than the declared size arrive."""
+    """Copy ``src`` to ``out`` while hashing.
+
+    Stop early once more bytes than the declared size arrive.
+    """
     bar = show and sys.stderr.isatty()  # a bar in a log file is thousands of lines: print one line there instead
     if show and not bar:
         size = f" ({source.size / 1e6:.1f} MB)" if source.size else ""
@@ -81,17 +90,21 @@ def _stream(src: BinaryIO, out: BinaryIO, digest: Digest, source: DataSource, la
 
 
 def _open(origin: str, local: bool) -> BinaryIO:
-    """Open a mirror file, or an HTTP(S) response with a timeout and a User-Agent (some hosts refuse urllib's)."""
+    """Open a mirror file, or an HTTP(S) response with a timeout and a User-Agent.
+
+    Some hosts refuse urllib's.
+    """
     if local:
         return open(origin, "rb")
     return urllib.request.urlopen(urllib.request.Request(origin, headers={"User-Agent": USER_AGENT}), timeout=TIMEOUT_S)
 
 
 def fetch(source: DataSource, dest_dir: Path, *, mirror: Path | None = None, progress: bool = True) -> Path:
-    """Make ``dest_dir/source.file`` hold the genuine bytes, copied from ``mirror`` or downloaded from ``source.url``.
+    """Make ``dest_dir/source.file`` hold the genuine bytes, from ``mirror`` or ``source.url``.
 
-    A file already there is trusted only if it verifies. A new copy is moved into place only once verified, so a
-    failure (a DataError saying what to do) leaves no partial file for a later run to trust.
+    A file already there is trusted only if it verifies. A new copy is moved into place only once
+    verified, so a failure (a DataError saying what to do) leaves no partial file for a later run
+    to trust.
     """
     dest_dir.mkdir(parents=True, exist_ok=True)
     target = dest_dir / source.file
@@ -138,10 +151,11 @@ def fetch(source: DataSource, dest_dir: Path, *, mirror: Path | None = None, pro
 
 
 def fetch_tree(source: DataSource, dest_dir: Path, *, mirror: Path | None = None) -> Path:
-    """Copy a folder of files listed in ``source.manifest`` from the mirror into ``dest_dir/source.file``.
+    """Copy the files ``source.manifest`` lists from the mirror into ``dest_dir/source.file``.
 
-    The manifest is checked against ``manifest_sha256`` and every file against the manifest; the folder appears
-    (renamed from a temporary one) only once complete, so a later run never trusts half a copy.
+    The manifest is checked against ``manifest_sha256`` and every file against the manifest; the
+    folder appears (renamed from a temporary one) only once complete, so a later run never trusts
+    half a copy.
     """
     target = dest_dir / source.file
     if mirror is None:
@@ -171,7 +185,10 @@ def fetch_tree(source: DataSource, dest_dir: Path, *, mirror: Path | None = None
 
 
 def _present(task: Task, source: DataSource) -> bool:
-    """Whether a raw source is on disk (by size, or a folder's completion marker); ``fetch`` does the hashing."""
+    """Whether a raw source is on disk (by size, or a folder's completion marker).
+
+    ``fetch`` does the hashing.
+    """
     path = raw_dir(task) / source.file
     if source.manifest:
         return (path / MARKER).is_file()
@@ -179,10 +196,12 @@ def _present(task: Task, source: DataSource) -> bool:
 
 
 def fetch_sources(task: Task, *, mirror: Path | None = None, progress: bool = True) -> tuple[list[str], list[str]]:
-    """Fetch every raw source of a task; returns (files replaced by a partial substitute, optional files absent).
+    """Fetch every raw source of a task.
 
-    A file that cannot be fetched is replaced by its declared substitutes (``substitute_for``), e.g. the mirror's
-    subset of TinyImageNet; a run on such data says so in result.json and MLflow.
+    Returns (files replaced by a partial substitute, optional files absent).
+
+    A file that cannot be fetched is replaced by its declared substitutes (``substitute_for``), e.g.
+    the mirror's subset of TinyImageNet; a run on such data says so in result.json and MLflow.
     """
     raw, substituted, absent = raw_dir(task), [], []
 
@@ -225,7 +244,10 @@ def fetch_sources(task: Task, *, mirror: Path | None = None, progress: bool = Tr
 
 
 def _expected_marker(task: Task) -> dict[str, object]:
-    """The marker fields that must match for prepared data to be reused (everything except the time)."""
+    """The marker fields that must match for prepared data to be reused.
+
+    Everything except the time.
+    """
     return {
         "task": task.id,
         "prepare_sha256": sha256(task.file("prepare.py")),
@@ -242,9 +264,10 @@ def _content(folder: Path) -> dict[str, str]:
 def verify_prepared(task: Task) -> None:
     """Raise DataError unless the prepared data are byte for byte what ``prepare`` built.
 
-    The cache is shared by every run on the machine: a file changed, added or removed after the build (by an
-    agent that reached outside its workspace, or by hand) would change the data of every later run and the
-    labels the official evaluation scores against, so it is checked before each run and each evaluation.
+    The cache is shared by every run on the machine: a file changed, added or removed after the
+    build (by an agent that reached outside its workspace, or by hand) would change the data of
+    every later run and the labels the official evaluation scores against, so it is checked before
+    each run and each evaluation.
     """
     folder = prepared_dir(task)
     try:
@@ -263,7 +286,7 @@ def verify_prepared(task: Task) -> None:
 
 
 def is_prepared(task: Task) -> bool:
-    """True when the prepared data was built by this ``prepare.py`` from sources with these checksums."""
+    """True when the prepared data was built by this prepare.py from sources of these checksums."""
     try:
         marker = json.loads((prepared_dir(task) / MARKER).read_text())
     except (OSError, ValueError):
@@ -277,9 +300,12 @@ def is_prepared(task: Task) -> bool:
 
 
 def partial_notes(task: Task) -> list[str]:
-    """How the prepared data falls short of the full official data (empty when complete, or not prepared).
+    """How the prepared data falls short of the full official data.
 
-    The task's ``prepare.py`` describes it in ``meta.json["partial_data"]``; the fetch adds what it knows.
+    Empty when complete, or not prepared.
+
+    The task's ``prepare.py`` describes it in ``meta.json["partial_data"]``; the fetch adds what
+    it knows.
     """
     folder = prepared_dir(task)
     try:
@@ -296,9 +322,12 @@ def partial_notes(task: Task) -> list[str]:
 
 
 def data_status(task: Task) -> str:
-    """A short state for ``bench tasks``: prepared, raw or missing, with "(partial)" when the data are incomplete.
+    """A short state for ``bench tasks``.
 
-    Raw files are checked by presence and size only: hashing GBs for a listing is slow, and ``fetch`` verifies.
+    Prepared, raw or missing, with "(partial)" when the data are incomplete.
+
+    Raw files are checked by presence and size only: hashing GBs for a listing is slow, and
+    ``fetch`` verifies.
     """
     if is_prepared(task):
         return "prepared (partial)" if partial_notes(task) else "prepared"
@@ -315,10 +344,12 @@ def data_status(task: Task) -> str:
 
 
 def _run_prepare(task: Task, raw: Path, out: Path, shown: Path | None = None) -> None:
-    """Run the task's ``prepare.py``, passing its output through and keeping the stderr tail for the error.
+    """Run the task's ``prepare.py``, its output passed through, its stderr tail kept for the error.
 
-    ``shown``: the folder to name instead of ``out`` in what it prints ("prepared ... in DIR"): ``out`` is a temporary
-    folder that is renamed to ``shown`` when the build succeeds, so its name would point at nothing."""
+    ``shown``: the folder to name instead of ``out`` in what it prints ("prepared ... in DIR"):
+    ``out`` is a temporary folder that is renamed to ``shown`` when the build succeeds, so its name
+    would point at nothing.
+    """
     cmd = [sys.executable, str(task.file("prepare.py")), "--prepare", "--raw-dir", str(raw), "--data-dir", str(out)]
     tail: collections.deque[str] = collections.deque(maxlen=30)
     named = (lambda text: text.replace(str(out), str(shown))) if shown else (lambda text: text)  # noqa: E731
@@ -346,10 +377,13 @@ def _run_prepare(task: Task, raw: Path, out: Path, shown: Path | None = None) ->
 
 
 def prepare(task: Task, *, force: bool = False, progress: bool = True) -> Path:
-    """Fetch the task's sources and build its prepared data, unless up to date (``force`` rebuilds anyway).
+    """Fetch the task's sources and build its prepared data, unless up to date.
 
-    Prepared data that are up to date are verified against the content list of their build (DataError if
-    anything changed since): the same bytes for every run."""
+    ``force`` rebuilds anyway.
+
+    Prepared data that are up to date are verified against the content list of their build
+    (DataError if anything changed since): the same bytes for every run.
+    """
     final = prepared_dir(task)
     if not force and is_prepared(task):
         verify_prepared(task)

@@ -3,18 +3,21 @@
 A lab adds its private tasks without editing this repository. Tasks are found, in this order:
 
 1. built-in: every sub-folder with a ``task.toml`` of :func:`bench.paths.tasks_dir` (``tasks/``);
-2. ``BENCH_TASKS_PATH``: folders separated by ``os.pathsep`` (``:``); each entry is a task folder itself or a
-   folder of task folders; it may hold a ``pack.toml`` (``name = "..."``, ``version = "..."``) naming the pack;
-3. a campaign's ``tasks_path`` key (:func:`add_search_path`, same entry meaning), so that ``bench campaign job``
-   processes, which read the campaign file again, find them too;
-4. installed packages with an entry point in the group ``bench.tasks``: ``name = "pkg.module"`` (the module's
-   folder is scanned like a path entry) or ``name = "pkg.module:function"`` (called with no arguments, it returns
-   one path or several). The pack is the distribution: its name and version are recorded.
+2. ``BENCH_TASKS_PATH``: folders separated by ``os.pathsep`` (``:``); each entry is a task folder
+   itself or a folder of task folders; it may hold a ``pack.toml`` (``name = "..."``,
+   ``version = "..."``) naming the pack;
+3. a campaign's ``tasks_path`` key (:func:`add_search_path`, same entry meaning), so that
+   ``bench campaign job`` processes, which read the campaign file again, find them too;
+4. installed packages with an entry point in the group ``bench.tasks``: ``name = "pkg.module"`` (the
+   module's folder is scanned like a path entry) or ``name = "pkg.module:function"`` (called with no
+   arguments, it returns one path or several). The pack is the distribution: its name and version
+   are recorded.
 
-Ids are unique over all of them: a second folder declaring an id already taken (a pack shadowing a built-in
-task, or two packs) is an error naming both sources, never a silent choice. The same folder reached twice (the
-repository's ``tasks/`` on the path too) is one task. Every run records its task's source and the folder's content
-hash (:func:`provenance`), so a result names exactly what was run.
+Ids are unique over all of them: a second folder declaring an id already taken (a pack shadowing a
+built-in task, or two packs) is an error naming both sources, never a silent choice. The same
+folder reached twice (the repository's ``tasks/`` on the path too) is one task. Every run records
+its task's source and the folder's content hash (:func:`provenance`), so a result names exactly
+what was run.
 """
 
 from __future__ import annotations
@@ -50,10 +53,13 @@ class Found:
 
 
 def add_search_path(entries: Iterable[str | os.PathLike], given_by: str) -> None:
-    """Search ``entries`` too, in this process (a campaign's ``tasks_path``); ``given_by`` names them in errors.
+    """Search ``entries`` too, in this process (a campaign's ``tasks_path``).
 
-    Checked at once: a missing folder or an id taken twice raises TaskError and adds nothing, so that one bad
-    entry does not break every later task lookup of the process."""
+    ``given_by`` names them in errors.
+
+    Checked at once: a missing folder or an id taken twice raises TaskError and adds nothing, so
+    that one bad entry does not break every later task lookup of the process.
+    """
     before = list(_search_path)
     known = {e for e, _ in _search_path}
     for entry in entries:
@@ -140,7 +146,10 @@ def _from_entry_points() -> list[Found]:
 
 
 def discover() -> list[Found]:
-    """Every task folder with its source: built-in, ``BENCH_TASKS_PATH``, campaign ``tasks_path``, entry points."""
+    """Every task folder with its source.
+
+    Built-in, ``BENCH_TASKS_PATH``, campaign ``tasks_path``, entry points.
+    """
     root = tasks_dir()
     found = [Found(f.resolve(), TaskSource()) for f in (_task_folders(root) if root.is_dir() else [])]
     for entry, given_by in [*_env_entries(), *_search_path]:
@@ -165,7 +174,10 @@ def _undo_hint(task: Task) -> str:
 
 
 def check_unique(tasks: list[Task]) -> None:
-    """Task ids are valid and unique; TaskError naming both sources of a repeated id and what to do."""
+    """Task ids are valid and unique.
+
+    TaskError naming both sources of a repeated id and what to do.
+    """
     by_id: dict[str, Task] = {}
     for t in tasks:
         if not ID_PATTERN.match(t.id):
@@ -189,8 +201,11 @@ def all_tasks() -> list[Task]:
 
 
 def get_task(key: str) -> Task:
-    """Find a task by id (``t6``), number (``6``) or folder name (``t6_time_series_forecasting``, when only one
-    task folder has that name: a pack's copy of a task may keep the original's folder name)."""
+    """Find a task by id (``t6``), number (``6``) or folder name.
+
+    A folder name (``t6_time_series_forecasting``) counts when only one task folder has it: a
+    pack's copy of a task may keep the original's folder name.
+    """
     key = key.strip().lower()
     if key.isdigit():
         key = f"t{key}"
@@ -209,7 +224,10 @@ def get_task(key: str) -> Task:
 
 
 def provenance(task: Task) -> dict[str, str]:
-    """What a run records about its task: its source and the folder's content hash (:func:`tree_sha256`)."""
+    """What a run records about its task.
+
+    Its source and the folder's content hash (:func:`tree_sha256`).
+    """
     s = task.source
     return {
         "kind": s.kind,
@@ -222,8 +240,11 @@ def provenance(task: Task) -> dict[str, str]:
 
 
 def task_for_run(task_id: str, recorded: dict | None) -> Task:
-    """The task a run ran, for finishing or recording it later (``--resume``, ``bench record``): the folder its
-    run.json/result.json recorded when it is still there, else the task of that id found now."""
+    """The task a run ran, for finishing or recording it later (``--resume``, ``bench record``).
+
+    The folder its run.json/result.json recorded when it is still there, else the task of that id
+    found now.
+    """
     folder = Path((recorded or {}).get("folder") or "")
     if recorded and (folder / "task.toml").is_file():
         task = load_task(folder)

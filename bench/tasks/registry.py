@@ -1,11 +1,12 @@
 """The task loader: a folder with a ``task.toml`` is a task.
 
-A task folder is self-contained (``task.toml``, ``program.md``, the locked ``prepare.py``
-and the baseline ``train.py``, plus any other locked file its ``extra_locked`` names); nothing here knows about a
-particular task. The built-in tasks share one locked file, ``tasks/task_helpers.py`` (the checkpoint and logging
-helpers every ``prepare.py`` imports): each folder holds it as a link, so a workspace and the evaluation copy its
-content like any locked file, and the folder's content hash covers it. Which folders are tasks (the
-repository's ``tasks/``, ``BENCH_TASKS_PATH``, installed packs) is :mod:`bench.tasks.packs`' business.
+A task folder is self-contained (``task.toml``, ``program.md``, the locked ``prepare.py`` and the
+baseline ``train.py``, plus any other locked file its ``extra_locked`` names); nothing here knows
+about a particular task. The built-in tasks share one locked file, ``tasks/task_helpers.py`` (the
+checkpoint and logging helpers every ``prepare.py`` imports): each folder holds it as a link, so a
+workspace and the evaluation copy its content like any locked file, and the folder's content hash
+covers it. Which folders are tasks (the repository's ``tasks/``, ``BENCH_TASKS_PATH``, installed
+packs) is :mod:`bench.tasks.packs`' business.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bench.errors import InputError
 from bench.tasks.direction import Direction
 
 TASK_FILES = ("task.toml", "program.md", "prepare.py", "train.py")
@@ -31,20 +33,24 @@ class DataSource:
     md5: str = ""
     size: int | None = None
     required: bool = True
-    # A partial copy (e.g. the mirror's subset) fetched only when the full file named here cannot be.
+    # A partial copy (e.g. the mirror's subset), fetched only when the full file named here cannot
+    # be fetched.
     substitute_for: str = ""
-    # A folder of files instead of one file: a sha256sum-format list under the mirror, paths relative to
-    # ``mirror``, whose own checksum is ``manifest_sha256``. Every listed file is copied and verified.
+    # A folder of files instead of one file: a sha256sum-format list under the mirror, paths
+    # relative to ``mirror``, whose own checksum is ``manifest_sha256``. Every listed file is copied
+    # and verified.
     manifest: str = ""
     manifest_sha256: str = ""
 
 
 @dataclass(frozen=True)
 class Weights:
-    """A pretrained-weights file the harness places in the workspace's ``weights/`` (T3's DINOv3 backbones).
+    """A pretrained-weights file the harness places in the workspace's ``weights/``.
 
-    The files are gated downloads, so the user installs them (``bench weights install``); ``sha256_prefix``
-    is the hash in the official file name, which torch.hub checks the same way.
+    They are T3's DINOv3 backbones.
+
+    The files are gated downloads, so the user installs them (``bench weights install``);
+    ``sha256_prefix`` is the hash in the official file name, which torch.hub checks the same way.
     """
 
     file: str
@@ -55,8 +61,11 @@ class Weights:
 
 @dataclass(frozen=True)
 class TaskSource:
-    """Where a task folder was found (:mod:`bench.tasks.packs`): the repository's own tasks, a folder on the task
-    path (``BENCH_TASKS_PATH``, a campaign's ``tasks_path``) or an installed package's entry point."""
+    """Where a task folder was found (:mod:`bench.tasks.packs`).
+
+    The repository's own tasks, a folder on the task path (``BENCH_TASKS_PATH``, a campaign's
+    ``tasks_path``) or an installed package's entry point.
+    """
 
     kind: str = "built-in"  # "built-in", "path" or "entry-point"
     pack: str = ""  # the pack's name: the distribution's, pack.toml's, or the path entry's folder name
@@ -65,10 +74,11 @@ class TaskSource:
 
     @property
     def builtin(self) -> bool:
+        """True for the repository's own tasks."""
         return self.kind == "built-in"
 
     def describe(self) -> str:
-        """One line for people: ``built-in``, ``pack NAME VERSION (path ENTRY)``, ``pack NAME VERSION (ORIGIN)``."""
+        """One line for people: ``built-in``, ``pack NAME VERSION (path ENTRY)`` or ``(ORIGIN)``."""
         if self.builtin:
             return "built-in"
         where = f"path {self.origin}" if self.kind == "path" else self.origin
@@ -82,9 +92,12 @@ PAPER_REFERENCE = "paper_reference"  # the name task.toml's ``reference_score`` 
 
 @dataclass(frozen=True)
 class Reference:
-    """A known score on the task's eval split beyond the baseline: a top human entry, the state of the art, the
-    paper's Reference row. The leaderboard reports how much of the baseline-to-reference gap an agent closes
-    (MLRC-Bench's measure, :mod:`analysis.gap`), so each one names where its number comes from."""
+    """A known score on the task's eval split beyond the baseline.
+
+    A top human entry, the state of the art, the paper's Reference row. The leaderboard reports how
+    much of the baseline-to-reference gap an agent closes (MLRC-Bench's measure,
+    :mod:`analysis.gap`), so each one names where its number comes from.
+    """
 
     name: str  # "paper_reference", "top_human", "sota", ...
     score: float
@@ -109,17 +122,21 @@ class Task:
     data: tuple[DataSource, ...] = field(default_factory=tuple)
     extra_locked: tuple[str, ...] = ()  # locked files besides prepare.py (T3's dinov3.py, task_helpers.py)
     weights: tuple[Weights, ...] = ()
-    # files of the prepared data kept out of every workspace: the labels of a test-scored task (paper rule 9);
-    # only the trusted scorer reads them
+    # files of the prepared data kept out of every workspace: the labels of a test-scored task
+    # (paper rule 9); only the trusted scorer reads them
     held_out: tuple[str, ...] = ()
     source: TaskSource = BUILT_IN  # where the folder was found (bench.tasks.packs)
-    # reference points beyond the baseline: ``reference_score`` (as "paper_reference") first, then [[references]]
+    # reference points beyond the baseline: ``reference_score`` (as "paper_reference") first,
+    # then [[references]]
     references: tuple[Reference, ...] = ()
     gap_reference: str = ""  # the reference the gap closed is measured to ("": the first one)
 
     @property
     def reference(self) -> Reference | None:
-        """The reference of the gap-closed measure: the one ``gap_reference`` names, else the first declared."""
+        """The reference of the gap-closed measure.
+
+        The one ``gap_reference`` names, else the first declared.
+        """
         if self.gap_reference:
             return next(r for r in self.references if r.name == self.gap_reference)
         return self.references[0] if self.references else None
@@ -131,17 +148,20 @@ class Task:
 
     @property
     def budget_s(self) -> float:
+        """The agent's budget in seconds."""
         return self.budget_minutes * 60.0
 
     @property
     def higher_is_better(self) -> bool:
+        """True when a higher score is better (the task's direction is ``max``)."""
         return self.direction.higher_is_better
 
     def file(self, name: str) -> Path:
+        """A file of the task's folder."""
         return self.folder / name
 
 
-class TaskError(LookupError):
+class TaskError(InputError, LookupError):
     """A task that does not exist or whose folder is malformed."""
 
 
@@ -190,7 +210,7 @@ def load_task(folder: Path) -> Task:
 
 
 def _references(raw: dict, folder: Path) -> tuple[Reference, ...]:
-    """``reference_score`` (+ ``reference_source``) as "paper_reference", then each ``[[references]]`` table."""
+    """``reference_score`` (+ ``reference_source``) as "paper_reference", then [[references]]."""
     where = f"{folder}/task.toml"
     refs = []
     if raw.get("reference_score") is not None:

@@ -1,14 +1,17 @@
-"""A task folder's small GENERATED data (its optional ``smalldata.py``), read for ``bench tasks check`` and the tests.
+"""A task folder's small GENERATED data (its optional ``smalldata.py``).
 
-The contract (docs/extending.md, "Checking a task"): ``smalldata.py`` beside task.toml defines ``write_raw(raw)``
-(small raw files with the real schema, what ``prepare.py --prepare --raw-dir`` reads), ``TINY`` (overrides of
-train.CONFIG so the baseline trains in seconds on a CPU and saves a checkpoint), optionally ``VAL_SPLIT`` (the split
-its self-reported val_score is measured on; default "val") and ``setup(workspace)`` (files a prepared workspace
-needs before training, e.g. T3's generated weight files). The workspace builder copies only program.md, train.py
-and the locked files, so this file never reaches an agent.
+It is read for ``bench tasks check`` and the tests.
 
-It is imported by path, not as a package (task folders are not packages), once per folder and process: the tests
-reuse the same module object, so its helpers are defined once.
+The contract (docs/extending.md, "Checking a task"): ``smalldata.py`` beside task.toml defines
+``write_raw(raw)`` (small raw files with the real schema, what ``prepare.py --prepare --raw-dir``
+reads), ``TINY`` (overrides of train.CONFIG so the baseline trains in seconds on a CPU and saves a
+checkpoint), optionally ``VAL_SPLIT`` (the split its self-reported val_score is measured on; default
+"val") and ``setup(workspace)`` (files a prepared workspace needs before training, e.g. T3's
+generated weight files). The workspace builder copies only program.md, train.py and the locked
+files, so this file never reaches an agent.
+
+It is imported by path, not as a package (task folders are not packages), once per folder and
+process: the tests reuse the same module object, so its helpers are defined once.
 """
 
 from __future__ import annotations
@@ -20,12 +23,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
+from bench.errors import InputError
+
 FILE = "smalldata.py"
 
 _loaded: dict[Path, ModuleType] = {}
 
 
-class SmallDataError(ValueError):
+class SmallDataError(InputError):
     """A smalldata.py that breaks the contract (a missing or malformed name)."""
 
 
@@ -57,8 +62,10 @@ def module(folder: Path) -> ModuleType:
 
 
 def load(folder: Path) -> SmallData:
-    """The folder's small-data contract, checked (SmallDataError names what is missing; FileNotFoundError when the
-    folder has no smalldata.py)."""
+    """The folder's small-data contract, checked.
+
+    SmallDataError names what is missing; FileNotFoundError when the folder has no smalldata.py.
+    """
     mod = module(folder)
     write_raw, tiny = getattr(mod, "write_raw", None), getattr(mod, "TINY", None)
     val_split, setup = getattr(mod, "VAL_SPLIT", "val"), getattr(mod, "setup", None)

@@ -4,9 +4,9 @@ The DINOv3 files are a gated download (Meta's licence form, or the gated Hugging
 harness cannot fetch them: the user downloads them once and ``bench weights install FILE...`` checks
 and keeps them in ``<cache>/weights``. Each run then gets read-only copies in its workspace's
 ``weights/`` folder. The checks are the ones torch.hub makes (the sha256 of the file starts with the
-hash in its official name) plus the task's own: its ``prepare.py --check-weights`` loads the file into
-the exact architecture with ``strict=True``, so a converted or truncated file is refused at install time
-rather than in the middle of an agent's run.
+hash in its official name) plus the task's own: its ``prepare.py --check-weights`` loads the file
+into the exact architecture with ``strict=True``, so a converted or truncated file is refused at
+install time rather than in the middle of an agent's run.
 """
 
 from __future__ import annotations
@@ -20,12 +20,13 @@ import tempfile
 from pathlib import Path
 
 from bench.checksums import sha256
+from bench.errors import InputError
 from bench.paths import cache_dir
 from bench.tasks.packs import all_tasks
 from bench.tasks.registry import Task, Weights
 
 
-class WeightsError(RuntimeError):
+class WeightsError(InputError, RuntimeError):
     """A weights file that is absent or is not the official file."""
 
 
@@ -35,16 +36,18 @@ def weights_dir() -> Path:
 
 
 def installed(w: Weights) -> Path | None:
+    """Where the weights file is installed, or None when it is not."""
     path = weights_dir() / w.file
     return path if path.is_file() else None
 
 
 def how_to_get(w: Weights) -> str:
+    """One line saying what the file is, where to get it and how to install it."""
     return f"{w.file}: {w.description}. Get it from {w.source}, then run: bench weights install /path/to/{w.file}"
 
 
 def for_task(task: Task) -> list[Path]:
-    """The installed weight files of a task, or a WeightsError that says how to get the missing ones."""
+    """The installed weight files of a task; a WeightsError says how to get the missing ones."""
     missing = [w for w in task.weights if installed(w) is None]
     if missing:
         raise WeightsError(
@@ -65,10 +68,11 @@ def _match(path: Path) -> tuple[Task, Weights]:
 
 
 def check(path: Path, task: Task, w: Weights, *, hash_check: bool = True) -> dict:
-    """Verify a file: the hash in its official name, then a strict load by the task's ``prepare.py``.
+    """Verify a file: the hash in its official name, then a strict load by the task's prepare.py.
 
-    ``hash_check=False`` skips the first check only: torch.hub's naming convention says the name carries a
-    sha256 prefix, but DINOv3's own loader does not verify it, so a genuine file could in principle differ.
+    ``hash_check=False`` skips the first check only: torch.hub's naming convention says the name
+    carries a sha256 prefix, but DINOv3's own loader does not verify it, so a genuine file could in
+    principle differ.
     """
     digest = sha256(path)
     if hash_check and not digest.startswith(w.sha256_prefix):
@@ -92,7 +96,10 @@ def check(path: Path, task: Task, w: Weights, *, hash_check: bool = True) -> dic
 
 
 def install(path: Path, *, hash_check: bool = True) -> Path:
-    """Check a user-supplied file and copy it into the weights cache (atomically); returns the installed path."""
+    """Check a user-supplied file and copy it into the weights cache (atomically).
+
+    Returns the installed path.
+    """
     path = Path(path).expanduser()
     if not path.is_file():
         raise WeightsError(f"{path} does not exist")
@@ -112,7 +119,7 @@ def install(path: Path, *, hash_check: bool = True) -> Path:
 
 
 def main(files: list[str], *, hash_check: bool = True) -> int:
-    """``bench weights [install FILE...]``: install files, or list what each task needs and where it stands."""
+    """``bench weights [install FILE...]``: install files, or list what each task needs and has."""
     status = 0
     for name in files:
         try:

@@ -1,6 +1,7 @@
 """What every task folder promises, checked for each one on small GENERATED data (tests/tasks/smalldata.py).
 
-The contracts that cross folders (../shared/docs/DESIGN.md):
+The contracts that cross folders (between a task folder and the harness; ARCHITECTURE.md names the modules on the
+harness's side, steps 5 and 7 of its tables):
   * checkpoint: a file in checkpoints/ whose payload holds the state dict, the config for build_model, the script
     name, the self-reported validation score, the metric name and a timestamp, saved through the locked
     prepare.save_checkpoint(), so that the baseline train.py already follows it;
