@@ -45,8 +45,7 @@ SLOW_TIMEOUT_S = 1800
 
 
 def pytest_addoption(parser):
-    parser.addoption("--runslow", action="store_true", default=False,
-                     help="run the slow tier too (tests marked slow: whole benchmark runs; `make test-slow`)")  # fmt: skip
+    parser.addoption("--runslow", action="store_true", default=False, help="run the slow tier too (tests marked slow)")
 
 
 _SESSION_DIR: Path | None = None
