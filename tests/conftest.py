@@ -151,7 +151,7 @@ class _Tiers:
 
     def pytest_terminal_summary(self, terminalreporter, exitstatus, config):
         """How to run the rest, under the summary of a session that left the slow tier out."""
-        if config.getoption("--runslow"):
+        if config.getoption("--runslow") or self.left_out == 0:
             return
         n = self.left_out
         count = f"{n} test{'' if n == 1 else 's'}" if n is not None else "tests marked slow"
