@@ -7,7 +7,7 @@ Tiers (README "Tests"): ``pytest`` alone, like ``make test`` (``-m "not slow"``)
 ``slow`` is skipped unless ``--runslow`` is given (``make test-slow`` is ``--runslow -m slow``, ``make test-all``
 ``--runslow``), and the session's header and summary say how to run the rest, so that a bare ``pytest`` (or
 ``pytest tests/bench``) never starts twenty minutes of whole benchmark runs by surprise. Each tier has a ceiling per
-test (pytest-timeout: :data:`FAST_TIMEOUT_S`, :data:`SLOW_TIMEOUT_S`), so a hung test fails with the timeout's
+test (pytest-timeout: tests/tiers.py), so a hung test fails with the timeout's
 message instead of hanging CI. Each pytest-xdist worker is a pytest process with its own session folder (below);
 what costs the same for every worker (the generated tasks' prepared data) is built once per test run in a folder
 the workers share (:func:`with_prepared_data`). A test not marked ``slow`` that starts a whole benchmark run fails
@@ -32,16 +32,6 @@ from tests import tiers
 
 ROOT = Path(__file__).resolve().parents[1]
 REAL_MIRROR = os.environ.get("BENCH_DATA_MIRROR")
-
-
-# the slow tier is opt-in (as inspect_ai's --runslow): what a skipped slow test and the session's summary say
-RUN_SLOW = "run `make test-slow` or `pytest --runslow -m slow` (both tiers: `make test-all` or `pytest --runslow`)"
-SLOW_SKIPPED = f"slow tier: {RUN_SLOW}"
-# each tier's ceiling per test, its setup included (pytest-timeout; a test's own @pytest.mark.timeout wins), set far
-# above the slowest test of each on the shared 2-core machine under load (README "Tests": the fast tier's slowest
-# ~60 s, the slow tier's whole runs and small-task baselines ~5-8 min), so that only a hang reaches it
-FAST_TIMEOUT_S = 300
-SLOW_TIMEOUT_S = 1800
 
 
 def pytest_addoption(parser):
@@ -132,22 +122,30 @@ class _Tiers:
         for item in items:
             is_slow = item.get_closest_marker("slow") is not None
             if item.get_closest_marker("timeout") is None:
-                item.add_marker(pytest.mark.timeout(SLOW_TIMEOUT_S if is_slow else FAST_TIMEOUT_S))
+                item.add_marker(pytest.mark.timeout(tiers.SLOW_TIMEOUT_S if is_slow else tiers.FAST_TIMEOUT_S))
             if is_slow and not runslow:
                 slow.append(item)
         self.left_out = len(slow) + self._by_mark
+        if hasattr(config, "workeroutput"):  # a pytest-xdist worker: told to the controller, which collects nothing
+            config.workeroutput["slow_left_out"] = self.left_out
         asked = config.option.markexpr or any("::" in str(arg) for arg in config.args)
         if not slow or asked:
             for item in slow:
-                item.add_marker(pytest.mark.skip(reason=SLOW_SKIPPED))
+                item.add_marker(pytest.mark.skip(reason=tiers.SLOW_SKIPPED))
         else:
             config.hook.pytest_deselected(items=slow)
             items[:] = [item for item in items if item.get_closest_marker("slow") is None]
 
+    @pytest.hookimpl(optionalhook=True)  # pytest-xdist's: a worker is done (what it told is in node.workeroutput)
+    def pytest_testnodedown(self, node, error):
+        told = getattr(node, "workeroutput", {}).get("slow_left_out")
+        if told is not None:
+            self.left_out = max(self.left_out or 0, told)
+
     def pytest_report_header(self, config):
         if config.getoption("--runslow"):
             return ["slow tier: selected (--runslow)"]
-        return [f"slow tier: left out (tests marked slow); {RUN_SLOW}"]
+        return [f"slow tier: left out (tests marked slow); {tiers.RUN_SLOW}"]
 
     def pytest_terminal_summary(self, terminalreporter, exitstatus, config):
         """How to run the rest, under the summary of a session that left the slow tier out."""
@@ -155,7 +153,7 @@ class _Tiers:
             return
         n = self.left_out
         count = f"{n} test{'' if n == 1 else 's'}" if n is not None else "tests marked slow"
-        terminalreporter.write_line(f"slow tier not run ({count}); {RUN_SLOW}", yellow=True, bold=True)
+        terminalreporter.write_line(f"slow tier not run ({count}); {tiers.RUN_SLOW}", yellow=True, bold=True)
 
 
 @pytest.hookimpl(tryfirst=True)
