@@ -3,15 +3,15 @@
 Nothing a test does touches the user's ``~/.cache/1gc-7rc`` or the project's ``mlruns/``.
 ``BENCH_DATA_MIRROR`` is read by the tests that need real data; the others generate data.
 
-Tiers (README "Tests"): ``pytest`` alone, like ``make test`` (``-m "not slow"``), runs the fast tier: a test marked
-``slow`` is skipped unless ``--runslow`` is given (``make test-slow`` is ``--runslow -m slow``, ``make test-all``
-``--runslow``), and the session's header and summary say how to run the rest, so that a bare ``pytest`` (or
-``pytest tests/bench``) never starts twenty minutes of whole benchmark runs by surprise. Each tier has a ceiling per
-test (pytest-timeout: tests/tiers.py), so a hung test fails with the timeout's
-message instead of hanging CI. Each pytest-xdist worker is a pytest process with its own session folder (below);
-what costs the same for every worker (the generated tasks' prepared data) is built once per test run in a folder
-the workers share (:func:`with_prepared_data`). A test not marked ``slow`` that starts a whole benchmark run fails
-(tests/tiers.py), so the fast tier stays fast by construction, not by care.
+Tiers (README "Tests"): ``pytest`` alone, like ``make test`` (``-m "not slow"``), runs the fast tier: the tests
+marked ``slow`` are left out unless ``--runslow`` is given (``make test-slow`` is ``--runslow -m slow``, ``make
+test-all`` ``--runslow``), and the session's header and summary say how to run them (:class:`_Tiers`), so that a
+bare ``pytest`` (or ``pytest tests/bench``) never starts twenty minutes of whole benchmark runs by surprise. Each
+tier has a ceiling per test (pytest-timeout, tests/tiers.py): a hung test fails with the timeout's message instead
+of hanging CI. Each pytest-xdist worker is a pytest process with its own session folder (below); what costs the
+same for every worker (the generated tasks' prepared data) is built once per test run in a folder the workers share
+(:func:`with_prepared_data`). A test not marked ``slow`` that starts a whole benchmark run fails (tests/tiers.py),
+so the fast tier stays fast by construction, not by care.
 """
 
 from __future__ import annotations
