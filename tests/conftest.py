@@ -3,11 +3,15 @@
 Nothing a test does touches the user's ``~/.cache/1gc-7rc`` or the project's ``mlruns/``.
 ``BENCH_DATA_MIRROR`` is read by the tests that need real data; the others generate data.
 
-Tiers (README "Tests"): ``make test`` runs the tests not marked ``slow`` (``-m "not slow"``), ``make test-slow`` the
-others, ``make test-all`` every test, all on pytest-xdist workers. Each worker is a pytest process with its own
-session folder (below); what costs the same for every worker (the generated tasks' prepared data) is built once
-per test run in a folder the workers share (:func:`with_prepared_data`). A test not marked ``slow`` that starts a
-whole benchmark run fails (:func:`_whole_run`), so the fast tier stays fast by construction, not by care.
+Tiers (README "Tests"): ``pytest`` alone, like ``make test`` (``-m "not slow"``), runs the fast tier: the tests
+marked ``slow`` are left out unless ``--runslow`` is given (``make test-slow`` is ``--runslow -m slow``, ``make
+test-all`` ``--runslow``), and the session's header and summary say how to run them (:class:`_Tiers`), so that a
+bare ``pytest`` (or ``pytest tests/bench``) never starts twenty minutes of whole benchmark runs by surprise. Each
+tier has a ceiling per test (pytest-timeout, tests/tiers.py): a hung test fails with the timeout's message instead
+of hanging CI. Each pytest-xdist worker is a pytest process with its own session folder (below); what costs the
+same for every worker (the generated tasks' prepared data) is built once per test run in a folder the workers share
+(:func:`with_prepared_data`). A test not marked ``slow`` that starts a whole benchmark run fails (tests/tiers.py),
+so the fast tier stays fast by construction, not by care.
 """
 
 from __future__ import annotations
@@ -28,6 +32,10 @@ from tests import tiers
 
 ROOT = Path(__file__).resolve().parents[1]
 REAL_MIRROR = os.environ.get("BENCH_DATA_MIRROR")
+
+
+def pytest_addoption(parser):
+    parser.addoption("--runslow", action="store_true", default=False, help="run the slow tier too (tests marked slow)")
 
 
 _SESSION_DIR: Path | None = None
@@ -62,6 +70,8 @@ def pytest_configure(config):
         os.environ.setdefault(var, "1")
     if "torch" in sys.modules:
         sys.modules["torch"].set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+    if not config.pluginmanager.has_plugin("bench-tiers"):
+        config.pluginmanager.register(_Tiers(), "bench-tiers")
     sys.addaudithook(tiers.audit)  # the fast tier's guard (tests/tiers.py), after the environment is the tests'
     tiers.wrap_runner()
 
@@ -86,6 +96,64 @@ def pytest_collection_modifyitems(config, items):
     # second-long tests fill the end, instead of one worker finishing a five-minute self-test while the others wait
     slow = {item.path for item in items if item.get_closest_marker("slow")}
     items.sort(key=lambda item: item.path not in slow)
+
+
+class _Tiers:
+    """Each tier's ceiling per test, and the slow tier left out without ``--runslow``.
+
+    A plugin of its own (registered in :func:`pytest_configure`): this module already implements
+    ``pytest_collection_modifyitems``, first, and this one must come last, after every conftest's marks
+    (tests/tasks/conftest.py marks tests slow). A bare ``pytest`` (or ``pytest tests/bench``) deselects the slow
+    tests, so that it selects what ``make test`` does (``pytest --co`` lists the fast tier); a slow test asked for by
+    name (``pytest FILE::TEST``) or by mark (``-m slow``) without ``--runslow`` is skipped with the way to run it.
+    """
+
+    def __init__(self) -> None:
+        self.left_out: int | None = None  # slow tests deselected or skipped here (None: not known in this process)
+        self._by_mark = 0  # slow tests deselected by -m (make test's -m "not slow") before this plugin's turn
+
+    def pytest_deselected(self, items):
+        self._by_mark += sum(item.get_closest_marker("slow") is not None for item in items)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, config, items):
+        runslow = config.getoption("--runslow")
+        slow = []
+        for item in items:
+            is_slow = item.get_closest_marker("slow") is not None
+            if item.get_closest_marker("timeout") is None:
+                item.add_marker(pytest.mark.timeout(tiers.SLOW_TIMEOUT_S if is_slow else tiers.FAST_TIMEOUT_S))
+            if is_slow and not runslow:
+                slow.append(item)
+        self.left_out = len(slow) + self._by_mark
+        if hasattr(config, "workeroutput"):  # a pytest-xdist worker: told to the controller, which collects nothing
+            config.workeroutput["slow_left_out"] = self.left_out
+        asked = config.option.markexpr or any("::" in str(arg) for arg in config.args)
+        if not slow or asked:
+            for item in slow:
+                item.add_marker(pytest.mark.skip(reason=tiers.SLOW_SKIPPED))
+        else:
+            config.hook.pytest_deselected(items=slow)
+            items[:] = [item for item in items if item.get_closest_marker("slow") is None]
+
+    @pytest.hookimpl(optionalhook=True)  # pytest-xdist's: a worker is done (what it told is in node.workeroutput)
+    def pytest_testnodedown(self, node, error):
+        told = getattr(node, "workeroutput", {}).get("slow_left_out")
+        if told is not None:
+            self.left_out = max(self.left_out or 0, told)
+
+    def pytest_report_header(self, config):
+        if config.getoption("--runslow"):
+            return ["slow tier: selected (--runslow)"]
+        return [f"slow tier: left out (tests marked slow); {tiers.RUN_SLOW}"]
+
+    def pytest_terminal_summary(self, terminalreporter, exitstatus, config):
+        """How to run the rest, under the summary of a session that left the slow tier out."""
+        if config.getoption("--runslow") or self.left_out == 0:
+            return
+        n = self.left_out
+        count = f"{n} test{'' if n == 1 else 's'}" if n is not None else "tests marked slow"
+        terminalreporter.write_line(f"slow tier not run ({count}); {tiers.RUN_SLOW}", yellow=True, bold=True)
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -22,13 +22,34 @@ KERNEL_LANGUAGE_INFO = {"name", "version", "mimetype", "file_extension", "codemi
                         "nbconvert_exporter"}  # fmt: skip
 
 
-def _lab_command(user: str | None = None) -> str:
-    """The jupyter-lab line ``make -n lab`` prints (as ``user`` through runuser when given)."""
-    argv = ["make", "-n", "-C", str(ROOT), "lab"]
-    if user:
-        argv = ["runuser", "-u", user, "--", *argv]
-    out = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=True).stdout
-    return next(line for line in out.splitlines() if "jupyter-lab --notebook-dir" in line)
+def _lab_command() -> str:
+    """The jupyter-lab line ``make -n lab`` prints in this clone."""
+    out = subprocess.run(["make", "-n", "-C", str(ROOT), "lab"], capture_output=True, text=True, timeout=60, check=True)
+    return _lab_line(out.stdout)
+
+
+def _lab_line(printed: str) -> str:
+    return next(line for line in printed.splitlines() if "jupyter-lab --notebook-dir" in line)
+
+
+# as a user who is not root, the same Makefile (read from stdin) in a folder of that user's own: the clone may lie
+# in a folder only its owner enters (mode 0700, as `mktemp -d` and /root are), so the user is never sent into it
+AS_USER = """set -e
+d=$(mktemp -d)
+trap 'rm -rf "$d"' EXIT
+cat > "$d/Makefile"
+touch "$d/pyproject.toml" "$d/constraints.txt"
+make -n -C "$d" lab
+"""
+
+
+def _lab_command_as(user: str) -> str:
+    """The jupyter-lab line ``make -n lab`` prints for ``user`` (through runuser), from this clone's Makefile."""
+    argv = ["runuser", "-u", user, "--", "env", "-u", "TMPDIR", "sh", "-c", AS_USER]
+    out = subprocess.run(argv, input=(ROOT / "Makefile").read_text(), cwd="/", capture_output=True, text=True,
+                         timeout=60)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    return _lab_line(out.stdout)
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="no make on PATH")
@@ -37,7 +58,7 @@ def test_make_lab_passes_allow_root_only_to_root():
     as_me = _lab_command()
     assert ("--allow-root" in as_me) == (os.geteuid() == 0), as_me
     if os.geteuid() == 0 and shutil.which("runuser"):  # root here: the same Makefile as a user who is not
-        assert "--allow-root" not in _lab_command("nobody")
+        assert "--allow-root" not in _lab_command_as("nobody")
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)

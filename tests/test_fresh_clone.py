@@ -1,4 +1,5 @@
-"""A fresh clone works wherever it is placed: under /tmp, under a home folder, on another file system.
+"""A fresh clone works wherever it is placed: under /tmp, under a home folder, inside a private folder (mode 0700, as
+`mktemp -d` and /root are: no other user may enter it), on another file system.
 
 Once, a clone under /tmp failed the sandbox-view test, which said the repository is not in the view: /tmp is the
 sandboxes' private scratch tmpfs, and the repository (a harness place) is listed under it as an empty read-only
@@ -55,16 +56,24 @@ def _bench(clone: Path, *args: str, env: dict | None = None, timeout: float = 12
     )
 
 
+def _private(folder: Path) -> Path:
+    """``folder`` made, with mode 0700: only its owner enters it."""
+    folder.mkdir(parents=True)
+    folder.chmod(0o700)
+    return folder
+
+
 def _places(tmp_path: Path) -> dict[str, tuple[Path, dict]]:
     home = tmp_path / "home" / "someone"
     out = {"tmp": (tmp_path / "clone", {}), "home": (home / "src" / "clone", {"HOME": str(home)})}
+    out["private"] = (_private(tmp_path / "private") / "clone", {})
     shm = Path("/dev/shm")
     if shm.is_dir() and os.access(shm, os.W_OK) and os.stat(shm).st_dev != os.stat(tmp_path).st_dev:
         out["other-disk"] = (shm / f"bench-clone-{os.getpid()}-{tmp_path.name}", {})
     return out
 
 
-@pytest.mark.parametrize("where", ["tmp", "home", "other-disk"])
+@pytest.mark.parametrize("where", ["tmp", "home", "private", "other-disk"])
 def test_the_sandbox_view_from_a_clone_shows_its_venv_and_never_the_clone(tmp_path, where):
     places = _places(tmp_path)
     if where not in places:
@@ -88,14 +97,30 @@ def test_the_sandbox_view_from_a_clone_shows_its_venv_and_never_the_clone(tmp_pa
             # the clone's venv (its interpreter's prefix) and the sandbox's own files are bound, read-only ...
             assert str(clone / ".venv") in paths and str(clone / "bench" / "sandbox" / "launcher.py") in paths
             # ... the clone itself and its tasks, store and tests are not: the clone appears at most as an empty
-            # read-only folder (under /tmp, the sandbox's private /tmp: a write there fails loudly), never bound
+            # read-only folder (under /tmp, as the tmp and private places are: the sandbox's private /tmp, where a
+            # write fails loudly), never bound
             shown = [line.split()[0] for line in text.splitlines() if line.split()[1:2] == [str(clone)]]
-            assert shown == (["empty"] if where == "tmp" else []), shown
+            assert shown == (["empty"] if where in ("tmp", "private") else []), shown
             assert not any(p.startswith(str(clone / d)) for p in paths for d in ("tasks", "mlruns", "tests"))
             assert "  ro       " + str(clone / ".venv") in text
     finally:
         if where == "other-disk":
             shutil.rmtree(dest, ignore_errors=True)
+
+
+def test_the_first_week_checks_pass_in_a_clone_inside_a_private_folder(tmp_path):
+    """Once, `make test` failed in a clone inside a 0700 folder: the `make lab` check ran `make -n` in the clone as
+    `nobody`, who may not enter it. The checks that act as another user now pass there (run by this user: as root,
+    the `make lab` check still asks what a user who is not root gets)."""
+    clone = _clone(_private(tmp_path / "private") / "clone")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "BENCH_TESTS_"))}
+    proc = subprocess.run(
+        [str(clone / ".venv/bin/python"), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
+         "tests/test_first_week.py"],
+        cwd=clone, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert " passed" in proc.stdout and "failed" not in proc.stdout, proc.stdout[-3000:]
 
 
 @pytest.mark.slow  # a short real run (the baseline cut to one epoch) on generated T6 data: ~40 s on 2 cores

@@ -1,10 +1,13 @@
-"""The fast tier's guard (tests/tiers.py): what counts as a whole benchmark run, and that one is refused in a
-test not marked slow (this one)."""
+"""The tiers (tests/tiers.py, tests/conftest.py): what counts as a whole benchmark run, and that one is refused in a
+test not marked slow (this one); a bare pytest selects the fast tier and says how to run the slow one; each tier has
+a ceiling per test."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -85,3 +88,35 @@ def test_tests_of_one_xdist_group_run_on_one_worker(tmp_path):
     ).stdout  # fmt: skip
     workers = (tmp_path / "seen").read_text().split()
     assert len(workers) == 8 and len(set(workers)) == 1, out
+
+
+ROOT = Path(__file__).resolve().parents[1]
+FRESH_CLONE = "tests/test_fresh_clone.py"  # a file with fast tests and one slow one (a short real run)
+SLOW_ONE = "test_a_short_run_from_a_clone_under_tmp"
+
+
+def _pytest(*args: str) -> str:
+    """This checkout's pytest as a user types it (its own conftest; no xdist worker's settings)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+    return done.stdout + done.stderr
+
+
+def test_a_bare_pytest_selects_the_fast_tier_and_says_how_to_run_the_rest():
+    listed = _pytest("--co", "-q", FRESH_CLONE)
+    assert SLOW_ONE not in listed and "test_the_sandbox_view_from_a_clone" in listed, listed
+    assert "(1 deselected)" in listed and f"slow tier not run (1 test); {tiers.RUN_SLOW}" in listed, listed
+    everything = _pytest("--co", "-q", "--runslow", FRESH_CLONE)
+    assert SLOW_ONE in everything and "deselected" not in everything and "slow tier not run" not in everything
+
+
+def test_a_slow_test_asked_for_without_runslow_is_skipped_with_the_way_to_run_it():
+    said = _pytest("-rs", f"{FRESH_CLONE}::{SLOW_ONE}")
+    assert "1 skipped" in said and tiers.SLOW_SKIPPED in said, said
+
+
+def test_each_tier_has_a_ceiling_per_test(request):
+    """pytest-timeout fails a hung test (the fast tier's ceiling here; the slow tier's is longer)."""
+    assert request.node.get_closest_marker("timeout").args == (tiers.FAST_TIMEOUT_S,)
+    assert tiers.FAST_TIMEOUT_S < tiers.SLOW_TIMEOUT_S

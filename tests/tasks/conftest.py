@@ -15,6 +15,32 @@ def small(tmp_path_factory) -> SmallTasks:
     return SmallTasks(tmp_path_factory)
 
 
+def _task_name(request: pytest.FixtureRequest) -> str:
+    """The task folder of the requesting per-task test file: its module's ``TASK_DIR``."""
+    folder = getattr(request.module, "TASK_DIR", None)
+    if folder is None:
+        pytest.fail(f"{request.module.__name__} uses `fake` or `trained` without a TASK_DIR", pytrace=False)
+    return Path(folder).name
+
+
+@pytest.fixture(scope="module")
+def fake(small, request) -> dict:
+    """The test file's task (its ``TASK_DIR``) prepared on generated data, once per session: a copy of the task
+    folder with data/ made by ``prepare.py --prepare`` from the generated raw files: {"ws", "raw", "stdout" (of
+    --prepare), and what the task's generator returned: T2 "index" (what the zip holds), T3 "pairs" (the image and
+    mask bytes; weights/ holds generated random-init weight files), T5 "table" (the rows), T6 "values" [17420, 7],
+    ...}."""
+    return small.prepared(_task_name(request))
+
+
+@pytest.fixture(scope="module")
+def trained(small, request) -> dict:
+    """The test file's task's baseline trained with its tiny config on the CPU, once per session (the config is each
+    task folder's smalldata.py TINY: a few steps or epochs): {"log", "checkpoints" (in the order written), "config",
+    "started", "finished"}."""
+    return small.trained(_task_name(request))
+
+
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist adds the group to the node id
 def pytest_collection_modifyitems(config, items):
     """The tests of the session's small tasks are slow (each task's data prepared and baseline trained: minutes on 2

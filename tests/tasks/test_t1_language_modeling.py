@@ -37,12 +37,6 @@ def workspace(small) -> Path:
     return small.prepared(TASK_DIR.name)["ws"]
 
 
-@pytest.fixture(scope="module")
-def trained(small) -> dict:
-    """The baseline trained with a tiny config for two epochs (once per session): its log and checkpoint paths."""
-    return small.trained(TASK_DIR.name)
-
-
 def test_task_toml_loads():
     task = load_task(TASK_DIR)
     assert (task.id, task.metric, task.direction, task.eval_split) == ("t1", "val_bpb", "min", "val")

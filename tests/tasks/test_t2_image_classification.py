@@ -37,19 +37,6 @@ TASK_DIR = ROOT / "tasks" / "t2_image_classification"
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)  # the published RGB statistics
 
 
-@pytest.fixture(scope="module")
-def fake(small) -> dict:
-    """A copy of the task folder with data/ prepared (by the CLI) from a generated subset-named zip (once per
-    session): {"ws", "raw", "index" (what the zip holds), "stdout" (of --prepare)}."""
-    return small.prepared(TASK_DIR.name)
-
-
-@pytest.fixture(scope="module")
-def trained(small) -> dict:
-    """The baseline trained with a tiny config for 30 steps on the CPU (once per session): log and checkpoints."""
-    return small.trained(TASK_DIR.name)
-
-
 def test_task_toml_loads():
     task = load_task(TASK_DIR)
     assert (task.id, task.metric, task.direction, task.eval_split) == ("t2", "top1_acc", "max", "val")

@@ -88,20 +88,6 @@ def backbones(dinov3) -> dict:
     return {"convnext": dinov3.convnext_tiny().eval(), "vit": dinov3.vit_small().eval()}
 
 
-@pytest.fixture(scope="module")
-def fake(small) -> dict:
-    """A copy of the task folder with data/ prepared (by the CLI) from a generated VOC tar, and GENERATED weight
-    files (random-init state dicts, seed 0, under the official names) in weights/; made once per session:
-    {"ws", "raw", "pairs" (the generated image/mask bytes), "stdout" (of --prepare)}."""
-    return small.prepared(TASK_DIR.name)
-
-
-@pytest.fixture(scope="module")
-def trained(small) -> dict:
-    """The baseline trained for one step of batch 2 on the CPU, from the generated ConvNeXt file (once per session)."""
-    return small.trained(TASK_DIR.name)
-
-
 # ---------------------------------------------------------------------------
 # task.toml and preparation
 # ---------------------------------------------------------------------------

@@ -51,19 +51,6 @@ def arrays(data: Path) -> dict:
     return {p.stem: np.load(p) for p in sorted(data.glob("*.npy"))}
 
 
-@pytest.fixture(scope="module")
-def fake(small) -> dict:
-    """A copy of the task folder with data/ prepared (command line) from generated mol.csv.gz + split files (once
-    per session): {"ws", "raw", "stdout" (of --prepare)}."""
-    return small.prepared(TASK_DIR.name)
-
-
-@pytest.fixture(scope="module")
-def trained(small) -> dict:
-    """The baseline trained with a tiny config for two epochs (once per session): its log and checkpoint paths."""
-    return small.trained(TASK_DIR.name)
-
-
 def test_task_toml_loads():
     task = load_task(TASK_DIR)
     assert (task.id, task.metric, task.direction, task.eval_split) == ("t4", "auroc", "max", "test")

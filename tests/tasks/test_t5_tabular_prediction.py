@@ -48,19 +48,6 @@ def expected_split(labels: np.ndarray) -> dict[str, np.ndarray]:
     return {"train": train, "val": val, "test": test}
 
 
-@pytest.fixture(scope="module")
-def fake(small) -> dict:
-    """A copy of the task folder with data/ prepared from a generated covtype.data.gz (once per session):
-    {"ws", "table": the generated rows, "stdout" (of --prepare)}."""
-    return small.prepared(TASK_DIR.name)
-
-
-@pytest.fixture(scope="module")
-def trained(small) -> dict:
-    """The baseline trained with a tiny config for two epochs (once per session): its log and checkpoint paths."""
-    return small.trained(TASK_DIR.name)
-
-
 def test_task_toml_loads():
     task = load_task(TASK_DIR)
     assert (task.id, task.metric, task.direction, task.eval_split) == ("t5", "accuracy", "max", "test")

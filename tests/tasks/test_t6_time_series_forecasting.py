@@ -26,19 +26,6 @@ from tests.tasks.taskfolder import copy_task, last_json, run_prepare, task_modul
 TASK_DIR = Path(__file__).resolve().parents[2] / "tasks" / "t6_time_series_forecasting"
 
 
-@pytest.fixture(scope="module")
-def fake(small) -> dict:
-    """A copy of the task folder with data/ prepared from a generated ETTh1.csv (once per session):
-    {"ws", "values": the generated values [17420, 7], ...}."""
-    return small.prepared(TASK_DIR.name)
-
-
-@pytest.fixture(scope="module")
-def trained(small) -> dict:
-    """The baseline trained with a tiny config for two epochs (once per session): its log and checkpoint paths."""
-    return small.trained(TASK_DIR.name)
-
-
 def test_task_toml_loads():
     task = load_task(TASK_DIR)
     assert (task.id, task.metric, task.direction, task.eval_split) == ("t6", "mse", "min", "test")

@@ -50,19 +50,6 @@ def hand_codes(text: str) -> np.ndarray:
     return np.array(codes + [0] * (1014 - len(codes)), dtype=np.uint8)
 
 
-@pytest.fixture(scope="module")
-def fake(small) -> dict:
-    """A copy of the task folder with data/ prepared from generated train.csv and test.csv (once per session):
-    {"ws", "raw", "stdout" (of --prepare)}."""
-    return small.prepared(TASK_DIR.name)
-
-
-@pytest.fixture(scope="module")
-def trained(small) -> dict:
-    """The full-size baseline trained for 2 steps of batch 4 on the CPU (once per session): log and checkpoints."""
-    return small.trained(TASK_DIR.name)
-
-
 def test_task_toml_loads():
     task = load_task(TASK_DIR)
     assert (task.id, task.metric, task.direction, task.eval_split) == ("t7", "accuracy", "max", "test")
