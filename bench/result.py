@@ -2,11 +2,14 @@
 
 Everything that reads a run back (the record step, ``bench record``, ``bench run``'s summary, the baseline tuner,
 the tests) goes through :class:`RunResult`, never through string keys of a dict, so a field that is missing
-or ``null`` is handled once, here. ``result.json`` carries ``schema_version``; files written before it existed
-(version 1: one flat dict, no version key) and version 2 (the run's description flat: task, agent, model,
-campaign, repeat, budget_s, grace_s, device, task_source) are read by :meth:`RunResult.from_dict` too.
+or ``null`` is handled once, here.
 
-Layout of version 3 (the keys of :meth:`RunResult.to_dict`)::
+``result.json`` has one format: ``schema_version`` :data:`SCHEMA_VERSION` with every key below. A file of another
+version, or without one (written before 0.1's format reset), is refused with one line naming the version that wrote
+it and what to do (:class:`ResultError`); nothing reads it into this format. A field added to :class:`RunResult`
+bumps :data:`SCHEMA_VERSION`, so that a file without it is refused by its version, not half read.
+
+Layout (the keys of :meth:`RunResult.to_dict`)::
 
     schema_version, run: {task, agent, model, campaign, repeat, budget_s,   what ran: the run's description
       grace_s, options, device, limits, max_cost, task_source, ...},         (bench.runspec.RunSpec.to_dict)
@@ -31,16 +34,18 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from bench.errors import BenchError
 from bench.markup import one_line
 from bench.runspec import RunSpec
 from bench.tasks import Direction
 from bench.tracking.schema import STATUSES
 
-SCHEMA_VERSION = 3  # 3: the run's description embedded (``run``); 2: its fields flat; 1: flat, no version
+SCHEMA_VERSION = 3  # the one format read and written (0.1's format reset); another version is refused
+REDO = "re-run it with this toolkit, or read it with the toolkit version that wrote it"
 
 
-class ResultError(ValueError):
-    """A result.json that cannot be read (not JSON, a newer schema, a missing field)."""
+class ResultError(BenchError, ValueError):
+    """A result.json that cannot be read (not JSON, another format, a missing field); the message says what to do."""
 
 
 @dataclass(frozen=True)
@@ -196,10 +201,8 @@ class RunResult:
     agent_events: dict = field(default_factory=dict)  # bench.agents.stream.AgentStream.summary()
     partial_data: bool = False
     partial_data_notes: list[str] = field(default_factory=list)
-    # the agent ran in bench.sandbox; False with --unsandboxed, and for result.json files written before
-    # sandboxes existed (they had none: from_dict reads a missing key as False)
-    sandboxed: bool = True
-    hardware: str = ""  # the evaluation device in words (bench.protocol.describe_hardware); "" in older files
+    sandboxed: bool = True  # the agent ran in bench.sandbox; False with --unsandboxed
+    hardware: str = ""  # the evaluation device in words (bench.protocol.describe_hardware)
     # bench.tracking.accounting.summary(): launched, by status, runs; "relay": what became of every spool value and
     # checkpoint event (relayed, dropped by reason, merged copies, left unrelayed, unread bytes) and the caps in force
     scripts: dict = field(default_factory=dict)
@@ -208,13 +211,13 @@ class RunResult:
     rejected_checkpoints: list[dict] = field(default_factory=list)  # {path, reason}
     # the run's limits (bench.sandbox.resource_limits):
     # {settings, enforcement, hit: [{limit, value, ...what happened}]};
-    # hit is empty when the run stayed within all of them ({} in files written before limits existed)
+    # hit is empty when the run stayed within all of them
     limits: dict = field(default_factory=dict)
     # what the record step refused to read of the agent's files (bench.untrusted: links, FIFOs, sparse or huge files,
     # floods), counted by kind with a few examples (bench.untrusted.Tally.to_dict); {} when nothing was refused
     hostile_inputs: dict = field(default_factory=dict)
     # the software the scores depend on (bench.software.versions: python, torch, numpy, the scorer's other packages,
-    # cuda and the driver where present); {} in files written before it was recorded
+    # cuda and the driver where present)
     software: dict = field(default_factory=dict)
     mlflow_run_id: str | None = None
     # why MLflow has not recorded the run (the store refused or was unreachable); None once it has. `bench run`
@@ -222,45 +225,7 @@ class RunResult:
     tracking_error: str | None = None
     schema_version: int = SCHEMA_VERSION
 
-    # --- what readers ask -------------------------------------------------------------------
-    @property
-    def task(self) -> str:
-        return self.run.task
-
-    @property
-    def agent(self) -> str:
-        return self.run.agent
-
-    @property
-    def model(self) -> str | None:
-        return self.run.model
-
-    @property
-    def campaign(self) -> str:
-        return self.run.campaign
-
-    @property
-    def repeat(self) -> int:
-        return self.run.repeat
-
-    @property
-    def budget_s(self) -> float:
-        return float(self.run.budget_s) if self.run.budget_s is not None else 0.0
-
-    @property
-    def grace_s(self) -> float:
-        return self.run.grace_s
-
-    @property
-    def device(self) -> str:
-        return self.run.device or ""
-
-    @property
-    def task_source(self) -> dict:
-        """The task's source (built-in, path or entry-point pack: name, version, origin), its folder and the
-        folder's sha256 at the run's start (bench.tasks.packs.provenance); {} in files written before task packs."""
-        return dict(self.run.task_source or {})
-
+    # --- what readers ask (of the outcome and the audit; the description is ``run``) ----------
     @property
     def status(self) -> str:
         return self.outcome.status
@@ -281,11 +246,6 @@ class RunResult:
     @property
     def violations(self) -> tuple[Violation, ...]:
         return self.audit.violations
-
-    @property
-    def label(self) -> str:
-        """``t6-baseline-r1``: the MLflow run name."""
-        return f"{self.task}-{self.agent}-r{self.repeat}"
 
     @property
     def result_file(self) -> Path:
@@ -321,31 +281,29 @@ class RunResult:
         return path
 
     @classmethod
-    def from_dict(cls, d: dict) -> RunResult:
-        """Any schema version up to :data:`SCHEMA_VERSION` (version 1 had no version key and was flat)."""
-        version = int(d.get("schema_version", 1))
-        if version > SCHEMA_VERSION:
+    def from_dict(cls, d: dict, where: str = "result.json") -> RunResult:
+        """Read the one format (:data:`SCHEMA_VERSION`, every key); :class:`ResultError` in one line for another.
+
+        ``where`` names the file in the message (its path, when read from one).
+        """
+        refuse_other_format(d, where)
+        missing = [f.name for f in fields(cls) if f.name not in d]
+        if missing:
             raise ResultError(
-                f"result.json has schema_version {version}, newer than this toolkit's {SCHEMA_VERSION}: "
-                "upgrade the toolkit to read it"
+                f"{where} lacks {', '.join(missing)}: written by an earlier build of schema_version {SCHEMA_VERSION}; "
+                f"{REDO}"
             )
-        d = dict(d)
-        if version == 1:
-            d = _upgrade_v1(d)
-        d.setdefault("sandboxed", False)  # written before sandboxes: the agent ran unsandboxed
-        if version < 3:
-            d = _upgrade_v2(d)
         try:
             return cls(
-                **{f.name: d[f.name] for f in fields(cls) if f.name in d and f.name not in _NESTED},
+                **{f.name: d[f.name] for f in fields(cls) if f.name not in _NESTED},
                 run=RunSpec.from_dict(d["run"]),
                 direction=Direction(d["direction"]),
                 outcome=Outcome(**d["outcome"]),
-                audit=Audit.from_dict(d.get("audit") or {}),
-                evaluations=[Evaluation.from_dict(e) for e in d.get("evaluations") or ()],
+                audit=Audit.from_dict(d["audit"] or {}),
+                evaluations=[Evaluation.from_dict(e) for e in d["evaluations"] or ()],
             )
-        except (KeyError, TypeError, ValueError) as e:
-            raise ResultError(f"result.json lacks or mistypes a field: {e}") from e
+        except (KeyError, TypeError, ValueError, AttributeError) as e:  # another tool's file, or edited by hand
+            raise ResultError(f"{where} lacks or mistypes a field ({type(e).__name__}: {e})") from e
 
     @classmethod
     def load(cls, path: Path) -> RunResult:
@@ -361,39 +319,25 @@ class RunResult:
             raise ResultError(f"{path} is not valid JSON ({e}); the run's files are still in {path.parent}") from e
         if not isinstance(data, dict):
             raise ResultError(f"{path} holds a JSON {type(data).__name__}, not a run's result")
-        try:
-            return cls.from_dict(data)
-        except ResultError:
-            raise
-        except (KeyError, TypeError, ValueError, AttributeError) as e:  # a file of another tool, or edited by hand
-            raise ResultError(f"{path} lacks or mistypes a field ({type(e).__name__}: {e})") from e
+        return cls.from_dict(data, str(path))
 
 
-_NESTED = ("run", "direction", "outcome", "audit", "evaluations", "schema_version")
-_V2_RUN = ("task", "agent", "model", "campaign", "repeat", "budget_s", "grace_s", "device", "task_source")
+def refuse_other_format(d: dict, where: str = "result.json") -> None:
+    """:class:`ResultError`, one line naming the version that wrote ``d`` and what to do, unless it is this format."""
+    version = d.get("schema_version")
+    if version == SCHEMA_VERSION and type(version) is int:
+        return
+    if version is None:
+        raise ResultError(f"{where} has no schema_version: written before 0.1's format reset; {REDO}")
+    if isinstance(version, int) and not isinstance(version, bool) and version > SCHEMA_VERSION:
+        raise ResultError(
+            f"{where} has schema_version {version}, newer than this toolkit's {SCHEMA_VERSION}: upgrade the toolkit "
+            "to read it"
+        )
+    raise ResultError(
+        f"{where} has schema_version {version!r}: written by an older toolkit (this one reads {SCHEMA_VERSION} only); "
+        f"{REDO}"
+    )
 
 
-def _upgrade_v2(d: dict) -> dict:
-    """Versions 1 and 2: the description's fields flat at the top level; the limits' settings and whether the run
-    was sandboxed were kept beside (options, no_weights and max_cost were not: their defaults)."""
-    run = {k: d.pop(k) for k in _V2_RUN if k in d}
-    settings = (d.get("limits") or {}).get("settings")
-    if settings is not None:
-        run["limits"] = settings
-    run["sandbox"] = bool(d.get("sandboxed"))
-    run["task_source"] = run.get("task_source") or None
-    return {**d, "run": run}
-
-
-def _upgrade_v1(d: dict) -> dict:
-    """Version 1 (flat): status, score, reason, best_val_score, violations and locked_sha256 at the top level."""
-    d["outcome"] = {
-        "status": d.pop("status"),
-        "reason": d.pop("reason", ""),
-        "score": d.pop("score", None),
-        "best_val_score": d.pop("best_val_score", None),
-    }
-    locked = d.pop("locked_sha256", None) or {"prepare.py": d.get("prepare_sha256", "")}
-    d["audit"] = {"locked_sha256": locked, "violations": d.pop("violations", [])}
-    d.pop("prepare_sha256", None)
-    return d
+_NESTED = ("run", "direction", "outcome", "audit", "evaluations")

@@ -13,8 +13,7 @@ evidence (checkpoint arrivals, launches), the agent's ``events.jsonl``. Resuming
    in time by when the harness first saw their content, else their mtime), evaluated, audited, and the result is
    written and recorded with status ``interrupted`` and the reason (a scored best checkpoint still makes it a success).
    It runs under the run's own limits, recorded in ``run.json`` at the launch (the evaluation budget, the
-   predictor's memory and processes, the settings ``result.json`` shows); a ``run.json`` from before runs had limits
-   gets the defaults, and the console and ``result.json``'s ``limits.note`` say so. Its API budget
+   predictor's memory and processes, the settings ``result.json`` shows). Its API budget
    (``--max-cost``, also in ``run.json``) is recorded as the run would have (``limits.hit`` ``api-cost``, the
    ``bench.api_budget`` tag).
 
@@ -33,6 +32,7 @@ from typing import TypeVar
 import psutil
 
 from bench.durations import fmt_s
+from bench.errors import BenchError
 from bench.evidence import Arrival, Evidence
 from bench.markup import one_line
 from bench.pipeline import state, workspace
@@ -44,7 +44,6 @@ from bench.processes import TOKEN_VAR, describe, end_tree, find_tree, running
 from bench.result import ResultError, RunResult
 from bench.rundir import RunDir
 from bench.runner import Ended, Run, finish
-from bench.sandbox.resource_limits import Limits
 from bench.tasks import data, packs
 from bench.termination import Termination
 from bench.tracking import schema
@@ -56,7 +55,7 @@ T = TypeVar("T")
 _HEARTBEATS = ("relay.json", "agent.log", "events.jsonl")
 
 
-class ResumeError(RuntimeError):
+class ResumeError(BenchError, RuntimeError):
     """A run that cannot or must not be resumed; the message says why in one line."""
 
 
@@ -78,12 +77,12 @@ def resume_run(run_dir: Path, *, console: bool = True, by: str = "bench run --re
     done = finished(run_dir)
     if done is not None:
         how = "" if done.mlflow_run_id else f"; to record it in MLflow: bench record {run_dir}"
-        print(f"[bench] {done.label}: already finished ({done.status}); finished runs are never redone{how}")
+        print(f"[bench] {done.run.label}: already finished ({done.status}); finished runs are never redone{how}")
         return done
     st = state.read(run_dir)
     if st.harness_alive():
         raise ResumeError(f"{run_dir} is still being run by bench (pid {st.harness_pid}); nothing to resume")
-    spec = st.run_spec(console=console)  # the run's description as it launched (run.json)
+    spec = replace(st.spec, console=console)  # the run's description as it launched (run.json)
     task = spec.resolve_task()  # the folder the run ran, when it is still there
     ws = workspace.Workspace(run_dir, task)
     evidence = Evidence(run_dir)
@@ -92,12 +91,12 @@ def resume_run(run_dir: Path, *, console: bool = True, by: str = "bench run --re
         state.write(run_dir, st)
     ended_pids = _end_leftovers(st, evidence)
 
-    died_s = round(min(max(0.0, st.harness_died_at - st.started_at), st.budget_s + st.grace_s), 3)
+    died_s = round(min(max(0.0, st.harness_died_at - st.started_at), spec.budget_s + spec.grace_s), 3)
     failed: list[str] = []  # what of the run's record could not be rebuilt (named in its reason)
     if st.watched is not None:  # it died after the agent's time had ended: that time is the run's, as the watch saw it
         watched, when = Watched(**st.watched), "after the agent's time"
     else:  # it died while the agent worked: the agent's time ended with it
-        watched, when = Watched(died_s, None, died_s >= st.budget_s, True), f"at ~{fmt_s(died_s)} ({died_s:.0f} s)"
+        watched, when = Watched(died_s, None, died_s >= spec.budget_s, True), f"at ~{fmt_s(died_s)} ({died_s:.0f} s)"
     ended = Ended(
         started_at=st.started_at,
         argv=list(st.agent_argv),
@@ -110,10 +109,9 @@ def resume_run(run_dir: Path, *, console: bool = True, by: str = "bench run --re
         note=f"the harness died {when}; finished by {by}" + "".join(f"; {f}" for f in failed),
     )
     left = f"; ended {len(ended_pids)} process(es) of the run still running" if ended_pids else ""
-    print(f"[bench] {st.label}: resuming {run_dir} (its harness died ~{died_s:.0f} s into the run{left})", flush=True)
-    limits, ended = _limits(st, ended)
+    print(f"[bench] {spec.label}: resuming {run_dir} (its harness died ~{died_s:.0f} s into the run{left})", flush=True)
     # the run's own limits and API budget (its cap and tag recorded as the run would have); the task's source
-    spec = replace(spec, task=task, limits=limits, task_source=spec.task_source or packs.provenance(task))
+    spec = replace(spec, task=task, task_source=spec.task_source or packs.provenance(task))
     data_dir = Path(st.data_dir)
     if not data_dir.is_dir():  # the cache moved or was cleared since: prepare it again (verified as for a run)
         data_dir = data.prepare(task, progress=console)
@@ -160,24 +158,9 @@ def finished_runs(campaign: str, agent: str) -> set[tuple[str, int]]:
     for result_file in folder.glob("*/result.json") if folder.is_dir() else ():
         with suppress(ResultError):
             result = RunResult.load(result_file)
-            if result.agent == agent:
-                out.add((result.task, result.repeat))
+            if result.run.agent == agent:
+                out.add((result.run.task, result.run.repeat))
     return out
-
-
-OLD_LIMITS_NOTE = "run.json predates the run's limits: the resume used the defaults"
-
-
-def _limits(st: RunState, ended: Ended) -> tuple[Limits, Ended]:
-    """The limits the run was launched with (its evaluation budget, the predictor's memory and processes, the
-    settings result.json shows), from run.json; a run.json written before runs had limits gets the defaults, said
-    on the console and in result.json's ``limits.note``."""
-    recorded = st.run_limits()  # checked when run.json was read
-    if recorded is not None:
-        return recorded, ended
-    print(f"[bench] {st.label}: {OLD_LIMITS_NOTE} (evaluation budget {Limits().eval_s:.0f} s)", flush=True)
-    watched = replace(ended.watched, limits={**ended.watched.limits, "note": OLD_LIMITS_NOTE})
-    return Limits(), replace(ended, watched=watched)
 
 
 def _rebuilt(what: str, fn: Callable[[], T], empty: Callable[[], T], failed: list[str]) -> T:

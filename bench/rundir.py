@@ -118,4 +118,4 @@ def cut_short(result: RunResult) -> bool:
     from bench.pipeline.record import deviations
     from bench.tasks import get_task
 
-    return any(d.kind == protocol.CUT_SHORT for d in deviations(result, get_task(result.task).budget_s))
+    return any(d.kind == protocol.CUT_SHORT for d in deviations(result, get_task(result.run.task).budget_s))

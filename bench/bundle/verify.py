@@ -120,17 +120,17 @@ def tolerance(task: Task) -> float:
 
 def match_task(result: RunResult) -> tuple[Task | None, str]:
     """(the task folder whose content hash is the recorded one, "") or (None, why there is none)."""
-    want = str(result.task_source.get("sha256") or "")
-    found = [t for t in all_tasks() if t.id == result.task]
+    want = str((result.run.task_source or {}).get("sha256") or "")
+    found = [t for t in all_tasks() if t.id == result.run.task]
     for task in found:
         if want and tree_sha256(task.folder) == want:
             return task, ""
     if not want:
-        return None, f"result.json records no task folder hash for {result.task}: the task cannot be matched"
+        return None, f"result.json records no task folder hash for {result.run.task}: the task cannot be matched"
     if not found:
-        return None, f"no task folder {result.task} here (recorded sha256 {want[:12]}): point BENCH_TASKS_DIR at it"
+        return None, f"no task folder {result.run.task} here (recorded sha256 {want[:12]}): point BENCH_TASKS_DIR at it"
     now = ", ".join(f"{t.folder} has {tree_sha256(t.folder)[:12]}" for t in found)
-    return None, f"task folder {result.task} differs from the recorded hash {want[:12]}: {now}"
+    return None, f"task folder {result.run.task} differs from the recorded hash {want[:12]}: {now}"
 
 
 def missing_files(run_dir: Path, result: RunResult) -> list[str]:
@@ -205,7 +205,7 @@ def same_kind(result: RunResult, device: str, recorded_device: str) -> bool:
 def recorded_device_of(result: RunResult) -> str:
     """The device the run's evaluation scored on."""
     found = (str(e.official.raw["device"]) for e in result.evaluations if e.official.raw.get("device"))
-    return next(found, result.device or "cpu")
+    return next(found, result.run.device or "cpu")
 
 
 def rescore(
@@ -313,7 +313,7 @@ def reaudit(result: RunResult, run_dir: Path, task: Task, evaluations: list[Eval
     except state.RunStateError:
         pass  # named by missing_files
     try:
-        own_hosts = get_agent(result.agent).own_hosts
+        own_hosts = get_agent(result.run.agent).own_hosts
     except AgentError:  # an agent this toolkit does not know: no hosts of its own
         own_hosts = ()
     return audit.audit(
@@ -321,7 +321,7 @@ def reaudit(result: RunResult, run_dir: Path, task: Task, evaluations: list[Eval
         Evidence(run_dir).locked_at_start(task.locked_files),
         evaluations,
         started_at=result.started_at,
-        budget_s=result.budget_s,
+        budget_s=result.run.budget_s,
         agent_argv=result.agent_argv,
         rejected=result.rejected_checkpoints,
         offline=not endpoints,
@@ -343,7 +343,7 @@ def verify_run(run_dir: Path, result: RunResult, *, device: str | None = None) -
     recorded_device = recorded_device_of(result)
     if device is None:
         device = recorded_device if recorded_device == "cpu" or protocol.default_device() != "cpu" else "cpu"
-    check = RunCheck(result.label, run_dir, result.status, result.score, device=device, recorded_device=recorded_device)
+    check = RunCheck(result.run.label, run_dir, result.status, result.score, device=device, recorded_device=recorded_device)
     check.differences += missing_files(run_dir, result)
     task, why = match_task(result)
     if task is None:
