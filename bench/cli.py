@@ -258,7 +258,8 @@ def _finish_from_spool(run_dir: Path) -> int:
         )
     result = resume.resume_run(run_dir, by="bench record")
     # record.save said so if the store refused: the agent run is then still open, and the exit status says it
-    if not result.mlflow_run_id or MlflowWriter(result.run.campaign).get_run(result.mlflow_run_id).info.status == "RUNNING":
+    writer = MlflowWriter(result.run.campaign)
+    if not result.mlflow_run_id or writer.get_run(result.mlflow_run_id).info.status == "RUNNING":
         return 1
     print(f"recorded {run_dir} as MLflow run {result.mlflow_run_id} ({result.status})")
     return 0

@@ -343,7 +343,8 @@ def verify_run(run_dir: Path, result: RunResult, *, device: str | None = None) -
     recorded_device = recorded_device_of(result)
     if device is None:
         device = recorded_device if recorded_device == "cpu" or protocol.default_device() != "cpu" else "cpu"
-    check = RunCheck(result.run.label, run_dir, result.status, result.score, device=device, recorded_device=recorded_device)
+    label = result.run.label
+    check = RunCheck(label, run_dir, result.status, result.score, device=device, recorded_device=recorded_device)
     check.differences += missing_files(run_dir, result)
     task, why = match_task(result)
     if task is None:

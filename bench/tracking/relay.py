@@ -36,10 +36,11 @@ import difflib
 import json
 import threading
 import time
-from dataclasses import asdict, fields
+from dataclasses import asdict
 from pathlib import Path
 
 from bench import untrusted
+from bench.errors import BenchError
 from bench.markup import one_line
 from bench.tracking import accounting, relay_limits, schema, spool_files, sysmetrics
 from bench.tracking.checkpoint_uploads import Uploads
@@ -58,6 +59,12 @@ MAX_SOURCE = 1 << 20  # characters of a script's source kept as its artifact
 # traced values however late it reads them (hook/_bench_once.py); what is left for the relay is a line printed
 # just before the helper traces the same value, which reaches the spool within microseconds of the traced event
 RECENT_PAIRS = 512
+VERSION = 1  # relay.json's one format (0.1's format reset): a file of another version, or of none, is refused
+REDO = "finish the run with the toolkit version that wrote it, or run it again with this one"
+
+
+class RelayStateError(BenchError, RuntimeError):
+    """relay.json cannot be read, or is of another format; the message says what to do."""
 
 
 class Relay:
@@ -73,16 +80,14 @@ class Relay:
         interval: float = 2.0,
         *,
         checkpoints_dir: Path | None = None,
-        state_file: Path | None = None,
+        state_file: Path,
     ):
         """``checkpoints_dir``: the only folder checkpoint artifacts are uploaded from (default: the workspace's
         ``checkpoints/``, the spool being ``<workspace>/.bench/spool``); ``state_file``: where the relay keeps its
-        progress (the runner passes the run directory's ``relay.json``; by default beside the spool, as runs
-        recorded before this version have it)."""
+        progress (the runner passes the run directory's ``relay.json``, out of the agent's reach)."""
         self.writer, self.parent_run, self.spool_dir = writer, parent_run, Path(spool_dir)
         self.base_tags, self.baseline_source, self.interval = base_tags, baseline_source, interval
-        legacy = self.spool_dir.parent / "relay.json"
-        self.state_file = Path(state_file) if state_file else legacy
+        self.state_file = Path(state_file)
         self.workspace = self.spool_dir.parents[1]  # the tree every agent-made file is read under (no link out)
         self.scripts: dict[str, ScriptState] = {}
         self.uploads = Uploads(checkpoints_dir or self.spool_dir.parents[1] / "checkpoints", self.state_file.parent)
@@ -96,16 +101,17 @@ class Relay:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
-        saved_at = self.state_file if self.state_file.exists() else legacy if legacy.exists() else None
-        if saved_at is not None:
-            saved = json.loads(saved_at.read_text())
-            known = {f.name for f in fields(ScriptState)}  # relay.json of an older version: its other fields dropped
-            scripts = saved.get("scripts", {}).items()
-            self.scripts = {k: ScriptState(**{n: x for n, x in v.items() if n in known}) for k, v in scripts}
-            self.system.totals.update(saved.get("system") or {})  # the agent tree's GPU figures so far
-            self.refused = spool_files.Refused(saved.get("refused"), int(saved.get("refused_more") or 0))
-            self.uploads.uploaded = list(saved.get("uploaded_inodes") or [])
+        if self.state_file.exists():
+            saved = _read_state(self.state_file)
+            try:
+                self.scripts = {k: ScriptState(**v) for k, v in saved["scripts"].items()}
+                self.system.totals.update(saved["system"])  # the agent tree's GPU figures so far
+                self.refused = spool_files.Refused(saved["refused"], int(saved["refused_more"]))
+                self.uploads.uploaded = list(saved["uploaded_inodes"])
+            except (KeyError, TypeError, ValueError, AttributeError) as e:
+                raise RelayStateError(f"{self.state_file} lacks or mistypes a field ({type(e).__name__}: {e})") from e
         else:  # a new run: the state file exists from now on, so a relay.json the agent plants is never read
+            _refuse_beside_the_spool(self.spool_dir, self.state_file)
             self._save()
 
     # --- threads -----------------------------------------------------------------------------
@@ -422,6 +428,7 @@ class Relay:
         tmp.write_text(
             json.dumps(
                 {
+                    "version": VERSION,
                     "parent_run": self.parent_run,
                     "scripts": {k: asdict(v) for k, v in self.scripts.items()},
                     "system": dict(self.system.totals),
@@ -432,6 +439,35 @@ class Relay:
             )
         )
         tmp.replace(self.state_file)
+
+
+def _read_state(state_file: Path) -> dict:
+    """The saved progress, of this format (:data:`VERSION`); :class:`RelayStateError` in one line otherwise."""
+    try:
+        saved = json.loads(state_file.read_text())
+    except (OSError, ValueError, RecursionError) as e:
+        raise RelayStateError(f"{state_file} cannot be read ({one_line(e, 200)}); the spool beside it is kept") from e
+    if not isinstance(saved, dict):
+        raise RelayStateError(f"{state_file} holds a JSON {type(saved).__name__}, not the relay's progress")
+    version = saved.get("version")
+    if version == VERSION and type(version) is int:
+        return saved
+    if version is None:
+        raise RelayStateError(f"{state_file} has no version: written before 0.1's format reset; {REDO}")
+    if isinstance(version, int) and not isinstance(version, bool) and version > VERSION:
+        raise RelayStateError(f"{state_file} has version {version}, newer than this toolkit's {VERSION}: upgrade it")
+    raise RelayStateError(f"{state_file} has version {version!r}: written by an older toolkit; {REDO}")
+
+
+def _refuse_beside_the_spool(spool_dir: Path, state_file: Path) -> None:
+    """A run whose relay kept its progress beside the spool (in the workspace) was relayed by a toolkit before 0.1's
+    format reset: relaying its spool again from the start would log every value twice, so it is refused."""
+    old = spool_dir.parent / "relay.json"
+    if old.exists() and old != state_file:
+        raise RelayStateError(
+            f"{old}: the relay's progress kept beside the spool, written before 0.1's format reset (this toolkit keeps "
+            f"it in the run directory, {state_file}); {REDO}"
+        )
 
 
 def _copy(value: object) -> object:

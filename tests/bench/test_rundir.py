@@ -13,11 +13,11 @@ from bench.pipeline import state
 from bench.rundir import FINAL, PENDING, RUNNING, STALE, STATES, UNFINISHED, RunDir, inspect
 from bench.runspec import RunSpec
 
-V1_RESULT = Path(__file__).parent / "fixtures" / "results" / "v1_t6_baseline.json"
+RESULT = Path(__file__).parent / "fixtures" / "results" / "v3_t6_baseline.json"
 
 
 def _launched(run_dir: Path, harness_pid: int, harness_started: float) -> None:
-    spec = RunSpec("t6", "command", budget_s=60.0, device="cpu").to_dict()
+    spec = RunSpec("t6", "command", budget_s=60.0, device="cpu")
     run_dir.mkdir(parents=True, exist_ok=True)
     st = state.RunState(spec, "tok", 1, 0.0, [], [], None, [], "/d", harness_pid, harness_started)
     state.write(run_dir, st)
@@ -37,9 +37,9 @@ def test_each_state_of_the_table_is_told_from_the_files(tmp_path: Path) -> None:
     _launched(run_dir, gone.pid, 0.0)
     assert inspect(run_dir).state == UNFINISHED
 
-    shutil.copy(V1_RESULT, run_dir / "result.json")
+    shutil.copy(RESULT, run_dir / "result.json")
     seen = inspect(run_dir)
-    assert (seen.state, seen.status, seen.result.label) == (FINAL, "success", "t6-baseline-r1")
+    assert (seen.state, seen.status, seen.result.run.label) == (FINAL, "success", "t6-baseline-r1")
     assert RunDir(run_dir).result() == seen.result
 
 
