@@ -27,7 +27,7 @@ LAUNCH = {"token": "tok", "agent_pid": 1, "started_at": 0.0, "agent_argv": [], "
 REDO = "finish it with the toolkit version that wrote it, or run it again with this one"
 
 
-def _state(**changes) -> dict:
+def run_json(**changes) -> dict:
     """A run.json as bench run writes it (version 2), its description's fields changed as given."""
     return {"spec": {**SPEC.to_dict(), **changes}, **LAUNCH, "version": 2}
 
@@ -37,7 +37,7 @@ def test_run_json_embeds_the_description_and_reads_it_back(tmp_path):
     state.write(tmp_path, state.RunState(spec=SPEC, **LAUNCH))
     raw = json.loads((tmp_path / "run.json").read_text())
     assert raw["version"] == 2 and raw["spec"]["limits"] == OWN.to_dict() and "limits" not in raw
-    assert raw == {**_state(), "harness_pid": raw["harness_pid"], "harness_started": raw["harness_started"],
+    assert raw == {**run_json(), "harness_pid": raw["harness_pid"], "harness_started": raw["harness_started"],
                    "harness_died_at": None, "watched": None}  # fmt: skip
     back = state.read(tmp_path)
     assert back.spec == SPEC and back.spec.limits == OWN and back.spec.label == "t6-command-r1"
@@ -49,9 +49,9 @@ def _written(folder: Path, raw: dict) -> Path:
 
 
 def test_run_json_keeps_the_limits_and_reads_them_back(tmp_path):
-    assert state.read(_written(tmp_path, _state())).spec.limits == OWN
+    assert state.read(_written(tmp_path, run_json())).spec.limits == OWN
     off = {**OWN.to_dict(), "memory_bytes": None, "processes": None, "workspace_bytes": None}  # "none" flags
-    assert state.read(_written(tmp_path, _state(limits=off))).spec.limits == Limits(None, None, None, 8 * MIB, 123.0)
+    assert state.read(_written(tmp_path, run_json(limits=off))).spec.limits == Limits(None, None, None, 8 * MIB, 123.0)
 
 
 def test_a_run_json_of_an_older_toolkit_is_refused_in_one_line(tmp_path):
@@ -74,7 +74,7 @@ def test_a_run_json_of_an_older_toolkit_is_refused_in_one_line(tmp_path):
 def test_a_run_json_without_limits_is_refused(tmp_path):
     """Every run.json of this format records its limits: one without is not this toolkit's, and is not resumed under
     the defaults."""
-    raw = _state()
+    raw = run_json()
     del raw["spec"]["limits"]
     with pytest.raises(state.RunStateError, match=r"lacks spec\.limits"):
         state.read(_written(tmp_path, raw))
@@ -95,7 +95,7 @@ def test_a_run_json_without_limits_is_refused(tmp_path):
     ],
 )
 def test_malformed_limits_in_run_json_are_one_clear_line(tmp_path, limits, says):
-    (tmp_path / "run.json").write_text(json.dumps(_state(limits=limits)))
+    (tmp_path / "run.json").write_text(json.dumps(run_json(limits=limits)))
     with pytest.raises(state.RunStateError) as e:
         state.read(tmp_path)
     message = str(e.value)
