@@ -1,27 +1,37 @@
-"""The result of one agent run: a typed, versioned record, written to ``result.json`` before MLflow is touched.
+"""The result of one agent run.
 
-Everything that reads a run back (the record step, ``bench record``, ``bench run``'s summary, the baseline tuner,
-the tests) goes through :class:`RunResult`, never through string keys of a dict, so a field that is missing
-or ``null`` is handled once, here.
+A typed, versioned record, written to ``result.json`` before MLflow is touched.
 
-``result.json`` has one format: ``schema_version`` :data:`SCHEMA_VERSION` with every key below. A file of another
-version, or without one (written before 0.1's format reset), is refused with one line naming the version that wrote
-it and what to do (:class:`ResultError`); nothing reads it into this format. A field added to :class:`RunResult`
-bumps :data:`SCHEMA_VERSION`, so that a file without it is refused by its version, not half read.
+Everything that reads a run back (the record step, ``bench record``, ``bench run``'s summary, the
+baseline tuner, the tests) goes through :class:`RunResult`, never through string keys of a dict, so
+a field that is missing or ``null`` is handled once, here.
+
+``result.json`` has one format: ``schema_version`` :data:`SCHEMA_VERSION` with every key below. A
+file of another version, or without one (written before 0.1's format reset), is refused with one
+line naming the version that wrote it and what to do (:class:`ResultError`); nothing reads it into
+this format. A field added to :class:`RunResult` bumps :data:`SCHEMA_VERSION`, so that a file
+without it is refused by its version, not half read.
 
 Layout (the keys of :meth:`RunResult.to_dict`)::
 
-    schema_version, run: {task, agent, model, campaign, repeat, budget_s,   what ran: the run's description
-      grace_s, options, device, limits, max_cost, task_source, ...},         (bench.runspec.RunSpec.to_dict)
-    task_name, metric, direction, split, baseline_score,                    under which protocol
+    schema_version,
+    run: {task, agent, model, campaign, repeat,      what ran: the run's description
+      budget_s, grace_s, options, device, limits,    (bench.runspec.RunSpec.to_dict)
+      max_cost, task_source, ...},
+    task_name, metric, direction, split,             under which protocol
+      baseline_score,
     started_at, wall_time_s, budget_utilisation, agent_argv, agent_exit_code,
     timed_out, interrupted, agent_events, device, partial_data, partial_data_notes,
-    scripts, launches_observed, checkpoints_found, rejected_checkpoints,    what the watch and collect steps saw
-    limits: {settings, enforcement, hit: [{limit, value, ...}]},             the run's limits and those it hit
-    evaluations: [{candidate, path, script, val_score, metric, step, saved_s, window, official: {...}}],
+    scripts, launches_observed, checkpoints_found,   what the watch and collect steps saw
+      rejected_checkpoints,
+    limits: {settings, enforcement,                  the run's limits and those it hit
+      hit: [{limit, value, ...}]},
+    evaluations: [{candidate, path, script, val_score, metric, step, saved_s, window,
+      official: {...}}],
     audit: {locked_sha256, violations: [{rule, reason}]},
     outcome: {status, score, reason, best_val_score},
-    hardware, sandboxed, hostile_inputs, software (python, torch, numpy, ..., cuda, driver: bench.software),
+    hardware, sandboxed, hostile_inputs,
+    software (python, torch, numpy, ..., cuda, driver: bench.software),
     workspace, run_dir, mlflow_run_id, tracking_error
 """
 
@@ -45,12 +55,18 @@ REDO = "re-run it with this toolkit, or read it with the toolkit version that wr
 
 
 class ResultError(BenchError, ValueError):
-    """A result.json that cannot be read (not JSON, another format, a missing field); the message says what to do."""
+    """A result.json that cannot be read (not JSON, another format, a missing field).
+
+    The message says what to do.
+    """
 
 
 @dataclass(frozen=True)
 class Official:
-    """What ``prepare.py --eval`` printed for one checkpoint: the official score, or why there is none."""
+    """What ``prepare.py --eval`` printed for one checkpoint.
+
+    The official score, or why there is none.
+    """
 
     value: float | None = None
     error: str | None = None
@@ -63,13 +79,17 @@ class Official:
 
     @property
     def why_not(self) -> str:
-        """Why the checkpoint has no score (an evaluation JSON may carry ``value: null`` and no error)."""
+        """Why the checkpoint has no score.
+
+        An evaluation JSON may carry ``value: null`` and no error.
+        """
         if self.error:
             return self.error
         return "prepare.py --eval printed no score" if self.value is None else f"the score is {self.value}"
 
     @classmethod
     def from_dict(cls, d: dict) -> Official:
+        """The evaluation's JSON object, read back (a score that is no number becomes the error)."""
         value = d.get("value")
         try:
             value = float(value) if value is not None else None
@@ -79,12 +99,16 @@ class Official:
         return cls(value=value, error=str(error) if error is not None else None, raw=dict(d))
 
     def to_dict(self) -> dict:
+        """The JSON object as printed, with the score and the error as read."""
         return {**self.raw, "value": self.value, **({"error": self.error} if self.error is not None else {})}
 
 
 @dataclass(frozen=True)
 class Evaluation:
-    """One evaluated candidate: which checkpoint, why it was picked (``best`` or ``window-<k>``), its score."""
+    """One evaluated candidate.
+
+    Which checkpoint, why it was picked (``best`` or ``window-<k>``), its score.
+    """
 
     candidate: str
     path: str
@@ -98,10 +122,12 @@ class Evaluation:
 
     @classmethod
     def from_dict(cls, d: dict) -> Evaluation:
+        """An evaluation as result.json holds it."""
         names = {f.name for f in fields(cls)} - {"official"}
         return cls(**{k: d.get(k) for k in names}, official=Official.from_dict(d.get("official") or {}))
 
     def to_dict(self) -> dict:
+        """The evaluation as result.json holds it."""
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "official"}
         return {**out, "official": self.official.to_dict()}
 
@@ -111,9 +137,12 @@ DISQUALIFY, FLAG = "disqualify", "flag"  # a finding's verdict: the run is disqu
 
 @dataclass(frozen=True)
 class Violation:
-    """A finding of the audit: a rule of the paper's §3.4 (``rule`` 1-9), what was found in one sentence, the
-    ``verdict`` (:data:`DISQUALIFY` or :data:`FLAG`) and the ``evidence`` (event ids, log lines, paths, hashes)
-    a person can check it against."""
+    """A finding of the audit.
+
+    A rule of the paper's §3.4 (``rule`` 1-9), what was found in one sentence, the ``verdict``
+    (:data:`DISQUALIFY` or :data:`FLAG`) and the ``evidence`` (event ids, log lines, paths, hashes)
+    a person can check it against.
+    """
 
     rule: int
     reason: str
@@ -122,9 +151,11 @@ class Violation:
 
     @classmethod
     def from_dict(cls, d: dict) -> Violation:
+        """A finding as result.json holds it."""
         return cls(int(d["rule"]), str(d["reason"]), d.get("verdict", DISQUALIFY), tuple(d.get("evidence") or ()))
 
     def to_dict(self) -> dict:
+        """The finding as result.json holds it."""
         return {**asdict(self), "evidence": list(self.evidence)}
 
 
@@ -138,17 +169,21 @@ class Audit:
 
     @property
     def disqualifying(self) -> tuple[Violation, ...]:
+        """The findings that disqualify the run."""
         return tuple(v for v in self.violations if v.verdict == DISQUALIFY)
 
     @property
     def flags(self) -> tuple[Violation, ...]:
+        """The findings a person should look at (they do not disqualify)."""
         return tuple(v for v in self.violations if v.verdict != DISQUALIFY)
 
     @property
     def passed(self) -> bool:
+        """No finding disqualifies the run."""
         return not self.disqualifying
 
     def to_dict(self) -> dict:
+        """The audit as result.json holds it."""
         return {
             "locked_sha256": dict(self.locked_sha256),
             "violations": [v.to_dict() for v in self.violations],
@@ -157,6 +192,7 @@ class Audit:
 
     @classmethod
     def from_dict(cls, d: dict) -> Audit:
+        """An audit as result.json holds it."""
         found = tuple(Violation.from_dict(v) for v in d.get("violations") or ())
         return cls(dict(d.get("locked_sha256") or {}), found, tuple(d.get("checked") or ()))
 
@@ -203,8 +239,9 @@ class RunResult:
     partial_data_notes: list[str] = field(default_factory=list)
     sandboxed: bool = True  # the agent ran in bench.sandbox; False with --unsandboxed
     hardware: str = ""  # the evaluation device in words (bench.protocol.describe_hardware)
-    # bench.tracking.accounting.summary(): launched, by status, runs; "relay": what became of every spool value and
-    # checkpoint event (relayed, dropped by reason, merged copies, left unrelayed, unread bytes) and the caps in force
+    # bench.tracking.accounting.summary(): launched, by status, runs; "relay": what became of every
+    # spool value and checkpoint event (relayed, dropped by reason, merged copies, left unrelayed,
+    # unread bytes) and the caps in force
     scripts: dict = field(default_factory=dict)
     launches_observed: list[dict] = field(default_factory=list)
     checkpoints_found: int = 0
@@ -213,46 +250,57 @@ class RunResult:
     # {settings, enforcement, hit: [{limit, value, ...what happened}]};
     # hit is empty when the run stayed within all of them
     limits: dict = field(default_factory=dict)
-    # what the record step refused to read of the agent's files (bench.untrusted: links, FIFOs, sparse or huge files,
-    # floods), counted by kind with a few examples (bench.untrusted.Tally.to_dict); {} when nothing was refused
+    # what the record step refused to read of the agent's files (bench.untrusted: links, FIFOs,
+    # sparse or huge files, floods), counted by kind with a few examples
+    # (bench.untrusted.Tally.to_dict); {} when nothing was refused
     hostile_inputs: dict = field(default_factory=dict)
-    # the software the scores depend on (bench.software.versions: python, torch, numpy, the scorer's other packages,
-    # cuda and the driver where present)
+    # the software the scores depend on (bench.software.versions: python, torch, numpy, the scorer's
+    # other packages, cuda and the driver where present)
     software: dict = field(default_factory=dict)
     mlflow_run_id: str | None = None
-    # why MLflow has not recorded the run (the store refused or was unreachable); None once it has. `bench run`
-    # exits non-zero while it is set, and `bench record RUN_DIR` records the run and clears it
+    # why MLflow has not recorded the run (the store refused or was unreachable); None once it has.
+    # `bench run` exits non-zero while it is set, and `bench record RUN_DIR` records the run and
+    # clears it
     tracking_error: str | None = None
     schema_version: int = SCHEMA_VERSION
 
     # --- what readers ask (of the outcome and the audit; the description is ``run``) ----------
     @property
     def status(self) -> str:
+        """The paper's run status (the outcome's)."""
         return self.outcome.status
 
     @property
     def score(self) -> float | None:
+        """The official score (success only)."""
         return self.outcome.score
 
     @property
     def reason(self) -> str:
+        """Why the run ended as it did, in one line."""
         return self.outcome.reason
 
     @property
     def best(self) -> Evaluation | None:
-        """The evaluation of the best-by-validation checkpoint (the one that sets the official score)."""
+        """The evaluation of the best-by-validation checkpoint.
+
+        The one that sets the official score.
+        """
         return next((e for e in self.evaluations if e.candidate == "best"), None)
 
     @property
     def violations(self) -> tuple[Violation, ...]:
+        """Every finding of the audit, disqualifying or flagged."""
         return self.audit.violations
 
     @property
     def result_file(self) -> Path:
+        """Where ``result.json`` is written: the run directory."""
         return Path(self.run_dir) / "result.json"
 
     # --- JSON -------------------------------------------------------------------------------
     def to_dict(self) -> dict:
+        """The one format of ``result.json`` (its keys: the module's layout)."""
         out: dict[str, Any] = {"schema_version": self.schema_version}
         for f in fields(self):
             if f.name == "schema_version":
@@ -270,8 +318,11 @@ class RunResult:
         return out
 
     def write(self, path: Path | None = None) -> Path:
-        """Write ``result.json`` atomically (a killed harness leaves the old file or the new one, never half), without
-        the run's secrets (:mod:`bench.redact`: the agent's final message, a reason or a path may quote a key)."""
+        """Write ``result.json`` atomically, without the run's secrets.
+
+        A killed harness leaves the old file or the new one, never half; the secrets are taken out
+        by :mod:`bench.redact` (the agent's final message, a reason or a path may quote a key).
+        """
         from bench import redact
 
         path = Path(path) if path else self.result_file
@@ -282,7 +333,9 @@ class RunResult:
 
     @classmethod
     def from_dict(cls, d: dict, where: str = "result.json") -> RunResult:
-        """Read the one format (:data:`SCHEMA_VERSION`, every key); :class:`ResultError` in one line for another.
+        """Read the one format (:data:`SCHEMA_VERSION`, every key).
+
+        :class:`ResultError` in one line for another.
 
         ``where`` names the file in the message (its path, when read from one).
         """
@@ -323,7 +376,10 @@ class RunResult:
 
 
 def refuse_other_format(d: dict, where: str = "result.json") -> None:
-    """:class:`ResultError`, one line naming the version that wrote ``d`` and what to do, unless it is this format."""
+    """Refuse ``d`` unless it is this format.
+
+    :class:`ResultError`, one line naming the version that wrote ``d`` and what to do.
+    """
     version = d.get("schema_version")
     if version == SCHEMA_VERSION and type(version) is int:
         return

@@ -1,9 +1,12 @@
-"""Run state (beside the launch step): ``<run_dir>/run.json``, what is needed to finish a run without its harness.
+"""Run state (beside the launch step).
 
-Written atomically once the agent is launched. If the harness dies (SIGKILL, an out-of-memory kill, a lost
-node), ``bench run --resume RUN_DIR`` (:mod:`bench.resume`) reads it to end what of the run is still alive (the
-run token finds it), relay the spool, then collect, evaluate, audit and record as the harness would have. The
-harness's own pid and process start time tell a resume whether that harness is in fact still running.
+``<run_dir>/run.json``, what is needed to finish a run without its harness.
+
+Written atomically once the agent is launched. If the harness dies (SIGKILL, an out-of-memory kill,
+a lost node), ``bench run --resume RUN_DIR`` (:mod:`bench.resume`) reads it to end what of the run
+is still alive (the run token finds it), relay the spool, then collect, evaluate, audit and record
+as the harness would have. The harness's own pid and process start time tell a resume whether that
+harness is in fact still running.
 """
 
 from __future__ import annotations
@@ -25,16 +28,19 @@ REDO = "finish it with the toolkit version that wrote it, or run it again with t
 
 
 class RunStateError(BenchError, RuntimeError):
-    """run.json is missing, malformed, of another format or cannot be written; the message says what to do."""
+    """run.json is missing, malformed, of another format or cannot be written.
+
+    The message says what to do.
+    """
 
 
 @dataclass
 class RunState:
     """The run's description and what its launch added.
 
-    The description (:class:`bench.runspec.RunSpec`, read as ``state.spec.<field>``) as the run launched (budget,
-    device and task source filled in); the launch added the run token, the agent's pid and argv, the endpoints, the
-    MLflow run and the harness that ran it.
+    The description (:class:`bench.runspec.RunSpec`, read as ``state.spec.<field>``) as the run
+    launched (budget, device and task source filled in); the launch added the run token, the agent's
+    pid and argv, the endpoints, the MLflow run and the harness that ran it.
     """
 
     spec: RunSpec
@@ -53,7 +59,10 @@ class RunState:
     version: int = VERSION
 
     def harness_alive(self) -> bool:
-        """The harness that wrote this file still runs (same pid and same start time: not a reused pid)."""
+        """The harness that wrote this file still runs.
+
+        Same pid and same start time, not a reused pid.
+        """
         started = _create_time(self.harness_pid)
         return started is not None and abs(started - self.harness_started) < 0.05
 
@@ -67,11 +76,15 @@ def _create_time(pid: int) -> float | None:
 
 
 def path(run_dir: Path) -> Path:
+    """Where a run directory's ``run.json`` is."""
     return Path(run_dir) / STATE_FILE
 
 
 def write(run_dir: Path, state: RunState) -> Path:
-    """Write run.json atomically (tmp + rename); :class:`RunStateError` saying what to do if the disk refuses."""
+    """Write run.json atomically (tmp + rename).
+
+    :class:`RunStateError` saying what to do if the disk refuses.
+    """
     target = path(run_dir)
     tmp = target.with_name(f".{STATE_FILE}.{os.getpid()}.tmp")
     raw = {f.name: getattr(state, f.name) for f in fields(state)}
@@ -85,7 +98,10 @@ def write(run_dir: Path, state: RunState) -> Path:
 
 
 def read(run_dir: Path) -> RunState:
-    """The run's state; :class:`RunStateError` (one line) for a missing, malformed or other-format run.json."""
+    """The run's state.
+
+    :class:`RunStateError` (one line) for a missing, malformed or other-format run.json.
+    """
     target = path(run_dir)
     try:
         raw = json.loads(target.read_text())
@@ -128,7 +144,7 @@ def read(run_dir: Path) -> RunState:
 
 
 def _refuse_other_format(raw: dict, target: Path) -> None:
-    """One line naming the version that wrote ``raw`` and what to do, unless it is :data:`VERSION`."""
+    """Refuse ``raw`` unless it is :data:`VERSION`: one line naming its version and what to do."""
     version = raw.get("version")
     if version == VERSION and type(version) is int:
         return
