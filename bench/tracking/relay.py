@@ -34,16 +34,14 @@ from there, one upload per file (hard links of one file named by forged events a
 from __future__ import annotations
 
 import difflib
-import json
 import threading
 import time
 from dataclasses import asdict
 from pathlib import Path
 
 from bench import untrusted
-from bench.errors import BenchError
 from bench.markup import one_line
-from bench.tracking import accounting, relay_limits, schema, spool_files, sysmetrics
+from bench.tracking import accounting, relay_limits, relay_state, schema, spool_files, sysmetrics
 from bench.tracking.checkpoint_uploads import Uploads
 from bench.tracking.hook._bench_once import Seen
 from bench.tracking.relay_limits import Tally
@@ -61,12 +59,6 @@ MAX_SOURCE = 1 << 20  # characters of a script's source kept as its artifact
 # the relay is a line printed just before the helper traces the same value, which reaches the spool
 # within microseconds of the traced event
 RECENT_PAIRS = 512
-VERSION = 1  # relay.json's one format (0.1's format reset): a file of another version, or of none, is refused
-REDO = "finish the run with the toolkit version that wrote it, or run it again with this one"
-
-
-class RelayStateError(BenchError, RuntimeError):
-    """relay.json cannot be read, or is of another format; the message says what to do."""
 
 
 class Relay:
@@ -108,16 +100,17 @@ class Relay:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         if self.state_file.exists():
-            saved = _read_state(self.state_file)
+            saved = relay_state.read(self.state_file)
             try:
                 self.scripts = {k: ScriptState(**v) for k, v in saved["scripts"].items()}
                 self.system.totals.update(saved["system"])  # the agent tree's GPU figures so far
                 self.refused = spool_files.Refused(saved["refused"], int(saved["refused_more"]))
                 self.uploads.uploaded = list(saved["uploaded_inodes"])
             except (KeyError, TypeError, ValueError, AttributeError) as e:
-                raise RelayStateError(f"{self.state_file} lacks or mistypes a field ({type(e).__name__}: {e})") from e
+                why = f"{self.state_file} lacks or mistypes a field ({type(e).__name__}: {e})"
+                raise relay_state.RelayStateError(why) from e
         else:  # a new run: the state file exists from now on, so a relay.json the agent plants is never read
-            _refuse_beside_the_spool(self.spool_dir, self.state_file)
+            relay_state.refuse_beside_the_spool(self.spool_dir, self.state_file)
             self._save()
 
     # --- threads -----------------------------------------------------------------------------
@@ -461,55 +454,16 @@ class Relay:
     def _save(self) -> None:
         for name, seen in self._recent.items():
             self.scripts[name].recent = seen.rows()
-        tmp = self.state_file.with_suffix(".tmp")
-        tmp.write_text(
-            json.dumps(
-                {
-                    "version": VERSION,
-                    "parent_run": self.parent_run,
-                    "scripts": {k: asdict(v) for k, v in self.scripts.items()},
-                    "system": dict(self.system.totals),
-                    "refused": self.refused.names,
-                    "refused_more": self.refused.more,
-                    "uploaded_inodes": self.uploads.uploaded,
-                }
-            )
-        )
-        tmp.replace(self.state_file)
-
-
-def _read_state(state_file: Path) -> dict:
-    """The saved progress, of this format (:data:`VERSION`).
-
-    :class:`RelayStateError` in one line otherwise.
-    """
-    try:
-        saved = json.loads(state_file.read_text())
-    except (OSError, ValueError, RecursionError) as e:
-        raise RelayStateError(f"{state_file} cannot be read ({one_line(e, 200)}); the spool beside it is kept") from e
-    if not isinstance(saved, dict):
-        raise RelayStateError(f"{state_file} holds a JSON {type(saved).__name__}, not the relay's progress")
-    version = saved.get("version")
-    if version == VERSION and type(version) is int:
-        return saved
-    if version is None:
-        raise RelayStateError(f"{state_file} has no version: written before 0.1's format reset; {REDO}")
-    if isinstance(version, int) and not isinstance(version, bool) and version > VERSION:
-        raise RelayStateError(f"{state_file} has version {version}, newer than this toolkit's {VERSION}: upgrade it")
-    raise RelayStateError(f"{state_file} has version {version!r}: written by an older toolkit; {REDO}")
-
-
-def _refuse_beside_the_spool(spool_dir: Path, state_file: Path) -> None:
-    """Refuse a run whose relay kept its progress beside the spool (in the workspace).
-
-    Such a run was relayed by a toolkit before 0.1's format reset: relaying its spool again from the
-    start would log every value twice.
-    """
-    old = spool_dir.parent / "relay.json"
-    if old.exists() and old != state_file:
-        raise RelayStateError(
-            f"{old}: the relay's progress kept beside the spool, written before 0.1's format reset (this toolkit keeps "
-            f"it in the run directory, {state_file}); {REDO}"
+        relay_state.write(
+            self.state_file,
+            {
+                "parent_run": self.parent_run,
+                "scripts": {k: asdict(v) for k, v in self.scripts.items()},
+                "system": dict(self.system.totals),
+                "refused": self.refused.names,
+                "refused_more": self.refused.more,
+                "uploaded_inodes": self.uploads.uploaded,
+            },
         )
 
 

@@ -15,7 +15,8 @@ import pytest
 
 from bench.errors import BenchError
 from bench.tracking import schema
-from bench.tracking.relay import VERSION, Relay, RelayStateError
+from bench.tracking.relay import Relay
+from bench.tracking.relay_state import VERSION, RelayStateError
 from bench.tracking.writer import MlflowWriter
 
 REDO = "finish the run with the toolkit version that wrote it, or run it again with this one"
