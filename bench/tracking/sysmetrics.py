@@ -328,7 +328,7 @@ def summary(totals: dict) -> dict:
 
 
 def agent_metrics(scripts: dict) -> dict[str, float]:
-    """The agent run's GPU figures from result.json's ``scripts`` (none without NVML, or for an older result.json)."""
+    """The agent run's GPU figures from result.json's ``scripts`` (none without NVML)."""
     system = scripts.get("system") or {}
     figures = {
         schema.GPU_MEMORY_PEAK_MB: "gpu_memory_peak_mb",
