@@ -250,7 +250,7 @@ def _finish_from_spool(run_dir: Path) -> int:
     seen = RunDir(run_dir).seen()
     if seen.state not in (RUNNING, UNFINISHED) and not seen.note:  # stale: nothing was launched there
         raise ResultError(f"{run_dir} has no result.json and no run.json: no run of bench run was launched there")
-    if seen.state != RUNNING:  # a live one: resume_run refuses it in one line, nothing is done
+    if seen.state == UNFINISHED:  # a live one (or an unreadable run.json): resume_run refuses it in one line
         print(
             f"bench record: {run_dir} has no result.json (its harness died); finishing the run from its spool and "
             "relay state, as bench run --resume does",
