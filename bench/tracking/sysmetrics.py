@@ -339,7 +339,7 @@ def agent_metrics(scripts: dict) -> dict[str, float]:
 
 def note(scripts: dict) -> str:
     """One line for the agent run (its ``bench.gpu_metrics`` tag and description): where its GPU figures came from,
-    or why it has none; "" for a result.json older than the system part."""
+    or why it has none; "" when ``scripts`` has no system part."""
     system = scripts.get("system")
     if not system:
         return ""

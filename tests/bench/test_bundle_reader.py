@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
-import shutil
 import tarfile
 from pathlib import Path
 
