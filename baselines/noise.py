@@ -68,7 +68,7 @@ def from_campaign(campaign: str, task_id: str) -> dict[int, float]:
     scores: dict[int, float] = {}
     for path in sorted(campaign_dir(campaign).glob("*/result.json")):
         r = RunResult.load(path)
-        if r.agent == "baseline" and r.task == task_id and r.status == "success" and r.run.seed is not None:
+        if r.run.agent == "baseline" and r.run.task == task_id and r.status == "success" and r.run.seed is not None:
             scores.setdefault(r.run.seed, float(r.score))
     return scores
 

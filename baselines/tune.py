@@ -138,7 +138,7 @@ def summarise(result: RunResult, *, storage: str, study: str, seed: int) -> dict
     config = dict(record["config"]) if record else {}
     states = summary.get("states", {})
     return {
-        "task": result.task,
+        "task": result.run.task,
         "metric": result.metric,
         "direction": str(result.direction),
         "config": config,
@@ -146,7 +146,7 @@ def summarise(result: RunResult, *, storage: str, study: str, seed: int) -> dict
         "official_score": result.score,
         "trials": summary.get("trials", result.scripts.get("launched", 0)),
         "pruned": states.get("PRUNED", 0),
-        "budget_s": result.budget_s,
+        "budget_s": result.run.budget_s,
         "hardware": hardware(),
         "date": time.strftime("%Y-%m-%d", time.localtime(result.started_at)),
         "mlflow_run_id": result.mlflow_run_id,
@@ -157,13 +157,13 @@ def summarise(result: RunResult, *, storage: str, study: str, seed: int) -> dict
         "split": result.split,
         "paper_baseline_score": result.baseline_score,
         "status": result.status,
-        "campaign": result.campaign,
+        "campaign": result.run.campaign,
         "best_trial": record["number"] if record else None,
         "script": best.script if best else None,
         "params": record["params"] if record else {},
         "states": states,
         "wall_time_s": result.wall_time_s,
-        "eval_device": result.device,
+        "eval_device": result.run.device,
         "stop_reason": summary.get("stop_reason", ""),
         "run_dir": result.run_dir,
     }

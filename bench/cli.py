@@ -203,7 +203,7 @@ def _campaign_summaries(results: list[RunResult], args: argparse.Namespace) -> N
         return
     from analysis.report_cli import write_summaries
 
-    write_summaries(r.campaign for r in results)
+    write_summaries(r.run.campaign for r in results)
 
 
 def _exit_status(results: list[RunResult]) -> int:
@@ -219,7 +219,7 @@ def _print_summary(results: list[RunResult]) -> None:
     for r in results:
         score = f"{r.score:.4f}" if r.score is not None else "-"
         print(
-            f"{r.task:5} {r.agent:12} {r.repeat:>3} {r.status:13} {r.metric:>9} {score:>8} "
+            f"{r.run.task:5} {r.run.agent:12} {r.run.repeat:>3} {r.status:13} {r.metric:>9} {score:>8} "
             f"{r.baseline_score:>9g} {r.wall_time_s:>6.0f}s  {r.run_dir}"
         )
 
@@ -233,7 +233,7 @@ def cmd_record(args: argparse.Namespace) -> int:
     if not (Path(args.run_dir) / "result.json").is_file():
         return _finish_from_spool(Path(args.run_dir))
     result, ws = load_run(Path(args.run_dir))
-    result.mlflow_run_id = record(MlflowWriter(result.campaign), result, ws)
+    result.mlflow_run_id = record(MlflowWriter(result.run.campaign), result, ws)
     result.write(ws.result_file)
     print(f"recorded {ws.run_dir} as MLflow run {result.mlflow_run_id}")
     return 0
@@ -250,7 +250,7 @@ def _finish_from_spool(run_dir: Path) -> int:
     seen = RunDir(run_dir).seen()
     if seen.state not in (RUNNING, UNFINISHED) and not seen.note:  # stale: nothing was launched there
         raise ResultError(f"{run_dir} has no result.json and no run.json: no run of bench run was launched there")
-    if seen.state != RUNNING:  # a live one: resume_run refuses it in one line, nothing is done
+    if seen.state == UNFINISHED:  # a live one (or an unreadable run.json): resume_run refuses it in one line
         print(
             f"bench record: {run_dir} has no result.json (its harness died); finishing the run from its spool and "
             "relay state, as bench run --resume does",
@@ -258,7 +258,8 @@ def _finish_from_spool(run_dir: Path) -> int:
         )
     result = resume.resume_run(run_dir, by="bench record")
     # record.save said so if the store refused: the agent run is then still open, and the exit status says it
-    if not result.mlflow_run_id or MlflowWriter(result.campaign).get_run(result.mlflow_run_id).info.status == "RUNNING":
+    writer = MlflowWriter(result.run.campaign)
+    if not result.mlflow_run_id or writer.get_run(result.mlflow_run_id).info.status == "RUNNING":
         return 1
     print(f"recorded {run_dir} as MLflow run {result.mlflow_run_id} ({result.status})")
     return 0

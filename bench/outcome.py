@@ -1,17 +1,21 @@
-"""The paper's run status, decided from the evidence the pipeline gathered (after the audit, before the record).
+"""The paper's run status, decided from the evidence the pipeline gathered.
 
-In this order: a broken rule (a finding with the verdict ``disqualify``) disqualifies; a best checkpoint with an
-official score is a success; an interrupted harness is ``interrupted``, and so is a model API that kept failing
-(an infrastructure failure, :mod:`bench.agents.health`); an over-refusal (Appendix A) is ``refused``;
-otherwise the run ``failed`` (or hit a ``timeout`` when the budget ended it), with the reason a person needs first.
-The agent's exit code is never trusted on its own.
+It is decided after the audit, before the record.
 
-A run whose API budget (``--max-cost``) ran out is judged as the paper judges a run whose time ran out (§3.3: the
-best checkpoint saved within the budget is scored): ``success`` when a checkpoint saved before the cap scores, the
-score made within the limits the researcher set. Without one it ``failed``, even when the agent then waited out its
-time on refused requests: the API budget, not the time budget, ended its work (never ``timeout``, never an
-infrastructure failure that a campaign would retry). A capped run is found by its ``limits.hit`` entry ``api-cost``
-or its ``bench.api_budget`` tag, whatever its status.
+In this order: a broken rule (a finding with the verdict ``disqualify``) disqualifies; a best
+checkpoint with an official score is a success; an interrupted harness is ``interrupted``, and so is
+a model API that kept failing (an infrastructure failure, :mod:`bench.agents.health`); an
+over-refusal (Appendix A) is ``refused``; otherwise the run ``failed`` (or hit a ``timeout`` when
+the budget ended it), with the reason a person needs first. The agent's exit code is never trusted
+on its own.
+
+A run whose API budget (``--max-cost``) ran out is judged as the paper judges a run whose time ran
+out (§3.3: the best checkpoint saved within the budget is scored): ``success`` when a checkpoint
+saved before the cap scores, the score made within the limits the researcher set. Without one it
+``failed``, even when the agent then waited out its time on refused requests: the API budget, not
+the time budget, ended its work (never ``timeout``, never an infrastructure failure that a campaign
+would retry). A capped run is found by its ``limits.hit`` entry ``api-cost`` or its
+``bench.api_budget`` tag, whatever its status.
 """
 
 from __future__ import annotations
@@ -60,8 +64,11 @@ def decide(
 
 
 def _unloadable(evaluations: list[Evaluation]) -> str:
-    """Why the scored checkpoint is not the best by validation: the best's model could not be built or loaded
-    (``best-unloadable``; the evaluate step then scored the next candidate). "" when it is the best."""
+    """Why the scored checkpoint is not the best by validation.
+
+    The best's model could not be built or loaded (``best-unloadable``; the evaluate step then
+    scored the next candidate). "" when it is the best.
+    """
     first = next((e for e in evaluations if e.candidate == "best-unloadable"), None)
     if first is None:
         return ""

@@ -1,21 +1,24 @@
-"""``bench run --resume``: finish runs whose harness died (SIGKILL, an out-of-memory kill, a lost node).
+"""``bench run --resume``.
 
-A run directory holds everything needed without the harness that started it: ``run.json`` (the spec, the run
-token, the launch; :mod:`bench.pipeline.state`), the spool and the relay's progress (``relay.json``), the
-evidence (checkpoint arrivals, launches), the agent's ``events.jsonl``. Resuming one:
+Finish runs whose harness died (SIGKILL, an out-of-memory kill, a lost node).
 
-1. a run with a complete ``result.json`` is left alone (finished runs are never redone); a run whose harness
-   is still alive (the pid and start time in ``run.json``) is refused;
-2. what of the run is still alive (found by its token; an ``--unsandboxed`` agent survives its harness) is noted
-   in the evidence, then ended;
-3. the shared end of the pipeline (:func:`bench.runner.finish`) runs: every spooled event is relayed (the relay
-   resumes from ``relay.json``; script runs left open are closed as KILLED), the checkpoints are collected (placed
-   in time by when the harness first saw their content, else their mtime), evaluated, audited, and the result is
-   written and recorded with status ``interrupted`` and the reason (a scored best checkpoint still makes it a success).
-   It runs under the run's own limits, recorded in ``run.json`` at the launch (the evaluation budget, the
-   predictor's memory and processes, the settings ``result.json`` shows); a ``run.json`` from before runs had limits
-   gets the defaults, and the console and ``result.json``'s ``limits.note`` say so. Its API budget
-   (``--max-cost``, also in ``run.json``) is recorded as the run would have (``limits.hit`` ``api-cost``, the
+A run directory holds everything needed without the harness that started it: ``run.json`` (the spec,
+the run token, the launch; :mod:`bench.pipeline.state`), the spool and the relay's progress
+(``relay.json``), the evidence (checkpoint arrivals, launches), the agent's ``events.jsonl``.
+Resuming one:
+
+1. a run with a complete ``result.json`` is left alone (finished runs are never redone); a run whose
+   harness is still alive (the pid and start time in ``run.json``) is refused;
+2. what of the run is still alive (found by its token; an ``--unsandboxed`` agent survives its
+   harness) is noted in the evidence, then ended;
+3. the shared end of the pipeline (:func:`bench.runner.finish`) runs: every spooled event is relayed
+   (the relay resumes from ``relay.json``; script runs left open are closed as KILLED), the
+   checkpoints are collected (placed in time by when the harness first saw their content, else their
+   mtime), evaluated, audited, and the result is written and recorded with status ``interrupted``
+   and the reason (a scored best checkpoint still makes it a success). It runs under the run's own
+   limits, recorded in ``run.json`` at the launch (the evaluation budget, the predictor's memory and
+   processes, the settings ``result.json`` shows). Its API budget (``--max-cost``, also in
+   ``run.json``) is recorded as the run would have (``limits.hit`` ``api-cost``, the
    ``bench.api_budget`` tag).
 
 For a campaign, every run directory with ``run.json`` and no ``result.json`` is resumed.
@@ -33,6 +36,7 @@ from typing import TypeVar
 import psutil
 
 from bench.durations import fmt_s
+from bench.errors import BenchError
 from bench.evidence import Arrival, Evidence
 from bench.markup import one_line
 from bench.pipeline import state, workspace
@@ -44,7 +48,6 @@ from bench.processes import TOKEN_VAR, describe, end_tree, find_tree, running
 from bench.result import ResultError, RunResult
 from bench.rundir import RunDir
 from bench.runner import Ended, Run, finish
-from bench.sandbox.resource_limits import Limits
 from bench.tasks import data, packs
 from bench.termination import Termination
 from bench.tracking import schema
@@ -56,7 +59,7 @@ T = TypeVar("T")
 _HEARTBEATS = ("relay.json", "agent.log", "events.jsonl")
 
 
-class ResumeError(RuntimeError):
+class ResumeError(BenchError, RuntimeError):
     """A run that cannot or must not be resumed; the message says why in one line."""
 
 
@@ -69,21 +72,25 @@ def finished(run_dir: Path) -> RunResult | None:
 
 
 def resume_run(run_dir: Path, *, console: bool = True, by: str = "bench run --resume") -> RunResult:
-    """Finish one run directory whose harness died; returns its result (also in result.json and MLflow).
+    """Finish one run directory whose harness died.
 
-    ``by``: the command that finished it, named in the run's reason (``bench record`` also finishes such a run)."""
+    Returns its result (also in result.json and MLflow).
+
+    ``by``: the command that finished it, named in the run's reason (``bench record`` also finishes
+    such a run).
+    """
     run_dir = Path(run_dir).resolve()
     if not run_dir.is_dir():
         raise ResumeError(f"no run directory {run_dir}")
     done = finished(run_dir)
     if done is not None:
         how = "" if done.mlflow_run_id else f"; to record it in MLflow: bench record {run_dir}"
-        print(f"[bench] {done.label}: already finished ({done.status}); finished runs are never redone{how}")
+        print(f"[bench] {done.run.label}: already finished ({done.status}); finished runs are never redone{how}")
         return done
     st = state.read(run_dir)
     if st.harness_alive():
         raise ResumeError(f"{run_dir} is still being run by bench (pid {st.harness_pid}); nothing to resume")
-    spec = st.run_spec(console=console)  # the run's description as it launched (run.json)
+    spec = replace(st.spec, console=console)  # the run's description as it launched (run.json)
     task = spec.resolve_task()  # the folder the run ran, when it is still there
     ws = workspace.Workspace(run_dir, task)
     evidence = Evidence(run_dir)
@@ -92,12 +99,12 @@ def resume_run(run_dir: Path, *, console: bool = True, by: str = "bench run --re
         state.write(run_dir, st)
     ended_pids = _end_leftovers(st, evidence)
 
-    died_s = round(min(max(0.0, st.harness_died_at - st.started_at), st.budget_s + st.grace_s), 3)
+    died_s = round(min(max(0.0, st.harness_died_at - st.started_at), spec.budget_s + spec.grace_s), 3)
     failed: list[str] = []  # what of the run's record could not be rebuilt (named in its reason)
     if st.watched is not None:  # it died after the agent's time had ended: that time is the run's, as the watch saw it
         watched, when = Watched(**st.watched), "after the agent's time"
     else:  # it died while the agent worked: the agent's time ended with it
-        watched, when = Watched(died_s, None, died_s >= st.budget_s, True), f"at ~{fmt_s(died_s)} ({died_s:.0f} s)"
+        watched, when = Watched(died_s, None, died_s >= spec.budget_s, True), f"at ~{fmt_s(died_s)} ({died_s:.0f} s)"
     ended = Ended(
         started_at=st.started_at,
         argv=list(st.agent_argv),
@@ -110,10 +117,10 @@ def resume_run(run_dir: Path, *, console: bool = True, by: str = "bench run --re
         note=f"the harness died {when}; finished by {by}" + "".join(f"; {f}" for f in failed),
     )
     left = f"; ended {len(ended_pids)} process(es) of the run still running" if ended_pids else ""
-    print(f"[bench] {st.label}: resuming {run_dir} (its harness died ~{died_s:.0f} s into the run{left})", flush=True)
-    limits, ended = _limits(st, ended)
-    # the run's own limits and API budget (its cap and tag recorded as the run would have); the task's source
-    spec = replace(spec, task=task, limits=limits, task_source=spec.task_source or packs.provenance(task))
+    print(f"[bench] {spec.label}: resuming {run_dir} (its harness died ~{died_s:.0f} s into the run{left})", flush=True)
+    # the run's own limits and API budget (its cap and tag recorded as the run would have); the
+    # task's source
+    spec = replace(spec, task=task, task_source=spec.task_source or packs.provenance(task))
     data_dir = Path(st.data_dir)
     if not data_dir.is_dir():  # the cache moved or was cleared since: prepare it again (verified as for a run)
         data_dir = data.prepare(task, progress=console)
@@ -144,7 +151,10 @@ def resume_campaign(campaign: str, *, console: bool = True) -> list[RunResult]:
 
 
 def _to_resume(run_dir: Path) -> bool:
-    """Launched and without a result (unfinished, or running: refused by :func:`resume_run` with its reason)."""
+    """Launched and without a result.
+
+    Unfinished, or running: refused by :func:`resume_run` with its reason.
+    """
     if not RunDir(run_dir).launched():
         return False
     try:
@@ -160,30 +170,18 @@ def finished_runs(campaign: str, agent: str) -> set[tuple[str, int]]:
     for result_file in folder.glob("*/result.json") if folder.is_dir() else ():
         with suppress(ResultError):
             result = RunResult.load(result_file)
-            if result.agent == agent:
-                out.add((result.task, result.repeat))
+            if result.run.agent == agent:
+                out.add((result.run.task, result.run.repeat))
     return out
 
 
-OLD_LIMITS_NOTE = "run.json predates the run's limits: the resume used the defaults"
-
-
-def _limits(st: RunState, ended: Ended) -> tuple[Limits, Ended]:
-    """The limits the run was launched with (its evaluation budget, the predictor's memory and processes, the
-    settings result.json shows), from run.json; a run.json written before runs had limits gets the defaults, said
-    on the console and in result.json's ``limits.note``."""
-    recorded = st.run_limits()  # checked when run.json was read
-    if recorded is not None:
-        return recorded, ended
-    print(f"[bench] {st.label}: {OLD_LIMITS_NOTE} (evaluation budget {Limits().eval_s:.0f} s)", flush=True)
-    watched = replace(ended.watched, limits={**ended.watched.limits, "note": OLD_LIMITS_NOTE})
-    return Limits(), replace(ended, watched=watched)
-
-
 def _rebuilt(what: str, fn: Callable[[], T], empty: Callable[[], T], failed: list[str]) -> T:
-    """What a resume rebuilds from the run directory, or, if that raises (whatever the agent left there), the
-    empty value with the failure named in ``failed``: a resume must end with the run recorded, never fall into the
-    same crash every time (a campaign would call that an infrastructure failure and give the run up)."""
+    """What a resume rebuilds from the run directory, or the empty value if that raises.
+
+    Whatever the agent left there may make it raise: the failure is named in ``failed``. A resume
+    must end with the run recorded, never fall into the same crash every time (a campaign would call
+    that an infrastructure failure and give the run up).
+    """
     try:
         return fn()
     except Exception as e:
@@ -194,8 +192,11 @@ def _rebuilt(what: str, fn: Callable[[], T], empty: Callable[[], T], failed: lis
 
 
 def _last_sign_of_life(run_dir: Path, st: RunState) -> float:
-    """When the harness last wrote one of the files it keeps writing while a run goes on (the relay saves its
-    progress every ~2 s), so about when it died; never before the launch."""
+    """About when the harness died; never before the launch.
+
+    When it last wrote one of the files it keeps writing while a run goes on (the relay saves its
+    progress every ~2 s).
+    """
     times = [st.started_at]
     for path in [*(run_dir / name for name in _HEARTBEATS), *(run_dir / "evidence").glob("*.jsonl")]:
         with suppress(OSError):
@@ -204,7 +205,10 @@ def _last_sign_of_life(run_dir: Path, st: RunState) -> float:
 
 
 def _end_leftovers(st: RunState, evidence: Evidence) -> list[int]:
-    """End what of the run still runs (noted in the evidence first, for the audit); the pids ended."""
+    """End what of the run still runs (noted in the evidence first, for the audit).
+
+    The pids ended.
+    """
     root = st.agent_pid if _carries_token(st.agent_pid, st.token) else 0  # 0: a reused pid is not ours, token only
     alive = [p for p in find_tree(root, st.token) if running(p)]
     if not alive:
@@ -224,10 +228,13 @@ def _carries_token(pid: int, token: str) -> bool:
 
 
 def _arrivals(ws: workspace.Workspace, evidence: Evidence) -> dict[Path, Arrival]:
-    """Each checkpoint as the harness recorded it (first sight; its content's time and identity). A file written
-    after the harness died is placed at its modification time (nobody was looking); one whose bytes changed since
-    the last record, at its mtime but never before that record. Both are added to the evidence (a change is an
-    overwrite: rule 6), so the audit sees them and a second resume reads them back."""
+    """Each checkpoint as the harness recorded it (first sight; its content's time and identity).
+
+    A file written after the harness died is placed at its modification time (nobody was looking);
+    one whose bytes changed since the last record, at its mtime but never before that record. Both
+    are added to the evidence (a change is an overwrite: rule 6), so the audit sees them and a
+    second resume reads them back.
+    """
     files = evidence.arrivals(ws.path)
     if ws.checkpoints.is_dir():
         locked = ws.task.locked_files if ws.task is not None else ()
@@ -242,7 +249,10 @@ def _arrivals(ws: workspace.Workspace, evidence: Evidence) -> dict[Path, Arrival
 
 
 def _launches(evidence: Evidence) -> list[dict]:
-    """The scripts the launch monitor saw running, as the live run's ``launches_observed`` has them."""
+    """The scripts the launch monitor saw running.
+
+    As the live run's ``launches_observed`` has them.
+    """
     out: dict[tuple, dict] = {}
     for rec in evidence.lines("launches.jsonl"):
         if rec.get("script"):
@@ -252,7 +262,10 @@ def _launches(evidence: Evidence) -> list[dict]:
 
 
 def _agent_events(ws: workspace.Workspace) -> dict:
-    """The agent's event summary, rebuilt from events.jsonl ({} for an agent whose output is not parsed)."""
+    """The agent's event summary, rebuilt from events.jsonl.
+
+    {} for an agent whose output is not parsed.
+    """
     if not ws.events.is_file():
         return {}
     from bench.agents.events import Tally
@@ -261,7 +274,10 @@ def _agent_events(ws: workspace.Workspace) -> dict:
 
 
 def for_cli(target: str, *, campaign: str, agent: str | None, task: str | None, console: bool):
-    """``bench run --resume [TARGET]``: (results, the campaign to go on running the grid of, or None)."""
+    """``bench run --resume [TARGET]``.
+
+    (results, the campaign to go on running the grid of, or None).
+    """
     from bench.errors import InputError  # what the user gave names nothing to resume: bad input, exit 2
 
     if target and RunDir(target).is_run_dir():

@@ -1,26 +1,32 @@
-"""A run directory's life cycle: which state a run is in, read from its directory alone, in one table.
+"""A run directory's life cycle.
 
-Everything that must know whether a run is done, alive, dead mid-way or never launched (``bench run --resume``,
-``bench record``, a campaign's jobs, executors and status line) asks :class:`RunDir`, never a memory of what was
-launched, so that a process killed at any point finds the truth again. The states, in the order they are told
-apart (:data:`STATES`):
+Which state a run is in, read from its directory alone, in one table.
 
-============  ====================================================  ==============================================
-state         the directory holds                                   what is done with it
-============  ====================================================  ==============================================
-final         result.json (whatever its status), or a result.json   never redone; one that cannot be read is never
-              or run.json that cannot be read (``Seen.note``)       overwritten either
-running       run.json whose harness is alive (pid + start time)    left alone
-unfinished    run.json, no result.json, its harness dead            finished by ``bench run --resume``
-                                                                    (:func:`bench.resume.resume_run`)
-stale         a directory without run.json: the harness died        removed and started over (a campaign:
-              before it launched the agent                          :func:`bench.campaign.job.discard`)
-pending       no directory yet                                      started
-============  ====================================================  ==============================================
+Everything that must know whether a run is done, alive, dead mid-way or never launched
+(``bench run --resume``, ``bench record``, a campaign's jobs, executors and status line) asks
+:class:`RunDir`, never a memory of what was launched, so that a process killed at any point finds
+the truth again. The states, in the order they are told apart (:data:`STATES`):
 
-A final run is **cut short** (:func:`cut_short`) when the harness, not the agent or its budget, ended the agent's
-time (a Ctrl-C, ``scancel``, a preemption, a harness that died and was resumed before the budget's end: the
-protocol's ``cut-short`` deviation); ``bench campaign run --redo-cut-short`` sets it aside and runs its cell again.
+==========  ========================================  ========================================
+state       the directory holds                       what is done with it
+==========  ========================================  ========================================
+final       result.json (whatever its status), or a   never redone; one that cannot be read (of
+            result.json or run.json that cannot be    an older toolkit's format, say) is never
+            read (``Seen.note``)                      overwritten either
+running     run.json whose harness is alive (pid +    left alone
+            start time)
+unfinished  run.json, no result.json, its harness     finished by ``bench run --resume``
+            dead                                      (:func:`bench.resume.resume_run`)
+stale       a directory without run.json: the         removed and started over (a campaign:
+            harness died before it launched the       :func:`bench.campaign.job.discard`)
+            agent
+pending     no directory yet                          started
+==========  ========================================  ========================================
+
+A final run is **cut short** (:func:`cut_short`) when the harness, not the agent or its budget,
+ended the agent's time (a Ctrl-C, ``scancel``, a preemption, a harness that died and was resumed
+before the budget's end: the protocol's ``cut-short`` deviation);
+``bench campaign run --redo-cut-short`` sets it aside and runs its cell again.
 """
 
 from __future__ import annotations
@@ -52,13 +58,17 @@ class Seen:
 
     @property
     def status(self) -> str:
+        """The run's status; ``unreadable`` for a final run whose files cannot be read."""
         if self.result is not None:
             return self.result.status
         return "unreadable" if self.state == FINAL else self.state
 
 
 class RunDir:
-    """One run directory (``<workspaces>/<campaign>/<run id>``): its state, its result, its run.json."""
+    """One run directory (``<workspaces>/<campaign>/<run id>``).
+
+    Its state, its result, its run.json.
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
@@ -79,7 +89,10 @@ class RunDir:
         return Seen(STALE if self.path.exists() else PENDING)
 
     def result(self) -> RunResult | None:
-        """The run's result if ``result.json`` is there (ResultError if it cannot be read); None if there is none."""
+        """The run's result if ``result.json`` is there (ResultError if it cannot be read).
+
+        None if there is none.
+        """
         if not (self.path / RESULT_FILE).is_file():
             return None
         return RunResult.load(self.path)
@@ -100,10 +113,12 @@ def inspect(run_dir: Path) -> Seen:
 
 
 def next_repeat(campaign_folder: Path, task_id: str, agent: str) -> int:
-    """The repeat a new ``bench run`` of ``agent`` on ``task_id`` takes in a campaign: one above the highest that
-    a run directory there already has (whatever its state: a run being made, died or finished keeps its number), 1
-    in an empty campaign. Two ``bench run``s into one campaign are then r1 and r2, never two r1s told apart only by
-    the time in their folder's name."""
+    """The repeat a new ``bench run`` of ``agent`` on ``task_id`` takes in a campaign.
+
+    One above the highest that a run directory there already has (whatever its state: a run being
+    made, died or finished keeps its number), 1 in an empty campaign. Two ``bench run``s into one
+    campaign are then r1 and r2, never two r1s told apart only by the time in their folder's name.
+    """
     from bench.pipeline.workspace import repeat_of
 
     names = (p.name for p in campaign_folder.iterdir() if p.is_dir()) if campaign_folder.is_dir() else ()
@@ -112,10 +127,13 @@ def next_repeat(campaign_folder: Path, task_id: str, agent: str) -> int:
 
 
 def cut_short(result: RunResult) -> bool:
-    """The harness, not the agent or its budget, ended the agent's time: the run's ``cut-short`` deviation (a
-    Ctrl-C, ``scancel``, a preemption, or a harness that died and was resumed before the budget's end)."""
+    """The harness, not the agent or its budget, ended the agent's time.
+
+    The run's ``cut-short`` deviation (a Ctrl-C, ``scancel``, a preemption, or a harness that died
+    and was resumed before the budget's end).
+    """
     from bench import protocol
     from bench.pipeline.record import deviations
     from bench.tasks import get_task
 
-    return any(d.kind == protocol.CUT_SHORT for d in deviations(result, get_task(result.task).budget_s))
+    return any(d.kind == protocol.CUT_SHORT for d in deviations(result, get_task(result.run.task).budget_s))

@@ -270,7 +270,7 @@ def _save_state(run: Run, agent: launch.LaunchedAgent) -> None:
         state.write(
             run.ws.run_dir,
             state.RunState(
-                spec=run.spec.to_dict(),  # limits, API budget, options...: a resume runs under the run's own
+                spec=run.spec,  # limits, API budget, options...: a resume runs under the run's own
                 token=agent.token,
                 agent_pid=agent.proc.pid,
                 started_at=agent.started_at,

@@ -133,7 +133,7 @@ def build(base: Path, name: str | None = None) -> Campaign:
                 raise RuntimeError(f"bench run --agent {agent} --task {task} exited {proc.returncode}:\n{tail}")
         camp.results = sorted(
             (RunResult.load(f) for f in campaign_dir(camp.name).glob("*/result.json")),
-            key=lambda r: (r.agent, r.task, r.repeat),
+            key=lambda r: (r.run.agent, r.run.task, r.run.repeat),
         )
         camp.summary = summary.write_campaign(camp.name, render=write_report)
     camp.seconds = time.perf_counter() - started
@@ -148,7 +148,7 @@ def campaign(tmp_path_factory) -> Campaign:
     """The campaign (built on first use in the session); every run must have succeeded."""
     if "campaign" not in _BUILT:
         camp = build(tmp_path_factory.mktemp("campaign"))
-        failed = [(r.task, r.agent, r.repeat, r.status, r.reason) for r in camp.results if r.status != "success"]
+        failed = [(r.run.label, r.status, r.reason) for r in camp.results if r.status != "success"]
         assert not failed, failed
         _BUILT["campaign"] = camp
     return _BUILT["campaign"]
@@ -161,5 +161,5 @@ if __name__ == "__main__":  # python -m tests.campaign DIR: build one by hand an
     c = build(where)
     print(f"{c.name} in {where}: {len(c.results)} runs in {c.seconds:.0f} s; env: {c.env()}")
     for r in c.results:
-        print(f"{r.task} {r.agent} r{r.repeat} {r.status} {r.score} {r.wall_time_s:.0f} s")
+        print(f"{r.run.task} {r.run.agent} r{r.run.repeat} {r.status} {r.score} {r.wall_time_s:.0f} s")
     print(c.summary.line() if c.summary else "no summary")

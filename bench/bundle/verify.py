@@ -173,7 +173,7 @@ def same_kind(result: RunResult, device: str, recorded_device: str) -> bool:
 def recorded_device_of(result: RunResult) -> str:
     """The device the run's evaluation scored on."""
     found = (str(e.official.raw["device"]) for e in result.evaluations if e.official.raw.get("device"))
-    return next(found, result.device or "cpu")
+    return next(found, result.run.device or "cpu")
 
 
 def rescore(
@@ -291,7 +291,7 @@ def reaudit(result: RunResult, run_dir: Path, task: Task, evaluations: list[Eval
     except state.RunStateError:
         pass  # named by missing_files
     try:
-        own_hosts = get_agent(result.agent).own_hosts
+        own_hosts = get_agent(result.run.agent).own_hosts
     except AgentError:  # an agent this toolkit does not know: no hosts of its own
         own_hosts = ()
     given = audit.AuditInput(
@@ -299,7 +299,7 @@ def reaudit(result: RunResult, run_dir: Path, task: Task, evaluations: list[Eval
         locked_sha256=Evidence(run_dir).locked_at_start(task.locked_files),
         evaluations=tuple(evaluations),
         started_at=result.started_at,
-        budget_s=result.budget_s,
+        budget_s=result.run.budget_s,
         agent_argv=tuple(result.agent_argv),
         rejected=tuple(result.rejected_checkpoints),
         offline=not endpoints,
@@ -328,7 +328,8 @@ def verify_run(run_dir: Path, result: RunResult, *, device: str | None = None) -
     recorded_device = recorded_device_of(result)
     if device is None:
         device = recorded_device if recorded_device == "cpu" or protocol.default_device() != "cpu" else "cpu"
-    check = RunCheck(result.label, run_dir, result.status, result.score, device=device, recorded_device=recorded_device)
+    label = result.run.label
+    check = RunCheck(label, run_dir, result.status, result.score, device=device, recorded_device=recorded_device)
     check.differences += missing_files(run_dir, result)
     task, why = match_task(result)
     if task is None:

@@ -168,7 +168,7 @@ def print_software(checks: list) -> None:
             seen.append(rec)
     print("\nsoftware here:     " + ", ".join(f"{k} {v}" for k, v in here.items()))
     if not seen:
-        print("software recorded: none (result.json written before the toolkit recorded it)")
+        print("software recorded: none (no run's result.json could be read)")
     for rec in seen:
         diff = software.differences(rec, here)
         print("software recorded: " + ", ".join(f"{k} {v}" for k, v in rec.items()))

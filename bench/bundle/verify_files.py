@@ -25,17 +25,17 @@ REQUIRED = ("run.json", "evidence/inputs.json", "evidence/manifest-start.json", 
 
 def match_task(result: RunResult) -> tuple[Task | None, str]:
     """(the task folder whose content hash is the recorded one, "") or (None, why there is none)."""
-    want = str(result.task_source.get("sha256") or "")
-    found = [t for t in all_tasks() if t.id == result.task]
+    want = str((result.run.task_source or {}).get("sha256") or "")
+    found = [t for t in all_tasks() if t.id == result.run.task]
     for task in found:
         if want and tree_sha256(task.folder) == want:
             return task, ""
     if not want:
-        return None, f"result.json records no task folder hash for {result.task}: the task cannot be matched"
+        return None, f"result.json records no task folder hash for {result.run.task}: the task cannot be matched"
     if not found:
-        return None, f"no task folder {result.task} here (recorded sha256 {want[:12]}): point BENCH_TASKS_DIR at it"
+        return None, f"no task folder {result.run.task} here (recorded sha256 {want[:12]}): point BENCH_TASKS_DIR at it"
     now = ", ".join(f"{t.folder} has {tree_sha256(t.folder)[:12]}" for t in found)
-    return None, f"task folder {result.task} differs from the recorded hash {want[:12]}: {now}"
+    return None, f"task folder {result.run.task} differs from the recorded hash {want[:12]}: {now}"
 
 
 def missing_files(run_dir: Path, result: RunResult) -> list[str]:

@@ -34,12 +34,12 @@ def differences(results: dict[Path, RunResult], experiment: str | None = None) -
     """
     out: dict[Path, list[str]] = {path: [] for path in results}
     read = reader.open_reader()
-    for campaign in sorted({r.campaign for r in results.values()}):
+    for campaign in sorted({r.run.campaign for r in results.values()}):
         ids = list(read.experiments([experiment or campaign]))  # imported --as another name: that experiment
         agents = _rows(read.runs(ids, schema.KIND_AGENT)) if ids else {}
         evals = list(_rows(read.runs(ids, schema.KIND_EVAL)).values()) if ids else []
         for path, result in results.items():
-            if result.campaign == campaign:
+            if result.run.campaign == campaign:
                 out[path] = _one(path, result, agents, evals)
     return out
 
@@ -51,23 +51,23 @@ def _rows(frame) -> dict[str, dict]:
 def _one(run_dir: Path, result: RunResult, agents: dict[str, dict], evals: list[dict]) -> list[str]:
     run_id = result.mlflow_run_id
     if not run_id:
-        return [f"{result.label}: not recorded in MLflow (bench record {result.run_dir})"]
+        return [f"{result.run.label}: not recorded in MLflow (bench record {result.run_dir})"]
     # a store the run was imported into (bench import) holds it under a new id, tagged with the one
     # recorded
     imported = [row for row in agents.values() if row.get(f"t:{schema.SOURCE_RUN}") == run_id]
     agent = agents.get(run_id) or (imported[0] if imported else None)
     if agent is None:
-        return [f"{result.label}: its MLflow run {run_id} is not in the tracking store"]
+        return [f"{result.run.label}: its MLflow run {run_id} is not in the tracking store"]
     run_id = agent["run_id"]
-    out = _metrics(f"MLflow run {result.label}", agent, bundle.expected_metrics(result, _as_run(agent)))
-    out += _artifacts(f"MLflow run {result.label}", run_id, _agent_artifacts(run_dir))
+    out = _metrics(f"MLflow run {result.run.label}", agent, bundle.expected_metrics(result, _as_run(agent)))
+    out += _artifacts(f"MLflow run {result.run.label}", run_id, _agent_artifacts(run_dir))
     children = {str(r.get(f"t:{NAME}")): r for r in evals if r.get(f"t:{PARENT}") == run_id}
     for name in dict.fromkeys(f"eval {Path(e.path).name}"[:250] for e in result.evaluations):
         row = children.get(name)
         if row is None:
-            out.append(f"MLflow run {result.label}: its eval run {name!r} is missing")
+            out.append(f"MLflow run {result.run.label}: its eval run {name!r} is missing")
             continue
-        where = f"MLflow {name!r} of {result.label}"
+        where = f"MLflow {name!r} of {result.run.label}"
         out += _metrics(where, row, bundle.expected_metrics(result, _as_run(row)))
         out += _artifacts(where, row["run_id"], ["official.json"])
     return out

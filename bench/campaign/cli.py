@@ -121,7 +121,7 @@ def check_machine(campaign: Campaign) -> None:
             campaign.tasks(),
             job.spec_of(campaign, key),  # an unpriced model under a budget is refused here, before any job starts
             endpoints=False,  # all agents at once, below
-            sandbox=campaign.sandbox and not slurm,  # a login node may lack what the compute nodes have
+            sandbox=campaign.spec.sandbox and not slurm,  # a login node may lack what the compute nodes have
         )
     if slurm:
         try:
@@ -132,7 +132,7 @@ def check_machine(campaign: Campaign) -> None:
             problems.add('executor = "slurm": no sbatch here; run on a Slurm login node (or slurm.cluster = "local")')
     with problems.check():  # a missing credential found above again: Problems says each line once
         preflight.check_api([(agent.name, agent.model) for agent in campaign.agents])
-    for agent in campaign.agents if not campaign.sandbox else ():
+    for agent in campaign.agents if not campaign.spec.sandbox else ():
         with problems.check():
             preflight.check_unsandboxed_login(agent.name, agent.model)
     problems.raise_any()

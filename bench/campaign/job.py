@@ -190,7 +190,7 @@ def record_again(result: RunResult) -> None:
     from bench.pipeline.record import load_run, record
 
     result, ws = load_run(Path(result.run_dir))
-    result.mlflow_run_id = record(MlflowWriter(result.campaign), result, ws)
+    result.mlflow_run_id = record(MlflowWriter(result.run.campaign), result, ws)
     result.write(ws.result_file)
     print(f"[campaign] {ws.run_dir.name}: recorded in MLflow as {result.mlflow_run_id}", flush=True)
 

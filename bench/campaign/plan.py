@@ -104,8 +104,8 @@ def overhead_s() -> float:
 def run_seconds(campaign: Campaign, budget: dict[str, float] | None = None) -> list[tuple[float, float, float]]:
     """(budget, expected, at most) seconds of GPU time of each run, in the campaign's order."""
     of = budget or budgets(campaign)
-    extra = campaign.grace_s + overhead_s()
-    worst = campaign.grace_s + campaign.eval_margin_s
+    extra = campaign.spec.grace_s + overhead_s()
+    worst = campaign.spec.grace_s + campaign.eval_margin_s
     return [(of[k.task], of[k.task] + extra, of[k.task] + worst) for k in campaign.runs()]
 
 
@@ -379,8 +379,8 @@ def render(campaign: Campaign, published: dict[str, TokenUse] | None = None, mea
         f"campaign {campaign.name} ({_shown(campaign)}): {len(keys)} runs = {n_agents} agent(s) x {n_tasks} task(s) x "
         f"{campaign.repeats} repeat(s)",
         "a plan only: nothing started, nothing created",
-        "budget: " + ("each task's own (the paper's)" if campaign.budget_s is None else
-                      f"{campaign.budget_s / 60:g} min for every task (non-standard where a task's own differs)"),
+        "budget: " + ("each task's own (the paper's)" if campaign.spec.budget_s is None else
+                      f"{campaign.spec.budget_s / 60:g} min for every task (non-standard where a task's own differs)"),
         "",
         matrix(campaign, budget),
         "",
@@ -391,11 +391,11 @@ def render(campaign: Campaign, published: dict[str, TokenUse] | None = None, mea
         "GPU-hours (one GPU per run):",
         f"  {h.budgets:8.1f}  at the budgets (each run's budget x its repeats: the paper's measure)",
         *_published_line(campaign, budget),
-        f"  {h.expected:8.1f}  expected: + the {campaign.grace_s:g} s grace and ~{overhead_s() / 60:g} min per run "
-        "around the agent",
+        f"  {h.expected:8.1f}  expected: + the {campaign.spec.grace_s:g} s grace and ~{overhead_s() / 60:g} min per "
+        "run around the agent",
         f"{'':12}(setup, evaluation, record: what bench campaign status's ETA assumes before it has measured a run)",
         f"  {h.at_most:8.1f}  at most: + the grace and the whole evaluation margin, {margin / 60:g} min per run",
-        f"{'':12}(eval_budget {campaign.limits.eval_s / 60:g} min, the scorer's grace, recording: Slurm's margin)",
+        f"{'':12}(eval_budget {campaign.spec.limits.eval_s / 60:g} min, the scorer's grace, recording: Slurm's margin)",
         "",
     ]
     expected = [t[1] for t in run_seconds(campaign, budget)]
@@ -430,10 +430,10 @@ def render(campaign: Campaign, published: dict[str, TokenUse] | None = None, mea
         total = f"unknown ({len(costs) - len(known)} of {len(costs)} agent(s) without a price); the others {total}"
     lines.append(f"  total: {total}")
     lines += _sources(costs)
-    if campaign.max_cost is not None:
+    if campaign.spec.max_cost is not None:
         llm = sum(c.runs for c in costs if not offline(c.agent))
         lines.append(
-            f"  at most ${campaign.max_cost * llm:,.2f}: max_cost ${campaign.max_cost:,.2f} per run x {llm} LLM runs "
-            "(the metering gateway's API budget)"
+            f"  at most ${campaign.spec.max_cost * llm:,.2f}: max_cost ${campaign.spec.max_cost:,.2f} per run x {llm} "
+            "LLM runs (the metering gateway's API budget)"
         )
     return "\n".join(lines)

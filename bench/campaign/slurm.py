@@ -99,7 +99,7 @@ def time_limit_min(campaign: Campaign, budget_s: float) -> int:
     Budget + grace + the evaluation margin (which follows the campaign's evaluation budget:
     :attr:`Campaign.eval_margin_s`) + a minute to start.
     """
-    return math.ceil((budget_s + campaign.grace_s + campaign.eval_margin_s + 60) / 60)
+    return math.ceil((budget_s + campaign.spec.grace_s + campaign.eval_margin_s + 60) / 60)
 
 
 def _executor(campaign: Campaign, budget_s: float):

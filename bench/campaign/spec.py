@@ -154,37 +154,22 @@ class Campaign:
     task_ids: tuple[str, ...]
     repeats: int
     agents: tuple[AgentEntry, ...]
-    # the file's layer of every run's description (bench.runspec.FILE_KEYS and the limits): field -> value
+    # the file's layer of every run's description (bench.runspec.FILE_KEYS and the limits):
+    # field -> value
     run: dict = field(default_factory=dict, hash=False)
+    # what every run's description holds as the file sets it (task and agent aside: "-"), built
+    # and checked once; what the executors, the plan and the status line read
+    # (``campaign.spec.grace_s``, ``.limits``, ...)
+    spec: runspec.RunSpec = field(default_factory=lambda: runspec.RunSpec("-", "-"), hash=False)
     retries: int = 2
     executor: str = "local"
     gpus: tuple[str, ...] | None = None
     slurm: SlurmSettings = field(default_factory=SlurmSettings)
-    tasks_path: tuple[Path, ...] = ()  # task pack folders (bench.tasks.packs), searched in this process once loaded
-    # each task's budget once looked up: a lookup searches every pack (~10 ms), and the status line and the Slurm
-    # grouping ask once per run (245 runs: seconds)
+    # task pack folders (bench.tasks.packs), searched in this process once loaded
+    tasks_path: tuple[Path, ...] = ()
+    # each task's budget once looked up: a lookup searches every pack (~10 ms), and the status line
+    # and the Slurm grouping ask once per run (245 runs: seconds)
     _budgets: dict[str, float] = field(default_factory=dict, compare=False, repr=False)
-
-    # what the executors, the plan and the status line ask of every run's description
-    @property
-    def budget_s(self) -> float | None:
-        return self.run.get("budget_s")
-
-    @property
-    def grace_s(self) -> float:
-        return self.run.get("grace_s", runspec.GRACE_S)
-
-    @property
-    def sandbox(self) -> bool:
-        return self.run.get("sandbox", True)
-
-    @property
-    def limits(self) -> Limits:
-        return self.run.get("limits") or Limits()
-
-    @property
-    def max_cost(self) -> float | None:
-        return self.run.get("max_cost")
 
     @property
     def folder(self) -> Path:
@@ -192,11 +177,15 @@ class Campaign:
         return campaign_dir(self.name)
 
     def tasks(self) -> list[Task]:
+        """The campaign's tasks, in the file's order."""
         return [get_task(t) for t in self.task_ids]
 
     def runs(self) -> list[RunKey]:
-        """Every run of the matrix, repeat by repeat (each agent and task gets its first repeat before any second:
-        a campaign stopped early still covers the matrix)."""
+        """Every run of the matrix, repeat by repeat.
+
+        Each agent and task gets its first repeat before any second: a campaign stopped early still
+        covers the matrix.
+        """
         return [
             RunKey(agent, task, repeat, run_id(self.name, agent.name, agent.model, task, repeat))
             for repeat in range(1, self.repeats + 1)
@@ -205,25 +194,33 @@ class Campaign:
         ]
 
     def run_dir(self, key: RunKey) -> Path:
+        """The run directory of one run of the matrix (named by its stable id)."""
         return self.folder / key.run_id
 
     @property
     def eval_margin_s(self) -> float:
-        """What a Slurm job gets after the agent's time (:class:`SlurmSettings`): ``slurm.eval_margin`` when given,
-        else the evaluation budget, the scorer's grace to report and the rest (:func:`eval_margin_s`)."""
+        """What a Slurm job gets after the agent's time (:class:`SlurmSettings`).
+
+        ``slurm.eval_margin`` when given, else the evaluation budget, the scorer's grace to report
+        and the rest (:func:`eval_margin_s`).
+        """
         if self.slurm.eval_margin_s is not None:
             return self.slurm.eval_margin_s
-        return eval_margin_s(self.limits)
+        return eval_margin_s(self.spec.limits)
 
     def budget_of(self, task: str) -> float:
-        if self.budget_s is not None:
-            return self.budget_s
+        """The budget of ``task``'s runs: the file's, else the task's own."""
+        if self.spec.budget_s is not None:
+            return self.spec.budget_s
         if task not in self._budgets:
             self._budgets[task] = get_task(task).budget_s
         return self._budgets[task]
 
     def key(self, run_id: str) -> RunKey:
-        """The run of the matrix with this id (InputError if none: the file changed since the id was made)."""
+        """The run of the matrix with this id.
+
+        InputError if none: the file changed since the id was made.
+        """
         for key in self.runs():
             if key.run_id == run_id:
                 return key
@@ -290,7 +287,8 @@ def load(path: Path) -> Campaign:
     part(lambda: check_margin(slurm.eval_margin_s, run["limits"], where))
     keys = {field: key for key, field in runspec.FILE_KEYS.items()}
     # the same checks as bench run's flags (bench.runspec.check), each naming the file's key
-    part(lambda: runspec.RunSpec.build("-", "-", run, names=lambda f: f"{where}: {keys.get(f, f)}:", campaign=name))
+    named_as = lambda f: f"{where}: {keys.get(f, f)}:"  # noqa: E731
+    shared = part(lambda: runspec.RunSpec.build("-", "-", run, names=named_as, campaign=name))
     tasks_path = part(lambda: _tasks_path(raw.get("tasks_path", []), path, bad), ())  # first: tasks may be its own
     task_ids = part(lambda: _tasks(raw.get("tasks"), bad), ())
     agents = _agents(raw.get("agents"), where, problems)
@@ -307,6 +305,7 @@ def load(path: Path) -> Campaign:
         repeats=repeats,
         agents=agents,
         run=run,
+        spec=shared,
         retries=retries,
         executor=executor,
         gpus=gpus,

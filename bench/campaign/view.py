@@ -35,7 +35,7 @@ class Estimate:
     def expected(self, key: RunKey) -> float:
         """A run's expected seconds: its budget, the grace and the overhead measured so far."""
         overhead = statistics.median(self.overheads) if self.overheads else DEFAULT_OVERHEAD_S
-        return self.campaign.budget_of(key.task) + self.campaign.grace_s + overhead
+        return self.campaign.budget_of(key.task) + self.campaign.spec.grace_s + overhead
 
     def observed(self, key: RunKey, wall_s: float) -> None:
         """A run's job took ``wall_s``: what it took beyond the agent's budget is the overhead."""

@@ -149,10 +149,10 @@ def record(writer: MlflowWriter, result: RunResult, ws: Workspace, staged: uploa
     run_id = result.mlflow_run_id
     if not run_id:
         tags = schema.agent_run_tags(
-            result.campaign, result.agent, result.model, result.task, result.repeat, result.run_dir
+            result.run.campaign, result.run.agent, result.run.model, result.run.task, result.run.repeat, result.run_dir
         )
-        run_id = writer.create_run(result.label, tags, start_time=result.started_at)
-    base = schema.run_tags(result.campaign, result.agent, result.task, result.repeat)
+        run_id = writer.create_run(result.run.label, tags, start_time=result.started_at)
+    base = schema.run_tags(result.run.campaign, result.run.agent, result.run.task, result.run.repeat)
     relay = relay_for(writer, run_id, ws, base)
     relay.finalize()
     relay.keep([(e.path, e.script) for e in result.evaluations])  # the scored files, whatever the upload cap left
@@ -180,10 +180,10 @@ def record(writer: MlflowWriter, result: RunResult, ws: Workspace, staged: uploa
         **sysmetrics.agent_metrics(scripts),  # the tree's GPU memory peak and mean utilisation (absent without NVML)
     }
     try:
-        task = packs.task_for_run(result.task, result.task_source)
+        task = packs.task_for_run(result.run.task, result.run.task_source)
         task_budget_s, reference = task.budget_s, task.reference
     except TaskError:  # a pack's task no longer installed: the run is still recorded, against its own budget
-        task_budget_s, reference = result.budget_s, None
+        task_budget_s, reference = result.run.budget_s, None
     found = deviations(result, task_budget_s)
     metrics[schema.TASK_BASELINE] = result.baseline_score
     if result.score is not None:
@@ -249,19 +249,19 @@ def record(writer: MlflowWriter, result: RunResult, ws: Workspace, staged: uploa
             schema.COST_SOURCE: str(result.agent_events.get("cost_source") or "unknown"),
             schema.API_BUDGET: metering.budget_tag(result.agent_events, result.started_at)[:500],
             schema.LIMITS_HIT: ",".join(dict.fromkeys(str(h.get("limit")) for h in result.limits.get("hit", []))),
-            schema.ENTRY: schema.entry_label(result.agent, result.model),
-            schema.GROUP: schema.group_label(result.task, schema.entry_label(result.agent, result.model)),
+            schema.ENTRY: schema.entry_label(result.run.agent, result.run.model),
+            schema.GROUP: schema.group_label(result.run.task, schema.entry_label(result.run.agent, result.run.model)),
             **schema.protocol_tags(
-                budget_s=result.budget_s,
+                budget_s=result.run.budget_s,
                 task_budget_s=task_budget_s,
                 hardware=_hardware(result),
-                device=result.device,
+                device=result.run.device,
                 deviations=found,
             ),
             schema.PARTIAL_NOTES: "\n".join(result.partial_data_notes)[:5000],
             schema.TOO_SHORT: too_short(result)[:500],
             **schema.audit_tags(result.audit.violations),
-            **schema.task_source_tags(result.task_source),
+            **schema.task_source_tags(result.run.task_source),
             **schema.spec_tags(result.run.to_dict()),
         },
     )
@@ -281,7 +281,7 @@ def deviations(result: RunResult, task_budget_s: float) -> list[protocol.Deviati
     Empty when it did not.
     """
     return protocol.deviations(
-        budget_s=result.budget_s,
+        budget_s=result.run.budget_s,
         task_budget_s=task_budget_s,
         hardware=_hardware(result),
         sandboxed=result.sandboxed,
@@ -291,7 +291,7 @@ def deviations(result: RunResult, task_budget_s: float) -> list[protocol.Deviati
 
 
 def _hardware(result: RunResult) -> str:
-    return result.hardware or result.device  # result.json files older than the hardware field: the device
+    return result.hardware  # the evaluation device in words, as the runner recorded it (bench.protocol)
 
 
 SHORT_AGENTS = ("baseline",)  # agents whose whole job is the task's own train.py: stopped by the budget, it was cut
@@ -305,12 +305,12 @@ def too_short(result: RunResult) -> str:
     trained for a fraction of its schedule, not the baseline's. The steps: the last scored
     checkpoint's.
     """
-    if result.agent not in SHORT_AGENTS or not result.timed_out:
+    if result.run.agent not in SHORT_AGENTS or not result.timed_out:
         return ""
     steps = [e.step for e in result.evaluations if e.step is not None]
     reached = f"step {max(steps)}" if steps else "no scored step"
     return (
-        f"the {result.budget_s / 60:g} min budget ended the baseline's own training at {reached}, before its "
+        f"the {result.run.budget_s / 60:g} min budget ended the baseline's own training at {reached}, before its "
         "train.py finished: the score is of a model trained for part of its schedule, not comparable with the "
         "baseline's"
     )
@@ -343,7 +343,7 @@ def _note(result: RunResult, scripts: dict, found: list[protocol.Deviation]) -> 
         f"**{result.status}**: {md_text(result.metric)} {score} on {md_text(result.split)} "
         f"(baseline {result.baseline_score:g}); {scripts['launched']} script{'' if scripts['launched'] == 1 else 's'} "
         "launched, "
-        f"{result.wall_time_s / 60:.1f} of {result.budget_s / 60:g} min used.\n\n{md_text(result.reason)}{partial}"
+        f"{result.wall_time_s / 60:.1f} of {result.run.budget_s / 60:g} min used.\n\n{md_text(result.reason)}{partial}"
     )
 
 
@@ -385,4 +385,4 @@ def _record_evaluations(writer: MlflowWriter, run_id: str, result: RunResult, ba
 def load_run(run_dir: Path) -> tuple[RunResult, Workspace]:
     """Read a run directory back (for ``bench record``)."""
     result = RunResult.load(Path(run_dir))
-    return result, Workspace(Path(run_dir), packs.task_for_run(result.task, result.task_source))
+    return result, Workspace(Path(run_dir), packs.task_for_run(result.run.task, result.run.task_source))

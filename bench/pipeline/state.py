@@ -1,37 +1,49 @@
-"""Run state (beside the launch step): ``<run_dir>/run.json``, what is needed to finish a run without its harness.
+"""Run state (beside the launch step).
 
-Written atomically once the agent is launched. If the harness dies (SIGKILL, an out-of-memory kill, a lost
-node), ``bench run --resume RUN_DIR`` (:mod:`bench.resume`) reads it to end what of the run is still alive (the
-run token finds it), relay the spool, then collect, evaluate, audit and record as the harness would have. The
-harness's own pid and process start time tell a resume whether that harness is in fact still running.
+``<run_dir>/run.json``, what is needed to finish a run without its harness.
+
+Written atomically once the agent is launched. If the harness dies (SIGKILL, an out-of-memory kill,
+a lost node), ``bench run --resume RUN_DIR`` (:mod:`bench.resume`) reads it to end what of the run
+is still alive (the run token finds it), relay the spool, then collect, evaluate, audit and record
+as the harness would have. The harness's own pid and process start time tell a resume whether that
+harness is in fact still running.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import psutil
 
-from bench.runspec import RunSpec, limits_of
-from bench.sandbox.resource_limits import LimitError, Limits
+from bench.errors import BenchError
+from bench.runspec import RunSpec
+from bench.sandbox.resource_limits import LimitError
 
 STATE_FILE = "run.json"
-VERSION = 2  # 2: the run's description embedded whole (``spec``); 1: its fields flat beside the launch's
+VERSION = 2  # the one format read and written (0.1's format reset): the run's description embedded whole (``spec``)
+REDO = "finish it with the toolkit version that wrote it, or run it again with this one"
 
 
-class RunStateError(RuntimeError):
-    """run.json is missing, malformed or cannot be written; the message says what to do."""
+class RunStateError(BenchError, RuntimeError):
+    """run.json is missing, malformed, of another format or cannot be written.
+
+    The message says what to do.
+    """
 
 
 @dataclass
 class RunState:
-    """The run's description (:class:`bench.runspec.RunSpec`, as a dict) and what its launch added: the run token,
-    the agent's pid and argv, the endpoints, the MLflow run and the harness that ran it."""
+    """The run's description and what its launch added.
 
-    spec: dict  # RunSpec.to_dict() as the run launched (budget, device and task source filled in)
+    The description (:class:`bench.runspec.RunSpec`, read as ``state.spec.<field>``) as the run
+    launched (budget, device and task source filled in); the launch added the run token, the agent's
+    pid and argv, the endpoints, the MLflow run and the harness that ran it.
+    """
+
+    spec: RunSpec
     token: str  # BENCH_RUN_TOKEN: every process of the run carries it
     agent_pid: int
     started_at: float
@@ -47,35 +59,12 @@ class RunState:
     version: int = VERSION
 
     def harness_alive(self) -> bool:
-        """The harness that wrote this file still runs (same pid and same start time: not a reused pid)."""
+        """The harness that wrote this file still runs.
+
+        Same pid and same start time, not a reused pid.
+        """
         started = _create_time(self.harness_pid)
         return started is not None and abs(started - self.harness_started) < 0.05
-
-    def run_spec(self, *, console: bool = True) -> RunSpec:
-        """The run's description, rebuilt (checked when the file was read)."""
-        return RunSpec.from_dict(self.spec, console=console)
-
-    def run_limits(self) -> Limits | None:
-        """The limits the run was launched with (checked when read); None for a run.json that has none (written
-        before runs had limits: a resume uses the defaults and says so)."""
-        return None if self.spec.get("limits") is None else limits_of(self.spec["limits"])
-
-    # what readers ask of the description
-    @property
-    def label(self) -> str:
-        return f"{self.spec['task']}-{self.spec['agent']}-r{self.spec['repeat']}"
-
-    @property
-    def budget_s(self) -> float:
-        return float(self.spec["budget_s"])
-
-    @property
-    def grace_s(self) -> float:
-        return float(self.spec["grace_s"])
-
-    @property
-    def max_cost(self) -> float | None:
-        return self.spec.get("max_cost")
 
 
 def _create_time(pid: int) -> float | None:
@@ -87,15 +76,20 @@ def _create_time(pid: int) -> float | None:
 
 
 def path(run_dir: Path) -> Path:
+    """Where a run directory's ``run.json`` is."""
     return Path(run_dir) / STATE_FILE
 
 
 def write(run_dir: Path, state: RunState) -> Path:
-    """Write run.json atomically (tmp + rename); :class:`RunStateError` saying what to do if the disk refuses."""
+    """Write run.json atomically (tmp + rename).
+
+    :class:`RunStateError` saying what to do if the disk refuses.
+    """
     target = path(run_dir)
     tmp = target.with_name(f".{STATE_FILE}.{os.getpid()}.tmp")
+    raw = {f.name: getattr(state, f.name) for f in fields(state)}
     try:
-        tmp.write_text(json.dumps(asdict(state), indent=1))
+        tmp.write_text(json.dumps({**raw, "spec": state.spec.to_dict()}, indent=1))
         os.replace(tmp, target)
     except OSError as e:
         tmp.unlink(missing_ok=True)
@@ -104,8 +98,10 @@ def write(run_dir: Path, state: RunState) -> Path:
 
 
 def read(run_dir: Path) -> RunState:
-    """The run's state; :class:`RunStateError` (one line) for a missing or malformed run.json. A file of
-    version 1 (the description's fields flat) is read too."""
+    """The run's state.
+
+    :class:`RunStateError` (one line) for a missing, malformed or other-format run.json.
+    """
     target = path(run_dir)
     try:
         raw = json.loads(target.read_text())
@@ -115,53 +111,53 @@ def read(run_dir: Path) -> RunState:
         raise RunStateError(f"{target} cannot be read ({e}); the run's files are still in {run_dir}") from e
     if not isinstance(raw, dict):
         raise RunStateError(f"{target} is not a JSON object")
-    if int(raw.get("version", 1)) > VERSION:
-        raise RunStateError(f"{target} has version {raw['version']}, newer than this toolkit's {VERSION}: upgrade")
-    if int(raw.get("version", 1)) == 1:
-        raw = _upgrade_v1(raw)
+    _refuse_other_format(raw, target)
     names = {f.name for f in fields(RunState)}
-    optional = {"harness_pid", "harness_started", "harness_died_at", "watched", "version"}
+    optional = {"harness_pid", "harness_started", "harness_died_at", "watched"}
     missing = sorted(names - set(raw) - optional)
     missing += sorted(f"spec.{k}" for k in _SPEC_KEYS if k not in (raw.get("spec") or {}))
     if missing:
         raise RunStateError(f"{target} lacks {', '.join(missing)}: it was not written by bench run")
+    try:  # the description as the run launched: a hand-edited or foreign value is refused here, not used
+        spec = RunSpec.from_dict(raw["spec"])
+    except LimitError as e:
+        raise RunStateError(f"{target}: limits: {e}; fix it, or run it again with this toolkit") from e
+    except (TypeError, ValueError, AttributeError) as e:
+        raise RunStateError(f"{target} mistypes a field of the run's description ({e})") from e
     try:
-        state = RunState(**{k: v for k, v in raw.items() if k in names})
-        state.version = VERSION
+        state = RunState(**{k: v for k, v in raw.items() if k in names and k != "spec"}, spec=spec)
         state.agent_pid, state.started_at = int(state.agent_pid), float(state.started_at)
-        float(state.spec["budget_s"])
+        float(spec.budget_s)  # filled at the launch: a resume's time is counted against it
         if state.watched is not None:  # what a resume rebuilds the watch's outcome from: checked here, not there
             from bench.pipeline.watch import Watched
 
             Watched(**state.watched)
     except (TypeError, ValueError) as e:
         raise RunStateError(f"{target} mistypes a field ({e})") from e
-    cap = state.max_cost
+    cap = spec.max_cost
     if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int | float) or not 0 < cap < float("inf")):
         raise RunStateError(
             f"{target}: max_cost must be a positive amount in USD or null (got {cap!r}); fix it or remove the key "
             "(a resume then records no API budget)"
         )
-    try:  # what a resume evaluates under: a hand-edited or foreign value is refused here, not used
-        state.run_limits()
-    except LimitError as e:
-        raise RunStateError(f"{target}: limits: {e}; fix it or remove the key (a resume then uses the defaults)") from e
-    try:
-        state.run_spec()
-    except (TypeError, ValueError) as e:
-        raise RunStateError(f"{target} mistypes a field of the run's description ({e})") from e
     return state
 
 
-_SPEC_KEYS = ("task", "agent", "campaign", "repeat", "budget_s", "grace_s", "device", "sandbox")
-_V1_LAUNCH = {"token", "agent_pid", "started_at", "agent_argv", "endpoints", "mlflow_run_id", "partial_notes"}
-_V1_LAUNCH |= {"data_dir", "harness_pid", "harness_started", "harness_died_at", "watched", "version", "label"}
+def _refuse_other_format(raw: dict, target: Path) -> None:
+    """Refuse ``raw`` unless it is :data:`VERSION`: one line naming its version and what to do."""
+    version = raw.get("version")
+    if version == VERSION and type(version) is int:
+        return
+    if version is None:
+        why = "has no version: written before 0.1's format reset"
+    elif isinstance(version, int) and not isinstance(version, bool) and version > VERSION:
+        raise RunStateError(f"{target} has version {version}, newer than this toolkit's {VERSION}: upgrade the toolkit")
+    else:
+        why = f"has version {version!r}: written by an older toolkit (this one reads {VERSION} only)"
+    raise RunStateError(f"{target} {why}; {REDO}")
 
 
-def _upgrade_v1(raw: dict) -> dict:
-    """Version 1: the description's fields (task, agent, budget_s, limits, max_cost, ...) flat beside the launch's."""
-    spec = {k: v for k, v in raw.items() if k not in _V1_LAUNCH}
-    return {**{k: v for k, v in raw.items() if k in _V1_LAUNCH and k != "label"}, "spec": spec}
+_SPEC_KEYS = ("task", "agent", "campaign", "repeat", "budget_s", "grace_s", "device", "sandbox", "limits")
 
 
 def disk_error(target: Path, err: OSError, run_dir: Path) -> RunStateError:

@@ -163,7 +163,7 @@ def baseline_run(task: Task, device: str) -> tuple[dict, object]:
         "score": result.score,
         "paper_baseline": task.baseline_score,
         "wall_time_s": result.wall_time_s,
-        "device": result.device,
+        "device": result.run.device,
         "evaluation_s": (best.official.raw.get("eval_wall_s") or best.official.raw.get("seconds")) if best else None,
         "system": (result.scripts or {}).get("system", {}),
         "run_dir": result.run_dir,

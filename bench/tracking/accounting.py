@@ -1,8 +1,11 @@
-"""What the relay did with a run's spool, in numbers: relayed + dropped (by reason) + left unrelayed = written.
+"""What the relay did with a run's spool, in numbers.
 
-``result.json`` carries :func:`summary` (as ``scripts``), and the agent run its lines (:func:`lines`: the tag
-``bench.relay.dropped``, the description). The counts come from :class:`~bench.tracking.script_state.ScriptState`,
-which the relay keeps in ``relay.json``; the values left in the spool are counted by reading what was not relayed.
+Relayed + dropped (by reason) + left unrelayed = written.
+
+``result.json`` carries :func:`summary` (as ``scripts``), and the agent run its lines
+(:func:`lines`: the tag ``bench.relay.dropped``, the description). The counts come from
+:class:`~bench.tracking.script_state.ScriptState`, which the relay keeps in ``relay.json``; the
+values left in the spool are counted by reading what was not relayed.
 """
 
 from __future__ import annotations
@@ -14,18 +17,21 @@ from bench import untrusted
 from bench.tracking import relay_limits, schema
 from bench.tracking.script_state import ScriptState
 
-# a spool file may be as large as the relay's byte cap (bytes past it are counted from its size, never read)
+# a spool file may be as large as the relay's byte cap (bytes past it are counted from its size,
+# never read)
 SPOOL_LIMITS = untrusted.Limits(max_bytes=1 << 62)
 
 
 def left(path: Path, offset: int, chunk: int) -> tuple[int, int]:
-    """Values in the bytes of a spool file past ``offset`` (what the relay did not relay), read ``chunk`` bytes at a
-    time up to the byte cap, and the bytes past the cap, never read.
+    """Values in the bytes of a spool file past ``offset``, and the bytes past the cap, never read.
 
-    The spool file is the agent's: it is opened through :mod:`bench.untrusted` (no link followed, a FIFO or a folder
-    named like it refused at once instead of blocking or raising, a sparse file refused), and each line is parsed
-    with a bounded depth and length (a line of 100,000 ``[`` counts as no value, never a ``RecursionError``).
-    A refused file counts as nothing left to read."""
+    The values are what the relay did not relay, read ``chunk`` bytes at a time up to the byte cap.
+
+    The spool file is the agent's: it is opened through :mod:`bench.untrusted` (no link followed, a
+    FIFO or a folder named like it refused at once instead of blocking or raising, a sparse file
+    refused), and each line is parsed with a bounded depth and length (a line of 100,000 ``[``
+    counts as no value, never a ``RecursionError``). A refused file counts as nothing left to read.
+    """
     path = Path(path)
     fh = untrusted.open_regular(path.name, path.parent, SPOOL_LIMITS)
     if isinstance(fh, untrusted.Finding):
@@ -56,15 +62,21 @@ def _add(into: dict[str, int], counts: dict[str, int]) -> None:
 
 
 def _split(counts: dict[str, int]) -> tuple[dict[str, int], dict[str, int]]:
-    """Counts by reason -> (dropped, merged): a copy of a value relayed once is no loss, so it is not a drop."""
+    """Counts by reason -> (dropped, merged).
+
+    A copy of a value relayed once is no loss, so it is not a drop.
+    """
     dropped = {k: n for k, n in sorted(counts.items()) if n and k not in relay_limits.MERGED}
     return dropped, {k: n for k, n in sorted(counts.items()) if n and k in relay_limits.MERGED}
 
 
 def summary(states: list[ScriptState]) -> dict:
-    """The relay's part of ``result.json``: launches, statuses, and per script and in all what became of each value
-    and checkpoint event (``unrelayed``: scripts with something left in their spool or a run left open). Every value
-    read is counted once: relayed + dropped + merged (copies) + unrelayed = the values the spool holds."""
+    """The relay's part of ``result.json``.
+
+    Launches, statuses, and per script and in all what became of each value and checkpoint event
+    (``unrelayed``: scripts with something left in their spool or a run left open). Every value read
+    is counted once: relayed + dropped + merged (copies) + unrelayed = the values the spool holds.
+    """
     scripts = [s for s in states if s.script]
     statuses = [s.status or "RUNNING" for s in scripts]
     counts: dict[str, int] = {}
@@ -124,8 +136,9 @@ def summary(states: list[ScriptState]) -> dict:
 
 
 def lines(scripts: dict) -> list[str]:
-    """What was dropped or left, one line per reason (no agent-chosen text: these go into tags and Markdown);
-    empty when everything was relayed. ``scripts``: a :func:`summary` (older result.json files have no relay part).
+    """What was dropped or left, one line per reason; empty when everything was relayed.
+
+    No agent-chosen text: these go into tags and Markdown. ``scripts``: a :func:`summary`.
     """
     relay = scripts.get("relay")
     if not relay:
@@ -145,7 +158,7 @@ def lines(scripts: dict) -> list[str]:
 
 
 def metrics(scripts: dict) -> dict[str, float]:
-    """The agent run's metrics of the relay's accounting (none for a result.json older than it)."""
+    """The agent run's metrics of the relay's accounting (none if ``scripts`` has no relay part)."""
     relay = scripts.get("relay")
     if not relay:
         return {}

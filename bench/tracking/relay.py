@@ -1,47 +1,47 @@
 """The relay: spool files written by traced scripts -> nested MLflow runs, in batches.
 
-One spool file per traced process (``<workspace>/.bench/spool/<ns>-<pid>.jsonl``). The relay
-runs in the harness: every couple of seconds it reads the complete new lines of each file,
-creates the script's child run on its ``start`` event, and logs metrics, params and
-checkpoints. Progress (which file maps to which run, how far it was read) is saved in
-``relay.json`` beside the spool, so a run interrupted by a tracking outage or a killed
-harness is completed later by ``bench record`` without losing or duplicating events.
+One spool file per traced process (``<workspace>/.bench/spool/<ns>-<pid>.jsonl``). The relay runs in
+the harness: every couple of seconds it reads the complete new lines of each file, creates the
+script's child run on its ``start`` event, and logs metrics, params and checkpoints. Progress (which
+file maps to which run, how far it was read) is saved in ``relay.json`` beside the spool, so a run
+interrupted by a tracking outage or a killed harness is completed later by ``bench record`` without
+losing or duplicating events.
 
 Spool files are written by the agent's processes, so every event is untrusted input: a script name
-becomes a plain file name, a checkpoint is uploaded only from inside the workspace's ``checkpoints/``
-and up to a size, sources and lines are bounded, and a run the spool leaves open (a forged ``start``
-without its ``end``) is closed as KILLED when the agent's run is over. ``relay.json`` belongs to the
-harness and is kept in the run directory, out of the agent's reach.
+becomes a plain file name, a checkpoint is uploaded only from inside the workspace's
+``checkpoints/`` and up to a size, sources and lines are bounded, and a run the spool leaves open (a
+forged ``start`` without its ``end``) is closed as KILLED when the agent's run is over.
+``relay.json`` belongs to the harness and is kept in the run directory, out of the agent's reach.
 
-Nothing in a spool can stop the relay (issue 21): each value is checked against the store's limits first
-(:mod:`bench.tracking.relay_limits`) and dropped, counted by reason, when it breaks one; a batch the store refuses
-anyway is split until the refused values are alone; a script is cut at the caps (values, checkpoint uploads, spool
-bytes) with a count; system metrics are sampled in a thread of their own
-(:class:`~bench.tracking.sysmetrics.SystemMetrics`).
-At the end :meth:`Relay.summary` accounts for every value: relayed + dropped + left unrelayed = written.
+Nothing in a spool can stop the relay (issue 21): each value is checked against the store's limits
+first (:mod:`bench.tracking.relay_limits`) and dropped, counted by reason, when it breaks one; a
+batch the store refuses anyway is split until the refused values are alone; a script is cut at the
+caps (values, checkpoint uploads, spool bytes) with a count; system metrics are sampled in a thread
+of their own (:class:`~bench.tracking.sysmetrics.SystemMetrics`). At the end :meth:`Relay.summary`
+accounts for every value: relayed + dropped + left unrelayed = written.
 
-Nor can the files themselves (issue 29): the spool folder is listed without following a link (a bounded number of
-names), and every spool, tail and checkpoint file is opened through :mod:`bench.untrusted` (no link followed, regular
-files only, never blocking, bounded by apparent and allocated size). A FIFO, a directory, a socket or a link named like
-a spool or tail file is never read: it is a named finding in ``result.json`` (``scripts.relay.refused_files``) and the
-audit. Each line is parsed with its nesting depth bounded first, so a line of 100,000 ``[`` is dropped and counted
-(``lines_dropped``) like a torn or foreign line, and the script's later events are relayed. Checkpoints are copied
-through the boundary into a harness-owned folder and uploaded from there, one upload per file (hard links of one file
-named by forged events are one file).
+Nor can the files themselves (issue 29): the spool folder is listed without following a link (a
+bounded number of names), and every spool, tail and checkpoint file is opened through
+:mod:`bench.untrusted` (no link followed, regular files only, never blocking, bounded by apparent
+and allocated size). A FIFO, a directory, a socket or a link named like a spool or tail file is
+never read: it is a named finding in ``result.json`` (``scripts.relay.refused_files``) and the
+audit. Each line is parsed with its nesting depth bounded first, so a line of 100,000 ``[`` is
+dropped and counted (``lines_dropped``) like a torn or foreign line, and the script's later events
+are relayed. Checkpoints are copied through the boundary into a harness-owned folder and uploaded
+from there, one upload per file (hard links of one file named by forged events are one file).
 """
 
 from __future__ import annotations
 
 import difflib
-import json
 import threading
 import time
-from dataclasses import asdict, fields
+from dataclasses import asdict
 from pathlib import Path
 
 from bench import untrusted
 from bench.markup import one_line
-from bench.tracking import accounting, relay_limits, schema, spool_files, sysmetrics
+from bench.tracking import accounting, relay_limits, relay_state, schema, spool_files, sysmetrics
 from bench.tracking.checkpoint_uploads import Uploads
 from bench.tracking.hook._bench_once import Seen
 from bench.tracking.relay_limits import Tally
@@ -54,9 +54,10 @@ MAX_RECORDED = 200  # checkpoint events kept in relay.json per script (the count
 MAX_DEFERRED = 1000  # paths of checkpoints not uploaded for the cap, kept to upload those the evaluation scores
 MAX_READ = 16 << 20  # bytes of one spool file read per poll (a runaway spool must not fill the harness's memory)
 MAX_SOURCE = 1 << 20  # characters of a script's source kept as its artifact
-# (key, step) pairs whose values the relay keeps (in relay.json): the output tee already drops printed copies of
-# traced values however late it reads them (hook/_bench_once.py); what is left for the relay is a line printed
-# just before the helper traces the same value, which reaches the spool within microseconds of the traced event
+# (key, step) pairs whose values the relay keeps (in relay.json): the output tee already drops
+# printed copies of traced values however late it reads them (hook/_bench_once.py); what is left for
+# the relay is a line printed just before the helper traces the same value, which reaches the spool
+# within microseconds of the traced event
 RECENT_PAIRS = 512
 
 
@@ -73,16 +74,18 @@ class Relay:
         interval: float = 2.0,
         *,
         checkpoints_dir: Path | None = None,
-        state_file: Path | None = None,
+        state_file: Path,
     ):
-        """``checkpoints_dir``: the only folder checkpoint artifacts are uploaded from (default: the workspace's
-        ``checkpoints/``, the spool being ``<workspace>/.bench/spool``); ``state_file``: where the relay keeps its
-        progress (the runner passes the run directory's ``relay.json``; by default beside the spool, as runs
-        recorded before this version have it)."""
+        """``checkpoints_dir``.
+
+        The only folder checkpoint artifacts are uploaded from (default: the workspace's
+        ``checkpoints/``, the spool being ``<workspace>/.bench/spool``); ``state_file``: where the
+        relay keeps its progress (the runner passes the run directory's ``relay.json``, out of the
+        agent's reach).
+        """
         self.writer, self.parent_run, self.spool_dir = writer, parent_run, Path(spool_dir)
         self.base_tags, self.baseline_source, self.interval = base_tags, baseline_source, interval
-        legacy = self.spool_dir.parent / "relay.json"
-        self.state_file = Path(state_file) if state_file else legacy
+        self.state_file = Path(state_file)
         self.workspace = self.spool_dir.parents[1]  # the tree every agent-made file is read under (no link out)
         self.scripts: dict[str, ScriptState] = {}
         self.uploads = Uploads(checkpoints_dir or self.spool_dir.parents[1] / "checkpoints", self.state_file.parent)
@@ -96,20 +99,23 @@ class Relay:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
-        saved_at = self.state_file if self.state_file.exists() else legacy if legacy.exists() else None
-        if saved_at is not None:
-            saved = json.loads(saved_at.read_text())
-            known = {f.name for f in fields(ScriptState)}  # relay.json of an older version: its other fields dropped
-            scripts = saved.get("scripts", {}).items()
-            self.scripts = {k: ScriptState(**{n: x for n, x in v.items() if n in known}) for k, v in scripts}
-            self.system.totals.update(saved.get("system") or {})  # the agent tree's GPU figures so far
-            self.refused = spool_files.Refused(saved.get("refused"), int(saved.get("refused_more") or 0))
-            self.uploads.uploaded = list(saved.get("uploaded_inodes") or [])
+        if self.state_file.exists():
+            saved = relay_state.read(self.state_file)
+            try:
+                self.scripts = {k: ScriptState(**v) for k, v in saved["scripts"].items()}
+                self.system.totals.update(saved["system"])  # the agent tree's GPU figures so far
+                self.refused = spool_files.Refused(saved["refused"], int(saved["refused_more"]))
+                self.uploads.uploaded = list(saved["uploaded_inodes"])
+            except (KeyError, TypeError, ValueError, AttributeError) as e:
+                why = f"{self.state_file} lacks or mistypes a field ({type(e).__name__}: {e})"
+                raise relay_state.RelayStateError(why) from e
         else:  # a new run: the state file exists from now on, so a relay.json the agent plants is never read
+            relay_state.refuse_beside_the_spool(self.spool_dir, self.state_file)
             self._save()
 
     # --- threads -----------------------------------------------------------------------------
     def start(self) -> None:
+        """Relay every ``interval`` seconds in a thread of its own; sample the system metrics."""
         self._thread = threading.Thread(target=self._loop, name="bench-relay", daemon=True)
         self._thread.start()
         self.system.start()
@@ -124,18 +130,25 @@ class Relay:
                     self.warned = True
 
     def attach(self, parent_run: str | None) -> None:
-        """Relay into ``parent_run`` (the agent run, opened while the agent started), and start relaying."""
+        """Relay into ``parent_run``, and start relaying.
+
+        ``parent_run``: the agent run, opened while the agent started.
+        """
         with self._lock:
             self.parent_run = parent_run
             self._save()
         self.start()
 
     def follow(self, root_pid: int, token: str | None) -> None:
-        """Sample the scripts by their host processes, found among the agent's (the tree of ``root_pid`` on the host
-        and the processes carrying the run ``token``), and the whole tree on the agent run (:mod:`.sysmetrics`)."""
+        """Sample the scripts by their host processes, and the agent's whole tree on the agent run.
+
+        The host processes are found among the agent's: the tree of ``root_pid`` on the host and the
+        processes carrying the run ``token`` (:mod:`.sysmetrics`).
+        """
         self.system.follow(root_pid, token, lambda: self.parent_run)
 
     def stop(self) -> None:
+        """Stop the relay's thread and the system metrics (:meth:`finalize` relays the rest)."""
         self._stop.set()
         self.system.stop()
         if self._thread is not None:
@@ -148,9 +161,12 @@ class Relay:
         return sum(1 for s in self.scripts.values() if s.script)
 
     def poll(self) -> bool:
-        """Relay every complete new line; returns False if the tracking store failed (retried next time).
+        """Relay every complete new line.
 
-        Each script on its own: one whose events the store does not take waits, the others go on."""
+        Returns False if the tracking store failed (retried next time).
+
+        Each script on its own: one whose events the store does not take waits, the others go on.
+        """
         with self._lock:
             ok = True
             for path in spool_files.listing(self.workspace, self.spool_dir, set(self.scripts), self.refused):
@@ -169,7 +185,10 @@ class Relay:
             return ok
 
     def _publish(self) -> None:
-        """What the system-metrics thread samples: the scripts whose run is open (a new list, never changed)."""
+        """What the system-metrics thread samples.
+
+        The scripts whose run is open (a new list, never changed).
+        """
         running = [s for s in self.scripts.values() if s.run_id and not s.closed]
         self._running = [(s.run_id, s.pid, s.started, s.last_step, s.script) for s in running]
         for s in running:  # the host process each script was bound to (relay.json), for a person to check
@@ -240,7 +259,10 @@ class Relay:
         return 0
 
     def _log(self, s: ScriptState, rows: list[tuple]) -> None:
-        """Log checked rows; the ones the store refuses anyway are dropped with its message, never retried."""
+        """Log checked rows.
+
+        The ones the store refuses anyway are dropped with its message, never retried.
+        """
         refused = self.writer.log_values(s.run_id, rows)
         tally = Tally(s.dropped, s.examples)
         for (key, *_), why in refused:
@@ -277,7 +299,10 @@ class Relay:
             self._close(s)
 
     def _params(self, s: ScriptState, params: dict) -> None:
-        """Params whose keys MLflow takes (the others counted); a set the store refuses anyway is dropped whole."""
+        """Params whose keys MLflow takes (the others counted).
+
+        A set the store refuses anyway is dropped whole.
+        """
         flat = flatten(params)
         good = {k: v for k, v in flat.items() if relay_limits.key_problem(k) is None}
         s.params_dropped += len(flat) - len(good)
@@ -291,7 +316,8 @@ class Relay:
             extra = {k: ev[k] for k in ("n_params", "device") if ev.get(k) is not None}
             self._params(s, {"config": ev["config"], **extra})
             s.params_logged = True
-        # on the training-step axis of the script's other metrics: the step it says, else the last one it logged
+        # on the training-step axis of the script's other metrics: the step it says, else the last
+        # one it logged
         step = ev.get("step") if ev.get("step") is not None else s.last_step
         score = {
             "ev": "metrics",
@@ -318,13 +344,17 @@ class Relay:
             s.checkpoints.append(entry)
 
     def keep(self, checkpoints: list[tuple[str, str]]) -> None:
-        """Upload the checkpoints the evaluation scored, ``(path, script)``, that the upload cap left out: the
-        selection's files are on their script's run whatever the script flooded."""
+        """Upload the checkpoints the evaluation scored that the upload cap left out.
+
+        ``checkpoints``: ``(path, script)`` pairs. The selection's files are on their script's run
+        whatever the script flooded.
+        """
         with self._lock:
             for raw, script in checkpoints:
                 path, _ = self.uploads.path_of(raw)
                 owners = [s for s in self.scripts.values() if path and s.run_id and str(path) in s.deferred]
-                # past MAX_DEFERRED paths: the latest run of its script that left checkpoints out for the cap
+                # past MAX_DEFERRED paths: the latest run of its script that left checkpoints out
+                # for the cap
                 owners = owners or [
                     s for s in self.scripts.values() if path and s.script == script and s.not_uploaded.get("over-cap")
                 ]
@@ -362,8 +392,11 @@ class Relay:
 
     # --- the end -----------------------------------------------------------------------------
     def finalize(self) -> dict:
-        """Relay all that is left, then close as KILLED every run without an end event (called once the run is
-        over); what could not be relayed is counted, with why, in :meth:`summary`."""
+        """Relay all that is left, then close as KILLED every run without an end event.
+
+        Called once the run is over; what could not be relayed is counted, with why, in
+        :meth:`summary`.
+        """
         self.stop()
         while True:  # a flood is more than one read: go on while the spool is read further
             before = sum(s.offset for s in self.scripts.values())
@@ -399,8 +432,11 @@ class Relay:
         return self.summary()
 
     def summary(self) -> dict:
-        """Per script and in all: the runs, and what became of every value and checkpoint the spool holds; the
-        spool and tail files refused (``refused_files``: never read) and the lines dropped unparsed."""
+        """Per script and in all.
+
+        The runs, and what became of every value and checkpoint the spool holds; the spool and tail
+        files refused (``refused_files``: never read) and the lines dropped unparsed.
+        """
         out = {**accounting.summary(list(self.scripts.values())), "system": sysmetrics.summary(self.system.totals)}
         out["relay"]["refused_files"] = self.refused.to_dict(self.spool_dir)
         lines: dict[str, int] = {}
@@ -418,22 +454,22 @@ class Relay:
     def _save(self) -> None:
         for name, seen in self._recent.items():
             self.scripts[name].recent = seen.rows()
-        tmp = self.state_file.with_suffix(".tmp")
-        tmp.write_text(
-            json.dumps(
-                {
-                    "parent_run": self.parent_run,
-                    "scripts": {k: asdict(v) for k, v in self.scripts.items()},
-                    "system": dict(self.system.totals),
-                    "refused": self.refused.names,
-                    "refused_more": self.refused.more,
-                    "uploaded_inodes": self.uploads.uploaded,
-                }
-            )
+        relay_state.write(
+            self.state_file,
+            {
+                "parent_run": self.parent_run,
+                "scripts": {k: asdict(v) for k, v in self.scripts.items()},
+                "system": dict(self.system.totals),
+                "refused": self.refused.names,
+                "refused_more": self.refused.more,
+                "uploaded_inodes": self.uploads.uploaded,
+            },
         )
-        tmp.replace(self.state_file)
 
 
 def _copy(value: object) -> object:
-    """A copy of a counter field deep enough to restore it (entries of its lists and dicts are never changed)."""
+    """A copy of a counter field deep enough to restore it.
+
+    Entries of its lists and dicts are never changed.
+    """
     return list(value) if isinstance(value, list) else dict(value) if isinstance(value, dict) else value

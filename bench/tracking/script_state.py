@@ -59,8 +59,8 @@ class ScriptState:
 
     @property
     def checkpoint_count(self) -> int:
-        """Checkpoint events read (relay.json files older than the count have only the list)."""
-        return max(self.checkpoint_events, len(self.checkpoints))
+        """Checkpoint events read (``checkpoints`` keeps only the first ones)."""
+        return self.checkpoint_events
 
 
 def metric_rows(s: ScriptState, ev: dict, recent: Seen, queued: int = 0, others: int = 0) -> list[tuple]:

@@ -372,10 +372,7 @@ def summary(totals: dict) -> dict:
 
 
 def agent_metrics(scripts: dict) -> dict[str, float]:
-    """The agent run's GPU figures from result.json's ``scripts``.
-
-    None without NVML, or for an older result.json.
-    """
+    """The agent run's GPU figures from result.json's ``scripts`` (none without NVML)."""
     system = scripts.get("system") or {}
     figures = {
         schema.GPU_MEMORY_PEAK_MB: "gpu_memory_peak_mb",
@@ -387,8 +384,7 @@ def agent_metrics(scripts: dict) -> dict[str, float]:
 def note(scripts: dict) -> str:
     """One line for the agent run (its ``bench.gpu_metrics`` tag and description).
 
-    Where its GPU figures came from, or why it has none; "" for a result.json older than the system
-    part.
+    Where its GPU figures came from, or why it has none; "" when ``scripts`` has no system part.
     """
     system = scripts.get("system")
     if not system:

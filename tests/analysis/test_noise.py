@@ -177,7 +177,7 @@ def test_a_t6_campaign_of_the_baseline_with_five_repeats_has_five_seeds_a_spread
     _, runs = reader.campaign_runs(name)
     agents = [r for r in runs if r.data.tags.get(schema.KIND) == schema.KIND_AGENT]
     by_run = {r.data.params[schema.PARAM_REPEAT]: int(r.data.params[schema.PARAM_SEED]) for r in agents}
-    assert by_run == {str(r.repeat): r.run.seed for r in results}
+    assert by_run == {str(r.run.repeat): r.run.seed for r in results}
     scores = [r.score for r in results]
     assert all(r.status == "success" for r in results) and statistics.stdev(scores) > 0
 

@@ -28,8 +28,8 @@ def test_notebook_02_compares_strategies_per_task_on_the_eq1_term(campaign, note
     printed = [float(x) for x in re.findall(r"-?\d+\.\d+", text)]
     cells: dict[tuple[str, str], list[float]] = {}
     for r in campaign.results:
-        b, higher = TABLE2[r.task]
-        cells.setdefault((r.agent, r.task), []).append(((r.score - b) if higher else (b - r.score)) / b)
+        b, higher = TABLE2[r.run.task]
+        cells.setdefault((r.run.agent, r.run.task), []).append(((r.score - b) if higher else (b - r.score)) / b)
     assert len(cells) == 4
     for (agent, task), terms in cells.items():
         mean = sum(terms) / len(terms)

@@ -18,7 +18,7 @@ from bench.pipeline import record
 from bench.result import RunResult
 
 ROOT = Path(__file__).resolve().parents[2]
-FIXTURE = ROOT / "tests" / "bench" / "fixtures" / "results" / "v2_t6_baseline.json"
+FIXTURE = ROOT / "tests" / "bench" / "fixtures" / "results" / "v3_t6_baseline.json"
 
 
 def _result(**changes) -> RunResult:
@@ -27,7 +27,7 @@ def _result(**changes) -> RunResult:
 
 def test_a_baseline_stopped_by_its_budget_is_too_short_with_the_step_it_reached():
     done = _result()  # the fixture: T6's baseline finished its train.py well inside its budget
-    assert done.agent == "baseline" and not done.timed_out and record.too_short(done) == ""
+    assert done.run.agent == "baseline" and not done.timed_out and record.too_short(done) == ""
     base = _result()
     cut = _result(timed_out=True, run=dataclasses.replace(base.run, budget_s=480.0))
     steps = [e.step for e in cut.evaluations]

@@ -264,12 +264,13 @@ def test_a_real_campaign_summary_against_its_runs_results(campaign, monkeypatch)
     `bench run` attached at its end; and the fixture's cost, printed (a figure, not a test: 255 s at load 23)."""
     print(f"campaign fixture: {len(campaign.results)} runs and the summary in {campaign.seconds:.0f} s")
     campaign.activate(monkeypatch)
-    assert [(r.agent, r.task) for r in campaign.results] == [
+    assert [(r.run.agent, r.run.task) for r in campaign.results] == [
         (a, t) for a in ("baseline", "command") for t in ("t5", "t5", "t6", "t6")
     ]
     got = metrics_by_entry(campaign.name)
     for agent in ("baseline", "command"):
-        scores = {t: [r.score for r in campaign.results if (r.agent, r.task) == (agent, t)] for t in ("t6", "t5")}
+        runs = campaign.results
+        scores = {t: [r.score for r in runs if (r.run.agent, r.run.task) == (agent, t)] for t in ("t6", "t5")}
         mean = {t: sum(s) / 2 for t, s in scores.items()}
         rel = {"t6": (T6 - mean["t6"]) / T6, "t5": (mean["t5"] - T5) / T5}
         best = {"t6": (T6 - min(scores["t6"])) / T6, "t5": (max(scores["t5"]) - T5) / T5}

@@ -20,7 +20,7 @@ from baselines.cli import cmd_noise
 from bench.result import RunResult
 
 ROOT = Path(__file__).resolve().parents[2]
-FIXTURE = ROOT / "tests" / "bench" / "fixtures" / "results" / "v2_t6_baseline.json"
+FIXTURE = ROOT / "tests" / "bench" / "fixtures" / "results" / "v3_t6_baseline.json"
 SCORES = {101: 0.3763, 102: 0.3765, 103: 0.3797, 104: 0.3798, 105: 0.3782}
 
 

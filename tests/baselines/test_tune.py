@@ -76,7 +76,7 @@ def test_summarise_picks_the_evaluated_checkpoints_trial(tmp_path):
     }
     (ws / ".bench" / "artifacts" / "study.json").write_text(json.dumps(study))
     # a real result.json (tests/bench/fixtures/results), turned into an optuna run that scored run_2.py's checkpoint
-    v1 = RunResult.load(Path(__file__).parents[1] / "bench" / "fixtures" / "results" / "v1_t6_baseline.json")
+    v1 = RunResult.load(Path(__file__).parents[1] / "bench" / "fixtures" / "results" / "v3_t6_baseline.json")
     best, window = (
         dataclasses.replace(v1.evaluations[0], candidate=c, script=script, val_score=val, official=Official(0.371))
         for c, script, val in (("best", "run_2.py", 0.649), ("window-0", "run_1.py", 0.659))

@@ -44,7 +44,7 @@ def test_honest_agent_scores_and_passes_every_check(guard, honest):
     source = (Path(honest.workspace) / "run_1.py").read_bytes()
     assert official.raw["script_sha256"] == hashlib.sha256(source).hexdigest()
     client = mlflow.tracking.MlflowClient()
-    experiment = mlflow.get_experiment_by_name(honest.campaign)
+    experiment = mlflow.get_experiment_by_name(honest.run.campaign)
     runs = mlflow.search_runs([experiment.experiment_id], filter_string=f"tags.{schema.KIND} = '{schema.KIND_EVAL}'")
     assert len(runs) >= 1
     stored = Path(client.download_artifacts(runs.iloc[0]["run_id"], "source/run_1.py")).read_bytes()
@@ -240,7 +240,7 @@ def test_forged_spool_events_upload_nothing_and_leave_no_ghost_run(guard, honest
     result = _run(guard.task, SPOOL + HONEST)
     assert result.status == "success" and result.score == pytest.approx(honest.score, rel=1e-6)
     client = mlflow.tracking.MlflowClient()
-    experiment = mlflow.get_experiment_by_name(result.campaign)
+    experiment = mlflow.get_experiment_by_name(result.run.campaign)
     runs = mlflow.search_runs([experiment.experiment_id], output_format="list")
     assert runs and all(r.info.status != "RUNNING" for r in runs), [(r.info.run_name, r.info.status) for r in runs]
     uploaded = [a.path for r in runs for a in client.list_artifacts(r.info.run_id, "checkpoints")]

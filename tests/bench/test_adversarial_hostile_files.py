@@ -48,7 +48,7 @@ def _store_size() -> int:
 
 def _no_run_left_running(result: RunResult) -> None:
     c = store.client()
-    runs = c.search_runs([store.experiment_id(result.campaign)])
+    runs = c.search_runs([store.experiment_id(result.run.campaign)])
     assert runs, "the run was not recorded"
     assert all(r.info.status != "RUNNING" for r in runs), [(r.info.run_name, r.info.status) for r in runs]
 
@@ -117,7 +117,7 @@ def test_links_fifos_sparse_files_and_hard_links_reach_neither_the_store_nor_res
 
     # `bench record RUN_DIR` on the same run (what it does: load, record, write) stages through the boundary again
     again, ws = load_run(Path(result.run_dir))
-    again.mlflow_run_id = record(MlflowWriter(again.campaign), again, ws)
+    again.mlflow_run_id = record(MlflowWriter(again.run.campaign), again, ws)
     again.write(ws.result_file)
     assert again.hostile_inputs["counts"] == counts
     everything = _store_bytes() + Path(result.result_file).read_bytes()

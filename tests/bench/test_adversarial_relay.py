@@ -47,7 +47,7 @@ python run_1.py > run_1.log 2>&1
 
 
 def _runs(result) -> list:
-    experiment = mlflow.get_experiment_by_name(result.campaign)
+    experiment = mlflow.get_experiment_by_name(result.run.campaign)
     return mlflow.search_runs([experiment.experiment_id], output_format="list")
 
 

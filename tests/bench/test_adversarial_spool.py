@@ -128,7 +128,7 @@ def test_a_fifo_a_directory_links_and_a_parser_bomb_in_the_spool_are_named_and_t
     best = next(e for e in result.evaluations if e.candidate == "best")
     assert best.official.ok and best.script == "run_1.py", best.official.why_not
     _assert_sabotage_named(result)
-    runs = _runs(result.campaign)
+    runs = _runs(result.run.campaign)
     assert runs and all(r.info.status != "RUNNING" for r in runs), [(r.info.run_name, r.info.status) for r in runs]
     scripts = [r for r in runs if r.data.tags.get(schema.KIND) == schema.KIND_SCRIPT]
     honest = next(r for r in scripts if r.data.tags.get(schema.SCRIPT) == "run_1.py")
@@ -166,7 +166,7 @@ def test_resume_and_bench_record_finish_a_sabotaged_run_whose_harness_died(gener
     assert "the agent left 2 file(s) in the tracer's spool that the harness refused to read" in result.reason
     assert result.scripts["relay"]["lines_dropped"] == {"too-deep": 1}
     assert any(v.rule == 7 and "ghost.py" in v.reason for v in result.audit.violations)
-    assert all(r.info.status != "RUNNING" for r in _runs(result.campaign))
+    assert all(r.info.status != "RUNNING" for r in _runs(result.run.campaign))
     # a campaign sees the run as final: the agent's act is its outcome, never an infrastructure failure
     seen = rundir.inspect(run_dir)
     assert seen.state == "final" and job.infra_failure(seen.result) is None
@@ -179,7 +179,7 @@ def test_resume_and_bench_record_finish_a_sabotaged_run_whose_harness_died(gener
     state.write(run_dir, st)
     code = _in_thread(lambda: main(["record", str(run_dir)]), deadline_s=240)
     assert code == 0 and RunResult.load(run_dir).scripts["relay"]["refused_files"]["total"] == 2
-    assert all(r.info.status != "RUNNING" for r in _runs(result.campaign))
+    assert all(r.info.status != "RUNNING" for r in _runs(result.run.campaign))
 
 
 @pytest.mark.slow  # a whole benchmark run of a hostile agent
@@ -209,7 +209,7 @@ def test_a_step_that_crashes_anyway_records_an_honest_failed_run(generated_t6, m
     (crashed,) = [v for v in result.audit.violations if v.rule == 0]
     assert crashed.verdict == "flag" and "collect step failed" in crashed.reason
     assert (Path(result.run_dir) / guard_mod.LOG).read_text().count("Traceback") == 1
-    runs = _runs(result.campaign)
+    runs = _runs(result.run.campaign)
     statuses = {r.data.tags.get(schema.SCRIPT) or r.data.tags.get(schema.KIND): r.info.status for r in runs}
     assert statuses == {"agent": "FAILED", "open.py": "KILLED"}, statuses  # closed, never RUNNING
     assert RunResult.load(result.run_dir).status == "failed"
@@ -233,7 +233,7 @@ def test_a_resume_that_cannot_rebuild_part_of_the_run_still_records_it_and_says_
     result = _in_thread(lambda: resume.resume_run(run_dir, console=False), deadline_s=240)
     assert Path(result.result_file).is_file() and result.tracking_error is None
     assert "the agent's events could not be rebuilt (RecursionError" in result.reason, result.reason
-    assert all(r.info.status != "RUNNING" for r in _runs(result.campaign))
+    assert all(r.info.status != "RUNNING" for r in _runs(result.run.campaign))
 
 
 @pytest.mark.slow  # a whole benchmark run of a hostile agent
@@ -252,5 +252,5 @@ def test_a_record_step_that_crashes_leaves_result_json_and_no_run_open(generated
     result = _in_thread(lambda: run(spec), deadline_s=240)
     saved = RunResult.load(result.run_dir)
     assert saved.status == "failed" and "record step failed" in saved.tracking_error
-    runs = _runs(result.campaign)
+    runs = _runs(result.run.campaign)
     assert runs and all(r.info.status != "RUNNING" for r in runs), [(r.info.run_name, r.info.status) for r in runs]

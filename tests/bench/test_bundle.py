@@ -23,7 +23,7 @@ from tests.bench import bundle_support as support
 from tests.bench.bundle_support import _tree, _use_store, assert_same, report_frames
 
 ROOT = Path(__file__).resolve().parents[2]
-RESULT = ROOT / "tests" / "bench" / "fixtures" / "results" / "v2_t6_baseline.json"
+RESULT = ROOT / "tests" / "bench" / "fixtures" / "results" / "v3_t6_baseline.json"
 empty, source = support.empty, support.source  # module fixtures: an empty store, the exported campaign
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -181,7 +182,7 @@ def test_a_run_folder_already_here_is_compared_kept_when_equal_and_refused_when_
     # verify of the folder with the malformed result.json names it; no traceback
     assert main(["verify", str(runs), "--quiet"]) == 1
     out = capsys.readouterr().out
-    assert "result.json cannot be read" in out and "KeyError" in out, out
+    assert "result.json cannot be read" in out and "has no schema_version" in out, out
 
 
 def _flood(path: Path, members: int) -> Path:
@@ -235,3 +236,22 @@ def test_a_flood_of_members_and_a_deep_manifest_are_refused_in_seconds_and_bound
 def test_json_depth_is_read_without_parsing():
     assert bundle.depth('{"a": [1, {"b": "[[[[not counted]]]]"}]}') == 3
     assert bundle.depth('"\\"[[["') == 0 and bundle.depth("[]" * 5) == 1 and bundle.depth("[" * 70 + "]" * 70) == 70
+
+
+def test_a_bundle_of_an_older_toolkits_result_json_is_refused_in_one_line(reader_home, tmp_path, capsys):
+    """A bundle whose run folder holds a result.json of schema_version 2 (before 0.1's format reset, its manifest
+    agreeing): `bench import` refuses it and `bench verify` names it, each in one line naming the version and what to
+    do; no traceback, nothing imported."""
+    old = ROOT / "tests" / "bench" / "fixtures" / "results" / "v2_t6_baseline.json"
+    top = _bundle_folder(tmp_path / "b")
+    shutil.copy(old, top / "runs" / "r1" / "result.json")
+    bundle.write_manifest(top, campaign="x", tasks={"t6": "ab"}, created="now", version="0")
+    said = "schema_version 2: written by an older toolkit (this one reads 3 only); re-run it with this toolkit"
+    assert main(["import", str(top), "--quiet"]) != 0
+    err = capsys.readouterr().err
+    assert said in err and "Traceback" not in err, err
+    assert [line for line in err.splitlines() if said in line] == [next(x for x in err.splitlines() if said in x)]
+    assert reader.campaign_runs("x")[1] == []  # nothing imported
+    assert main(["verify", str(top / "runs"), "--quiet"]) == 1
+    out = capsys.readouterr().out
+    assert "result.json cannot be read" in out and said in out and "Traceback" not in out, out

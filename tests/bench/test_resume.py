@@ -6,7 +6,6 @@ the ``bench`` process itself is SIGKILLed while an unsandboxed agent's script is
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import os
@@ -246,7 +245,7 @@ def test_campaign_resume_finds_only_the_unfinished_run_then_skips_finished_repea
     assert main([*argv, "true", "--budget", "30", "--grace", "1", "--unsandboxed", "--quiet"]) == 1
     out = capsys.readouterr().out
     assert "0 unfinished run(s)" in out and "r1: finished" in out and "r2: finished" in out
-    assert sorted(r.repeat for r in map(RunResult.load, Path(finished.run_dir).parent.glob("*/result.json"))) == [
+    assert sorted(r.run.repeat for r in map(RunResult.load, Path(finished.run_dir).parent.glob("*/result.json"))) == [
         1,
         2,
         3,
@@ -335,13 +334,14 @@ def test_run_json_errors_are_one_clear_line(tmp_path, monkeypatch):
     (tmp_path / "run.json").write_text("{not json")
     with pytest.raises(state.RunStateError, match="cannot be read"):
         state.read(tmp_path)
-    (tmp_path / "run.json").write_text(json.dumps({"task": "t6"}))
+    (tmp_path / "run.json").write_text(json.dumps({"task": "t6", "version": 2}))
     with pytest.raises(state.RunStateError, match="lacks agent"):
         state.read(tmp_path)
-    described = RunSpec("t6", "command", campaign="c", budget_s=60.0, grace_s=2.0, device="cpu").to_dict()
+    described = RunSpec("t6", "command", campaign="c", budget_s=60.0, grace_s=2.0, device="cpu")
     good = state.RunState(described, "tok", 1, 0.0, [], [], None, [], "/d")
+    written = json.loads(state.write(tmp_path, good).read_text())
     for bad in ({"wall_time_s": 3.0}, [3.0, 0, False, False]):  # a hand edit of how the agent's time ended
-        (tmp_path / "run.json").write_text(json.dumps({**dataclasses.asdict(good), "watched": bad}))
+        (tmp_path / "run.json").write_text(json.dumps({**written, "watched": bad}))
         with pytest.raises(state.RunStateError, match="mistypes a field"):
             state.read(tmp_path)
 

@@ -14,7 +14,6 @@ import pytest
 from bench.cli import main
 from bench.pipeline import evaluate, state
 from bench.result import RunResult
-from bench.resume import OLD_LIMITS_NOTE
 from bench.runner import RunSpec, run
 from bench.sandbox.resource_limits import GIB, MIB, Limits
 
@@ -22,32 +21,26 @@ from bench.sandbox.resource_limits import GIB, MIB, Limits
 OWN = Limits(memory_bytes=3 * GIB, processes=300, workspace_bytes=7 * GIB, log_bytes=8 * MIB, eval_s=123.0)
 
 
-def v1_state(**changes) -> dict:
-    """A run.json of version 1, as bench run wrote it before the run's description was embedded: the description's
-    fields flat beside the launch's. Still read (state._upgrade_v1)."""
-    st = {"task": "t6", "agent": "command", "campaign": "c", "repeat": 1, "budget_s": 60, "grace_s": 2, "model": None,
-          "options": {}, "device": "cpu", "no_weights": False, "sandbox": True, "label": "l", "token": "tok",
-          "agent_pid": 1, "started_at": 0.0, "agent_argv": [], "endpoints": [], "mlflow_run_id": None,
-          "partial_notes": [], "data_dir": "/d", "version": 1}  # fmt: skip
-    return {**st, **changes}
+SPEC = RunSpec(task="t6", agent="command", campaign="c", budget_s=60.0, grace_s=2.0, device="cpu", limits=OWN)
+LAUNCH = {"token": "tok", "agent_pid": 1, "started_at": 0.0, "agent_argv": [], "endpoints": [], "mlflow_run_id": None,
+          "partial_notes": [], "data_dir": "/d"}  # fmt: skip
+REDO = "finish it with the toolkit version that wrote it, or run it again with this one"
 
 
-def _state(**changes) -> dict:
-    return v1_state(**{"limits": OWN.to_dict(), **changes})
+def run_json(**changes) -> dict:
+    """A run.json as bench run writes it (version 2), its description's fields changed as given."""
+    return {"spec": {**SPEC.to_dict(), **changes}, **LAUNCH, "version": 2}
 
 
-def test_run_json_of_version_2_embeds_the_description_and_reads_it_back(tmp_path):
-    """What bench run writes now: the description whole under ``spec``, the launch's fields beside it."""
-    spec = RunSpec(task="t6", agent="command", campaign="c", budget_s=60.0, grace_s=2.0, device="cpu", limits=OWN)
-    st = state.RunState(spec=spec.to_dict(), token="tok", agent_pid=1, started_at=0.0, agent_argv=[], endpoints=[],
-                        mlflow_run_id=None, partial_notes=[], data_dir="/d")  # fmt: skip
-    state.write(tmp_path, st)
+def test_run_json_embeds_the_description_and_reads_it_back(tmp_path):
+    """What bench run writes: the description whole under ``spec``, the launch's fields beside it."""
+    state.write(tmp_path, state.RunState(spec=SPEC, **LAUNCH))
     raw = json.loads((tmp_path / "run.json").read_text())
     assert raw["version"] == 2 and raw["spec"]["limits"] == OWN.to_dict() and "limits" not in raw
+    assert raw == {**run_json(), "harness_pid": raw["harness_pid"], "harness_started": raw["harness_started"],
+                   "harness_died_at": None, "watched": None}  # fmt: skip
     back = state.read(tmp_path)
-    assert back.run_spec() == spec and back.run_limits() == OWN and back.label == "t6-command-r1"
-    old = state.read(_written(tmp_path, _state()))  # version 1: the same description
-    assert old.run_spec() == spec and old.version == 2
+    assert back.spec == SPEC and back.spec.limits == OWN and back.spec.label == "t6-command-r1"
 
 
 def _written(folder: Path, raw: dict) -> Path:
@@ -56,15 +49,35 @@ def _written(folder: Path, raw: dict) -> Path:
 
 
 def test_run_json_keeps_the_limits_and_reads_them_back(tmp_path):
-    (tmp_path / "run.json").write_text(json.dumps(_state()))
-    assert state.read(tmp_path).run_limits() == OWN
+    assert state.read(_written(tmp_path, run_json())).spec.limits == OWN
     off = {**OWN.to_dict(), "memory_bytes": None, "processes": None, "workspace_bytes": None}  # "none" flags
-    (tmp_path / "run.json").write_text(json.dumps(_state(limits=off)))
-    assert state.read(tmp_path).run_limits() == Limits(None, None, None, 8 * MIB, 123.0)
-    old = _state()
-    del old["limits"]  # a run.json from before runs had limits: still read, no limits
-    (tmp_path / "run.json").write_text(json.dumps(old))
-    assert state.read(tmp_path).run_limits() is None
+    assert state.read(_written(tmp_path, run_json(limits=off))).spec.limits == Limits(None, None, None, 8 * MIB, 123.0)
+
+
+def test_a_run_json_of_an_older_toolkit_is_refused_in_one_line(tmp_path):
+    """Version 1 (the description's fields flat beside the launch's, as bench run wrote it before the description
+    was embedded) and a file without a version: one line naming the version and what to do; the file is kept."""
+    flat = {"task": "t6", "agent": "command", "campaign": "c", "repeat": 1, "budget_s": 60, "grace_s": 2,
+            "device": "cpu", "sandbox": True, "label": "l", **LAUNCH}  # fmt: skip
+    target = tmp_path / "run.json"
+    for raw, said in (
+        ({**flat, "version": 1}, "has version 1: written by an older toolkit (this one reads 2 only)"),
+        (flat, "has no version: written before 0.1's format reset"),
+    ):
+        text = json.dumps(raw)
+        with pytest.raises(state.RunStateError) as e:
+            state.read(_written(tmp_path, raw))
+        assert str(e.value) == f"{target} {said}; {REDO}"
+        assert target.read_text() == text  # read, never rewritten
+
+
+def test_a_run_json_without_limits_is_refused(tmp_path):
+    """Every run.json of this format records its limits: one without is not this toolkit's, and is not resumed under
+    the defaults."""
+    raw = run_json()
+    del raw["spec"]["limits"]
+    with pytest.raises(state.RunStateError, match=r"lacks spec\.limits"):
+        state.read(_written(tmp_path, raw))
 
 
 @pytest.mark.parametrize(
@@ -82,13 +95,13 @@ def test_run_json_keeps_the_limits_and_reads_them_back(tmp_path):
     ],
 )
 def test_malformed_limits_in_run_json_are_one_clear_line(tmp_path, limits, says):
-    (tmp_path / "run.json").write_text(json.dumps(_state(limits=limits)))
+    (tmp_path / "run.json").write_text(json.dumps(run_json(limits=limits)))
     with pytest.raises(state.RunStateError) as e:
         state.read(tmp_path)
     message = str(e.value)
     assert "\n" not in message and says in message, message
     assert message.startswith(f"{tmp_path / 'run.json'}: limits: "), message
-    assert "remove the key" in message
+    assert "run it again with this toolkit" in message
 
 
 def _unfinished(task, limits: Limits) -> Path:
@@ -136,23 +149,6 @@ def test_a_resumed_run_keeps_its_own_limits(generated_t6, monkeypatch, capsys):
     assert seen == [OWN]  # the run's own evaluation budget (123 s, not the default hour), memory and processes
     assert resumed.limits["settings"] == OWN.to_dict()
     assert "note" not in resumed.limits
-    assert OLD_LIMITS_NOTE not in capsys.readouterr().out
-
-
-@pytest.mark.slow  # a whole benchmark run, killed and resumed
-def test_a_run_json_from_before_limits_resumes_with_the_defaults_and_says_so(generated_t6, monkeypatch, capsys):
-    run_dir = _unfinished(generated_t6, OWN)
-    raw = json.loads((run_dir / "run.json").read_text())
-    del raw["spec"]["limits"]  # as an older bench wrote it
-    (run_dir / "run.json").write_text(json.dumps(raw))
-    seen = _limits_seen(monkeypatch)
-    capsys.readouterr()
-    assert main(["run", "--resume", str(run_dir), "--quiet"]) == 1
-    resumed = RunResult.load(run_dir)
-    assert [limits.eval_s for limits in seen] == [3600.0]  # Limits' default: one hour for all candidates
-    assert resumed.limits["settings"] == Limits().to_dict()
-    assert resumed.limits["note"] == OLD_LIMITS_NOTE
-    assert f"{OLD_LIMITS_NOTE} (evaluation budget 3600 s)" in capsys.readouterr().out
 
 
 @pytest.mark.slow  # a whole benchmark run, killed and resumed

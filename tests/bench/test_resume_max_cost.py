@@ -16,20 +16,18 @@ from bench.gateway import metering
 from bench.pipeline import state
 from bench.result import RunResult
 from bench.tracking import schema
-from tests.bench.test_resume_limits import unfinished_run, v1_state
+from tests.bench.test_resume_limits import run_json, unfinished_run
 
 
 def _state(**changes) -> dict:
-    return v1_state(**{"max_cost": 2.5, **changes})  # run.json of version 1 (flat): still read
+    return run_json(**{"max_cost": 2.5, **changes})
 
 
 def test_run_json_keeps_max_cost_and_reads_it_back(tmp_path):
     (tmp_path / "run.json").write_text(json.dumps(_state()))
-    assert state.read(tmp_path).max_cost == 2.5
-    old = _state()
-    del old["max_cost"]  # a run.json from before runs kept their API budget: still read, no budget
-    (tmp_path / "run.json").write_text(json.dumps(old))
-    assert state.read(tmp_path).max_cost is None
+    assert state.read(tmp_path).spec.max_cost == 2.5
+    (tmp_path / "run.json").write_text(json.dumps(_state(max_cost=None)))  # no API budget
+    assert state.read(tmp_path).spec.max_cost is None
 
 
 @pytest.mark.parametrize("bad", [0, -1.0, "20", True, float("inf")])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -13,11 +14,11 @@ from bench.pipeline import state
 from bench.rundir import FINAL, PENDING, RUNNING, STALE, STATES, UNFINISHED, RunDir, inspect
 from bench.runspec import RunSpec
 
-V1_RESULT = Path(__file__).parent / "fixtures" / "results" / "v1_t6_baseline.json"
+RESULT = Path(__file__).parent / "fixtures" / "results" / "v3_t6_baseline.json"
 
 
 def _launched(run_dir: Path, harness_pid: int, harness_started: float) -> None:
-    spec = RunSpec("t6", "command", budget_s=60.0, device="cpu").to_dict()
+    spec = RunSpec("t6", "command", budget_s=60.0, device="cpu")
     run_dir.mkdir(parents=True, exist_ok=True)
     st = state.RunState(spec, "tok", 1, 0.0, [], [], None, [], "/d", harness_pid, harness_started)
     state.write(run_dir, st)
@@ -37,9 +38,9 @@ def test_each_state_of_the_table_is_told_from_the_files(tmp_path: Path) -> None:
     _launched(run_dir, gone.pid, 0.0)
     assert inspect(run_dir).state == UNFINISHED
 
-    shutil.copy(V1_RESULT, run_dir / "result.json")
+    shutil.copy(RESULT, run_dir / "result.json")
     seen = inspect(run_dir)
-    assert (seen.state, seen.status, seen.result.label) == (FINAL, "success", "t6-baseline-r1")
+    assert (seen.state, seen.status, seen.result.run.label) == (FINAL, "success", "t6-baseline-r1")
     assert RunDir(run_dir).result() == seen.result
 
 
@@ -52,6 +53,31 @@ def test_an_unreadable_file_is_final_and_says_why(tmp_path: Path) -> None:
     (run_dir / "result.json").write_text('{"schema_version": 99}')
     seen = inspect(run_dir)
     assert (seen.state, seen.result) == (FINAL, None) and "upgrade the toolkit" in seen.note
+
+
+def test_a_run_of_an_older_toolkits_format_is_final_never_redone_nor_overwritten(tmp_path: Path, capsys) -> None:
+    """0.1's format reset: a run directory whose result.json (or, unfinished, run.json) an older toolkit wrote is
+    final: its note is the one-line refusal, and neither `bench run --resume` nor `bench record` touches it."""
+    from bench.cli import main
+
+    old_result = RESULT.with_name("v2_t6_baseline.json")
+    done = tmp_path / "done"
+    done.mkdir()
+    shutil.copy(old_result, done / "result.json")
+    flat = {"task": "t6", "agent": "command", "budget_s": 60, "token": "tok", "agent_pid": 1, "version": 1}
+    unfinished = tmp_path / "unfinished"
+    unfinished.mkdir()
+    (unfinished / "run.json").write_text(json.dumps(flat))
+    before = {d: {f.name: f.read_bytes() for f in d.iterdir()} for d in (done, unfinished)}
+    for run_dir, said in ((done, "schema_version 2: written by an older toolkit"), (unfinished, "has version 1")):
+        seen = inspect(run_dir)
+        assert (seen.state, seen.status, seen.result) == (FINAL, "unreadable", None)
+        assert said in seen.note and "\n" not in seen.note, seen.note
+        assert main(["run", "--resume", str(run_dir)]) != 0
+        assert main(["record", str(run_dir)]) != 0
+        out, err = capsys.readouterr()
+        assert said in err and "Traceback" not in err and "finishing" not in out, (out, err)
+    assert {d: {f.name: f.read_bytes() for f in d.iterdir()} for d in (done, unfinished)} == before  # untouched
 
 
 def test_a_new_bench_run_takes_the_repeat_after_the_campaigns_last(tmp_path: Path, monkeypatch) -> None:

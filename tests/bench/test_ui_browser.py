@@ -268,7 +268,7 @@ def test_the_runs_view_shows_the_documented_columns_and_the_campaign_summary(ui,
 
 def _agg(campaign, entry: str) -> float:  # noqa: F811 (campaign: the fixture's value, passed on)
     """Eq. 1 by hand from the runs' results: the mean over tasks of the relative improvement of the task's mean."""
-    scores = {t: [r.score for r in campaign.results if (r.agent, r.task) == (entry, t)] for t in ("t6", "t5")}
+    scores = {t: [r.score for r in campaign.results if (r.run.agent, r.run.task) == (entry, t)] for t in ("t6", "t5")}
     return _mean(_rel(t, _mean(s)) for t, s in scores.items())
 
 
@@ -295,7 +295,7 @@ def test_the_per_task_view_groups_by_task_then_agent(ui, pages, campaign, tmp_pa
         (task, entry): runs
         for task in ("t5", "t6")
         for entry in ("baseline", "command")
-        if (runs := [r for r in campaign.results if (r.task, r.agent) == (task, entry)])
+        if (runs := [r for r in campaign.results if (r.run.task, r.run.agent) == (task, entry)])
     }
     assert len(groups) == 4
     page = pages(ui["per"], width=1600, height=900)  # a laptop's width: each group row names its agent whole
@@ -342,7 +342,7 @@ def test_the_per_task_view_groups_by_task_then_agent(ui, pages, campaign, tmp_pa
     assert titles[:3] == [schema.SCORE, schema.REL_IMPROVEMENT, schema.BUDGET_UTILISATION], titles
     page.get_by_placeholder("Search metric charts").fill(schema.REL_IMPROVEMENT)
     for runs in groups.values():
-        mean = _mean(_rel(r.task, r.score) for r in runs)
+        mean = _mean(_rel(r.run.task, r.score) for r in runs)
         expect(page.locator(".js-plotly-plot").first).to_contain_text(f"{mean:.2f}")
     page.close()
 
@@ -373,7 +373,7 @@ def test_the_comparison_view_ranks_the_summary_runs_by_agg(ui, pages, campaign, 
     by_agg = sorted(summaries, key=lambda e: _agg(campaign, e), reverse=True)
     assert rows == [summaries[e] for e in by_agg]  # the summary runs only, best Agg first
     for entry, run_id in summaries.items():
-        runs = [r for r in campaign.results if r.agent == entry]
+        runs = [r for r in campaign.results if r.run.agent == entry]
         assert _shown(_cell(page, run_id, "metrics.`agg`").inner_text(), _agg(campaign, entry))
         rate = sum(r.status == "success" for r in runs) / len(runs)
         assert _shown(_cell(page, run_id, "metrics.`success_rate`").inner_text(), rate)

@@ -145,7 +145,8 @@ def main() -> int:
     rec = MlflowWriter("tracer-benchmark")
     parent = rec.create_run("benchmark", {schema.KIND: schema.KIND_AGENT, schema.SYNTHETIC: "true"})
     t0 = time.perf_counter()
-    summary = Relay(rec, parent, ws / ".bench" / "spool", {schema.SYNTHETIC: "true"}).finalize()
+    relay = Relay(rec, parent, ws / ".bench" / "spool", {schema.SYNTHETIC: "true"}, state_file=ws / "relay.json")
+    summary = relay.finalize()
     relay_s = time.perf_counter() - t0
     run_id = summary["scripts"][0]["run_id"]
     client = MlflowClient()

@@ -184,7 +184,7 @@ def test_a_run_whose_harness_still_lives_elsewhere_is_waited_for_then_finished_h
     state.write(
         run_dir,
         state.RunState(
-            spec=described.to_dict(), token="x", data_dir="x", agent_pid=harness.pid, started_at=time.time(),
+            spec=described, token="x", data_dir="x", agent_pid=harness.pid, started_at=time.time(),
             agent_argv=[], endpoints=[], mlflow_run_id=None, partial_notes=[], harness_pid=harness.pid,
             harness_started=psutil.Process(harness.pid).create_time(),
         ),

@@ -50,7 +50,7 @@ def _plan(capsys, path: Path) -> tuple[int, str, str]:
 def test_the_paper_file_loads_without_any_key_and_is_table_3_x_seven_tasks_x_five(isolated):
     c = spec.load(PAPER)
     assert [(a.name, (a.model or "").rsplit("/", 1)[-1]) for a in c.agents] == TABLE_3
-    assert c.task_ids == tuple(f"t{i}" for i in range(1, 8)) and c.repeats == 5 and c.budget_s is None
+    assert c.task_ids == tuple(f"t{i}" for i in range(1, 8)) and c.repeats == 5 and c.spec.budget_s is None
     assert [c.budget_of(t) / 60 for t in c.task_ids] == list(TABLE_2_MIN)  # the task folders agree with the paper
     assert len(c.runs()) == 245 and len({k.run_id for k in c.runs()}) == 245
     assert not any(p.exists() for p in isolated)

@@ -18,7 +18,7 @@ from bench.campaign.retry import Attempts, last_events
 from bench.campaign.view import table
 from tests.bench.campaign.conftest import campaign_file
 
-RESULT = Path(__file__).parents[1] / "fixtures" / "results" / "v1_t6_baseline.json"
+RESULT = Path(__file__).parents[1] / "fixtures" / "results" / "v3_t6_baseline.json"
 MODEL = "claude-sonnet-4-6"
 KEY = "sk-ant-api03-refused-key-0123456789abcdef"
 
@@ -33,10 +33,9 @@ def refused_run(c, key, access: str | None, heals: bool = False) -> Path:
                       "(POST /v1/messages); it cannot heal: the run was stopped at once", "access": access}  # fmt: skip
     if not heals:
         failure["heals"] = False
-    doc.update(
-        agent="claude-code", model=MODEL, campaign=c.name, status="interrupted", score=None, run_dir=str(run_dir)
-    )
-    doc.update(reason=f"infrastructure failure: {failure['why']}", evaluations=[])
+    doc["run"].update(agent="claude-code", model=MODEL, campaign=c.name)
+    doc["outcome"].update(status="interrupted", score=None, reason=f"infrastructure failure: {failure['why']}")
+    doc.update(run_dir=str(run_dir), evaluations=[])
     doc["agent_events"] = {**doc["agent_events"], "api_failure": failure}
     (run_dir / "result.json").write_text(json.dumps(doc))
     return run_dir

@@ -26,7 +26,8 @@ agent_command = "python train.py"
 def test_a_valid_file_gives_the_matrix_with_stable_ids(task_folders, tmp_path):
     path, name = campaign_file(tmp_path, GOOD)
     c = spec.load(path)
-    assert (c.name, c.task_ids, c.repeats, c.budget_s, c.grace_s, c.retries) == (name, ("t6", "t5"), 2, 40.0, 30.0, 2)
+    got = (c.name, c.task_ids, c.repeats, c.spec.budget_s, c.spec.grace_s, c.retries)
+    assert got == (name, ("t6", "t5"), 2, 40.0, 30.0, 2)
     assert [a.label for a in c.agents] == ["baseline", "command"]
     assert c.agents[1].options == {"command": "python train.py"}
     runs = c.runs()
@@ -47,7 +48,7 @@ def test_the_model_is_part_of_the_id_and_all_means_every_task(task_folders, tmp_
     (tmp_path / "agent.toml").write_text('command = ["true"]\n')
     path, name = campaign_file(tmp_path, body)
     c = spec.load(path)
-    assert c.task_ids == ("t5", "t6") and c.repeats == 1 and c.budget_s is None  # the registry: only these two here
+    assert c.task_ids == ("t5", "t6") and c.repeats == 1 and c.spec.budget_s is None  # the registry: only these two
     digest = hashlib.sha256(f'["{name}", "generic", "a/b", "t5", 1]'.encode()).hexdigest()[:8]
     assert c.runs()[1].run_id == f"t5-generic-a-b-r1-{digest}"
     assert c.budget_of("t6") == task_folders["t6"].budget_s

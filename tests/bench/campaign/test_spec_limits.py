@@ -22,14 +22,14 @@ def test_the_limit_keys_reach_every_runs_spec(task_folders, tmp_path):
     path, _ = campaign_file(tmp_path, body + AGENT)
     c = spec.load(path)
     own = Limits(memory_bytes=6 * GIB, processes=512, workspace_bytes=None, log_bytes=MIB, eval_s=1200.0)
-    assert c.limits == own
+    assert c.spec.limits == own
     assert {spec_of(c, key).limits for key in c.runs()} == {own}  # all four runs, each with the file's limits
 
 
 def test_absent_keys_are_the_flags_defaults(task_folders, tmp_path):
     path, _ = campaign_file(tmp_path, 'tasks = ["t6"]\nlog_limit = "64K"\n' + AGENT)
     c = spec.load(path)
-    assert c.limits == Limits(log_bytes=64 * KIB)  # the least log limit is allowed; the rest are bench run's defaults
+    assert c.spec.limits == Limits(log_bytes=64 * KIB)  # the least log limit is allowed; the rest: bench run's defaults
     assert spec_of(c, c.runs()[0]).limits.eval_s == 3600.0
 
 
@@ -67,12 +67,12 @@ def test_a_slurm_jobs_time_limit_follows_the_evaluation_budget(task_folders, tmp
     c = spec.load(campaign_file(tmp_path, base + AGENT)[0])
     # the default 1 h budget: 2400 + 30 grace + (3600 + 60 scorer grace + 600 after) + 60 = 6750 s = 112.5 min
     assert c.slurm.eval_margin_s is None and c.eval_margin_s == 4260
-    assert time_limit_min(c, c.budget_s) == 113
+    assert time_limit_min(c, c.spec.budget_s) == 113
     c = spec.load(campaign_file(tmp_path, base + 'eval_budget = "2h"\n' + AGENT)[0])
-    assert time_limit_min(c, c.budget_s) == 173  # (2400 + 30 + 7200 + 60 + 600 + 60) / 60 = 172.5
+    assert time_limit_min(c, c.spec.budget_s) == 173  # (2400 + 30 + 7200 + 60 + 600 + 60) / 60 = 172.5
     given = base + 'eval_budget = "15m"\n' + AGENT + '[slurm]\neval_margin = "16m"\n'
     c = spec.load(campaign_file(tmp_path, given)[0])
-    assert c.eval_margin_s == 960 and time_limit_min(c, c.budget_s) == 58  # (2400 + 30 + 960 + 60) / 60 = 57.5
+    assert c.eval_margin_s == 960 and time_limit_min(c, c.spec.budget_s) == 58  # (2400 + 30 + 960 + 60) / 60 = 57.5
 
 
 def test_an_eval_margin_given_without_an_eval_budget_sets_the_budget_it_fits(task_folders, tmp_path):
@@ -80,7 +80,7 @@ def test_an_eval_margin_given_without_an_eval_budget_sets_the_budget_it_fits(tas
     budget is what the margin leaves after the scorer's 60 s and the 10 minutes after the evaluation."""
     base = 'tasks = ["t6"]\nbudget = "40m"\nexecutor = "slurm"\n' + AGENT
     c = spec.load(campaign_file(tmp_path, base + '[slurm]\neval_margin = "20m"\n')[0])
-    assert c.limits.eval_s == 1200 - 60 - 600  # 9 minutes
-    assert c.eval_margin_s == 1200 and time_limit_min(c, c.budget_s) == 62  # (2400 + 30 + 1200 + 60) / 60 = 61.5
+    assert c.spec.limits.eval_s == 1200 - 60 - 600  # 9 minutes
+    assert c.eval_margin_s == 1200 and time_limit_min(c, c.spec.budget_s) == 62  # (2400 + 30 + 1200 + 60) / 60 = 61.5
     c = spec.load(campaign_file(tmp_path, base + '[slurm]\neval_margin = "4m"\n')[0])
-    assert c.limits.eval_s == 240 - 60 - 120  # the time after the evaluation takes at most half of a short margin
+    assert c.spec.limits.eval_s == 240 - 60 - 120  # the time after the evaluation takes at most half of a short margin

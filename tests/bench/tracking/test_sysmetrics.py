@@ -291,7 +291,7 @@ def test_a_sandboxed_script_run_carries_its_cpu_and_memory_and_the_agent_run_say
 
     result = _run(guard.task, E2E, budget_s=90)
     assert result.sandboxed is True
-    experiment = mlflow.get_experiment_by_name(result.campaign)
+    experiment = mlflow.get_experiment_by_name(result.run.campaign)
     runs = mlflow.search_runs([experiment.experiment_id], output_format="list")
     (script,) = [r for r in runs if r.data.tags.get(schema.SCRIPT) == "busy.py"]
     (agent,) = [r for r in runs if r.data.tags.get(schema.KIND) == schema.KIND_AGENT]

@@ -122,7 +122,8 @@ def test_relay_creates_nested_runs_with_statuses_metrics_and_source(ws):
     campaign = f"test-relay-{uuid.uuid4().hex[:8]}"
     rec = MlflowWriter(campaign)
     parent = rec.create_run("agent", {schema.KIND: schema.KIND_AGENT})
-    relay = Relay(rec, parent, ws / ".bench" / "spool", {schema.TASK: "t6"}, baseline_source=SCRIPT_OK)
+    spool, state = ws / ".bench" / "spool", ws / "relay.json"
+    relay = Relay(rec, parent, spool, {schema.TASK: "t6"}, baseline_source=SCRIPT_OK, state_file=state)
     summary = relay.finalize()
     assert summary["launched"] == 3
     assert summary["statuses"] == {"FAILED": 1, "FINISHED": 1, "KILLED": 1}
@@ -142,7 +143,7 @@ def test_relay_creates_nested_runs_with_statuses_metrics_and_source(ws):
     assert arts == {"source/run_1.py", "source/run_1.py.diff"}
 
     # a second relay over the same spool (e.g. `bench record` after an outage) duplicates nothing
-    Relay(rec, parent, ws / ".bench" / "spool", {}).finalize()
+    Relay(rec, parent, ws / ".bench" / "spool", {}, state_file=ws / "relay.json").finalize()
     assert len(client.get_metric_history(rid, "loss")) == 5
     assert len(mlflow.search_runs([rec.experiment_id], filter_string=f"tags.`{schema.PARENT}` = '{parent}'")) == 3
 
@@ -155,11 +156,11 @@ def test_relay_keeps_events_spooled_while_the_store_is_unreachable(ws, monkeypat
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:9")  # nothing listens on the discard port
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
     down = MlflowWriter(campaign)
-    relay = Relay(down, parent, ws / ".bench" / "spool", {})
+    relay = Relay(down, parent, ws / ".bench" / "spool", {}, state_file=ws / "relay.json")
     assert relay.poll() is False  # degraded, not crashed
     assert relay.summary()["unrelayed"] == 1
     monkeypatch.delenv("MLFLOW_TRACKING_URI")
-    summary = Relay(good, parent, ws / ".bench" / "spool", {}).finalize()
+    summary = Relay(good, parent, ws / ".bench" / "spool", {}, state_file=ws / "relay.json").finalize()
     assert summary["unrelayed"] == 0 and summary["statuses"] == {"FINISHED": 1}
 
 
@@ -291,7 +292,7 @@ def test_script_metrics_share_the_training_step_axis_with_one_wall_seconds_value
     (spool / "4242.jsonl").write_text("".join(json.dumps(e) + "\n" for e in lines))
     writer = MlflowWriter(f"test-axes-{uuid.uuid4().hex[:8]}")
     parent = writer.create_run("agent", {schema.KIND: schema.KIND_AGENT})
-    Relay(writer, parent, spool, {}).finalize()
+    Relay(writer, parent, spool, {}, state_file=tmp_path / "relay.json").finalize()
 
     (child,) = mlflow.search_runs([writer.experiment_id], filter_string=f"tags.`{schema.PARENT}` = '{parent}'")[
         "run_id"
