@@ -233,7 +233,7 @@ def test_make_lab_installs_the_lab_extra_and_opens_the_notebooks():
     assert any(re.match(r"jupyterlab\b", r) for r in extras["lab"])
     plan = _make_plan("-W", "pyproject.toml", "lab")
     assert plan.returncode == 0, plan.stderr
-    assert "pip install -q -e '.[lab]'" in plan.stdout
+    assert "pip install -q -c constraints.txt -e '.[lab]'" in plan.stdout  # the lab extra, at the pinned versions
     assert re.search(r"jupyter-lab --notebook-dir=notebooks", plan.stdout)
 
 

@@ -222,7 +222,7 @@ def test_bench_run_prints_one_line_when_the_summary_fails(monkeypatch, capsys):
         raise TrackingError("store down")
 
     monkeypatch.setattr(summary, "write_campaign", down)
-    results = [SimpleNamespace(campaign="c1"), SimpleNamespace(campaign="c1"), SimpleNamespace(campaign="c2")]
+    results = [SimpleNamespace(run=SimpleNamespace(campaign=c)) for c in ("c1", "c1", "c2")]
     cli._campaign_summaries(results, argparse.Namespace(no_summary=False))
     assert capsys.readouterr().out.splitlines() == [
         "[bench] campaign summary of c1 not written: TrackingError: store down",

@@ -41,9 +41,11 @@ def writer(mlruns) -> MlflowWriter:
 
 
 def result(**kw) -> SimpleNamespace:
-    base = dict(started_at=T0, wall_time_s=600.0, label="claude-code t6 #1", agent="claude-code")
-    base.update(model="claude-sonnet-4-5", task="t6", status="success", reason="scored 0.41", agent_events={})
-    return SimpleNamespace(**{**base, **kw})
+    """A RunResult's shape as traces.record reads it: the run's description under ``run``."""
+    run = dict(label="claude-code t6 #1", agent="claude-code", model="claude-sonnet-4-5", task="t6")
+    run.update({k: kw.pop(k) for k in list(kw) if k in run})
+    base = dict(started_at=T0, wall_time_s=600.0, status="success", reason="scored 0.41", agent_events={})
+    return SimpleNamespace(run=SimpleNamespace(**run), **{**base, **kw})
 
 
 def write_jsonl(path: Path, rows: list[dict]) -> None:
