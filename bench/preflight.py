@@ -7,36 +7,23 @@ record step). So everything that can be known from the arguments and the machine
 each problem is one sentence that says what to do. Nothing in this module creates a file or a folder.
 
 ``bench run`` checks every task before the first run (:func:`check_run`); :func:`bench.runner.run` checks its
-spec again for programmatic callers. The values of a run's description are judged where it is built
-(:func:`bench.runspec.check`); this module judges the machine and the arguments around it.
+spec again for programmatic callers. The values of a run's description are judged by its model
+(:class:`bench.runspec.RunSpec`, wherever it is built or read); this module judges the machine and the arguments
+around it.
 """
 
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Protocol
 
 from bench import paths, settings
 from bench.agents import AgentError, get_agent
 from bench.errors import InputError, Problems
-from bench.sandbox.resource_limits import LimitError, Limits, parse_size
+from bench.runspec import RunSpec
 from bench.tasks import Task, weights
-
-
-class Spec(Protocol):
-    """What :func:`check_run` reads of a run's description (:class:`bench.runspec.RunSpec`, not imported: it
-    imports this module for its errors)."""
-
-    agent: str
-    model: str | None
-    options: dict[str, str]
-    no_weights: bool
-    sandbox: bool
-    max_cost: float | None
 
 
 def refusals() -> tuple[type[Exception], ...]:
@@ -77,37 +64,20 @@ class Collect:
             raise Problems(self.lines)
 
 
-def check_repeats(repeats: int = 1, first_repeat: int = 1) -> None:
-    """A repeat count of 0 runs nothing; repeats are numbered from 1 (a run's own values: bench.runspec.check)."""
+def check_repeats(repeats: int = 1) -> None:
+    """A repeat count of 0 runs nothing (``bench run --repeats``; a run's own repeat is its model's)."""
     if repeats < 1:
         raise InputError(f"--repeats must be at least 1 (got {repeats})")
-    if first_repeat < 1:
-        raise InputError(f"--first-repeat must be at least 1 (got {first_repeat}); repeats are numbered from 1")
-
-
-def check_campaign(campaign: str) -> None:
-    """The campaign names the MLflow experiment and the workspaces' folder; a name with no letter or digit would
-    put every such campaign in the same folder."""
-    if not campaign.strip() or not re.search(r"[A-Za-z0-9]", campaign):
-        raise InputError(f"--campaign {campaign!r} names nothing: give a name with letters or digits, e.g. my-runs")
 
 
 def check_device(device: str | None) -> None:
-    """The official evaluation runs on ``cpu`` or ``cuda`` (the scorer's choices); asking for a GPU that is not
-    there would only fail in the evaluation, after the agent's whole budget."""
-    if device is None or device == "cpu":
-        return
+    """A GPU asked for (``--device cuda``; which devices the evaluation takes is the model's rule) must be here:
+    it would only fail in the evaluation, after the agent's whole budget."""
     if device == "cuda":
         from bench import protocol
 
         if protocol.default_device() != "cuda":  # torch.cuda.is_available(), read without importing torch
             raise InputError("--device cuda: no CUDA device is available here; use --device cpu (or leave it out)")
-        return
-    if re.fullmatch(r"cuda:\d+", device):
-        n = device.split(":")[1]
-        raise InputError(f"--device {device}: the evaluation takes cpu or cuda; pick the GPU with "
-                         f"CUDA_VISIBLE_DEVICES={n} and --device cuda")  # fmt: skip
-    raise InputError(f"--device {device!r} is not a device the evaluation can use: use cpu or cuda")
 
 
 def check_folder(path: Path, what: str, variable: str) -> None:
@@ -214,59 +184,6 @@ def check_weights(tasks: Iterable[Task], no_weights: bool) -> None:
         raise Problems(lines)
 
 
-def parse_limits(
-    *,
-    memory: str | None = None,
-    processes: str | None = None,
-    workspace: str | None = None,
-    log: str | None = None,
-    eval_budget: str | None = None,
-) -> Limits:
-    """The run's :class:`~bench.sandbox.resource_limits.Limits` from the flags' text (None: the default; ``none``:
-    no limit for memory, processes and the workspace), checked: InputError saying what to give."""
-    from bench.durations import parse_duration
-
-    def size(flag: str, text: str | None, default):
-        if text is None:
-            return default
-        if text.strip().lower() == "none":
-            return None
-        try:
-            return parse_size(text)
-        except LimitError as e:
-            raise InputError(f"{flag}: {e}") from None
-
-    base = Limits()
-    try:
-        procs = base.processes if processes is None else None if processes.strip().lower() == "none" else int(processes)
-    except ValueError:
-        raise InputError(f"--max-processes {processes!r} is not a count: give a whole number, e.g. 4096") from None
-    try:
-        seconds = base.eval_s if eval_budget is None else float(parse_duration(eval_budget))
-    except Exception as e:  # argparse.ArgumentTypeError from parse_duration
-        raise InputError(f"--eval-budget {eval_budget!r} is not a duration ({e}): e.g. 30m or 1h") from None
-    log_bytes = size("--log-limit", log, base.log_bytes)
-    if log_bytes is None:
-        raise InputError("--log-limit none: agent.log always has a limit; give a size, e.g. 1G")
-    limits = Limits(
-        memory_bytes=size("--memory", memory, base.memory_bytes),
-        processes=procs,
-        workspace_bytes=size("--workspace-limit", workspace, base.workspace_bytes),
-        log_bytes=log_bytes,
-        eval_s=seconds,
-    )
-    check_limits(limits)
-    return limits
-
-
-def check_limits(limits: Limits) -> None:
-    """A limit no run can live with (a memory limit of 1 KB, an evaluation budget of 0 s): InputError."""
-    try:
-        limits.check()
-    except LimitError as e:
-        raise InputError(str(e)) from None
-
-
 def check_sandbox(sandbox: bool) -> None:
     """SandboxUnavailable (why, what to do, or --unsandboxed) before anything is created."""
     if sandbox:
@@ -275,9 +192,9 @@ def check_sandbox(sandbox: bool) -> None:
         bwrap.require()
 
 
-def run_problems(tasks: list[Task], spec: Spec, *, endpoints: bool = True, sandbox: bool | None = None) -> list[str]:
+def run_problems(tasks: list[Task], spec: RunSpec, *, endpoints: bool = True, sandbox: bool | None = None) -> list[str]:
     """Every problem of the machine's side of a run's description, one line each (its values are checked where it
-    is built, :func:`bench.runspec.check`): the agent and its options, its credential, its model's price under an
+    is built, by its model): the agent and its options, its credential, its model's price under an
     API budget, the folders, the weights, the sandbox, then its endpoint. Every check runs whatever the others
     found, so one try shows them all. Creates nothing. ``endpoints``: ask the agent's model endpoint too (a request
     with a short timeout; a campaign asks all its agents at once, :func:`check_api`). ``sandbox``: check for this
@@ -285,7 +202,7 @@ def run_problems(tasks: list[Task], spec: Spec, *, endpoints: bool = True, sandb
     return _run_checks(tasks, spec, endpoints=endpoints, sandbox=sandbox).lines
 
 
-def _run_checks(tasks: list[Task], spec: Spec, *, endpoints: bool, sandbox: bool | None) -> Collect:
+def _run_checks(tasks: list[Task], spec: RunSpec, *, endpoints: bool, sandbox: bool | None) -> Collect:
     sandboxed = spec.sandbox if sandbox is None else sandbox
     problems = Collect()
     with problems.check():
@@ -294,6 +211,8 @@ def _run_checks(tasks: list[Task], spec: Spec, *, endpoints: bool, sandbox: bool
         check_api([(spec.agent, spec.model)], endpoints=endpoints)
     with problems.check():
         check_priced(spec.agent, spec.model, spec.max_cost)
+    with problems.check():
+        check_device(spec.device)
     if not sandboxed:
         with problems.check():
             check_unsandboxed_login(spec.agent, spec.model)
@@ -303,7 +222,7 @@ def _run_checks(tasks: list[Task], spec: Spec, *, endpoints: bool, sandbox: bool
     return problems
 
 
-def check_run(tasks: list[Task], spec: Spec, *, endpoints: bool = True, sandbox: bool | None = None) -> None:
+def check_run(tasks: list[Task], spec: RunSpec, *, endpoints: bool = True, sandbox: bool | None = None) -> None:
     """:func:`run_problems`, raised as one :class:`Problems` (an InputError: ``bench`` exits 2) when there is any."""
     _run_checks(tasks, spec, endpoints=endpoints, sandbox=sandbox).raise_any()
 

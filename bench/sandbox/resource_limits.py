@@ -30,99 +30,38 @@ How memory and processes are held, best first:
 from __future__ import annotations
 
 import errno
-import math
 import os
-import re
 import resource
 import shlex
 import time
 import uuid
 import weakref
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-KIB, MIB, GIB = 2**10, 2**20, 2**30
+from bench.sandbox.limits import (  # the value of a run's limits, its defaults and sizes: bench/sandbox/limits.py
+    DEFAULT_EVAL_S,
+    DEFAULT_LOG,
+    DEFAULT_MEMORY,
+    DEFAULT_PROCESSES,
+    DEFAULT_WORKSPACE,
+    FLAGS,
+    GIB,
+    KIB,
+    LEAST,
+    LINE_BYTES,
+    MEMORY_SHARE,
+    MIB,
+    MIN_EVAL_S,
+    LimitError,
+    Limits,
+    default_memory,
+    machine_memory,
+    parse_size,
+)
 
-DEFAULT_MEMORY = 64 * GIB  # the paper's allocation (Appendix B: 64 GB of system RAM per run)
-MEMORY_SHARE = 0.8  # but never more than this share of this machine's RAM: the harness must outlive the agent
-DEFAULT_PROCESSES = 4096  # processes and threads (a cgroup counts threads): data loaders, a Node CLI, OpenMP pools
-DEFAULT_WORKSPACE = 200 * GIB  # the data copies (T3's VOC is the largest, ~2 GB) and many checkpoints
 WORKSPACE_MARGIN = 0.10  # passing the limit is noted; passing it by this share more ends the run
-DEFAULT_LOG = 128 * MIB  # agent.log: the first and the last half of this are kept
-LINE_BYTES = 4 * MIB  # one output line is read at most this long; the rest of it is dropped (and counted)
-DEFAULT_EVAL_S = 3600.0  # all candidates of a run together; one candidate gets at most the scorer's own 15 min
 WORKSPACE_CHECK_S = 5.0  # how often the watch measures the workspace (longer when a measure itself is slow)
-
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b)?\s*$", re.I)
-
-
-class LimitError(ValueError):
-    """A limit that cannot be used (not a size, zero, negative); the message says what to give instead."""
-
-
-def parse_size(text: str) -> int:
-    """``"64G"``, ``"512MiB"``, ``"1.5g"``, ``"1048576"`` -> bytes (powers of 1024)."""
-    m = _SIZE.match(str(text))
-    if not m:
-        raise LimitError(f"{text!r} is not a size: give a number with an optional unit, e.g. 64G, 512M or 300MiB")
-    return int(float(m.group(1)) * 1024 ** "_kmgt".index((m.group(2) or "_").lower()))
-
-
-def machine_memory() -> int:
-    """This machine's RAM in bytes (``/proc/meminfo``'s MemTotal; 0 when unknown)."""
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError):
-        return 0
-
-
-def default_memory() -> int:
-    """:data:`DEFAULT_MEMORY`, or :data:`MEMORY_SHARE` of this machine's RAM when that is less."""
-    total = machine_memory()
-    return min(DEFAULT_MEMORY, int(total * MEMORY_SHARE)) if total else DEFAULT_MEMORY
-
-
-@dataclass(frozen=True)
-class Limits:
-    """One run's limits; ``None`` switches a limit off (``--memory none``), which ``result.json`` then shows."""
-
-    memory_bytes: int | None = field(default_factory=default_memory)
-    processes: int | None = DEFAULT_PROCESSES
-    workspace_bytes: int | None = DEFAULT_WORKSPACE
-    log_bytes: int = DEFAULT_LOG
-    eval_s: float = DEFAULT_EVAL_S
-
-    @property
-    def line_bytes(self) -> int:
-        return max(1024, min(LINE_BYTES, self.log_bytes // 2))
-
-    def check(self, names: dict[str, str] | None = None) -> None:
-        """LimitError for a limit no run can live with; the message names it by its ``bench run`` flag, or by
-        ``names[field]`` (a campaign file's key)."""
-        names = {**FLAGS, **(names or {})}
-        for key, least in LEAST.items():
-            value = getattr(self, key)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
-                raise LimitError(
-                    f"{names[key]} {value} is too small to run anything: give at least {least} (or 'none')"
-                )
-        if not (math.isfinite(self.eval_s) and self.eval_s >= MIN_EVAL_S):
-            raise LimitError(
-                f"{names['eval_s']} {self.eval_s:g} s cannot score a checkpoint: give at least {MIN_EVAL_S:g}s, e.g. 1h"
-            )
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
-# each limit's ``bench run`` flag (and a campaign file's key: the flag's name with underscores), and the least
-# value a run can live with
-FLAGS = {
-    "memory_bytes": "--memory", "processes": "--max-processes", "workspace_bytes": "--workspace-limit",
-    "log_bytes": "--log-limit", "eval_s": "--eval-budget",
-}  # fmt: skip
-LEAST = {"memory_bytes": 64 * MIB, "processes": 16, "workspace_bytes": MIB, "log_bytes": 64 * KIB}
-MIN_EVAL_S = 10.0
 
 
 # --- cgroups -------------------------------------------------------------------------------------------------------
