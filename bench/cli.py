@@ -113,7 +113,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             raise InputError("--api-fail-window must be a positive duration: e.g. 3m (the default) or 90s")
         settings.pin(BENCH_API_FAIL_WINDOW=float(args.api_fail_window))
     preflight.check_repeats(args.repeats)
-    if args.seed is not None and args.repeats > 1:
+    if flags["seed"] is not None and args.repeats > 1:
         raise InputError(
             "--seed gives every repeat the same seed, so repeats would measure no noise: leave it out (a seeded "
             "agent draws one per repeat and records it), or run one repeat with the seed a run recorded"

@@ -370,10 +370,12 @@ def file_layer(raw: Mapping[str, Any], where: str, model: type = RunSpec) -> dic
     return {f: getattr(spec, f) for f in fields if f != "limits"} | {"limits": fields["limits"]}
 
 
-def file_keys(model: type = RunSpec) -> set[str]:
-    """Every key a campaign file may give of each run's description: the fields' and the limits'."""
+def file_keys(model: type = RunSpec, *, ordered: bool = False) -> list[str]:
+    """Every key a campaign file may give of each run's description: the fields' and the limits', in the models'
+    order (``ordered``) or sorted."""
     extras = (info.json_schema_extra or {} for info in validation.fields_of(model).values())
-    return {m["key"] for m in extras if m.get("key")} | set(limits_model.KEYS)
+    keys = [m["key"] for m in extras if m.get("key")] + list(limits_model.KEYS)
+    return keys if ordered else sorted(keys)
 
 
 def draw_seed() -> int:

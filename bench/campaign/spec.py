@@ -244,8 +244,7 @@ def load(path: Path) -> Campaign:
     agents, lines = _agents(top.agents if "agents" not in failed else [], where)
     found += lines
     if found:
-        order = [*model.model_fields]
-        ranked = sorted(found, key=lambda f: -1 if "unknown key" in f[1] else _rank(order, f[0]))
+        ranked = sorted(found, key=lambda f: -1 if len(f[0]) == 1 and "unknown key" in f[1] else _rank(f[0], spec))
         said = list(dict.fromkeys(line for _, line in ranked))
         error = Problems(said) if len(said) > 1 else InputError(said[0])
         error.agents = agents  # the entries read well: `bench campaign run` still asks their keys and endpoints
@@ -270,10 +269,13 @@ def load(path: Path) -> Campaign:
 _FALLBACK = {"name": runspec.DEFAULT_CAMPAIGN, "tasks": "all", "agents": [{}]}
 
 
-def _rank(order: list[str], loc: validation.Loc) -> int:
-    """Where a problem's key comes in the report: the file's own keys in their order, the run's keys among them."""
+def _rank(loc: validation.Loc, spec: type) -> int:
+    """Where a problem's key comes in the report: the file's unknown keys, then its keys in the order of its
+    model, the run's keys (in their model's order) after ``executor``."""
+    order = ["name", "repeats", "retries", "executor", *runspec.file_keys(spec, ordered=True), "slurm"]
+    order += ["tasks_path", "tasks", "agents", "gpus"]
     key = str(loc[0]) if loc else ""
-    return order.index(key) if key in order else order.index("slurm")
+    return order.index(key) if key in order else len(order)
 
 
 def _key_of(line: str, where: str) -> str:
@@ -315,7 +317,8 @@ def _agents(tables: list[dict], where: str) -> tuple[tuple[AgentEntry, ...], lis
         try:
             table = AgentTable.model_validate(raw, context={validation.FORM: "file"})
         except ValidationError as e:
-            found += validation.located(e, lambda loc, i=i: name_of(where)(("agents", i, *loc)), AgentTable)
+            said = validation.located(e, lambda loc, i=i: name_of(where)(("agents", i, *loc)), AgentTable)
+            found += [(("agents", i, *loc), line) for loc, line in said]
             continue
         options = dict(table.options) | ({"command": table.agent_command} if table.agent_command is not None else {})
         entry = AgentEntry(table.name, table.model, options)
