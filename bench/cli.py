@@ -109,9 +109,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.api_fail_window is not None:  # read by bench.agents.health (bench.settings: beats BENCH_API_FAIL_WINDOW)
         from bench import settings
 
-        if not args.api_fail_window > 0:
-            raise InputError("--api-fail-window must be a positive duration: e.g. 3m (the default) or 90s")
-        settings.pin(BENCH_API_FAIL_WINDOW=float(args.api_fail_window))
+        try:  # judged by the settings' model, as the variable's text is
+            settings.pin(BENCH_API_FAIL_WINDOW=float(args.api_fail_window))
+        except settings.SettingError:
+            raise InputError("--api-fail-window must be a positive duration: e.g. 3m (the default) or 90s") from None
     preflight.check_repeats(args.repeats)
     if flags["seed"] is not None and args.repeats > 1:
         raise InputError(

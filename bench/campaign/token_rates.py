@@ -14,8 +14,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.agents import pricing
+from bench.errors import BenchError
 
 FILE = Path(__file__).with_name("token_rates.toml")
+
+
+class RatesError(BenchError, ValueError):
+    """A row of the token rates file that does not hold what the plan needs; the message names it (exit 1)."""
 
 
 @dataclass(frozen=True)
@@ -42,12 +47,12 @@ def rates(path: Path = FILE) -> dict[str, Rate]:
             pair = row.get(field)
             numbers = isinstance(pair, list) and all(isinstance(v, int | float) and v >= 0 for v in pair)
             if not numbers or len(pair) != 2:
-                raise ValueError(f"{path}: [agents.{name}] {field} must be [low, high] tokens a minute, got {pair!r}")
+                raise RatesError(f"{path}: [agents.{name}] {field} must be [low, high] tokens a minute, got {pair!r}")
             if pair[0] > pair[1]:
-                raise ValueError(f"{path}: [agents.{name}] {field}: low {pair[0]} above high {pair[1]}")
+                raise RatesError(f"{path}: [agents.{name}] {field}: low {pair[0]} above high {pair[1]}")
             pairs[field] = (float(pair[0]), float(pair[1]))
         if any(c > i for c, i in zip(pairs["cached"], pairs["input"], strict=True)):
-            raise ValueError(f"{path}: [agents.{name}] cached tokens above the input's")
+            raise RatesError(f"{path}: [agents.{name}] cached tokens above the input's")
         out[name] = Rate(pairs["input"], pairs["cached"], pairs["output"], str(row.get("source", "")), name)
     return out
 
