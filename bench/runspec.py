@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import math
 import re
 import secrets
@@ -247,7 +248,7 @@ class RunSpec:
     # --- JSON ---------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         """The description as run.json and result.json embed it (everything but how the console shows it)."""
-        return {"version": SPEC_VERSION, **_DUMP.dump_python(self, mode="json", exclude={"console"})}
+        return {"version": SPEC_VERSION, **adapter(type(self)).dump_python(self, mode="json", exclude={"console"})}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], *, console: bool = True) -> RunSpec:
@@ -258,7 +259,7 @@ class RunSpec:
             values.pop("limits", None)
         else:
             values["limits"] = limits_of(values["limits"])
-        return validate({**values, "console": console}, lambda loc: str(loc[0]) if loc else "", form="json")
+        return validate({**values, "console": console}, lambda loc: str(loc[0]) if loc else "", form="json", model=cls)
 
     # --- the one constructor ------------------------------------------------------------
     @classmethod
@@ -295,7 +296,12 @@ class RunSpec:
         )
 
 
-_DUMP = TypeAdapter(RunSpec)
+@functools.cache
+def adapter(model: type) -> TypeAdapter:
+    """The model's validator and serialiser (:class:`RunSpec`, or a subclass adding fields), made once."""
+    return TypeAdapter(model)
+
+
 FIELDS = validation.fields_of(RunSpec)
 
 
@@ -327,9 +333,8 @@ def namer(names: Mapping[str, str] | Callable[[str], str] | None) -> validation.
 
 def validate(values: Mapping[str, Any], name: validation.Namer, *, form: str = "python", model: type = RunSpec):
     """``values`` judged by the model (:class:`RunSpec` or a subclass): the description, or InputError/Problems."""
-    adapter = _DUMP if model is RunSpec else TypeAdapter(model)
     try:
-        return adapter.validate_python(dict(values), context={validation.FORM: form})
+        return adapter(model).validate_python(dict(values), context={validation.FORM: form})
     except ValidationError as e:
         raise validation.refuse(e, name, model) from None
 
