@@ -28,7 +28,8 @@ def cmd_tasks(args: argparse.Namespace) -> int:
 
         return check_main(args.dir, keep=args.keep)
     tasks = all_tasks()  # an id declared twice is said before any line is printed
-    # each column as wide as its longest value (a pack's task id or name can be longer than the built-in ones)
+    # each column as wide as its longest value (a pack's task id or name can be longer than the
+    # built-in ones)
     wid = max([2, *(len(t.id) for t in tasks)])
     wname = max([4, *(len(t.name) for t in tasks)])
     wmetric = max([6, *(len(t.metric) for t in tasks)])
@@ -137,8 +138,11 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _first_repeat(args: argparse.Namespace, task_id: str) -> int:
-    """``--first-repeat`` when given; with ``--resume`` 1 (its grid skips the finished runs); else the next repeat
-    free in the campaign (:func:`bench.rundir.next_repeat`), so a second ``bench run`` is r2, not another r1."""
+    """``--first-repeat`` when given; with ``--resume`` 1 (its grid skips the finished runs).
+
+    Else the next repeat free in the campaign (:func:`bench.rundir.next_repeat`), so a second
+    ``bench run`` is r2, not another r1.
+    """
     if args.first_repeat is not None or args.resume is not None:
         return 1 if args.first_repeat is None else args.first_repeat  # 0: the model refuses it
     from bench import rundir
@@ -190,9 +194,12 @@ def cmd_record(args: argparse.Namespace) -> int:
 
 
 def _finish_from_spool(run_dir: Path) -> int:
-    """A run directory without result.json: its harness died before the result existed, so there is nothing to
-    record yet. Everything needed to make it is in the directory (run.json, the spool, relay.json, the evidence),
-    so the run is finished here exactly as ``bench run --resume`` finishes it, which also records it in MLflow."""
+    """A run directory without result.json.
+
+    Its harness died before the result existed, so there is nothing to record yet. Everything needed
+    to make it is in the directory (run.json, the spool, relay.json, the evidence), so the run is
+    finished here exactly as ``bench run --resume`` finishes it, which also records it in MLflow.
+    """
     from bench import resume
     from bench.rundir import RUNNING, UNFINISHED, RunDir
     from bench.tracking.writer import MlflowWriter
@@ -207,7 +214,8 @@ def _finish_from_spool(run_dir: Path) -> int:
             flush=True,
         )
     result = resume.resume_run(run_dir, by="bench record")
-    # record.save said so if the store refused: the agent run is then still open, and the exit status says it
+    # record.save said so if the store refused: the agent run is then still open, and the exit
+    # status says it
     if not result.mlflow_run_id or MlflowWriter(result.campaign).get_run(result.mlflow_run_id).info.status == "RUNNING":
         return 1
     print(f"recorded {run_dir} as MLflow run {result.mlflow_run_id} ({result.status})")
@@ -370,7 +378,8 @@ def _command_parser(parser: argparse.ArgumentParser, argv: list[str]) -> argpars
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     """The command line, a mistyped flag answered by its command's usage and the nearest flag it has (argparse
-    before 3.14 prints the top-level usage and no suggestion)."""
+    before 3.14 prints the top-level usage and no suggestion).
+    """
     import difflib
 
     parser = build_parser()
@@ -385,11 +394,13 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``bench``: the command's exit status; every error of the toolkit is one message and its kind's exit code.
+    """``bench``: the command's exit status.
 
-    An :class:`~bench.errors.InputError` (a bad argument, file or setting, refused before anything was created)
-    exits 2; any other :class:`~bench.errors.BenchError` (the work could not finish: data, tracking, a sandbox) 1;
-    an interrupt 130.
+    Every error of the toolkit is one message and its kind's exit code.
+
+    An :class:`~bench.errors.InputError` (a bad argument, file or setting, refused before anything
+    was created) exits 2; any other :class:`~bench.errors.BenchError` (the work could not finish:
+    data, tracking, a sandbox) 1; an interrupt 130.
     """
     args = _parse(argv)
     try:

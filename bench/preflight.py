@@ -1,15 +1,16 @@
 """What is checked before a run creates anything.
 
-A run creates, in this order, the prepared data in the cache, the workspace, the MLflow experiment and run,
-and only then starts the agent. Bad input found later leaves a half-made run behind (a workspace, a run left
-RUNNING in the store) or fails after the agent has spent its budget (a zero budget divides by zero in the
-record step). So everything that can be known from the arguments and the machine is checked here first, and
-each problem is one sentence that says what to do. Nothing in this module creates a file or a folder.
+A run creates, in this order, the prepared data in the cache, the workspace, the MLflow experiment
+and run, and only then starts the agent. Bad input found later leaves a half-made run behind (a
+workspace, a run left RUNNING in the store) or fails after the agent has spent its budget (a zero
+budget divides by zero in the record step). So everything that can be known from the arguments and
+the machine is checked here first, and each problem is one sentence that says what to do. Nothing in
+this module creates a file or a folder.
 
-``bench run`` checks every task before the first run (:func:`check_run`); :func:`bench.runner.run` checks its
-spec again for programmatic callers. The values of a run's description are judged by its model
-(:class:`bench.runspec.RunSpec`, wherever it is built or read); this module judges the machine and the arguments
-around it.
+``bench run`` checks every task before the first run (:func:`check_run`); :func:`bench.runner.run`
+checks its spec again for programmatic callers. The values of a run's description are judged by its
+model (:class:`bench.runspec.RunSpec`, wherever it is built or read); this module judges the machine
+and the arguments around it.
 """
 
 from __future__ import annotations
@@ -27,8 +28,10 @@ from bench.tasks import Task, weights
 
 
 def refusals() -> tuple[type[Exception], ...]:
-    """The errors a check raises for a problem of the user's (said in one line, exit 2); imported when asked: the
-    sandbox's module is not needed by every caller of this one."""
+    """The errors a check raises for a problem of the user's (said in one line, exit 2).
+
+    Imported when asked: the sandbox's module is not needed by every caller of this one.
+    """
     from bench.sandbox.bwrap import SandboxUnavailable
     from bench.tasks import TaskError
 
@@ -37,7 +40,8 @@ def refusals() -> tuple[type[Exception], ...]:
 
 class Collect:
     """Runs checks one after another and keeps each one's problem instead of stopping at the first; ``raise_any``
-    raises them all as one :class:`Problems`. ``with problems.check():`` around a check; ``add`` for a line."""
+    raises them all as one :class:`Problems`. ``with problems.check():`` around a check; ``add`` for a line.
+    """
 
     def __init__(self) -> None:
         self.lines: list[str] = []
@@ -57,7 +61,8 @@ class Collect:
 
     def raise_any(self) -> None:
         """One problem raised by one check is raised as it was (a ``SandboxUnavailable`` stays one for a caller
-        that tells them apart); several, or lines added by hand, as one :class:`Problems`."""
+        that tells them apart); several, or lines added by hand, as one :class:`Problems`.
+        """
         if len(self.lines) == 1 and len(self.errors) == 1 and str(self.errors[0]) == self.lines[0]:
             raise self.errors[0]
         if self.lines:
@@ -72,7 +77,8 @@ def check_repeats(repeats: int = 1) -> None:
 
 def check_device(device: str | None) -> None:
     """A GPU asked for (``--device cuda``; which devices the evaluation takes is the model's rule) must be here:
-    it would only fail in the evaluation, after the agent's whole budget."""
+    it would only fail in the evaluation, after the agent's whole budget.
+    """
     if device == "cuda":
         from bench import protocol
 
@@ -81,8 +87,10 @@ def check_device(device: str | None) -> None:
 
 
 def check_folder(path: Path, what: str, variable: str) -> None:
-    """``path`` is a folder this process can create or write: the nearest existing ancestor is a writable folder.
-    Only looked at, never created."""
+    """``path`` is a folder this process can create or write.
+
+    The nearest existing ancestor is a writable folder. Only looked at, never created.
+    """
     existing = path
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
@@ -94,7 +102,8 @@ def check_folder(path: Path, what: str, variable: str) -> None:
 
 def check_places() -> None:
     """The folders a run writes: the data cache, the workspaces and, for the embedded store, the MLflow store;
-    first, every ``BENCH_*`` setting the environment gives (bench.settings), checked once before anything is made."""
+    first, every ``BENCH_*`` setting the environment gives (bench.settings), checked once before anything is made.
+    """
     if errors := settings.check():  # a folder's check would read a bad setting: said first, each on its line
         raise Problems(errors)
     problems = Collect()
@@ -119,7 +128,8 @@ def check_api(agents: Iterable[tuple[str, str | None]], *, endpoints: bool = Tru
     """Each LLM agent's credential, then (``endpoints``, unless ``BENCH_API_CHECK=0``) the endpoint, key and model of
     each agent (of an agent without a key: whether its endpoint answers), asked of all agents at once in parallel
     (:mod:`bench.agents.credentials`, :mod:`bench.agents.api_probe`): :class:`Problems` naming every agent not ready
-    and what to set, all at once. Offline and generic agents have nothing to check."""
+    and what to set, all at once. Offline and generic agents have nothing to check.
+    """
     from bench.agents import api_probe as api
     from bench.agents import credentials
 
@@ -134,7 +144,8 @@ def check_api(agents: Iterable[tuple[str, str | None]], *, endpoints: bool = Tru
 def check_unsandboxed_login(agent: str, model: str | None) -> None:
     """A login stored in a file (Codex's auth.json, Gemini's oauth_creds.json) reaches a CLI only as a read-only bind
     into the sandbox's private home; an unsandboxed run has no such bind, so its CLI would start without it and
-    fail at its first request. Said before anything is created, with what to do."""
+    fail at its first request. Said before anything is created, with what to do.
+    """
     from bench.agents import credentials
 
     need = credentials.need_of(agent, model)
@@ -147,11 +158,14 @@ def check_unsandboxed_login(agent: str, model: str | None) -> None:
 
 
 def check_priced(agent: str, model: str | None, max_cost: float | None) -> None:
-    """With an API budget, the run's model must have a price (bench/agents/pricing.py): the metering gateway refuses
-    every request for a model it cannot price while a budget is set (its cost could not count against it), so such
-    a run could only fail. Said before anything is created. An agent without an API, or a model the table cannot be
-    asked about (a Claude alias the CLI resolves), is not checked. A user's price file ($BENCH_PRICES) that cannot
-    be read is said here, budget or not: the gateway prices every request with it."""
+    """With an API budget, the run's model must have a price (bench/agents/pricing.py).
+
+    The metering gateway refuses every request for a model it cannot price while a budget is set
+    (its cost could not count against it), so such a run could only fail. Said before anything is
+    created. An agent without an API, or a model the table cannot be asked about (a Claude alias the
+    CLI resolves), is not checked. A user's price file ($BENCH_PRICES) that cannot be read is said
+    here, budget or not: the gateway prices every request with it.
+    """
     from bench.agents import credentials, pricing
 
     pricing.user_rows()  # raises PriceFileError (an AgentError) naming the file and the row
@@ -198,7 +212,8 @@ def run_problems(tasks: list[Task], spec: RunSpec, *, endpoints: bool = True, sa
     API budget, the folders, the weights, the sandbox, then its endpoint. Every check runs whatever the others
     found, so one try shows them all. Creates nothing. ``endpoints``: ask the agent's model endpoint too (a request
     with a short timeout; a campaign asks all its agents at once, :func:`check_api`). ``sandbox``: check for this
-    instead of the spec's (a Slurm login node need not have what the compute nodes have)."""
+    instead of the spec's (a Slurm login node need not have what the compute nodes have).
+    """
     return _run_checks(tasks, spec, endpoints=endpoints, sandbox=sandbox).lines
 
 

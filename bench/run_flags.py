@@ -24,7 +24,10 @@ def key_value(text: str) -> tuple[str, str]:
 
 
 def tag(text: str) -> tuple[str, str]:
-    """``--tag KEY=VALUE`` -> (key, value); argparse's error (``bench`` exits 2) saying what is expected."""
+    """``--tag KEY=VALUE`` -> (key, value).
+
+    Argparse's error (``bench`` exits 2) saying what is expected.
+    """
     key, sep, value = text.partition("=")
     if not sep:
         raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}: e.g. --tag team=vision")
@@ -66,7 +69,10 @@ def add_flags(parser: argparse.ArgumentParser, model: type | None = None) -> Non
 
 
 def layer(args: argparse.Namespace, model: type | None = None) -> dict[str, Any]:
-    """The command line's layer of the description: a flag left out is None, so the layer below stays."""
+    """The command line's layer of the description.
+
+    A flag left out is None, so the layer below stays.
+    """
     out: dict[str, Any] = {"limits": {}}
     for name, m in _flags(model or runspec.RunSpec):
         value = getattr(args, f"spec:{name}", None)

@@ -24,8 +24,16 @@ import secrets
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from pydantic import ConfigDict, Field, InstanceOf, TypeAdapter, ValidationError, ValidationInfo
-from pydantic import field_validator, model_validator
+from pydantic import (
+    ConfigDict,
+    Field,
+    InstanceOf,
+    TypeAdapter,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic.dataclasses import dataclass
 
 from bench import validation
@@ -42,9 +50,12 @@ SEED_RANGE = 2**31  # what torch.manual_seed, numpy and Optuna's samplers all ta
 
 
 def given(default: Any = None, *, flag: str = "", key: str = "", arg: str = "", help: str = "", **kw: Any) -> Any:
-    """A field of the description and how a user gives it: ``flag`` (named in errors; generated as a ``bench run``
-    flag when ``arg`` says its kind: duration, float, int, str, switch, unswitch, pairs, tags), ``key`` (a campaign
-    file's key) and what its value ``expects`` (said for a wrong type)."""
+    """A field of the description and how a user gives it.
+
+    ``flag`` (named in errors; generated as a ``bench run`` flag when ``arg`` says its kind:
+    duration, float, int, str, switch, unswitch, pairs, tags), ``key`` (a campaign file's key) and
+    what its value ``expects`` (said for a wrong type).
+    """
     extra = {"flag": flag, "key": key, "arg": arg, "help": help, **kw.pop("meta", {})}
     if "default_factory" in kw:
         return Field(json_schema_extra=extra, **kw)
@@ -62,8 +73,11 @@ def _device(device: str | None) -> str:
 
 
 def campaign_problem(campaign: str) -> str:
-    """Why ``campaign`` cannot name a campaign ("" when it can): it names the MLflow experiment and the workspaces'
-    folder, so a name with no letter or digit would put every such campaign in the same folder."""
+    """Why ``campaign`` cannot name a campaign ("" when it can).
+
+    It names the MLflow experiment and the workspaces' folder, so a name with no letter or digit
+    would put every such campaign in the same folder.
+    """
     if not re.search(r"[A-Za-z0-9]", campaign):
         return f"{campaign!r} names nothing: give a name with letters or digits, e.g. my-runs"
     return ""
@@ -120,24 +134,28 @@ class RunSpec:
     )  # fmt: skip
     run_id: str | None = Field(None, strict=True)  # the run directory's name (a campaign's stable id)
     limits: Limits = Field(default_factory=Limits)  # memory, processes, workspace, log, evaluation time
-    # the run's API budget in USD, enforced by the metering gateway (bench.gateway.proxy): a positive amount; it
-    # needs the sandbox (the gateway is the sandbox's only way out). None: no budget
+    # the run's API budget in USD, enforced by the metering gateway (bench.gateway.proxy): a
+    # positive amount; it needs the sandbox (the gateway is the sandbox's only way out). None: no
+    # budget
     max_cost: float | None = given(
         flag="--max-cost", key="max_cost", arg="float", strict=True, meta={"metavar": "USD"},
         help="the run's API budget: once its LLM requests cost this much (the metering gateway's tokens x the price "
         "table), further ones are refused (default: none)",
     )  # fmt: skip
-    # the task's source and folder hash (bench.tasks.packs.provenance); None: taken when the run starts
+    # the task's source and folder hash (bench.tasks.packs.provenance); None: taken when the run
+    # starts
     task_source: dict | None = Field(None, strict=True)
-    # the researcher's own labels: MLflow tags of the agent run and its summary run (bench.tracking.schema.TAG_PREFIX)
+    # the researcher's own labels: MLflow tags of the agent run and its summary run
+    # (bench.tracking.schema.TAG_PREFIX)
     tags: dict[str, str] = given(
         flag="--tag", key="tags", arg="tags", default_factory=dict, strict=True,
         meta={"expects": 'a table of strings, e.g. tags = { team = "vision" }'},
         help="a label of your own for the run, repeatable: an MLflow tag of the run and its summary, in run.json "
         "and result.json, shown by bench report (e.g. --tag team=vision --tag sweep=lr-3)",
     )  # fmt: skip
-    # the seed the agent's training starts from (bench.protocol.SEED_VAR): None for a seeded agent (baseline,
-    # optuna) is drawn at the launch, one per repeat, so that repeats measure the task's run-to-run noise
+    # the seed the agent's training starts from (bench.protocol.SEED_VAR): None for a seeded agent
+    # (baseline, optuna) is drawn at the launch, one per repeat, so that repeats measure the task's
+    # run-to-run noise
     seed: int | None = given(
         flag="--seed", arg="int", strict=True,
         help="the training seed (the tasks' train.py read it): reproduces a run's recorded seed; by default the "
@@ -253,7 +271,8 @@ class RunSpec:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], *, console: bool = True) -> RunSpec:
         """A description read back (run.json, result.json), judged by the same rules as the flags and the file:
-        InputError naming the field (an unknown key with the nearest known one), a LimitError for its limits."""
+        InputError naming the field (an unknown key with the nearest known one), a LimitError for its limits.
+        """
         values = {k: v for k, v in d.items() if k != "version"}
         if values.get("limits") is None:
             values.pop("limits", None)
@@ -274,7 +293,8 @@ class RunSpec:
         """The run's description from its task and the settings' layers, lowest first (campaign file, command line,
         environment overrides), judged once by the model (InputError naming each value as ``names`` says the user
         wrote it: the flags by default). ``fixed``: what names the run rather than sets it (campaign, repeat,
-        run_id, console). A layer's ``limits`` may be some of them (a dict) or all (a Limits)."""
+        run_id, console). A layer's ``limits`` may be some of them (a dict) or all (a Limits).
+        """
         merged: dict[str, Any] = {}
         for layer in layers:
             for name, value in layer.items():
@@ -288,8 +308,11 @@ class RunSpec:
         return validate({"task": task, "agent": agent, **fixed, **merged}, namer(names), model=cls)
 
     def launched(self, device: str, task_source: dict, *, seeded: bool = False) -> RunSpec:
-        """The description as the run goes: the budget, the device and the task's source filled in, and for a
-        ``seeded`` agent without a seed one drawn now (:func:`draw_seed`), so that run.json records it."""
+        """The description as the run goes.
+
+        The budget, the device and the task's source filled in, and for a ``seeded`` agent without a
+        seed one drawn now (:func:`draw_seed`), so that run.json records it.
+        """
         seed = self.seed if self.seed is not None or not seeded else draw_seed()
         return dataclasses.replace(
             self, budget_s=self.budget, device=device, task_source=task_source, task=self.resolve_task(), seed=seed
@@ -310,8 +333,8 @@ def _meta(name: str) -> dict[str, Any]:
     return dict(info.json_schema_extra or {}) if info is not None else {}
 
 
-# how a user names each settable field on the command line, and a campaign file's keys (key -> field); the limits'
-# own flags and keys are bench.sandbox.limits's
+# how a user names each settable field on the command line, and a campaign file's keys (key ->
+# field); the limits' own flags and keys are bench.sandbox.limits's
 FLAGS = {name: m["flag"] for name in FIELDS if (m := _meta(name)).get("flag")} | limits_model.FLAGS
 FILE_KEYS = {m["key"]: name for name in FIELDS if (m := _meta(name)).get("key")}
 
@@ -332,7 +355,10 @@ def namer(names: Mapping[str, str] | Callable[[str], str] | None) -> validation.
 
 
 def validate(values: Mapping[str, Any], name: validation.Namer, *, form: str = "python", model: type = RunSpec):
-    """``values`` judged by the model (:class:`RunSpec` or a subclass): the description, or InputError/Problems."""
+    """``values`` judged by the model (:class:`RunSpec` or a subclass).
+
+    The description, or InputError/Problems.
+    """
     try:
         return adapter(model).validate_python(dict(values), context={validation.FORM: form})
     except ValidationError as e:
@@ -345,15 +371,20 @@ def check(spec: RunSpec, names: Mapping[str, str] | Callable[[str], str] | None 
 
 
 def limits_of(raw: object) -> Limits:
-    """The limits a run recorded (``Limits.to_dict()``), judged by their model: LimitError naming the field for a
-    missing or unknown key, a wrong type or a value no run can live with (a hand edit, a newer toolkit), so that
-    a resume never runs under limits nobody set."""
+    """The limits a run recorded (``Limits.to_dict()``), judged by their model.
+
+    LimitError naming the field for a missing or unknown key, a wrong type or a value no run can
+    live with (a hand edit, a newer toolkit), so that a resume never runs under limits nobody set.
+    """
     return limits_model.read(raw, "json", lambda loc: ".".join(map(str, loc)))
 
 
 def file_layer(raw: Mapping[str, Any], where: str, model: type = RunSpec) -> dict[str, Any]:
-    """A campaign file's layer of the run's description: its keys (the fields' ``key``, the limits' keys) read by
-    the model in the file's text forms ("40m", "64G", "none"); each problem one line naming ``where: key:``."""
+    """A campaign file's layer of the run's description.
+
+    Its keys (the fields' ``key``, the limits' keys) read by the model in the file's text forms
+    ("40m", "64G", "none"); each problem one line naming ``where: key:``.
+    """
     keys = {m["key"]: name for name, info in validation.fields_of(model).items() if (m := info.json_schema_extra or {})
             .get("key")}  # fmt: skip
     fields = {keys[k]: v for k, v in raw.items() if k in keys}
@@ -376,8 +407,10 @@ def file_layer(raw: Mapping[str, Any], where: str, model: type = RunSpec) -> dic
 
 
 def file_keys(model: type = RunSpec, *, ordered: bool = False) -> list[str]:
-    """Every key a campaign file may give of each run's description: the fields' and the limits', in the models'
-    order (``ordered``) or sorted."""
+    """Every key a campaign file may give of each run's description.
+
+    The fields' and the limits', in the models' order (``ordered``) or sorted.
+    """
     extras = (info.json_schema_extra or {} for info in validation.fields_of(model).values())
     keys = [m["key"] for m in extras if m.get("key")] + list(limits_model.KEYS)
     return keys if ordered else sorted(keys)
@@ -385,7 +418,8 @@ def file_keys(model: type = RunSpec, *, ordered: bool = False) -> list[str]:
 
 def draw_seed() -> int:
     """A fresh seed from the operating system's randomness (not from Python's seeded generator, which a test or a
-    library may have fixed): two repeats drawing the same seed would measure no noise at all."""
+    library may have fixed): two repeats drawing the same seed would measure no noise at all.
+    """
     return secrets.randbelow(SEED_RANGE)
 
 

@@ -1,19 +1,22 @@
-"""Every environment override the toolkit honours: one typed model (:class:`Env`), read when asked.
+"""Every environment override the toolkit honours.
 
-A user moves the toolkit's folders and turns its knobs with ``BENCH_*`` environment variables (a cluster's scratch
-space, an offline data mirror, a shared tracking database). Each is a field of :class:`Env`, a pydantic-settings
-model (the variable is ``BENCH_`` + the field's name), with its type, default, one-line doc and rule, and read only
-when a caller asks (:meth:`Setting.get`), never at import, so that a test's ``monkeypatch.setenv`` and a process's
-own :func:`override` both take effect. A bad value is one clear error (:class:`SettingError`) naming the variable
-and what it expects, never a silent default.
+One typed model (:class:`Env`), read when asked.
+
+A user moves the toolkit's folders and turns its knobs with ``BENCH_*`` environment variables (a
+cluster's scratch space, an offline data mirror, a shared tracking database). Each is a field of
+:class:`Env`, a pydantic-settings model (the variable is ``BENCH_`` + the field's name), with its
+type, default, one-line doc and rule, and read only when a caller asks (:meth:`Setting.get`), never
+at import, so that a test's ``monkeypatch.setenv`` and a process's own :func:`override` both take
+effect. A bad value is one clear error (:class:`SettingError`) naming the variable and what it
+expects, never a silent default.
 
 Precedence, highest first: an explicit in-process override (:func:`pin`: a command-line flag such as
-``--api-fail-window``; :func:`override`: the self-test pointing the toolkit at its private folders) > the
-environment > the default. :func:`check` reads them all at once (the preflight calls it before a run).
-The overrides live in this process only: nothing here writes ``os.environ``.
+``--api-fail-window``; :func:`override`: the self-test pointing the toolkit at its private folders)
+> the environment > the default. :func:`check` reads them all at once (the preflight calls it before
+a run). The overrides live in this process only: nothing here writes ``os.environ``.
 
-The variables the harness passes to the agent's processes (the run token, the spool, the budget: the in-sandbox
-protocol) are not user settings; their names are in :mod:`bench.protocol`.
+The variables the harness passes to the agent's processes (the run token, the spool, the budget: the
+in-sandbox protocol) are not user settings; their names are in :mod:`bench.protocol`.
 """
 
 from __future__ import annotations
@@ -36,11 +39,17 @@ PREFIX = "BENCH_"
 
 
 class SettingError(InputError):
-    """A ``BENCH_*`` variable holds a value its setting cannot take; the message names it and what it expects."""
+    """A ``BENCH_*`` variable holds a value its setting cannot take.
+
+    The message names it and what it expects.
+    """
 
 
 class _Bad(ValueError):
-    """A value its setting cannot take; the message (may be empty) says why, after what the setting expects."""
+    """A value its setting cannot take.
+
+    The message (may be empty) says why, after what the setting expects.
+    """
 
 
 def _path(text: object) -> Path:
@@ -109,8 +118,11 @@ def _cache_default() -> Path:
 
 
 def _machine_dir() -> Path:
-    """A folder every user and process of this machine shares and no other machine sees: tmpfs (never NFS, where
-    flock may not reach other hosts or not work at all; not a per-user TMPDIR), /tmp where there is none."""
+    """A folder every user and process of this machine shares and no other machine sees.
+
+    Tmpfs (never NFS, where flock may not reach other hosts or not work at all; not a per-user
+    TMPDIR), /tmp where there is none.
+    """
     shm = Path("/dev/shm")
     return shm if shm.is_dir() else Path("/tmp")
 
@@ -118,7 +130,8 @@ def _machine_dir() -> Path:
 def _setting(default: Any, expects: str, doc: str, group: str = "knob", shown: str = "") -> Any:
     """A field of :class:`Env`: its default, what it ``expects`` (for errors and the docs), its one-line ``doc``,
     its ``group`` ("path", "knob" or "internal": set by the toolkit for its own processes) and the default as the
-    table ``shown`` where it is computed (the field's default is then None: see :data:`COMPUTED`)."""
+    table ``shown`` where it is computed (the field's default is then None: see :data:`COMPUTED`).
+    """
     extra = {"expects": expects, "doc": doc, "group": group, "shown": shown}
     return Field(default, json_schema_extra=extra)
 
@@ -132,7 +145,8 @@ SWITCH = "1 or 0 (yes/no, true/false, on/off)"
 
 class Env(BaseSettings):
     """The ``BENCH_*`` settings: each field is read from the variable ``BENCH_<FIELD>`` (``python -m
-    bench.settings`` prints them as a table)."""
+    bench.settings`` prints them as a table).
+    """
 
     model_config = SettingsConfigDict(env_prefix=PREFIX, extra="ignore", env_ignore_empty=True)
 
@@ -207,7 +221,8 @@ class Env(BaseSettings):
     )  # fmt: skip
 
 
-# the defaults that depend on the machine or on other settings: field -> how it is worked out when asked
+# the defaults that depend on the machine or on other settings: field -> how it is worked out when
+# asked
 COMPUTED: dict[str, Callable[[], Any]] = {
     "cache_dir": _cache_default,
     "workspaces_dir": lambda: CACHE_DIR.get() / "workspaces",
@@ -280,7 +295,10 @@ def _judge(values: dict[str, Any]) -> Env:
 
 
 def _lines(errors: list[Any], values: dict[str, Any]) -> list[str]:
-    """One line per error of the model: the variable, its text, what it expects and why not (when said)."""
+    """One line per error of the model.
+
+    The variable, its text, what it expects and why not (when said).
+    """
     out = []
     for e in errors:
         setting = BY_FIELD[str(e["loc"][0])]
@@ -310,7 +328,8 @@ def _known(values: dict[str, Any]) -> None:
 @contextlib.contextmanager
 def override(**values: Any) -> Iterator[None]:
     """Within the block, the settings named by their environment variable (``BENCH_CACHE_DIR=...``) take these
-    values, whatever the environment says (None: as if unset, i.e. the default); restored after."""
+    values, whatever the environment says (None: as if unset, i.e. the default); restored after.
+    """
     _known(values)
     saved = {k: _OVERRIDES.get(k, _UNSET) for k in values}
     try:
@@ -326,14 +345,16 @@ def override(**values: Any) -> Iterator[None]:
 
 def pin(**values: Any) -> None:
     """For the rest of this process, the settings named take these values (as :func:`override`, without an end):
-    for a command-line flag that overrides its environment variable, e.g. ``bench run --api-fail-window``."""
+    for a command-line flag that overrides its environment variable, e.g. ``bench run --api-fail-window``.
+    """
     _known(values)
     _OVERRIDES.update(values)
 
 
 def check() -> list[str]:
     """Every setting the environment sets wrongly, one message each (empty: all good), read at once by the model
-    (pydantic-settings); a setting overridden in this process is not the environment's to judge."""
+    (pydantic-settings); a setting overridden in this process is not the environment's to judge.
+    """
     try:
         Env()
     except ValidationError as e:

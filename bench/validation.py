@@ -1,12 +1,13 @@
 """The models' validation errors, each said in one line the way the user wrote the value.
 
 The toolkit's values are judged by their pydantic models only (:class:`bench.runspec.RunSpec`,
-:class:`bench.sandbox.limits.Limits`, the campaign file of :mod:`bench.campaign.spec`, :mod:`bench.settings`).
-A validator raises :func:`bad` with what is wrong and what to give; pydantic's own errors (a wrong type, a missing
-or unknown key) get a phrase here. :func:`lines` turns a ``ValidationError`` into one line per problem, each
-starting with the value's name as the caller says the user wrote it: a flag (``--max-cost``), a file's key
-(``campaign.toml: max_cost:``) or a stored field (``max_cost``). An unknown key is named with the nearest known
-one (``did you mean memory?``). :func:`refuse` raises them as one :class:`bench.errors.InputError` or
+:class:`bench.sandbox.limits.Limits`, the campaign file of :mod:`bench.campaign.spec`,
+:mod:`bench.settings`). A validator raises :func:`bad` with what is wrong and what to give;
+pydantic's own errors (a wrong type, a missing or unknown key) get a phrase here. :func:`lines`
+turns a ``ValidationError`` into one line per problem, each starting with the value's name as the
+caller says the user wrote it: a flag (``--max-cost``), a file's key (``campaign.toml: max_cost:``)
+or a stored field (``max_cost``). An unknown key is named with the nearest known one (``did you mean
+memory?``). :func:`refuse` raises them as one :class:`bench.errors.InputError` or
 :class:`bench.errors.Problems` (exit 2).
 """
 
@@ -26,7 +27,8 @@ Namer = Callable[[Loc], str]  # a value's place in the model -> its name as the 
 
 FORM = "form"  # the validation context's key: "file" for a campaign file's text forms ("64G", "40m", "none")
 
-# pydantic's own error types, said as what to give (a model's field may say it better: its "expects")
+# pydantic's own error types, said as what to give (a model's field may say it better: its
+# "expects")
 PHRASES = {
     "int_type": "must be a whole number",
     "int_parsing": "must be a whole number",
@@ -50,12 +52,18 @@ PHRASES = {
 
 
 def bad(why: str, field: str | None = None) -> PydanticCustomError:
-    """The error a validator raises: ``why`` is said after the value's name (``field``: a model-wide check's)."""
+    """The error a validator raises.
+
+    ``why`` is said after the value's name (``field``: a model-wide check's).
+    """
     return PydanticCustomError("bench", "{why}", {"why": why, "field": field})
 
 
 def form(info: Any) -> str:
-    """The form the values are given in, from a validator's ``info``: "file" or "python" (typed values)."""
+    """The form the values are given in, from a validator's ``info``.
+
+    "file" or "python" (typed values).
+    """
     return (getattr(info, "context", None) or {}).get(FORM, "python")
 
 
@@ -83,7 +91,10 @@ def meta(model: Any, loc: Loc) -> dict[str, Any]:
 
 
 def lines(error: ValidationError, name: Namer, model: Any = None) -> list[str]:
-    """One line per problem of ``error``: the value's name (``name(loc)``), then what is wrong and what to do."""
+    """One line per problem of ``error``.
+
+    The value's name (``name(loc)``), then what is wrong and what to do.
+    """
     return list(dict.fromkeys(line for _, line in located(error, name, model)))
 
 
@@ -119,6 +130,9 @@ def _model_at(model: Any, loc: Loc) -> Any:
 
 
 def refuse(error: ValidationError, name: Namer, model: Any = None) -> InputError:
-    """The error to raise for ``error``: one :class:`InputError` for one problem, :class:`Problems` for several."""
+    """The error to raise for ``error``.
+
+    One :class:`InputError` for one problem, :class:`Problems` for several.
+    """
     found = lines(error, name, model)
     return InputError(found[0]) if len(found) == 1 else Problems(found)

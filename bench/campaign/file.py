@@ -1,11 +1,14 @@
-"""The campaign file's model: its keys, their types and rules, its ``[[agents]]`` and ``[slurm]`` tables.
+"""The campaign file's model.
 
-Read by pydantic in the file's form (:data:`bench.validation.FORM` ``"file"``): an unknown key is refused with the
-nearest known one, a wrong type or value is one line naming the key and what to write. The keys that set a field
-of every run's description (``budget``, ``max_cost``, the limits, ...) are not declared here: they are the fields'
-own (``key`` in :class:`bench.runspec.RunSpec` and :class:`bench.sandbox.limits.Limits`), added to this model by
-:func:`model_for` and judged by the run's model (:func:`bench.runspec.file_layer`). What needs the machine (the task
-registry, an agent's options) is judged by :func:`bench.campaign.spec.load` after the file's own keys.
+Its keys, their types and rules, its ``[[agents]]`` and ``[slurm]`` tables.
+
+Read by pydantic in the file's form (:data:`bench.validation.FORM` ``"file"``): an unknown key is
+refused with the nearest known one, a wrong type or value is one line naming the key and what to
+write. The keys that set a field of every run's description (``budget``, ``max_cost``, the limits,
+...) are not declared here: they are the fields' own (``key`` in :class:`bench.runspec.RunSpec` and
+:class:`bench.sandbox.limits.Limits`), added to this model by :func:`model_for` and judged by the
+run's model (:func:`bench.runspec.file_layer`). What needs the machine (the task registry, an
+agent's options) is judged by :func:`bench.campaign.spec.load` after the file's own keys.
 """
 
 from __future__ import annotations
@@ -178,8 +181,11 @@ def name_of(where: str) -> validation.Namer:
 
 # --- the Slurm job's evaluation margin ------------------------------------------------------------------------------
 def eval_margin_s(limits: Limits) -> float:
-    """A Slurm job's time after the agent's (``slurm.eval_margin`` left out): the evaluation budget, the scorer's
-    grace to report after it, and :data:`AFTER_EVAL_S` for the rest."""
+    """A Slurm job's time after the agent's (``slurm.eval_margin`` left out).
+
+    The evaluation budget, the scorer's grace to report after it, and :data:`AFTER_EVAL_S` for the
+    rest.
+    """
     return limits.eval_s + SCORER_GRACE_S + AFTER_EVAL_S
 
 
@@ -187,7 +193,8 @@ def fit_to_margin(given_s: float, limits: Limits) -> Limits:
     """The limits with an evaluation budget that fits a ``slurm.eval_margin`` given without ``eval_budget`` (a file
     written before the key existed keeps working): the margin less the scorer's grace and the time after the
     evaluation (:data:`AFTER_EVAL_S`, at most half the margin); a 20-minute margin leaves 9 minutes. A margin too
-    short for even :data:`MIN_EVAL_S` is left to :func:`check_margin` to refuse."""
+    short for even :data:`MIN_EVAL_S` is left to :func:`check_margin` to refuse.
+    """
     fitted = given_s - SCORER_GRACE_S - min(AFTER_EVAL_S, given_s / 2)
     if fitted < MIN_EVAL_S:
         return limits

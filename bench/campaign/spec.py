@@ -58,8 +58,16 @@ from pydantic import ValidationError
 
 from bench import preflight, runspec, validation
 from bench.agents import AgentError
-from bench.campaign.file import AFTER_EVAL_S, AgentTable, SlurmSettings, check_margin, eval_margin_s, fit_to_margin
-from bench.campaign.file import model_for, name_of
+from bench.campaign.file import (
+    AFTER_EVAL_S,
+    AgentTable,
+    SlurmSettings,
+    check_margin,
+    eval_margin_s,
+    fit_to_margin,
+    model_for,
+    name_of,
+)
 from bench.errors import InputError, Problems
 from bench.pipeline.workspace import campaign_dir
 from bench.sandbox.limits import Limits
@@ -101,7 +109,8 @@ def _slug(text: str) -> str:
 
 def run_id(campaign: str, agent: str, model: str | None, task: str, repeat: int) -> str:
     """The run's directory name: readable (task, agent, model, repeat) and, since two models can read the same once
-    made file-name safe (``a/b`` and ``a-b``), ended by 8 hex digits of sha256 over the exact values."""
+    made file-name safe (``a/b`` and ``a-b``), ended by 8 hex digits of sha256 over the exact values.
+    """
     key = json.dumps([campaign, agent, model or "", task, repeat])
     digest = hashlib.sha256(key.encode()).hexdigest()[:8]
     model_part = f"-{_slug(model)}" if model else ""
@@ -117,15 +126,16 @@ class Campaign:
     task_ids: tuple[str, ...]
     repeats: int
     agents: tuple[AgentEntry, ...]
-    # the file's layer of every run's description (bench.runspec.FILE_KEYS and the limits): field -> value
+    # the file's layer of every run's description (bench.runspec.FILE_KEYS and the limits): field ->
+    # value
     run: dict = field(default_factory=dict, hash=False)
     retries: int = 2
     executor: str = "local"
     gpus: tuple[str, ...] | None = None
     slurm: SlurmSettings = field(default_factory=SlurmSettings)
     tasks_path: tuple[Path, ...] = ()  # task pack folders (bench.tasks.packs), searched in this process once loaded
-    # each task's budget once looked up: a lookup searches every pack (~10 ms), and the status line and the Slurm
-    # grouping ask once per run (245 runs: seconds)
+    # each task's budget once looked up: a lookup searches every pack (~10 ms), and the status line
+    # and the Slurm grouping ask once per run (245 runs: seconds)
     _budgets: dict[str, float] = field(default_factory=dict, compare=False, repr=False)
 
     # what the executors, the plan and the status line ask of every run's description
@@ -159,7 +169,8 @@ class Campaign:
 
     def runs(self) -> list[RunKey]:
         """Every run of the matrix, repeat by repeat (each agent and task gets its first repeat before any second:
-        a campaign stopped early still covers the matrix)."""
+        a campaign stopped early still covers the matrix).
+        """
         return [
             RunKey(agent, task, repeat, run_id(self.name, agent.name, agent.model, task, repeat))
             for repeat in range(1, self.repeats + 1)
@@ -172,8 +183,11 @@ class Campaign:
 
     @property
     def eval_margin_s(self) -> float:
-        """What a Slurm job gets after the agent's time (:class:`SlurmSettings`): ``slurm.eval_margin`` when given,
-        else the evaluation budget, the scorer's grace to report and the rest (:func:`eval_margin_s`)."""
+        """What a Slurm job gets after the agent's time (:class:`SlurmSettings`).
+
+        ``slurm.eval_margin`` when given, else the evaluation budget, the scorer's grace to report
+        and the rest (:func:`eval_margin_s`).
+        """
         if self.slurm.eval_margin_s is not None:
             return self.slurm.eval_margin_s
         return eval_margin_s(self.limits)
@@ -194,12 +208,15 @@ class Campaign:
 
 
 def load(path: Path) -> Campaign:
-    """Read and check a campaign file: every problem of the file at once, one line each naming its key
-    (:class:`bench.errors.Problems`, an InputError); a file that cannot be read or parsed is one line. The file's
-    keys are judged by its model (:mod:`bench.campaign.file`), each run's keys by the run's
-    (:func:`bench.runspec.file_layer`), then what needs the machine (the task registry, each agent's options),
-    each part whatever the others held (a part found wrong is judged with its default): a file fixed key by key
-    would cost a try per key."""
+    """Read and check a campaign file.
+
+    Every problem of the file at once, one line each naming its key (:class:`bench.errors.Problems`,
+    an InputError); a file that cannot be read or parsed is one line. The file's keys are judged by
+    its model (:mod:`bench.campaign.file`), each run's keys by the run's
+    (:func:`bench.runspec.file_layer`), then what needs the machine (the task registry, each agent's
+    options), each part whatever the others held (a part found wrong is judged with its default): a
+    file fixed key by key would cost a try per key.
+    """
     path = Path(path)
     try:
         raw = tomllib.loads(path.read_text())
@@ -265,13 +282,17 @@ def load(path: Path) -> Campaign:
     )
 
 
-# a part found wrong is judged with these (then left out: no task, no agent of the file is asked about)
+# a part found wrong is judged with these (then left out: no task, no agent of the file is asked
+# about)
 _FALLBACK = {"name": runspec.DEFAULT_CAMPAIGN, "tasks": "all", "agents": [{}]}
 
 
 def _rank(loc: validation.Loc, spec: type) -> int:
-    """Where a problem's key comes in the report: the file's unknown keys, then its keys in the order of its
-    model, the run's keys (in their model's order) after ``executor``."""
+    """Where a problem's key comes in the report.
+
+    The file's unknown keys, then its keys in the order of its model, the run's keys (in their
+    model's order) after ``executor``.
+    """
     order = ["name", "repeats", "retries", "executor", *runspec.file_keys(spec, ordered=True), "slurm"]
     order += ["tasks_path", "tasks", "agents", "gpus"]
     key = str(loc[0]) if loc else ""
@@ -293,7 +314,8 @@ def _checked(loc: validation.Loc, judge) -> list[tuple[validation.Loc, str]]:
 def _tasks_path(value: str | list[str], path: Path) -> tuple[Path, ...]:
     """The ``tasks_path`` folders, relative to the campaign file, added to this process's task search; a job
     process reads the file again, so its runs find the same tasks (a missing folder or an id taken twice:
-    TaskError)."""
+    TaskError).
+    """
     folders = tuple((path.parent / Path(p).expanduser()).resolve() for p in ([value] if isinstance(value, str) else value))
     packs.add_search_path(folders, f"{path}: tasks_path")
     return folders

@@ -1,9 +1,12 @@
-"""Tokens per minute of an agent's time (``token_rates.toml``): how ``bench campaign plan`` estimates a campaign's API
-cost before any run, as a range, from each run's minutes and the price table.
+"""Tokens per minute of an agent's time (``token_rates.toml``).
 
-An API budget is spent by the minute: an agent loop resends its conversation each turn for as long as it works, so
-the tokens of a run grow with its time. The figures are per agent, low and high, each with its source (the file
-says why they are what they are); a pilot's measured use (``--measured``) replaces them where it has a figure.
+How ``bench campaign plan`` estimates a campaign's API cost before any run, as a range, from each
+run's minutes and the price table.
+
+An API budget is spent by the minute: an agent loop resends its conversation each turn for as long
+as it works, so the tokens of a run grow with its time. The figures are per agent, low and high,
+each with its source (the file says why they are what they are); a pilot's measured use
+(``--measured``) replaces them where it has a figure.
 """
 
 from __future__ import annotations
@@ -20,13 +23,19 @@ FILE = Path(__file__).with_name("token_rates.toml")
 
 
 class RatesError(BenchError, ValueError):
-    """A row of the token rates file that does not hold what the plan needs; the message names it (exit 1)."""
+    """A row of the token rates file that does not hold what the plan needs.
+
+    The message names it (exit 1).
+    """
 
 
 @dataclass(frozen=True)
 class Rate:
-    """Tokens a minute, (low, high) each: ``input`` every prompt token (cached included), ``cached`` the part of it
-    read from the provider's cache, ``output`` the model's tokens (:func:`bench.agents.pricing.cost`'s semantics)."""
+    """Tokens a minute, (low, high) each.
+
+    ``input`` every prompt token (cached included), ``cached`` the part of it read from the
+    provider's cache, ``output`` the model's tokens (:func:`bench.agents.pricing.cost`'s semantics).
+    """
 
     input: tuple[float, float]
     cached: tuple[float, float]
@@ -37,8 +46,11 @@ class Rate:
 
 @functools.cache
 def rates(path: Path = FILE) -> dict[str, Rate]:
-    """The file's rows by agent name (read once); a row that does not hold three [low, high] pairs of tokens with
-    cached <= input is an error naming it."""
+    """The file's rows by agent name (read once).
+
+    A row that does not hold three [low, high] pairs of tokens with cached <= input is an error
+    naming it.
+    """
     data = tomllib.loads(path.read_text())
     out = {}
     for name, row in data.get("agents", {}).items():
@@ -64,7 +76,10 @@ def rate_of(agent: str) -> Rate:
 
 
 def cost_range(model: str | None, rate: Rate, minutes: float) -> tuple[float, float] | None:
-    """USD (low, high) for ``minutes`` of agent time at ``rate`` on ``model``'s price; None for an unpriced model."""
+    """USD (low, high) for ``minutes`` of agent time at ``rate`` on ``model``'s price.
+
+    None for an unpriced model.
+    """
     ends = []
     for end in (0, 1):
         tin, cached, tout = (round(pair[end] * minutes) for pair in (rate.input, rate.cached, rate.output))

@@ -44,7 +44,10 @@ _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b)?\s*$", re.I)
 
 
 class LimitError(InputError):
-    """A limit that cannot be used (not a size, too small); the message says what to give instead (exit 2)."""
+    """A limit that cannot be used (not a size, too small).
+
+    The message says what to give instead (exit 2).
+    """
 
 
 def parse_size(text: str) -> int:
@@ -75,7 +78,10 @@ def _limit(flag: str, kind: str, expects: str, doc: str) -> dict[str, Any]:
 
 
 def _file_text(key: str, kind: str, value: object, info: ValidationInfo) -> object:
-    """A campaign file's text form of a limit, as a value (bytes, seconds, None); other forms pass unchanged."""
+    """A campaign file's text form of a limit, as a value (bytes, seconds, None).
+
+    Other forms pass unchanged.
+    """
     if validation.form(info) != "file":
         return value
     off = isinstance(value, str) and value.strip().lower() == "none"
@@ -180,7 +186,10 @@ class Limits:
     @model_validator(mode="before")
     @classmethod
     def _whole(cls, data: Any, info: ValidationInfo) -> Any:
-        """A stored table of limits (``run.json``) names all five: one that lacks some was not written by a run."""
+        """A stored table of limits (``run.json``) names all five.
+
+        One that lacks some was not written by a run.
+        """
         if validation.form(info) == "json" and isinstance(data, dict):
             if missing := sorted(set(FIELDS) - set(data)):
                 raise validation.bad(f"lacks {', '.join(missing)}")
@@ -218,7 +227,8 @@ def _size(n: int) -> str:
 
 def read(raw: object, form: str, name: validation.Namer) -> Limits:
     """Limits from a table in ``form`` ("file": a campaign file's keys and text; "json": ``run.json``'s whole
-    table; "python": the flags' values), each problem named by ``name``: LimitError (one) or Problems."""
+    table; "python": the flags' values), each problem named by ``name``: LimitError (one) or Problems.
+    """
     try:
         return _ADAPTER.validate_python(raw, context={validation.FORM: form})
     except ValidationError as e:
@@ -229,7 +239,10 @@ def read(raw: object, form: str, name: validation.Namer) -> Limits:
 
 
 def arg(kind: str, off: bool = True):
-    """The argparse type of a limit's flag: a size or a count as text, or ``none`` (:data:`OFF`, where ``off``)."""
+    """The argparse type of a limit's flag.
+
+    A size or a count as text, or ``none`` (:data:`OFF`, where ``off``).
+    """
 
     def parse(text: str) -> int | str:
         if text.strip().lower() == OFF:

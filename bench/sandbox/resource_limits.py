@@ -1,30 +1,34 @@
-"""The resource limits of one run: the agent's memory and process count, its workspace's size, its output, and the
-time the evaluation of all its candidates may take.
+"""The resource limits of one run.
 
-Why: without them an agent (or a model it trained) can take the machine from its harness: a 600 MB line of output
-held in the harness's memory, a memory hog or fork bomb that the kernel's OOM killer or the pid table settles by
-killing whatever it picks, a workspace that fills the disk the run directories share, a predictor that sleeps in
-its forward and holds the GPU for hours past the run's budget. Each limit here has a default that fits the
-paper's machine (Appendix B: one A100 80 GB of a DGX A100 node with 64 GB of system RAM and 16 cores allocated to
-the run), a ``bench run`` flag
-(:mod:`bench.cli`), a check before anything is created (:mod:`bench.preflight`), and a line in ``result.json``
-when it was hit.
+The agent's memory and process count, its workspace's size, its output, and the time the evaluation
+of all its candidates may take.
+
+Why: without them an agent (or a model it trained) can take the machine from its harness: a 600 MB
+line of output held in the harness's memory, a memory hog or fork bomb that the kernel's OOM killer
+or the pid table settles by killing whatever it picks, a workspace that fills the disk the run
+directories share, a predictor that sleeps in its forward and holds the GPU for hours past the run's
+budget. Each limit here has a default that fits the paper's machine (Appendix B: one A100 80 GB of a
+DGX A100 node with 64 GB of system RAM and 16 cores allocated to the run), a ``bench run`` flag
+(:mod:`bench.cli`), a check before anything is created (:mod:`bench.preflight`), and a line in
+``result.json`` when it was hit.
 
 How memory and processes are held, best first:
 
-- **a cgroup** the harness makes for the run (v2 when its own group has the ``memory`` and ``pids`` controllers
-  delegated to it; else the v1 ``memory`` and ``pids`` hierarchies when they are writable, as for root in many
-  containers): ``memory.max`` (v1 ``memory.limit_in_bytes``) covers the whole tree, page cache included, and
-  the kernel kills inside the group only; ``pids.max`` counts every process and thread of the tree. The sandbox's
-  first shell joins it before bwrap starts (:func:`shell_prelude`), so nothing escapes by forking early; the
-  counters (``memory.events``, ``pids.events``) say afterwards whether a limit was hit.
-- **rlimits** where no cgroup can be made: ``RLIMIT_DATA`` (the private writable memory of each process: heap and
-  anonymous mappings) rather than ``RLIMIT_AS``, because CUDA and PyTorch reserve huge address ranges they never
-  touch and fail under an address-space limit, while those reservations are not writable private data;
-  ``RLIMIT_NPROC`` for processes. Both are weaker: per process (a tree of N processes may hold N times the memory)
-  and, for ``RLIMIT_NPROC``, per real user and never enforced for root (the kernel exempts uid 0 even inside a
-  user namespace mapped to it): a root harness without a cgroup has no process limit, and ``result.json`` says so.
-  They are set by the sandbox's launcher just before it starts the agent (:mod:`bench.sandbox.launcher`).
+- **a cgroup** the harness makes for the run (v2 when its own group has the ``memory`` and ``pids``
+  controllers delegated to it; else the v1 ``memory`` and ``pids`` hierarchies when they are
+  writable, as for root in many containers): ``memory.max`` (v1 ``memory.limit_in_bytes``) covers
+  the whole tree, page cache included, and the kernel kills inside the group only; ``pids.max``
+  counts every process and thread of the tree. The sandbox's first shell joins it before bwrap
+  starts (:func:`shell_prelude`), so nothing escapes by forking early; the counters
+  (``memory.events``, ``pids.events``) say afterwards whether a limit was hit.
+- **rlimits** where no cgroup can be made: ``RLIMIT_DATA`` (the private writable memory of each
+  process: heap and anonymous mappings) rather than ``RLIMIT_AS``, because CUDA and PyTorch reserve
+  huge address ranges they never touch and fail under an address-space limit, while those
+  reservations are not writable private data; ``RLIMIT_NPROC`` for processes. Both are weaker: per
+  process (a tree of N processes may hold N times the memory) and, for ``RLIMIT_NPROC``, per real
+  user and never enforced for root (the kernel exempts uid 0 even inside a user namespace mapped to
+  it): a root harness without a cgroup has no process limit, and ``result.json`` says so. They are
+  set by the sandbox's launcher just before it starts the agent (:mod:`bench.sandbox.launcher`).
 """
 
 from __future__ import annotations
@@ -60,6 +64,12 @@ from bench.sandbox.limits import (  # the value of a run's limits, its defaults 
     parse_size,
 )
 
+__all__ = [  # the value moved to bench/sandbox/limits.py: its names are still found here
+    "DEFAULT_EVAL_S", "DEFAULT_LOG", "DEFAULT_MEMORY", "DEFAULT_PROCESSES", "DEFAULT_WORKSPACE", "FLAGS", "GIB", "KIB",
+    "LEAST", "LINE_BYTES", "MEMORY_SHARE", "MIB", "MIN_EVAL_S", "LimitError", "Limits", "RunGroup", "default_memory",
+    "machine_memory", "parse_size", "predictor_limits", "shell_prelude", "tree_bytes",
+]  # fmt: skip
+
 WORKSPACE_MARGIN = 0.10  # passing the limit is noted; passing it by this share more ends the run
 WORKSPACE_CHECK_S = 5.0  # how often the watch measures the workspace (longer when a measure itself is slow)
 
@@ -94,7 +104,10 @@ def _mounts(mountinfo: str = "/proc/self/mountinfo") -> dict[str, Path]:
 
 @dataclass(frozen=True)
 class CgroupSupport:
-    """Where this harness may make the run's groups: ``version`` 2 (one parent) or 1 (memory and pids parents)."""
+    """Where this harness may make the run's groups.
+
+    ``version`` 2 (one parent) or 1 (memory and pids parents).
+    """
 
     version: int
     parents: dict[str, Path]  # "" for v2; "memory" and "pids" for v1
@@ -107,10 +120,14 @@ def _writable_dir(path: Path) -> bool:
 def cgroup_support(
     proc_cgroup: str = "/proc/self/cgroup", mountinfo: str = "/proc/self/mountinfo"
 ) -> CgroupSupport | None:
-    """The cgroups this process can make with memory and pids limits; None when it can make none (then rlimits).
+    """The cgroups this process can make with memory and pids limits.
+
+    None when it can make none (then rlimits).
 
     v2 needs both controllers in the own group's ``cgroup.subtree_control`` (delegated, e.g. by
-    ``systemd-run --user --scope -p Delegate=yes``) and the group writable; v1 needs the two hierarchies writable."""
+    ``systemd-run --user --scope -p Delegate=yes``) and the group writable; v1 needs the two
+    hierarchies writable.
+    """
     try:
         own, mounts = _own_groups(proc_cgroup), _mounts(mountinfo)
     except (OSError, ValueError):
@@ -132,7 +149,8 @@ def cgroup_support(
 
 class RunGroup:
     """The cgroup(s) of one run: made with the limits set, joined by the sandbox's first shell, read for what was
-    hit, removed at the end. Every failure to make one leaves ``paths`` empty: the run falls back to rlimits."""
+    hit, removed at the end. Every failure to make one leaves ``paths`` empty: the run falls back to rlimits.
+    """
 
     def __init__(
         self,
@@ -161,7 +179,8 @@ class RunGroup:
         except OSError as e:
             self.error = f"no cgroup ({e}); rlimits instead"
             self.remove()
-        # a harness that fails between the launch and the watch's remove() still removes its groups on exit
+        # a harness that fails between the launch and the watch's remove() still removes its groups
+        # on exit
         self._finalizer = weakref.finalize(self, _remove, dict(self.paths))
 
     def _set(self) -> None:
@@ -194,12 +213,18 @@ class RunGroup:
         return [p / "cgroup.procs" for p in self.paths.values()]
 
     def prelude(self, before: str = "") -> list[str]:
-        """The sandbox's first command: SIGTERM ignored, the run's cgroups joined (:func:`shell_prelude`)."""
+        """The sandbox's first command.
+
+        SIGTERM ignored, the run's cgroups joined (:func:`shell_prelude`).
+        """
         return shell_prelude(self.procs_files(), before)
 
     def shown(self) -> tuple[tuple[Path, Path], ...]:
-        """(group folder, where a sandbox sees it): v2 at /sys/fs/cgroup, v1 at /sys/fs/cgroup/<controller>, as a
-        container runtime shows a container's own group; nothing without a group."""
+        """(group folder, where a sandbox sees it).
+
+        V2 at /sys/fs/cgroup, v1 at /sys/fs/cgroup/<controller>, as a container runtime shows a
+        container's own group; nothing without a group.
+        """
         if not self.active:
             return ()
         root = Path("/sys/fs/cgroup")
@@ -212,7 +237,10 @@ class RunGroup:
         return rlimit_args(self.limits if self.data_rlimit else replace(self.limits, memory_bytes=None))
 
     def preexec(self) -> None:
-        """For a process started without the sandbox (``--unsandboxed``): join the cgroups, or set the rlimits."""
+        """For a process started without the sandbox (``--unsandboxed``).
+
+        Join the cgroups, or set the rlimits.
+        """
         if self.active:
             for f in self.procs_files():
                 f.write_text("0")
@@ -230,8 +258,10 @@ class RunGroup:
         return out
 
     def hits(self) -> list[dict]:
-        """What the kernel refused or killed in the group: memory (OOM kills, allocations over the limit) and pids
-        (forks refused at ``pids.max``)."""
+        """What the kernel refused or killed in the group.
+
+        Memory (OOM kills, allocations over the limit) and pids (forks refused at ``pids.max``).
+        """
         out = []
         if not self.active:
             return out
@@ -251,13 +281,17 @@ class RunGroup:
         return out
 
     def drop_page_cache(self) -> str | None:
-        """Evict the page cache charged to this group: the pages of shared files (``/usr``, the venv, the staged
-        folder) that its processes were the first to load (issue 38). A file page is charged to the group of the
-        process that brought it into the cache, so a predictor that passes bits by loading cold pages of a shared
-        file for a later reader to time has loaded exactly pages charged here; dropping them before the next
-        predictor starts leaves that reader nothing to see (pages others had cached are not touched: they carried
-        nothing). cgroup v2: ``memory.reclaim`` (Linux 5.19) until no file page is left; v1:
-        ``memory.force_empty``. Returns None when done, else why not (no group, an older kernel), for the record."""
+        """Evict the page cache charged to this group.
+
+        The pages of shared files (``/usr``, the venv, the staged folder) that its processes were
+        the first to load (issue 38). A file page is charged to the group of the process that
+        brought it into the cache, so a predictor that passes bits by loading cold pages of a shared
+        file for a later reader to time has loaded exactly pages charged here; dropping them before
+        the next predictor starts leaves that reader nothing to see (pages others had cached are not
+        touched: they carried nothing). cgroup v2: ``memory.reclaim`` (Linux 5.19) until no file
+        page is left; v1: ``memory.force_empty``. Returns None when done, else why not (no group, an
+        older kernel), for the record.
+        """
         if not self.active:
             return "no cgroup: the pages the predictors loaded stay cached (rlimits hold them instead)"
         try:
@@ -290,7 +324,8 @@ STALE_S = 3600.0  # an empty run group this old was left by a harness or scorer 
 
 def _sweep(parent: Path) -> None:
     """Remove the empty ``bench-*`` groups under ``parent`` older than :data:`STALE_S` (a SIGKILLed scorer cannot
-    remove its predictor's group; an empty group holds nothing but a directory)."""
+    remove its predictor's group; an empty group holds nothing but a directory).
+    """
     now = time.time()
     for path in parent.glob("bench-*"):
         try:
@@ -343,19 +378,24 @@ def _int(path: Path) -> int:
 def shell_prelude(procs_files: list[Path], before: str = "") -> list[str]:
     """``sh -c`` that ignores SIGTERM (bwrap must outlive the watchdog's SIGTERM: :mod:`bench.sandbox`), joins the
     run's cgroups, runs ``before`` (the seccomp filter's descriptor: :func:`bench.sandbox.seccomp.shell_open`), then
-    execs the rest of its arguments; it refuses to start (exit 125) when it cannot join."""
+    execs the rest of its arguments; it refuses to start (exit 125) when it cannot join.
+    """
     join = "".join(f"echo $$ > {shlex.quote(str(f))} || exit 125; " for f in procs_files)
     return ["/bin/sh", "-c", f'trap "" TERM; {join}{before}exec "$@"', "bench-sandbox"]
 
 
 def predictor_limits(device: str, limits: Limits | None = None) -> RunGroup:
-    """The predictors' memory and processes (their sandbox, :mod:`bench.scoring.scorer`): the run's ``limits`` (the
-    defaults when None) in a cgroup of their own; without one, RLIMIT_DATA on a CPU only (on a GPU, the session's
-    wall-clock deadline and the run's evaluation budget bound it: an rlimit under CUDA is not tested here) and
-    RLIMIT_NPROC. On a CPU the group gets twice the run's memory (at most :func:`default_memory`): the prober, held
-    beside the scored predictor with Python and torch imported (it builds its model only after the scored one has
-    ended: :mod:`bench.scoring.scorer`), and the page cache both read count there too, so that a model that fit the
-    agent's limit fits there as well and an out-of-memory kill is never an honest model's doing."""
+    """The predictors' memory and processes (their sandbox, :mod:`bench.scoring.scorer`).
+
+    The run's ``limits`` (the defaults when None) in a cgroup of their own; without one, RLIMIT_DATA
+    on a CPU only (on a GPU, the session's wall-clock deadline and the run's evaluation budget bound
+    it: an rlimit under CUDA is not tested here) and RLIMIT_NPROC. On a CPU the group gets twice the
+    run's memory (at most :func:`default_memory`): the prober, held beside the scored predictor with
+    Python and torch imported (it builds its model only after the scored one has ended:
+    :mod:`bench.scoring.scorer`), and the page cache both read count there too, so that a model that
+    fit the agent's limit fits there as well and an out-of-memory kill is never an honest model's
+    doing.
+    """
     run = limits or Limits()
     memory = run.memory_bytes
     if memory is not None and device != "cuda":
@@ -388,7 +428,10 @@ def set_rlimits(memory_bytes: int | None, processes: int | None, cpu_s: int | No
 
 
 def nproc_binds() -> bool:
-    """Whether RLIMIT_NPROC limits this process's children: never for root (the kernel exempts uid 0)."""
+    """Whether RLIMIT_NPROC limits this process's children.
+
+    Never for root (the kernel exempts uid 0).
+    """
     return os.getuid() != 0
 
 
@@ -398,7 +441,8 @@ def tree_bytes(root: Path, stop_at: int | None = None) -> int:
     following links; stops counting once past ``stop_at`` (a workspace of a million files must not stall the watch).
 
     Why a walk of the tree and not the file system's counters: the workspace shares its file system with every other
-    run, so only the files under it say what this run holds; a link to the data cache is not the run's disk."""
+    run, so only the files under it say what this run holds; a link to the data cache is not the run's disk.
+    """
     total, seen, stack = 0, set(), [str(root)]
     while stack:
         try:
