@@ -161,7 +161,10 @@ def _campaign_summaries(results: list[RunResult], args: argparse.Namespace) -> N
 
 
 def _exit_status(results: list[RunResult]) -> int:
-    """0 only when every run succeeded and is recorded in MLflow (a run that is not: ``bench record RUN_DIR``)."""
+    """0 only when every run succeeded and is recorded in MLflow.
+
+    A run that is not: ``bench record RUN_DIR``.
+    """
     return 0 if all(r.status == "success" and r.tracking_error is None for r in results) else 1
 
 
@@ -229,7 +232,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_ui(args: argparse.Namespace) -> int:
-    """bench/tracking/ui.py: a busy port or an unknown campaign is one line before anything starts."""
+    """``bench ui`` (bench/tracking/ui.py).
+
+    A busy port or an unknown campaign is one line before anything starts.
+    """
     from bench.tracking import ui
 
     try:
@@ -368,7 +374,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _command_parser(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.ArgumentParser:
-    """The (sub-)command's own parser that ``argv`` names (``bench campaign resume ...``: resume's)."""
+    """The (sub-)command's own parser that ``argv`` names.
+
+    ``bench campaign resume ...``: resume's.
+    """
     for token in argv:
         subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
         if subs and token in subs[0].choices:
@@ -377,8 +386,9 @@ def _command_parser(parser: argparse.ArgumentParser, argv: list[str]) -> argpars
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
-    """The command line, a mistyped flag answered by its command's usage and the nearest flag it has (argparse
-    before 3.14 prints the top-level usage and no suggestion).
+    """The command line, a mistyped flag answered by its command's usage and the nearest flag.
+
+    argparse before 3.14 prints the top-level usage and no suggestion.
     """
     import difflib
 

@@ -39,8 +39,10 @@ def refusals() -> tuple[type[Exception], ...]:
 
 
 class Collect:
-    """Runs checks one after another and keeps each one's problem instead of stopping at the first; ``raise_any``
-    raises them all as one :class:`Problems`. ``with problems.check():`` around a check; ``add`` for a line.
+    """Runs checks one after another and keeps each one's problem instead of stopping at the first.
+
+    ``raise_any`` raises them all as one :class:`Problems`. ``with problems.check():`` around a
+    check; ``add`` for a line.
     """
 
     def __init__(self) -> None:
@@ -60,8 +62,10 @@ class Collect:
                 self.add(prefix + line)
 
     def raise_any(self) -> None:
-        """One problem raised by one check is raised as it was (a ``SandboxUnavailable`` stays one for a caller
-        that tells them apart); several, or lines added by hand, as one :class:`Problems`.
+        """One problem raised by one check is raised as it was; several as one :class:`Problems`.
+
+        A ``SandboxUnavailable`` stays one for a caller that tells them apart; lines added by hand
+        are a :class:`Problems` too.
         """
         if len(self.lines) == 1 and len(self.errors) == 1 and str(self.errors[0]) == self.lines[0]:
             raise self.errors[0]
@@ -70,14 +74,19 @@ class Collect:
 
 
 def check_repeats(repeats: int = 1) -> None:
-    """A repeat count of 0 runs nothing (``bench run --repeats``; a run's own repeat is its model's)."""
+    """A repeat count of 0 runs nothing (``bench run --repeats``).
+
+    A run's own repeat is its model's to judge.
+    """
     if repeats < 1:
         raise InputError(f"--repeats must be at least 1 (got {repeats})")
 
 
 def check_device(device: str | None) -> None:
-    """A GPU asked for (``--device cuda``; which devices the evaluation takes is the model's rule) must be here:
-    it would only fail in the evaluation, after the agent's whole budget.
+    """A GPU asked for (``--device cuda``) must be here.
+
+    It would only fail in the evaluation, after the agent's whole budget. Which devices the
+    evaluation takes is the model's rule.
     """
     if device == "cuda":
         from bench import protocol
@@ -101,8 +110,10 @@ def check_folder(path: Path, what: str, variable: str) -> None:
 
 
 def check_places() -> None:
-    """The folders a run writes: the data cache, the workspaces and, for the embedded store, the MLflow store;
-    first, every ``BENCH_*`` setting the environment gives (bench.settings), checked once before anything is made.
+    """The folders a run writes: the data cache, the workspaces and the embedded MLflow store.
+
+    First, every ``BENCH_*`` setting the environment gives (bench.settings), checked once before
+    anything is made.
     """
     if errors := settings.check():  # a folder's check would read a bad setting: said first, each on its line
         raise Problems(errors)
@@ -120,15 +131,20 @@ def check_places() -> None:
 
 
 def check_agent(agent: str, options: dict[str, str], model: str | None) -> None:
-    """An unknown agent, an option it does not know, or options it cannot run with (AgentError, exit 2)."""
+    """An unknown agent, an option it does not know, or options it cannot run with.
+
+    AgentError, exit 2.
+    """
     get_agent(agent).validate(options, model)
 
 
 def check_api(agents: Iterable[tuple[str, str | None]], *, endpoints: bool = True) -> None:
-    """Each LLM agent's credential, then (``endpoints``, unless ``BENCH_API_CHECK=0``) the endpoint, key and model of
-    each agent (of an agent without a key: whether its endpoint answers), asked of all agents at once in parallel
-    (:mod:`bench.agents.credentials`, :mod:`bench.agents.api_probe`): :class:`Problems` naming every agent not ready
-    and what to set, all at once. Offline and generic agents have nothing to check.
+    """Each LLM agent's credential, then the endpoint, key and model of each agent.
+
+    The endpoints are asked with ``endpoints``, unless ``BENCH_API_CHECK=0`` (of an agent without a
+    key: whether its endpoint answers), of all agents at once in parallel
+    (:mod:`bench.agents.credentials`, :mod:`bench.agents.api_probe`): :class:`Problems` naming every
+    agent not ready and what to set, all at once. Offline and generic agents have nothing to check.
     """
     from bench.agents import api_probe as api
     from bench.agents import credentials
@@ -142,9 +158,12 @@ def check_api(agents: Iterable[tuple[str, str | None]], *, endpoints: bool = Tru
 
 
 def check_unsandboxed_login(agent: str, model: str | None) -> None:
-    """A login stored in a file (Codex's auth.json, Gemini's oauth_creds.json) reaches a CLI only as a read-only bind
-    into the sandbox's private home; an unsandboxed run has no such bind, so its CLI would start without it and
-    fail at its first request. Said before anything is created, with what to do.
+    """A login stored in a file cannot reach an unsandboxed run's CLI.
+
+    A login file (Codex's auth.json, Gemini's oauth_creds.json) reaches a CLI only as a read-only
+    bind into the sandbox's private home; an unsandboxed run has no such bind, so its CLI would
+    start without it and fail at its first request. Said before anything is created, with what to
+    do.
     """
     from bench.agents import credentials
 
@@ -207,12 +226,14 @@ def check_sandbox(sandbox: bool) -> None:
 
 
 def run_problems(tasks: list[Task], spec: RunSpec, *, endpoints: bool = True, sandbox: bool | None = None) -> list[str]:
-    """Every problem of the machine's side of a run's description, one line each (its values are checked where it
-    is built, by its model): the agent and its options, its credential, its model's price under an
-    API budget, the folders, the weights, the sandbox, then its endpoint. Every check runs whatever the others
-    found, so one try shows them all. Creates nothing. ``endpoints``: ask the agent's model endpoint too (a request
-    with a short timeout; a campaign asks all its agents at once, :func:`check_api`). ``sandbox``: check for this
-    instead of the spec's (a Slurm login node need not have what the compute nodes have).
+    """Every problem of the machine's side of a run's description, one line each.
+
+    Its values are judged by its model. The checks: the agent and its options, its credential, its
+    model's price under an API budget, the folders, the weights, the sandbox, then its endpoint.
+    Every check runs whatever the others found, so one try shows them all. Creates nothing.
+    ``endpoints``: ask the agent's model endpoint too (a request with a short timeout; a campaign
+    asks all its agents at once, :func:`check_api`). ``sandbox``: check for this instead of the
+    spec's (a Slurm login node need not have what the compute nodes have).
     """
     return _run_checks(tasks, spec, endpoints=endpoints, sandbox=sandbox).lines
 
@@ -238,7 +259,10 @@ def _run_checks(tasks: list[Task], spec: RunSpec, *, endpoints: bool, sandbox: b
 
 
 def check_run(tasks: list[Task], spec: RunSpec, *, endpoints: bool = True, sandbox: bool | None = None) -> None:
-    """:func:`run_problems`, raised as one :class:`Problems` (an InputError: ``bench`` exits 2) when there is any."""
+    """:func:`run_problems`, raised as one :class:`Problems` when there is any.
+
+    An InputError: ``bench`` exits 2.
+    """
     _run_checks(tasks, spec, endpoints=endpoints, sandbox=sandbox).raise_any()
 
 

@@ -1,8 +1,11 @@
-"""``bench run``'s flags of the run's description, generated from the model's fields (:mod:`bench.runspec`).
+"""``bench run``'s flags of the run's description, generated from the model's fields.
 
-Each field of :class:`bench.runspec.RunSpec` (and of :class:`bench.sandbox.limits.Limits`) that declares an ``arg``
-kind becomes a flag here, with its help; :func:`layer` reads them back as the command line's layer of the
-description. A field added to the model with a flag is a flag of ``bench run`` without a line here.
+The model: :mod:`bench.runspec`.
+
+Each field of :class:`bench.runspec.RunSpec` (and of :class:`bench.sandbox.limits.Limits`) that
+declares an ``arg`` kind becomes a flag here, with its help; :func:`layer` reads them back as the
+command line's layer of the description. A field added to the model with a flag is a flag of ``bench
+run`` without a line here.
 """
 
 from __future__ import annotations
@@ -59,7 +62,10 @@ def _flags(model: type) -> list[tuple[str, dict[str, Any]]]:
 
 
 def add_flags(parser: argparse.ArgumentParser, model: type | None = None) -> None:
-    """The description's flags on ``bench run``'s parser (``model``: :class:`bench.runspec.RunSpec` by default)."""
+    """The description's flags on ``bench run``'s parser.
+
+    ``model``: :class:`bench.runspec.RunSpec` by default.
+    """
     for name, m in _flags(model or runspec.RunSpec):
         if m["arg"] in LIMIT_METAVARS:
             options = {"type": limits_model.arg(m["arg"], m.get("off", True)), "metavar": LIMIT_METAVARS[m["arg"]]}

@@ -1,16 +1,21 @@
-"""What a run is: one agent on one task, one repeat, under which budget, limits and options (:class:`RunSpec`).
+"""What a run is: one agent on one task, one repeat, under which budget, limits and options.
 
-One model, declared once: each field says how a user gives it (``flag``: its ``bench run`` flag, generated from
-here by :func:`add_flags`; ``key``: a campaign file's key, read by :func:`file_layer`) and its validators judge
-every value, whichever way it came: the command line, a campaign file, ``run.json``/``result.json`` (which embed it
-whole: :meth:`RunSpec.to_dict`, :meth:`RunSpec.from_dict`, so ``--resume``, ``bench record`` and a campaign's job
-meet the same rules). A field added here travels to the flag, the file, both JSON files, the resume and the MLflow
-run (``bench.tracking.schema.spec_params``/``spec_tags``) without another line elsewhere. A validation error is
-said in one line naming the value as the user wrote it (:mod:`bench.validation`).
+The model is :class:`RunSpec`.
 
-Precedence, lowest first: the task file (``task.toml``: the budget) < the campaign file < the command line <
-documented environment overrides (:mod:`bench.settings`; none of them sets a field of a run's description today).
-A field a layer leaves out (absent or None) keeps the value of the layer below it, then the default here.
+One model, declared once: each field says how a user gives it (``flag``: its ``bench run`` flag,
+generated from here by :func:`add_flags`; ``key``: a campaign file's key, read by
+:func:`file_layer`) and its validators judge every value, whichever way it came: the command line, a
+campaign file, ``run.json``/``result.json`` (which embed it whole: :meth:`RunSpec.to_dict`,
+:meth:`RunSpec.from_dict`, so ``--resume``, ``bench record`` and a campaign's job meet the same
+rules). A field added here travels to the flag, the file, both JSON files, the resume and the MLflow
+run (``bench.tracking.schema.spec_params``/``spec_tags``) without another line elsewhere. A
+validation error is said in one line naming the value as the user wrote it
+(:mod:`bench.validation`).
+
+Precedence, lowest first: the task file (``task.toml``: the budget) < the campaign file < the
+command line < documented environment overrides (:mod:`bench.settings`; none of them sets a field of
+a run's description today). A field a layer leaves out (absent or None) keeps the value of the layer
+below it, then the default here.
 """
 
 from __future__ import annotations
@@ -63,7 +68,10 @@ def given(default: Any = None, *, flag: str = "", key: str = "", arg: str = "", 
 
 
 def _device(device: str | None) -> str:
-    """Why the evaluation cannot use ``device`` ("" when it can: cpu, cuda, or None for the default)."""
+    """Why the evaluation cannot use ``device``.
+
+    "" when it can: cpu, cuda, or None for the default.
+    """
     if device in (None, "cpu", "cuda"):
         return ""
     if re.fullmatch(r"cuda:\d+", device):
@@ -97,11 +105,13 @@ def _bad_tag(key: str, value: str) -> str:
 
 @dataclass(config=ConfigDict(extra="forbid", revalidate_instances="always"))
 class RunSpec:
-    """One agent, one task, one repeat, and everything that decides how the run goes (the run's description).
+    """One agent, one task, one repeat, and everything that decides how the run goes.
 
-    ``task`` is the task's id; a :class:`~bench.tasks.Task` may be given instead (kept for :meth:`resolve_task`).
-    At the launch the runner fills what was left to defaults (the budget, the device, the task's source), so the
-    description in run.json and result.json is the run as it ran.
+    The run's description.
+
+    ``task`` is the task's id; a :class:`~bench.tasks.Task` may be given instead (kept for
+    :meth:`resolve_task`). At the launch the runner fills what was left to defaults (the budget, the
+    device, the task's source), so the description in run.json and result.json is the run as it ran.
     """
 
     task: str | InstanceOf[Task]
@@ -256,7 +266,10 @@ class RunSpec:
         return f"{self.task}-{self.agent}-r{self.repeat}"
 
     def resolve_task(self) -> Task:
-        """The task this run runs: the one given, else the folder its source names when still there, else the id's."""
+        """The task this run runs.
+
+        The one given, else the folder its source names when still there, else the id's.
+        """
         if self._task is None:
             from bench.tasks import packs
 
@@ -265,13 +278,18 @@ class RunSpec:
 
     # --- JSON ---------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        """The description as run.json and result.json embed it (everything but how the console shows it)."""
+        """The description as run.json and result.json embed it.
+
+        Everything but how the console shows it.
+        """
         return {"version": SPEC_VERSION, **adapter(type(self)).dump_python(self, mode="json", exclude={"console"})}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], *, console: bool = True) -> RunSpec:
-        """A description read back (run.json, result.json), judged by the same rules as the flags and the file:
-        InputError naming the field (an unknown key with the nearest known one), a LimitError for its limits.
+        """A description read back (run.json, result.json), judged by the same rules as the flags.
+
+        InputError naming the field (an unknown key with the nearest known one), a LimitError for
+        its limits.
         """
         values = {k: v for k, v in d.items() if k != "version"}
         if values.get("limits") is None:
@@ -290,10 +308,12 @@ class RunSpec:
         names: Mapping[str, str] | Callable[[str], str] | None = None,
         **fixed: Any,
     ) -> RunSpec:
-        """The run's description from its task and the settings' layers, lowest first (campaign file, command line,
-        environment overrides), judged once by the model (InputError naming each value as ``names`` says the user
-        wrote it: the flags by default). ``fixed``: what names the run rather than sets it (campaign, repeat,
-        run_id, console). A layer's ``limits`` may be some of them (a dict) or all (a Limits).
+        """The run's description from its task and the settings' layers, lowest first.
+
+        The layers: campaign file, command line, environment overrides. Judged once by the model
+        (InputError naming each value as ``names`` says the user wrote it: the flags by default).
+        ``fixed``: what names the run rather than sets it (campaign, repeat, run_id, console). A
+        layer's ``limits`` may be some of them (a dict) or all (a Limits).
         """
         merged: dict[str, Any] = {}
         for layer in layers:
@@ -321,7 +341,10 @@ class RunSpec:
 
 @functools.cache
 def adapter(model: type) -> TypeAdapter:
-    """The model's validator and serialiser (:class:`RunSpec`, or a subclass adding fields), made once."""
+    """The model's validator and serialiser, made once.
+
+    For :class:`RunSpec`, or a subclass adding fields.
+    """
     return TypeAdapter(model)
 
 
@@ -344,7 +367,10 @@ def _limit_values(value: Limits | Mapping[str, Any]) -> dict[str, Any]:
 
 
 def namer(names: Mapping[str, str] | Callable[[str], str] | None) -> validation.Namer:
-    """A place in the model -> the value's name as the user wrote it (``names``: by field; the flags by default)."""
+    """A place in the model -> the value's name as the user wrote it.
+
+    ``names``: by field; the flags by default.
+    """
     by_field = names if callable(names) else (lambda f: {**FLAGS, **(names or {})}.get(f, f))
 
     def name(loc: validation.Loc) -> str:
@@ -366,7 +392,10 @@ def validate(values: Mapping[str, Any], name: validation.Namer, *, form: str = "
 
 
 def check(spec: RunSpec, names: Mapping[str, str] | Callable[[str], str] | None = None) -> None:
-    """The model's rules asked again of a description whose fields were set after it was built (a program's)."""
+    """The model's rules asked again of a description whose fields were set after it was built.
+
+    A program's, not a user's: bench run and a campaign build theirs through :meth:`RunSpec.build`.
+    """
     validate(dataclasses.asdict(spec) | {"task": spec.task, "limits": spec.limits}, namer(names), model=type(spec))
 
 
@@ -417,8 +446,10 @@ def file_keys(model: type = RunSpec, *, ordered: bool = False) -> list[str]:
 
 
 def draw_seed() -> int:
-    """A fresh seed from the operating system's randomness (not from Python's seeded generator, which a test or a
-    library may have fixed): two repeats drawing the same seed would measure no noise at all.
+    """A fresh seed from the operating system's randomness.
+
+    Not from Python's seeded generator, which a test or a library may have fixed: two repeats
+    drawing the same seed would measure no noise at all.
     """
     return secrets.randbelow(SEED_RANGE)
 

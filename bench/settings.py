@@ -128,8 +128,10 @@ def _machine_dir() -> Path:
 
 
 def _setting(default: Any, expects: str, doc: str, group: str = "knob", shown: str = "") -> Any:
-    """A field of :class:`Env`: its default, what it ``expects`` (for errors and the docs), its one-line ``doc``,
-    its ``group`` ("path", "knob" or "internal": set by the toolkit for its own processes) and the default as the
+    """A field of :class:`Env`, with what the errors and the table say of it.
+
+    Its default, what it ``expects`` (for errors and the docs), its one-line ``doc``, its ``group``
+    ("path", "knob" or "internal": set by the toolkit for its own processes) and the default as the
     table ``shown`` where it is computed (the field's default is then None: see :data:`COMPUTED`).
     """
     extra = {"expects": expects, "doc": doc, "group": group, "shown": shown}
@@ -144,8 +146,9 @@ SWITCH = "1 or 0 (yes/no, true/false, on/off)"
 
 
 class Env(BaseSettings):
-    """The ``BENCH_*`` settings: each field is read from the variable ``BENCH_<FIELD>`` (``python -m
-    bench.settings`` prints them as a table).
+    """The ``BENCH_*`` settings: each field is read from the variable ``BENCH_<FIELD>``.
+
+    ``python -m bench.settings`` prints them as a table.
     """
 
     model_config = SettingsConfigDict(env_prefix=PREFIX, extra="ignore", env_ignore_empty=True)
@@ -235,7 +238,10 @@ _UNSET = object()
 
 @dataclass(frozen=True)
 class Setting:
-    """One environment override: the variable ``name`` and its field of :class:`Env` (type, default, rule, doc)."""
+    """One environment override: the variable ``name`` and its field of :class:`Env`.
+
+    The field holds its type, default, rule and doc.
+    """
 
     name: str
     field: str
@@ -275,7 +281,10 @@ class Setting:
         return value if value is not None and value.strip() else None
 
     def get(self) -> Any:
-        """The value in force: an override, else the environment's (judged by the model), else the default."""
+        """The value in force: an override, else the environment's, else the default.
+
+        The environment's text is judged by the model.
+        """
         value = _OVERRIDES.get(self.name, _UNSET)
         if value is not _UNSET and value is not None:
             return value
@@ -327,8 +336,10 @@ def _known(values: dict[str, Any]) -> None:
 
 @contextlib.contextmanager
 def override(**values: Any) -> Iterator[None]:
-    """Within the block, the settings named by their environment variable (``BENCH_CACHE_DIR=...``) take these
-    values, whatever the environment says (None: as if unset, i.e. the default); restored after.
+    """Within the block, the settings named take these values, whatever the environment says.
+
+    Settings are named by their environment variable (``BENCH_CACHE_DIR=...``); None: as if unset,
+    i.e. the default. Restored after.
     """
     _known(values)
     saved = {k: _OVERRIDES.get(k, _UNSET) for k in values}
@@ -344,16 +355,20 @@ def override(**values: Any) -> Iterator[None]:
 
 
 def pin(**values: Any) -> None:
-    """For the rest of this process, the settings named take these values (as :func:`override`, without an end):
-    for a command-line flag that overrides its environment variable, e.g. ``bench run --api-fail-window``.
+    """For the rest of this process, the settings named take these values.
+
+    As :func:`override`, without an end: for a command-line flag that overrides its environment
+    variable, e.g. ``bench run --api-fail-window``.
     """
     _known(values)
     _OVERRIDES.update(values)
 
 
 def check() -> list[str]:
-    """Every setting the environment sets wrongly, one message each (empty: all good), read at once by the model
-    (pydantic-settings); a setting overridden in this process is not the environment's to judge.
+    """Every setting the environment sets wrongly, one message each (empty: all good).
+
+    Read at once by the model (pydantic-settings); a setting overridden in this process is not the
+    environment's to judge.
     """
     try:
         Env()

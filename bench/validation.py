@@ -80,7 +80,10 @@ def fields_of(model: Any) -> dict[str, Any]:
 
 
 def meta(model: Any, loc: Loc) -> dict[str, Any]:
-    """The ``json_schema_extra`` of the field at ``loc`` (nested models followed; {} where there is none)."""
+    """The ``json_schema_extra`` of the field at ``loc``.
+
+    Nested models are followed; {} where there is none.
+    """
     extra: dict[str, Any] = {}
     for part in loc:
         info = fields_of(model).get(part)
@@ -99,7 +102,10 @@ def lines(error: ValidationError, name: Namer, model: Any = None) -> list[str]:
 
 
 def located(error: ValidationError, name: Namer, model: Any = None) -> list[tuple[Loc, str]]:
-    """:func:`lines`, each with its place in the model (an unknown key's place ends with the key)."""
+    """:func:`lines`, each with its place in the model.
+
+    An unknown key's place ends with the key.
+    """
     out = []
     for e in error.errors(include_url=False):
         loc, ctx = tuple(e["loc"]), e.get("ctx") or {}

@@ -100,8 +100,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def with_agent_problems(file_problems: InputError, agents) -> InputError:
-    """A file refused for its own mistakes, with the keys, endpoints and models of the agents it names well asked
-    too: a researcher learns of a typo and a missing key in one try, not two.
+    """A file refused for its own mistakes, with its agents' keys, endpoints and models asked too.
+
+    Those of the agents it names well: a researcher learns of a typo and a missing key in one try,
+    not two.
     """
     problems = preflight.Collect()
     with problems.check():
@@ -116,9 +118,11 @@ def with_agent_problems(file_problems: InputError, agents) -> InputError:
 
 
 def check_machine(campaign: Campaign) -> None:
-    """Every agent's checks of ``bench run`` (folders, weights, sandbox, options, credentials), the executor's needs,
-    then every LLM agent's endpoint, key and model, asked in parallel (:func:`bench.preflight.check_api`). Every
-    check runs whatever the others found: one :class:`~bench.errors.Problems` lists them all (exit 2).
+    """Every agent's checks of ``bench run``, the executor's needs, then every endpoint.
+
+    The checks: folders, weights, sandbox, options, credentials; then every LLM agent's endpoint,
+    key and model, asked in parallel (:func:`bench.preflight.check_api`). Every check runs whatever
+    the others found: one :class:`~bench.errors.Problems` lists them all (exit 2).
     """
     from bench.campaign import job
 
@@ -214,8 +218,10 @@ def start(campaign: Campaign, *, resume: bool, redo_cut_short: bool = False) -> 
 
 
 def _blocked(seen: dict) -> dict[str, str]:
-    """Run id -> why, for the final runs their model API refused with an answer that cannot heal, the credential
-    unchanged since (:func:`bench.campaign.job.blocked`).
+    """Run id -> why, for the final runs their model API refused for good.
+
+    Refused with an answer that cannot heal, the credential unchanged since
+    (:func:`bench.campaign.job.blocked`).
     """
     from bench.campaign import job
 
@@ -227,9 +233,11 @@ def _blocked(seen: dict) -> dict[str, str]:
 
 
 def cut_short_hint(campaign: Campaign, seen: dict) -> str:
-    """The line that names the final runs the harness cut short (a Ctrl-C, a harness that died) and the command that
-    runs them again ("" when there are none): final, but not a full-budget measurement of the agent. ``status``,
-    ``resume`` and a stopped ``run`` print it alike, so that a resume never passes over them in silence.
+    """The line that names the final runs the harness cut short, and how to run them again.
+
+    Cut short: a Ctrl-C, a harness that died ("" when there are none): final, but not a full-budget
+    measurement of the agent. ``status``, ``resume`` and a stopped ``run`` print it alike, so that a
+    resume never passes over them in silence.
     """
     short = [k for k, was in seen.items() if was.state == "final" and was.result and rundir.cut_short(was.result)]
     if not short:
@@ -242,8 +250,9 @@ def cut_short_hint(campaign: Campaign, seen: dict) -> str:
 
 
 def _retire_cut_short(campaign: Campaign, seen: dict) -> dict:
-    """``--redo-cut-short``: each final run the harness cut short is set aside (:func:`bench.campaign.job.retire`);
-    its cell is then pending. Returns the new states.
+    """``--redo-cut-short``: each final run the harness cut short is set aside.
+
+    By :func:`bench.campaign.job.retire`; its cell is then pending. Returns the new states.
     """
     from bench.campaign import job
 
@@ -257,9 +266,11 @@ def _retire_cut_short(campaign: Campaign, seen: dict) -> dict:
 
 
 def _retire_infra_failures(campaign: Campaign, seen: dict) -> dict:
-    """Final runs whose model API kept failing (:func:`bench.campaign.job.infra_failure`, given up by an earlier
-    invocation) are set aside and run again by this one; not those refused with an answer that cannot heal while the
-    credential is the same (:func:`bench.campaign.job.blocked`: said at the end). Returns the new states.
+    """Final runs whose model API kept failing are set aside and run again by this one.
+
+    Those given up by an earlier invocation (:func:`bench.campaign.job.infra_failure`); not those
+    refused with an answer that cannot heal while the credential is the same
+    (:func:`bench.campaign.job.blocked`: said at the end). Returns the new states.
     """
     from bench.campaign import job
 

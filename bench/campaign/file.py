@@ -34,11 +34,14 @@ def _hint(expects: str) -> dict[str, Any]:
 
 
 class SlurmSettings(BaseModel):
-    """The ``[slurm]`` table: how each run becomes a job of a Slurm job array (:mod:`bench.campaign.slurm`).
+    """The ``[slurm]`` table: how each run becomes a job of a Slurm job array.
 
-    A job's time limit is the run's budget + grace + ``eval_margin`` (the collect, evaluate, audit and record after
-    the agent's time), so that a job is never ended by the scheduler while its run is within its budget. Left out,
-    ``eval_margin`` follows the campaign's evaluation budget (:func:`eval_margin_s`); given, it must cover it.
+    See :mod:`bench.campaign.slurm`.
+
+    A job's time limit is the run's budget + grace + ``eval_margin`` (the collect, evaluate, audit
+    and record after the agent's time), so that a job is never ended by the scheduler while its run
+    is within its budget. Left out, ``eval_margin`` follows the campaign's evaluation budget
+    (:func:`eval_margin_s`); given, it must cover it.
     """
 
     model_config = STRICT
@@ -161,7 +164,10 @@ class CampaignFile(BaseModel):
 
 @functools.cache
 def model_for(spec: type) -> type[CampaignFile]:
-    """The file's model with the keys of every run's description that ``spec`` (a RunSpec) declares."""
+    """The file's model with the keys of every run's description.
+
+    The keys are those that ``spec`` (a RunSpec) declares.
+    """
     run_keys = {key: (Any, None) for key in sorted(runspec.file_keys(spec))}
     return create_model("CampaignFile", __base__=CampaignFile, **run_keys)
 
@@ -190,10 +196,12 @@ def eval_margin_s(limits: Limits) -> float:
 
 
 def fit_to_margin(given_s: float, limits: Limits) -> Limits:
-    """The limits with an evaluation budget that fits a ``slurm.eval_margin`` given without ``eval_budget`` (a file
-    written before the key existed keeps working): the margin less the scorer's grace and the time after the
-    evaluation (:data:`AFTER_EVAL_S`, at most half the margin); a 20-minute margin leaves 9 minutes. A margin too
-    short for even :data:`MIN_EVAL_S` is left to :func:`check_margin` to refuse.
+    """The limits with an evaluation budget that fits a ``slurm.eval_margin`` given alone.
+
+    A file written before the ``eval_budget`` key existed keeps working: the margin less the
+    scorer's grace and the time after the evaluation (:data:`AFTER_EVAL_S`, at most half the
+    margin); a 20-minute margin leaves 9 minutes. A margin too short for even :data:`MIN_EVAL_S` is
+    left to :func:`check_margin` to refuse.
     """
     fitted = given_s - SCORER_GRACE_S - min(AFTER_EVAL_S, given_s / 2)
     if fitted < MIN_EVAL_S:
@@ -202,7 +210,10 @@ def fit_to_margin(given_s: float, limits: Limits) -> Limits:
 
 
 def check_margin(given_s: float | None, limits: Limits, where: str) -> None:
-    """InputError for a ``slurm.eval_margin`` that does not cover the evaluation budget and the scorer's grace."""
+    """InputError for a ``slurm.eval_margin`` that does not cover the evaluation budget.
+
+    The margin must cover the scorer's grace too.
+    """
     least = limits.eval_s + SCORER_GRACE_S
     if given_s is not None and given_s < least:
         raise InputError(

@@ -1,5 +1,7 @@
-"""The campaign file: the matrix of agents x tasks x repeats and how it runs, read and checked whole before anything
-starts (a mistake found after an hour of runs costs the hour), every problem one line naming the key.
+"""The campaign file: the matrix of agents x tasks x repeats and how it runs.
+
+Read and checked whole before anything starts (a mistake found after an hour of runs costs the
+hour), every problem one line naming the key.
 
 ::
 
@@ -14,16 +16,17 @@ starts (a mistake found after an hour of runs costs the hour), every problem one
     name = "command"
     agent_command = "python train.py"
 
-Optional keys: ``grace`` (seconds after the budget before SIGKILL, 30: :data:`bench.runspec.GRACE_S`),
-``device`` (the evaluation's), ``sandbox``
-(true), ``no_weights`` (false), ``retries`` (2: infrastructure failures only, :mod:`bench.campaign.job`),
-``executor`` (``local`` or ``slurm``), ``tasks_path`` (folders of task packs, searched as ``BENCH_TASKS_PATH``
-is: each a task folder or a folder of task folders, relative to the campaign file; :mod:`bench.tasks.packs`),
-``gpus`` (the local executor's GPUs, e.g. ``[0, 1]``; found with
-``nvidia-smi -L`` when absent), per agent ``options`` (a table of adapter options) and a ``[slurm]`` table
-(:class:`SlurmSettings`).
+Optional keys: ``grace`` (seconds after the budget before SIGKILL, 30:
+:data:`bench.runspec.GRACE_S`), ``device`` (the evaluation's), ``sandbox`` (true), ``no_weights``
+(false), ``retries`` (2: infrastructure failures only, :mod:`bench.campaign.job`), ``executor``
+(``local`` or ``slurm``), ``tasks_path`` (folders of task packs, searched as ``BENCH_TASKS_PATH``
+is: each a task folder or a folder of task folders, relative to the campaign file;
+:mod:`bench.tasks.packs`), ``gpus`` (the local executor's GPUs, e.g. ``[0, 1]``; found with
+``nvidia-smi -L`` when absent), per agent ``options`` (a table of adapter options) and a ``[slurm]``
+table (:class:`SlurmSettings`).
 
-Each run's limits (:mod:`bench.sandbox.resource_limits`), the ``bench run`` flags of the same name with underscores
+Each run's limits (:mod:`bench.sandbox.resource_limits`), the ``bench run`` flags of the same name
+with underscores
 and the same defaults, for every run of the campaign::
 
     memory = "64G"            # --memory: the agent's processes together, and the predictor's (default 64G, at most
@@ -34,14 +37,15 @@ and the same defaults, for every run of the campaign::
     eval_budget = "1h"        # --eval-budget: the evaluation of all of a run's candidates together
     max_cost = 20.0           # --max-cost: each run's API budget in USD (the metering gateway; default: none)
 
-A size is a string with a unit (``"512M"``, ``"1.5G"``, powers of 1024) or a whole number of bytes; the evaluation
-budget is a duration like ``budget``. The Slurm executor's job time limit follows ``eval_budget`` (``slurm.
-eval_margin``, :class:`SlurmSettings`): a job whose time limit ends inside its run's evaluation is killed there,
-requeued and evaluates again from the start.
+A size is a string with a unit (``"512M"``, ``"1.5G"``, powers of 1024) or a whole number of bytes;
+the evaluation budget is a duration like ``budget``. The Slurm executor's job time limit follows
+``eval_budget`` (``slurm. eval_margin``, :class:`SlurmSettings`): a job whose time limit ends inside
+its run's evaluation is killed there, requeued and evaluates again from the start.
 
-Stable run ids: each run of the matrix has a deterministic id, :func:`run_id`, which names its run directory
-under the workspaces folder. A re-run of the campaign finds the directory of every run it started: a finished
-run (result.json) is never redone, a run whose harness died is finished (:mod:`bench.resume`).
+Stable run ids: each run of the matrix has a deterministic id, :func:`run_id`, which names its run
+directory under the workspaces folder. A re-run of the campaign finds the directory of every run it
+started: a finished run (result.json) is never redone, a run whose harness died is finished
+(:mod:`bench.resume`).
 """
 
 from __future__ import annotations
@@ -78,7 +82,10 @@ __all__ = ["AFTER_EVAL_S", "AgentEntry", "Campaign", "RunKey", "SlurmSettings", 
 
 @dataclass(frozen=True)
 class AgentEntry:
-    """One ``[[agents]]`` entry: an agent of the dispatch table, its model and its adapter options."""
+    """One ``[[agents]]`` entry: an agent of the dispatch table, its model and its options.
+
+    The options are the adapter's.
+    """
 
     name: str
     model: str | None = None
@@ -108,8 +115,10 @@ def _slug(text: str) -> str:
 
 
 def run_id(campaign: str, agent: str, model: str | None, task: str, repeat: int) -> str:
-    """The run's directory name: readable (task, agent, model, repeat) and, since two models can read the same once
-    made file-name safe (``a/b`` and ``a-b``), ended by 8 hex digits of sha256 over the exact values.
+    """The run's directory name: readable, and unique by a hash of the exact values.
+
+    Readable: task, agent, model, repeat; since two models can read the same once made file-name
+    safe (``a/b`` and ``a-b``), it ends with 8 hex digits of sha256 over the exact values.
     """
     key = json.dumps([campaign, agent, model or "", task, repeat])
     digest = hashlib.sha256(key.encode()).hexdigest()[:8]
@@ -168,8 +177,10 @@ class Campaign:
         return [get_task(t) for t in self.task_ids]
 
     def runs(self) -> list[RunKey]:
-        """Every run of the matrix, repeat by repeat (each agent and task gets its first repeat before any second:
-        a campaign stopped early still covers the matrix).
+        """Every run of the matrix, repeat by repeat.
+
+        Each agent and task gets its first repeat before any second: a campaign stopped early still
+        covers the matrix.
         """
         return [
             RunKey(agent, task, repeat, run_id(self.name, agent.name, agent.model, task, repeat))
@@ -200,7 +211,10 @@ class Campaign:
         return self._budgets[task]
 
     def key(self, run_id: str) -> RunKey:
-        """The run of the matrix with this id (InputError if none: the file changed since the id was made)."""
+        """The run of the matrix with this id.
+
+        InputError if none: the file changed since the id was made.
+        """
         for key in self.runs():
             if key.run_id == run_id:
                 return key
@@ -312,9 +326,10 @@ def _checked(loc: validation.Loc, judge) -> list[tuple[validation.Loc, str]]:
 
 
 def _tasks_path(value: str | list[str], path: Path) -> tuple[Path, ...]:
-    """The ``tasks_path`` folders, relative to the campaign file, added to this process's task search; a job
-    process reads the file again, so its runs find the same tasks (a missing folder or an id taken twice:
-    TaskError).
+    """The ``tasks_path`` folders, relative to the campaign file, added to this process's task search.
+
+    A job process reads the file again, so its runs find the same tasks (a missing folder or an id
+    taken twice: TaskError).
     """
     folders = tuple((path.parent / Path(p).expanduser()).resolve() for p in ([value] if isinstance(value, str) else value))
     packs.add_search_path(folders, f"{path}: tasks_path")
@@ -331,7 +346,10 @@ def _tasks(value: str | list[str]) -> tuple[str, ...]:
 
 
 def _agents(tables: list[dict], where: str) -> tuple[tuple[AgentEntry, ...], list[tuple[validation.Loc, str]]]:
-    """The ``[[agents]]`` tables, each judged by its model and its adapter whatever the others held."""
+    """The ``[[agents]]`` tables, each judged whatever the others held.
+
+    Each by its model and by its adapter.
+    """
     out: list[AgentEntry] = []
     found: list[tuple[validation.Loc, str]] = []
     for i, raw in enumerate(tables):

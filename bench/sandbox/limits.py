@@ -1,14 +1,18 @@
-"""The value of one run's resource limits (:class:`Limits`), validated by its model wherever it is read.
+"""The value of one run's resource limits, validated by its model wherever it is read.
 
-Each limit has a default that fits the paper's machine (Appendix B: one A100 80 GB of a DGX A100 node with 64 GB
-of system RAM and 16 cores allocated to the run), a ``bench run`` flag, a campaign file's key (the flag's name with
-underscores) and a field of ``run.json``/``result.json``; the three are read by this one model, so a limit no run
-can live with is refused whichever way it came (a flag, a file, a hand-edited ``run.json`` on ``--resume``). How
-they are held (cgroups, rlimits) is :mod:`bench.sandbox.resource_limits`'s.
+The model is :class:`Limits`.
 
-The forms: a campaign file writes sizes as text (``"64G"``, ``"512M"``, powers of 1024, or a whole number of
-bytes), durations as text (``"1h"``) and ``"none"`` to switch a limit off (the validation context's form
-``"file"``); the flags (after argparse) and the stored files give the values themselves (bytes, seconds, null).
+Each limit has a default that fits the paper's machine (Appendix B: one A100 80 GB of a DGX A100
+node with 64 GB of system RAM and 16 cores allocated to the run), a ``bench run`` flag, a campaign
+file's key (the flag's name with underscores) and a field of ``run.json``/``result.json``; the three
+are read by this one model, so a limit no run can live with is refused whichever way it came (a
+flag, a file, a hand-edited ``run.json`` on ``--resume``). How they are held (cgroups, rlimits) is
+:mod:`bench.sandbox.resource_limits`'s.
+
+The forms: a campaign file writes sizes as text (``"64G"``, ``"512M"``, powers of 1024, or a whole
+number of bytes), durations as text (``"1h"``) and ``"none"`` to switch a limit off (the validation
+context's form ``"file"``); the flags (after argparse) and the stored files give the values
+themselves (bytes, seconds, null).
 """
 
 from __future__ import annotations
@@ -73,7 +77,10 @@ def default_memory() -> int:
 
 
 def _limit(flag: str, kind: str, expects: str, doc: str) -> dict[str, Any]:
-    """A limit's metadata: its ``bench run`` flag, its campaign file key, its text form and what it expects."""
+    """A limit's metadata: its flag, its campaign file key, its text form and what it expects.
+
+    The flag is ``bench run``'s.
+    """
     return {"flag": flag, "key": flag[2:].replace("-", "_"), "kind": kind, "expects": expects, "help": doc}
 
 
@@ -118,7 +125,10 @@ def _file_text(key: str, kind: str, value: object, info: ValidationInfo) -> obje
 
 @dataclass(frozen=True, config=ConfigDict(extra="forbid", revalidate_instances="always"))
 class Limits:
-    """One run's limits; ``None`` switches a limit off (``--memory none``), which ``result.json`` then shows."""
+    """One run's limits; ``None`` switches a limit off (``--memory none``).
+
+    ``result.json`` then shows it.
+    """
 
     memory_bytes: int | None = Field(
         default_factory=default_memory,
@@ -209,7 +219,10 @@ class Limits:
             raise LimitError(validation.lines(e, lambda loc: named.get(str(loc[0]), str(loc[0])) if loc else "")[0])
 
     def to_dict(self) -> dict:
-        """The limits as ``run.json`` and ``result.json`` store them (bytes, seconds, null: no limit)."""
+        """The limits as ``run.json`` and ``result.json`` store them.
+
+        Bytes, seconds, null: no limit.
+        """
         return asdict(self)
 
 
@@ -226,8 +239,10 @@ def _size(n: int) -> str:
 
 
 def read(raw: object, form: str, name: validation.Namer) -> Limits:
-    """Limits from a table in ``form`` ("file": a campaign file's keys and text; "json": ``run.json``'s whole
-    table; "python": the flags' values), each problem named by ``name``: LimitError (one) or Problems.
+    """Limits from a table in ``form``, each problem named by ``name``.
+
+    Forms: "file" (a campaign file's keys and text), "json" (``run.json``'s whole table), "python"
+    (the flags' values). LimitError for one problem, Problems for several.
     """
     try:
         return _ADAPTER.validate_python(raw, context={validation.FORM: form})

@@ -76,7 +76,10 @@ WORKSPACE_CHECK_S = 5.0  # how often the watch measures the workspace (longer wh
 
 # --- cgroups -------------------------------------------------------------------------------------------------------
 def _own_groups(proc_cgroup: str = "/proc/self/cgroup") -> dict[str, str]:
-    """``{"": "/path"}`` for v2 and ``{"memory": "/path", "pids": "/path"}`` for v1, from ``/proc/self/cgroup``."""
+    """The run's own cgroups, from ``/proc/self/cgroup``.
+
+    ``{"": "/path"}`` for v2 and ``{"memory": "/path", "pids": "/path"}`` for v1.
+    """
     out = {}
     for line in Path(proc_cgroup).read_text().splitlines():
         _, controllers, path = line.split(":", 2)
@@ -148,8 +151,10 @@ def cgroup_support(
 
 
 class RunGroup:
-    """The cgroup(s) of one run: made with the limits set, joined by the sandbox's first shell, read for what was
-    hit, removed at the end. Every failure to make one leaves ``paths`` empty: the run falls back to rlimits.
+    """The cgroup(s) of one run: made with the limits set, joined, read, removed at the end.
+
+    Joined by the sandbox's first shell, read for what was hit. Every failure to make one leaves
+    ``paths`` empty: the run falls back to rlimits.
     """
 
     def __init__(
@@ -231,7 +236,10 @@ class RunGroup:
         return tuple((path, root / controller if controller else root) for controller, path in self.paths.items())
 
     def launcher_args(self) -> list[str]:
-        """The launcher's rlimits, only without a cgroup (with one they would pre-empt its accounting)."""
+        """The launcher's rlimits, only without a cgroup.
+
+        With one they would pre-empt its accounting.
+        """
         if self.active:
             return []
         return rlimit_args(self.limits if self.data_rlimit else replace(self.limits, memory_bytes=None))
@@ -314,7 +322,10 @@ class RunGroup:
         return None
 
     def remove(self) -> None:
-        """Kill what is left in the group (the watch ended the tree already) and remove it (idempotent)."""
+        """Kill what is left in the group and remove it (idempotent).
+
+        The watch ended the tree already.
+        """
         _remove(self.paths)
         self.paths = {}
 
@@ -323,8 +334,10 @@ STALE_S = 3600.0  # an empty run group this old was left by a harness or scorer 
 
 
 def _sweep(parent: Path) -> None:
-    """Remove the empty ``bench-*`` groups under ``parent`` older than :data:`STALE_S` (a SIGKILLed scorer cannot
-    remove its predictor's group; an empty group holds nothing but a directory).
+    """Remove the empty ``bench-*`` groups under ``parent`` older than :data:`STALE_S`.
+
+    A SIGKILLed scorer cannot remove its predictor's group; an empty group holds nothing but a
+    directory.
     """
     now = time.time()
     for path in parent.glob("bench-*"):
@@ -376,9 +389,11 @@ def _int(path: Path) -> int:
 
 
 def shell_prelude(procs_files: list[Path], before: str = "") -> list[str]:
-    """``sh -c`` that ignores SIGTERM (bwrap must outlive the watchdog's SIGTERM: :mod:`bench.sandbox`), joins the
-    run's cgroups, runs ``before`` (the seccomp filter's descriptor: :func:`bench.sandbox.seccomp.shell_open`), then
-    execs the rest of its arguments; it refuses to start (exit 125) when it cannot join.
+    """``sh -c`` that ignores SIGTERM, joins the run's cgroups, then execs the rest of its arguments.
+
+    bwrap must outlive the watchdog's SIGTERM (:mod:`bench.sandbox`); before the exec it runs
+    ``before`` (the seccomp filter's descriptor: :func:`bench.sandbox.seccomp.shell_open`); it
+    refuses to start (exit 125) when it cannot join.
     """
     join = "".join(f"echo $$ > {shlex.quote(str(f))} || exit 125; " for f in procs_files)
     return ["/bin/sh", "-c", f'trap "" TERM; {join}{before}exec "$@"', "bench-sandbox"]
@@ -405,7 +420,10 @@ def predictor_limits(device: str, limits: Limits | None = None) -> RunGroup:
 
 # --- rlimits -------------------------------------------------------------------------------------------------------
 def rlimit_args(limits: Limits | None) -> list[str]:
-    """The launcher's ``--rlimit NAME=VALUE`` options for ``limits`` (memory as RLIMIT_DATA, processes as NPROC)."""
+    """The launcher's ``--rlimit NAME=VALUE`` options for ``limits``.
+
+    Memory as RLIMIT_DATA, processes as NPROC.
+    """
     if limits is None:
         return []
     out = []
@@ -417,7 +435,10 @@ def rlimit_args(limits: Limits | None) -> list[str]:
 
 
 def set_rlimits(memory_bytes: int | None, processes: int | None, cpu_s: int | None = None) -> None:
-    """Lower this process's rlimits (a preexec function's body; never raises them above the hard limits)."""
+    """Lower this process's rlimits (a preexec function's body).
+
+    Never raises them above the hard limits.
+    """
     for res, value in ((resource.RLIMIT_DATA, memory_bytes), (resource.RLIMIT_NPROC, processes)):
         if value:
             _, hard = resource.getrlimit(res)
@@ -436,12 +457,16 @@ def nproc_binds() -> bool:
 
 
 def tree_bytes(root: Path, stop_at: int | None = None) -> int:
-    """The disk a run uses: the bytes under ``root``, measured by the watch against ``--workspace-limit``
-    (:class:`bench.pipeline.watch.WorkspaceGuard`): each regular file's size once (hard links counted once), not
-    following links; stops counting once past ``stop_at`` (a workspace of a million files must not stall the watch).
+    """The disk a run uses: the bytes under ``root``.
 
-    Why a walk of the tree and not the file system's counters: the workspace shares its file system with every other
-    run, so only the files under it say what this run holds; a link to the data cache is not the run's disk.
+    Measured by the watch against ``--workspace-limit``
+    (:class:`bench.pipeline.watch.WorkspaceGuard`): each regular file's size once (hard links
+    counted once), not following links; stops counting once past ``stop_at`` (a workspace of a
+    million files must not stall the watch).
+
+    Why a walk of the tree and not the file system's counters: the workspace shares its file system
+    with every other run, so only the files under it say what this run holds; a link to the data
+    cache is not the run's disk.
     """
     total, seen, stack = 0, set(), [str(root)]
     while stack:
