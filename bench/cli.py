@@ -21,6 +21,7 @@ def _tasks(key: str):
 
 
 def cmd_tasks(args: argparse.Namespace) -> int:
+    """``bench tasks``: the tasks with budget, metric, direction, data (``check``: conformance)."""
     from bench.tasks import data, weights
 
     if getattr(args, "tasks_command", None) == "check":  # bench tasks check DIR (bench/conformance/check.py)
@@ -50,6 +51,7 @@ def cmd_tasks(args: argparse.Namespace) -> int:
 
 
 def cmd_weights(args: argparse.Namespace) -> int:
+    """``bench weights``: the provided weights' status, or ``install`` checked files."""
     from bench.tasks import weights
 
     if args.weights_command == "install":
@@ -58,6 +60,7 @@ def cmd_weights(args: argparse.Namespace) -> int:
 
 
 def cmd_agents(args: argparse.Namespace) -> int:
+    """``bench agents``: the dispatch table, or ``install`` / ``check`` the agents' CLIs."""
     if getattr(args, "agents_command", None) == "install":
         from bench.agents.install import install_main
 
@@ -74,6 +77,7 @@ def cmd_agents(args: argparse.Namespace) -> int:
 
 
 def cmd_data(args: argparse.Namespace) -> int:
+    """``bench data prepare``: download (or copy from the mirror), verify and prepare."""
     from bench.tasks import data
 
     for t in _tasks(args.task):
@@ -83,6 +87,7 @@ def cmd_data(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    """``bench run``: an agent's runs on tasks (``--resume``: first those whose harness died)."""
     from bench import runspec
     from bench.runner import run
 
@@ -182,6 +187,7 @@ def _print_summary(results: list[RunResult]) -> None:
 
 
 def cmd_record(args: argparse.Namespace) -> int:
+    """``bench record RUN_DIR``: (re)record a run in MLflow; one without result.json is finished."""
     if not Path(args.run_dir).is_dir():
         raise InputError(f"no run directory {args.run_dir}: give the run dir bench run printed")
     from bench.pipeline.record import load_run, record
@@ -226,6 +232,7 @@ def _finish_from_spool(run_dir: Path) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    """``bench demo``: the baseline on T6 and a short T1, then a leaderboard."""
     from bench.demo import demo
 
     return demo(t1_budget_s=args.t1_budget, campaign=args.campaign)
@@ -247,6 +254,7 @@ def cmd_ui(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``bench`` command line: every subcommand and its flags."""
     p = argparse.ArgumentParser(prog="bench", description="Run the 1GC-7RC benchmark for AI coding agents.")
     sub = p.add_subparsers(dest="command", required=True)
 

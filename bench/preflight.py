@@ -50,10 +50,12 @@ class Collect:
         self.errors: list[Exception] = []  # what the checks raised, so that a lone one keeps its type
 
     def add(self, line: str) -> None:
+        """A problem said by hand, one line."""
         self.lines.append(line)
 
     @contextmanager
     def check(self, prefix: str = "") -> Iterator[None]:
+        """Around a check: a problem it raises is kept (each line after ``prefix``), not raised."""
         try:
             yield
         except refusals() as e:

@@ -76,7 +76,8 @@ def _device(device: str | None) -> str:
         return ""
     if re.fullmatch(r"cuda:\d+", device):
         n = device.split(":")[1]
-        return f"{device}: the evaluation takes cpu or cuda; pick the GPU with CUDA_VISIBLE_DEVICES={n} and --device cuda"
+        pick = f"pick the GPU with CUDA_VISIBLE_DEVICES={n} and --device cuda"
+        return f"{device}: the evaluation takes cpu or cuda; {pick}"
     return f"{device!r} is not a device the evaluation can use: use cpu or cuda"
 
 
@@ -178,7 +179,7 @@ class RunSpec:
         if not isinstance(self.task, str):
             self._task, self.task = self.task, self.task.id
 
-    # --- every value's rule (the types are the fields'; the campaign file's text forms: file_layer) ----------
+    # --- every value's rule (the types are the fields'; the campaign file's text forms: file_layer
     @field_validator("budget_s", mode="before")
     @classmethod
     def _duration_text(cls, value: object, info: ValidationInfo) -> object:
@@ -254,7 +255,7 @@ class RunSpec:
             raise validation.bad("is enforced by the sandbox's metering gateway: it needs the sandbox", "max_cost")
         return self
 
-    # --- what readers ask ---------------------------------------------------------------
+    # --- what readers ask ------------------------------------------------------------------------
     @property
     def budget(self) -> float:
         """The budget in force: the run's own, else the task's."""
@@ -276,7 +277,7 @@ class RunSpec:
             self._task = packs.task_for_run(self.task, self.task_source)
         return self._task
 
-    # --- JSON ---------------------------------------------------------------------------
+    # --- JSON ------------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         """The description as run.json and result.json embed it.
 
@@ -298,7 +299,7 @@ class RunSpec:
             values["limits"] = limits_of(values["limits"])
         return validate({**values, "console": console}, lambda loc: str(loc[0]) if loc else "", form="json", model=cls)
 
-    # --- the one constructor ------------------------------------------------------------
+    # --- the one constructor ---------------------------------------------------------------------
     @classmethod
     def build(
         cls,

@@ -172,9 +172,7 @@ class Env(BaseSettings):
     data_mirror: APath | None = _setting(
         None, "a folder", "a local copy of the tasks' raw data, used instead of downloading", "path"
     )
-    cli_dir: APath | None = _setting(
-        None, "a folder", "where the agents' CLIs are installed", "path", "<cache>/clis"
-    )
+    cli_dir: APath | None = _setting(None, "a folder", "where the agents' CLIs are installed", "path", "<cache>/clis")
     prices: Annotated[Path, BeforeValidator(_path), AfterValidator(_file)] | None = _setting(
         None, 'a TOML file of [models."id"] rows',
         "your own model prices (USD per 1M tokens): they override or add to bench/agents/prices.toml", "path",
@@ -207,9 +205,7 @@ class Env(BaseSettings):
     gateway_drain_s: AtLeast0 = _setting(
         20.0, "seconds >= 0", "how long the gateway reads an answer on for its usage after the agent's CLI left"
     )
-    llm_bodies_mb: AtLeast0 = _setting(
-        5.0, "MB >= 0", "the cap of a run's evidence/llm-bodies.jsonl (0: sizes only)"
-    )
+    llm_bodies_mb: AtLeast0 = _setting(5.0, "MB >= 0", "the cap of a run's evidence/llm-bodies.jsonl (0: sizes only)")
     api_check: Switch = _setting(
         True, SWITCH, "0 skips the preflight's requests to each LLM agent's endpoint (credentials are still checked)"
     )
@@ -217,7 +213,9 @@ class Env(BaseSettings):
         180.0, "seconds > 0",
         "API failures spanning this long end an LLM agent's run as interrupted (bench run --api-fail-window)",
     )  # fmt: skip
-    experiment: str = _setting("", "a campaign's name", "the campaign notebooks/02 reads", "knob", "the latest campaign")
+    experiment: str = _setting(
+        "", "a campaign's name", "the campaign notebooks/02 reads", "knob", "the latest campaign"
+    )
     campaign_cpus: Annotated[tuple[int, ...], NoDecode, BeforeValidator(_cpus)] = _setting(
         (), "CPU numbers: 0,1,2,3", "set by the local campaign executor: the CPU set of one run's bench process",
         "internal",
@@ -262,7 +260,7 @@ class Setting:
 
     @property
     def group(self) -> str:
-        """"path", "knob" or "internal" (set by the toolkit for its own processes)."""
+        """The table's kind: path, knob or internal (set by the toolkit for its own processes)."""
         return self._extra["group"]
 
     @property

@@ -61,6 +61,7 @@ def add_cli(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_campaign(args: argparse.Namespace) -> int:
+    """``bench campaign run|resume|status`` and a job's own process: the file checked first."""
     from bench.campaign import job  # the pipeline: imported when a campaign command runs, not for every `bench`
 
     try:

@@ -56,7 +56,9 @@ class SlurmSettings(BaseModel):
     eval_margin_s: float | None = Field(None, alias="eval_margin", **_hint('a duration, e.g. eval_margin = "20m"'))
     signal_delay_s: int = Field(120, ge=0)  # submitit's USR2 before the time limit: time to finish or leave it
     # shell lines before each job (module load, source a venv, export ...)
-    setup: tuple[str, ...] = Field((), strict=False, **_hint('a list of shell lines, e.g. setup = ["module load cuda"]'))
+    setup: tuple[str, ...] = Field(
+        (), strict=False, **_hint('a list of shell lines, e.g. setup = ["module load cuda"]')
+    )
     # other sbatch options (account, qos, constraint)
     additional: dict[str, Any] = Field(
         default_factory=dict, **_hint('a table of sbatch options, e.g. additional = { account = "lab" }')
@@ -80,9 +82,7 @@ class AgentTable(BaseModel):
     name: str = Field(**_hint('an agent\'s name: name = "claude-code" (bench agents lists them)'))
     model: str | None = Field(None, min_length=1, **_hint("a non-empty string"))
     agent_command: str | None = None
-    options: dict[str, str] = Field(
-        default_factory=dict, **_hint('a table of strings, e.g. options = { bin = "..." }')
-    )
+    options: dict[str, str] = Field(default_factory=dict, **_hint('a table of strings, e.g. options = { bin = "..." }'))
 
     @field_validator("name")
     @classmethod
@@ -185,7 +185,7 @@ def name_of(where: str) -> validation.Namer:
     return name
 
 
-# --- the Slurm job's evaluation margin ------------------------------------------------------------------------------
+# --- the Slurm job's evaluation margin ----------------------------------------------------------
 def eval_margin_s(limits: Limits) -> float:
     """A Slurm job's time after the agent's (``slurm.eval_margin`` left out).
 

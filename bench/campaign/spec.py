@@ -8,7 +8,7 @@ hour), every problem one line naming the key.
     name = "pilot"            # the campaign = the MLflow experiment = the workspaces' folder
     tasks = ["t1", "t6"]      # or "all"
     repeats = 5               # paper: 5 (Appendix B)
-    budget = "40m"            # optional: each task's own budget when absent (a run with another is non-standard)
+    budget = "40m"            # optional: each task's own when absent (another is non-standard)
     [[agents]]
     name = "claude-code"
     model = "claude-opus-4-7"
@@ -25,17 +25,17 @@ is: each a task folder or a folder of task folders, relative to the campaign fil
 ``nvidia-smi -L`` when absent), per agent ``options`` (a table of adapter options) and a ``[slurm]``
 table (:class:`SlurmSettings`).
 
-Each run's limits (:mod:`bench.sandbox.resource_limits`), the ``bench run`` flags of the same name
-with underscores
-and the same defaults, for every run of the campaign::
+Each run's limits (:mod:`bench.sandbox.limits`), the ``bench run`` flags of the same name with
+underscores and the same defaults, for every run of the campaign::
 
-    memory = "64G"            # --memory: the agent's processes together, and the predictor's (default 64G, at most
-                              #   80 % of the node's RAM; "none": no limit)
+    memory = "64G"            # --memory: the agent's processes together, and the predictor's
+                              #   (default 64G, at most 80 % of the node's RAM; "none": no limit)
     max_processes = 4096      # --max-processes: processes and threads ("none": no limit)
     workspace_limit = "200G"  # --workspace-limit: 10 % more ends the run ("none": no limit)
     log_limit = "128M"        # --log-limit: agent.log keeps its first and last half
     eval_budget = "1h"        # --eval-budget: the evaluation of all of a run's candidates together
-    max_cost = 20.0           # --max-cost: each run's API budget in USD (the metering gateway; default: none)
+    max_cost = 20.0           # --max-cost: each run's API budget in USD (the metering gateway;
+                              #   default: none; it needs the sandbox)
 
 A size is a string with a unit (``"512M"``, ``"1.5G"``, powers of 1024) or a whole number of bytes;
 the evaluation budget is a duration like ``budget``. The Slurm executor's job time limit follows
@@ -93,6 +93,7 @@ class AgentEntry:
 
     @property
     def label(self) -> str:
+        """The entry as the status line shows it: ``name (model)``."""
         return f"{self.name} ({self.model})" if self.model else self.name
 
 
@@ -107,6 +108,7 @@ class RunKey:
 
     @property
     def label(self) -> str:
+        """The run as the status line shows it: ``t6-name (model)-r1``."""
         return f"{self.task}-{self.agent.label}-r{self.repeat}"
 
 
@@ -150,22 +152,27 @@ class Campaign:
     # what the executors, the plan and the status line ask of every run's description
     @property
     def budget_s(self) -> float | None:
+        """Every run's budget as the file sets it (None: each task's own)."""
         return self.run.get("budget_s")
 
     @property
     def grace_s(self) -> float:
+        """Seconds after the budget before SIGKILL."""
         return self.run.get("grace_s", runspec.GRACE_S)
 
     @property
     def sandbox(self) -> bool:
+        """Whether the agents run in the sandbox."""
         return self.run.get("sandbox", True)
 
     @property
     def limits(self) -> Limits:
+        """Every run's limits."""
         return self.run.get("limits") or Limits()
 
     @property
     def max_cost(self) -> float | None:
+        """Every run's API budget in USD (None: none)."""
         return self.run.get("max_cost")
 
     @property
@@ -174,6 +181,7 @@ class Campaign:
         return campaign_dir(self.name)
 
     def tasks(self) -> list[Task]:
+        """The matrix's tasks, looked up."""
         return [get_task(t) for t in self.task_ids]
 
     def runs(self) -> list[RunKey]:
@@ -190,6 +198,7 @@ class Campaign:
         ]
 
     def run_dir(self, key: RunKey) -> Path:
+        """The run's directory: the campaign's folder and the run's stable id."""
         return self.folder / key.run_id
 
     @property
@@ -204,6 +213,7 @@ class Campaign:
         return eval_margin_s(self.limits)
 
     def budget_of(self, task: str) -> float:
+        """The budget of a task's runs: the file's, else the task's own (looked up once)."""
         if self.budget_s is not None:
             return self.budget_s
         if task not in self._budgets:
@@ -326,12 +336,13 @@ def _checked(loc: validation.Loc, judge) -> list[tuple[validation.Loc, str]]:
 
 
 def _tasks_path(value: str | list[str], path: Path) -> tuple[Path, ...]:
-    """The ``tasks_path`` folders, relative to the campaign file, added to this process's task search.
+    """The ``tasks_path`` folders, relative to the campaign file, added to the task search.
 
     A job process reads the file again, so its runs find the same tasks (a missing folder or an id
     taken twice: TaskError).
     """
-    folders = tuple((path.parent / Path(p).expanduser()).resolve() for p in ([value] if isinstance(value, str) else value))
+    given = [value] if isinstance(value, str) else value
+    folders = tuple((path.parent / Path(p).expanduser()).resolve() for p in given)
     packs.add_search_path(folders, f"{path}: tasks_path")
     return folders
 

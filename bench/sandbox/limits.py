@@ -95,7 +95,8 @@ def _file_text(key: str, kind: str, value: object, info: ValidationInfo) -> obje
     if off and key == "log_limit":
         raise validation.bad('cannot be none: agent.log always has a limit; give a size, e.g. log_limit = "1G"')
     if off and key == "eval_budget":
-        raise validation.bad('cannot be none: the evaluation always has a budget; give a duration, e.g. eval_budget = "1h"')
+        why = 'the evaluation always has a budget; give a duration, e.g. eval_budget = "1h"'
+        raise validation.bad(f"cannot be none: {why}")
     if off:
         return None
     match kind, value:
@@ -116,7 +117,8 @@ def _file_text(key: str, kind: str, value: object, info: ValidationInfo) -> obje
                 raise validation.bad(str(e)) from None
             least = LEAST[KEYS[key]]
             if size < least:
-                raise validation.bad(f'{value!r} is too small to run anything: give at least "{_size(least)}" (or "none")')
+                shown = f'"{_size(least)}" (or "none")'
+            raise validation.bad(f"{value!r} is too small to run anything: give at least {shown}")
             return size
         case "size", bool() | float():
             raise validation.bad(f'write a size as a string, e.g. {key} = "64G", or "none" (got {value!r})')
@@ -135,7 +137,8 @@ class Limits:
         strict=True,
         json_schema_extra=_limit(
             "--memory", "size", "a whole number or null",
-            "memory of the agent's processes together: 64G (default: 64G, at most 80%% of this machine's RAM), or none",
+            "memory of the agent's processes together: 64G (default: 64G, at most 80%% of this machine's RAM), "
+            "or none",
         ),
     )  # fmt: skip
     processes: int | None = Field(
@@ -150,9 +153,10 @@ class Limits:
         DEFAULT_WORKSPACE,
         strict=True,
         json_schema_extra=_limit(
-            "--workspace-limit", "size", "a whole number or null", "workspace size; 10%% more ends the run (default 200G)"
+            "--workspace-limit", "size", "a whole number or null",
+            "workspace size; 10%% more ends the run (default 200G)",
         ),
-    )
+    )  # fmt: skip
     log_bytes: int = Field(
         DEFAULT_LOG,
         strict=True,
@@ -216,7 +220,8 @@ class Limits:
             Limits(**asdict(self))
         except ValidationError as e:
             named = {**FLAGS, **(names or {})}
-            raise LimitError(validation.lines(e, lambda loc: named.get(str(loc[0]), str(loc[0])) if loc else "")[0])
+            said = validation.lines(e, lambda loc: named.get(str(loc[0]), str(loc[0])) if loc else "")
+            raise LimitError(said[0]) from None
 
     def to_dict(self) -> dict:
         """The limits as ``run.json`` and ``result.json`` store them.

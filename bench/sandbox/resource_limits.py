@@ -74,7 +74,7 @@ WORKSPACE_MARGIN = 0.10  # passing the limit is noted; passing it by this share 
 WORKSPACE_CHECK_S = 5.0  # how often the watch measures the workspace (longer when a measure itself is slow)
 
 
-# --- cgroups -------------------------------------------------------------------------------------------------------
+# --- cgroups ------------------------------------------------------------------------------------
 def _own_groups(proc_cgroup: str = "/proc/self/cgroup") -> dict[str, str]:
     """The run's own cgroups, from ``/proc/self/cgroup``.
 
@@ -208,13 +208,16 @@ class RunGroup:
 
     @property
     def active(self) -> bool:
+        """Whether the run has a cgroup (else rlimits hold it)."""
         return bool(self.paths)
 
     @property
     def enforcement(self) -> str:
+        """How memory and processes are held: ``cgroup v2``, ``cgroup v1`` or ``rlimit``."""
         return f"cgroup v{self.support.version}" if self.active else "rlimit"
 
     def procs_files(self) -> list[Path]:
+        """The groups' ``cgroup.procs`` files, which a process joins by writing its pid."""
         return [p / "cgroup.procs" for p in self.paths.values()]
 
     def prelude(self, before: str = "") -> list[str]:
@@ -389,7 +392,7 @@ def _int(path: Path) -> int:
 
 
 def shell_prelude(procs_files: list[Path], before: str = "") -> list[str]:
-    """``sh -c`` that ignores SIGTERM, joins the run's cgroups, then execs the rest of its arguments.
+    """``sh -c`` that ignores SIGTERM, joins the run's cgroups, then execs the rest of its args.
 
     bwrap must outlive the watchdog's SIGTERM (:mod:`bench.sandbox`); before the exec it runs
     ``before`` (the seccomp filter's descriptor: :func:`bench.sandbox.seccomp.shell_open`); it
@@ -418,7 +421,7 @@ def predictor_limits(device: str, limits: Limits | None = None) -> RunGroup:
     return RunGroup(Limits(memory_bytes=memory, processes=run.processes), data_rlimit=device != "cuda")
 
 
-# --- rlimits -------------------------------------------------------------------------------------------------------
+# --- rlimits ------------------------------------------------------------------------------------
 def rlimit_args(limits: Limits | None) -> list[str]:
     """The launcher's ``--rlimit NAME=VALUE`` options for ``limits``.
 

@@ -12,8 +12,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from bench.sandbox import LAUNCHER
-from bench.sandbox import limits
+from bench.sandbox import LAUNCHER, limits
 from bench.sandbox.resource_limits import (
     GIB,
     MIB,
