@@ -37,12 +37,12 @@ import errno
 import os
 import resource
 import shlex
-import time
 import uuid
 import weakref
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
+from bench.sandbox.cgroups import CgroupSupport, cgroup_support, keyed, read_int, remove_groups, sweep
 from bench.sandbox.limits import (  # the value of a run's limits, its defaults and sizes: bench/sandbox/limits.py
     DEFAULT_EVAL_S,
     DEFAULT_LOG,
@@ -64,90 +64,38 @@ from bench.sandbox.limits import (  # the value of a run's limits, its defaults 
     parse_size,
 )
 
-__all__ = [  # the value moved to bench/sandbox/limits.py: its names are still found here
-    "DEFAULT_EVAL_S", "DEFAULT_LOG", "DEFAULT_MEMORY", "DEFAULT_PROCESSES", "DEFAULT_WORKSPACE", "FLAGS", "GIB", "KIB",
-    "LEAST", "LINE_BYTES", "MEMORY_SHARE", "MIB", "MIN_EVAL_S", "LimitError", "Limits", "RunGroup", "default_memory",
-    "machine_memory", "parse_size", "predictor_limits", "shell_prelude", "tree_bytes",
-]  # fmt: skip
+__all__ = [  # the value lives in bench/sandbox/limits.py, the cgroups' discovery in cgroups.py: found here too
+    "CgroupSupport",
+    "DEFAULT_EVAL_S",
+    "DEFAULT_LOG",
+    "DEFAULT_MEMORY",
+    "DEFAULT_PROCESSES",
+    "DEFAULT_WORKSPACE",
+    "FLAGS",
+    "GIB",
+    "KIB",
+    "LEAST",
+    "LINE_BYTES",
+    "MEMORY_SHARE",
+    "MIB",
+    "MIN_EVAL_S",
+    "LimitError",
+    "Limits",
+    "RunGroup",
+    "cgroup_support",
+    "default_memory",
+    "machine_memory",
+    "parse_size",
+    "predictor_limits",
+    "shell_prelude",
+    "tree_bytes",
+]
 
 WORKSPACE_MARGIN = 0.10  # passing the limit is noted; passing it by this share more ends the run
 WORKSPACE_CHECK_S = 5.0  # how often the watch measures the workspace (longer when a measure itself is slow)
 
 
-# --- cgroups ------------------------------------------------------------------------------------
-def _own_groups(proc_cgroup: str = "/proc/self/cgroup") -> dict[str, str]:
-    """The run's own cgroups, from ``/proc/self/cgroup``.
-
-    ``{"": "/path"}`` for v2 and ``{"memory": "/path", "pids": "/path"}`` for v1.
-    """
-    out = {}
-    for line in Path(proc_cgroup).read_text().splitlines():
-        _, controllers, path = line.split(":", 2)
-        for c in controllers.split(",") if controllers else [""]:
-            out[c] = path
-    return out
-
-
-def _mounts(mountinfo: str = "/proc/self/mountinfo") -> dict[str, Path]:
-    """Where each hierarchy is mounted: ``""`` (v2) and the v1 controllers' names."""
-    out: dict[str, Path] = {}
-    for line in Path(mountinfo).read_text().splitlines():
-        left, _, right = line.partition(" - ")
-        fields, rest = left.split(), right.split()
-        if len(fields) < 5 or len(rest) < 3:
-            continue
-        if rest[0] == "cgroup2":
-            out.setdefault("", Path(fields[4]))
-        elif rest[0] == "cgroup":
-            for option in rest[2].split(","):
-                if option in ("memory", "pids"):
-                    out.setdefault(option, Path(fields[4]))
-    return out
-
-
-@dataclass(frozen=True)
-class CgroupSupport:
-    """Where this harness may make the run's groups.
-
-    ``version`` 2 (one parent) or 1 (memory and pids parents).
-    """
-
-    version: int
-    parents: dict[str, Path]  # "" for v2; "memory" and "pids" for v1
-
-
-def _writable_dir(path: Path) -> bool:
-    return path.is_dir() and os.access(path, os.W_OK | os.X_OK)
-
-
-def cgroup_support(
-    proc_cgroup: str = "/proc/self/cgroup", mountinfo: str = "/proc/self/mountinfo"
-) -> CgroupSupport | None:
-    """The cgroups this process can make with memory and pids limits.
-
-    None when it can make none (then rlimits).
-
-    v2 needs both controllers in the own group's ``cgroup.subtree_control`` (delegated, e.g. by
-    ``systemd-run --user --scope -p Delegate=yes``) and the group writable; v1 needs the two
-    hierarchies writable.
-    """
-    try:
-        own, mounts = _own_groups(proc_cgroup), _mounts(mountinfo)
-    except (OSError, ValueError):
-        return None
-    if "" in own and "" in mounts:
-        parent = mounts[""] / own[""].lstrip("/")
-        try:
-            enabled = (parent / "cgroup.subtree_control").read_text().split()
-        except OSError:
-            enabled = []
-        if {"memory", "pids"} <= set(enabled) and _writable_dir(parent):
-            return CgroupSupport(2, {"": parent})
-    if {"memory", "pids"} <= set(own) and {"memory", "pids"} <= set(mounts):
-        parents = {c: mounts[c] / own[c].lstrip("/") for c in ("memory", "pids")}
-        if all(_writable_dir(p) for p in parents.values()):
-            return CgroupSupport(1, parents)
-    return None
+# --- the run's cgroups: made, joined, read, removed (bench/sandbox/cgroups.py finds where) ------
 
 
 class RunGroup:
@@ -174,7 +122,7 @@ class RunGroup:
             return
         name = name or f"bench-{uuid.uuid4().hex[:12]}"
         for parent in self.support.parents.values():
-            _sweep(parent)
+            sweep(parent)
         try:
             for controller, parent in self.support.parents.items():
                 path = parent / name
@@ -186,7 +134,7 @@ class RunGroup:
             self.remove()
         # a harness that fails between the launch and the watch's remove() still removes its groups
         # on exit
-        self._finalizer = weakref.finalize(self, _remove, dict(self.paths))
+        self._finalizer = weakref.finalize(self, remove_groups, dict(self.paths))
 
     def _set(self) -> None:
         mem, procs = self.limits.memory_bytes, self.limits.processes
@@ -277,14 +225,14 @@ class RunGroup:
         if not self.active:
             return out
         if self.support.version == 2:
-            mem = _keyed(self.paths[""] / "memory.events")
-            pids = _keyed(self.paths[""] / "pids.events")
+            mem = keyed(self.paths[""] / "memory.events")
+            pids = keyed(self.paths[""] / "pids.events")
             oom, over = mem.get("oom_kill", 0), mem.get("max", 0)
             refused = pids.get("max", 0)
         else:
-            oom = _keyed(self.paths["memory"] / "memory.oom_control").get("oom_kill", 0)
-            over = _int(self.paths["memory"] / "memory.failcnt")
-            refused = _keyed(self.paths["pids"] / "pids.events").get("max", 0)
+            oom = keyed(self.paths["memory"] / "memory.oom_control").get("oom_kill", 0)
+            over = read_int(self.paths["memory"] / "memory.failcnt")
+            refused = keyed(self.paths["pids"] / "pids.events").get("max", 0)
         if oom or over:
             out.append({"limit": "memory", "value": self.limits.memory_bytes, "oom_kills": oom, "refused": over})
         if refused:
@@ -309,7 +257,7 @@ class RunGroup:
             if self.support.version == 2:
                 path = self.paths[""]
                 for _ in range(8):
-                    left = _keyed(path / "memory.stat").get("file", 0)
+                    left = keyed(path / "memory.stat").get("file", 0)
                     if left <= 0:
                         return None
                     try:
@@ -317,7 +265,7 @@ class RunGroup:
                     except OSError as e:
                         if e.errno != errno.EAGAIN:  # EAGAIN: less than asked was reclaimed; ask again
                             raise
-                left = _keyed(path / "memory.stat").get("file", 0)
+                left = keyed(path / "memory.stat").get("file", 0)
                 return None if left <= 0 else f"{left} bytes of page cache left in the predictors' group"
             (self.paths["memory"] / "memory.force_empty").write_text("0")
         except OSError as e:
@@ -329,66 +277,8 @@ class RunGroup:
 
         The watch ended the tree already.
         """
-        _remove(self.paths)
+        remove_groups(self.paths)
         self.paths = {}
-
-
-STALE_S = 3600.0  # an empty run group this old was left by a harness or scorer that was killed: removed
-
-
-def _sweep(parent: Path) -> None:
-    """Remove the empty ``bench-*`` groups under ``parent`` older than :data:`STALE_S`.
-
-    A SIGKILLed scorer cannot remove its predictor's group; an empty group holds nothing but a
-    directory.
-    """
-    now = time.time()
-    for path in parent.glob("bench-*"):
-        try:
-            if now - path.stat().st_mtime > STALE_S and not (path / "cgroup.procs").read_text().strip():
-                path.rmdir()
-        except OSError:
-            continue
-
-
-def _remove(paths: dict[str, Path]) -> None:
-    for path in paths.values():
-        if not path.exists():
-            continue
-        kill = path / "cgroup.kill"
-        try:
-            if kill.exists():
-                kill.write_text("1")
-            else:
-                for pid in (path / "cgroup.procs").read_text().split():
-                    try:
-                        os.kill(int(pid), 9)
-                    except OSError:
-                        pass
-        except OSError:
-            pass
-        for _ in range(50):  # the killed processes leave the group within moments
-            try:
-                path.rmdir()
-                break
-            except OSError:
-                if not (path / "cgroup.procs").exists():
-                    break  # not a cgroup (a test's folder): nothing will leave it
-                time.sleep(0.1)
-
-
-def _keyed(path: Path) -> dict[str, int]:
-    try:
-        return {k: int(v) for k, v in (line.split() for line in path.read_text().splitlines() if line.strip())}
-    except (OSError, ValueError):
-        return {}
-
-
-def _int(path: Path) -> int:
-    try:
-        return int(path.read_text().strip())
-    except (OSError, ValueError):
-        return 0
 
 
 def shell_prelude(procs_files: list[Path], before: str = "") -> list[str]:
