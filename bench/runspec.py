@@ -4,12 +4,12 @@ The model is :class:`RunSpec`.
 
 One model, declared once: each field says how a user gives it (``flag``: its ``bench run`` flag,
 generated from here by :func:`add_flags`; ``key``: a campaign file's key, read by
-:func:`file_layer`) and its validators judge every value, whichever way it came: the command line, a
-campaign file, ``run.json``/``result.json`` (which embed it whole: :meth:`RunSpec.to_dict`,
-:meth:`RunSpec.from_dict`, so ``--resume``, ``bench record`` and a campaign's job meet the same
-rules). A field added here travels to the flag, the file, both JSON files, the resume and the MLflow
-run (``bench.tracking.schema.spec_params``/``spec_tags``) without another line elsewhere. A
-validation error is said in one line naming the value as the user wrote it
+:func:`bench.campaign.file.run_layer`) and its validators judge every value, whichever way it came:
+the command line, a campaign file, ``run.json``/``result.json`` (which embed it whole:
+:meth:`RunSpec.to_dict`, :meth:`RunSpec.from_dict`, so ``--resume``, ``bench record`` and a
+campaign's job meet the same rules). A field added here travels to the flag, the file, both JSON
+files, the resume and the MLflow run (``bench.tracking.schema.spec_params``/``spec_tags``) without
+another line elsewhere. A validation error is said in one line naming the value as the user wrote it
 (:mod:`bench.validation`).
 
 Precedence, lowest first: the task file (``task.toml``: the budget) < the campaign file < the
@@ -43,7 +43,6 @@ from pydantic.dataclasses import dataclass
 
 from bench import validation
 from bench.durations import parse_duration
-from bench.errors import InputError, Problems
 from bench.sandbox import limits as limits_model
 from bench.sandbox.limits import LimitError, Limits
 from bench.tasks import Task
@@ -179,7 +178,7 @@ class RunSpec:
         if not isinstance(self.task, str):
             self._task, self.task = self.task, self.task.id
 
-    # --- every value's rule (the types are the fields'; the campaign file's text forms: file_layer
+    # --- every value's rule (the types are the fields'; the campaign file's text forms: form "file"
     @field_validator("budget_s", mode="before")
     @classmethod
     def _duration_text(cls, value: object, info: ValidationInfo) -> object:
@@ -409,43 +408,6 @@ def limits_of(raw: object) -> Limits:
     return limits_model.read(raw, "json", lambda loc: ".".join(map(str, loc)))
 
 
-def file_layer(raw: Mapping[str, Any], where: str, model: type = RunSpec) -> dict[str, Any]:
-    """A campaign file's layer of the run's description.
-
-    Its keys (the fields' ``key``, the limits' keys) read by the model in the file's text forms
-    ("40m", "64G", "none"); each problem one line naming ``where: key:``.
-    """
-    keys = {m["key"]: name for name, info in validation.fields_of(model).items() if (m := info.json_schema_extra or {})
-            .get("key")}  # fmt: skip
-    fields = {keys[k]: v for k, v in raw.items() if k in keys}
-    limits = {limits_model.KEYS[k]: v for k, v in raw.items() if k in limits_model.KEYS}
-    said = {**{f: k for k, f in keys.items()}, **{f: k for k, f in limits_model.KEYS.items()}}
-    name = namer(lambda f: f"{where}: {said.get(f, f)}:")
-    problems: list[str] = []
-    try:
-        spec = validate({"task": "-", "agent": "-", **fields}, name, form="file", model=model)
-    except InputError as e:
-        problems += getattr(e, "lines", [str(e)])
-        spec = None
-    try:
-        fields["limits"] = limits_model.read(limits, "file", name)
-    except InputError as e:
-        problems += getattr(e, "lines", [str(e)])
-    if problems:
-        raise Problems(problems) if len(problems) > 1 else InputError(problems[0])
-    return {f: getattr(spec, f) for f in fields if f != "limits"} | {"limits": fields["limits"]}
-
-
-def file_keys(model: type = RunSpec, *, ordered: bool = False) -> list[str]:
-    """Every key a campaign file may give of each run's description.
-
-    The fields' and the limits', in the models' order (``ordered``) or sorted.
-    """
-    extras = (info.json_schema_extra or {} for info in validation.fields_of(model).values())
-    keys = [m["key"] for m in extras if m.get("key")] + list(limits_model.KEYS)
-    return keys if ordered else sorted(keys)
-
-
 def draw_seed() -> int:
     """A fresh seed from the operating system's randomness.
 
@@ -455,4 +417,4 @@ def draw_seed() -> int:
     return secrets.randbelow(SEED_RANGE)
 
 
-__all__ = ["GRACE_S", "LimitError", "Limits", "RunSpec", "check", "file_layer", "limits_of"]
+__all__ = ["GRACE_S", "LimitError", "Limits", "RunSpec", "check", "limits_of"]

@@ -7,13 +7,14 @@ refused with the nearest known one, a wrong type or value is one line naming the
 write. The keys that set a field of every run's description (``budget``, ``max_cost``, the limits,
 ...) are not declared here: they are the fields' own (``key`` in :class:`bench.runspec.RunSpec` and
 :class:`bench.sandbox.limits.Limits`), added to this model by :func:`model_for` and judged by the
-run's model (:func:`bench.runspec.file_layer`). What needs the machine (the task registry, an
+run's model (:func:`run_layer`). What needs the machine (the task registry, an
 agent's options) is judged by :func:`bench.campaign.spec.load` after the file's own keys.
 """
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
@@ -21,8 +22,9 @@ from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
 from bench import runspec, validation
 from bench.agents import AGENTS
 from bench.durations import fmt_s, parse_duration
-from bench.errors import InputError
+from bench.errors import InputError, Problems
 from bench.pipeline.evaluate import SCORER_GRACE_S
+from bench.sandbox import limits as limits_model
 from bench.sandbox.limits import MIN_EVAL_S, Limits
 
 AFTER_EVAL_S = 10 * 60  # a Slurm job's time after the evaluation: the relay's last values, collect, audit, record
@@ -162,14 +164,50 @@ class CampaignFile(BaseModel):
         return gpus
 
 
+def run_layer(raw: Mapping[str, Any], where: str, spec: type) -> dict[str, Any]:
+    """The file's layer of every run's description, read by the run's model (``spec``, a RunSpec).
+
+    Its keys (the fields' ``key``, the limits' keys) are read in the file's text forms ("40m",
+    "64G", "none"); each problem is one line naming ``where: key:``.
+    """
+    extras = {f: info.json_schema_extra or {} for f, info in validation.fields_of(spec).items()}
+    keys = {m["key"]: f for f, m in extras.items() if m.get("key")}
+    fields = {keys[k]: v for k, v in raw.items() if k in keys}
+    limits = {limits_model.KEYS[k]: v for k, v in raw.items() if k in limits_model.KEYS}
+    said = {**{f: k for k, f in keys.items()}, **{f: k for k, f in limits_model.KEYS.items()}}
+    name = runspec.namer(lambda f: f"{where}: {said.get(f, f)}:")
+    problems: list[str] = []
+    try:
+        described = runspec.validate({"task": "-", "agent": "-", **fields}, name, form="file", model=spec)
+    except InputError as e:
+        problems += getattr(e, "lines", [str(e)])
+    try:
+        fields["limits"] = limits_model.read(limits, "file", name)
+    except InputError as e:
+        problems += getattr(e, "lines", [str(e)])
+    if problems:
+        raise Problems(problems) if len(problems) > 1 else InputError(problems[0])
+    return {f: getattr(described, f) for f in fields if f != "limits"} | {"limits": fields["limits"]}
+
+
+def run_keys(spec: type, *, ordered: bool = False) -> list[str]:
+    """Every key the file may give of each run's description: ``spec``'s fields' and the limits'.
+
+    In the models' order (``ordered``), else sorted.
+    """
+    extras = (info.json_schema_extra or {} for info in validation.fields_of(spec).values())
+    keys = [m["key"] for m in extras if m.get("key")] + list(limits_model.KEYS)
+    return keys if ordered else sorted(keys)
+
+
 @functools.cache
 def model_for(spec: type) -> type[CampaignFile]:
     """The file's model with the keys of every run's description.
 
     The keys are those that ``spec`` (a RunSpec) declares.
     """
-    run_keys = {key: (Any, None) for key in sorted(runspec.file_keys(spec))}
-    return create_model("CampaignFile", __base__=CampaignFile, **run_keys)
+    keys = {key: (Any, None) for key in run_keys(spec)}
+    return create_model("CampaignFile", __base__=CampaignFile, **keys)
 
 
 def name_of(where: str) -> validation.Namer:

@@ -71,6 +71,8 @@ from bench.campaign.file import (
     fit_to_margin,
     model_for,
     name_of,
+    run_keys,
+    run_layer,
 )
 from bench.errors import InputError, Problems
 from bench.pipeline.workspace import campaign_dir
@@ -237,9 +239,9 @@ def load(path: Path) -> Campaign:
     Every problem of the file at once, one line each naming its key (:class:`bench.errors.Problems`,
     an InputError); a file that cannot be read or parsed is one line. The file's keys are judged by
     its model (:mod:`bench.campaign.file`), each run's keys by the run's
-    (:func:`bench.runspec.file_layer`), then what needs the machine (the task registry, each agent's
-    options), each part whatever the others held (a part found wrong is judged with its default): a
-    file fixed key by key would cost a try per key.
+    (:func:`bench.campaign.file.run_layer`), then what needs the machine (the task registry, each
+    agent's options), each part whatever the others held (a part found wrong is judged with its
+    default): a file fixed key by key would cost a try per key.
     """
     path = Path(path)
     try:
@@ -261,10 +263,10 @@ def load(path: Path) -> Campaign:
         failed = {loc[0] for loc, _ in found}
         kept = {k: v for k, v in raw.items() if k not in failed}
         top = model.model_validate({**_FALLBACK, **kept}, context={validation.FORM: "file"})
-    run_keys = {k: raw[k] for k in runspec.file_keys(spec) if k in raw}
+    given = {k: raw[k] for k in run_keys(spec) if k in raw}
     run: dict[str, Any] = {"limits": Limits()}
     try:  # every run's description, as the file sets it
-        run = runspec.file_layer(run_keys, where, spec)
+        run = run_layer(given, where, spec)
     except InputError as e:
         found += [((_key_of(line, where),), line) for line in getattr(e, "lines", [str(e)])]
     if top.slurm.eval_margin_s is not None and "eval_budget" not in raw:  # a file written before eval_budget
@@ -317,7 +319,7 @@ def _rank(loc: validation.Loc, spec: type) -> int:
     The file's unknown keys, then its keys in the order of its model, the run's keys (in their
     model's order) after ``executor``.
     """
-    order = ["name", "repeats", "retries", "executor", *runspec.file_keys(spec, ordered=True), "slurm"]
+    order = ["name", "repeats", "retries", "executor", *run_keys(spec, ordered=True), "slurm"]
     order += ["tasks_path", "tasks", "agents", "gpus"]
     key = str(loc[0]) if loc else ""
     return order.index(key) if key in order else len(order)

@@ -118,7 +118,7 @@ def _file_text(key: str, kind: str, value: object, info: ValidationInfo) -> obje
             least = LEAST[KEYS[key]]
             if size < least:
                 shown = f'"{_size(least)}" (or "none")'
-            raise validation.bad(f"{value!r} is too small to run anything: give at least {shown}")
+                raise validation.bad(f"{value!r} is too small to run anything: give at least {shown}")
             return size
         case "size", bool() | float():
             raise validation.bad(f'write a size as a string, e.g. {key} = "64G", or "none" (got {value!r})')

@@ -17,7 +17,7 @@ import pytest
 from pydantic import ConfigDict
 from pydantic.dataclasses import dataclass
 
-from bench import runspec
+from bench.campaign.file import run_layer
 from bench.cli import main
 from bench.errors import InputError
 from bench.runspec import RunSpec, given
@@ -94,7 +94,7 @@ def test_the_same_rules_on_every_way_in():
     with pytest.raises(InputError, match=r"^--max-cost must be a positive amount in USD"):
         RunSpec.build("t6", "command", {"max_cost": -1.0})
     with pytest.raises(InputError, match=r"^c.toml: max_cost: must be a positive amount in USD"):
-        runspec.file_layer({"max_cost": -1.0}, "c.toml")
+        run_layer({"max_cost": -1.0}, "c.toml", RunSpec)
     with pytest.raises(InputError, match=r"^max_cost must be a positive amount in USD"):
         RunSpec.from_dict({**RunSpec("t6", "command").to_dict(), "max_cost": -1.0})
     # the API budget needs the sandbox: a description rebuilt from run.json for --resume meets the rule too
