@@ -70,7 +70,9 @@ def add_flags(parser: argparse.ArgumentParser, model: type | None = None) -> Non
         if m["arg"] in LIMIT_METAVARS:
             options = {"type": limits_model.arg(m["arg"], m.get("off", True)), "metavar": LIMIT_METAVARS[m["arg"]]}
         else:
-            options = {**KINDS[m["arg"]], **({"metavar": m["metavar"]} if "metavar" in m else {})}
+            options = dict(KINDS[m["arg"]])
+            if m["arg"] not in ("switch", "unswitch"):  # --grace GRACE, not the dest's SPEC:GRACE_S
+                options["metavar"] = m.get("metavar") or options.get("metavar") or m["flag"][2:].upper()
         parser.add_argument(m["flag"], dest=f"spec:{name}", default=None, help=m.get("help"), **options)
 
 
