@@ -32,7 +32,7 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, BeforeValidator, Field, ValidationError
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from bench.errors import InputError
+from bench.errors import BenchError, InputError
 
 ROOT = Path(__file__).resolve().parents[1]
 PREFIX = "BENCH_"
@@ -45,7 +45,7 @@ class SettingError(InputError):
     """
 
 
-class _Bad(ValueError):
+class _Bad(BenchError, ValueError):
     """A value its setting cannot take.
 
     The message (may be empty) says why, after what the setting expects.
