@@ -35,6 +35,10 @@ class Noted(RunSpec):
 @pytest.fixture
 def noted(monkeypatch: pytest.MonkeyPatch) -> type[Noted]:
     """``Noted`` wherever ``RunSpec`` is (as if the field were declared in bench/runspec.py)."""
+    import bench.campaign.job  # noqa: F401  (the modules that bind the name, loaded before it is replaced)
+    import bench.pipeline.state  # noqa: F401
+    import bench.result  # noqa: F401
+
     for module in list(sys.modules.values()):
         if getattr(module, "RunSpec", None) is RunSpec:
             monkeypatch.setattr(module, "RunSpec", Noted)
