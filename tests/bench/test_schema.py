@@ -39,8 +39,9 @@ def noted(monkeypatch: pytest.MonkeyPatch) -> type[Noted]:
     import bench.pipeline.state  # noqa: F401
     import bench.result  # noqa: F401
 
+    original = RunSpec  # this module's name is replaced too, on the way
     for module in list(sys.modules.values()):
-        if getattr(module, "RunSpec", None) is RunSpec:
+        if getattr(module, "RunSpec", None) is original:
             monkeypatch.setattr(module, "RunSpec", Noted)
     return Noted
 
