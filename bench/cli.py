@@ -6,14 +6,12 @@ import argparse
 import sys
 from pathlib import Path
 
-from bench import preflight, runspec
-from bench.agents import AGENTS, AgentError
+from bench import preflight, run_flags
+from bench.agents import AGENTS
 from bench.durations import parse_duration
-from bench.errors import InputError
+from bench.errors import BenchError, InputError
 from bench.result import ResultError, RunResult
-from bench.runspec import GRACE_S
-from bench.sandbox.bwrap import SandboxUnavailable
-from bench.tasks import TaskError, all_tasks, get_task
+from bench.tasks import all_tasks, get_task
 
 
 def _tasks(key: str):
@@ -23,6 +21,7 @@ def _tasks(key: str):
 
 
 def cmd_tasks(args: argparse.Namespace) -> int:
+    """``bench tasks``: the tasks with budget, metric, direction, data (``check``: conformance)."""
     from bench.tasks import data, weights
 
     if getattr(args, "tasks_command", None) == "check":  # bench tasks check DIR (bench/conformance/check.py)
@@ -30,7 +29,8 @@ def cmd_tasks(args: argparse.Namespace) -> int:
 
         return check_main(args.dir, keep=args.keep)
     tasks = all_tasks()  # an id declared twice is said before any line is printed
-    # each column as wide as its longest value (a pack's task id or name can be longer than the built-in ones)
+    # each column as wide as its longest value (a pack's task id or name can be longer than the
+    # built-in ones)
     wid = max([2, *(len(t.id) for t in tasks)])
     wname = max([4, *(len(t.name) for t in tasks)])
     wmetric = max([6, *(len(t.metric) for t in tasks)])
@@ -51,6 +51,7 @@ def cmd_tasks(args: argparse.Namespace) -> int:
 
 
 def cmd_weights(args: argparse.Namespace) -> int:
+    """``bench weights``: the provided weights' status, or ``install`` checked files."""
     from bench.tasks import weights
 
     if args.weights_command == "install":
@@ -58,14 +59,8 @@ def cmd_weights(args: argparse.Namespace) -> int:
     return weights.main([])
 
 
-def _key_value(text: str) -> tuple[str, str]:
-    key, sep, value = text.partition("=")
-    if not sep or not key:
-        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
-    return key.strip(), value
-
-
 def cmd_agents(args: argparse.Namespace) -> int:
+    """``bench agents``: the dispatch table, or ``install`` / ``check`` the agents' CLIs."""
     if getattr(args, "agents_command", None) == "install":
         from bench.agents.install import install_main
 
@@ -82,6 +77,7 @@ def cmd_agents(args: argparse.Namespace) -> int:
 
 
 def cmd_data(args: argparse.Namespace) -> int:
+    """``bench data prepare``: download (or copy from the mirror), verify and prepare."""
     from bench.tasks import data
 
     for t in _tasks(args.task):
@@ -91,8 +87,9 @@ def cmd_data(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    """``bench run``: an agent's runs on tasks (``--resume``: first those whose harness died)."""
+    from bench import runspec
     from bench.runner import run
-    from bench.runspec import RunSpec
 
     results, done = [], set()
     if args.resume is not None:  # first finish the runs whose harness died (bench/resume.py)
@@ -109,27 +106,27 @@ def cmd_run(args: argparse.Namespace) -> int:
         args.campaign, done = go_on, resume.finished_runs(go_on, args.agent or "")
     if not args.agent or not args.task:
         raise InputError("bench run needs --agent and --task (or --resume [CAMPAIGN|RUN_DIR] to finish runs)")
-    options = dict(args.agent_option or [])
+    flags = run_flags.layer(args)  # the command line's layer of each run's description (flags made from the model)
     if args.agent_command is not None:
         if args.agent != "command":
             raise InputError(f"--agent-command is for --agent command only; the {args.agent} agent would ignore it")
-        options["command"] = args.agent_command
+        flags["options"] = {**(flags["options"] or {}), "command": args.agent_command}
     tasks = _tasks(args.task)
     if args.api_fail_window is not None:  # read by bench.agents.health (bench.settings: beats BENCH_API_FAIL_WINDOW)
         from bench import settings
 
-        if not args.api_fail_window > 0:
-            raise InputError("--api-fail-window must be a positive duration: e.g. 3m (the default) or 90s")
-        settings.pin(BENCH_API_FAIL_WINDOW=float(args.api_fail_window))
-    preflight.check_repeats(args.repeats, 1 if args.first_repeat is None else args.first_repeat)
-    if args.seed is not None and args.repeats > 1:
+        try:  # judged by the settings' model, as the variable's text is
+            settings.pin(BENCH_API_FAIL_WINDOW=float(args.api_fail_window))
+        except settings.SettingError:
+            raise InputError("--api-fail-window must be a positive duration: e.g. 3m (the default) or 90s") from None
+    preflight.check_repeats(args.repeats)
+    if flags["seed"] is not None and args.repeats > 1:
         raise InputError(
             "--seed gives every repeat the same seed, so repeats would measure no noise: leave it out (a seeded "
             "agent draws one per repeat and records it), or run one repeat with the seed a run recorded"
         )
-    flags = _run_settings(args, options)  # the command line's layer of each run's description
-    specs = [  # every run's description, its values checked (RunSpec.build), before anything is created
-        RunSpec.build(task, args.agent, flags, campaign=args.campaign, repeat=repeat, console=not args.quiet)
+    specs = [  # every run's description, judged by its model (RunSpec.build), before anything is created
+        runspec.RunSpec.build(task, args.agent, flags, campaign=args.campaign, repeat=repeat, console=not args.quiet)
         for task in tasks
         for first in [_first_repeat(args, task.id)]
         for repeat in range(first, first + args.repeats)
@@ -146,55 +143,17 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _first_repeat(args: argparse.Namespace, task_id: str) -> int:
-    """``--first-repeat`` when given; with ``--resume`` 1 (its grid skips the finished runs); else the next repeat
-    free in the campaign (:func:`bench.rundir.next_repeat`), so a second ``bench run`` is r2, not another r1."""
+    """``--first-repeat`` when given; with ``--resume`` 1 (its grid skips the finished runs).
+
+    Else the next repeat free in the campaign (:func:`bench.rundir.next_repeat`), so a second
+    ``bench run`` is r2, not another r1.
+    """
     if args.first_repeat is not None or args.resume is not None:
-        return args.first_repeat or 1
+        return 1 if args.first_repeat is None else args.first_repeat  # 0: the model refuses it
     from bench import rundir
     from bench.pipeline.workspace import campaign_dir
 
     return rundir.next_repeat(campaign_dir(args.campaign), task_id, args.agent)
-
-
-def _limit_flags(s: argparse.ArgumentParser) -> None:
-    """The run's limits (bench/sandbox/resource_limits.py: defaults fit one A100 80 GB of a DGX A100 node)."""
-    s.add_argument("--memory", metavar="SIZE", help="memory of the agent's processes together: 64G (default: 64G, "
-                   "at most 80%% of this machine's RAM), or none")  # fmt: skip
-    s.add_argument("--max-processes", metavar="N", help="processes and threads of the agent (default 4096), or none")
-    s.add_argument("--workspace-limit", metavar="SIZE", help="workspace size; 10%% more ends the run (default 200G)")
-    s.add_argument("--log-limit", metavar="SIZE", help="agent.log: its first and last half kept (default 128M)")
-    s.add_argument("--eval-budget", metavar="DURATION", help="evaluation time for all candidates (default 1h)")
-    s.add_argument("--max-cost", type=float, metavar="USD", help="the run's API budget: once its LLM requests "
-                   "cost this much (the metering gateway's tokens x the price table), further ones are refused "
-                   "(default: none)")  # fmt: skip
-
-
-def _run_settings(args: argparse.Namespace, options: dict[str, str]) -> dict:
-    """``bench run``'s flags as a layer of the run's description (:meth:`bench.runspec.RunSpec.build`): a flag left
-    out is None, so the layer below (the task's budget, the defaults) stays."""
-    return {
-        "budget_s": args.budget,
-        "grace_s": args.grace,
-        "model": args.model,
-        "options": options,
-        "device": args.device,
-        "no_weights": args.no_weights or None,
-        "sandbox": False if args.unsandboxed else None,
-        "limits": _limits(args),  # InputError for a size or duration that is not one
-        "max_cost": args.max_cost,
-        "tags": dict(args.tag) if args.tag else None,
-        "seed": args.seed,
-    }
-
-
-def _limits(args: argparse.Namespace):
-    return preflight.parse_limits(
-        memory=args.memory,
-        processes=args.max_processes,
-        workspace=args.workspace_limit,
-        log=args.log_limit,
-        eval_budget=args.eval_budget,
-    )
 
 
 def _campaign_summaries(results: list[RunResult], args: argparse.Namespace) -> None:
@@ -207,7 +166,10 @@ def _campaign_summaries(results: list[RunResult], args: argparse.Namespace) -> N
 
 
 def _exit_status(results: list[RunResult]) -> int:
-    """0 only when every run succeeded and is recorded in MLflow (a run that is not: ``bench record RUN_DIR``)."""
+    """0 only when every run succeeded and is recorded in MLflow.
+
+    A run that is not: ``bench record RUN_DIR``.
+    """
     return 0 if all(r.status == "success" and r.tracking_error is None for r in results) else 1
 
 
@@ -225,6 +187,7 @@ def _print_summary(results: list[RunResult]) -> None:
 
 
 def cmd_record(args: argparse.Namespace) -> int:
+    """``bench record RUN_DIR``: (re)record a run in MLflow; one without result.json is finished."""
     if not Path(args.run_dir).is_dir():
         raise InputError(f"no run directory {args.run_dir}: give the run dir bench run printed")
     from bench.pipeline.record import load_run, record
@@ -240,9 +203,12 @@ def cmd_record(args: argparse.Namespace) -> int:
 
 
 def _finish_from_spool(run_dir: Path) -> int:
-    """A run directory without result.json: its harness died before the result existed, so there is nothing to
-    record yet. Everything needed to make it is in the directory (run.json, the spool, relay.json, the evidence),
-    so the run is finished here exactly as ``bench run --resume`` finishes it, which also records it in MLflow."""
+    """A run directory without result.json.
+
+    Its harness died before the result existed, so there is nothing to record yet. Everything needed
+    to make it is in the directory (run.json, the spool, relay.json, the evidence), so the run is
+    finished here exactly as ``bench run --resume`` finishes it, which also records it in MLflow.
+    """
     from bench import resume
     from bench.rundir import RUNNING, UNFINISHED, RunDir
     from bench.tracking.writer import MlflowWriter
@@ -257,7 +223,8 @@ def _finish_from_spool(run_dir: Path) -> int:
             flush=True,
         )
     result = resume.resume_run(run_dir, by="bench record")
-    # record.save said so if the store refused: the agent run is then still open, and the exit status says it
+    # record.save said so if the store refused: the agent run is then still open, and the exit
+    # status says it
     writer = MlflowWriter(result.run.campaign)
     if not result.mlflow_run_id or writer.get_run(result.mlflow_run_id).info.status == "RUNNING":
         return 1
@@ -266,13 +233,17 @@ def _finish_from_spool(run_dir: Path) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    """``bench demo``: the baseline on T6 and a short T1, then a leaderboard."""
     from bench.demo import demo
 
     return demo(t1_budget_s=args.t1_budget, campaign=args.campaign)
 
 
 def cmd_ui(args: argparse.Namespace) -> int:
-    """bench/tracking/ui.py: a busy port or an unknown campaign is one line before anything starts."""
+    """``bench ui`` (bench/tracking/ui.py).
+
+    A busy port or an unknown campaign is one line before anything starts.
+    """
     from bench.tracking import ui
 
     try:
@@ -284,6 +255,7 @@ def cmd_ui(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``bench`` command line: every subcommand and its flags."""
     p = argparse.ArgumentParser(prog="bench", description="Run the 1GC-7RC benchmark for AI coding agents.")
     sub = p.add_subparsers(dest="command", required=True)
 
@@ -333,7 +305,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="finish runs whose harness died (default: --campaign's), then run the --agent/--task grid if given, "
         "skipping finished runs",
     )
-    s.add_argument("--budget", type=parse_duration, help="override the task budget: 90s, 3m, 1h (default: task's)")
     s.add_argument("--repeats", type=int, default=1, help="independent runs per task (paper: 5)")
     s.add_argument(
         "--first-repeat",
@@ -341,33 +312,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="index of the first repeat (default: the next one free in the campaign for this agent and task)",
     )
     s.add_argument("--campaign", default="1gc-7rc", help="campaign = MLflow experiment name")
-    s.add_argument("--model", help="model for LLM agents")
     s.add_argument("--agent-command", help="shell command for the 'command' agent")
-    s.add_argument(
-        "--agent-option",
-        action="append",
-        type=_key_value,
-        metavar="KEY=VALUE",
-        help="adapter option, repeatable: config=agent.toml (generic), bin=/path/to/cli, trials=20 (optuna)",
-    )
-    s.add_argument(
-        "--grace", type=float, help=f"seconds after the budget before SIGKILL (default {GRACE_S:g}, the paper's)"
-    )
-    s.add_argument(
-        "--tag",
-        action="append",
-        type=runspec.tag,
-        metavar="KEY=VALUE",
-        help="a label of your own for the run, repeatable: an MLflow tag of the run and its summary, in run.json "
-        "and result.json, shown by bench report (e.g. --tag team=vision --tag sweep=lr-3)",
-    )
-    s.add_argument(
-        "--seed",
-        type=int,
-        help="the training seed (the tasks' train.py read it): reproduces a run's recorded seed; by default the "
-        "baseline and optuna agents draw one per repeat (run.json, MLflow param seed), other agents get none",
-    )
-    s.add_argument("--device", help="evaluation device (default: cuda if available)")
     s.add_argument(
         "--api-fail-window",
         type=parse_duration,
@@ -376,18 +321,12 @@ def build_parser() -> argparse.ArgumentParser:
         "failure, recorded interrupted (default 3m)",
     )
     s.add_argument("--quiet", action="store_true", help="do not stream the agent's output")
-    s.add_argument("--no-weights", action="store_true", help="run T3 without its pretrained weights (marked partial)")
-    s.add_argument(
-        "--unsandboxed",
-        action="store_true",
-        help="run the agent without the bubblewrap sandbox (where bwrap cannot run; the run is marked unsandboxed)",
-    )
     s.add_argument(
         "--no-summary",
         action="store_true",
         help="skip the campaign summary at the end (MLflow runs with Agg per entry and the report as artifacts)",
     )
-    _limit_flags(s)
+    run_flags.add_flags(s)  # --budget, --grace, --model, --tag, --memory, ...: the fields of RunSpec and Limits
     s.set_defaults(func=cmd_run)
 
     s = sub.add_parser(
@@ -444,7 +383,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _command_parser(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.ArgumentParser:
-    """The (sub-)command's own parser that ``argv`` names (``bench campaign resume ...``: resume's)."""
+    """The (sub-)command's own parser that ``argv`` names.
+
+    ``bench campaign resume ...``: resume's.
+    """
     for token in argv:
         subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
         if subs and token in subs[0].choices:
@@ -453,8 +395,10 @@ def _command_parser(parser: argparse.ArgumentParser, argv: list[str]) -> argpars
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
-    """The command line, a mistyped flag answered by its command's usage and the nearest flag it has (argparse
-    before 3.14 prints the top-level usage and no suggestion)."""
+    """The command line, a mistyped flag answered by its command's usage and the nearest flag.
+
+    argparse before 3.14 prints the top-level usage and no suggestion.
+    """
     import difflib
 
     parser = build_parser()
@@ -469,18 +413,23 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``bench``: the command's exit status.
+
+    Every error of the toolkit is one message and its kind's exit code.
+
+    An :class:`~bench.errors.InputError` (a bad argument, file or setting, refused before anything
+    was created) exits 2; any other :class:`~bench.errors.BenchError` (the work could not finish:
+    data, tracking, a sandbox) 1; an interrupt 130.
+    """
     args = _parse(argv)
     try:
         return args.func(args)
-    except (TaskError, AgentError, InputError, SandboxUnavailable) as e:  # refused before anything was created
+    except BenchError as e:
         print(f"bench: {e}", file=sys.stderr)
-        return 2
+        return e.exit_code
     except KeyboardInterrupt:
         print("bench: interrupted", file=sys.stderr)
         return 130
-    except (RuntimeError, ResultError) as e:  # DataError, TrackingError, a bad result.json: the message says what to do
-        print(f"bench: {e}", file=sys.stderr)
-        return 1
 
 
 if __name__ == "__main__":

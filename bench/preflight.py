@@ -1,47 +1,37 @@
 """What is checked before a run creates anything.
 
-A run creates, in this order, the prepared data in the cache, the workspace, the MLflow experiment and run,
-and only then starts the agent. Bad input found later leaves a half-made run behind (a workspace, a run left
-RUNNING in the store) or fails after the agent has spent its budget (a zero budget divides by zero in the
-record step). So everything that can be known from the arguments and the machine is checked here first, and
-each problem is one sentence that says what to do. Nothing in this module creates a file or a folder.
+A run creates, in this order, the prepared data in the cache, the workspace, the MLflow experiment
+and run, and only then starts the agent. Bad input found later leaves a half-made run behind (a
+workspace, a run left RUNNING in the store) or fails after the agent has spent its budget (a zero
+budget divides by zero in the record step). So everything that can be known from the arguments and
+the machine is checked here first, and each problem is one sentence that says what to do. Nothing in
+this module creates a file or a folder.
 
-``bench run`` checks every task before the first run (:func:`check_run`); :func:`bench.runner.run` checks its
-spec again for programmatic callers. The values of a run's description are judged where it is built
-(:func:`bench.runspec.check`); this module judges the machine and the arguments around it.
+``bench run`` checks every task before the first run (:func:`check_run`); :func:`bench.runner.run`
+checks its spec again for programmatic callers. The values of a run's description are judged by its
+model (:class:`bench.runspec.RunSpec`, wherever it is built or read); this module judges the machine
+and the arguments around it.
 """
 
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Protocol
 
 from bench import paths, settings
 from bench.agents import AgentError, get_agent
 from bench.errors import InputError, Problems
-from bench.sandbox.resource_limits import LimitError, Limits, parse_size
+from bench.runspec import RunSpec
 from bench.tasks import Task, weights
 
 
-class Spec(Protocol):
-    """What :func:`check_run` reads of a run's description (:class:`bench.runspec.RunSpec`, not imported: it
-    imports this module for its errors)."""
-
-    agent: str
-    model: str | None
-    options: dict[str, str]
-    no_weights: bool
-    sandbox: bool
-    max_cost: float | None
-
-
 def refusals() -> tuple[type[Exception], ...]:
-    """The errors a check raises for a problem of the user's (said in one line, exit 2); imported when asked: the
-    sandbox's module is not needed by every caller of this one."""
+    """The errors a check raises for a problem of the user's (said in one line, exit 2).
+
+    Imported when asked: the sandbox's module is not needed by every caller of this one.
+    """
     from bench.sandbox.bwrap import SandboxUnavailable
     from bench.tasks import TaskError
 
@@ -49,18 +39,23 @@ def refusals() -> tuple[type[Exception], ...]:
 
 
 class Collect:
-    """Runs checks one after another and keeps each one's problem instead of stopping at the first; ``raise_any``
-    raises them all as one :class:`Problems`. ``with problems.check():`` around a check; ``add`` for a line."""
+    """Runs checks one after another and keeps each one's problem instead of stopping at the first.
+
+    ``raise_any`` raises them all as one :class:`Problems`. ``with problems.check():`` around a
+    check; ``add`` for a line.
+    """
 
     def __init__(self) -> None:
         self.lines: list[str] = []
         self.errors: list[Exception] = []  # what the checks raised, so that a lone one keeps its type
 
     def add(self, line: str) -> None:
+        """A problem said by hand, one line."""
         self.lines.append(line)
 
     @contextmanager
     def check(self, prefix: str = "") -> Iterator[None]:
+        """Around a check: a problem it raises is kept (each line after ``prefix``), not raised."""
         try:
             yield
         except refusals() as e:
@@ -69,50 +64,44 @@ class Collect:
                 self.add(prefix + line)
 
     def raise_any(self) -> None:
-        """One problem raised by one check is raised as it was (a ``SandboxUnavailable`` stays one for a caller
-        that tells them apart); several, or lines added by hand, as one :class:`Problems`."""
+        """One problem raised by one check is raised as it was; several as one :class:`Problems`.
+
+        A ``SandboxUnavailable`` stays one for a caller that tells them apart; lines added by hand
+        are a :class:`Problems` too.
+        """
         if len(self.lines) == 1 and len(self.errors) == 1 and str(self.errors[0]) == self.lines[0]:
             raise self.errors[0]
         if self.lines:
             raise Problems(self.lines)
 
 
-def check_repeats(repeats: int = 1, first_repeat: int = 1) -> None:
-    """A repeat count of 0 runs nothing; repeats are numbered from 1 (a run's own values: bench.runspec.check)."""
+def check_repeats(repeats: int = 1) -> None:
+    """A repeat count of 0 runs nothing (``bench run --repeats``).
+
+    A run's own repeat is its model's to judge.
+    """
     if repeats < 1:
         raise InputError(f"--repeats must be at least 1 (got {repeats})")
-    if first_repeat < 1:
-        raise InputError(f"--first-repeat must be at least 1 (got {first_repeat}); repeats are numbered from 1")
-
-
-def check_campaign(campaign: str) -> None:
-    """The campaign names the MLflow experiment and the workspaces' folder; a name with no letter or digit would
-    put every such campaign in the same folder."""
-    if not campaign.strip() or not re.search(r"[A-Za-z0-9]", campaign):
-        raise InputError(f"--campaign {campaign!r} names nothing: give a name with letters or digits, e.g. my-runs")
 
 
 def check_device(device: str | None) -> None:
-    """The official evaluation runs on ``cpu`` or ``cuda`` (the scorer's choices); asking for a GPU that is not
-    there would only fail in the evaluation, after the agent's whole budget."""
-    if device is None or device == "cpu":
-        return
+    """A GPU asked for (``--device cuda``) must be here.
+
+    It would only fail in the evaluation, after the agent's whole budget. Which devices the
+    evaluation takes is the model's rule.
+    """
     if device == "cuda":
         from bench import protocol
 
         if protocol.default_device() != "cuda":  # torch.cuda.is_available(), read without importing torch
             raise InputError("--device cuda: no CUDA device is available here; use --device cpu (or leave it out)")
-        return
-    if re.fullmatch(r"cuda:\d+", device):
-        n = device.split(":")[1]
-        raise InputError(f"--device {device}: the evaluation takes cpu or cuda; pick the GPU with "
-                         f"CUDA_VISIBLE_DEVICES={n} and --device cuda")  # fmt: skip
-    raise InputError(f"--device {device!r} is not a device the evaluation can use: use cpu or cuda")
 
 
 def check_folder(path: Path, what: str, variable: str) -> None:
-    """``path`` is a folder this process can create or write: the nearest existing ancestor is a writable folder.
-    Only looked at, never created."""
+    """``path`` is a folder this process can create or write.
+
+    The nearest existing ancestor is a writable folder. Only looked at, never created.
+    """
     existing = path
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
@@ -123,8 +112,11 @@ def check_folder(path: Path, what: str, variable: str) -> None:
 
 
 def check_places() -> None:
-    """The folders a run writes: the data cache, the workspaces and, for the embedded store, the MLflow store;
-    first, every ``BENCH_*`` setting the environment gives (bench.settings), checked once before anything is made."""
+    """The folders a run writes: the data cache, the workspaces and the embedded MLflow store.
+
+    First, every ``BENCH_*`` setting the environment gives (bench.settings), checked once before
+    anything is made.
+    """
     if errors := settings.check():  # a folder's check would read a bad setting: said first, each on its line
         raise Problems(errors)
     problems = Collect()
@@ -141,15 +133,21 @@ def check_places() -> None:
 
 
 def check_agent(agent: str, options: dict[str, str], model: str | None) -> None:
-    """An unknown agent, an option it does not know, or options it cannot run with (AgentError, exit 2)."""
+    """An unknown agent, an option it does not know, or options it cannot run with.
+
+    AgentError, exit 2.
+    """
     get_agent(agent).validate(options, model)
 
 
 def check_api(agents: Iterable[tuple[str, str | None]], *, endpoints: bool = True) -> None:
-    """Each LLM agent's credential, then (``endpoints``, unless ``BENCH_API_CHECK=0``) the endpoint, key and model of
-    each agent (of an agent without a key: whether its endpoint answers), asked of all agents at once in parallel
-    (:mod:`bench.agents.credentials`, :mod:`bench.agents.api_probe`): :class:`Problems` naming every agent not ready
-    and what to set, all at once. Offline and generic agents have nothing to check."""
+    """Each LLM agent's credential, then the endpoint, key and model of each agent.
+
+    The endpoints are asked with ``endpoints``, unless ``BENCH_API_CHECK=0`` (of an agent without a
+    key: whether its endpoint answers), of all agents at once in parallel
+    (:mod:`bench.agents.credentials`, :mod:`bench.agents.api_probe`): :class:`Problems` naming every
+    agent not ready and what to set, all at once. Offline and generic agents have nothing to check.
+    """
     from bench.agents import api_probe as api
     from bench.agents import credentials
 
@@ -162,9 +160,13 @@ def check_api(agents: Iterable[tuple[str, str | None]], *, endpoints: bool = Tru
 
 
 def check_unsandboxed_login(agent: str, model: str | None) -> None:
-    """A login stored in a file (Codex's auth.json, Gemini's oauth_creds.json) reaches a CLI only as a read-only bind
-    into the sandbox's private home; an unsandboxed run has no such bind, so its CLI would start without it and
-    fail at its first request. Said before anything is created, with what to do."""
+    """A login stored in a file cannot reach an unsandboxed run's CLI.
+
+    A login file (Codex's auth.json, Gemini's oauth_creds.json) reaches a CLI only as a read-only
+    bind into the sandbox's private home; an unsandboxed run has no such bind, so its CLI would
+    start without it and fail at its first request. Said before anything is created, with what to
+    do.
+    """
     from bench.agents import credentials
 
     need = credentials.need_of(agent, model)
@@ -177,11 +179,14 @@ def check_unsandboxed_login(agent: str, model: str | None) -> None:
 
 
 def check_priced(agent: str, model: str | None, max_cost: float | None) -> None:
-    """With an API budget, the run's model must have a price (bench/agents/pricing.py): the metering gateway refuses
-    every request for a model it cannot price while a budget is set (its cost could not count against it), so such
-    a run could only fail. Said before anything is created. An agent without an API, or a model the table cannot be
-    asked about (a Claude alias the CLI resolves), is not checked. A user's price file ($BENCH_PRICES) that cannot
-    be read is said here, budget or not: the gateway prices every request with it."""
+    """With an API budget, the run's model must have a price (bench/agents/pricing.py).
+
+    The metering gateway refuses every request for a model it cannot price while a budget is set
+    (its cost could not count against it), so such a run could only fail. Said before anything is
+    created. An agent without an API, or a model the table cannot be asked about (a Claude alias the
+    CLI resolves), is not checked. A user's price file ($BENCH_PRICES) that cannot be read is said
+    here, budget or not: the gateway prices every request with it.
+    """
     from bench.agents import credentials, pricing
 
     pricing.user_rows()  # raises PriceFileError (an AgentError) naming the file and the row
@@ -214,59 +219,6 @@ def check_weights(tasks: Iterable[Task], no_weights: bool) -> None:
         raise Problems(lines)
 
 
-def parse_limits(
-    *,
-    memory: str | None = None,
-    processes: str | None = None,
-    workspace: str | None = None,
-    log: str | None = None,
-    eval_budget: str | None = None,
-) -> Limits:
-    """The run's :class:`~bench.sandbox.resource_limits.Limits` from the flags' text (None: the default; ``none``:
-    no limit for memory, processes and the workspace), checked: InputError saying what to give."""
-    from bench.durations import parse_duration
-
-    def size(flag: str, text: str | None, default):
-        if text is None:
-            return default
-        if text.strip().lower() == "none":
-            return None
-        try:
-            return parse_size(text)
-        except LimitError as e:
-            raise InputError(f"{flag}: {e}") from None
-
-    base = Limits()
-    try:
-        procs = base.processes if processes is None else None if processes.strip().lower() == "none" else int(processes)
-    except ValueError:
-        raise InputError(f"--max-processes {processes!r} is not a count: give a whole number, e.g. 4096") from None
-    try:
-        seconds = base.eval_s if eval_budget is None else float(parse_duration(eval_budget))
-    except Exception as e:  # argparse.ArgumentTypeError from parse_duration
-        raise InputError(f"--eval-budget {eval_budget!r} is not a duration ({e}): e.g. 30m or 1h") from None
-    log_bytes = size("--log-limit", log, base.log_bytes)
-    if log_bytes is None:
-        raise InputError("--log-limit none: agent.log always has a limit; give a size, e.g. 1G")
-    limits = Limits(
-        memory_bytes=size("--memory", memory, base.memory_bytes),
-        processes=procs,
-        workspace_bytes=size("--workspace-limit", workspace, base.workspace_bytes),
-        log_bytes=log_bytes,
-        eval_s=seconds,
-    )
-    check_limits(limits)
-    return limits
-
-
-def check_limits(limits: Limits) -> None:
-    """A limit no run can live with (a memory limit of 1 KB, an evaluation budget of 0 s): InputError."""
-    try:
-        limits.check()
-    except LimitError as e:
-        raise InputError(str(e)) from None
-
-
 def check_sandbox(sandbox: bool) -> None:
     """SandboxUnavailable (why, what to do, or --unsandboxed) before anything is created."""
     if sandbox:
@@ -275,17 +227,20 @@ def check_sandbox(sandbox: bool) -> None:
         bwrap.require()
 
 
-def run_problems(tasks: list[Task], spec: Spec, *, endpoints: bool = True, sandbox: bool | None = None) -> list[str]:
-    """Every problem of the machine's side of a run's description, one line each (its values are checked where it
-    is built, :func:`bench.runspec.check`): the agent and its options, its credential, its model's price under an
-    API budget, the folders, the weights, the sandbox, then its endpoint. Every check runs whatever the others
-    found, so one try shows them all. Creates nothing. ``endpoints``: ask the agent's model endpoint too (a request
-    with a short timeout; a campaign asks all its agents at once, :func:`check_api`). ``sandbox``: check for this
-    instead of the spec's (a Slurm login node need not have what the compute nodes have)."""
+def run_problems(tasks: list[Task], spec: RunSpec, *, endpoints: bool = True, sandbox: bool | None = None) -> list[str]:
+    """Every problem of the machine's side of a run's description, one line each.
+
+    Its values are judged by its model. The checks: the agent and its options, its credential, its
+    model's price under an API budget, the folders, the weights, the sandbox, then its endpoint.
+    Every check runs whatever the others found, so one try shows them all. Creates nothing.
+    ``endpoints``: ask the agent's model endpoint too (a request with a short timeout; a campaign
+    asks all its agents at once, :func:`check_api`). ``sandbox``: check for this instead of the
+    spec's (a Slurm login node need not have what the compute nodes have).
+    """
     return _run_checks(tasks, spec, endpoints=endpoints, sandbox=sandbox).lines
 
 
-def _run_checks(tasks: list[Task], spec: Spec, *, endpoints: bool, sandbox: bool | None) -> Collect:
+def _run_checks(tasks: list[Task], spec: RunSpec, *, endpoints: bool, sandbox: bool | None) -> Collect:
     sandboxed = spec.sandbox if sandbox is None else sandbox
     problems = Collect()
     with problems.check():
@@ -294,6 +249,8 @@ def _run_checks(tasks: list[Task], spec: Spec, *, endpoints: bool, sandbox: bool
         check_api([(spec.agent, spec.model)], endpoints=endpoints)
     with problems.check():
         check_priced(spec.agent, spec.model, spec.max_cost)
+    with problems.check():
+        check_device(spec.device)
     if not sandboxed:
         with problems.check():
             check_unsandboxed_login(spec.agent, spec.model)
@@ -303,8 +260,11 @@ def _run_checks(tasks: list[Task], spec: Spec, *, endpoints: bool, sandbox: bool
     return problems
 
 
-def check_run(tasks: list[Task], spec: Spec, *, endpoints: bool = True, sandbox: bool | None = None) -> None:
-    """:func:`run_problems`, raised as one :class:`Problems` (an InputError: ``bench`` exits 2) when there is any."""
+def check_run(tasks: list[Task], spec: RunSpec, *, endpoints: bool = True, sandbox: bool | None = None) -> None:
+    """:func:`run_problems`, raised as one :class:`Problems` when there is any.
+
+    An InputError: ``bench`` exits 2.
+    """
     _run_checks(tasks, spec, endpoints=endpoints, sandbox=sandbox).raise_any()
 
 

@@ -1,12 +1,15 @@
-"""``bench campaign run|resume|status|plan CAMPAIGN.toml``: a campaign from its file to its last run.
+"""``bench campaign run|resume|status|plan CAMPAIGN.toml``.
 
-``run`` and ``resume`` do the same thing, from wherever the campaign is: every run of the matrix that is not final
-is brought to its end (a run whose harness died is finished by :func:`bench.resume.resume_run`, the others run),
-final runs are never redone, and a final run that MLflow did not get is recorded. ``resume`` says so when there is
-nothing to resume (the campaign never started). Both check the whole file and the machine before anything starts
-(exit 2 with one line). Exit status: 0 when every run is final and recorded (whatever the agents' outcomes: a
-failed agent is a result), 1 when some are not (given up after their retries, or not recorded), 130 when a signal
-stopped the campaign.
+A campaign from its file to its last run.
+
+``run`` and ``resume`` do the same thing, from wherever the campaign is: every run of the matrix
+that is not final is brought to its end (a run whose harness died is finished by
+:func:`bench.resume.resume_run`, the others run), final runs are never redone, and a final run that
+MLflow did not get is recorded. ``resume`` says so when there is nothing to resume (the campaign
+never started). Both check the whole file and the machine before anything starts (exit 2 with one
+line). Exit status: 0 when every run is final and recorded (whatever the agents' outcomes: a failed
+agent is a result), 1 when some are not (given up after their retries, or not recorded), 130 when a
+signal stopped the campaign.
 """
 
 from __future__ import annotations
@@ -58,6 +61,7 @@ def add_cli(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_campaign(args: argparse.Namespace) -> int:
+    """``bench campaign run|resume|status`` and a job's own process: the file checked first."""
     from bench.campaign import job  # the pipeline: imported when a campaign command runs, not for every `bench`
 
     try:
@@ -74,7 +78,10 @@ def cmd_campaign(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    """``bench campaign plan``: the file checked and its cost printed; no machine check, nothing created."""
+    """``bench campaign plan``: the file checked and its cost printed.
+
+    No machine check, nothing created.
+    """
     from bench.campaign import plan
 
     campaign = spec.load(args.file)
@@ -94,8 +101,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def with_agent_problems(file_problems: InputError, agents) -> InputError:
-    """A file refused for its own mistakes, with the keys, endpoints and models of the agents it names well asked
-    too: a researcher learns of a typo and a missing key in one try, not two."""
+    """A file refused for its own mistakes, with its agents' keys, endpoints and models asked too.
+
+    Those of the agents it names well: a researcher learns of a typo and a missing key in one try,
+    not two.
+    """
     problems = preflight.Collect()
     with problems.check():
         raise file_problems
@@ -109,9 +119,12 @@ def with_agent_problems(file_problems: InputError, agents) -> InputError:
 
 
 def check_machine(campaign: Campaign) -> None:
-    """Every agent's checks of ``bench run`` (folders, weights, sandbox, options, credentials), the executor's needs,
-    then every LLM agent's endpoint, key and model, asked in parallel (:func:`bench.preflight.check_api`). Every
-    check runs whatever the others found: one :class:`~bench.errors.Problems` lists them all (exit 2)."""
+    """Every agent's checks of ``bench run``, the executor's needs, then every endpoint.
+
+    The checks: folders, weights, sandbox, options, credentials; then every LLM agent's endpoint,
+    key and model, asked in parallel (:func:`bench.preflight.check_api`). Every check runs whatever
+    the others found: one :class:`~bench.errors.Problems` lists them all (exit 2).
+    """
     from bench.campaign import job
 
     slurm = campaign.executor == "slurm"
@@ -206,8 +219,11 @@ def start(campaign: Campaign, *, resume: bool, redo_cut_short: bool = False) -> 
 
 
 def _blocked(seen: dict) -> dict[str, str]:
-    """run id -> why, for the final runs their model API refused with an answer that cannot heal, the credential
-    unchanged since (:func:`bench.campaign.job.blocked`)."""
+    """Run id -> why, for the final runs their model API refused for good.
+
+    Refused with an answer that cannot heal, the credential unchanged since
+    (:func:`bench.campaign.job.blocked`).
+    """
     from bench.campaign import job
 
     out = {}
@@ -218,9 +234,12 @@ def _blocked(seen: dict) -> dict[str, str]:
 
 
 def cut_short_hint(campaign: Campaign, seen: dict) -> str:
-    """The line that names the final runs the harness cut short (a Ctrl-C, a harness that died) and the command that
-    runs them again ("" when there are none): final, but not a full-budget measurement of the agent. ``status``,
-    ``resume`` and a stopped ``run`` print it alike, so that a resume never passes over them in silence."""
+    """The line that names the final runs the harness cut short, and how to run them again.
+
+    Cut short: a Ctrl-C, a harness that died ("" when there are none): final, but not a full-budget
+    measurement of the agent. ``status``, ``resume`` and a stopped ``run`` print it alike, so that a
+    resume never passes over them in silence.
+    """
     short = [k for k, was in seen.items() if was.state == "final" and was.result and rundir.cut_short(was.result)]
     if not short:
         return ""
@@ -232,8 +251,10 @@ def cut_short_hint(campaign: Campaign, seen: dict) -> str:
 
 
 def _retire_cut_short(campaign: Campaign, seen: dict) -> dict:
-    """``--redo-cut-short``: each final run the harness cut short is set aside (:func:`bench.campaign.job.retire`);
-    its cell is then pending. Returns the new states."""
+    """``--redo-cut-short``: each final run the harness cut short is set aside.
+
+    By :func:`bench.campaign.job.retire`; its cell is then pending. Returns the new states.
+    """
     from bench.campaign import job
 
     again = {}
@@ -246,9 +267,12 @@ def _retire_cut_short(campaign: Campaign, seen: dict) -> dict:
 
 
 def _retire_infra_failures(campaign: Campaign, seen: dict) -> dict:
-    """Final runs whose model API kept failing (:func:`bench.campaign.job.infra_failure`, given up by an earlier
-    invocation) are set aside and run again by this one; not those refused with an answer that cannot heal while the
-    credential is the same (:func:`bench.campaign.job.blocked`: said at the end). Returns the new states."""
+    """Final runs whose model API kept failing are set aside and run again by this one.
+
+    Those given up by an earlier invocation (:func:`bench.campaign.job.infra_failure`); not those
+    refused with an answer that cannot heal while the credential is the same
+    (:func:`bench.campaign.job.blocked`: said at the end). Returns the new states.
+    """
     from bench.campaign import job
 
     again = {}
@@ -265,8 +289,11 @@ def _retire_infra_failures(campaign: Campaign, seen: dict) -> dict:
 
 
 def _record_missing(campaign: Campaign, seen: dict) -> list[str]:
-    """Record the final runs MLflow did not get (the store was unreachable at their end); the run ids still not
-    recorded (all of them, with one line, when the store cannot be reached now)."""
+    """Record the final runs MLflow did not get (the store was unreachable at their end).
+
+    The run ids still not recorded (all of them, with one line, when the store cannot be reached
+    now).
+    """
     from bench.campaign import job
     from bench.result import ResultError
     from bench.tracking.writer import TrackingError

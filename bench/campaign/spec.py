@@ -1,12 +1,14 @@
-"""The campaign file: the matrix of agents x tasks x repeats and how it runs, read and checked whole before anything
-starts (a mistake found after an hour of runs costs the hour), every problem one line naming the key.
+"""The campaign file: the matrix of agents x tasks x repeats and how it runs.
+
+Read and checked whole before anything starts (a mistake found after an hour of runs costs the
+hour), every problem one line naming the key.
 
 ::
 
     name = "pilot"            # the campaign = the MLflow experiment = the workspaces' folder
     tasks = ["t1", "t6"]      # or "all"
     repeats = 5               # paper: 5 (Appendix B)
-    budget = "40m"            # optional: each task's own budget when absent (a run with another is non-standard)
+    budget = "40m"            # optional: each task's own when absent (another is non-standard)
     [[agents]]
     name = "claude-code"
     model = "claude-opus-4-7"
@@ -14,100 +16,78 @@ starts (a mistake found after an hour of runs costs the hour), every problem one
     name = "command"
     agent_command = "python train.py"
 
-Optional keys: ``grace`` (seconds after the budget before SIGKILL, 30: :data:`bench.runspec.GRACE_S`),
-``device`` (the evaluation's), ``sandbox``
-(true), ``no_weights`` (false), ``retries`` (2: infrastructure failures only, :mod:`bench.campaign.job`),
-``executor`` (``local`` or ``slurm``), ``tasks_path`` (folders of task packs, searched as ``BENCH_TASKS_PATH``
-is: each a task folder or a folder of task folders, relative to the campaign file; :mod:`bench.tasks.packs`),
-``gpus`` (the local executor's GPUs, e.g. ``[0, 1]``; found with
-``nvidia-smi -L`` when absent), per agent ``options`` (a table of adapter options) and a ``[slurm]`` table
-(:class:`SlurmSettings`).
+Optional keys: ``grace`` (seconds after the budget before SIGKILL, 30:
+:data:`bench.runspec.GRACE_S`), ``device`` (the evaluation's), ``sandbox`` (true), ``no_weights``
+(false), ``retries`` (2: infrastructure failures only, :mod:`bench.campaign.job`), ``executor``
+(``local`` or ``slurm``), ``tasks_path`` (folders of task packs, searched as ``BENCH_TASKS_PATH``
+is: each a task folder or a folder of task folders, relative to the campaign file;
+:mod:`bench.tasks.packs`), ``gpus`` (the local executor's GPUs, e.g. ``[0, 1]``; found with
+``nvidia-smi -L`` when absent), per agent ``options`` (a table of adapter options) and a ``[slurm]``
+table (:class:`SlurmSettings`).
 
-Each run's limits (:mod:`bench.sandbox.resource_limits`), the ``bench run`` flags of the same name with underscores
-and the same defaults, for every run of the campaign::
+Each run's limits (:mod:`bench.sandbox.limits`), the ``bench run`` flags of the same name with
+underscores and the same defaults, for every run of the campaign::
 
-    memory = "64G"            # --memory: the agent's processes together, and the predictor's (default 64G, at most
-                              #   80 % of the node's RAM; "none": no limit)
+    memory = "64G"            # --memory: the agent's processes together, and the predictor's
+                              #   (default 64G, at most 80 % of the node's RAM; "none": no limit)
     max_processes = 4096      # --max-processes: processes and threads ("none": no limit)
     workspace_limit = "200G"  # --workspace-limit: 10 % more ends the run ("none": no limit)
     log_limit = "128M"        # --log-limit: agent.log keeps its first and last half
     eval_budget = "1h"        # --eval-budget: the evaluation of all of a run's candidates together
-    max_cost = 20.0           # --max-cost: each run's API budget in USD (the metering gateway; default: none)
+    max_cost = 20.0           # --max-cost: each run's API budget in USD (the metering gateway;
+                              #   default: none; it needs the sandbox)
 
-A size is a string with a unit (``"512M"``, ``"1.5G"``, powers of 1024) or a whole number of bytes; the evaluation
-budget is a duration like ``budget``. The Slurm executor's job time limit follows ``eval_budget`` (``slurm.
-eval_margin``, :class:`SlurmSettings`): a job whose time limit ends inside its run's evaluation is killed there,
-requeued and evaluates again from the start.
+A size is a string with a unit (``"512M"``, ``"1.5G"``, powers of 1024) or a whole number of bytes;
+the evaluation budget is a duration like ``budget``. The Slurm executor's job time limit follows
+``eval_budget`` (``slurm. eval_margin``, :class:`SlurmSettings`): a job whose time limit ends inside
+its run's evaluation is killed there, requeued and evaluates again from the start.
 
-Stable run ids: each run of the matrix has a deterministic id, :func:`run_id`, which names its run directory
-under the workspaces folder. A re-run of the campaign finds the directory of every run it started: a finished
-run (result.json) is never redone, a run whose harness died is finished (:mod:`bench.resume`).
+Stable run ids: each run of the matrix has a deterministic id, :func:`run_id`, which names its run
+directory under the workspaces folder. A re-run of the campaign finds the directory of every run it
+started: a finished run (result.json) is never redone, a run whose harness died is finished
+(:mod:`bench.resume`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import math
 import re
 import tomllib
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from bench import preflight, runspec
-from bench.agents import AGENTS, AgentError
-from bench.durations import fmt_s, parse_duration
+from pydantic import ValidationError
+
+from bench import preflight, runspec, validation
+from bench.agents import AgentError
+from bench.campaign.file import (
+    AFTER_EVAL_S,
+    AgentTable,
+    SlurmSettings,
+    check_margin,
+    eval_margin_s,
+    fit_to_margin,
+    model_for,
+    name_of,
+    run_keys,
+    run_layer,
+)
 from bench.errors import InputError, Problems
-from bench.pipeline.evaluate import SCORER_GRACE_S
 from bench.pipeline.workspace import campaign_dir
-from bench.sandbox.resource_limits import LEAST, MIN_EVAL_S, LimitError, Limits, parse_size
+from bench.sandbox.limits import Limits
 from bench.tasks import Task, TaskError, all_tasks, get_task, packs
 
-LIMIT_KEYS = {  # the key of each limit (Limits' field), named after its bench run flag
-    "memory": "memory_bytes", "max_processes": "processes", "workspace_limit": "workspace_bytes",
-    "log_limit": "log_bytes", "eval_budget": "eval_s",
-}  # fmt: skip
-AFTER_EVAL_S = 10 * 60  # a Slurm job's time after the evaluation: the relay's last values, collect, audit, record
-
-TOP_KEYS = {
-    "name", "tasks", "repeats", "retries", "executor", "gpus", "agents", "slurm", "tasks_path", *LIMIT_KEYS,
-    *runspec.FILE_KEYS,
-}  # fmt: skip
-AGENT_KEYS = {"name", "model", "agent_command", "options"}
-EXECUTORS = ("local", "slurm")
-
-
-@dataclass(frozen=True)
-class SlurmSettings:
-    """The ``[slurm]`` table: how each run becomes a job of a Slurm job array (:mod:`bench.campaign.slurm`).
-
-    A job's time limit is the run's budget + grace + ``eval_margin`` (the collect, evaluate, audit and record after
-    the agent's time), so that a job is never ended by the scheduler while its run is within its budget. Left out,
-    ``eval_margin`` follows the campaign's evaluation budget (:func:`eval_margin_s`); given, it must cover it."""
-
-    cluster: str = "slurm"  # submitit's AutoExecutor cluster: slurm, or local (submitit's own backend, no Slurm)
-    partition: str | None = None
-    gpus_per_task: int = 1  # 0 on a CPU-only cluster
-    cpus_per_task: int | None = None
-    mem_gb: float | None = None
-    array_parallelism: int = 64  # at most this many runs at once
-    eval_margin_s: float | None = None  # None: the evaluation budget + the scorer's grace + AFTER_EVAL_S
-    signal_delay_s: int = 120  # submitit's USR2 before the time limit: time to finish or leave the run resumable
-    setup: tuple[str, ...] = ()  # shell lines before each job (module load, source a venv, export ...)
-    additional: dict[str, object] = field(default_factory=dict)  # other sbatch options (account, qos, constraint)
-    poll_s: float = 30.0  # how often the campaign looks at its jobs
-
-
-SLURM_KEYS = {
-    "cluster", "partition", "gpus_per_task", "cpus_per_task", "mem_gb", "array_parallelism", "eval_margin",
-    "signal_delay_s", "setup", "additional", "poll_s",
-}  # fmt: skip
+__all__ = ["AFTER_EVAL_S", "AgentEntry", "Campaign", "RunKey", "SlurmSettings", "eval_margin_s", "load", "run_id"]
 
 
 @dataclass(frozen=True)
 class AgentEntry:
-    """One ``[[agents]]`` entry: an agent of the dispatch table, its model and its adapter options."""
+    """One ``[[agents]]`` entry: an agent of the dispatch table, its model and its options.
+
+    The options are the adapter's.
+    """
 
     name: str
     model: str | None = None
@@ -115,6 +95,7 @@ class AgentEntry:
 
     @property
     def label(self) -> str:
+        """The entry as the status line shows it: ``name (model)``."""
         return f"{self.name} ({self.model})" if self.model else self.name
 
 
@@ -129,6 +110,7 @@ class RunKey:
 
     @property
     def label(self) -> str:
+        """The run as the status line shows it: ``t6-name (model)-r1``."""
         return f"{self.task}-{self.agent.label}-r{self.repeat}"
 
 
@@ -137,8 +119,11 @@ def _slug(text: str) -> str:
 
 
 def run_id(campaign: str, agent: str, model: str | None, task: str, repeat: int) -> str:
-    """The run's directory name: readable (task, agent, model, repeat) and, since two models can read the same once
-    made file-name safe (``a/b`` and ``a-b``), ended by 8 hex digits of sha256 over the exact values."""
+    """The run's directory name: readable, and unique by a hash of the exact values.
+
+    Readable: task, agent, model, repeat; since two models can read the same once made file-name
+    safe (``a/b`` and ``a-b``), it ends with 8 hex digits of sha256 over the exact values.
+    """
     key = json.dumps([campaign, agent, model or "", task, repeat])
     digest = hashlib.sha256(key.encode()).hexdigest()[:8]
     model_part = f"-{_slug(model)}" if model else ""
@@ -154,8 +139,8 @@ class Campaign:
     task_ids: tuple[str, ...]
     repeats: int
     agents: tuple[AgentEntry, ...]
-    # the file's layer of every run's description (bench.runspec.FILE_KEYS and the limits):
-    # field -> value
+    # the file's layer of every run's description (bench.runspec.FILE_KEYS and the limits): field ->
+    # value
     run: dict = field(default_factory=dict, hash=False)
     # what every run's description holds as the file sets it (task and agent aside: "-"), built
     # and checked once; what the executors, the plan and the status line read
@@ -165,8 +150,7 @@ class Campaign:
     executor: str = "local"
     gpus: tuple[str, ...] | None = None
     slurm: SlurmSettings = field(default_factory=SlurmSettings)
-    # task pack folders (bench.tasks.packs), searched in this process once loaded
-    tasks_path: tuple[Path, ...] = ()
+    tasks_path: tuple[Path, ...] = ()  # task pack folders (bench.tasks.packs), searched in this process once loaded
     # each task's budget once looked up: a lookup searches every pack (~10 ms), and the status line
     # and the Slurm grouping ask once per run (245 runs: seconds)
     _budgets: dict[str, float] = field(default_factory=dict, compare=False, repr=False)
@@ -177,7 +161,7 @@ class Campaign:
         return campaign_dir(self.name)
 
     def tasks(self) -> list[Task]:
-        """The campaign's tasks, in the file's order."""
+        """The matrix's tasks, looked up."""
         return [get_task(t) for t in self.task_ids]
 
     def runs(self) -> list[RunKey]:
@@ -194,7 +178,7 @@ class Campaign:
         ]
 
     def run_dir(self, key: RunKey) -> Path:
-        """The run directory of one run of the matrix (named by its stable id)."""
+        """The run's directory: the campaign's folder and the run's stable id."""
         return self.folder / key.run_id
 
     @property
@@ -209,7 +193,7 @@ class Campaign:
         return eval_margin_s(self.spec.limits)
 
     def budget_of(self, task: str) -> float:
-        """The budget of ``task``'s runs: the file's, else the task's own."""
+        """The budget of a task's runs: the file's, else the task's own (looked up once)."""
         if self.spec.budget_s is not None:
             return self.spec.budget_s
         if task not in self._budgets:
@@ -228,10 +212,15 @@ class Campaign:
 
 
 def load(path: Path) -> Campaign:
-    """Read and check a campaign file: every problem of the file at once, one line each naming its key
-    (:class:`bench.errors.Problems`, an InputError); a file that cannot be read or parsed is one line. Each part
-    of the file is judged whatever the others held (a part that depends on one found wrong is judged with its
-    default): a file fixed key by key would cost a try per key."""
+    """Read and check a campaign file.
+
+    Every problem of the file at once, one line each naming its key (:class:`bench.errors.Problems`,
+    an InputError); a file that cannot be read or parsed is one line. The file's keys are judged by
+    its model (:mod:`bench.campaign.file`), each run's keys by the run's
+    (:func:`bench.campaign.file.run_layer`), then what needs the machine (the task registry, each
+    agent's options), each part whatever the others held (a part found wrong is judged with its
+    default): a file fixed key by key would cost a try per key.
+    """
     path = Path(path)
     try:
         raw = tomllib.loads(path.read_text())
@@ -241,300 +230,136 @@ def load(path: Path) -> Campaign:
         raise InputError(f"{path} cannot be read: {e}") from None
     except tomllib.TOMLDecodeError as e:
         raise InputError(f"{path} is not valid TOML: {e}") from None
-    where = str(path)
-    problems = preflight.Collect()
-
-    def bad(key: str, why: str) -> InputError:
-        return InputError(f"{where}: {key}: {why}")
-
-    def part(judge: Callable[[], object], default: object = None) -> object:
-        """``judge()``, or ``default`` with its problem kept."""
-        with problems.check():
-            return judge()
-        return default
-
-    def named() -> str:
-        name = raw.get("name")
-        if not isinstance(name, str):
-            raise bad("name", 'missing or not a string: name = "my-campaign" (the MLflow experiment)')
-        try:
-            preflight.check_campaign(name)
-        except InputError as e:
-            raise bad("name", str(e)) from None
-        return name
-
-    def at_least(key: str, default: int, least: int, why: str) -> int:
-        value = integer(raw.get(key, default), key, bad)
-        if value < least:
-            raise bad(key, f"must be {why} (got {value})")
-        return value
-
-    def executor_of() -> str:
-        if (executor := raw.get("executor", "local")) not in EXECUTORS:
-            raise bad("executor", f"must be one of {', '.join(EXECUTORS)} (got {executor!r})")
-        return executor
-
-    part(lambda: unknown_keys(raw, TOP_KEYS, where, ""))
-    name = part(named, runspec.DEFAULT_CAMPAIGN)
-    repeats = part(lambda: at_least("repeats", 1, 1, "at least 1; the paper runs 5"), 1)
-    retries = part(lambda: at_least("retries", 2, 0, "0 or more"), 2)
-    executor = part(executor_of, "local")
-    run = part(lambda: runspec.file_layer(raw, bad), {})  # every run's description, as the file sets it
-    run["limits"] = part(lambda: parse_limits(raw, bad), Limits())
-    slurm = part(lambda: slurm_settings(raw.get("slurm", {}), where), SlurmSettings())
-    if slurm.eval_margin_s is not None and "eval_budget" not in raw:  # a file written before eval_budget existed
-        run["limits"] = fit_to_margin(slurm.eval_margin_s, run["limits"])
-    part(lambda: check_margin(slurm.eval_margin_s, run["limits"], where))
-    keys = {field: key for key, field in runspec.FILE_KEYS.items()}
-    # the same checks as bench run's flags (bench.runspec.check), each naming the file's key
-    named_as = lambda f: f"{where}: {keys.get(f, f)}:"  # noqa: E731
-    shared = part(lambda: runspec.RunSpec.build("-", "-", run, names=named_as, campaign=name))
-    tasks_path = part(lambda: _tasks_path(raw.get("tasks_path", []), path, bad), ())  # first: tasks may be its own
-    task_ids = part(lambda: _tasks(raw.get("tasks"), bad), ())
-    agents = _agents(raw.get("agents"), where, problems)
-    gpus = part(lambda: _gpus(raw["gpus"], bad)) if "gpus" in raw else None
+    where, spec = str(path), runspec.RunSpec
+    model, name = model_for(spec), name_of(where)
+    found: list[tuple[validation.Loc, str]] = []  # (the key's place, the line)
+    failed: set = set()
     try:
-        problems.raise_any()
+        top = model.model_validate(raw, context={validation.FORM: "file"})
+    except ValidationError as e:
+        found += validation.located(e, name, model)
+        failed = {loc[0] for loc, _ in found}
+        kept = {k: v for k, v in raw.items() if k not in failed}
+        top = model.model_validate({**_FALLBACK, **kept}, context={validation.FORM: "file"})
+    given = {k: raw[k] for k in run_keys(spec) if k in raw}
+    run: dict[str, Any] = {"limits": Limits()}
+    try:  # every run's description, as the file sets it
+        run = run_layer(given, where, spec)
     except InputError as e:
-        e.agents = agents  # the entries read well: `bench campaign run` still asks their keys and endpoints
-        raise
+        found += [((_key_of(line, where),), line) for line in getattr(e, "lines", [str(e)])]
+    if top.slurm.eval_margin_s is not None and "eval_budget" not in raw:  # a file written before eval_budget
+        run["limits"] = fit_to_margin(top.slurm.eval_margin_s, run["limits"])
+    found += _checked(("slurm",), lambda: check_margin(top.slurm.eval_margin_s, run["limits"], where))
+    tasks_path: tuple[Path, ...] = ()
+    task_ids: tuple[str, ...] = ()
+    if "tasks_path" not in failed:  # first: the tasks may be its own
+        try:
+            tasks_path = _tasks_path(top.tasks_path, path)
+        except TaskError as e:
+            found.append((("tasks_path",), f"{where}: tasks_path: {e}"))
+    if "tasks" not in failed:
+        try:
+            task_ids = _tasks(top.tasks)
+        except (TaskError, InputError) as e:
+            found.append((("tasks",), f"{where}: tasks: {e}"))
+    agents, lines = _agents(top.agents if "agents" not in failed else [], where)
+    found += lines
+    if found:
+        ranked = sorted(found, key=lambda f: -1 if len(f[0]) == 1 and "unknown key" in f[1] else _rank(f[0], spec))
+        said = list(dict.fromkeys(line for _, line in ranked))
+        error = Problems(said) if len(said) > 1 else InputError(said[0])
+        error.agents = agents  # the entries read well: `bench campaign run` still asks their keys and endpoints
+        raise error
+    gpus = tuple(str(g).strip() for g in top.gpus) if top.gpus is not None else None
     return Campaign(
-        name=name,
+        name=top.name,
         file=path.resolve(),
         task_ids=task_ids,
-        repeats=repeats,
+        repeats=top.repeats,
         agents=agents,
         run=run,
-        spec=shared,
-        retries=retries,
-        executor=executor,
+        spec=spec.build("-", "-", run, campaign=top.name),
+        retries=top.retries,
+        executor=top.executor,
         gpus=gpus,
-        slurm=slurm,
+        slurm=top.slurm,
         tasks_path=tasks_path,
     )
 
 
-def _tasks_path(value: object, path: Path, bad) -> tuple[Path, ...]:
-    """The ``tasks_path`` folders, relative to the campaign file, added to this process's task search; a job
-    process reads the file again, so its runs find the same tasks."""
-    if isinstance(value, str):
-        value = [value]
-    if not isinstance(value, list) or not all(isinstance(p, str) and p.strip() for p in value):
-        raise bad("tasks_path", f'a list of folders: tasks_path = ["../my-tasks"] (got {value!r})')
-    folders = tuple((path.parent / Path(p).expanduser()).resolve() for p in value)
-    try:  # a missing folder or an id taken twice: said here, naming the key
-        packs.add_search_path(folders, f"{path}: tasks_path")
-    except TaskError as e:
-        raise bad("tasks_path", str(e)) from None
+# a part found wrong is judged with these (then left out: no task, no agent of the file is asked
+# about)
+_FALLBACK = {"name": runspec.DEFAULT_CAMPAIGN, "tasks": "all", "agents": [{}]}
+
+
+def _rank(loc: validation.Loc, spec: type) -> int:
+    """Where a problem's key comes in the report.
+
+    The file's unknown keys, then its keys in the order of its model, the run's keys (in their
+    model's order) after ``executor``.
+    """
+    order = ["name", "repeats", "retries", "executor", *run_keys(spec, ordered=True), "slurm"]
+    order += ["tasks_path", "tasks", "agents", "gpus"]
+    key = str(loc[0]) if loc else ""
+    return order.index(key) if key in order else len(order)
+
+
+def _key_of(line: str, where: str) -> str:
+    return line.removeprefix(f"{where}: ").split(":")[0]
+
+
+def _checked(loc: validation.Loc, judge) -> list[tuple[validation.Loc, str]]:
+    try:
+        judge()
+    except InputError as e:
+        return [(loc, line) for line in getattr(e, "lines", [str(e)])]
+    return []
+
+
+def _tasks_path(value: str | list[str], path: Path) -> tuple[Path, ...]:
+    """The ``tasks_path`` folders, relative to the campaign file, added to the task search.
+
+    A job process reads the file again, so its runs find the same tasks (a missing folder or an id
+    taken twice: TaskError).
+    """
+    given = [value] if isinstance(value, str) else value
+    folders = tuple((path.parent / Path(p).expanduser()).resolve() for p in given)
+    packs.add_search_path(folders, f"{path}: tasks_path")
     return folders
 
 
-def _tasks(value: object, bad) -> tuple[str, ...]:
+def _tasks(value: str | list[str]) -> tuple[str, ...]:
     if value == "all":
         return tuple(t.id for t in all_tasks())
-    if not isinstance(value, list) or not value or not all(isinstance(t, str) and t.strip() for t in value):
-        raise bad("tasks", 'missing or not a list of task ids: tasks = ["t1", "t6"] or tasks = "all"')
-    ids = []
-    for t in value:
-        try:
-            ids.append(get_task(t.strip()).id)
-        except TaskError as e:
-            raise bad("tasks", str(e)) from None
+    ids = [get_task(t.strip()).id for t in value]
     if len(set(ids)) != len(ids):
-        raise bad("tasks", f"a task is listed twice: {', '.join(ids)}")
+        raise InputError(f"a task is listed twice: {', '.join(ids)}")
     return tuple(ids)
 
 
-def _agents(value: object, where: str, problems: preflight.Collect) -> tuple[AgentEntry, ...]:
-    """The ``[[agents]]`` tables, each judged whatever the others held (its problems added to ``problems``)."""
-    if not isinstance(value, list) or not value or not all(isinstance(a, dict) for a in value):
-        problems.add(f'{where}: agents: missing: add an [[agents]] table per agent, with name = "..."')
-        return ()
+def _agents(tables: list[dict], where: str) -> tuple[tuple[AgentEntry, ...], list[tuple[validation.Loc, str]]]:
+    """The ``[[agents]]`` tables, each judged whatever the others held.
+
+    Each by its model and by its adapter.
+    """
     out: list[AgentEntry] = []
-    for i, raw in enumerate(value):
-        with problems.check():
-            entry, at = _agent(raw, f"agents[{i}]", where), f"{where}: agents[{i}]"
-            if any((a.name, a.model) == (entry.name, entry.model) for a in out):
-                raise InputError(f"{at}: {entry.label} is listed twice; each (agent, model) once per campaign")
-            out.append(entry)
-    return tuple(out)
-
-
-def _agent(raw: dict, at: str, where: str) -> AgentEntry:
-    unknown_keys(raw, AGENT_KEYS, where, f"{at}.")
-    name, model = raw.get("name"), raw.get("model")
-    if name not in AGENTS:
-        raise InputError(f"{where}: {at}.name: unknown agent {name!r}; known: {', '.join(sorted(AGENTS))}")
-    if model is not None and (not isinstance(model, str) or not model.strip()):
-        raise InputError(f"{where}: {at}.model: must be a non-empty string (got {model!r})")
-    options = raw.get("options", {})
-    if not isinstance(options, dict) or not all(isinstance(v, str) for v in options.values()):
-        raise InputError(f'{where}: {at}.options: must be a table of strings, e.g. options = {{ bin = "..." }}')
-    options = dict(options)
-    if "agent_command" in raw:
-        if name != "command":
-            raise InputError(f"{where}: {at}.agent_command: is for the command agent only; {name} would ignore it")
-        if not isinstance(raw["agent_command"], str):
-            raise InputError(f"{where}: {at}.agent_command: must be a string")
-        options["command"] = raw["agent_command"]
-    try:
-        preflight.check_agent(name, options, model)
-    except AgentError as e:
-        raise InputError(f"{where}: {at}: {e}") from None
-    return AgentEntry(name, model, options)
-
-
-def _gpus(value: object, bad) -> tuple[str, ...]:
-    if not isinstance(value, list) or not all(isinstance(g, int | str) and not isinstance(g, bool) for g in value):
-        raise bad("gpus", f"must be a list of GPU indices or UUIDs, e.g. gpus = [0, 1] (got {value!r})")
-    gpus = tuple(str(g).strip() for g in value)
-    if any(not g or "," in g for g in gpus) or len(set(gpus)) != len(gpus):
-        raise bad("gpus", f"each GPU once, one per entry (got {value!r})")
-    return gpus
-
-
-# --- the limit keys (the bench run limit flags) and the Slurm job's evaluation margin -----------------------
-
-
-def parse_limits(raw: dict, bad: Callable[[str, str], Exception]) -> Limits:
-    """The ``memory``, ``max_processes``, ``workspace_limit``, ``log_limit`` and ``eval_budget`` keys, each
-    checked as its ``bench run`` flag is (:func:`bench.preflight.parse_limits`); the defaults for those absent."""
-    values = Limits().to_dict()
-    for key, name in LIMIT_KEYS.items():
-        if key not in raw:
-            continue
-        value = raw[key]
-        off = isinstance(value, str) and value.strip().lower() == "none"
-        if off and key in ("log_limit", "eval_budget"):
-            what = 'agent.log always has a limit; give a size, e.g. log_limit = "1G"'
-            if key == "eval_budget":
-                what = 'the evaluation always has a budget; give a duration, e.g. eval_budget = "1h"'
-            raise bad(key, f"cannot be none: {what}")
-        if off:
-            values[name] = None
-        elif key == "eval_budget":
-            if not isinstance(value, str):
-                raise bad(key, f'write a duration as a string, e.g. eval_budget = "1h" (got {value!r})')
-            try:
-                values[name] = float(parse_duration(value))
-            except Exception as e:  # argparse's error type: the message is the one line
-                raise bad(key, str(e)) from None
-            if not (math.isfinite(values[name]) and values[name] >= MIN_EVAL_S):
-                raise bad(key, f'{value!r} cannot score a checkpoint: give at least {MIN_EVAL_S:g}s, e.g. "1h"')
-        elif key == "max_processes":
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise bad(key, f"must be a whole number (got {value!r})")
-            values[name] = value
-        elif isinstance(value, str):
-            try:
-                values[name] = parse_size(value)
-            except LimitError as e:
-                raise bad(key, str(e)) from None
-        elif isinstance(value, int) and not isinstance(value, bool):
-            values[name] = value  # bytes
-        else:
-            raise bad(key, f'write a size as a string, e.g. {key} = "64G", or "none" (got {value!r})')
-        least = LEAST.get(name)
-        if least is not None and values[name] is not None and values[name] < least:
-            raise bad(key, f'{value!r} is too small to run anything: give at least {_size(least, key)} (or "none")')
-    return Limits(**values)
-
-
-def _size(n: int, key: str) -> str:
-    """A limit's least value as the file would write it: 16 processes, "64M" bytes."""
-    if key == "max_processes":
-        return str(n)
-    unit, size = next((u, b) for u, b in (("G", 2**30), ("M", 2**20), ("K", 2**10), ("", 1)) if n % b == 0)
-    return f'"{n // size}{unit}"'
-
-
-def eval_margin_s(limits: Limits) -> float:
-    """A Slurm job's time after the agent's (``slurm.eval_margin`` left out): the evaluation budget, the scorer's
-    grace to report after it, and :data:`AFTER_EVAL_S` for the rest."""
-    return limits.eval_s + SCORER_GRACE_S + AFTER_EVAL_S
-
-
-def fit_to_margin(given_s: float, limits: Limits) -> Limits:
-    """The limits with an evaluation budget that fits a ``slurm.eval_margin`` given without ``eval_budget`` (a file
-    written before the key existed keeps working): the margin less the scorer's grace and the time after the
-    evaluation (:data:`AFTER_EVAL_S`, at most half the margin); a 20-minute margin leaves 9 minutes. A margin too
-    short for even :data:`MIN_EVAL_S` is left to :func:`check_margin` to refuse."""
-    fitted = given_s - SCORER_GRACE_S - min(AFTER_EVAL_S, given_s / 2)
-    if fitted < MIN_EVAL_S:
-        return limits
-    return Limits(**{**limits.to_dict(), "eval_s": min(limits.eval_s, fitted)})
-
-
-def check_margin(given_s: float | None, limits: Limits, where: str) -> None:
-    """InputError for a ``slurm.eval_margin`` that does not cover the evaluation budget and the scorer's grace."""
-    least = limits.eval_s + SCORER_GRACE_S
-    if given_s is not None and given_s < least:
-        raise InputError(
-            f"{where}: slurm.eval_margin: {fmt_s(given_s)} does not cover the evaluation budget "
-            f"({fmt_s(limits.eval_s)}) and the scorer's {SCORER_GRACE_S:.0f} s to report: Slurm would end jobs in "
-            f"their evaluation; give at least {fmt_s(least)} or leave it out (then {fmt_s(eval_margin_s(limits))})"
-        )
-
-
-# --- the [slurm] table, and the key checks the whole file uses --------------------------------------------------
-
-
-def unknown_keys(table: dict, known: set[str], where: str, prefix: str) -> None:
-    """One clear line for each key of ``table`` that is not in ``known`` (two typos: both named in one try)."""
-    extra = sorted(set(table) - known)
-    if extra:
-        lines = [f"{where}: {prefix}{key}: unknown key; known: {', '.join(sorted(known))}" for key in extra]
-        raise Problems(lines) if len(lines) > 1 else InputError(lines[0])
-
-
-def integer(value: object, key: str, bad) -> int:
-    """``value`` as a whole number (a TOML bool is not one), else ``bad(key, why)``."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise bad(key, f"must be a whole number (got {value!r})")
-    return value
-
-
-def slurm_settings(value: object, where: str) -> SlurmSettings:
-    """The campaign file's ``[slurm]`` table, each key checked (one line naming the key and what to write)."""
-    if not isinstance(value, dict):
-        raise InputError(f"{where}: slurm: must be a table: [slurm]")
-    unknown_keys(value, SLURM_KEYS, where, "slurm.")
-
-    def bad(key: str, why: str) -> InputError:
-        return InputError(f"{where}: slurm.{key}: {why}")
-
-    kw: dict[str, object] = {}
-    if "cluster" in value:
-        if value["cluster"] not in ("slurm", "local"):
-            raise bad("cluster", f"must be slurm or local (submitit's local backend) (got {value['cluster']!r})")
-        kw["cluster"] = value["cluster"]
-    if "partition" in value:
-        if not isinstance(value["partition"], str):
-            raise bad("partition", "must be a string")
-        kw["partition"] = value["partition"]
-    for key, least in (("gpus_per_task", 0), ("cpus_per_task", 1), ("array_parallelism", 1), ("signal_delay_s", 0)):
-        if key in value:
-            n = integer(value[key], key, bad)
-            if n < least:
-                raise bad(key, f"must be at least {least} (got {n})")
-            kw[key] = n
-    for key in ("mem_gb", "poll_s"):
-        if key in value:
-            v = value[key]
-            if isinstance(v, bool) or not isinstance(v, int | float) or not v > 0:
-                raise bad(key, f"must be a positive number (got {v!r})")
-            kw[key] = float(v)
-    if "eval_margin" in value:
+    found: list[tuple[validation.Loc, str]] = []
+    for i, raw in enumerate(tables):
+        at = f"{where}: agents[{i}]"
         try:
-            kw["eval_margin_s"] = parse_duration(str(value["eval_margin"]))
-        except Exception as e:
-            raise bad("eval_margin", str(e)) from None
-    if "setup" in value:
-        if not isinstance(value["setup"], list) or not all(isinstance(s, str) for s in value["setup"]):
-            raise bad("setup", 'must be a list of shell lines, e.g. setup = ["module load cuda"]')
-        kw["setup"] = tuple(value["setup"])
-    if "additional" in value:
-        if not isinstance(value["additional"], dict):
-            raise bad("additional", 'must be a table of sbatch options, e.g. additional = { account = "lab" }')
-        kw["additional"] = dict(value["additional"])
-    return SlurmSettings(**kw)
+            table = AgentTable.model_validate(raw, context={validation.FORM: "file"})
+        except ValidationError as e:
+            said = validation.located(e, lambda loc, i=i: name_of(where)(("agents", i, *loc)), AgentTable)
+            found += [(("agents", i, *loc), line) for loc, line in said]
+            continue
+        options = dict(table.options) | ({"command": table.agent_command} if table.agent_command is not None else {})
+        entry = AgentEntry(table.name, table.model, options)
+        try:
+            if any((a.name, a.model) == (entry.name, entry.model) for a in out):
+                raise InputError(f"{entry.label} is listed twice; each (agent, model) once per campaign")
+            preflight.check_agent(entry.name, options, entry.model)
+        except (InputError, AgentError) as e:
+            found.append((("agents",), f"{at}: {e}"))
+            continue
+        out.append(entry)
+    return tuple(out), found

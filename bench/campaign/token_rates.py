@@ -1,9 +1,12 @@
-"""Tokens per minute of an agent's time (``token_rates.toml``): how ``bench campaign plan`` estimates a campaign's API
-cost before any run, as a range, from each run's minutes and the price table.
+"""Tokens per minute of an agent's time (``token_rates.toml``).
 
-An API budget is spent by the minute: an agent loop resends its conversation each turn for as long as it works, so
-the tokens of a run grow with its time. The figures are per agent, low and high, each with its source (the file
-says why they are what they are); a pilot's measured use (``--measured``) replaces them where it has a figure.
+How ``bench campaign plan`` estimates a campaign's API cost before any run, as a range, from each
+run's minutes and the price table.
+
+An API budget is spent by the minute: an agent loop resends its conversation each turn for as long
+as it works, so the tokens of a run grow with its time. The figures are per agent, low and high,
+each with its source (the file says why they are what they are); a pilot's measured use
+(``--measured``) replaces them where it has a figure.
 """
 
 from __future__ import annotations
@@ -14,14 +17,25 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.agents import pricing
+from bench.errors import BenchError
 
 FILE = Path(__file__).with_name("token_rates.toml")
 
 
+class RatesError(BenchError, ValueError):
+    """A row of the token rates file that does not hold what the plan needs.
+
+    The message names it (exit 1).
+    """
+
+
 @dataclass(frozen=True)
 class Rate:
-    """Tokens a minute, (low, high) each: ``input`` every prompt token (cached included), ``cached`` the part of it
-    read from the provider's cache, ``output`` the model's tokens (:func:`bench.agents.pricing.cost`'s semantics)."""
+    """Tokens a minute, (low, high) each.
+
+    ``input`` every prompt token (cached included), ``cached`` the part of it read from the
+    provider's cache, ``output`` the model's tokens (:func:`bench.agents.pricing.cost`'s semantics).
+    """
 
     input: tuple[float, float]
     cached: tuple[float, float]
@@ -32,8 +46,11 @@ class Rate:
 
 @functools.cache
 def rates(path: Path = FILE) -> dict[str, Rate]:
-    """The file's rows by agent name (read once); a row that does not hold three [low, high] pairs of tokens with
-    cached <= input is an error naming it."""
+    """The file's rows by agent name (read once).
+
+    A row that does not hold three [low, high] pairs of tokens with cached <= input is an error
+    naming it.
+    """
     data = tomllib.loads(path.read_text())
     out = {}
     for name, row in data.get("agents", {}).items():
@@ -42,12 +59,12 @@ def rates(path: Path = FILE) -> dict[str, Rate]:
             pair = row.get(field)
             numbers = isinstance(pair, list) and all(isinstance(v, int | float) and v >= 0 for v in pair)
             if not numbers or len(pair) != 2:
-                raise ValueError(f"{path}: [agents.{name}] {field} must be [low, high] tokens a minute, got {pair!r}")
+                raise RatesError(f"{path}: [agents.{name}] {field} must be [low, high] tokens a minute, got {pair!r}")
             if pair[0] > pair[1]:
-                raise ValueError(f"{path}: [agents.{name}] {field}: low {pair[0]} above high {pair[1]}")
+                raise RatesError(f"{path}: [agents.{name}] {field}: low {pair[0]} above high {pair[1]}")
             pairs[field] = (float(pair[0]), float(pair[1]))
         if any(c > i for c, i in zip(pairs["cached"], pairs["input"], strict=True)):
-            raise ValueError(f"{path}: [agents.{name}] cached tokens above the input's")
+            raise RatesError(f"{path}: [agents.{name}] cached tokens above the input's")
         out[name] = Rate(pairs["input"], pairs["cached"], pairs["output"], str(row.get("source", "")), name)
     return out
 
@@ -59,7 +76,10 @@ def rate_of(agent: str) -> Rate:
 
 
 def cost_range(model: str | None, rate: Rate, minutes: float) -> tuple[float, float] | None:
-    """USD (low, high) for ``minutes`` of agent time at ``rate`` on ``model``'s price; None for an unpriced model."""
+    """USD (low, high) for ``minutes`` of agent time at ``rate`` on ``model``'s price.
+
+    None for an unpriced model.
+    """
     ends = []
     for end in (0, 1):
         tin, cached, tout = (round(pair[end] * minutes) for pair in (rate.input, rate.cached, rate.output))

@@ -1,199 +1,109 @@
-"""The resource limits of one run: the agent's memory and process count, its workspace's size, its output, and the
-time the evaluation of all its candidates may take.
+"""The resource limits of one run.
 
-Why: without them an agent (or a model it trained) can take the machine from its harness: a 600 MB line of output
-held in the harness's memory, a memory hog or fork bomb that the kernel's OOM killer or the pid table settles by
-killing whatever it picks, a workspace that fills the disk the run directories share, a predictor that sleeps in
-its forward and holds the GPU for hours past the run's budget. Each limit here has a default that fits the
-paper's machine (Appendix B: one A100 80 GB of a DGX A100 node with 64 GB of system RAM and 16 cores allocated to
-the run), a ``bench run`` flag
-(:mod:`bench.cli`), a check before anything is created (:mod:`bench.preflight`), and a line in ``result.json``
-when it was hit.
+The agent's memory and process count, its workspace's size, its output, and the time the evaluation
+of all its candidates may take.
+
+Why: without them an agent (or a model it trained) can take the machine from its harness: a 600 MB
+line of output held in the harness's memory, a memory hog or fork bomb that the kernel's OOM killer
+or the pid table settles by killing whatever it picks, a workspace that fills the disk the run
+directories share, a predictor that sleeps in its forward and holds the GPU for hours past the run's
+budget. Each limit here has a default that fits the paper's machine (Appendix B: one A100 80 GB of a
+DGX A100 node with 64 GB of system RAM and 16 cores allocated to the run), a ``bench run`` flag
+(:mod:`bench.cli`), a check before anything is created (:mod:`bench.preflight`), and a line in
+``result.json`` when it was hit.
 
 How memory and processes are held, best first:
 
-- **a cgroup** the harness makes for the run (v2 when its own group has the ``memory`` and ``pids`` controllers
-  delegated to it; else the v1 ``memory`` and ``pids`` hierarchies when they are writable, as for root in many
-  containers): ``memory.max`` (v1 ``memory.limit_in_bytes``) covers the whole tree, page cache included, and
-  the kernel kills inside the group only; ``pids.max`` counts every process and thread of the tree. The sandbox's
-  first shell joins it before bwrap starts (:func:`shell_prelude`), so nothing escapes by forking early; the
-  counters (``memory.events``, ``pids.events``) say afterwards whether a limit was hit.
-- **rlimits** where no cgroup can be made: ``RLIMIT_DATA`` (the private writable memory of each process: heap and
-  anonymous mappings) rather than ``RLIMIT_AS``, because CUDA and PyTorch reserve huge address ranges they never
-  touch and fail under an address-space limit, while those reservations are not writable private data;
-  ``RLIMIT_NPROC`` for processes. Both are weaker: per process (a tree of N processes may hold N times the memory)
-  and, for ``RLIMIT_NPROC``, per real user and never enforced for root (the kernel exempts uid 0 even inside a
-  user namespace mapped to it): a root harness without a cgroup has no process limit, and ``result.json`` says so.
-  They are set by the sandbox's launcher just before it starts the agent (:mod:`bench.sandbox.launcher`).
+- **a cgroup** the harness makes for the run (v2 when its own group has the ``memory`` and ``pids``
+  controllers delegated to it; else the v1 ``memory`` and ``pids`` hierarchies when they are
+  writable, as for root in many containers): ``memory.max`` (v1 ``memory.limit_in_bytes``) covers
+  the whole tree, page cache included, and the kernel kills inside the group only; ``pids.max``
+  counts every process and thread of the tree. The sandbox's first shell joins it before bwrap
+  starts (:func:`shell_prelude`), so nothing escapes by forking early; the counters
+  (``memory.events``, ``pids.events``) say afterwards whether a limit was hit.
+- **rlimits** where no cgroup can be made: ``RLIMIT_DATA`` (the private writable memory of each
+  process: heap and anonymous mappings) rather than ``RLIMIT_AS``, because CUDA and PyTorch reserve
+  huge address ranges they never touch and fail under an address-space limit, while those
+  reservations are not writable private data; ``RLIMIT_NPROC`` for processes. Both are weaker: per
+  process (a tree of N processes may hold N times the memory) and, for ``RLIMIT_NPROC``, per real
+  user and never enforced for root (the kernel exempts uid 0 even inside a user namespace mapped to
+  it): a root harness without a cgroup has no process limit, and ``result.json`` says so. They are
+  set by the sandbox's launcher just before it starts the agent (:mod:`bench.sandbox.launcher`).
 """
 
 from __future__ import annotations
 
 import errno
-import math
 import os
-import re
 import resource
 import shlex
-import time
 import uuid
 import weakref
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 
-KIB, MIB, GIB = 2**10, 2**20, 2**30
+from bench.sandbox.cgroups import CgroupSupport, cgroup_support, keyed, read_int, remove_groups, sweep
+from bench.sandbox.limits import (  # the value of a run's limits, its defaults and sizes: bench/sandbox/limits.py
+    DEFAULT_EVAL_S,
+    DEFAULT_LOG,
+    DEFAULT_MEMORY,
+    DEFAULT_PROCESSES,
+    DEFAULT_WORKSPACE,
+    FLAGS,
+    GIB,
+    KIB,
+    LEAST,
+    LINE_BYTES,
+    MEMORY_SHARE,
+    MIB,
+    MIN_EVAL_S,
+    LimitError,
+    Limits,
+    default_memory,
+    machine_memory,
+    parse_size,
+)
 
-DEFAULT_MEMORY = 64 * GIB  # the paper's allocation (Appendix B: 64 GB of system RAM per run)
-MEMORY_SHARE = 0.8  # but never more than this share of this machine's RAM: the harness must outlive the agent
-DEFAULT_PROCESSES = 4096  # processes and threads (a cgroup counts threads): data loaders, a Node CLI, OpenMP pools
-DEFAULT_WORKSPACE = 200 * GIB  # the data copies (T3's VOC is the largest, ~2 GB) and many checkpoints
+__all__ = [  # the value lives in bench/sandbox/limits.py, the cgroups' discovery in cgroups.py: found here too
+    "CgroupSupport",
+    "DEFAULT_EVAL_S",
+    "DEFAULT_LOG",
+    "DEFAULT_MEMORY",
+    "DEFAULT_PROCESSES",
+    "DEFAULT_WORKSPACE",
+    "FLAGS",
+    "GIB",
+    "KIB",
+    "LEAST",
+    "LINE_BYTES",
+    "MEMORY_SHARE",
+    "MIB",
+    "MIN_EVAL_S",
+    "LimitError",
+    "Limits",
+    "RunGroup",
+    "cgroup_support",
+    "default_memory",
+    "machine_memory",
+    "parse_size",
+    "predictor_limits",
+    "shell_prelude",
+    "tree_bytes",
+]
+
 WORKSPACE_MARGIN = 0.10  # passing the limit is noted; passing it by this share more ends the run
-DEFAULT_LOG = 128 * MIB  # agent.log: the first and the last half of this are kept
-LINE_BYTES = 4 * MIB  # one output line is read at most this long; the rest of it is dropped (and counted)
-DEFAULT_EVAL_S = 3600.0  # all candidates of a run together; one candidate gets at most the scorer's own 15 min
 WORKSPACE_CHECK_S = 5.0  # how often the watch measures the workspace (longer when a measure itself is slow)
 
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b)?\s*$", re.I)
 
-
-class LimitError(ValueError):
-    """A limit that cannot be used (not a size, zero, negative); the message says what to give instead."""
-
-
-def parse_size(text: str) -> int:
-    """``"64G"``, ``"512MiB"``, ``"1.5g"``, ``"1048576"`` -> bytes (powers of 1024)."""
-    m = _SIZE.match(str(text))
-    if not m:
-        raise LimitError(f"{text!r} is not a size: give a number with an optional unit, e.g. 64G, 512M or 300MiB")
-    return int(float(m.group(1)) * 1024 ** "_kmgt".index((m.group(2) or "_").lower()))
-
-
-def machine_memory() -> int:
-    """This machine's RAM in bytes (``/proc/meminfo``'s MemTotal; 0 when unknown)."""
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError):
-        return 0
-
-
-def default_memory() -> int:
-    """:data:`DEFAULT_MEMORY`, or :data:`MEMORY_SHARE` of this machine's RAM when that is less."""
-    total = machine_memory()
-    return min(DEFAULT_MEMORY, int(total * MEMORY_SHARE)) if total else DEFAULT_MEMORY
-
-
-@dataclass(frozen=True)
-class Limits:
-    """One run's limits; ``None`` switches a limit off (``--memory none``), which ``result.json`` then shows."""
-
-    memory_bytes: int | None = field(default_factory=default_memory)
-    processes: int | None = DEFAULT_PROCESSES
-    workspace_bytes: int | None = DEFAULT_WORKSPACE
-    log_bytes: int = DEFAULT_LOG
-    eval_s: float = DEFAULT_EVAL_S
-
-    @property
-    def line_bytes(self) -> int:
-        return max(1024, min(LINE_BYTES, self.log_bytes // 2))
-
-    def check(self, names: dict[str, str] | None = None) -> None:
-        """LimitError for a limit no run can live with; the message names it by its ``bench run`` flag, or by
-        ``names[field]`` (a campaign file's key)."""
-        names = {**FLAGS, **(names or {})}
-        for key, least in LEAST.items():
-            value = getattr(self, key)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
-                raise LimitError(
-                    f"{names[key]} {value} is too small to run anything: give at least {least} (or 'none')"
-                )
-        if not (math.isfinite(self.eval_s) and self.eval_s >= MIN_EVAL_S):
-            raise LimitError(
-                f"{names['eval_s']} {self.eval_s:g} s cannot score a checkpoint: give at least {MIN_EVAL_S:g}s, e.g. 1h"
-            )
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
-# each limit's ``bench run`` flag (and a campaign file's key: the flag's name with underscores), and the least
-# value a run can live with
-FLAGS = {
-    "memory_bytes": "--memory", "processes": "--max-processes", "workspace_bytes": "--workspace-limit",
-    "log_bytes": "--log-limit", "eval_s": "--eval-budget",
-}  # fmt: skip
-LEAST = {"memory_bytes": 64 * MIB, "processes": 16, "workspace_bytes": MIB, "log_bytes": 64 * KIB}
-MIN_EVAL_S = 10.0
-
-
-# --- cgroups -------------------------------------------------------------------------------------------------------
-def _own_groups(proc_cgroup: str = "/proc/self/cgroup") -> dict[str, str]:
-    """``{"": "/path"}`` for v2 and ``{"memory": "/path", "pids": "/path"}`` for v1, from ``/proc/self/cgroup``."""
-    out = {}
-    for line in Path(proc_cgroup).read_text().splitlines():
-        _, controllers, path = line.split(":", 2)
-        for c in controllers.split(",") if controllers else [""]:
-            out[c] = path
-    return out
-
-
-def _mounts(mountinfo: str = "/proc/self/mountinfo") -> dict[str, Path]:
-    """Where each hierarchy is mounted: ``""`` (v2) and the v1 controllers' names."""
-    out: dict[str, Path] = {}
-    for line in Path(mountinfo).read_text().splitlines():
-        left, _, right = line.partition(" - ")
-        fields, rest = left.split(), right.split()
-        if len(fields) < 5 or len(rest) < 3:
-            continue
-        if rest[0] == "cgroup2":
-            out.setdefault("", Path(fields[4]))
-        elif rest[0] == "cgroup":
-            for option in rest[2].split(","):
-                if option in ("memory", "pids"):
-                    out.setdefault(option, Path(fields[4]))
-    return out
-
-
-@dataclass(frozen=True)
-class CgroupSupport:
-    """Where this harness may make the run's groups: ``version`` 2 (one parent) or 1 (memory and pids parents)."""
-
-    version: int
-    parents: dict[str, Path]  # "" for v2; "memory" and "pids" for v1
-
-
-def _writable_dir(path: Path) -> bool:
-    return path.is_dir() and os.access(path, os.W_OK | os.X_OK)
-
-
-def cgroup_support(
-    proc_cgroup: str = "/proc/self/cgroup", mountinfo: str = "/proc/self/mountinfo"
-) -> CgroupSupport | None:
-    """The cgroups this process can make with memory and pids limits; None when it can make none (then rlimits).
-
-    v2 needs both controllers in the own group's ``cgroup.subtree_control`` (delegated, e.g. by
-    ``systemd-run --user --scope -p Delegate=yes``) and the group writable; v1 needs the two hierarchies writable."""
-    try:
-        own, mounts = _own_groups(proc_cgroup), _mounts(mountinfo)
-    except (OSError, ValueError):
-        return None
-    if "" in own and "" in mounts:
-        parent = mounts[""] / own[""].lstrip("/")
-        try:
-            enabled = (parent / "cgroup.subtree_control").read_text().split()
-        except OSError:
-            enabled = []
-        if {"memory", "pids"} <= set(enabled) and _writable_dir(parent):
-            return CgroupSupport(2, {"": parent})
-    if {"memory", "pids"} <= set(own) and {"memory", "pids"} <= set(mounts):
-        parents = {c: mounts[c] / own[c].lstrip("/") for c in ("memory", "pids")}
-        if all(_writable_dir(p) for p in parents.values()):
-            return CgroupSupport(1, parents)
-    return None
+# --- the run's cgroups: made, joined, read, removed (bench/sandbox/cgroups.py finds where) ------
 
 
 class RunGroup:
-    """The cgroup(s) of one run: made with the limits set, joined by the sandbox's first shell, read for what was
-    hit, removed at the end. Every failure to make one leaves ``paths`` empty: the run falls back to rlimits."""
+    """The cgroup(s) of one run: made with the limits set, joined, read, removed at the end.
+
+    Joined by the sandbox's first shell, read for what was hit. Every failure to make one leaves
+    ``paths`` empty: the run falls back to rlimits.
+    """
 
     def __init__(
         self,
@@ -212,7 +122,7 @@ class RunGroup:
             return
         name = name or f"bench-{uuid.uuid4().hex[:12]}"
         for parent in self.support.parents.values():
-            _sweep(parent)
+            sweep(parent)
         try:
             for controller, parent in self.support.parents.items():
                 path = parent / name
@@ -222,8 +132,9 @@ class RunGroup:
         except OSError as e:
             self.error = f"no cgroup ({e}); rlimits instead"
             self.remove()
-        # a harness that fails between the launch and the watch's remove() still removes its groups on exit
-        self._finalizer = weakref.finalize(self, _remove, dict(self.paths))
+        # a harness that fails between the launch and the watch's remove() still removes its groups
+        # on exit
+        self._finalizer = weakref.finalize(self, remove_groups, dict(self.paths))
 
     def _set(self) -> None:
         mem, procs = self.limits.memory_bytes, self.limits.processes
@@ -245,35 +156,50 @@ class RunGroup:
 
     @property
     def active(self) -> bool:
+        """Whether the run has a cgroup (else rlimits hold it)."""
         return bool(self.paths)
 
     @property
     def enforcement(self) -> str:
+        """How memory and processes are held: ``cgroup v2``, ``cgroup v1`` or ``rlimit``."""
         return f"cgroup v{self.support.version}" if self.active else "rlimit"
 
     def procs_files(self) -> list[Path]:
+        """The groups' ``cgroup.procs`` files, which a process joins by writing its pid."""
         return [p / "cgroup.procs" for p in self.paths.values()]
 
     def prelude(self, before: str = "") -> list[str]:
-        """The sandbox's first command: SIGTERM ignored, the run's cgroups joined (:func:`shell_prelude`)."""
+        """The sandbox's first command.
+
+        SIGTERM ignored, the run's cgroups joined (:func:`shell_prelude`).
+        """
         return shell_prelude(self.procs_files(), before)
 
     def shown(self) -> tuple[tuple[Path, Path], ...]:
-        """(group folder, where a sandbox sees it): v2 at /sys/fs/cgroup, v1 at /sys/fs/cgroup/<controller>, as a
-        container runtime shows a container's own group; nothing without a group."""
+        """(group folder, where a sandbox sees it).
+
+        V2 at /sys/fs/cgroup, v1 at /sys/fs/cgroup/<controller>, as a container runtime shows a
+        container's own group; nothing without a group.
+        """
         if not self.active:
             return ()
         root = Path("/sys/fs/cgroup")
         return tuple((path, root / controller if controller else root) for controller, path in self.paths.items())
 
     def launcher_args(self) -> list[str]:
-        """The launcher's rlimits, only without a cgroup (with one they would pre-empt its accounting)."""
+        """The launcher's rlimits, only without a cgroup.
+
+        With one they would pre-empt its accounting.
+        """
         if self.active:
             return []
         return rlimit_args(self.limits if self.data_rlimit else replace(self.limits, memory_bytes=None))
 
     def preexec(self) -> None:
-        """For a process started without the sandbox (``--unsandboxed``): join the cgroups, or set the rlimits."""
+        """For a process started without the sandbox (``--unsandboxed``).
+
+        Join the cgroups, or set the rlimits.
+        """
         if self.active:
             for f in self.procs_files():
                 f.write_text("0")
@@ -291,20 +217,22 @@ class RunGroup:
         return out
 
     def hits(self) -> list[dict]:
-        """What the kernel refused or killed in the group: memory (OOM kills, allocations over the limit) and pids
-        (forks refused at ``pids.max``)."""
+        """What the kernel refused or killed in the group.
+
+        Memory (OOM kills, allocations over the limit) and pids (forks refused at ``pids.max``).
+        """
         out = []
         if not self.active:
             return out
         if self.support.version == 2:
-            mem = _keyed(self.paths[""] / "memory.events")
-            pids = _keyed(self.paths[""] / "pids.events")
+            mem = keyed(self.paths[""] / "memory.events")
+            pids = keyed(self.paths[""] / "pids.events")
             oom, over = mem.get("oom_kill", 0), mem.get("max", 0)
             refused = pids.get("max", 0)
         else:
-            oom = _keyed(self.paths["memory"] / "memory.oom_control").get("oom_kill", 0)
-            over = _int(self.paths["memory"] / "memory.failcnt")
-            refused = _keyed(self.paths["pids"] / "pids.events").get("max", 0)
+            oom = keyed(self.paths["memory"] / "memory.oom_control").get("oom_kill", 0)
+            over = read_int(self.paths["memory"] / "memory.failcnt")
+            refused = keyed(self.paths["pids"] / "pids.events").get("max", 0)
         if oom or over:
             out.append({"limit": "memory", "value": self.limits.memory_bytes, "oom_kills": oom, "refused": over})
         if refused:
@@ -312,20 +240,24 @@ class RunGroup:
         return out
 
     def drop_page_cache(self) -> str | None:
-        """Evict the page cache charged to this group: the pages of shared files (``/usr``, the venv, the staged
-        folder) that its processes were the first to load (issue 38). A file page is charged to the group of the
-        process that brought it into the cache, so a predictor that passes bits by loading cold pages of a shared
-        file for a later reader to time has loaded exactly pages charged here; dropping them before the next
-        predictor starts leaves that reader nothing to see (pages others had cached are not touched: they carried
-        nothing). cgroup v2: ``memory.reclaim`` (Linux 5.19) until no file page is left; v1:
-        ``memory.force_empty``. Returns None when done, else why not (no group, an older kernel), for the record."""
+        """Evict the page cache charged to this group.
+
+        The pages of shared files (``/usr``, the venv, the staged folder) that its processes were
+        the first to load (issue 38). A file page is charged to the group of the process that
+        brought it into the cache, so a predictor that passes bits by loading cold pages of a shared
+        file for a later reader to time has loaded exactly pages charged here; dropping them before
+        the next predictor starts leaves that reader nothing to see (pages others had cached are not
+        touched: they carried nothing). cgroup v2: ``memory.reclaim`` (Linux 5.19) until no file
+        page is left; v1: ``memory.force_empty``. Returns None when done, else why not (no group, an
+        older kernel), for the record.
+        """
         if not self.active:
             return "no cgroup: the pages the predictors loaded stay cached (rlimits hold them instead)"
         try:
             if self.support.version == 2:
                 path = self.paths[""]
                 for _ in range(8):
-                    left = _keyed(path / "memory.stat").get("file", 0)
+                    left = keyed(path / "memory.stat").get("file", 0)
                     if left <= 0:
                         return None
                     try:
@@ -333,7 +265,7 @@ class RunGroup:
                     except OSError as e:
                         if e.errno != errno.EAGAIN:  # EAGAIN: less than asked was reclaimed; ask again
                             raise
-                left = _keyed(path / "memory.stat").get("file", 0)
+                left = keyed(path / "memory.stat").get("file", 0)
                 return None if left <= 0 else f"{left} bytes of page cache left in the predictors' group"
             (self.paths["memory"] / "memory.force_empty").write_text("0")
         except OSError as e:
@@ -341,82 +273,37 @@ class RunGroup:
         return None
 
     def remove(self) -> None:
-        """Kill what is left in the group (the watch ended the tree already) and remove it (idempotent)."""
-        _remove(self.paths)
+        """Kill what is left in the group and remove it (idempotent).
+
+        The watch ended the tree already.
+        """
+        remove_groups(self.paths)
         self.paths = {}
 
 
-STALE_S = 3600.0  # an empty run group this old was left by a harness or scorer that was killed: removed
-
-
-def _sweep(parent: Path) -> None:
-    """Remove the empty ``bench-*`` groups under ``parent`` older than :data:`STALE_S` (a SIGKILLed scorer cannot
-    remove its predictor's group; an empty group holds nothing but a directory)."""
-    now = time.time()
-    for path in parent.glob("bench-*"):
-        try:
-            if now - path.stat().st_mtime > STALE_S and not (path / "cgroup.procs").read_text().strip():
-                path.rmdir()
-        except OSError:
-            continue
-
-
-def _remove(paths: dict[str, Path]) -> None:
-    for path in paths.values():
-        if not path.exists():
-            continue
-        kill = path / "cgroup.kill"
-        try:
-            if kill.exists():
-                kill.write_text("1")
-            else:
-                for pid in (path / "cgroup.procs").read_text().split():
-                    try:
-                        os.kill(int(pid), 9)
-                    except OSError:
-                        pass
-        except OSError:
-            pass
-        for _ in range(50):  # the killed processes leave the group within moments
-            try:
-                path.rmdir()
-                break
-            except OSError:
-                if not (path / "cgroup.procs").exists():
-                    break  # not a cgroup (a test's folder): nothing will leave it
-                time.sleep(0.1)
-
-
-def _keyed(path: Path) -> dict[str, int]:
-    try:
-        return {k: int(v) for k, v in (line.split() for line in path.read_text().splitlines() if line.strip())}
-    except (OSError, ValueError):
-        return {}
-
-
-def _int(path: Path) -> int:
-    try:
-        return int(path.read_text().strip())
-    except (OSError, ValueError):
-        return 0
-
-
 def shell_prelude(procs_files: list[Path], before: str = "") -> list[str]:
-    """``sh -c`` that ignores SIGTERM (bwrap must outlive the watchdog's SIGTERM: :mod:`bench.sandbox`), joins the
-    run's cgroups, runs ``before`` (the seccomp filter's descriptor: :func:`bench.sandbox.seccomp.shell_open`), then
-    execs the rest of its arguments; it refuses to start (exit 125) when it cannot join."""
+    """``sh -c`` that ignores SIGTERM, joins the run's cgroups, then execs the rest of its args.
+
+    bwrap must outlive the watchdog's SIGTERM (:mod:`bench.sandbox`); before the exec it runs
+    ``before`` (the seccomp filter's descriptor: :func:`bench.sandbox.seccomp.shell_open`); it
+    refuses to start (exit 125) when it cannot join.
+    """
     join = "".join(f"echo $$ > {shlex.quote(str(f))} || exit 125; " for f in procs_files)
     return ["/bin/sh", "-c", f'trap "" TERM; {join}{before}exec "$@"', "bench-sandbox"]
 
 
 def predictor_limits(device: str, limits: Limits | None = None) -> RunGroup:
-    """The predictors' memory and processes (their sandbox, :mod:`bench.scoring.scorer`): the run's ``limits`` (the
-    defaults when None) in a cgroup of their own; without one, RLIMIT_DATA on a CPU only (on a GPU, the session's
-    wall-clock deadline and the run's evaluation budget bound it: an rlimit under CUDA is not tested here) and
-    RLIMIT_NPROC. On a CPU the group gets twice the run's memory (at most :func:`default_memory`): the prober, held
-    beside the scored predictor with Python and torch imported (it builds its model only after the scored one has
-    ended: :mod:`bench.scoring.scorer`), and the page cache both read count there too, so that a model that fit the
-    agent's limit fits there as well and an out-of-memory kill is never an honest model's doing."""
+    """The predictors' memory and processes (their sandbox, :mod:`bench.scoring.scorer`).
+
+    The run's ``limits`` (the defaults when None) in a cgroup of their own; without one, RLIMIT_DATA
+    on a CPU only (on a GPU, the session's wall-clock deadline and the run's evaluation budget bound
+    it: an rlimit under CUDA is not tested here) and RLIMIT_NPROC. On a CPU the group gets twice the
+    run's memory (at most :func:`default_memory`): the prober, held beside the scored predictor with
+    Python and torch imported (it builds its model only after the scored one has ended:
+    :mod:`bench.scoring.scorer`), and the page cache both read count there too, so that a model that
+    fit the agent's limit fits there as well and an out-of-memory kill is never an honest model's
+    doing.
+    """
     run = limits or Limits()
     memory = run.memory_bytes
     if memory is not None and device != "cuda":
@@ -424,9 +311,12 @@ def predictor_limits(device: str, limits: Limits | None = None) -> RunGroup:
     return RunGroup(Limits(memory_bytes=memory, processes=run.processes), data_rlimit=device != "cuda")
 
 
-# --- rlimits -------------------------------------------------------------------------------------------------------
+# --- rlimits ------------------------------------------------------------------------------------
 def rlimit_args(limits: Limits | None) -> list[str]:
-    """The launcher's ``--rlimit NAME=VALUE`` options for ``limits`` (memory as RLIMIT_DATA, processes as NPROC)."""
+    """The launcher's ``--rlimit NAME=VALUE`` options for ``limits``.
+
+    Memory as RLIMIT_DATA, processes as NPROC.
+    """
     if limits is None:
         return []
     out = []
@@ -438,7 +328,10 @@ def rlimit_args(limits: Limits | None) -> list[str]:
 
 
 def set_rlimits(memory_bytes: int | None, processes: int | None, cpu_s: int | None = None) -> None:
-    """Lower this process's rlimits (a preexec function's body; never raises them above the hard limits)."""
+    """Lower this process's rlimits (a preexec function's body).
+
+    Never raises them above the hard limits.
+    """
     for res, value in ((resource.RLIMIT_DATA, memory_bytes), (resource.RLIMIT_NPROC, processes)):
         if value:
             _, hard = resource.getrlimit(res)
@@ -449,17 +342,25 @@ def set_rlimits(memory_bytes: int | None, processes: int | None, cpu_s: int | No
 
 
 def nproc_binds() -> bool:
-    """Whether RLIMIT_NPROC limits this process's children: never for root (the kernel exempts uid 0)."""
+    """Whether RLIMIT_NPROC limits this process's children.
+
+    Never for root (the kernel exempts uid 0).
+    """
     return os.getuid() != 0
 
 
 def tree_bytes(root: Path, stop_at: int | None = None) -> int:
-    """The disk a run uses: the bytes under ``root``, measured by the watch against ``--workspace-limit``
-    (:class:`bench.pipeline.watch.WorkspaceGuard`): each regular file's size once (hard links counted once), not
-    following links; stops counting once past ``stop_at`` (a workspace of a million files must not stall the watch).
+    """The disk a run uses: the bytes under ``root``.
 
-    Why a walk of the tree and not the file system's counters: the workspace shares its file system with every other
-    run, so only the files under it say what this run holds; a link to the data cache is not the run's disk."""
+    Measured by the watch against ``--workspace-limit``
+    (:class:`bench.pipeline.watch.WorkspaceGuard`): each regular file's size once (hard links
+    counted once), not following links; stops counting once past ``stop_at`` (a workspace of a
+    million files must not stall the watch).
+
+    Why a walk of the tree and not the file system's counters: the workspace shares its file system
+    with every other run, so only the files under it say what this run holds; a link to the data
+    cache is not the run's disk.
+    """
     total, seen, stack = 0, set(), [str(root)]
     while stack:
         try:

@@ -106,7 +106,7 @@ def test_a_seeded_agent_draws_a_seed_per_repeat_others_none_and_a_given_seed_sta
     from bench.tasks import get_task
 
     task = get_task("t6")
-    drawn = [RunSpec(task="t6", agent="baseline", repeat=r).launched("cpu", {}, seeded=True).seed for r in range(5)]
+    drawn = [RunSpec(task="t6", agent="baseline", repeat=r).launched("cpu", {}, seeded=True).seed for r in range(1, 6)]
     assert len(set(drawn)) == 5 and all(0 <= s < SEED_RANGE for s in drawn)
     assert RunSpec(task="t6", agent="claude-code").launched("cpu", {}, seeded=False).seed is None
     given = RunSpec(task="t6", agent="command", seed=7).launched("cpu", {}, seeded=False)
@@ -118,10 +118,9 @@ def test_a_seeded_agent_draws_a_seed_per_repeat_others_none_and_a_given_seed_sta
 @pytest.mark.parametrize("bad", [-1, SEED_RANGE, "3", True])
 def test_a_seed_that_is_not_one_is_refused_naming_the_flag(bad):
     from bench.errors import InputError
-    from bench.runspec import check
 
-    with pytest.raises(InputError, match="--seed must be a whole number"):
-        check(RunSpec(task="t6", agent="baseline", seed=bad))
+    with pytest.raises(InputError, match="--seed must be a whole number"):  # the model's rule, named as given
+        RunSpec.build("t6", "baseline", {"seed": bad})
 
 
 def test_the_agents_processes_get_the_runs_seed_and_train_py_reads_it(tmp_path, monkeypatch):

@@ -83,8 +83,8 @@ def test_a_run_json_without_limits_is_refused(tmp_path):
 @pytest.mark.parametrize(
     ("limits", "says"),
     [
-        ("64G", "not a table of limits"),
-        ({**OWN.to_dict(), "swap_bytes": 1}, "unknown limit 'swap_bytes'"),
+        ("64G", "limits: must be a table (got '64G')"),
+        ({**OWN.to_dict(), "swap_bytes": 1}, "swap_bytes: unknown key; did you mean"),
         ({k: v for k, v in OWN.to_dict().items() if k != "eval_s"}, "lacks eval_s"),
         ({**OWN.to_dict(), "memory_bytes": "3G"}, "memory_bytes must be a whole number or null"),
         ({**OWN.to_dict(), "processes": True}, "processes must be a whole number"),

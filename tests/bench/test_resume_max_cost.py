@@ -41,11 +41,15 @@ def test_a_malformed_max_cost_in_run_json_is_one_clear_line(tmp_path, bad):
 
 
 def _unfinished(task, max_cost: float | None) -> tuple[Path, float]:
-    """A run (an agent that does nothing, unsandboxed: fast) whose harness 'died' while the agent ran, after the
-    gateway had logged a request that spent $0.60 and one the budget refused (returned: minutes from the launch to
-    it). (Its MLflow run was recorded once
-    already, with the params as run.json gives them back: floats.)"""
-    run_dir = unfinished_run(task, max_cost=max_cost, budget_s=30.0, grace_s=1.0)
+    """A run whose harness 'died' while the agent ran, after the gateway had logged a request that spent $0.60 and
+    one the budget refused (returned: minutes from the launch to it). The agent does nothing, unsandboxed (fast);
+    its run.json then says sandboxed, with ``max_cost``. (Its MLflow run was recorded once already, with the params
+    as run.json gives them back: floats.)"""
+    run_dir = unfinished_run(task, budget_s=30.0, grace_s=1.0)  # unsandboxed, fast: so no API budget of its own
+    if max_cost is not None:  # the budget needs the sandbox (the model's rule, on the resume too): as a run with both
+        raw = json.loads((run_dir / "run.json").read_text())
+        raw["spec"].update(max_cost=max_cost, sandbox=True)
+        (run_dir / "run.json").write_text(json.dumps(raw))
     st = state.read(run_dir)
     t = time.time()
     spent = {"t": t, "api": "anthropic", "model": "claude-sonnet-4-6", "status": 200, "latency_s": 1.0}

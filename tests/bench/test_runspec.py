@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from bench import runspec
+from bench import run_flags
 from bench.cli import main
 from bench.errors import InputError
 from bench.runspec import GRACE_S, RunSpec
@@ -17,10 +17,10 @@ from bench.sandbox.resource_limits import MIB, Limits
 
 
 def test_tag_parses_key_value_pairs() -> None:
-    assert runspec.tag("team=vision") == ("team", "vision")
-    assert runspec.tag("note=a=b") == ("note", "a=b")  # the first = splits
-    assert runspec.tag("sweep/id=lr 3e-4") == ("sweep/id", "lr 3e-4")
-    assert runspec.tag("empty=") == ("empty", "")
+    assert run_flags.tag("team=vision") == ("team", "vision")
+    assert run_flags.tag("note=a=b") == ("note", "a=b")  # the first = splits
+    assert run_flags.tag("sweep/id=lr 3e-4") == ("sweep/id", "lr 3e-4")
+    assert run_flags.tag("empty=") == ("empty", "")
 
 
 @pytest.mark.parametrize(

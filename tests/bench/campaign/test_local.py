@@ -180,7 +180,7 @@ def test_a_run_whose_harness_still_lives_elsewhere_is_waited_for_then_finished_h
     threading.Thread(target=harness.wait, daemon=True).start()  # reaped as its parent would
     run_dir = c.run_dir(key)
     run_dir.mkdir(parents=True)
-    described = RunSpec(task="x", agent="x", campaign="x", budget_s=1, grace_s=1, device="x", sandbox=False)
+    described = RunSpec(task="x", agent="x", campaign="x", budget_s=1, grace_s=1, device="cpu", sandbox=False)
     state.write(
         run_dir,
         state.RunState(

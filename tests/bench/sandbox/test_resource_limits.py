@@ -10,8 +10,9 @@ import time
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
-from bench.sandbox import LAUNCHER
+from bench.sandbox import LAUNCHER, limits
 from bench.sandbox.resource_limits import (
     GIB,
     MIB,
@@ -37,10 +38,14 @@ def test_sizes_are_read_in_powers_of_1024():
 
 
 def test_limits_no_run_can_live_with_are_refused():
-    with pytest.raises(LimitError, match="--memory"):
-        Limits(memory_bytes=1000).check()
-    with pytest.raises(LimitError, match="--eval-budget"):
-        Limits(eval_s=0).check()
+    """The model refuses them however they are made: built in Python, read from the flags' values."""
+    with pytest.raises(ValidationError, match="1000 is too small to run anything"):
+        Limits(memory_bytes=1000)
+    flag = lambda loc: limits.FLAGS[loc[0]]  # noqa: E731
+    with pytest.raises(LimitError, match=r"^--memory 1000 is too small to run anything: give at least 67108864"):
+        limits.read({"memory_bytes": 1000}, "python", flag)
+    with pytest.raises(LimitError, match=r"^--eval-budget 0 s cannot score a checkpoint"):
+        limits.read({"eval_s": 0.0}, "python", flag)
     Limits(memory_bytes=None, processes=None, workspace_bytes=None).check()  # "none" switches a limit off
     assert Limits(log_bytes=1 * MIB).line_bytes == 512 * 1024  # a line is at most half the log
     assert Limits().line_bytes == 4 * MIB
