@@ -18,7 +18,7 @@ from pathlib import Path
 
 import psutil
 
-from bench.errors import BenchError
+from bench.errors import BenchError, InputError
 from bench.runspec import RunSpec
 from bench.sandbox.resource_limits import LimitError
 
@@ -122,6 +122,12 @@ def read(run_dir: Path) -> RunState:
         spec = RunSpec.from_dict(raw["spec"])
     except LimitError as e:
         raise RunStateError(f"{target}: limits: {e}; fix it, or run it again with this toolkit") from e
+    except InputError as e:  # the model's rules, the same as for the flags: one line per problem
+        why = "; ".join(getattr(e, "lines", None) or [str(e)])
+        raise RunStateError(
+            f"{target}: {why}; fix the value or remove the key (an optional one then takes its default), or run it "
+            "again with this toolkit"
+        ) from e
     except (TypeError, ValueError, AttributeError) as e:
         raise RunStateError(f"{target} mistypes a field of the run's description ({e})") from e
     try:
@@ -134,12 +140,6 @@ def read(run_dir: Path) -> RunState:
             Watched(**state.watched)
     except (TypeError, ValueError) as e:
         raise RunStateError(f"{target} mistypes a field ({e})") from e
-    cap = spec.max_cost
-    if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int | float) or not 0 < cap < float("inf")):
-        raise RunStateError(
-            f"{target}: max_cost must be a positive amount in USD or null (got {cap!r}); fix it or remove the key "
-            "(a resume then records no API budget)"
-        )
     return state
 
 

@@ -22,7 +22,7 @@ from bench.cli import main
 from bench.errors import InputError
 from bench.runspec import RunSpec, given
 
-FIXTURE = Path(__file__).resolve().parent / "fixtures" / "results" / "v2_t6_baseline.json"
+FIXTURE = Path(__file__).resolve().parent / "fixtures" / "results" / "v3_t6_baseline.json"
 
 
 @dataclass(config=ConfigDict(extra="forbid", revalidate_instances="always"))
@@ -82,11 +82,11 @@ def test_run_json_and_result_json_carry_the_new_field(noted, tmp_path):
     from bench.result import RunResult
 
     spec = Noted("t6", "command", budget_s=60.0, note="from run.json")
-    st = state.RunState(spec=spec.to_dict(), token="t", agent_pid=1, started_at=0.0, agent_argv=[], endpoints=[],
+    st = state.RunState(spec=spec, token="t", agent_pid=1, started_at=0.0, agent_argv=[], endpoints=[],
                         mlflow_run_id=None, partial_notes=[], data_dir="/d")  # fmt: skip
     state.write(tmp_path, st)
     assert json.loads((tmp_path / "run.json").read_text())["spec"]["note"] == "from run.json"
-    assert state.read(tmp_path).run_spec().note == "from run.json"
+    assert state.read(tmp_path).spec.note == "from run.json"
 
     base = RunResult.load(FIXTURE)
     run = Noted.from_dict({**base.run.to_dict(), "note": "from result.json"})
