@@ -1,7 +1,7 @@
 """Numbers that are not agent runs in MLflow: the paper's published results and the tuned baselines.
 
-The paper's per-task numbers live in ``analysis/data/published/`` (copied from ``../shared/paper/``,
-see ``PROVENANCE.md`` there); they come back here as *cells* in the same columns as the ones
+The paper's per-task numbers live in ``analysis/data/published/`` (transcribed from the
+paper's tables, see ``PROVENANCE.md`` there); they come back here as *cells* in the same columns as the ones
 :func:`analysis.leaderboard.cells` makes from MLflow runs, so every table and figure treats a
 published row and a new row alike. The Optuna-tuned reference baselines (``baselines/results/<task>.json``,
 one tuned configuration per task) become the calibration row "Optuna-tuned".

@@ -208,7 +208,7 @@ def _fluent_uri() -> str | None:
 def real_mirror() -> Path:
     """The offline copy of the real datasets; the test is skipped without one."""
     if not REAL_MIRROR:
-        pytest.skip("set BENCH_DATA_MIRROR to a folder laid out like ../shared/data to run against the real data")
+        pytest.skip("set BENCH_DATA_MIRROR to the datasets' offline mirror (docs/tasks-and-data.md) for the real data")
     return Path(REAL_MIRROR)
 
 

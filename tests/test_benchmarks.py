@@ -91,7 +91,7 @@ def _skip_unless_runnable(name: str) -> dict[str, str]:
     """The environment a smoke run gets; skips (with the reason, as the tests do) what this machine cannot run."""
     env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "BENCH_MLRUNS_DIR")}
     if name in make_figures.NEEDS_MIRROR and not os.environ.get("BENCH_DATA_MIRROR"):
-        pytest.skip("set BENCH_DATA_MIRROR to a folder laid out like ../shared/data to run against the real data")
+        pytest.skip("set BENCH_DATA_MIRROR to the datasets' offline mirror (docs/tasks-and-data.md) for the real data")
     if name == "report_server_speed":
         from tests.pg import skip_without_postgres
 

@@ -8,6 +8,7 @@ test fails past a generous ceiling of 800 lines, where a module has surely grown
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import warnings
@@ -67,3 +68,36 @@ def test_every_pipeline_step_has_its_module() -> None:
              "evaluate.evaluate_candidates(", "audit.audit(", "record.save(")  # fmt: skip
     order = [runner.index(c) for c in calls]  # run() calls the steps in pipeline order
     assert order == sorted(order)
+
+
+# What a reader of this repository cannot open: the project's private design notes and shared folders. The rules
+# are in CONTRIBUTING.md and ARCHITECTURE.md; data the tests read is copied in (with its PROVENANCE.md). The data
+# mirror (BENCH_DATA_MIRROR) is a setting, named by its variable.
+OUTSIDE = re.compile(r"DESIGN\.md|[A-Z0-9]+-NOTES\.md|STYLE\.md|shared/(docs|seeds|paper|agent-streams)")
+
+
+def outside_references(root: Path) -> list[str]:
+    """``file:line`` of every tracked text file's line that names a document outside the repository."""
+    files = subprocess.run(["git", "ls-files"], cwd=root, capture_output=True, text=True, check=True).stdout.split()
+    found = []
+    for name in files:
+        try:
+            text = (root / name).read_text(encoding="utf-8")
+        except (UnicodeDecodeError, FileNotFoundError, IsADirectoryError):
+            continue
+        found += [f"{name}:{i}" for i, line in enumerate(text.splitlines(), 1) if OUTSIDE.search(line)]
+    return found
+
+
+def test_no_file_refers_to_a_document_outside_the_repository() -> None:
+    found = [f for f in outside_references(ROOT) if not f.startswith("tests/test_layout.py:")]
+    assert not found, f"cite CONTRIBUTING.md or ARCHITECTURE.md, or copy the data in: {found}"
+
+
+def test_an_outside_reference_is_found(tmp_path: Path) -> None:
+    """The check itself can fail: a made-up repository citing a design note is named, a clean one is not."""
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    (tmp_path / "a.py").write_text('"""See ../shared/docs/DESIGN.md."""\n')
+    (tmp_path / "b.md").write_text("See CONTRIBUTING.md.\n")
+    subprocess.run(["git", "add", "a.py", "b.md"], cwd=tmp_path, check=True)
+    assert outside_references(tmp_path) == ["a.py:1"]

@@ -84,7 +84,9 @@ def measure(task_id: str, ws: Path, config: dict) -> dict:
 
 
 def real_t6(seeds: int, tuned: bool, epochs: int | None = None) -> list[dict]:
-    mirror = Path(os.environ.get("BENCH_DATA_MIRROR", "/work/shared/data"))
+    if not os.environ.get("BENCH_DATA_MIRROR"):
+        raise SystemExit("the real T6 rows need the datasets' mirror: set BENCH_DATA_MIRROR (docs/tasks-and-data.md)")
+    mirror = Path(os.environ["BENCH_DATA_MIRROR"])
     root = Path(tempfile.mkdtemp())
     ws = copy_task(FOLDERS["t6"], root / "ws")
     proc = run_prepare(ws, "--prepare", "--raw-dir", str(mirror / "ETTh1"), "--data-dir", "data")

@@ -53,7 +53,7 @@ from tests.tasks.taskfolder import PROBES, copy_task, expected_probes, last_json
 
 ROOT = Path(__file__).resolve().parents[2]
 TASK_DIR = ROOT / "tasks" / "t3_semantic_segmentation"
-NOTES = ROOT.parent / "shared" / "docs" / "DINOV3-NOTES.md"  # the layout notes (Appendix A/B), where present
+NOTES = Path(__file__).parent / "fixtures" / "dinov3_layout.md"  # the official layout (Appendix A/B) and its sources
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)  # the statistics DINOv3 expects
 
 
@@ -447,7 +447,6 @@ def test_vit_small_has_the_official_layout(backbones):
     assert torch.all(sd["blocks.3.ls2.gamma"] == 1e-5) and model.norm.eps == 1e-5 and torch.all(sd["mask_token"] == 0)
 
 
-@pytest.mark.skipif(not NOTES.is_file(), reason="the DINOv3 layout notes (shared/docs) are not in this checkout")
 def test_state_dicts_equal_the_notes_appendices(backbones):
     text = NOTES.read_text(encoding="utf-8")
     appendix_a, appendix_b = text.split("## Appendix A")[1].split("## Appendix B")

@@ -45,7 +45,7 @@ def watch(tmp_path: Path, lines_: list[str], parser: str) -> None:
 def _codex_stream() -> list[str]:
     path = STREAMS / "codex_stream.jsonl"
     if not path.is_file():
-        pytest.skip(f"{path} is missing: copy ../shared/agent-streams into tests/bench/fixtures/agent-streams")
+        pytest.fail(f"{path} is missing: the recorded streams are part of the repository (PROVENANCE.md there)")
     return path.read_text().splitlines()
 
 

@@ -1,7 +1,7 @@
 """bench.agents.events and bench.agents.pricing against real event streams of the five agent CLIs.
 
-The streams come from ``../shared/agent-streams`` next to the repository root when it exists, else from
-the copy in ``tests/bench/fixtures/agent-streams`` (see its PROVENANCE.md): one short task each, write
+The streams are in ``tests/bench/fixtures/agent-streams`` (recorded from the real CLIs; its PROVENANCE.md says
+how): one short task each, write
 ``run_1.py`` with ``print('hello')``, run ``python run_1.py``, answer in text.
 """
 
@@ -23,10 +23,7 @@ from bench.agents.opencode import OpenCodeParser
 from bench.agents.parsing import unwrap_shell
 
 ROOT = Path(__file__).resolve().parents[3]
-SHARED = ROOT.parent / "shared" / "agent-streams"
-STREAMS = (
-    SHARED if (SHARED / "claude_stream.jsonl").is_file() else Path(__file__).parents[1] / "fixtures" / "agent-streams"
-)
+STREAMS = Path(__file__).parents[1] / "fixtures" / "agent-streams"  # recorded from the real CLIs (PROVENANCE.md)
 WS = "/home/user/ws"
 ANSWER = "Done. I created run_1.py and ran it; it printed hello."
 
@@ -49,7 +46,7 @@ def run(parser, lines) -> tuple[list[Event], Tally]:
 def stream(name: str, parser) -> tuple[list[Event], Tally]:
     path = STREAMS / name
     if not path.is_file():
-        pytest.skip(f"{path} is missing: copy ../shared/agent-streams into tests/bench/fixtures/agent-streams")
+        pytest.fail(f"{path} is missing: the recorded streams are part of the repository (PROVENANCE.md there)")
     with open(path, encoding="utf-8") as f:
         return run(parser, list(f))
 

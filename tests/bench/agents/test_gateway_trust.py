@@ -34,7 +34,9 @@ from tests.mockllm.trajectory import answer
 
 mlflow = lazy("mlflow")  # imported at its first use (tests/lazy.py)
 
-STREAMS = Path("/work/shared/agent-streams")
+STREAMS = (
+    Path(__file__).resolve().parents[1] / "fixtures" / "agent-streams"
+)  # recorded from the real CLIs (PROVENANCE.md)
 
 STAND_IN = r"""#!PYTHON
 import json, os, subprocess, sys, urllib.error, urllib.request
@@ -222,7 +224,7 @@ def test_each_family_forwards_only_its_endpoints(family, method, path, ok):
 
 
 def test_what_the_real_clis_sent_is_allowed():
-    """The recorded requests of the pinned CLIs (shared/agent-streams) pass their family's list."""
+    """The recorded requests of the pinned CLIs (fixtures/agent-streams) pass their family's list."""
     family = {"claude": "anthropic", "codex": "openai", "gemini": "gemini", "opencode": "openai"}
     files = sorted(STREAMS.glob("*request*.json"))
     if not files:

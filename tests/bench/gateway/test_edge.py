@@ -172,12 +172,11 @@ def test_the_key_leaves_only_in_the_familys_header_and_a_token_anywhere_else_is_
 
 
 def test_a_gemini_key_in_the_query_is_never_forwarded_even_without_a_header(tmp_path, served):
-    """The Gemini CLI sends x-goog-api-key (shared/agent-streams/gemini_request_3.json); a client that puts the run's
+    """The Gemini CLI sends x-goog-api-key (its recorded request, fixtures/agent-streams); a client that puts the run's
     token in ?key= is refused, not given a URL with the real key in it."""
-    recorded = Path("/work/shared/agent-streams/gemini_request_3.json")
-    if recorded.exists():
-        sent = json.loads(recorded.read_text())
-        assert "key=" not in sent["path"] and "x-goog-api-key" in sent["headers"]
+    recorded = Path(__file__).resolve().parents[1] / "fixtures" / "agent-streams" / "gemini_request_3.json"
+    sent = json.loads(recorded.read_text())
+    assert "key=" not in sent["path"] and "x-goog-api-key" in sent["headers"]
     with StubAPI(Reply("gemini-2.5-pro", text="x")) as stub:
         gw = Gateway(stub.url, tmp_path / "llm.jsonl", keys={TOKEN: REAL}, family="gemini")
         target = f"/v1beta/models/gemini-2.5-pro:streamGenerateContent?alt=sse&key={TOKEN}"

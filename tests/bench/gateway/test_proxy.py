@@ -27,7 +27,9 @@ from tests.mockllm import openai as mock_openai
 from tests.mockllm.reply import Reply
 from tests.mockllm.trajectory import answer
 
-STREAMS = Path("/work/shared/agent-streams")
+STREAMS = (
+    Path(__file__).resolve().parents[1] / "fixtures" / "agent-streams"
+)  # recorded from the real CLIs (PROVENANCE.md)
 SECRET = "sk-secret-never-logged-42"
 
 
@@ -154,7 +156,6 @@ def test_gemini_thinking_is_output_and_the_last_chunk_counts():
     assert (u.input, u.output, u.cached, u.complete, u.model) == (900, 100, 512, True, "gemini-2.5-pro")
 
 
-@pytest.mark.skipif(not STREAMS.is_dir(), reason="the recorded CLI requests (shared/agent-streams) are not here")
 def test_requests_the_real_clis_sent_are_recognised():
     seen = {}
     for name in ("claude_request_3", "codex_request_3", "gemini_request_3", "opencode_chat_request_4"):
