@@ -158,7 +158,8 @@ def test_folders_nested_past_pythons_recursion_limit_end_in_a_recorded_run_with_
     try:
         assert Path(result.result_file).is_file()
         _no_run_left_running(result)
-        assert result.status == "failed" and "no scoreable checkpoint" in result.reason  # the agent made none
+        # the agent made none (on a loaded machine its 1,100 mkdirs may outlast the budget: timeout)
+        assert result.status in ("failed", "timeout") and "no scoreable checkpoint" in result.reason
         flags = [v for v in result.audit.violations if "nested too deep" in v.reason]
         assert flags and flags[0].verdict == "flag" and flags[0].rule == 5
         manifest = json.loads((Path(result.run_dir) / "evidence" / "manifest-end.json").read_text())

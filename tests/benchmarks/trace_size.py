@@ -121,12 +121,13 @@ def main() -> None:
     run_id = writer.create_run("claude-code t6 #1", {schema.KIND: schema.KIND_AGENT}, start_time=t0)
     db, art = tmp / "mlruns" / "mlflow.db", tmp / "mlruns"
     db_before, all_before = db.stat().st_size, _size(art)
-    info = dict(started_at=t0, wall_time_s=args.hours * 3600, label="claude-code t6 #1", agent="claude-code")
-    info.update(model="claude-sonnet-4-6", task="t6", status="success", reason="", agent_events={})
-    started = time.perf_counter()
     from types import SimpleNamespace
 
-    tag = traces.record(writer, run_id, SimpleNamespace(**info), run, run / "events.jsonl")
+    # a RunResult as traces.record reads it: the run's description under ``run``
+    described = SimpleNamespace(label="claude-code t6 #1", agent="claude-code", model="claude-sonnet-4-6", task="t6")
+    info = dict(run=described, started_at=t0, wall_time_s=args.hours * 3600, status="success", reason="")
+    started = time.perf_counter()
+    tag = traces.record(writer, run_id, SimpleNamespace(**info, agent_events={}), run, run / "events.jsonl")
     write_s = time.perf_counter() - started
     assert tag.startswith("tr-"), tag
     db_after, all_after = db.stat().st_size, _size(art)
