@@ -8,6 +8,10 @@ parsed here.
 
 - :mod:`bench.gateway.proxy`: :class:`~bench.gateway.proxy.Gateway`, one upstream API and its
   log (``llm.jsonl``);
+- :mod:`bench.gateway.upstream`: the connection to the real API (TLS verified, one redial);
+- :mod:`bench.gateway.streaming`: an answer streamed back as it arrives, read on for its usage
+  when the CLI leaves;
+- :mod:`bench.gateway.request_log`: ``llm.jsonl``, one line per request, no key in it;
 - :mod:`bench.gateway.http1`: the side facing the CLI, parsed and framed by h11, bounded;
 - :mod:`bench.gateway.routes`: which request targets and endpoints are forwarded, per API family;
 - :mod:`bench.gateway.key_swap`: the run's tokens in place of each credential, the key only in its

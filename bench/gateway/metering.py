@@ -30,7 +30,8 @@ from bench import settings
 from bench.agents import credentials
 from bench.agents.base import Agent, LaunchContext
 from bench.gateway import refusals, routes
-from bench.gateway.proxy import INSIDE_PORT, LOG_NAME, Gateway
+from bench.gateway.proxy import INSIDE_PORT, Gateway
+from bench.gateway.request_log import LOG_NAME
 from bench.tracking import schema
 
 CHARGED_MAX_TOKENS = "gateway+max_tokens"  # cost_source where some answers were charged their max_tokens

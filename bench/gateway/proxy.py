@@ -6,26 +6,28 @@ The CLI is pointed, through its own base-URL setting (``ANTHROPIC_BASE_URL``, Co
 ``base_url``, ``GOOGLE_GEMINI_BASE_URL``), at ``http://127.0.0.1:PORT`` inside its sandbox; the
 sandbox's launcher carries that port to a unix socket served here, on the harness's side
 (:class:`bench.sandbox.network.Network`'s ``services``). The gateway forwards each request to the
-real endpoint over TLS (the certificate verified, as any client would) and streams the answer back
-piece by piece as it arrives (SSE is never buffered whole), so no CLI has to honour proxy variables
-and the harness, not the CLI, says what a run used.
+real endpoint over TLS (the certificate verified, as any client would:
+:mod:`bench.gateway.upstream`) and streams the answer back piece by piece as it arrives (SSE is
+never buffered whole: :mod:`bench.gateway.streaming`), so no CLI has to honour proxy variables and
+the harness, not the CLI, says what a run used.
 
-Per request it appends one JSON line to ``llm.jsonl`` in the run's evidence, written when the
-request ends (a killed run keeps every line so far): time, API, model, HTTP status, latency,
-input/output/cached tokens read from the answer (:mod:`bench.gateway.usage`), their cost at the
-price table's rates (:mod:`bench.agents.pricing`), and ``complete: false`` with ``cut`` when the
-answer ended before its usage did. **A stream left early is paid for what the API will bill**:
-when the client leaves mid-answer the gateway reads the answer on to its final usage (bounded:
-``drain_s`` and :data:`DRAIN_MAX_BYTES`), which is what Anthropic (output only in its closing
-``message_delta``), OpenAI (usage only in its last event) and Gemini (cumulative, the last
+Per request it appends one JSON line to ``llm.jsonl`` in the run's evidence
+(:mod:`bench.gateway.request_log`), written when the request ends (a killed run keeps every line so
+far): time, API, model, HTTP status, latency, input/output/cached tokens read from the answer
+(:mod:`bench.gateway.usage`), their cost at the price table's rates (:mod:`bench.agents.pricing`),
+and ``complete: false`` with ``cut`` when the answer ended before its usage did. **A stream left
+early is paid for what the API will bill**: when the client leaves mid-answer the gateway reads the
+answer on to its final usage (bounded: ``drain_s`` and
+:data:`bench.gateway.streaming.DRAIN_MAX_BYTES`), which is what Anthropic (output only in its
+closing ``message_delta``), OpenAI (usage only in its last event) and Gemini (cumulative, the last
 chunk) bill; where that usage never comes, the request is charged its ``max_tokens``
-(:func:`bench.gateway.budget.output_limit`) at the output rate, the line says
-``cost_basis: max_tokens`` and the run's ``cost_source`` says so
-(:mod:`bench.gateway.metering`). Credentials (``Authorization``, ``x-api-key``,
-``x-goog-api-key``) are never written (the run's token swapped for the key on the way out,
-below), nor a query's key parameters. Each model request's and answer's body goes, capped and
-with secrets removed, to ``llm-bodies.jsonl`` (:mod:`bench.gateway.transcript`; the line's
-``body`` is its id), for the run's MLflow trace (:mod:`bench.pipeline.traces`).
+(:func:`bench.gateway.budget.output_limit`) at the output rate, the line says ``cost_basis:
+max_tokens`` and the run's ``cost_source`` says so (:mod:`bench.gateway.metering`). Credentials
+(``Authorization``, ``x-api-key``, ``x-goog-api-key``) are never written (the run's token swapped
+for the key on the way out, below), nor a query's key parameters. Each model request's and answer's
+body goes, capped and with secrets removed, to ``llm-bodies.jsonl``
+(:mod:`bench.gateway.transcript`; the line's ``body`` is its id), for the run's MLflow trace
+(:mod:`bench.pipeline.traces`).
 
 **The gateway holds the key.** The agent's environment carries a per-run token (``bench-run-`` and
 32 hex digits, one per credential variable) where the harness has the real key
@@ -61,68 +63,28 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
-import select
 import socket
 import ssl
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from urllib.parse import parse_qsl, urlencode, urlsplit
+from urllib.parse import urlsplit
 
 import h11
 
 from bench import settings
 from bench.agents import pricing
 from bench.errors import InputError
-from bench.gateway import budget, key_swap, refusals, routes, transcript
-from bench.gateway.budget import BUDGET_PREFIX, budget_message  # noqa: F401  (the budget's words, said here)
-from bench.gateway.budget import _usd as _usd
+from bench.gateway import budget, key_swap, refusals, routes, streaming, transcript, upstream
+from bench.gateway.budget import _usd, budget_message
 from bench.gateway.http1 import MAX_BODY, ClientConnection
+from bench.gateway.request_log import RequestLog, safe_path
 from bench.gateway.routes import refusal
 from bench.gateway.usage import Usage, api_of, request_model
 
-LOG_NAME = "llm.jsonl"
 INSIDE_PORT = 47800  # the first loopback port inside the sandbox that reaches a gateway (one per upstream)
 IDLE_TIMEOUT_S = 600.0  # a kept-alive client connection with no next request
-UPSTREAM_TIMEOUT_S = 600.0  # the longest silence inside an answer (a model thinking before its first token)
-# After the client (the CLI, killed at its budget) leaves mid-answer, the answer is still read, not
-# passed on, for up to this long: the API bills the generation it goes on with, and OpenAI's
-# Responses and Chat Completions streams (Codex, OpenCode, Aider) say their usage only at the end,
-# so reading on is what makes the run's tokens and cost the API's own. Past it the upstream is cut
-# and the line keeps what had streamed (marked cut). That time is Gateway.drain_s:
-# BENCH_GATEWAY_DRAIN_S (bench.settings, 20 s by default).
-DRAIN_MAX_BYTES = 64 << 20  # the most read of an answer after its client left (its usage comes at its end)
-LOG_LIMIT = 100_000  # lines; a request loop must not fill the harness's disk
-SECRET_PARAMS = ("key", "api_key", "apikey", "access_token")
-HOP = {"connection", "keep-alive", "proxy-connection", "proxy-authorization", "te", "trailer", "transfer-encoding"}
-HOP |= {"upgrade", "host", "content-length", "accept-encoding"}
-
-
-def safe_path(path: str) -> str:
-    """The request path as logged: query parameters that carry keys have their values removed."""
-    parts = urlsplit(path)
-    if not parts.query:
-        return parts.path
-    pairs = parse_qsl(parts.query, keep_blank_values=True)
-    q = [(k, "REDACTED" if k.lower() in SECRET_PARAMS else v) for k, v in pairs]
-    return f"{parts.path}?{urlencode(q)}"
-
-
-class _Upstream(http.client.HTTPSConnection):
-    """An HTTPS connection to ``host`` that may dial another address (``resolve``).
-
-    Tests' non-loopback names served on this machine are dialled that way; the certificate is still
-    checked against ``host``.
-    """
-
-    def __init__(self, host: str, port: int, address: str, context: ssl.SSLContext) -> None:
-        super().__init__(host, port, timeout=UPSTREAM_TIMEOUT_S, context=context)
-        self._address = address
-
-    def connect(self) -> None:
-        sock = socket.create_connection((self._address, self.port), self.timeout)
-        self.sock = self._context.wrap_socket(sock, server_hostname=self.host)
 
 
 class Gateway:
@@ -176,7 +138,7 @@ class Gateway:
         self.access: str | None = None  # the credential's fingerprint (bench.agents.credentials), for the record
         self._end: Callable[[str], None] | None = None  # the watch's early end (end_with)
         self._lock = threading.Lock()
-        self._lines = 0
+        self._log = RequestLog(self.log)  # llm.jsonl: one line per request, flushed at once
         self._inflight = 0
 
     @property
@@ -221,9 +183,7 @@ class Gateway:
                 conn.close()
 
     def _connect(self) -> http.client.HTTPConnection:
-        if self.scheme == "https":
-            return _Upstream(self.host, self.port, self.address, self.context)
-        return http.client.HTTPConnection(self.address, self.port, timeout=UPSTREAM_TIMEOUT_S)
+        return upstream.dial(self.scheme, self.host, self.port, self.address, self.context)
 
     def _one(self, client: ClientConnection, up, method: str, path: str, headers: list[tuple[str, str]], body: bytes):
         """Forward one request and stream its answer back.
@@ -267,26 +227,13 @@ class Gateway:
         """
         t0, api = rec["t"], rec["api"]
         headers = key_swap.swap(headers, self.keys, self.family)  # the key in the family's header, nowhere else
-        out = [(k, v) for k, v in headers if k.lower() not in HOP]
-        out += [("Host", self.host if self.port in (80, 443) else f"{self.host}:{self.port}")]
-        out += [("Accept-Encoding", "identity"), ("Content-Length", str(len(body)))]
-        resp = None
-        for attempt in (0, 1):  # a kept-alive upstream connection may have been closed meanwhile: one redial
-            if up is None:
-                up = self._connect()
-            try:
-                up.putrequest(method, path, skip_host=True, skip_accept_encoding=True)
-                for k, v in out:
-                    up.putheader(k, v)
-                up.endheaders(body if body or method in ("POST", "PUT", "PATCH") else None)
-                resp = up.getresponse()
-                break
-            except (OSError, http.client.HTTPException) as e:
-                up.close()
-                up = None
-                if attempt:  # no route to the API: the client sees its connection dropped, as without a gateway
-                    self._note({**rec, "status": 0, "error": f"{type(e).__name__}: {e}"[:300], "latency_s": 0})
-                    return None, False
+        out = upstream.request_head(headers, self.host, self.port, body)
+        try:
+            up, resp = upstream.send(up, self._connect, method, path, out, body)
+        except (OSError, http.client.HTTPException) as e:
+            # no route to the API: the client sees its connection dropped, as without a gateway
+            self._note({**rec, "status": 0, "error": f"{type(e).__name__}: {e}"[:300], "latency_s": 0})
+            return None, False
         usage = Usage(api, rec["model"])
         sse = "text/event-stream" in (resp.getheader("Content-Type") or "")
         capture = self.bodies.start(api, headers, body)  # the bodies for the run's MLflow trace
@@ -295,54 +242,21 @@ class Gateway:
             with self._lock:  # set before any of the answer reaches the CLI: the agent acts only after one
                 self.answered = True
         err = bytearray()  # an error answer's start, for what cannot heal (bench.gateway.refusals)
-        whole = resp.getheader("Content-Length") is not None and resp.getheader("Transfer-Encoding") is None
-        head = [(k, v) for k, v in resp.getheaders() if k.lower() not in HOP | {"content-encoding"}]
-        head += [("Content-Length", str(resp.length))] if whole else []  # else h11 frames it chunked
-        cut, first, body_seen, keep, left, drained = None, None, bytearray(), not close, False, 0
-        gone = _watch_client(client.sock, up, self.drain_s)
-        try:
-            client.start(resp.status, resp.reason, head, close)
-        except (OSError, h11.LocalProtocolError):
-            left, keep = True, False  # the answer is still read for its usage (drain_s), passed on to no one
-        while cut is None:
-            try:
-                data = resp.read1(65536)
-            except (OSError, http.client.HTTPException) as e:
-                cut, keep = f"the API's answer broke off: {type(e).__name__}", False
-                if gone.cut:  # cut here, because the client had left and the drain's time ran out
-                    cut = "the client closed its connection mid-answer"
-                break
-            if first is None:
-                first = time.time()
-            if left or gone.closed:  # read on for the usage only, bounded in bytes as in time (drain_s)
-                drained += len(data)
-                if drained > DRAIN_MAX_BYTES:
-                    cut, keep = f"the client left and the answer passed {DRAIN_MAX_BYTES} bytes after it", False
-                    break
+        body_seen = bytearray()  # a JSON answer, for its usage
+
+        def feed(data: bytes) -> None:  # each piece of the answer, as it streams back
             if resp.status >= 400 and len(err) < refusals.ERROR_BODY_MAX:
-                err += data[: refusals.ERROR_BODY_MAX - len(err)]
+                err.extend(data[: refusals.ERROR_BODY_MAX - len(err)])
             if capture is not None:
                 capture.feed(data, sse)
             if api and sse:
                 usage.feed(data)
             elif api and len(body_seen) < MAX_BODY:
-                body_seen += data
-            if not data:
-                if not left:
-                    with contextlib.suppress(OSError, h11.LocalProtocolError):
-                        client.end()
-                break
-            if not left:
-                try:
-                    client.data(data)
-                except (OSError, h11.LocalProtocolError):
-                    left, keep = True, False  # read on for the usage (the watch cuts it after drain_s)
-        gone.set()  # the answer is over: stop watching
-        if gone.cut and cut is None:  # the upstream was cut: the client left and the drain's time ran out
-            cut, keep = "the client closed its connection mid-answer", False
-        keep = keep and client.keep_alive  # h11's verdict: the answer whole, the connection reusable
-        if left or gone.closed:  # the answer was read to its end without the client: its usage is the API's
-            keep = False
+                body_seen.extend(data)
+
+        passed = streaming.pass_on(client, resp, up, close=close, drain_s=self.drain_s, feed=feed)
+        cut, first, keep = passed.cut, passed.first, passed.keep
+        if passed.left:  # the answer was read to its end without the client: its usage is the API's
             rec["client_left"] = True
         if cut is not None or not keep:
             up.close()
@@ -460,15 +374,8 @@ class Gateway:
         return not self._inflight
 
     def _note(self, rec: dict) -> None:
-        """Append one line and flush it at once (a killed harness keeps every request so far)."""
-        with self._lock:
-            self._lines += 1
-            if self._lines > LOG_LIMIT:
-                return
-            if self._lines == LOG_LIMIT:
-                rec = {"t": rec.get("t"), "truncated": f"more than {LOG_LIMIT} requests: the log stops here"}
-            with contextlib.suppress(OSError), open(self.log, "a") as f:
-                f.write(json.dumps(rec) + "\n")
+        """Append one line to ``llm.jsonl`` (:class:`bench.gateway.request_log.RequestLog`)."""
+        self._log.note(rec)
 
 
 def _json(body: bytes) -> dict | None:
@@ -477,40 +384,3 @@ def _json(body: bytes) -> dict | None:
     except (ValueError, UnicodeDecodeError):
         return None
     return o if isinstance(o, dict) else None
-
-
-class _Watch(threading.Event):
-    closed = False  # the client closed its end while the answer was still coming
-    cut = False  # ... and the answer did not end within the drain's time: the upstream was cut
-
-
-def _watch_client(conn: socket.socket, up: http.client.HTTPConnection, drain_s: float) -> _Watch:
-    """A thread that cuts the upstream connection when the client leaves mid-answer.
-
-    It notices the client (the CLI, killed at its budget) closing its connection while the answer is
-    still coming, gives the answer ``drain_s`` more to end (its usage), then cuts the upstream
-    connection, so the request's line is written then at the latest, not when the API next speaks.
-    Set the returned event when the answer ends.
-    """
-    done = _Watch()
-
-    def watch() -> None:
-        while not done.wait(0.25):
-            try:
-                readable, _, _ = select.select([conn], [], [], 0)
-                if not readable or conn.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT):
-                    continue  # nothing yet, or the client's next request (left in place)
-            except BlockingIOError:
-                continue
-            except OSError:
-                pass
-            done.closed = True
-            if done.wait(drain_s):
-                return  # the answer ended within the drain: its usage is read
-            done.cut = True
-            with contextlib.suppress(OSError, AttributeError):
-                up.sock.shutdown(socket.SHUT_RDWR)
-            return
-
-    threading.Thread(target=watch, name="gateway-client-watch", daemon=True).start()
-    return done

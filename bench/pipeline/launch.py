@@ -33,7 +33,8 @@ from bench.agents.stream import AgentStream
 from bench.evidence import Evidence
 from bench.gateway import key_swap
 from bench.gateway.metering import plan as metering_plan
-from bench.gateway.proxy import LOG_NAME, Gateway
+from bench.gateway.proxy import Gateway
+from bench.gateway.request_log import LOG_NAME
 from bench.pipeline.arrivals import Arrivals
 from bench.pipeline.codetime import Snapshots
 from bench.pipeline.launch_monitor import LaunchMonitor

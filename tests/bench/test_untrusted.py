@@ -1,4 +1,4 @@
-"""The hostile-input boundary (bench/untrusted.py): each promise against the file an agent would plant to break it."""
+"""The hostile-input boundary (bench/untrusted/): each promise against the file an agent would plant to break it."""
 
 from __future__ import annotations
 

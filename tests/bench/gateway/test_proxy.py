@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from bench.gateway import metering
-from bench.gateway.proxy import BUDGET_PREFIX, Gateway
+from bench.gateway.budget import BUDGET_PREFIX
+from bench.gateway.proxy import Gateway
 from bench.gateway.usage import Usage, api_of, request_model
 from bench.sandbox.network import UnixServer
 from bench.tracking import schema
