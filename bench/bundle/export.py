@@ -7,7 +7,7 @@ writes with its own ``MlflowClient`` calls (here every write goes through
 :mod:`bench.tracking.writer`, the one redacting writer), carries no traces, and installs
 pytest and pytest-html as runtime dependencies. What a bundle needs of a run is a few public
 calls (``search_runs``, ``get_metric_history``, ``download_artifacts``, ``search_traces``),
-all in :mod:`bench.tracking.reader`.
+all in :mod:`bench.tracking.whole_runs`.
 
 The run directories are copied less what makes them heavy and what any reader can rebuild: the
 prepared data copy, the spool (its values are in MLflow), the agent's home and caches. The scored
@@ -33,7 +33,7 @@ from bench import __version__, untrusted
 from bench.bundle import archive as bundle
 from bench.bundle import containment
 from bench.pipeline import uploads
-from bench.tracking import reader, schema, store
+from bench.tracking import schema, store, whole_runs
 
 # MLflow's progress bars and its note on a run without artifacts are noise in a command's output
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
@@ -65,7 +65,7 @@ def run_json(run, experiment_name: str) -> dict:
 
     Its identity, nesting, status, times, params, tags and every metric's history.
     """
-    histories = reader.full_histories(run.info.run_id, sorted(run.data.metrics))
+    histories = whole_runs.full_histories(run.info.run_id, sorted(run.data.metrics))
     return {
         "run_id": run.info.run_id,
         "run_name": run.info.run_name,
@@ -148,7 +148,7 @@ def export(campaign: str, archive: Path, *, runs_dir: Path | None = None, say=No
         raise bundle.BundleError(f"{archive} is a folder: name the archive to write, e.g. {campaign}{bundle.SUFFIX}")
     if not archive.parent.is_dir():
         raise bundle.BundleError(f"{archive.parent}: no such folder for the archive")
-    exp, runs = reader.campaign_runs(campaign)
+    exp, runs = whole_runs.campaign_runs(campaign)
     if exp is None:
         raise bundle.BundleError(f"no campaign {campaign!r} in the tracking store {store.tracking_uri()}")
     if not runs:
@@ -165,12 +165,12 @@ def export(campaign: str, archive: Path, *, runs_dir: Path | None = None, say=No
         for i, run in enumerate(runs, 1):
             data = run_json(run, exp.name)
             arts = top / "mlflow" / "artifacts" / run.info.run_id
-            reader.download_artifacts(run.info.run_id, arts)
+            whole_runs.download_artifacts(run.info.run_id, arts)
             data["artifacts"] = sorted(p.relative_to(arts).as_posix() for p in arts.rglob("*") if p.is_file())
             if not data["artifacts"]:
                 arts.rmdir()
             data["traces"] = []
-            for trace in reader.run_traces(exp.experiment_id, run.info.run_id):
+            for trace in whole_runs.run_traces(exp.experiment_id, run.info.run_id):
                 data["traces"].append(trace.info.trace_id)
                 path = top / "mlflow" / "traces" / f"{trace.info.trace_id}.json"
                 path.write_text(json.dumps(trace.to_dict(), indent=1, default=str) + "\n")

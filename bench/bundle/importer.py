@@ -31,7 +31,7 @@ from bench.bundle import archive as bundle
 from bench.bundle import containment
 from bench.checksums import sha256
 from bench.errors import BenchError
-from bench.tracking import reader, schema, store
+from bench.tracking import schema, store, whole_runs
 from bench.tracking.writer import MlflowWriter, TrackingError
 
 TERMINAL = ("FINISHED", "FAILED", "KILLED")
@@ -95,7 +95,7 @@ def _existing(campaign: str) -> dict[str, tuple[str, str]]:
     The runs a former import of this campaign made, and the original runs themselves (a bundle
     imported into the store it came from adds nothing).
     """
-    _, runs = reader.campaign_runs(campaign)
+    _, runs = whole_runs.campaign_runs(campaign)
     found = {r.info.run_id: (r.info.run_id, r.info.status) for r in runs}
     found |= {r.data.tags[schema.SOURCE_RUN]: found[r.info.run_id] for r in runs if r.data.tags.get(schema.SOURCE_RUN)}
     return found
@@ -284,7 +284,7 @@ def import_bundle(
             base = containment.destination(paths.workspaces_dir(), campaign_dir(campaign).name, "campaign")
         else:
             base = containment.clear(Path(runs_dir), "--runs-dir")
-        exp, present = reader.campaign_runs(campaign)
+        exp, present = whole_runs.campaign_runs(campaign)
         _refuse_merge(campaign, bundled, exp, present, {r["run_id"] for r in runs}, Path(path))
         folders: dict[str, Path] = {}  # the run folders this import copies (or finds already here, the same)
         differ = []

@@ -19,7 +19,7 @@ from pathlib import Path
 from bench.bundle import archive as bundle
 from bench.pipeline import record
 from bench.result import RunResult
-from bench.tracking import reader, schema
+from bench.tracking import reader, schema, whole_runs
 
 PARENT, NAME = "mlflow.parentRunId", "mlflow.runName"  # MLflow's own tags: an eval run's agent run and its name
 
@@ -84,7 +84,7 @@ def _agent_artifacts(run_dir: Path) -> list[str]:
 
 
 def _artifacts(where: str, run_id: str, expected: list[str]) -> list[str]:
-    have = set(reader.artifact_paths(run_id))
+    have = set(whole_runs.artifact_paths(run_id))
     return [f"{where}: artifact {name} is missing from the tracking store" for name in expected if name not in have]
 
 

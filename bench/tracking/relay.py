@@ -7,6 +7,10 @@ file maps to which run, how far it was read) is saved in ``relay.json`` beside t
 interrupted by a tracking outage or a killed harness is completed later by ``bench record`` without
 losing or duplicating events.
 
+This module holds the loop: which file is read, how far, in what batches, and what is saved when.
+What each kind of event does to its script's run (``start``, ``metrics``, ``checkpoint``, ``end``)
+is :mod:`bench.tracking.script_events`.
+
 Spool files are written by the agent's processes, so every event is untrusted input: a script name
 becomes a plain file name, a checkpoint is uploaded only from inside the workspace's
 ``checkpoints/`` and up to a size, sources and lines are bounded, and a run the spool leaves open (a
@@ -33,32 +37,21 @@ from there, one upload per file (hard links of one file named by forged events a
 
 from __future__ import annotations
 
-import difflib
 import threading
 import time
 from dataclasses import asdict
 from pathlib import Path
 
 from bench import untrusted
-from bench.markup import one_line
-from bench.tracking import accounting, relay_limits, relay_state, schema, spool_files, sysmetrics
+from bench.tracking import accounting, relay_limits, relay_state, spool_files, sysmetrics
 from bench.tracking.checkpoint_uploads import Uploads
-from bench.tracking.hook._bench_once import Seen
-from bench.tracking.relay_limits import Tally
-from bench.tracking.script_state import COUNTED, ScriptState, _int, _text, _time, metric_rows, safe_name
+from bench.tracking.script_events import ScriptEvents
+from bench.tracking.script_state import COUNTED, ScriptState
 from bench.tracking.sysmetrics import INTERVAL_S, SystemMetrics, Target
-from bench.tracking.writer import MlflowWriter, TrackingError, TrackingRefused, flatten
+from bench.tracking.writer import MlflowWriter, TrackingError
 
 BATCH = 1000  # values per store call (MLflow's MAX_METRICS_PER_BATCH); also what the relay holds in memory per script
-MAX_RECORDED = 200  # checkpoint events kept in relay.json per script (the counts cover the rest)
-MAX_DEFERRED = 1000  # paths of checkpoints not uploaded for the cap, kept to upload those the evaluation scores
 MAX_READ = 16 << 20  # bytes of one spool file read per poll (a runaway spool must not fill the harness's memory)
-MAX_SOURCE = 1 << 20  # characters of a script's source kept as its artifact
-# (key, step) pairs whose values the relay keeps (in relay.json): the output tee already drops
-# printed copies of traced values however late it reads them (hook/_bench_once.py); what is left for
-# the relay is a line printed just before the helper traces the same value, which reaches the spool
-# within microseconds of the traced event
-RECENT_PAIRS = 512
 
 
 class Relay:
@@ -84,15 +77,22 @@ class Relay:
         agent's reach).
         """
         self.writer, self.parent_run, self.spool_dir = writer, parent_run, Path(spool_dir)
-        self.base_tags, self.baseline_source, self.interval = base_tags, baseline_source, interval
+        self.interval = interval
         self.state_file = Path(state_file)
         self.workspace = self.spool_dir.parents[1]  # the tree every agent-made file is read under (no link out)
         self.scripts: dict[str, ScriptState] = {}
         self.uploads = Uploads(checkpoints_dir or self.spool_dir.parents[1] / "checkpoints", self.state_file.parent)
         self.checkpoints_dir = self.uploads.checkpoints_dir
         self.refused = spool_files.Refused()  # spool and tail files never read (a FIFO, a link, ...), by name
-        self._others = 0  # values the other scripts relayed, while one is read (the cap per run)
-        self._recent: dict[str, Seen] = {}  # file -> the values last logged for it (saved as ScriptState.recent)
+        self.events = ScriptEvents(
+            writer,
+            self.uploads,
+            base_tags,
+            baseline_source,
+            parent_run=lambda: self.parent_run,
+            save=self._save,
+            closed=self._publish,
+        )
         self.warned = False
         self._running: list[Target] = []  # replaced whole, read by the system-metrics thread without the lock
         self.system = SystemMetrics(lambda: self._running, writer.log_metrics, INTERVAL_S)
@@ -214,7 +214,7 @@ class Relay:
             state.in_long_line = True
             state.lines_dropped[untrusted.TOO_LONG] = state.lines_dropped.get(untrusted.TOO_LONG, 0) + 1
             return
-        self._others = sum(o.metrics for o in self.scripts.values() if o is not state)  # for the run's cap
+        self.events.others = sum(o.metrics for o in self.scripts.values() if o is not state)  # for the run's cap
         rows: list[tuple] = []  # consecutive metric events go to MLflow in batches
         pending = 0  # bytes of those events, counted as read once the batch is recorded
         recorded = self._memo(state)  # what the bookkeeping was after the last event recorded
@@ -222,7 +222,7 @@ class Relay:
             for line in data[:end].splitlines(keepends=True):
                 event = spool_files.parse_line(line, state.lines_dropped, MAX_READ)  # a bad line: counted, skipped
                 if isinstance(event, dict) and event.get("ev") == "metrics" and state.run_id is not None:
-                    rows += self._metric_rows(state, event, len(rows))
+                    rows += self.events.metric_rows(state, event, len(rows))
                     pending += len(line)
                     if len(rows) >= BATCH:
                         pending = self._flush(state, rows, pending)
@@ -233,24 +233,24 @@ class Relay:
                 if logged:
                     recorded = self._memo(state)
                 if isinstance(event, dict):
-                    self._apply(state, event)  # a metrics event before the run exists is logged here, at once
+                    self.events.apply(state, event)  # a metrics event before the run exists is logged here, at once
                     recorded = self._memo(state)
                 state.offset += len(line)  # advanced only once the event is recorded
             self._flush(state, rows, pending)
         except TrackingError:  # these lines are read again next time: forget what was counted from them
             seen, counted = recorded
-            self._seen(state).values = seen
+            self.events.seen(state).values = seen
             for name, value in counted.items():
                 setattr(state, name, value)
             raise
 
     def _memo(self, s: ScriptState) -> tuple:
-        seen = {k: list(v) for k, v in self._seen(s).values.items()}
+        seen = {k: list(v) for k, v in self.events.seen(s).values.items()}
         return seen, {name: _copy(getattr(s, name)) for name in COUNTED}
 
     def _flush(self, s: ScriptState, rows: list[tuple], pending: int) -> int:
         if rows:
-            self._log(s, rows)
+            self.events.log(s, rows)
             rows.clear()
             s.offset += pending
             self._save()  # at least once: a harness killed now replays at most this batch (the store dedupes it)
@@ -258,137 +258,14 @@ class Relay:
         s.offset += pending
         return 0
 
-    def _log(self, s: ScriptState, rows: list[tuple]) -> None:
-        """Log checked rows.
-
-        The ones the store refuses anyway are dropped with its message, never retried.
-        """
-        refused = self.writer.log_values(s.run_id, rows)
-        tally = Tally(s.dropped, s.examples)
-        for (key, *_), why in refused:
-            tally.drop("store-refused", f"{key[:100]}: {why}")
-        s.metrics += len(rows) - len(refused)
-
-    def _metric_rows(self, s: ScriptState, ev: dict, queued: int = 0) -> list[tuple]:
-        return metric_rows(s, ev, self._seen(s), queued, self._others)
-
-    def _apply(self, s: ScriptState, ev: dict) -> None:
-        kind = ev.get("ev")
-        if kind == "start":
-            s.script, s.pid, s.started = safe_name(ev.get("script")), _int(ev.get("pid")), _time(ev.get("t"))
-            self._ensure_run(s)
-            rec, run = self.writer, s.run_id
-            argv = ev.get("argv") if isinstance(ev.get("argv"), list) else []
-            self._params(s, {"argv": " ".join(map(str, argv)), "pid": s.pid})
-            source = str(ev.get("source", ""))[:MAX_SOURCE]
-            rec.log_text(run, source, f"source/{s.script}")
-            if self.baseline_source and s.script != "train.py":
-                diff = difflib.unified_diff(
-                    self.baseline_source.splitlines(True), source.splitlines(True), "train.py", s.script
-                )
-                rec.log_text(run, "".join(diff), f"source/{s.script}.diff")
-            return
-        self._ensure_run(s)
-        if kind == "metrics":  # only before the run exists (the batched path in _read covers the rest)
-            self._log(s, self._metric_rows(s, ev))
-        elif kind == "checkpoint":
-            self._checkpoint(s, ev)
-        elif kind == "end":
-            status = ev.get("status") if ev.get("status") in ("FINISHED", "FAILED", "KILLED") else "FAILED"
-            s.ended, s.status, s.error = _time(ev.get("t")), status, _text(ev.get("error"))
-            self._close(s)
-
-    def _params(self, s: ScriptState, params: dict) -> None:
-        """Params whose keys MLflow takes (the others counted).
-
-        A set the store refuses anyway is dropped whole.
-        """
-        flat = flatten(params)
-        good = {k: v for k, v in flat.items() if relay_limits.key_problem(k) is None}
-        s.params_dropped += len(flat) - len(good)
-        try:
-            self.writer.log_params(s.run_id, good)
-        except TrackingRefused:
-            s.params_dropped += len(good)
-
-    def _checkpoint(self, s: ScriptState, ev: dict) -> None:
-        if not s.params_logged and isinstance(ev.get("config"), dict):
-            extra = {k: ev[k] for k in ("n_params", "device") if ev.get(k) is not None}
-            self._params(s, {"config": ev["config"], **extra})
-            s.params_logged = True
-        # on the training-step axis of the script's other metrics: the step it says, else the last
-        # one it logged
-        step = ev.get("step") if ev.get("step") is not None else s.last_step
-        score = {
-            "ev": "metrics",
-            "step": step,
-            "t": _time(ev.get("t")),
-            "metrics": {schema.CHECKPOINT_SCORE: ev.get("val_score")},
-        }
-        self._log(s, self._metric_rows(s, score))
-        s.checkpoint_events += 1
-        entry = {k: ev.get(k) for k in ("path", "val_score", "metric", "step", "t")}
-        ckpt, why = self.uploads.path_of(ev.get("path"))
-        if ckpt is not None and s.uploaded >= relay_limits.MAX_CHECKPOINT_UPLOADS:
-            if len(s.deferred) < MAX_DEFERRED and str(ckpt) not in s.deferred:
-                s.deferred.append(str(ckpt))
-            ckpt, why = None, "over-cap"
-        if ckpt is not None:
-            why = self.uploads.upload(self.writer, s.run_id, ckpt)
-        if not why:
-            s.uploaded += 1
-        else:
-            entry["not_uploaded"] = why
-            s.not_uploaded[why] = s.not_uploaded.get(why, 0) + 1
-        if len(s.checkpoints) < MAX_RECORDED:
-            s.checkpoints.append(entry)
-
     def keep(self, checkpoints: list[tuple[str, str]]) -> None:
         """Upload the checkpoints the evaluation scored that the upload cap left out.
 
-        ``checkpoints``: ``(path, script)`` pairs. The selection's files are on their script's run
-        whatever the script flooded.
+        ``checkpoints``: ``(path, script)`` pairs (:meth:`ScriptEvents.keep`).
         """
         with self._lock:
-            for raw, script in checkpoints:
-                path, _ = self.uploads.path_of(raw)
-                owners = [s for s in self.scripts.values() if path and s.run_id and str(path) in s.deferred]
-                # past MAX_DEFERRED paths: the latest run of its script that left checkpoints out
-                # for the cap
-                owners = owners or [
-                    s for s in self.scripts.values() if path and s.script == script and s.not_uploaded.get("over-cap")
-                ]
-                if not owners or path is None:
-                    continue
-                s = owners[-1]
-                try:
-                    if self.uploads.upload(self.writer, s.run_id, path):
-                        continue
-                except TrackingError:
-                    continue
-                if str(path) in s.deferred:
-                    s.deferred.remove(str(path))
-                s.uploaded += 1
-                s.not_uploaded["over-cap"] -= 1
+            self.events.keep(list(self.scripts.values()), checkpoints)
             self._save()
-
-    def _ensure_run(self, s: ScriptState) -> None:
-        if s.run_id is None and self.parent_run is None:
-            raise TrackingError("the agent run does not exist yet; script events stay spooled")
-        if s.run_id is None:
-            name = s.script or s.file
-            tags = {**self.base_tags, schema.KIND: schema.KIND_SCRIPT, schema.SCRIPT: name, schema.PID: s.pid}
-            s.run_id = self.writer.create_run(name, tags, parent=self.parent_run, start_time=s.started or None)
-            self._save()  # a harness killed from here on resumes into this run, never a second copy of it
-
-    def _close(self, s: ScriptState) -> None:
-        tags = {schema.EXIT: s.status}
-        if s.error:  # the agent's text: one plain line in the tag (no raw newlines or Markdown structure)
-            tags[schema.REASON] = one_line(s.error, 500)
-        self.writer.set_tags(s.run_id, tags)
-        self.writer.end_run(s.run_id, s.status, s.ended)
-        s.closed = True
-        self._publish()
 
     # --- the end -----------------------------------------------------------------------------
     def finalize(self) -> dict:
@@ -408,7 +285,7 @@ class Relay:
                 if s.run_id and not s.closed:
                     s.status, s.ended = "KILLED", time.time()
                     try:
-                        self._close(s)
+                        self.events.close(s)
                     except TrackingError:
                         pass
             for s in self.scripts.values():  # tails are final only now: the output tee drains after its script
@@ -446,13 +323,8 @@ class Relay:
         out["relay"]["lines_dropped"] = dict(sorted(lines.items()))
         return out
 
-    def _seen(self, s: ScriptState) -> Seen:
-        if s.file not in self._recent:
-            self._recent[s.file] = Seen.of(RECENT_PAIRS, s.recent)
-        return self._recent[s.file]
-
     def _save(self) -> None:
-        for name, seen in self._recent.items():
+        for name, seen in self.events.recent.items():
             self.scripts[name].recent = seen.rows()
         relay_state.write(
             self.state_file,

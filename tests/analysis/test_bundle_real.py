@@ -15,7 +15,7 @@ import pytest
 from bench.bundle import archive as bundle
 from bench.bundle import export as bundle_export
 from bench.cli import main
-from bench.tracking import reader, schema
+from bench.tracking import schema, whole_runs
 from tests.bench.bundle_support import _use_store, assert_same, report_frames
 
 pytestmark = pytest.mark.slow  # the real store is made by four whole benchmark runs
@@ -24,7 +24,7 @@ pytestmark = pytest.mark.slow  # the real store is made by four whole benchmark 
 def test_a_real_campaign_exported_and_imported_gives_the_same_report_and_its_run_folders(
     real_store, tmp_path, monkeypatch
 ):
-    _, runs = reader.campaign_runs(real_store)
+    _, runs = whole_runs.campaign_runs(real_store)
     agents = [r for r in runs if r.data.tags.get(schema.KIND) == schema.KIND_AGENT]
     assert {r.data.tags[schema.AGENT] for r in agents} == {"baseline", "command"} and len(agents) == 4
     frames = report_frames(real_store)
@@ -46,7 +46,7 @@ def test_a_real_campaign_exported_and_imported_gives_the_same_report_and_its_run
     runs_dir = tmp_path / "imported-runs"
     assert main(["import", str(archive), "--quiet", "--runs-dir", str(runs_dir)]) == 0
     assert_same(report_frames(real_store), frames)
-    _, imported = reader.campaign_runs(real_store)
+    _, imported = whole_runs.campaign_runs(real_store)
     assert len(imported) == len(runs)
     for r in imported:
         if r.data.tags.get(schema.KIND) == schema.KIND_AGENT:
@@ -59,5 +59,5 @@ def test_a_real_campaign_exported_and_imported_gives_the_same_report_and_its_run
             for e in scored:  # each scored candidate as staged for the scorer: its checkpoint travels
                 assert (folder / "eval" / e["official"]["staged"].rsplit("/", 1)[-1] / "checkpoint.pt").is_file()
     assert main(["import", str(archive), "--quiet", "--runs-dir", str(runs_dir)]) == 0
-    _, again = reader.campaign_runs(real_store)
+    _, again = whole_runs.campaign_runs(real_store)
     assert sorted(r.info.run_id for r in again) == sorted(r.info.run_id for r in imported)

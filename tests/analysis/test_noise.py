@@ -154,7 +154,7 @@ def test_a_t6_campaign_of_the_baseline_with_five_repeats_has_five_seeds_a_spread
     from bench.pipeline.workspace import campaign_dir
     from bench.result import RunResult
     from bench.tasks import data
-    from bench.tracking import reader
+    from bench.tracking import whole_runs
     from tests.conftest import generated_task, write_etth1_like
 
     monkeypatch.setenv("BENCH_MLRUNS_DIR", str(tmp_path / "mlruns"))
@@ -173,7 +173,7 @@ def test_a_t6_campaign_of_the_baseline_with_five_repeats_has_five_seeds_a_spread
     seeds = [r.run.seed for r in results]
     assert len(folders) == 5 and len(set(seeds)) == 5 and all(isinstance(s, int) for s in seeds)
     assert [json.loads((f / "run.json").read_text())["spec"]["seed"] for f in folders] == seeds
-    _, runs = reader.campaign_runs(name)
+    _, runs = whole_runs.campaign_runs(name)
     agents = [r for r in runs if r.data.tags.get(schema.KIND) == schema.KIND_AGENT]
     by_run = {r.data.params[schema.PARAM_REPEAT]: int(r.data.params[schema.PARAM_SEED]) for r in agents}
     assert by_run == {str(r.run.repeat): r.run.seed for r in results}

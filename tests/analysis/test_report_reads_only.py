@@ -12,7 +12,7 @@ import hashlib
 from pathlib import Path
 
 from bench.bundle import importer as bundle_import
-from bench.tracking import reader
+from bench.tracking import whole_runs
 from tests.bench import bundle_support as support
 from tests.bench.bundle_support import _use_store
 
@@ -29,7 +29,7 @@ def _files(folder: Path) -> dict[str, str]:
 
 
 def _runs(campaign: str) -> list[tuple]:
-    _, runs = reader.campaign_runs(campaign)
+    _, runs = whole_runs.campaign_runs(campaign)
     return sorted(
         (r.info.run_id, r.info.status, r.info.end_time, dict(r.data.tags), dict(r.data.params), dict(r.data.metrics))
         for r in runs

@@ -18,7 +18,7 @@ import pandas as pd
 import pytest
 
 from bench.bundle import export as bundle_export
-from bench.tracking import reader, schema
+from bench.tracking import schema, store, whole_runs
 
 ROOT = Path(__file__).resolve().parents[2]
 NS = 1_000_000_000
@@ -47,7 +47,7 @@ def empty(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("bundle-empty-store")
     with pytest.MonkeyPatch.context() as mp:
         _use_store(mp, folder)
-        reader.store.client()
+        store.client()
     return folder / "mlflow.db"
 
 
@@ -72,7 +72,7 @@ def source(tmp_path_factory, empty) -> Source:
         _use_store(mp, tmp / "store", empty)
         name = f"bundle-{uuid.uuid4().hex[:6]}"
         counts = _synthetic().generate(name, agents=2, tasks=1, repeats=1, scripts=1, evals=1, fail_every=2)
-        _, runs = reader.campaign_runs(name)
+        _, runs = whole_runs.campaign_runs(name)
         agent = next(r for r in runs if r.data.tags.get(schema.KIND) == schema.KIND_AGENT)
         w = MlflowWriter(name)
         spans = [
@@ -90,18 +90,18 @@ def source(tmp_path_factory, empty) -> Source:
 
 def _tree(name: str) -> list[tuple]:
     """The campaign as comparable tuples: name, status, times, params, tags, histories, parent's name, artifacts."""
-    exp, runs = reader.campaign_runs(name)
+    exp, runs = whole_runs.campaign_runs(name)
     names = {r.info.run_id: r.info.run_name for r in runs}
     out = []
     for r in runs:
         tags = {k: v for k, v in r.data.tags.items() if k not in (schema.PARENT, schema.SOURCE_RUN, schema.TRACE)}
-        hist = reader.full_histories(r.info.run_id, sorted(r.data.metrics))
+        hist = whole_runs.full_histories(r.info.run_id, sorted(r.data.metrics))
         hist = {k: [(m.value, m.step, m.timestamp) for m in v] for k, v in hist.items()}
         traces = [
             [(s.name, s.span_type, s.start_time_ns, s.end_time_ns, s.inputs, s.outputs) for s in t.data.spans]
-            for t in reader.run_traces(exp.experiment_id, r.info.run_id)
+            for t in whole_runs.run_traces(exp.experiment_id, r.info.run_id)
         ]
-        arts = [a.path for a in reader.store.client().list_artifacts(r.info.run_id, "audit")]
+        arts = [a.path for a in store.client().list_artifacts(r.info.run_id, "audit")]
         parent = names.get(r.data.tags.get(schema.PARENT))
         info = (r.info.run_name, r.info.status, r.info.start_time, r.info.end_time)
         out.append((*info, dict(r.data.params), tags, hist, parent, traces, arts))

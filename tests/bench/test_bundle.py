@@ -18,7 +18,7 @@ import pytest
 from bench.bundle import archive as bundle
 from bench.bundle import importer as bundle_import
 from bench.cli import main
-from bench.tracking import reader, schema
+from bench.tracking import schema, whole_runs
 from tests.bench import bundle_support as support
 from tests.bench.bundle_support import _tree, _use_store, assert_same, report_frames
 
@@ -36,9 +36,9 @@ def test_a_campaign_exported_and_imported_into_a_fresh_store_reads_the_same(sour
     assert any(t[8] for t in after) and any(t[9] for t in after)  # the trace and the artifact were compared
     assert_same(report_frames(source.campaign), source.frames)
 
-    _, runs = reader.campaign_runs(source.campaign)
+    _, runs = whole_runs.campaign_runs(source.campaign)
     assert main(["import", str(source.archive), "--quiet"]) == 0  # twice: nothing added
-    _, again = reader.campaign_runs(source.campaign)
+    _, again = whole_runs.campaign_runs(source.campaign)
     assert sorted(r.info.run_id for r in again) == sorted(r.info.run_id for r in runs)
 
 
@@ -143,7 +143,7 @@ def test_an_archive_whose_files_differ_from_its_manifest_is_refused_by_import_un
     assert not (tmp_path / "runs").exists()  # nothing imported
     assert main(["import", str(archive), "--quiet", "--force", "--runs-dir", str(tmp_path / "runs")]) == 0
     assert (tmp_path / "runs" / "r1" / "evidence" / "audit.json").read_text() == "edited\n"
-    _, runs = reader.campaign_runs("x")
+    _, runs = whole_runs.campaign_runs("x")
     assert [r.data.tags[schema.WORKSPACE] for r in runs] == [str(tmp_path / "runs" / "r1")]
 
 

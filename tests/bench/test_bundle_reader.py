@@ -20,7 +20,7 @@ import pytest
 
 from bench.bundle import archive as bundle
 from bench.cli import main
-from bench.tracking import reader, schema
+from bench.tracking import schema, whole_runs
 from bench.tracking.writer import MlflowWriter
 from tests.bench.bundle_support import _use_store
 from tests.bench.test_bundle import _bundle_folder
@@ -77,7 +77,7 @@ def test_a_campaign_named_to_leave_its_folder_is_refused_and_the_cache_is_untouc
     err = capsys.readouterr().err
     assert repr(campaign) in err and "nothing imported" in err, err
     assert _listing(reader_home) == before
-    assert reader.campaign_runs(campaign)[1] == [] if campaign else True
+    assert whole_runs.campaign_runs(campaign)[1] == [] if campaign else True
 
 
 @pytest.mark.parametrize("folder", [*CACHE_FOLDERS, "mlruns", "tasks", "mlflow.db", "artifacts"])
@@ -116,21 +116,21 @@ def test_a_bundle_named_like_the_readers_campaign_is_refused_and_imports_beside_
     assert main(["import", str(top), "--quiet"]) == 2
     err = capsys.readouterr().err
     assert "already has a campaign 'x'" in err and "my-run" in err and "--as NEW_NAME" in err, err
-    exp, runs = reader.campaign_runs("x")
+    exp, runs = whole_runs.campaign_runs("x")
     assert [r.info.run_id for r in runs] == [mine]  # nothing merged
     assert exp.tags[schema.RUN_NOTE] == "the reader's own description"
     assert not (reader_home / "workspaces" / "x" / "r1").exists()
 
     assert main(["import", str(top), "--quiet", "--as", "theirs"]) == 0
-    _, theirs = reader.campaign_runs("theirs")
+    _, theirs = whole_runs.campaign_runs("theirs")
     assert [r.info.run_name for r in theirs] == ["t6-baseline-r1"]
     assert theirs[0].data.tags[schema.CAMPAIGN] == "theirs"
     assert (reader_home / "workspaces" / "theirs" / "r1" / "result.json").is_file()
     w = MlflowWriter("theirs")  # a report's summary run of the imported campaign: the same bundle still imports
     w.end_run(w.create_run("summary", {schema.KIND: schema.KIND_SUMMARY}))
     assert main(["import", str(top), "--quiet", "--as", "theirs"]) == 0  # twice: nothing added
-    assert len(reader.campaign_runs("theirs")[1]) == 2
-    exp, runs = reader.campaign_runs("x")
+    assert len(whole_runs.campaign_runs("theirs")[1]) == 2
+    exp, runs = whole_runs.campaign_runs("x")
     assert [r.info.run_id for r in runs] == [mine] and exp.tags[schema.RUN_NOTE] == "the reader's own description"
 
 
@@ -149,7 +149,7 @@ def test_an_imported_tag_never_makes_the_readers_export_pack_a_private_folder(re
     run_json.write_text(json.dumps(run))
     bundle.write_manifest(top, campaign="x", tasks={}, created="now", version="0")
     assert main(["import", str(top), "--quiet"]) == 0
-    (imported,) = reader.campaign_runs("x")[1]
+    (imported,) = whole_runs.campaign_runs("x")[1]
     assert imported.data.tags.get(schema.WORKSPACE) != str(private)
 
     # a run whose tag names the private folder anyway (however it got there): the export does not follow it
@@ -178,7 +178,7 @@ def test_a_run_folder_already_here_is_compared_kept_when_equal_and_refused_when_
     assert main(["import", str(top), "--quiet", "--runs-dir", str(runs)]) == 2
     err = capsys.readouterr().err
     assert str(runs / "r1") in err and "result.json differs" in err, err
-    assert reader.campaign_runs("x")[1] == []  # nothing imported into the third store
+    assert whole_runs.campaign_runs("x")[1] == []  # nothing imported into the third store
     # verify of the folder with the malformed result.json names it; no traceback
     assert main(["verify", str(runs), "--quiet"]) == 1
     out = capsys.readouterr().out
@@ -251,7 +251,7 @@ def test_a_bundle_of_an_older_toolkits_result_json_is_refused_in_one_line(reader
     err = capsys.readouterr().err
     assert said in err and "Traceback" not in err, err
     assert [line for line in err.splitlines() if said in line] == [next(x for x in err.splitlines() if said in x)]
-    assert reader.campaign_runs("x")[1] == []  # nothing imported
+    assert whole_runs.campaign_runs("x")[1] == []  # nothing imported
     assert main(["verify", str(top / "runs"), "--quiet"]) == 1
     out = capsys.readouterr().out
     assert "result.json cannot be read" in out and said in out and "Traceback" not in out, out

@@ -393,12 +393,12 @@ def test_a_failed_campaign_shows_status_and_reason_first_and_no_description_esca
     (MLflow's page shows ``hardware\\: cpu`` as it is)."""
     import uuid
 
-    from bench.tracking import reader
+    from bench.tracking import whole_runs
     from bench.tracking.writer import MlflowWriter
 
     with pytest.MonkeyPatch.context() as mp:
         campaign.activate(mp)
-        _, runs = reader.campaign_runs(campaign.name)
+        _, runs = whole_runs.campaign_runs(campaign.name)
         notes = {r.info.run_name: r.data.tags.get(schema.RUN_NOTE, "") for r in runs}
         assert sum(bool(n) for n in notes.values()) >= 8  # every agent run has one
         escaped = {k: n for k, n in notes.items() if re.search(r"\\[!-/:-@\[-`{-~]", n)}

@@ -7,8 +7,8 @@
 2. The synthetic campaign of ``report_speed.py`` (245 agent runs, 2,940 script runs, ~700 eval runs, tagged
    ``bench.synthetic=true``) written straight into the database through the harness's MlflowWriter.
 3. ``bench report`` as a user runs it, a new process each time: with ``MLFLOW_TRACKING_URI`` the database URL; the
-   server's URL (runs through the API, histories in bulk requests: ``bench/tracking/reader.py``); the server's URL
-   with ``BENCH_TRACKING_DB`` naming its database (what ``bench server`` prints: the tables are read directly).
+   server's URL (runs through the API, histories in bulk requests: ``bench/tracking/server_reader.py``); the server's
+   URL with ``BENCH_TRACKING_DB`` naming its database (what ``bench server`` prints: the tables are read directly).
    Issue #16 measured 7.5 s on the database and 160 s through the server (one history request per script run).
 
 The three paths alternate run by run. ``--smoke``: a campaign of 2 agents x 2 tasks x 1 repeat, 2 script runs

@@ -13,9 +13,9 @@ printed precision (:func:`same_value`), of a value seen at the same key and step
 Memory is bounded: :class:`Seen` keeps the last ``capacity`` (key, step) pairs. The tee reads a line
 at most a pipe (64 KiB) and one read (64 KiB) behind the script, so the spool holds at most ~128 KiB
 of printed lines, ~15,000 values of >= 9 bytes (``| a 1.0000``), beyond the line being read; the
-default keeps twice that (a few MB at most). The relay (``bench/tracking/relay.py``) keeps a smaller
-one for what is left: a line printed just before the helper traces the same value, which the tee may
-read first.
+default keeps twice that (a few MB at most). The relay keeps a smaller one
+(``bench/tracking/script_events.py``) for what is left: a line printed just before the helper traces
+the same value, which the tee may read first.
 
 Standard library only (it runs in the tee's ``python -I -S``); the relay imports it as
 ``bench.tracking.hook._bench_once``.

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from bench.cli import main
-from bench.tracking import reader
+from bench.tracking import whole_runs
 from tests.bench import bundle_support as support
 from tests.bench.bundle_support import _tree, assert_same, report_frames
 
@@ -25,7 +25,7 @@ def test_a_bundle_imported_into_the_postgres_server_reads_as_the_original_and_tw
     assert main(["import", str(source.archive), "--quiet", "--runs-dir", str(runs_dir)]) == 0
     assert _tree(source.campaign) == source.tree
     assert_same(report_frames(source.campaign), source.frames)
-    _, first = reader.campaign_runs(source.campaign)
+    _, first = whole_runs.campaign_runs(source.campaign)
     assert main(["import", str(source.archive), "--quiet", "--tracking-uri", mlflow_server.url]) == 0
-    _, again = reader.campaign_runs(source.campaign)
+    _, again = whole_runs.campaign_runs(source.campaign)
     assert sorted(r.info.run_id for r in again) == sorted(r.info.run_id for r in first)

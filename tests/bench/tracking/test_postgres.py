@@ -192,7 +192,7 @@ def _compare_histories(mlflow_server, monkeypatch, capsys) -> None:
     from mlflow.tracking import MlflowClient
 
     from analysis import runs
-    from bench.tracking import reader, schema, store
+    from bench.tracking import reader, schema, server_reader, store
 
     spec = importlib.util.spec_from_file_location("synthetic", ROOT / "tests" / "analysis" / "synthetic.py")
     synthetic = importlib.util.module_from_spec(spec)
@@ -214,8 +214,8 @@ def _compare_histories(mlflow_server, monkeypatch, capsys) -> None:
 
     assert table(runs.metric_history(scripts, schema.CHECKPOINT_SCORE)) == one_by_one
     assert "did not answer bulk histories" not in capsys.readouterr().err
-    monkeypatch.setattr(reader, "VALUES_PER_REQUEST", 3)  # every batch comes back full: halves, then one run
-    assert table(reader.ServerReader(strict=True).metric_history(scripts, schema.CHECKPOINT_SCORE)) == one_by_one
+    monkeypatch.setattr(server_reader, "VALUES_PER_REQUEST", 3)  # every batch comes back full: halves, then one run
+    assert table(server_reader.ServerReader(strict=True).metric_history(scripts, schema.CHECKPOINT_SCORE)) == one_by_one
     monkeypatch.setenv(store.DATABASE_ENV, mlflow_server.backend)
     assert reader.open_reader().name == "sql"
     assert table(runs.metric_history(scripts, schema.CHECKPOINT_SCORE)) == one_by_one

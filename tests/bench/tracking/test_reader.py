@@ -1,5 +1,5 @@
-"""The store's one reading interface (bench/tracking/reader.py): each fast path reads what MLflow's public API reads,
-and a fast path whose preconditions fail gives way to the public API with the same results.
+"""The store's one reading interface (bench/tracking/reader.py and its readers): each fast path reads what MLflow's
+public API reads, and a fast path whose preconditions fail gives way to the public API with the same results.
 
 The expected values come from MLflow's public calls made here (``MlflowClient.search_experiments``,
 ``search_runs``, ``get_metric_history``) and from what the test wrote, never from the reader under test. The store
@@ -15,7 +15,7 @@ import uuid
 import pytest
 from mlflow.entities import Metric, Param, RunTag
 
-from bench.tracking import reader, schema, store
+from bench.tracking import api_reader, reader, schema, server_reader, sql_reader, store
 
 ODD = {
     "odd.quote": 'it\'s "quoted"',
@@ -121,7 +121,7 @@ def _expected_history(c, run_ids: list[str], key: str) -> list[tuple]:
 
 def _read_history(source, run_ids: list[str], key: str) -> list[tuple]:
     df = source.metric_history(run_ids, key)
-    assert list(df.columns) == reader.HISTORY_COLUMNS
+    assert list(df.columns) == api_reader.HISTORY_COLUMNS
     keys = list(zip(df["run_id"], df["time"], df["step"], strict=True))
     assert keys == sorted(keys)  # sorted by run, time, step
     return _history(zip(df["run_id"], df["step"], df["value"], df["time"], strict=True))
@@ -155,18 +155,18 @@ def _check_reads_like_the_api(source, c, facts) -> None:
 
 def test_the_tables_and_the_public_api_read_the_same(tracked):
     c, uri, facts = tracked
-    assert reader.unusable(uri) is None
+    assert sql_reader.unusable(uri) is None
     fast = reader.open_reader()
     assert fast.name == "sql" and reader.open_reader(fast=False).name == "api"
-    _check_reads_like_the_api(reader.SqlReader(uri, strict=True), c, facts)
-    _check_reads_like_the_api(reader.ApiReader(), c, facts)
+    _check_reads_like_the_api(sql_reader.SqlReader(uri, strict=True), c, facts)
+    _check_reads_like_the_api(api_reader.ApiReader(), c, facts)
 
 
 @pytest.mark.parametrize(
     ("precondition", "attribute", "value", "why"),
     [
         ("an unknown schema revision", "KNOWN_REVISIONS", {}, "is not one this reader was checked on"),
-        ("a missing table", "TABLES", (*reader.TABLES, "runs_v2"), "no table runs_v2"),
+        ("a missing table", "TABLES", (*sql_reader.TABLES, "runs_v2"), "no table runs_v2"),
         ("experiments in other workspaces", "DEFAULT_WORKSPACE", "elsewhere", "workspaces other than"),
     ],
 )
@@ -174,8 +174,8 @@ def test_a_fast_path_whose_precondition_fails_gives_way_to_the_public_api(
     tracked, monkeypatch, capsys, precondition, attribute, value, why
 ):
     c, uri, facts = tracked
-    monkeypatch.setattr(reader, attribute, value)
-    assert why in reader.unusable(uri)
+    monkeypatch.setattr(sql_reader, attribute, value)
+    assert why in sql_reader.unusable(uri)
     source = reader.open_reader()
     assert source.name == "api", precondition
     assert why in capsys.readouterr().err  # said once, on stderr
@@ -187,14 +187,15 @@ def test_a_fast_path_whose_precondition_fails_gives_way_to_the_public_api(
 def test_a_query_that_fails_on_a_known_schema_is_answered_by_the_public_api(tracked, monkeypatch, capsys):
     """A release that changed a table without a new revision: each failing read is answered by the public API."""
     c, uri, facts = tracked
-    monkeypatch.setattr(reader, "_KIND_JOIN", reader._KIND_JOIN.replace("r.lifecycle_stage", "r.stage_of_life"))
-    monkeypatch.setattr(reader, "TABLES", ("experiments", "runs", "tags", "params", "latest_metrics", "metric_rows"))
-    source = reader.SqlReader(uri)
+    monkeypatch.setattr(sql_reader, "_KIND_JOIN", sql_reader._KIND_JOIN.replace("r.lifecycle_stage", "r.stage_of_life"))
+    renamed = ("experiments", "runs", "tags", "params", "latest_metrics", "metric_rows")
+    monkeypatch.setattr(sql_reader, "TABLES", renamed)
+    source = sql_reader.SqlReader(uri)
     ids = list(facts["names"])
     assert _rows(source.runs(ids, schema.KIND_AGENT, True)) == _expected_runs(c, ids, schema.KIND_AGENT, True)
     assert "reading the tracking database directly failed" in capsys.readouterr().err
     with pytest.raises(Exception, match="stage_of_life"):
-        reader.SqlReader(uri, strict=True).runs(ids, schema.KIND_AGENT)
+        sql_reader.SqlReader(uri, strict=True).runs(ids, schema.KIND_AGENT)
 
 
 def test_a_store_not_made_yet_reads_empty_and_is_not_created(tmp_path, monkeypatch):
@@ -227,12 +228,13 @@ def test_a_server_reads_like_the_api_and_a_server_without_the_bulk_endpoint_is_r
         assert bulk.name == "server"
         _check_reads_like_the_api(bulk, c, facts)
         assert bulk.bulk and "did not answer" not in capsys.readouterr().err  # every history came in bulk
-        monkeypatch.setattr(reader, "VALUES_PER_REQUEST", 7)  # every batch comes back full: halves, then one run
-        _check_reads_like_the_api(reader.ServerReader(strict=True), c, facts)
+        monkeypatch.setattr(server_reader, "VALUES_PER_REQUEST", 7)  # every batch comes back full: halves, then one run
+        _check_reads_like_the_api(server_reader.ServerReader(strict=True), c, facts)
 
-        monkeypatch.setattr(reader, "BULK", "/ajax-api/2.0/mlflow/metrics/no-such-endpoint")  # a release without it
+        no_endpoint = "/ajax-api/2.0/mlflow/metrics/no-such-endpoint"  # a release without it
+        monkeypatch.setattr(server_reader, "BULK", no_endpoint)
         with pytest.raises(Exception, match="404"):
-            reader.ServerReader(strict=True).metric_history(facts["scripts"], "loss")
+            server_reader.ServerReader(strict=True).metric_history(facts["scripts"], "loss")
         fallback = reader.open_reader()
         _check_reads_like_the_api(fallback, c, facts)
         assert not fallback.bulk and "404" in capsys.readouterr().err
