@@ -19,7 +19,7 @@ from bench.pipeline import state, traces, uploads
 from bench.pipeline.workspace import Workspace
 from bench.result import RunResult
 from bench.tasks import TaskError, packs
-from bench.tracking import accounting, schema, sysmetrics
+from bench.tracking import accounting, relay_state, schema, sysmetrics
 from bench.tracking.relay import Relay
 from bench.tracking.writer import MlflowWriter, TrackingError
 
@@ -148,6 +148,7 @@ def record(writer: MlflowWriter, result: RunResult, ws: Workspace, staged: uploa
             return record(writer, result, ws, _stage(result, ws, Path(tmp)))
     run_id = result.mlflow_run_id
     if not run_id:
+        relay_state.check(ws.spool_dir, ws.relay_state)  # an older toolkit's relay: refused before a run is opened
         tags = schema.agent_run_tags(
             result.run.campaign, result.run.agent, result.run.model, result.run.task, result.run.repeat, result.run_dir
         )

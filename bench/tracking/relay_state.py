@@ -67,3 +67,16 @@ def refuse_beside_the_spool(spool_dir: Path, state_file: Path) -> None:
             f"{old}: the relay's progress kept beside the spool, written before 0.1's format reset (this toolkit keeps "
             f"it in the run directory, {state_file}); {REDO}"
         )
+
+
+def check(spool_dir: Path, state_file: Path) -> None:
+    """Refuse, before anything is recorded, a relay state this toolkit would refuse to read.
+
+    ``bench record`` asks this before it opens the agent's MLflow run, so a run relayed by an older
+    toolkit is refused without leaving an empty run in the store.
+    """
+    if state_file.exists():
+        read(state_file)
+    else:
+        refuse_beside_the_spool(spool_dir, state_file)
+

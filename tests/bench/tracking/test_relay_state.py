@@ -77,3 +77,23 @@ def test_a_state_kept_beside_the_spool_is_refused_and_nothing_is_written(spool: 
     assert message.startswith(f"{legacy}: the relay's progress kept beside the spool, written before 0.1's format")
     assert message.endswith(REDO) and "\n" not in message
     assert not state.exists()  # no fresh state that would relay the spool again from its start
+
+
+def test_bench_record_refuses_an_older_relay_before_it_opens_a_run(spool: Path, tmp_path: Path) -> None:
+    """A run never recorded (no MLflow id) whose relay kept its progress beside the spool: ``record`` refuses it
+    before it creates the agent run, so the store gets no empty run."""
+    from types import SimpleNamespace
+
+    from bench.pipeline import record
+    from bench.result import RunResult
+
+    (spool.parent / "relay.json").write_text(json.dumps({"parent_run": "x", "scripts": {}}))
+    fixture = Path(__file__).resolve().parents[1] / "fixtures" / "results" / "v3_t6_baseline.json"
+    result = RunResult.load(fixture)
+    result.mlflow_run_id = None
+    opened: list[str] = []
+    writer = SimpleNamespace(create_run=lambda name, *a, **k: opened.append(name) or "run-id")  # a spy of the store
+    ws = SimpleNamespace(spool_dir=spool, relay_state=tmp_path / "run" / "relay.json")
+    with pytest.raises(RelayStateError, match="kept beside the spool"):
+        record.record(writer, result, ws, staged=object())
+    assert opened == []  # refused before the agent run was created
