@@ -79,4 +79,3 @@ def check(spool_dir: Path, state_file: Path) -> None:
         read(state_file)
     else:
         refuse_beside_the_spool(spool_dir, state_file)
-
